@@ -1,0 +1,318 @@
+"""Warm worker processes for `LocalClient`, and admission of jobs by the CPUs and memory they reserve.
+
+Workers are separate interpreters (`python _worker.py`), each in its own session, talking over a socket,
+so a crash or `kill -9` of a worker never takes the caller down, and `cancel()` can kill a worker with
+everything it started. Their stdout/stderr is relayed line by line to this process's `sys.stdout` /
+`sys.stderr` with secret values scrubbed (so worker output also shows in notebooks and pytest capture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from . import _worker
+from ._resources import ResourceConfig
+from ._secrets import scrub, secret_values
+
+WORKER_FILE = _worker.__file__
+
+
+class WorkerProcess:
+    """One warm worker: a child interpreter running `_worker.main`, and our end of its socket."""
+
+    def __init__(self, relay: _Relay, env: dict[str, str] | None = None) -> None:
+        ours, theirs = socket.socketpair()
+        self.env = env or {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-u", WORKER_FILE, str(theirs.fileno()), str(os.getpid())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: cancel kills what the job started too
+            env={**os.environ, **env} if env else None,
+        )
+        theirs.close()
+        self.sock = ours
+        self.pid = self.proc.pid
+        self.map_fns: set[str] = set()  # map functions this worker already holds
+        self.dead = False
+        relay.add(self.proc.stdout, "stdout")
+        relay.add(self.proc.stderr, "stderr")
+        self.send(("init", list(sys.path)))
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, msg: tuple) -> bool:
+        """Send a frame; False when the worker is gone."""
+        try:
+            _worker.send_frame(self.sock, msg)
+            return True
+        except OSError:
+            return False
+
+    def recv(self, timeout: float | None = None) -> tuple | None | bool:
+        """The next reply; None when the worker died; False when `timeout` passed first."""
+        if timeout is not None and not _readable(self.sock, timeout):
+            return False
+        msg = _worker.recv_frame(self.sock)
+        if msg is None:
+            self.dead = True
+        return msg  # type: ignore[return-value]
+
+    def death_reason(self) -> str:
+        """How the worker ended, e.g. 'killed by SIGKILL' (waits briefly for its exit status)."""
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (the worker and anything its job started)."""
+        self.dead = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def close(self, grace: float = 1.0) -> None:
+        """Ask the worker to exit; kill it if it has not after `grace` seconds."""
+        if not self.dead:
+            self.send(("exit",))
+        self.dead = True
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self.sock.close()
+
+
+def _readable(sock: socket.socket, timeout: float) -> bool:
+    sel = selectors.DefaultSelector()
+    try:
+        sel.register(sock, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
+    finally:
+        sel.close()
+
+
+class _Relay:
+    """One thread copying every worker's stdout/stderr, line by line and scrubbed, to ours."""
+
+    def __init__(self, extra_secrets: Callable[[], list[str]]) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._pending: list[tuple[object, str]] = []
+        self._lock = threading.Lock()
+        self._extra_secrets = extra_secrets
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="schooner-local-relay", daemon=True)
+        self._thread.start()
+
+    def add(self, stream, which: str) -> None:
+        with self._lock:
+            self._pending.append((stream, which))
+        os.write(self._wake_w, b"x")
+
+    def stop(self) -> None:
+        self._stop = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        self._thread.join(timeout=5)
+
+    def _emit(self, which: str, data: bytes) -> None:
+        text = scrub(data.decode("utf-8", "replace"), secret_values() + self._extra_secrets())
+        target = getattr(sys, which)
+        try:
+            target.write(text)
+            target.flush()
+        except (ValueError, OSError, AttributeError):  # a closed capture stream (e.g. after a test ended)
+            fallback = getattr(sys, f"__{which}__")
+            if fallback is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    fallback.write(text)
+
+    def _loop(self) -> None:
+        partial: dict[int, bytes] = {}
+        while True:
+            with self._lock:
+                for stream, which in self._pending:
+                    fd = stream.fileno()
+                    os.set_blocking(fd, False)
+                    self._sel.register(fd, selectors.EVENT_READ, (stream, which))
+                    partial[fd] = b""
+                self._pending.clear()
+            if self._stop and len(self._sel.get_map()) <= 1:
+                break
+            for key, _ in self._sel.select(timeout=0.5 if self._stop else None):
+                if key.data is None:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    continue
+                stream, which = key.data
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:  # the worker exited: flush what is left of its last line
+                    if partial.get(key.fd):
+                        self._emit(which, partial[key.fd])
+                    partial.pop(key.fd, None)
+                    self._sel.unregister(key.fd)
+                    stream.close()
+                    continue
+                buf = partial[key.fd] + chunk
+                cut = buf.rfind(b"\n") + 1  # scrub whole lines, so a secret never straddles two writes
+                if cut:
+                    self._emit(which, buf[:cut])
+                partial[key.fd] = buf[cut:]
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+class Pool:
+    """Warm workers plus the bookkeeping that keeps reserved CPUs and memory within the client's capacity."""
+
+    def __init__(self, cpus: float, memory: int) -> None:
+        self.cpus = cpus
+        self.memory = memory
+        self._cond = threading.Condition()
+        self._used_cpu = 0.0
+        self._used_ram = 0
+        self._idle: list[WorkerProcess] = []
+        self._live: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        self._extra_secrets: set[str] = set()
+        self._relay: _Relay | None = None
+        self._closed = False
+
+    # -- admission ---------------------------------------------------------------------------------------
+    def _fits(self, res: ResourceConfig) -> bool:
+        cpu_ok = self._used_cpu + res.cpu <= self.cpus + 1e-9
+        ram_ok = res.ram is None or self._used_ram + res.ram <= self.memory
+        return cpu_ok and ram_ok
+
+    def try_reserve(self, res: ResourceConfig) -> bool:
+        """Reserve `res` if it fits now."""
+        with self._cond:
+            if self._closed or not self._fits(res):
+                return False
+            self._used_cpu += res.cpu
+            self._used_ram += res.ram or 0
+            return True
+
+    def reserve(self, res: ResourceConfig, give_up: Callable[[], bool] = lambda: False) -> bool:
+        """Block until `res` fits and reserve it; False when `give_up()` turned true (or the pool closed)."""
+        with self._cond:
+            while not self._fits(res):
+                if self._closed or give_up():
+                    return False
+                self._cond.wait(timeout=0.5)
+            if self._closed or give_up():
+                return False
+            self._used_cpu += res.cpu
+            self._used_ram += res.ram or 0
+            return True
+
+    def unreserve(self, res: ResourceConfig) -> None:
+        with self._cond:
+            self._used_cpu = max(0.0, self._used_cpu - res.cpu)
+            self._used_ram = max(0, self._used_ram - (res.ram or 0))
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Let blocked `reserve` calls re-check `give_up` (e.g. after a cancel)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- workers -----------------------------------------------------------------------------------------
+    def add_secrets(self, values: list[str]) -> None:
+        """Also scrub these values (secret-looking entries of a job's `ResourceConfig.env`) from relayed output."""
+        with self._cond:
+            self._extra_secrets.update(values)
+
+    def _secrets(self) -> list[str]:
+        with self._cond:
+            return sorted(self._extra_secrets, key=len, reverse=True)
+
+    def checkout(self, env: dict[str, str] | None = None) -> WorkerProcess:
+        """An idle warm worker, or a new one. A job with its own `env` gets a fresh worker started with it,
+        so libraries that read the environment at import time (jax, torch, tokenizers) see it."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("LocalClient was shut down; create a new client")
+            while self._idle and not env:
+                w = self._idle.pop()
+                if not w.dead and w.proc.poll() is None:
+                    return w
+            if self._relay is None:
+                self._relay = _Relay(self._secrets)
+            relay = self._relay
+        w = WorkerProcess(relay, env)
+        with self._cond:
+            self._live.add(w)
+        return w
+
+    def checkin(self, w: WorkerProcess) -> None:
+        """Return a worker after use; dead workers are dropped, surplus idle ones closed."""
+        if w.dead or w.proc.poll() is not None:
+            w.kill()
+            return
+        if w.env:  # its environment belongs to one job or map call
+            w.close()
+            return
+        with self._cond:
+            keep = not self._closed and len(self._idle) < max(1, int(self.cpus + 0.999))
+            if keep:
+                self._idle.append(w)
+        if not keep:
+            w.close()
+
+    def discard(self, w: WorkerProcess) -> None:
+        """Kill a worker whose state we no longer trust (it has work in flight nobody will collect)."""
+        w.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.proc.wait(timeout=5)
+        w.sock.close()
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            live = list(self._live)
+            self._cond.notify_all()
+        for w in idle:
+            w.close()
+        deadline = time.monotonic() + 1.0
+        for w in live:
+            if w.proc.poll() is None:
+                if time.monotonic() > deadline:
+                    w.kill()
+                else:
+                    w.close(grace=max(0.0, deadline - time.monotonic()))
+        if self._relay is not None:
+            self._relay.stop()
+            self._relay = None
