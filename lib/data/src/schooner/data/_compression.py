@@ -1,0 +1,64 @@
+"""Streaming decompression that notices truncated gzip/zstd streams (zstandard's reader does not)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import IO
+
+import zstandard
+
+CHUNK = 1 << 20
+"""Bytes read from the file per step."""
+
+_COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+class StreamError(Exception):
+    """A compressed stream is truncated or corrupt; readers add the file and line to the message."""
+
+
+def split_compression(name: str) -> tuple[str, str | None]:
+    """`("x.jsonl", "zstd")` for `"x.jsonl.zst"`; `(name, None)` when uncompressed."""
+    low = name.lower()
+    for ext, comp in _COMPRESSIONS.items():
+        if low.endswith(ext):
+            return name[: -len(ext)], comp
+    return name, None
+
+
+def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
+    """Yield the decompressed bytes of `f` in chunks, across concatenated frames/members.
+
+    Raises:
+        StreamError: the stream ends inside a frame (truncated) or holds invalid compressed data.
+    """
+    if compression is None:
+        while chunk := f.read(CHUNK):
+            yield chunk
+        return
+    if compression == "gzip":
+        new = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
+        errors: tuple[type[BaseException], ...] = (zlib.error,)
+    elif compression == "zstd":
+        dctx = zstandard.ZstdDecompressor()
+        new = dctx.decompressobj
+        errors = (zstandard.ZstdError,)
+    else:
+        raise ValueError(f"unknown compression {compression!r}; use None, 'gzip' or 'zstd'")
+    d = new()
+    started = False
+    while raw := f.read(CHUNK):
+        while raw:
+            if started and d.eof:
+                d = new()
+            try:
+                out = d.decompress(raw)
+            except errors as e:
+                raise StreamError(f"corrupt {compression} data ({e})") from None
+            started = True
+            if out:
+                yield out
+            raw = d.unused_data if d.eof else b""
+    if started and not d.eof:
+        raise StreamError(f"truncated {compression} stream (the file ends inside a compressed frame)")

@@ -1,0 +1,246 @@
+"""Reading ONE file of any supported format as records, with bad input named by file and line."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import orjson
+
+from . import _fs
+from ._compression import StreamError, iter_decompressed, split_compression
+from ._errors import DataError, OnError, SkipLog, check_on_error, handle, record_error
+from ._records import BadRecord, content_id, normalize
+
+Format = Literal["jsonl", "json", "parquet", "text"]
+FORMATS: tuple[str, ...] = ("jsonl", "json", "parquet", "text")
+
+_TRUNCATED_FIX = "the file is incomplete (an interrupted write or copy); rewrite or re-download it"
+
+
+def detect_format(path: str) -> tuple[str, str | None]:
+    """The (format, compression) of a file from its name, e.g. `("jsonl", "zstd")` for `x.jsonl.zst`.
+
+    Raises:
+        ValueError: an unknown extension, naming the file and the fix.
+    """
+    base, comp = split_compression(os.path.basename(path.rstrip("/")))
+    low = base.lower()
+    if low.endswith((".jsonl", ".ndjson")):
+        return "jsonl", comp
+    if low.endswith(".json"):
+        return "json", comp
+    if low.endswith(".parquet") and comp is None:
+        return "parquet", None
+    if low.endswith((".txt", ".text", ".md")):
+        return "text", comp
+    raise ValueError(
+        f"{path}: cannot tell the format from the file name; name it *.jsonl[.gz|.zst], *.json, *.parquet or "
+        f"*.txt, or pass format= (one of {', '.join(FORMATS)})"
+    )
+
+
+def file_stem(path: str) -> str:
+    """`part-00001` for `.../part-00001.jsonl.zst`: the default `source` of rows that name none."""
+    name = os.path.basename(path.rstrip("/"))
+    name, _ = split_compression(name)
+    return name.split(".", 1)[0] or name
+
+
+def read_records(
+    path: str,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    on_error: OnError = "raise",
+    source: str | None = None,
+    format: str | None = None,
+    compression: str | None = None,
+    columns: list[str] | None = None,
+    filter: Any = None,
+    row_groups: list[int] | None = None,
+    text_mode: Literal["file", "lines"] = "file",
+    skips: SkipLog | None = None,
+    allow_empty: bool = False,
+) -> Iterator[dict]:
+    """Yield the records of ONE file (jsonl/json plain, .gz or .zst; parquet; text), normalised.
+
+    Args:
+        path: A local path or fsspec URL of one file.
+        text_field: The field (or parquet column) holding the text.
+        id_field: The field holding the id; missing ids become `content_id(text, source)`.
+        on_error: `"raise"` stops at the first bad record with a `DataError` naming file and line;
+            `"skip"` counts it in `skips` (or the process-wide log) and goes on.
+        source: The `source` of rows that carry none (default: the file's stem).
+        format: Override the format detected from the file name.
+        compression: With `format=`, the compression ('gzip', 'zstd' or None).
+        columns: Parquet only: the columns to read (the text/id columns are always read).
+        filter: Parquet only: a `pyarrow.compute.Expression` or DNF list like `[("lang", "==", "en")]`,
+            pushed down to the reader (row groups whose statistics exclude it are not decoded).
+        row_groups: Parquet only: read just these row groups (the split unit of parquet inputs).
+        text_mode: Text files: `"file"` (one record per file) or `"lines"` (one per non-empty line).
+        skips: Where skipped bad input is counted.
+        allow_empty: Accept a 0-byte file as holding no records (else it is bad input).
+
+    Example:
+        >>> for rec in read_records("data/part-00000-of-00002.jsonl.zst"):  # doctest: +SKIP
+        ...     print(rec["id"], len(rec["text"]))
+    """
+    check_on_error(on_error)
+    if format is None:
+        fmt, comp = detect_format(path)
+    else:
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got format={format!r}")
+        fmt, comp = format, compression
+    default_source = source if source is not None else file_stem(path)
+    if fmt != "parquet" and _fs.file_size(path) == 0:
+        if not allow_empty:
+            handle(
+                DataError(path, "empty file (0 bytes)", fix="delete it or write data to it"), on_error, skips
+            )
+        return
+    if fmt == "parquet":
+        from ._parquet import read_parquet_records
+
+        yield from read_parquet_records(
+            path, text_field=text_field, id_field=id_field, source=default_source, columns=columns,
+            filter=filter, row_groups=row_groups, on_error=on_error, skips=skips,
+        )  # fmt: skip
+    elif fmt == "text":
+        yield from _read_text(path, comp, default_source, text_mode, on_error, skips)
+    else:
+        yield from _read_json_lines(path, fmt, comp, text_field, id_field, default_source, on_error, skips)
+
+
+def _utf8_reason(line: bytes) -> str | None:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"invalid UTF-8 at byte {e.start} of the line ({e.reason})"
+    return None
+
+
+def _read_json_lines(
+    path: str, fmt: str, comp: str | None, text_field: str, id_field: str, source: str, on_error: str,
+    skips: SkipLog | None,
+) -> Iterator[dict]:  # fmt: skip
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    lineno = 0
+    rest = b""
+    with _fs.open_file(path, "rb") as f:
+        chunks = iter_decompressed(f, comp)
+        try:
+            first = next(chunks, b"")
+            if fmt == "json" and first.lstrip()[:1] == b"[":
+                yield from _read_json_array(
+                    path, first, chunks, text_field, id_field, source, on_error, skips
+                )
+                return
+            for chunk in _chain(first, chunks):
+                data = rest + chunk if rest else chunk
+                lines = data.split(b"\n")
+                rest = lines.pop()
+                for line in lines:
+                    lineno += 1
+                    if not line or line.isspace():
+                        continue
+                    try:
+                        yield normalize(loads(line), text_field, id_field, source)
+                    except decode_error as e:
+                        reason = _utf8_reason(line) or f"malformed JSON ({e})"
+                        handle(record_error(path, reason, line=lineno), on_error, skips)
+                    except BadRecord as e:
+                        handle(record_error(path, str(e), line=lineno), on_error, skips)
+        except StreamError as e:
+            handle(
+                DataError(path, f"{e} after line {lineno}", line=lineno + 1, fix=_TRUNCATED_FIX),
+                on_error,
+                skips,
+            )
+            return
+    if rest and not rest.isspace():
+        lineno += 1
+        try:
+            yield normalize(loads(rest), text_field, id_field, source)
+        except decode_error as e:
+            reason = _utf8_reason(rest) or f"malformed JSON ({e})"
+            handle(record_error(path, reason, line=lineno), on_error, skips)
+        except BadRecord as e:
+            handle(record_error(path, str(e), line=lineno), on_error, skips)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
+
+
+def _read_json_array(
+    path: str, first: bytes, chunks: Iterator[bytes], text_field: str, id_field: str, source: str,
+    on_error: str, skips: SkipLog | None,
+) -> Iterator[dict]:  # fmt: skip
+    data = first + b"".join(chunks)
+    try:
+        rows = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        reason = _utf8_reason(data) or f"malformed JSON ({e.msg})"
+        handle(DataError(path, reason, line=getattr(e, "lineno", None)), on_error, skips)
+        return
+    if not isinstance(rows, list):
+        handle(
+            DataError(path, f"expected a JSON array of records, got {type(rows).__name__}"), on_error, skips
+        )
+        return
+    for i, row in enumerate(rows):
+        try:
+            yield normalize(row, text_field, id_field, source)
+        except BadRecord as e:
+            handle(record_error(path, f"array element {i}: {e}"), on_error, skips)
+
+
+def _read_text(
+    path: str, comp: str | None, source: str, text_mode: str, on_error: str, skips: SkipLog | None
+) -> Iterator[dict]:
+    if text_mode not in ("file", "lines"):
+        raise ValueError(f"text_mode must be 'file' or 'lines', got text_mode={text_mode!r}")
+    name = os.path.basename(path.rstrip("/"))
+    with _fs.open_file(path, "rb") as f:
+        try:
+            data = b"".join(iter_decompressed(f, comp))
+        except StreamError as e:
+            handle(DataError(path, str(e), line=None, fix=_TRUNCATED_FIX), on_error, skips)
+            return
+    if text_mode == "file":
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data.count(b"\n", 0, e.start) + 1
+            handle(record_error(path, f"invalid UTF-8 ({e.reason})", line=line), on_error, skips)
+            return
+        yield {
+            "id": content_id(text, source, name),
+            "text": text,
+            "source": source,
+            "metadata": {"file": name},
+        }
+        return
+    for lineno, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw.rstrip(b"\r")
+        if not raw or raw.isspace():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            reason = f"invalid UTF-8 at byte {e.start} of the line ({e.reason})"
+            handle(record_error(path, reason, line=lineno), on_error, skips)
+            continue
+        meta = {"file": name, "line": lineno}
+        yield {
+            "id": content_id(text, source, f"{name}:{lineno}"),
+            "text": text,
+            "source": source,
+            "metadata": meta,
+        }

@@ -1,0 +1,119 @@
+"""The record layout `{"id", "text", "source", "metadata"}` and normalising other layouts into it."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+RECORD_FIELDS: tuple[str, ...] = ("id", "text", "source", "metadata")
+"""The fields of a record, in the order writers store them."""
+
+_MISSING = object()
+
+
+def content_id(text: str, source: str = "", salt: str = "") -> str:
+    """A deterministic id from the content: 20 hex chars of blake2b over (source, salt, text).
+
+    Example:
+        >>> content_id("hello", "web")
+        '3fa37527e528d23d0931'
+    """
+    h = hashlib.blake2b(digest_size=10)
+    h.update(source.encode("utf-8", "surrogatepass"))
+    h.update(b"\0")
+    h.update(salt.encode("utf-8", "surrogatepass"))
+    h.update(b"\0")
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.hexdigest()
+
+
+def make_record(
+    text: str, *, source: str, id: str | None = None, metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build a record; the id defaults to `content_id(text, source)`."""
+    if not isinstance(text, str):
+        raise TypeError(f"make_record: text must be a str, got {type(text).__name__}")
+    return {
+        "id": id if id is not None else content_id(text, source),
+        "text": text,
+        "source": source,
+        "metadata": dict(metadata or {}),
+    }
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+class BadRecord(Exception):
+    """Raised by `normalize` with the reason only; readers add the file and line."""
+
+
+def normalize(row: Any, text_field: str = "text", id_field: str = "id", default_source: str = "") -> dict:
+    """Turn one input row into a record, or raise `BadRecord(reason)`.
+
+    `text_field` names the text; `id_field` the id (an int id becomes its decimal string; a missing or
+    null id becomes `content_id(text, source)`). A string `source` field is kept, else `default_source`.
+    A dict `metadata` field is kept and every other field is merged into it.
+    """
+    if type(row) is not dict:
+        raise BadRecord(f"expected a JSON object (a record), got {type(row).__name__} {_short(row)}")
+    # Fast path: the row already is a record in the standard layout.
+    if (
+        text_field == "text"
+        and id_field == "id"
+        and len(row) == 4
+        and type(row.get("text")) is str
+        and type(row.get("id")) is str
+        and type(row.get("source")) is str
+        and type(row.get("metadata")) is dict
+    ):
+        return row
+    text = row.get(text_field, _MISSING)
+    if text is _MISSING:
+        fields = ", ".join(sorted(map(str, row))) or "none"
+        raise BadRecord(
+            f"no {text_field!r} field (fields: {fields}); pass text_field=... naming the field that holds the text"
+        )
+    if type(text) is not str:
+        raise BadRecord(f"field {text_field!r} must be a string, got {type(text).__name__} {_short(text)}")
+    source = row.get("source", _MISSING)
+    if source is _MISSING or source is None:
+        source = default_source
+    elif type(source) is not str:
+        raise BadRecord(f"field 'source' must be a string, got {type(source).__name__} {_short(source)}")
+    rid = row.get(id_field)
+    if rid is None:
+        rid = content_id(text, source)
+    elif type(rid) is int:
+        rid = str(rid)
+    elif type(rid) is not str:
+        raise BadRecord(
+            f"field {id_field!r} (the id) must be a string or int, got {type(rid).__name__} {_short(rid)}"
+        )
+    meta = row.get("metadata")
+    if meta is None:
+        meta = {}
+    elif type(meta) is not dict:
+        raise BadRecord(f"field 'metadata' must be an object, got {type(meta).__name__} {_short(meta)}")
+    skip = {text_field, id_field, "source", "metadata"}
+    extra = {k: v for k, v in row.items() if k not in skip}
+    if extra:
+        meta = {**meta, **extra}
+    return {"id": rid, "text": text, "source": source, "metadata": meta}
+
+
+def check_record(rec: Any) -> str | None:
+    """Why `rec` is not a record in the standard layout, or None when it is."""
+    if type(rec) is not dict:
+        return f"expected a dict record, got {type(rec).__name__} {_short(rec)}"
+    if len(rec) != 4 or any(k not in rec for k in RECORD_FIELDS):
+        have = sorted(map(str, rec))
+        return f"a record has exactly the fields {list(RECORD_FIELDS)}, got {have}; move extra fields into 'metadata'"
+    for k in ("id", "text", "source"):
+        if type(rec[k]) is not str:
+            return f"field {k!r} must be a string, got {type(rec[k]).__name__} {_short(rec[k])}"
+    if type(rec["metadata"]) is not dict:
+        return f"field 'metadata' must be a dict, got {type(rec['metadata']).__name__}"
+    return None
