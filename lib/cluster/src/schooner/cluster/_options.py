@@ -1,0 +1,116 @@
+"""Process-wide run options: how `schooner run EXP.py --dry-run` reaches the `StepRunner()` inside EXP.py.
+
+The command line sets `RunOptions` for the duration of the experiment file; every `StepRunner.run` in it
+applies them on top of its own arguments (command-line flags win: they are the later, explicit intent).
+A script run directly (`python exp.py --dry-run`) gets the same flags parsed from `sys.argv` when
+`StepRunner.run` is called from the script's `__main__` module; set `SCHOONER_NO_ARGV=1` to turn that
+off for scripts that parse their own flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ._step import Step
+
+
+@dataclass
+class RunOptions:
+    """Options given on the command line for the runs of one experiment file."""
+
+    prefix: str | None = None
+    dry_run: bool = False
+    force: tuple[str, ...] = ()
+    only: tuple[str, ...] = ()
+    max_concurrent: int | None = None
+    cluster: str | None = None
+    capture: list[list[Step]] | None = field(default=None, repr=False)
+    """When set (by `schooner explain`), `run()` records its lowered steps here and stops the script."""
+    runs: int = 0
+    """How many `StepRunner.run` calls used these options (0: the script never called it)."""
+
+
+class CapturedRun(BaseException):
+    """Raised by `run()` in capture mode to stop the experiment script after its graph is known."""
+
+
+_current: RunOptions | None = None
+
+
+def current_options() -> RunOptions | None:
+    return _current
+
+
+@contextlib.contextmanager
+def applying(options: RunOptions) -> Iterator[RunOptions]:
+    """Make `options` the process-wide run options inside the block."""
+    global _current
+    previous, _current = _current, options
+    try:
+        yield options
+    finally:
+        _current = previous
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags shared by `schooner run` and `python exp.py`."""
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan (what runs, what is cached); write nothing"
+    )
+    parser.add_argument(
+        "--force",
+        action="append",
+        default=[],
+        metavar="RE",
+        help="rerun steps whose name matches RE even if done (repeatable)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="RE",
+        help="run only steps whose name matches RE, and the steps they need (repeatable)",
+    )
+    parser.add_argument(
+        "--prefix",
+        default=None,
+        help="where outputs go (default: $SCHOONER_PREFIX, else "
+        "./schooner-output); a local path or an fsspec URL",
+    )
+    parser.add_argument(
+        "--max-concurrent", type=int, default=None, metavar="N", help="run at most N steps at once"
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="SPEC",
+        help="'local', 'ray' or a Ray address (sets SCHOONER_CLUSTER for this run)",
+    )
+
+
+def options_from_args(ns: argparse.Namespace) -> RunOptions:
+    if ns.max_concurrent is not None and ns.max_concurrent < 1:
+        raise SystemExit(f"--max-concurrent must be >= 1, got {ns.max_concurrent}")
+    return RunOptions(
+        prefix=ns.prefix,
+        dry_run=ns.dry_run,
+        force=tuple(ns.force),
+        only=tuple(ns.only),
+        max_concurrent=ns.max_concurrent,
+        cluster=ns.cluster,
+    )
+
+
+def options_from_argv(argv: Sequence[str]) -> RunOptions | None:
+    """Our flags from a script's argv (unknown flags are left to the script); None when there are none."""
+    if os.environ.get("SCHOONER_NO_ARGV"):
+        return None
+    parser = argparse.ArgumentParser(add_help=False)
+    add_run_flags(parser)
+    ns, _ = parser.parse_known_args(list(argv))
+    opts = options_from_args(ns)
+    return opts if opts != RunOptions() else None

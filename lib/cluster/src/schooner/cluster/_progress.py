@@ -1,0 +1,140 @@
+"""What the runner prints: the plan, a line per step event while running, and the summary table."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ._runner import RunResult, StepOutcome
+    from ._step import Step
+
+_STYLE = {
+    "cached": ("green", "cached"),
+    "succeeded": ("bold green", "done"),
+    "failed": ("bold red", "FAILED"),
+    "skipped": ("yellow", "not run"),
+    "will_run": ("cyan", "will run"),
+    "running": ("cyan", "running"),
+}
+MAX_ROWS = 40
+"""Summary tables longer than this list only the steps that did not come from the cache."""
+
+
+def make_console(quiet: bool = False) -> Console:
+    from rich.console import Console
+
+    width = None if os.isatty(1) else int(os.environ.get("COLUMNS", "140"))
+    return Console(highlight=False, width=width, quiet=quiet, soft_wrap=False)
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+
+
+def fmt_age(t: float | None) -> str:
+    return "" if not t else fmt_duration(max(0.0, time.time() - t)) + " ago"
+
+
+class Progress:
+    """Prints runner events on a rich console (thread-safe: rich serialises prints)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def plan(self, total: int, cached: int, to_run: int, prefix: str, run_id: str) -> None:
+        self.console.print(
+            f"[bold]schooner[/] run {run_id}: {total} step(s), [green]{cached} cached[/], "
+            f"[cyan]{to_run} to run[/] under {prefix}"
+        )
+
+    def started(self, step: Step, output_path: str, where: str) -> None:
+        self.console.print(f"  [cyan]▶ start[/]   {step.name} [dim]({where}) → {output_path}[/]")
+
+    def waiting(self, step: Step, holder: str) -> None:
+        self.console.print(f"  [yellow]… wait[/]    {step.name} [dim]held by {holder}[/]")
+
+    def took_over(self, step: Step) -> None:
+        self.console.print(f"  [yellow]↻ resume[/]  {step.name} [dim](took over a stale lease)[/]")
+
+    def finished(self, outcome: StepOutcome) -> None:
+        style, word = _STYLE[outcome.state]
+        extra = fmt_duration(outcome.duration_s)
+        if outcome.state == "cached":
+            extra = "finished by another runner" if outcome.note else "cached"
+        if outcome.state in ("failed", "skipped"):
+            extra = _escape(outcome.error_line())
+        self.console.print(
+            f"  [{style}]{'✓' if outcome.ok else '✗'} {word:<7}[/] {outcome.name} [dim]{extra}[/]"
+        )
+
+    def dry_run(
+        self, steps: Sequence[Step], states: dict[str, str], paths: dict[str, str], roots: Sequence[str]
+    ) -> None:
+        from rich.tree import Tree
+
+        by_key = {s.key: s for s in steps}
+        tree = Tree(
+            f"[bold]plan[/] (dry run: nothing is written): {sum(v == 'will_run' for v in states.values())} "
+            f"to run, {sum(v == 'cached' for v in states.values())} cached"
+        )
+        shown: set[str] = set()
+
+        def add(node: Any, key: str) -> None:
+            s = by_key[key]
+            style, word = _STYLE[states[key]]
+            label = f"[{style}]{word}[/] {s.name} [dim]{paths[key]}[/]"
+            if key in shown and s.deps:
+                node.add(label + " [dim](inputs shown above)[/]")
+                return
+            shown.add(key)
+            child = node.add(label)
+            for d in s.deps:
+                add(child, d)
+
+        for r in roots:
+            add(tree, r)
+        self.console.print(tree)
+
+    def summary(self, result: RunResult) -> None:
+        from rich.table import Table
+
+        rows = list(result.steps)
+        hidden = 0
+        if len(rows) > MAX_ROWS:
+            kept = [o for o in rows if o.state != "cached"]
+            hidden = len(rows) - len(kept)
+            rows = kept
+        table = Table(title=f"run {result.run_id}: {result.counts_line()}", title_justify="left")
+        table.add_column("step")
+        table.add_column("state")
+        table.add_column("time", justify="right")
+        table.add_column("output / reason", overflow="fold")
+        for o in rows:
+            style, word = _STYLE[o.state]
+            detail = (
+                o.output_path if o.state in ("cached", "succeeded", "will_run") else _escape(o.error_line())
+            )
+            table.add_row(o.name, f"[{style}]{word}[/]", fmt_duration(o.duration_s), detail)
+        if hidden:
+            table.add_row(f"[dim]… {hidden} cached step(s)[/]", "[green]cached[/]", "", "")
+        self.console.print(table)
+        for o in result.failed:
+            tail = "\n".join((o.error or "").rstrip().splitlines()[-25:])
+            self.console.print(f"[bold red]{o.name}[/] failed ({o.output_path}):\n[red]{_escape(tail)}[/]")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

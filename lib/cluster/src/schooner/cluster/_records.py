@@ -1,0 +1,201 @@
+"""Step and experiment records: JSON provenance of what ran, where, from which code, with which result.
+
+`{output}/.schooner/step.json` describes one step attempt; `{prefix}/experiments/{script}-{key}.json`
+one run of an experiment. Records never hold secrets: config fields with secret-looking names are
+replaced by '***', and the values of secret-looking environment variables are scrubbed from every
+string (errors, results, argv).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from ._secrets import REDACTED, redact_env, scrub, secret_values
+from ._status import meta_path
+from ._storage import Storage
+from ._version import to_jsonable
+
+_SECRET_FIELD = re.compile(
+    r"(password|passwd|secret|api_?key|access_?key|private_?key|credential|auth_?token|authorization|(^|_)auth$|bearer|session_?key|"
+    r"(^|_)token$)",
+    re.IGNORECASE,
+)
+# `*_token` fields that name a vocabulary item, not a credential.
+_VOCAB_TOKEN = re.compile(
+    r"^(eos|bos|pad|unk|mask|sep|cls|start|end|special|image|audio|think|"
+    r"begin|stop|default|sentinel)_token$",
+    re.IGNORECASE,
+)
+
+_PACKAGES = (
+    "schooner",
+    "schooner-cluster",
+    "schooner-data",
+    "schooner-tokenize",
+    "schooner-model",
+    "schooner-train",
+    "schooner-eval",
+    "jax",
+    "jaxlib",
+    "haliax",
+    "equinox",
+    "optax",
+    "numpy",
+    "tensorstore",
+    "tokenizers",
+    "ray",
+    "fsspec",
+)
+
+
+def is_secret_field(name: str) -> bool:
+    """True for config field names that look like credentials (`hf_token`, `api_key`, `password`).
+
+    Stricter than `is_secret_name` for environment variables: vocabulary fields such as `eos_token`,
+    `max_tokens` or `tokenizer` are not secrets.
+    """
+    return bool(_SECRET_FIELD.search(name)) and not _VOCAB_TOKEN.match(name)
+
+
+def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of a canonical (JSON-able) config with secret-named fields and secret values replaced."""
+    secrets = secret_values() if secrets is None else secrets
+
+    def go(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: (REDACTED if is_secret_field(k) and v2 is not None else go(v2)) for k, v2 in v.items()}
+        if isinstance(v, list):
+            return [go(x) for x in v]
+        if isinstance(v, str) and secrets:
+            return scrub(v, secrets)
+        return v
+
+    return go(value)
+
+
+def scrub_any(value: Any, secrets: list[str] | None = None) -> Any:
+    """`to_jsonable(value)` with secret values scrubbed from every string."""
+    return redact_config(to_jsonable(value), secret_values() if secrets is None else secrets)
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    """Installed versions of the Schooner packages and the main libraries they use."""
+    from importlib import metadata
+
+    out = {}
+    for name in _PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
+@functools.cache
+def git_info(directory: str) -> dict[str, Any] | None:
+    """`{"commit", "dirty"}` of the git work tree holding `directory`, or None outside a repository."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if commit.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", directory, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def script_path() -> str | None:
+    """The experiment script being run (`__main__`'s file), if any."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return os.path.abspath(path) if path else None
+
+
+def environment() -> dict[str, Any]:
+    """Host, interpreter, packages and git state of this run (for records)."""
+    script = script_path()
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+        "packages": package_versions(),
+        "git": git_info(os.path.dirname(script) if script else os.getcwd()),
+        "script": script,
+    }
+
+
+def step_record(
+    step: Any, output_path: str, *, run_id: str, owner: str, env: dict[str, Any], secrets: list[str]
+) -> dict[str, Any]:
+    """The record of a step attempt at its start (`state` RUNNING); the runner fills in the end."""
+    h = step.handle
+    resources = None
+    if h.resources is not None:
+        resources = {
+            k: getattr(h.resources, k)
+            for k in ("cpu", "ram", "disk", "device", "device_kind", "device_count", "slices")
+        }
+        resources["env"] = redact_env(dict(h.resources.env))
+    return {
+        "name": h.name,
+        "key": h.key,
+        "output_path": output_path,
+        "override_output_path": h.override_output_path is not None,
+        "description": h.description,
+        "fn": h.fn_name(),
+        "version": h.version,
+        "config": redact_config(h.canonical_config, secrets),
+        "inputs": [{"field": f, "key": k} for f, k in step.input_fields],
+        "resources": resources,
+        "run_id": run_id,
+        "owner": owner,
+        "env": env,
+        "state": "RUNNING",
+        "started": time.time(),
+        "ended": None,
+        "duration_s": None,
+        "result": None,
+        "error": None,
+    }
+
+
+def write_step_record(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
+    storage.write_text(meta_path(output_path, "step.json"), json.dumps(record, indent=1, sort_keys=True))
+
+
+def read_step_record(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    text = storage.read_text(meta_path(output_path, "step.json"))
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def experiment_name() -> str:
+    """The file stem of the experiment script, or 'interactive'."""
+    script = script_path()
+    stem = os.path.splitext(os.path.basename(script))[0] if script else "interactive"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "interactive"
+
+
+def experiment_record_path(prefix: str, name: str, key: str) -> str:
+    return f"{prefix.rstrip('/')}/experiments/{name}-{key[:12]}.json"

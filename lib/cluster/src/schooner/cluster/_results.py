@@ -1,0 +1,113 @@
+"""What a run returns: one `StepOutcome` per step, gathered in a `RunResult`; `StepFailedError`."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._records import read_step_record
+from ._step import InputPath, Step, StepHandle
+from ._storage import storage_for
+
+STATES = ("cached", "succeeded", "failed", "skipped", "will_run")
+"""`cached`: done before (or by a concurrent runner); `succeeded`: ran now; `failed`: raised (or its
+lease was lost); `skipped`: not run because an input failed; `will_run`: dry run only."""
+
+_UNSET: Any = object()
+
+
+@dataclass
+class StepOutcome:
+    """How one step ended in a run."""
+
+    name: str
+    key: str
+    output_path: str
+    state: str
+    duration_s: float | None = None
+    error: str | None = None
+    """The scrubbed traceback (failed) or the reason (skipped)."""
+    error_type: str | None = None
+    note: str = ""
+    """Extra context, e.g. 'finished by run 1a2b3c' when a concurrent runner did the work."""
+    _result: Any = field(default=_UNSET, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("cached", "succeeded", "will_run")
+
+    @property
+    def result(self) -> Any:
+        """The step's return value (as recorded, JSON-able); read from its record for cached steps."""
+        if self._result is _UNSET:
+            record = read_step_record(storage_for(self.output_path), self.output_path) or {}
+            self._result = record.get("result")
+        return self._result
+
+    def error_line(self) -> str:
+        """One line saying why the step failed or was not run."""
+        if not self.error:
+            return ""
+        lines = [ln for ln in self.error.strip().splitlines() if ln.strip()]
+        if self.state == "failed" and lines:
+            return lines[-1].strip()
+        return lines[0].strip() if lines else ""
+
+
+@dataclass
+class RunResult:
+    """The outcome of `StepRunner.run`: `ok`, and per step `result[handle]` -> `StepOutcome`."""
+
+    run_id: str
+    prefix: str
+    steps: list[StepOutcome]
+    dry_run: bool = False
+    duration_s: float = 0.0
+    experiment_record: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no step failed or was left out because an input failed."""
+        return all(o.ok for o in self.steps)
+
+    def _with(self, state: str) -> list[StepOutcome]:
+        return [o for o in self.steps if o.state == state]
+
+    failed = property(lambda self: self._with("failed"))
+    skipped = property(lambda self: self._with("skipped"))
+    succeeded = property(lambda self: self._with("succeeded"))
+    cached = property(lambda self: self._with("cached"))
+
+    def __getitem__(self, which: StepHandle | Step | InputPath | str) -> StepOutcome:
+        """The outcome of a step, by handle, lowered step, key or (unique) name."""
+        if isinstance(which, InputPath):
+            which = which.step
+        if isinstance(which, StepHandle | Step):
+            key = which.key
+            for o in self.steps:
+                if o.key == key:
+                    return o
+            raise KeyError(f"step {which.name!r} (key {key[:8]}) was not part of this run")
+        matches = [o for o in self.steps if which in (o.key, o.name)]
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} steps named or keyed {which!r} in this run; pass the handle")
+        return matches[0]
+
+    def counts_line(self) -> str:
+        c = Counter(o.state for o in self.steps)
+        parts = [f"{c[s]} {s.replace('_', ' ')}" for s in STATES if c[s]]
+        return ", ".join(parts) or "no steps"
+
+
+class StepFailedError(RuntimeError):
+    """Raised by `StepRunner.run` when a step failed; `.result` is the full `RunResult`."""
+
+    def __init__(self, result: RunResult) -> None:
+        self.result = result
+        lines = [
+            f"{len(result.failed)} step(s) failed, {len(result.skipped)} not run because of them "
+            f"(run {result.run_id}):"
+        ]
+        lines += [f"  {o.name}: {o.error_line()}  [{o.output_path}]" for o in result.failed]
+        super().__init__("\n".join(lines))

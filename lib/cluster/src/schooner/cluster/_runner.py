@@ -1,0 +1,375 @@
+"""`StepRunner`: run a graph of steps in topological order, concurrently, skipping what is done.
+
+Per step: read the status file (SUCCESS -> cached; no lock, no client call, so a no-op rerun is pure
+bookkeeping); otherwise take the output folder's lease (waiting while another live runner holds it),
+write the record and RUNNING, run the function (in this process, or through the current cluster client
+when the step has resources), then write the final record and SUCCESS (last) or FAILED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from ._client import Client
+from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
+from ._options import CapturedRun, current_options, options_from_argv
+from ._progress import Progress, make_console
+from ._records import environment, experiment_name, experiment_record_path, scrub_any
+from ._results import RunResult, StepFailedError, StepOutcome
+from ._secrets import secret_values
+from ._status import StepState, read_status
+from ._step import Step, _flatten, lower
+from ._step_exec import StepExecutor
+from ._storage import normalize_prefix, storage_for
+from ._version import ConfigError
+
+PREFIX_ENV = "SCHOONER_PREFIX"
+DEFAULT_PREFIX = "schooner-output"
+"""Used when neither `prefix=`/`--prefix` nor $SCHOONER_PREFIX is given (relative to the working dir)."""
+DEFAULT_MAX_CONCURRENT = 32
+
+
+def resolve_prefix(prefix: str | None = None) -> str:
+    """`prefix`, else $SCHOONER_PREFIX, else ./schooner-output; normalised (absolute local path or URL)."""
+    return normalize_prefix(prefix or os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX)
+
+
+def _compile(patterns: Iterable[str] | str | None, flag: str) -> list[re.Pattern[str]]:
+    if patterns is None:
+        return []
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except re.error as e:
+            raise ValueError(f"{flag}={p!r} is not a valid regular expression: {e}") from None
+    return out
+
+
+class StepRunner:
+    """Runs steps: `StepRunner(prefix=None, client=None).run([handles or lowered steps])`.
+
+    Args:
+        prefix: where outputs go: a local folder, `file://`, `memory://` (in-process steps only) or any
+            fsspec URL. Default: $SCHOONER_PREFIX, else `./schooner-output`.
+        client: the cluster client for steps with resources; default `current_client()` when needed.
+        lease_ttl: seconds without heartbeat after which another host's lease is stale
+            (default $SCHOONER_LEASE_TTL or 60). Leases of dead processes on this host are stale at once.
+        heartbeat_s: seconds between lease heartbeats (default ttl/12, at most 5).
+        quiet: print nothing.
+    """
+
+    def __init__(
+        self,
+        prefix: str | None = None,
+        client: Client | None = None,
+        *,
+        lease_ttl: float | None = None,
+        heartbeat_s: float | None = None,
+        quiet: bool = False,
+        console: Any = None,
+    ) -> None:
+        self._prefix_arg = prefix
+        self.client = client
+        ttl = (
+            lease_ttl if lease_ttl is not None else float(os.environ.get("SCHOONER_LEASE_TTL", DEFAULT_TTL_S))
+        )
+        if ttl <= 0:
+            raise ValueError(f"StepRunner: lease_ttl must be > 0 seconds, got {ttl}")
+        self.lease_ttl = ttl
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else min(DEFAULT_HEARTBEAT_S, ttl / 12)
+        self.quiet = quiet
+        self._console = console
+
+    @property
+    def prefix(self) -> str:
+        opts = current_options()
+        return resolve_prefix((opts.prefix if opts else None) or self._prefix_arg)
+
+    def output_path(self, handle: Any) -> str:
+        """Where a step (handle or lowered step) writes under this runner's prefix."""
+        h = handle.handle if isinstance(handle, Step) else handle
+        return h.output_path(self.prefix)
+
+    def run(
+        self,
+        steps: Any,
+        run_only: Iterable[str] | str | None = None,
+        force: Iterable[str] | str | None = None,
+        dry_run: bool = False,
+        max_concurrent: int | None = None,
+        *,
+        raise_on_failure: bool = True,
+    ) -> RunResult:
+        """Run `steps` (handles, lowered steps, or lists of them) and everything they need.
+
+        Args:
+            steps: what to produce.
+            run_only: regexes (`re.search` on step names); run only matching steps and their inputs.
+            force: regexes; rerun matching steps even when done (their dependents keep their keys, so
+                they stay cached unless forced too).
+            dry_run: print the plan as a tree (what runs, what is cached) and write nothing.
+            max_concurrent: run at most this many steps at once (default 32; steps with resources are
+                further limited by the cluster).
+            raise_on_failure: raise `StepFailedError` (after printing the summary) when a step failed;
+                with False, check `result.ok` instead.
+
+        Command-line flags (`schooner run EXP.py --dry-run ...`, or `python EXP.py --dry-run ...` when
+        called from the script's `__main__`) are applied on top of these arguments.
+
+        Returns:
+            A `RunResult`: `.ok`, `.steps`, and `result[handle]` -> `StepOutcome` (state, output_path,
+            result, error).
+        """
+        opts = current_options()
+        own_client = None
+        if opts is None and _called_from_main():
+            opts = options_from_argv(sys.argv[1:])
+        if opts is not None:
+            opts.runs += 1
+            dry_run = dry_run or opts.dry_run
+            run_only = list(opts.only) or run_only
+            force = [*(_as_list(force)), *opts.force]
+            max_concurrent = opts.max_concurrent or max_concurrent
+            if opts.cluster and self.client is None and current_options() is None:
+                from ._current import client_from_spec
+
+                own_client = self.client = client_from_spec(opts.cluster)
+        prefix = resolve_prefix((opts.prefix if opts else None) or self._prefix_arg)
+        lowered = lower(steps)
+        if opts is not None and opts.capture is not None:
+            opts.capture.append(lowered)
+            raise CapturedRun()
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1 or None, got {max_concurrent}")
+        try:
+            return self._run(
+                lowered,
+                [h.key for h in _flatten(steps)],
+                prefix,
+                _compile(run_only, "run_only"),
+                _compile(force, "force"),
+                dry_run,
+                max_concurrent or DEFAULT_MAX_CONCURRENT,
+                raise_on_failure,
+            )
+        finally:
+            if own_client is not None:
+                own_client.shutdown()
+                self.client = None
+
+    # ------------------------------------------------------------------------------------------------------
+    def _run(
+        self,
+        steps: list[Step],
+        root_keys: list[str],
+        prefix: str,
+        only: list[re.Pattern[str]],
+        force: list[re.Pattern[str]],
+        dry_run: bool,
+        max_concurrent: int,
+        raise_on_failure: bool,
+    ) -> RunResult:
+        t0 = time.time()
+        run_id = uuid.uuid4().hex[:10]
+        console = self._console or make_console(self.quiet)
+        progress = Progress(console)
+        if only:
+            steps = _select(steps, only)
+        by_key = {s.key: s for s in steps}
+        paths = {s.key: s.handle.output_path(prefix) for s in steps}
+        forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
+        states: dict[str, str] = {}
+        for s in steps:
+            out = paths[s.key]
+            st = read_status(storage_for(out), out)
+            if st is not None and st.state is StepState.SUCCESS and st.key != s.key:
+                raise ConfigError(
+                    f"step {s.name!r}: output folder {out} already holds a different step ({st.name!r}, key "
+                    f"{st.key[:8]}); give this step another override_output_path or remove that folder"
+                )
+            done = st is not None and st.state is StepState.SUCCESS and s.key not in forced
+            states[s.key] = "cached" if done else "will_run"
+        n_run = sum(v == "will_run" for v in states.values())
+        if dry_run:
+            roots = [k for k in dict.fromkeys(root_keys) if k in by_key] or [s.key for s in steps]
+            progress.dry_run(steps, states, paths, roots)
+            outcomes = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
+            return RunResult(run_id, prefix, outcomes, dry_run=True, duration_s=time.time() - t0)
+
+        progress.plan(len(steps), len(steps) - n_run, n_run, prefix, run_id)
+        outcomes = {
+            s.key: StepOutcome(s.name, s.key, paths[s.key], "cached")
+            for s in steps
+            if states[s.key] == "cached"
+        }
+        exp_path = None
+        env: dict[str, Any] = {}
+        if n_run:
+            env = environment()
+            exp_name = experiment_name()
+            exp_key = hashlib.sha256(json.dumps(sorted(set(root_keys))).encode()).hexdigest()
+            exp_path = experiment_record_path(prefix, exp_name, exp_key)
+            exp = _experiment_record(exp_name, run_id, prefix, env, t0)
+            _write_json(exp_path, exp)
+            executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
+            try:
+                self._schedule(
+                    [s for s in steps if states[s.key] == "will_run"],
+                    by_key,
+                    outcomes,
+                    executor,
+                    max_concurrent,
+                )
+            finally:
+                executor.close()
+        ordered = [outcomes[s.key] for s in steps]
+        result = RunResult(run_id, prefix, ordered, duration_s=time.time() - t0, experiment_record=exp_path)
+        if exp_path is not None:
+            exp.update(
+                ended=time.time(),
+                ok=result.ok,
+                counts=result.counts_line(),
+                steps=[
+                    {
+                        "name": o.name,
+                        "key": o.key,
+                        "output_path": o.output_path,
+                        "state": o.state,
+                        "duration_s": o.duration_s,
+                        "error": o.error_line() or None,
+                    }
+                    for o in ordered
+                ],
+            )
+            _write_json(exp_path, exp)
+        if n_run or not result.ok:
+            progress.summary(result)
+        if not result.ok and raise_on_failure:
+            raise StepFailedError(result)
+        return result
+
+    def _schedule(
+        self,
+        todo: list[Step],
+        by_key: dict[str, Step],
+        outcomes: dict[str, StepOutcome],
+        executor: StepExecutor,
+        max_concurrent: int,
+    ) -> None:
+        waiting_on = {s.key: {d for d in s.deps if d in by_key and d not in outcomes} for s in todo}
+        dependents: dict[str, list[str]] = {}
+        for s in todo:
+            for d in waiting_on[s.key]:
+                dependents.setdefault(d, []).append(s.key)
+        ready = [s.key for s in todo if not waiting_on[s.key]]
+        running: dict[Future[StepOutcome], str] = {}
+        pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="schooner-step")
+        try:
+            while ready or running:
+                while ready and len(running) < max_concurrent:
+                    key = ready.pop(0)
+                    running[pool.submit(executor.execute, by_key[key])] = key
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    key = running.pop(fut)
+                    outcome = fut.result()
+                    outcomes[key] = outcome
+                    if outcome.ok:
+                        for dep in dependents.get(key, []):
+                            waiting_on[dep].discard(key)
+                            if not waiting_on[dep] and dep not in outcomes:
+                                ready.append(dep)
+                    else:
+                        self._skip_dependents(key, by_key, dependents, outcomes, executor)
+        except BaseException:
+            executor.cancel_all()  # Ctrl-C: stop cluster jobs; in-process steps finish their function
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def _skip_dependents(
+        self,
+        failed_key: str,
+        by_key: dict[str, Step],
+        dependents: dict[str, list[str]],
+        outcomes: dict[str, StepOutcome],
+        executor: StepExecutor,
+    ) -> None:
+        failed = by_key[failed_key]
+        stack = list(dependents.get(failed_key, []))
+        while stack:
+            key = stack.pop()
+            if key in outcomes:
+                continue
+            s = by_key[key]
+            outcomes[key] = StepOutcome(
+                s.name, key, executor.paths[key], "skipped", error=f"input {failed.name!r} failed"
+            )
+            executor.progress.finished(outcomes[key])
+            stack.extend(dependents.get(key, []))
+
+
+def _as_list(x: Iterable[str] | str | None) -> list[str]:
+    if x is None:
+        return []
+    return [x] if isinstance(x, str) else list(x)
+
+
+def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
+    """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
+    by_key = {s.key: s for s in steps}
+    for p in only:
+        if not any(p.search(s.name) for s in steps):
+            names = ", ".join(sorted({s.name for s in steps})[:20])
+            raise ValueError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
+    keep: set[str] = set()
+    stack = [s.key for s in steps if any(p.search(s.name) for p in only)]
+    while stack:
+        k = stack.pop()
+        if k not in keep:
+            keep.add(k)
+            stack.extend(by_key[k].deps)
+    return [s for s in steps if s.key in keep]
+
+
+def _called_from_main() -> bool:
+    """True when `StepRunner.run` was called from code in the `__main__` module (a script run directly)."""
+    frame = inspect.currentframe()
+    try:
+        caller = frame.f_back.f_back if frame and frame.f_back else None
+        return bool(caller and caller.f_globals.get("__name__") == "__main__")
+    finally:
+        del frame
+
+
+def _experiment_record(name: str, run_id: str, prefix: str, env: dict[str, Any], t0: float) -> dict[str, Any]:
+    return {
+        "experiment": name,
+        "run_id": run_id,
+        "prefix": prefix,
+        "argv": scrub_any(list(sys.argv)),
+        "env": env,
+        "started": t0,
+        "ended": None,
+        "ok": None,
+        "steps": [],
+    }
+
+
+def _write_json(path: str, obj: dict[str, Any]) -> None:
+    storage = storage_for(path)
+    storage.makedirs(os.path.dirname(path) if "://" not in path else path.rsplit("/", 1)[0])
+    storage.write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=str))

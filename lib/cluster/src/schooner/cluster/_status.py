@@ -1,0 +1,88 @@
+"""A step's status file: `{output}/.schooner/status.json` holding RUNNING, SUCCESS or FAILED.
+
+SUCCESS is written last, after the step's outputs and its record are complete, so a folder marked
+SUCCESS never holds partial output. The status also names the step key: an output folder that holds a
+different step (an `override_output_path` reused by another config) is never taken for this one.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ._step import join_path
+from ._storage import Storage
+
+META_DIR = ".schooner"
+"""Folder inside every step output that holds the runner's own files (status, lease, record)."""
+
+
+class StepState(enum.StrEnum):
+    """What a status file says."""
+
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
+def meta_path(output_path: str, file: str) -> str:
+    """`{output_path}/.schooner/{file}`."""
+    return join_path(output_path, f"{META_DIR}/{file}")
+
+
+@dataclass(frozen=True)
+class StatusInfo:
+    """A parsed status file."""
+
+    state: StepState
+    key: str
+    name: str
+    owner: str
+    """Lease owner id of the attempt that wrote it."""
+    time: float
+    """Unix time it was written."""
+    error: str = ""
+    """One line: the exception for FAILED."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "status": self.state.value,
+                "key": self.key,
+                "name": self.name,
+                "owner": self.owner,
+                "time": self.time,
+                "error": self.error,
+            }
+        )
+
+
+def read_status(storage: Storage, output_path: str) -> StatusInfo | None:
+    """The status of the step in `output_path`, or None when there is none (never run, or unreadable)."""
+    text = storage.read_text(meta_path(output_path, "status.json"))
+    if not text:
+        return None
+    try:
+        d: dict[str, Any] = json.loads(text)
+        return StatusInfo(
+            StepState(d["status"]),
+            d["key"],
+            d.get("name", ""),
+            d.get("owner", ""),
+            float(d.get("time", 0.0)),
+            d.get("error", ""),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_status(
+    storage: Storage, output_path: str, state: StepState, *, key: str, name: str, owner: str, error: str = ""
+) -> StatusInfo:
+    """Atomically replace the status file."""
+    info = StatusInfo(state, key, name, owner, time.time(), error)
+    storage.write_text(meta_path(output_path, "status.json"), info.to_json())
+    return info

@@ -1,0 +1,459 @@
+"""Lazy step handles: what a step builder returns, and how a graph of them is lowered into runnable steps.
+
+Nothing runs when a handle is built. Building one computes its version key at once (so a config that
+cannot be serialised fails on the line of the experiment that builds it, naming the step and field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, overload
+
+from ._resources import ResourceConfig
+from ._version import RUNTIME_META, ConfigError, canonicalize, dumps, version_key
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")
+
+
+def join_path(base: str, sub: str) -> str:
+    """`base/sub` for local paths and URLs alike (no normalisation of `..`: inputs never contain it)."""
+    sub = sub.strip("/")
+    return base.rstrip("/") + "/" + sub if sub else base
+
+
+class StepHandle:
+    """A lazy step: name, config, inputs (handles inside the config) and code version; hashable by key.
+
+    Build with `step(...)` or a step builder. `handle / "sub/path"` is an `InputPath` inside its output.
+    Two handles with the same key are equal: they are the same step.
+    """
+
+    __slots__ = (
+        "name",
+        "fn",
+        "config",
+        "version",
+        "resources",
+        "override_output_path",
+        "description",
+        "key",
+        "canonical_config",
+        "_canonical_text",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[[Any, str], Any],
+        config: Any,
+        *,
+        version: str | None = None,
+        resources: ResourceConfig | None = None,
+        override_output_path: str | None = None,
+        description: str = "",
+    ) -> None:
+        if not isinstance(name, str) or not _NAME.match(name) or ".." in name.split("/"):
+            raise ValueError(
+                f"step name {name!r} is not valid: use letters, digits and . _ - + = @, with '/' between "
+                "parts (e.g. 'tokenized/python-docs'); no leading '/', spaces or '..'"
+            )
+        if not callable(fn):
+            raise TypeError(f"step {name!r}: fn must be a function of (config, output_path), got {fn!r}")
+        if version is not None and not isinstance(version, str):
+            raise TypeError(f"step {name!r}: version must be a string like 'v2' or None, got {version!r}")
+        if resources is not None and not isinstance(resources, ResourceConfig):
+            raise TypeError(f"step {name!r}: resources must be a ResourceConfig or None, got {resources!r}")
+        if override_output_path is not None and (
+            not isinstance(override_output_path, str) or not override_output_path.strip("/")
+        ):
+            raise ValueError(
+                f"step {name!r}: override_output_path must be a non-empty path, got {override_output_path!r}"
+            )
+        self.name = name
+        self.fn = fn
+        self.config = config
+        self.version = version
+        self.resources = resources
+        self.override_output_path = override_output_path
+        self.description = description
+        _check_runtime_fields(config, name, "config")
+        self.canonical_config = canonicalize(config, step_name=name, field="config")
+        self._canonical_text = dumps(self.canonical_config)
+        self.key: str = version_key(name, self.canonical_config, version)
+
+    # -- identity ---------------------------------------------------------------------------------------
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepHandle) and other.key == self.key
+
+    def __repr__(self) -> str:
+        return f"StepHandle({self.name!r}, key={self.key[:8]})"
+
+    def __schooner_ref__(self) -> dict[str, str]:
+        return {"__step__": self.key}
+
+    def __truediv__(self, sub: str) -> InputPath:
+        return InputPath(self, "") / sub
+
+    def __deepcopy__(self, memo: dict) -> StepHandle:  # handles are immutable values
+        return self
+
+    @property
+    def dir_name(self) -> str:
+        """`{name}-{key[:8]}`: the output folder relative to the prefix."""
+        return f"{self.name}-{self.key[:8]}"
+
+    def output_path(self, prefix: str) -> str:
+        """Where this step writes under `prefix` (or its override path)."""
+        if self.override_output_path is not None:
+            return self.override_output_path
+        return join_path(prefix, self.dir_name)
+
+    def fn_name(self) -> str:
+        """`module:qualname` of the step's function."""
+        return f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+
+    def inputs(self) -> list[tuple[str, StepHandle]]:
+        """The (field path, handle) of each input found in the config now, in field order."""
+        return list(_walk_inputs(self.config, "config", set(), self.name))
+
+
+@dataclass(frozen=True)
+class InputPath:
+    """A path inside another step's output: `handle / "train"`. Resolves to `output_path/train`."""
+
+    step: StepHandle
+    path: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or ".." in self.path.split("/"):
+            raise ValueError(
+                f"InputPath into step {self.step.name!r}: sub path must be a string without '..', "
+                f"got {self.path!r}"
+            )
+
+    def __truediv__(self, sub: str) -> InputPath:
+        if not isinstance(sub, str):
+            raise TypeError(f"`handle / sub`: sub must be a str, got {sub!r}")
+        joined = "/".join(p for p in (self.path.strip("/"), sub.strip("/")) if p)
+        return InputPath(self.step, joined)
+
+    def __schooner_ref__(self) -> dict[str, str]:
+        if not self.path:
+            return {"__step__": self.step.key}
+        return {"__step__": self.step.key, "__path__": self.path}
+
+    def __repr__(self) -> str:
+        return f"InputPath({self.step.name!r} / {self.path!r})"
+
+
+def _check_runtime_fields(value: Any, step: str, path: str) -> None:
+    """Inputs must be part of the identity: refuse handles inside `runtime_field`s."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            sub = getattr(value, f.name, None)
+            if f.metadata.get(RUNTIME_META) and any(True for _ in _walk_inputs(sub, path, set(), step)):
+                raise ConfigError(
+                    f"step {step!r}: runtime-only field {path}.{f.name!r} holds a step handle; inputs must be "
+                    "part of the identity, so use a normal dataclass field"
+                )
+
+
+def _walk_inputs(value: Any, path: str, active: set[int], step: str) -> Iterator[tuple[str, StepHandle]]:
+    if value is None or isinstance(value, str | int | float | bool):
+        return
+    if isinstance(value, StepHandle):
+        yield path, value
+        return
+    if isinstance(value, InputPath):
+        yield path, value.step
+        return
+    if id(value) in active:
+        raise ConfigError(f"step {step!r}: config field {path!r} contains itself (a reference cycle)")
+    active.add(id(value))
+    try:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            for f in dataclasses.fields(value):
+                yield from _walk_inputs(getattr(value, f.name, None), f"{path}.{f.name}", active, step)
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                label = k if isinstance(k, str) else getattr(k, "name", None) or repr(k)
+                yield from _walk_inputs(k, f"{path}<key {label!r}>", active, step)
+                yield from _walk_inputs(v, f"{path}[{label!r}]", active, step)
+        elif isinstance(value, list | tuple | set | frozenset):
+            for i, v in enumerate(value):
+                yield from _walk_inputs(v, f"{path}[{i}]", active, step)
+    finally:
+        active.discard(id(value))
+
+
+def resolve_config(config: Any, output_path_of: Callable[[StepHandle], str]) -> Any:
+    """`config` with every handle / InputPath replaced by its output path string.
+
+    Nested dataclasses are rebuilt with `dataclasses.replace` (only where something changed), containers
+    keep their type (tuples stay tuples; dict keys that are handles become path strings).
+    """
+
+    def go(v: Any) -> Any:
+        if v is None or isinstance(v, str | int | float | bool):
+            return v
+        if isinstance(v, StepHandle):
+            return output_path_of(v)
+        if isinstance(v, InputPath):
+            return join_path(output_path_of(v.step), v.path)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            changes = {}
+            for f in dataclasses.fields(v):
+                if not f.init:
+                    continue
+                old = getattr(v, f.name)
+                new = go(old)
+                if new is not old:
+                    changes[f.name] = new
+            return dataclasses.replace(v, **changes) if changes else v
+        if isinstance(v, Mapping):
+            items = [(go(k), go(x)) for k, x in v.items()]
+            if all(k2 is k and x2 is x for (k2, x2), (k, x) in zip(items, v.items())):
+                return v
+            return dict(items) if not isinstance(v, dict) or type(v) is dict else type(v)(items)
+        if isinstance(v, list | tuple):
+            new_items = [go(x) for x in v]
+            if all(a is b for a, b in zip(new_items, v)):
+                return v
+            if isinstance(v, tuple) and hasattr(v, "_fields"):  # namedtuple
+                return type(v)(*new_items)
+            return type(v)(new_items)
+        if isinstance(v, set | frozenset):
+            return type(v)(go(x) for x in v)
+        return v
+
+    return go(config)
+
+
+# -- the step() builder and decorator --------------------------------------------------------------------
+
+
+class StepDef:
+    """A function of (config, output_path) turned into a step builder by `@step`.
+
+    Calling it, `builder(name, config, resources=..., ...)`, returns a `StepHandle`; the plain function
+    stays available as `builder.fn`.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any, str], Any],
+        *,
+        version: str | None = None,
+        resources: ResourceConfig | None = None,
+        description: str = "",
+    ) -> None:
+        self.fn = fn
+        self.version = version
+        self.resources = resources
+        self.description = description or (fn.__doc__ or "").strip().split("\n")[0]
+        self.__name__ = getattr(fn, "__name__", "step")
+        self.__doc__ = fn.__doc__
+
+    def __call__(
+        self,
+        name: str,
+        config: Any,
+        *,
+        resources: ResourceConfig | None = None,
+        override_output_path: str | None = None,
+        description: str | None = None,
+    ) -> StepHandle:
+        return StepHandle(
+            name,
+            self.fn,
+            config,
+            version=self.version,
+            resources=resources if resources is not None else self.resources,
+            override_output_path=override_output_path,
+            description=self.description if description is None else description,
+        )
+
+    def __repr__(self) -> str:
+        return f"StepDef({self.fn.__qualname__}, version={self.version!r})"
+
+
+_MISSING: Any = object()
+
+
+@overload
+def step(
+    name: str,
+    fn: Callable[[Any, str], Any],
+    config: Any,
+    *,
+    version: str | None = None,
+    resources: ResourceConfig | None = None,
+    override_output_path: str | None = None,
+    description: str = "",
+) -> StepHandle: ...
+@overload
+def step(name: Callable[[Any, str], Any]) -> StepDef: ...
+@overload
+def step(
+    *, version: str | None = None, resources: ResourceConfig | None = None, description: str = ""
+) -> Callable[[Callable[[Any, str], Any]], StepDef]: ...
+
+
+def step(
+    name: Any = None,
+    fn: Any = None,
+    config: Any = _MISSING,
+    *,
+    version: str | None = None,
+    resources: ResourceConfig | None = None,
+    override_output_path: str | None = None,
+    description: str = "",
+) -> Any:
+    """Make a lazy step: `fn(resolved_config, output_path)` will run once for this name+config+version.
+
+    Three forms:
+
+        h = step("counts/docs", count_words, CountConfig(input=docs), version="v1")   # a handle
+
+        @step(version="v1")                     # a reusable builder (also bare `@step`)
+        def count_words(config: CountConfig, output_path: str) -> dict: ...
+        h = count_words("counts/docs", CountConfig(input=docs))
+
+    Args:
+        name: the step's name; also its output folder `{prefix}/{name}-{key[:8]}`.
+        fn: a module-level function `fn(config, output_path) -> small JSON-able result`.
+        config: a frozen dataclass (or dict) whose fields may hold handles / `handle / "sub"`: the inputs.
+        version: a code version string; bump it when `fn` changes what it writes.
+        resources: run through the current cluster client with these resources; None runs it in the
+            runner process. Runtime-only: not part of the identity.
+        override_output_path: write here instead of under the prefix (recorded; not part of the identity).
+        description: one line for plans and records.
+    """
+    if config is not _MISSING:
+        return StepHandle(
+            name,
+            fn,
+            config,
+            version=version,
+            resources=resources,
+            override_output_path=override_output_path,
+            description=description,
+        )
+    if callable(name) and fn is None:
+        return StepDef(name, version=version, resources=resources, description=description)
+    if name is None and fn is None:
+        return lambda f: StepDef(f, version=version, resources=resources, description=description)
+    raise TypeError(
+        "step() takes (name, fn, config, ...) to build a handle, or is used as a decorator "
+        "`@step` / `@step(version=...)`; got name={name!r}, fn={fn!r} and no config"
+    )
+
+
+# -- lowering ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Step:
+    """A lowered, runnable step: a handle plus the keys of the steps it depends on."""
+
+    handle: StepHandle
+    deps: tuple[str, ...]
+    """Keys of the direct inputs, in field order, without duplicates."""
+    input_fields: tuple[tuple[str, str], ...]
+    """(field path, input key) for every input occurrence in the config."""
+
+    name = property(lambda self: self.handle.name)
+    key = property(lambda self: self.handle.key)
+
+    def __repr__(self) -> str:
+        return f"Step({self.name!r}, key={self.key[:8]}, deps={len(self.deps)})"
+
+
+def lower(handles: StepHandle | Step | Iterable[StepHandle | Step | Iterable[Any]]) -> list[Step]:
+    """The steps needed to produce `handles` (and all their inputs), in a topological order, deduplicated.
+
+    Raises:
+        ConfigError: a cycle (naming the steps and fields), a config mutated after `step()` was called,
+            or two different steps claiming one output path.
+        ValueError: two steps with the same key but different functions.
+    """
+    order: list[Step] = []
+    state: dict[str, int] = {}  # key -> 1 on the DFS stack, 2 done
+    seen: dict[str, StepHandle] = {}
+    frames: list[list[Any]] = []  # [handle, inputs, next input index]; iterative: chains may be long
+
+    def push(h: StepHandle) -> None:
+        st = state.get(h.key)
+        if st == 2:
+            _check_same(seen[h.key], h)
+            return
+        if st == 1:
+            i = next(i for i, fr in enumerate(frames) if fr[0].key == h.key)
+            chain = " -> ".join(f"{fr[0].name!r} (field {fr[1][fr[2] - 1][0]})" for fr in frames[i:])
+            raise ConfigError(f"cycle between steps: {chain} -> {h.name!r}; a step cannot depend on itself")
+        state[h.key] = 1
+        seen[h.key] = h
+        frames.append([h, h.inputs(), 0])
+
+    for root in _flatten(handles):
+        push(root)
+        while frames:
+            fr = frames[-1]
+            h, inputs, i = fr
+            if i < len(inputs):
+                fr[2] += 1
+                push(inputs[i][1])
+                continue
+            frames.pop()
+            if dumps(canonicalize(h.config, step_name=h.name)) != h._canonical_text:
+                raise ConfigError(
+                    f"step {h.name!r}: its config was changed after step() built it (key "
+                    f"{h.key[:8]}); configs must not be mutated, build a new step instead"
+                )
+            deps = tuple(dict.fromkeys(d.key for _, d in inputs))
+            order.append(Step(h, deps, tuple((f, d.key) for f, d in inputs)))
+            state[h.key] = 2
+    _check_overrides(order)
+    return order
+
+
+def _flatten(x: Any) -> Iterator[StepHandle]:
+    if isinstance(x, StepHandle):
+        yield x
+    elif isinstance(x, Step):
+        yield x.handle
+    elif isinstance(x, InputPath):
+        yield x.step
+    elif isinstance(x, Iterable) and not isinstance(x, str | bytes | Mapping):
+        for y in x:
+            yield from _flatten(y)
+    else:
+        raise TypeError(f"lower()/run() take step handles, lowered steps or lists of them, got {x!r}")
+
+
+def _check_same(a: StepHandle, b: StepHandle) -> None:
+    if a is not b and a.fn is not b.fn and a.fn_name() != b.fn_name():
+        raise ValueError(
+            f"two steps named {a.name!r} have the same key {a.key[:8]} but different functions "
+            f"({a.fn_name()} and {b.fn_name()}); give them different names or versions"
+        )
+
+
+def _check_overrides(steps: list[Step]) -> None:
+    claimed: dict[str, StepHandle] = {}
+    for s in steps:
+        p = s.handle.override_output_path
+        if p is None:
+            continue
+        other = claimed.setdefault(p.rstrip("/"), s.handle)
+        if other is not s.handle:
+            raise ConfigError(
+                f"steps {other.name!r} and {s.name!r} both set override_output_path={p!r}; "
+                "each step needs its own output folder"
+            )

@@ -1,0 +1,254 @@
+"""Running one step: lease, record, the function (here or on the cluster), then SUCCESS or FAILED."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import traceback
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ._lease import Lease
+from ._records import scrub_any, step_record, write_step_record
+from ._results import StepOutcome
+from ._secrets import scrub
+from ._status import StepState, read_status, write_status
+from ._step import Step, resolve_config
+from ._storage import is_local, storage_for
+
+if TYPE_CHECKING:
+    from ._client import JobHandle
+    from ._progress import Progress
+    from ._runner import StepRunner
+
+MAX_RESULT_CHARS = 1_000_000
+"""A step's return value is stored in its record; larger values are replaced by a note."""
+
+
+class LeaseLostError(RuntimeError):
+    """Another runner took this step's lease over while it ran (this runner looked dead to it)."""
+
+
+def call_step(fn: Any, config: Any, output_path: str) -> Any:
+    """What runs on a worker (or in the runner): make the local output folder, call `fn`."""
+    if is_local(output_path):
+        os.makedirs(output_path, exist_ok=True)
+    return fn(config, output_path)
+
+
+class StepExecutor:
+    """Executes the steps of one run (called from the runner's threads)."""
+
+    def __init__(
+        self,
+        runner: StepRunner,
+        prefix: str,
+        paths: dict[str, str],
+        run_id: str,
+        env: dict[str, Any],
+        forced: set[str],
+        progress: Progress,
+        secrets: list[str],
+    ) -> None:
+        self.runner = runner
+        self.prefix = prefix
+        self.paths = paths
+        self.run_id = run_id
+        self.env = env
+        self.forced = forced
+        self.progress = progress
+        self.secrets = secrets
+        self._lock = threading.Lock()
+        self._leases: dict[str, Lease] = {}
+        self._jobs: dict[str, JobHandle] = {}
+        self._logs: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
+        self._beat.start()
+
+    # -- leases ------------------------------------------------------------------------------------------
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.runner.heartbeat_s):
+            with self._lock:
+                leases = list(self._leases.values())
+            for lease in leases:
+                # A transient storage error: the next beat retries; the ttl has slack for it.
+                with contextlib.suppress(OSError):
+                    lease.heartbeat()
+
+    def _acquire(self, step: Step, out: str) -> tuple[Lease | None, StepOutcome | None]:
+        """Take the lease, or return the outcome decided by another runner (done or failed)."""
+        storage = storage_for(out)
+        lease = Lease(
+            storage,
+            out,
+            owner=f"{self.run_id}-{uuid.uuid4().hex[:8]}",
+            run_id=self.run_id,
+            ttl=self.runner.lease_ttl,
+        )
+        waited_for = None
+        delay = 0.05
+        forced = step.key in self.forced
+        while True:
+            st = read_status(storage, out)
+            if st is not None and st.state is StepState.SUCCESS and (not forced or waited_for is not None):
+                note = f"finished by run {st.owner.split('-')[0]}" if waited_for else ""
+                return None, StepOutcome(step.name, step.key, out, "cached", note=note)
+            if (
+                waited_for is not None
+                and st is not None
+                and st.state is StepState.FAILED
+                and st.owner == waited_for.owner
+            ):
+                return None, StepOutcome(
+                    step.name,
+                    step.key,
+                    out,
+                    "failed",
+                    error_type="ConcurrentRunFailed",
+                    error=f"failed in concurrent run {waited_for.run_id}: {st.error}",
+                )
+            storage.makedirs(out)
+            stale = lease.read()
+            acquired, holder = lease.try_acquire()
+            if acquired:
+                st = read_status(storage, out)  # finished while we were acquiring?
+                if (
+                    st is not None
+                    and st.state is StepState.SUCCESS
+                    and (not forced or waited_for is not None)
+                ):
+                    lease.release()
+                    continue
+                if stale is not None and stale.owner != lease.owner:
+                    self.progress.took_over(step)
+                return lease, None
+            if holder is not None and (waited_for is None or holder.owner != waited_for.owner):
+                waited_for = holder
+                self.progress.waiting(step, holder.describe())
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+
+    # -- one step ----------------------------------------------------------------------------------------
+    def execute(self, step: Step) -> StepOutcome:
+        out = self.paths[step.key]
+        try:
+            lease, decided = self._acquire(step, out)
+        except Exception as e:  # storage errors: report against the step, keep the run going
+            return self._failed(step, out, e, None, 0.0)
+        if decided is not None:
+            self.progress.finished(decided)
+            return decided
+        assert lease is not None
+        with self._lock:
+            self._leases[step.key] = lease
+        storage = storage_for(out)
+        record = step_record(
+            step, out, run_id=self.run_id, owner=lease.owner, env=self.env, secrets=self.secrets
+        )
+        t0 = time.time()
+        try:
+            write_step_record(storage, out, record)
+            write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
+            config = resolve_config(
+                step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
+            )
+            where = "cluster" if step.handle.resources is not None else "in process"
+            self.progress.started(step, out, where)
+            value = self._call(step, config, out)
+            if not lease.still_held():
+                holder = lease.read()
+                raise LeaseLostError(
+                    f"lease on {out} was taken over by "
+                    f"{holder.describe() if holder else 'another runner'} while this step ran "
+                    "(heartbeats stalled longer than the lease ttl); its result is discarded"
+                )
+            result = scrub_any(value, self.secrets)
+            if len(repr(result)) > MAX_RESULT_CHARS:
+                result = {"note": f"result too large to record ({len(repr(result))} chars)"}
+            record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
+            write_step_record(storage, out, record)
+            write_status(storage, out, StepState.SUCCESS, key=step.key, name=step.name, owner=lease.owner)
+            outcome = StepOutcome(
+                step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
+            )
+        except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
+            outcome = self._failed(step, out, e, (lease, record), t0)
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            with self._lock:
+                self._leases.pop(step.key, None)
+                self._jobs.pop(step.key, None)
+            lease.release()
+        self.progress.finished(outcome)
+        return outcome
+
+    def _call(self, step: Step, config: Any, out: str) -> Any:
+        h = step.handle
+        if h.resources is None:
+            return call_step(h.fn, config, out)
+        client = self.runner.client
+        if client is None:
+            from ._current import current_client
+
+            client = current_client()
+        job = client.submit(call_step, h.fn, config, out, resources=h.resources, name=h.name)
+        with self._lock:
+            self._jobs[step.key] = job
+        try:
+            return job.result()
+        except BaseException:
+            logs = ""
+            with contextlib.suppress(Exception):  # logs are best effort on a failed job
+                logs = job.logs()
+            if logs:
+                with self._lock:
+                    self._logs[step.key] = logs[-4000:]
+            raise
+
+    def _failed(
+        self, step: Step, out: str, err: BaseException, held: tuple[Lease, dict] | None, t0: float
+    ) -> StepOutcome:
+        text = scrub("".join(traceback.format_exception(err)), self.secrets)
+        logs = self._logs.get(step.key)
+        duration = time.time() - t0 if t0 else None
+        if held is not None:
+            lease, record = held
+            record.update(
+                state="FAILED",
+                ended=time.time(),
+                duration_s=duration,
+                error=text,
+                logs_tail=scrub(logs, self.secrets) if logs else None,
+            )
+            storage = storage_for(out)
+            try:
+                if lease.still_held():
+                    write_step_record(storage, out, record)
+                    write_status(
+                        storage,
+                        out,
+                        StepState.FAILED,
+                        key=step.key,
+                        name=step.name,
+                        owner=lease.owner,
+                        error=scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500],
+                    )
+            except OSError:
+                pass  # the status stays RUNNING with a dead lease: the next run retries the step
+        return StepOutcome(
+            step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=type(err).__name__
+        )
+
+    def cancel_all(self) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            with contextlib.suppress(Exception):  # best effort on the way out
+                job.cancel()
+
+    def close(self) -> None:
+        self._stop.set()

@@ -1,0 +1,190 @@
+"""Step identity: the canonical JSON form of a config and the version key hashed from it.
+
+A step's key is the SHA-256 of the canonical JSON of `{"name", "config", "version"}`, where every input
+handle in the config is replaced by the input's own key. Nothing physical (prefix, absolute output path,
+host, region, resources) can enter the key, so moving a prefix or failing over to another region reuses
+every finished step.
+
+Canonical form, by type (deterministic, independent of dict insertion order):
+
+- `None`, `bool`, `int`, `str`: themselves; finite `float`: itself (shortest round-trip repr);
+  non-finite floats: `{"__float__": "nan" | "inf" | "-inf"}`.
+- dataclass instance: `{"__class__": QualName, field: value, ...}` without fields marked runtime-only
+  (see `runtime_field`). The class name (not its module) is kept so that two config classes with the
+  same field names (say `AdamConfig` and `MuonConfig`) never share a key.
+- mapping with only `str` keys: a JSON object; any other mapping (keys that are handles, ints, tuples):
+  `{"__dict__": [[key, value], ...]}` sorted by the key's canonical JSON.
+- list / tuple: a JSON list; set / frozenset: `{"__set__": [...]}` sorted.
+- enum member: `{"__enum__": "Class.NAME"}`; `pathlib` path: its string; numpy scalar: its Python value.
+- module-level function or class: `{"__callable__": "module:qualname"}`.
+- an input (a `StepHandle` or `InputPath`): `{"__step__": key}` or `{"__step__": key, "__path__": "sub"}`.
+- any object with a `__schooner_canonical__()` method: the canonical form of what it returns
+  (e.g. a tokenizer object returning its fingerprint).
+
+Anything else raises `ConfigError` naming the step, the field path and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+RUNTIME_META = "schooner_runtime"
+"""Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
+
+
+class ConfigError(ValueError):
+    """A step's config cannot be turned into canonical JSON (or resolved); names the step and the field."""
+
+
+def runtime_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field that does not change the step's identity (worker counts, batch sizes of I/O...).
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Cfg:
+        ...     vocab_size: int
+        ...     num_workers: int = runtime_field(4)
+    """
+    kw: dict[str, Any] = {"metadata": {RUNTIME_META: True}}
+    if default is not dataclasses.MISSING:
+        kw["default"] = default
+    if default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = default_factory
+    return dataclasses.field(**kw)
+
+
+def dumps(obj: Any) -> str:
+    """Canonical JSON text of an already canonical object: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def version_key(name: str, canonical_config: Any, version: str | None) -> str:
+    """The 64-hex-digit SHA-256 key of a step, from its name, canonical config and code version."""
+    text = dumps({"name": name, "config": canonical_config, "version": version})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_numpy_scalar(value: Any) -> bool:
+    mod = type(value).__module__
+    return mod == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0
+
+
+def canonicalize(config: Any, *, step_name: str = "?", field: str = "config") -> Any:
+    """The canonical JSON-able form of `config` (see the module docstring for the rules).
+
+    Args:
+        config: a frozen dataclass, mapping, list, scalar... possibly holding step handles.
+        step_name: used in error messages only.
+        field: the path of `config` itself in error messages (e.g. `config`).
+
+    Raises:
+        ConfigError: a value has no canonical form; the message names the step, the field path and the fix.
+    """
+    return _canon(config, step_name, field, set())
+
+
+def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
+    if value is None or isinstance(value, bool | int | str) and not isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {"__float__": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    ref = getattr(type(value), "__schooner_ref__", None)
+    if ref is not None:
+        return ref(value)
+    if isinstance(value, enum.Enum):
+        return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
+    hook = getattr(value, "__schooner_canonical__", None)
+    if hook is not None and not isinstance(value, type):
+        return _canon(hook(), step, path + ".__schooner_canonical__()", active)
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    if _is_numpy_scalar(value):
+        return _canon(value.item(), step, path, active)
+    if isinstance(value, bytes):
+        return {"__bytes__": value.hex()}
+    if id(value) in active:
+        raise ConfigError(
+            f"step {step!r}: config field {path!r} contains itself (a reference cycle); "
+            "configs must be trees of values"
+        )
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        active.add(id(value))
+        out: dict[str, Any] = {"__class__": type(value).__qualname__}
+        for f in dataclasses.fields(value):
+            if f.metadata.get(RUNTIME_META):
+                continue
+            out[f.name] = _canon(getattr(value, f.name), step, f"{path}.{f.name}", active)
+        active.discard(id(value))
+        return out
+    if isinstance(value, Mapping):
+        active.add(id(value))
+        try:
+            if all(isinstance(k, str) for k in value):
+                return {k: _canon(v, step, f"{path}[{k!r}]", active) for k, v in value.items()}
+            items = []
+            for k, v in value.items():
+                ck = _canon(k, step, f"{path}<key {_describe(k)}>", active)
+                items.append((dumps(ck), [ck, _canon(v, step, f"{path}[{_describe(k)}]", active)]))
+            items.sort(key=lambda kv: kv[0])
+            return {"__dict__": [kv for _, kv in items]}
+        finally:
+            active.discard(id(value))
+    if isinstance(value, list | tuple):
+        active.add(id(value))
+        out_list = [_canon(v, step, f"{path}[{i}]", active) for i, v in enumerate(value)]
+        active.discard(id(value))
+        return out_list
+    if isinstance(value, set | frozenset):
+        members = [_canon(v, step, f"{path}<member>", active) for v in value]
+        return {"__set__": sorted(members, key=dumps)}
+    if callable(value):
+        mod = getattr(value, "__module__", None)
+        qual = getattr(value, "__qualname__", None)
+        if mod and qual and "<" not in qual:
+            return {"__callable__": f"{mod}:{qual}"}
+        raise ConfigError(
+            f"step {step!r}: config field {path!r} holds {_describe(value)}, a lambda or local function "
+            "with no stable name; use a module-level function instead"
+        )
+    raise ConfigError(
+        f"step {step!r}: config field {path!r} holds {_describe(value)} of type "
+        f"{type(value).__module__}.{type(value).__qualname__}, which has no canonical JSON form; use plain "
+        "values (str, int, float, bool, None), dataclasses, lists, tuples or dicts, or give the class a "
+        "`__schooner_canonical__()` method returning such values"
+    )
+
+
+def to_jsonable(value: Any) -> Any:
+    """Best-effort JSON-able copy of a step's return value for its record (never raises).
+
+    Unknown objects become their `repr`, so a step returning e.g. a numpy float still records something.
+    """
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if _is_numpy_scalar(value):
+        return to_jsonable(value.item())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, pathlib.PurePath):
+        return str(value)
+    return repr(value)
