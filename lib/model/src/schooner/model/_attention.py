@@ -1,0 +1,128 @@
+"""Grouped-query self-attention with RoPE, optional qk-norm and document (segment) masking."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import haliax as hax
+import jax
+import jax.numpy as jnp
+from haliax import NamedArray
+
+from ._config import LlamaConfig
+from ._layers import (
+    BATCH,
+    EMBED,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    POSITION,
+    apply_rope,
+    axes_for,
+    normal_init,
+    ones,
+    rms_norm,
+)
+
+
+def segment_mask(segment_ids: jax.Array) -> jax.Array:
+    """bool[B, 1, T, T]: query t may see key s only within the same segment (causality is added separately)."""
+    return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None, :, :]
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    implementation: str | None = None,
+) -> jax.Array:
+    """Causal (and segment-masked) attention through ``jax.nn.dot_product_attention``.
+
+    Args:
+        q: [B, T, N, H] queries (RoPE applied).
+        k: [B, T, K, H] keys; K divides N (grouped-query attention is native to the kernel).
+        v: [B, T, K, H] values.
+        segment_ids: int[B, T] or None (one document per row).
+        implementation: passed through (``None`` lets jax pick cuDNN flash attention on GPU when it can).
+
+    Returns:
+        [B, T, N, H] attention outputs in q's dtype.
+    """
+    mask = None if segment_ids is None else segment_mask(segment_ids)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+
+
+def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+    """A plain, explicit reference of :func:`attention` for tests: repeat kv heads, softmax(QK^T/sqrt(d)) V.
+
+    Computed in float32 with an explicit causal and segment mask (no fused kernel, no grouping trick).
+    """
+    _b, t, n, h = q.shape
+    groups = n // k.shape[2]
+    k = jnp.repeat(k, groups, axis=2).astype(jnp.float32)
+    v = jnp.repeat(v, groups, axis=2).astype(jnp.float32)
+    scores = jnp.einsum("btnh,bsnh->bnts", q.astype(jnp.float32), k) / jnp.sqrt(jnp.float32(h))
+    allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None, :, :]
+    if segment_ids is not None:
+        allowed = allowed & segment_mask(segment_ids)
+    scores = jnp.where(allowed, scores, jnp.float32(-1e30))
+    probs = jax.nn.softmax(scores, axis=-1)
+    return jnp.einsum("bnts,bsnh->btnh", probs, v).astype(q.dtype)
+
+
+class Attention(eqx.Module):
+    """Self-attention with HF-shaped projections: q (heads, head_dim, embed), k/v (kv_heads, head_dim, embed),
+    o (embed, heads, head_dim); optional per-head RMSNorm on q and k before RoPE (``qk_norm``)."""
+
+    q_proj: NamedArray
+    k_proj: NamedArray
+    v_proj: NamedArray
+    o_proj: NamedArray
+    q_norm: NamedArray | None
+    k_norm: NamedArray | None
+    norm_eps: float = eqx.field(static=True)
+
+    @staticmethod
+    def init(config: LlamaConfig, *, key: jax.Array) -> Attention:
+        ax = axes_for(config)
+        std = config.initializer_range
+        out_std = std / (2 * config.num_layers) ** 0.5  # GPT-2 style: residual branches start small
+        kq, kk, kv, ko = jax.random.split(key, 4)
+        return Attention(
+            q_proj=normal_init(kq, (ax[HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            k_proj=normal_init(kk, (ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            v_proj=normal_init(kv, (ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            o_proj=normal_init(ko, (ax[EMBED], ax[HEADS], ax[HEAD_DIM]), out_std),
+            q_norm=ones((ax[HEAD_DIM],)) if config.qk_norm else None,
+            k_norm=ones((ax[HEAD_DIM],)) if config.qk_norm else None,
+            norm_eps=config.norm_eps,
+        )
+
+    def __call__(
+        self,
+        x: NamedArray,
+        cos: jax.Array,
+        sin: jax.Array,
+        segment_ids: jax.Array | None,
+        *,
+        reference: bool = False,
+    ) -> NamedArray:
+        dtype = x.dtype
+        q = hax.dot(x, self.q_proj.astype(dtype), axis=EMBED)
+        k = hax.dot(x, self.k_proj.astype(dtype), axis=EMBED)
+        v = hax.dot(x, self.v_proj.astype(dtype), axis=EMBED)
+        if self.q_norm is not None and self.k_norm is not None:
+            q = rms_norm(q, self.q_norm, HEAD_DIM, self.norm_eps)
+            k = rms_norm(k, self.k_norm, HEAD_DIM, self.norm_eps)
+        q_raw = q.rearrange((BATCH, POSITION, HEADS, HEAD_DIM)).array
+        k_raw = k.rearrange((BATCH, POSITION, KV_HEADS, HEAD_DIM)).array
+        v_raw = v.rearrange((BATCH, POSITION, KV_HEADS, HEAD_DIM)).array
+        q_raw = apply_rope(q_raw, cos, sin)
+        k_raw = apply_rope(k_raw, cos, sin)
+        fn = reference_attention if reference else attention
+        out = fn(q_raw, k_raw, v_raw, segment_ids)
+        out_named = hax.named(
+            out, (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
+        )
+        return hax.dot(out_named, self.o_proj.astype(dtype), axis=(HEADS, HEAD_DIM))

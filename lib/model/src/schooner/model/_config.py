@@ -1,0 +1,309 @@
+"""Model configs: frozen, validated dataclasses with a registry by ``type``.
+
+``LlamaConfig`` describes a dense Llama-family decoder; ``MoEConfig`` extends it with a mixture-of-experts
+MLP. Both are plain data: they serialise to JSON-able dicts with ``config_to_dict`` and back with
+``config_from_dict`` (the ``"type"`` key selects the class), so checkpoints and experiment steps can carry
+them without pickling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+_COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_ROPE_KINDS = ("default", "llama3")
+_CHECKPOINTING = ("none", "full", "offload", "save_carries", "nested")
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary position embedding settings (HF ``rope_theta`` / ``rope_scaling`` conventions).
+
+    Attributes:
+        theta: base of the rotary frequencies (``rope_theta``).
+        kind: ``"default"`` (plain RoPE) or ``"llama3"`` (Llama 3.1 frequency scaling for long context).
+        factor: llama3 scaling factor (``rope_scaling.factor``).
+        low_freq_factor: llama3 ``low_freq_factor``.
+        high_freq_factor: llama3 ``high_freq_factor``.
+        original_max_position_embeddings: llama3 context length the frequencies were trained at.
+    """
+
+    theta: float = 10000.0
+    kind: str = "default"
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if self.kind not in _ROPE_KINDS:
+            raise ValueError(f"RopeConfig.kind must be one of {_ROPE_KINDS}; got {self.kind=!r}.")
+        if not self.theta > 0:
+            raise ValueError(f"RopeConfig.theta must be > 0; got {self.theta=}.")
+        if self.kind == "llama3":
+            if not self.factor >= 1:
+                raise ValueError(f"llama3 rope scaling needs factor >= 1; got {self.factor=}.")
+            if not 0 < self.low_freq_factor < self.high_freq_factor:
+                raise ValueError(
+                    "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor; got "
+                    f"{self.low_freq_factor=}, {self.high_freq_factor=}."
+                )
+            if self.original_max_position_embeddings <= 0:
+                raise ValueError(
+                    f"original_max_position_embeddings must be > 0; got {self.original_max_position_embeddings=}."
+                )
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be a positive int; got {name}={value!r}.")
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """A Llama-family dense decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU).
+
+    Attributes:
+        vocab_size: number of token ids (set it from the tokenizer with ``dataclasses.replace``).
+        hidden_dim: model width (HF ``hidden_size``).
+        intermediate_dim: SwiGLU hidden width (HF ``intermediate_size``).
+        num_layers: number of decoder blocks.
+        num_heads: query heads.
+        num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
+        head_dim: per-head width; ``None`` means ``hidden_dim // num_heads``.
+        max_seq_len: longest sequence the model is meant for (HF ``max_position_embeddings``).
+        rope: rotary embedding settings.
+        tie_embeddings: share the input embedding with the output projection.
+        qk_norm: RMS-normalise queries and keys per head before RoPE (Qwen3 / OLMo2 style).
+        norm_eps: RMSNorm epsilon.
+        initializer_range: std of the normal init of embeddings and projections.
+        compute_dtype: activation/matmul dtype; parameters stay float32. ``"auto"`` is bfloat16 on GPU/TPU
+            and float32 on CPU.
+        scan_layers: run the (always stacked) layers with ``lax.scan``; False unrolls a Python loop
+            (same parameters and results, longer compile).
+        gradient_checkpointing: ``"none"``, ``"full"`` (recompute each block in backward), ``"save_carries"``
+            (haliax default: keep block inputs), ``"offload"`` or ``"nested"`` (haliax policies).
+        loss_chunk_tokens: compute the output projection + cross-entropy in chunks of this many tokens,
+            recomputed in backward, so the full [tokens, vocab] logits are never held; 0 disables.
+        type: registry key (``"llama"``); do not change.
+    """
+
+    vocab_size: int = 32000
+    hidden_dim: int = 512
+    intermediate_dim: int = 1536
+    num_layers: int = 8
+    num_heads: int = 8
+    num_kv_heads: int = 8
+    head_dim: int | None = None
+    max_seq_len: int = 2048
+    rope: RopeConfig = field(default_factory=RopeConfig)
+    tie_embeddings: bool = False
+    qk_norm: bool = False
+    norm_eps: float = 1e-5
+    initializer_range: float = 0.02
+    compute_dtype: str = "auto"
+    scan_layers: bool = True
+    gradient_checkpointing: str = "none"
+    loss_chunk_tokens: int = 0
+    type: str = "llama"
+
+    config_type: ClassVar[str] = "llama"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rope, Mapping):  # tolerate a dict from JSON
+            object.__setattr__(self, "rope", RopeConfig(**self.rope))
+        if self.type != self.config_type:
+            raise ValueError(
+                f"{type(self).__name__}.type must be {self.config_type!r}; got {self.type=!r}. "
+                "Use config_from_dict to pick the class from a dict's 'type'."
+            )
+        for name in ("vocab_size", "hidden_dim", "intermediate_dim", "num_layers", "num_heads"):
+            _positive(name, getattr(self, name))
+        _positive("num_kv_heads", self.num_kv_heads)
+        _positive("max_seq_len", self.max_seq_len)
+        if self.num_heads % self.num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads must be divisible by num_kv_heads; got {self.num_heads=}, {self.num_kv_heads=}. "
+                f"Pick num_kv_heads among the divisors of {self.num_heads}."
+            )
+        if self.head_dim is None:
+            if self.hidden_dim % self.num_heads != 0:
+                raise ValueError(
+                    f"hidden_dim must be divisible by num_heads when head_dim is None; got {self.hidden_dim=}, "
+                    f"{self.num_heads=}. Set head_dim explicitly or change num_heads."
+                )
+        else:
+            _positive("head_dim", self.head_dim)
+        if self.resolved_head_dim % 2 != 0:
+            raise ValueError(
+                f"rotary embeddings need an even head_dim; got head_dim={self.resolved_head_dim}."
+            )
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps must be > 0; got {self.norm_eps=}.")
+        if not self.initializer_range > 0:
+            raise ValueError(f"initializer_range must be > 0; got {self.initializer_range=}.")
+        if self.compute_dtype not in _COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be one of {_COMPUTE_DTYPES}; got {self.compute_dtype=!r}.")
+        if self.gradient_checkpointing not in _CHECKPOINTING:
+            raise ValueError(
+                f"gradient_checkpointing must be one of {_CHECKPOINTING}; got {self.gradient_checkpointing=!r}."
+            )
+        if not isinstance(self.loss_chunk_tokens, int) or self.loss_chunk_tokens < 0:
+            raise ValueError(
+                f"loss_chunk_tokens must be an int >= 0 (0 = no chunking); got {self.loss_chunk_tokens=}."
+            )
+
+    @property
+    def resolved_head_dim(self) -> int:
+        """``head_dim``, or ``hidden_dim // num_heads`` when unset."""
+        return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether the MLPs are mixtures of experts."""
+        return False
+
+
+@dataclass(frozen=True)
+class MoEConfig(LlamaConfig):
+    """A Llama-style decoder whose MLPs are mixtures of experts (Mixtral / DeepSeek-MoE style).
+
+    ``intermediate_dim`` is the width of ONE expert. Routing selects ``num_experts_per_token`` of
+    ``num_experts`` experts per token from router scores (plus the non-gradient balancing bias when
+    ``load_balancing="quantile"``); combine weights come from the unbiased scores.
+
+    Attributes:
+        num_experts: routed experts per layer.
+        num_experts_per_token: experts each token is sent to (top-k).
+        num_shared_experts: always-on experts of width ``shared_intermediate_dim`` added to every token.
+        shared_intermediate_dim: width of the shared expert MLP; ``None`` means ``intermediate_dim``.
+        router_activation: ``"softmax"`` (softmax over all experts, Mixtral) or ``"sigmoid"`` (DeepSeek-V3).
+        normalize_topk: renormalise the k combine weights to sum to 1.
+        load_balancing: ``"quantile"`` (gradient-free router bias from per-expert score quantiles),
+            ``"aux_loss"`` (classic Switch/GShard auxiliary loss), or ``"none"``.
+        aux_loss_weight: weight of the auxiliary load-balancing loss (used when ``load_balancing="aux_loss"``).
+        router_z_loss_weight: weight of the router z-loss (mean squared logsumexp of router logits).
+        router_bias_rate: step size of the quantile-balancing bias update, in (0, 1]; 1 jumps straight to
+            the bias that equalises this batch's per-expert quantiles.
+        capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
+            each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
+    """
+
+    num_experts: int = 8
+    num_experts_per_token: int = 2
+    num_shared_experts: int = 0
+    shared_intermediate_dim: int | None = None
+    router_activation: str = "softmax"
+    normalize_topk: bool = True
+    load_balancing: str = "quantile"
+    aux_loss_weight: float = 0.01
+    router_z_loss_weight: float = 0.001
+    router_bias_rate: float = 0.1
+    capacity_factor: float | None = None
+    type: str = "moe"
+
+    config_type: ClassVar[str] = "moe"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _positive("num_experts", self.num_experts)
+        _positive("num_experts_per_token", self.num_experts_per_token)
+        if self.num_experts_per_token > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_token must be <= num_experts; got {self.num_experts_per_token=}, "
+                f"{self.num_experts=}."
+            )
+        if not isinstance(self.num_shared_experts, int) or self.num_shared_experts < 0:
+            raise ValueError(f"num_shared_experts must be an int >= 0; got {self.num_shared_experts=}.")
+        if self.shared_intermediate_dim is not None:
+            _positive("shared_intermediate_dim", self.shared_intermediate_dim)
+        if self.router_activation not in ("softmax", "sigmoid"):
+            raise ValueError(
+                f"router_activation must be 'softmax' or 'sigmoid'; got {self.router_activation=!r}."
+            )
+        if self.load_balancing not in ("quantile", "aux_loss", "none"):
+            raise ValueError(
+                f"load_balancing must be 'quantile', 'aux_loss' or 'none'; got {self.load_balancing=!r}."
+            )
+        if self.aux_loss_weight < 0 or self.router_z_loss_weight < 0:
+            raise ValueError(
+                f"loss weights must be >= 0; got {self.aux_loss_weight=}, {self.router_z_loss_weight=}."
+            )
+        if not 0 < self.router_bias_rate <= 1:
+            raise ValueError(f"router_bias_rate must be in (0, 1]; got {self.router_bias_rate=}.")
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise ValueError(
+                f"capacity_factor must be > 0, or None for dropless dispatch; got {self.capacity_factor=}."
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return True
+
+    @property
+    def resolved_shared_dim(self) -> int:
+        """Width of the shared-expert MLP (all shared experts fused into one SwiGLU)."""
+        per = (
+            self.shared_intermediate_dim
+            if self.shared_intermediate_dim is not None
+            else self.intermediate_dim
+        )
+        return per * self.num_shared_experts
+
+
+ModelConfig = LlamaConfig
+_REGISTRY: dict[str, type[LlamaConfig]] = {"llama": LlamaConfig, "moe": MoEConfig}
+
+
+def register_config(cls: type[LlamaConfig]) -> type[LlamaConfig]:
+    """Register a config class under its ``config_type`` so ``config_from_dict`` can build it."""
+    key = cls.config_type
+    if key in _REGISTRY and _REGISTRY[key] is not cls:
+        raise ValueError(f"config type {key!r} is already registered to {_REGISTRY[key].__name__}.")
+    _REGISTRY[key] = cls
+    return cls
+
+
+def config_to_dict(config: LlamaConfig) -> dict[str, Any]:
+    """A JSON-able dict of ``config`` (nested dataclasses become dicts), including its ``"type"``."""
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"config_to_dict needs a config dataclass instance; got {config!r}.")
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> LlamaConfig:
+    """Build the registered config class named by ``data["type"]`` (default ``"llama"``).
+
+    Raises:
+        ValueError: unknown type or unknown fields (the message lists the valid ones).
+    """
+    data = dict(data)
+    kind = data.get("type", "llama")
+    if kind not in _REGISTRY:
+        raise ValueError(f"unknown model config type {kind!r}; registered: {sorted(_REGISTRY)}.")
+    cls = _REGISTRY[kind]
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown} for {cls.__name__}; valid fields: {sorted(names)}.")
+    if isinstance(data.get("rope"), Mapping):
+        data["rope"] = RopeConfig(**data["rope"])
+    data["type"] = kind
+    return cls(**data)
+
+
+def resolve_compute_dtype(config: LlamaConfig) -> Any:
+    """The jnp dtype activations use: ``compute_dtype``, with ``"auto"`` = bf16 on GPU/TPU, fp32 on CPU."""
+    import jax
+    import jax.numpy as jnp
+
+    name = config.compute_dtype
+    if name == "auto":
+        name = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+    return jnp.dtype(name)
+
+
+CheckpointPolicy = Literal["none", "full", "offload", "save_carries", "nested"]

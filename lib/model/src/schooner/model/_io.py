@@ -1,0 +1,234 @@
+"""Pytree I/O on tensorstore (zarr v3): one array per leaf, a ``metadata.json`` commit file written last.
+
+Layout of a saved pytree folder::
+
+    path/
+      leaf-00000/zarr.json, leaf-00000/c/...   one zarr3 array per leaf (float, int, bool, bfloat16, ...)
+      leaf-00001/...
+      metadata.json                            written LAST: a folder without it is an unfinished save
+
+``metadata.json`` lists every leaf's key path (``jax.tree_util.keystr``), array name, shape, dtype and
+kind (``jax`` / ``numpy`` / ``int`` / ``float`` / ``bool``). Loading matches leaves by key path, so a
+pytree saved from one program loads into any pytree with the same paths (e.g. the same model class).
+Paths are local folders or tensorstore kvstore URLs (``gs://bucket/x/``, ``memory://x/``, ``file:///x/``).
+Sharded jax arrays are written shard by shard (each addressable shard once) and can be read back onto
+any sharding without materialising the whole array on one device.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import tensorstore as ts
+
+FORMAT = "schooner-pytree-v1"
+METADATA = "metadata.json"
+_CHUNK_BYTES = 64 * 1024 * 1024
+
+
+def _kvstore_spec(path: str | os.PathLike) -> Any:
+    path = os.fspath(path)
+    if "://" in path:
+        return path.rstrip("/") + "/"
+    return {"driver": "file", "path": os.path.abspath(path) + "/"}
+
+
+def _join(base: Any, name: str) -> Any:
+    if isinstance(base, str):
+        return base + name + "/"
+    return {**base, "path": base["path"] + name + "/"}
+
+
+def _open_kv(path: str | os.PathLike) -> ts.KvStore:
+    return ts.KvStore.open(_kvstore_spec(path)).result()
+
+
+def _key(path: tuple) -> str:
+    # NamedArray flattens without keys; make its "[<flat index 0>]" readable and stable.
+    return re.sub(r"\[<flat index (\d+)>\]", r"[\1]", jax.tree_util.keystr(path))
+
+
+def _chunk_shape(shape: tuple[int, ...], itemsize: int) -> list[int]:
+    chunk = [max(1, s) for s in shape]
+    while chunk and math.prod(chunk) * itemsize > _CHUNK_BYTES:
+        i = int(np.argmax(chunk))
+        chunk[i] = (chunk[i] + 1) // 2
+    return chunk
+
+
+def _leaf_kind(key: str, leaf: Any) -> str:
+    if isinstance(leaf, jax.Array):
+        return "jax"
+    if isinstance(leaf, np.ndarray | np.generic):
+        return "numpy"
+    if isinstance(leaf, bool):
+        return "bool"
+    if isinstance(leaf, int):
+        return "int"
+    if isinstance(leaf, float):
+        return "float"
+    raise TypeError(
+        f"save_pytree can store jax/numpy arrays and Python scalars; leaf {key} is a {type(leaf).__name__}. "
+        "Make it static (eqx.field(static=True)) or convert it to an array."
+    )
+
+
+def _write_leaf(spec: Any, leaf: Any, kind: str) -> list[Any]:
+    """Start writing one leaf; returns the pending write futures."""
+    if kind == "jax":
+        dtype, shape = np.dtype(leaf.dtype), tuple(leaf.shape)
+    else:
+        leaf = np.asarray(leaf)
+        dtype, shape = leaf.dtype, leaf.shape
+    store = ts.open(
+        {"driver": "zarr3", "kvstore": spec},
+        create=True,
+        delete_existing=True,
+        dtype=ts.dtype(dtype.name),
+        shape=list(shape),
+        chunk_layout=ts.ChunkLayout(chunk_shape=_chunk_shape(shape, dtype.itemsize)),
+    ).result()
+    if kind != "jax":
+        return [store.write(leaf)]
+    futures = []
+    for shard in leaf.addressable_shards:
+        if shard.replica_id == 0:  # each distinct piece once, by whichever device holds replica 0
+            futures.append(store[shard.index].write(np.asarray(shard.data)))
+    return futures
+
+
+def save_pytree(path: str | os.PathLike, tree: Any, *, overwrite: bool = False) -> None:
+    """Save a pytree of jax/numpy arrays and Python scalars to ``path`` (tensorstore zarr3), atomically.
+
+    Data is written first and ``metadata.json`` last; readers treat a folder without it as absent.
+
+    Args:
+        path: a local folder or a tensorstore kvstore URL.
+        tree: any pytree (equinox modules, optax states, dicts...); ``None`` subtrees hold nothing.
+        overwrite: replace an existing committed pytree at ``path`` (its commit file is removed first, so a
+            crash mid-way leaves no half-old, half-new pytree that looks complete).
+
+    Raises:
+        FileExistsError: a committed pytree exists at ``path`` and ``overwrite`` is False.
+        TypeError: a leaf is not an array or scalar (the message names its key path).
+    """
+    kv = _open_kv(path)
+    if kv.read(METADATA).result().state == "value":
+        if not overwrite:
+            raise FileExistsError(
+                f"a pytree is already saved at {os.fspath(path)!r}; pass overwrite=True to replace it."
+            )
+        kv.delete_range(ts.KvStore.KeyRange(METADATA, METADATA + "\0")).result()
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    base = _kvstore_spec(path)
+    entries, futures = [], []
+    for i, (kp, leaf) in enumerate(leaves):
+        key = _key(kp)
+        kind = _leaf_kind(key, leaf)
+        name = f"leaf-{i:05d}"
+        futures.extend(_write_leaf(_join(base, name), leaf, kind))
+        arr_dtype = np.dtype(leaf.dtype) if kind in ("jax", "numpy") else np.asarray(leaf).dtype
+        entries.append(
+            {"key": key, "name": name, "shape": list(np.shape(leaf)), "dtype": arr_dtype.name, "kind": kind}
+        )
+    for f in futures:
+        f.result()
+    if jax.process_index() == 0:
+        meta = {"format": FORMAT, "treedef": str(treedef), "leaves": entries}
+        kv.write(METADATA, json.dumps(meta, indent=1).encode()).result()
+
+
+def read_pytree_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``metadata.json`` of a saved pytree (raises FileNotFoundError when there is no committed save)."""
+    result = _open_kv(path).read(METADATA).result()
+    if result.state != "value":
+        raise FileNotFoundError(
+            f"no committed pytree at {os.fspath(path)!r} ({METADATA} is missing: nothing was saved there, "
+            "or the save did not finish)."
+        )
+    meta = json.loads(bytes(result.value))
+    if meta.get("format") != FORMAT:
+        raise ValueError(
+            f"{os.fspath(path)!r}/{METADATA} has format {meta.get('format')!r}; expected {FORMAT!r}."
+        )
+    return meta
+
+
+def _reader(base: Any, entry: dict[str, Any]) -> ts.TensorStore:
+    return ts.open({"driver": "zarr3", "kvstore": _join(base, entry["name"])}, open=True).result()
+
+
+def _restore(store: ts.TensorStore, like: Any, sharding: Any, key: str) -> Any:
+    shape = tuple(store.shape)
+    like_shape = tuple(np.shape(like)) if not hasattr(like, "shape") else tuple(like.shape)
+    if like is not None and like_shape != shape:
+        raise ValueError(f"leaf {key}: saved shape {shape} does not match the target's shape {like_shape}.")
+    dtype = np.dtype(like.dtype) if hasattr(like, "dtype") else None
+    if isinstance(like, bool | int | float):
+        return type(like)(store.read().result())
+    if isinstance(like, np.ndarray | np.generic):
+        return np.asarray(store.read().result(), dtype=dtype)
+    if sharding is None:
+        sharding = getattr(like, "sharding", None)
+    if sharding is None or not isinstance(sharding, jax.sharding.Sharding):
+        return jax.numpy.asarray(np.asarray(store.read().result(), dtype=dtype))
+
+    def read(index: tuple) -> np.ndarray:
+        return np.asarray(store[index].read().result(), dtype=dtype)
+
+    return jax.make_array_from_callback(shape, sharding, read)
+
+
+def load_pytree(path: str | os.PathLike, like: Any = None, *, sharding: Any = None, prefix: str = "") -> Any:
+    """Load a pytree saved by :func:`save_pytree`.
+
+    Args:
+        path: the folder (or kvstore URL) given to ``save_pytree``.
+        like: a pytree with the target structure: arrays, ``jax.ShapeDtypeStruct`` (e.g. from
+            ``eqx.filter_eval_shape``) or Python scalars. Leaves are matched by key path, checked for shape
+            and cast to the target dtype. ``None`` returns a flat ``{key_path: numpy array}`` dict.
+        sharding: a single ``jax.sharding.Sharding`` for every jax leaf, or a pytree of shardings (or
+            ``None``) with ``like``'s structure; by default a ``ShapeDtypeStruct``/array leaf's own sharding.
+            Each device reads only its own slice.
+        prefix: prepended to ``like``'s key paths when looking them up (load a subtree, e.g. ``".model"``).
+
+    Returns:
+        A pytree like ``like`` (jax arrays where ``like`` has jax arrays / shape structs, numpy where it has
+        numpy, Python scalars where it has scalars).
+    """
+    meta = read_pytree_metadata(path)
+    base = _kvstore_spec(path)
+    by_key = {e["key"]: e for e in meta["leaves"]}
+    if like is None:
+        return {k: np.asarray(_reader(base, e).read().result()) for k, e in by_key.items()}
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(like)
+    shardings = _broadcast_shardings(sharding, like, len(leaves))
+    out = []
+    for (kp, leaf), shard in zip(leaves, shardings, strict=True):
+        key = prefix + _key(kp)
+        if key not in by_key:
+            near = sorted(by_key)[:8]
+            raise KeyError(
+                f"leaf {key} is not in the pytree saved at {os.fspath(path)!r} (it has e.g. {near})."
+            )
+        out.append(_restore(_reader(base, by_key[key]), leaf, shard, key))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _broadcast_shardings(sharding: Any, like: Any, n: int) -> list[Any]:
+    if sharding is None or isinstance(sharding, jax.sharding.Sharding):
+        return [sharding] * n
+    is_leaf: Callable[[Any], bool] = lambda x: isinstance(x, jax.sharding.Sharding) or x is None  # noqa: E731
+    flat = jax.tree_util.tree_leaves(sharding, is_leaf=is_leaf)
+    if len(flat) != n:
+        raise ValueError(
+            f"sharding pytree has {len(flat)} leaves; `like` has {n}. Give one sharding per leaf."
+        )
+    return flat

@@ -1,0 +1,121 @@
+"""Small building blocks: named axes, init helpers, RMSNorm, rotary embeddings, the SwiGLU MLP."""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import haliax as hax
+import jax
+import jax.numpy as jnp
+from haliax import Axis, NamedArray
+
+from ._config import LlamaConfig, RopeConfig
+
+# The logical axis names the package uses; sharding maps them onto mesh axes (see _sharding.py).
+BATCH = "batch"
+POSITION = "position"
+EMBED = "embed"
+MLP = "mlp"
+HEADS = "heads"
+KV_HEADS = "kv_heads"
+HEAD_DIM = "head_dim"
+VOCAB = "vocab"
+EXPERTS = "experts"
+LAYERS = "layers"
+
+
+def axes_for(config: LlamaConfig) -> dict[str, Axis]:
+    """The sized named axes of ``config`` (keys are the logical axis names)."""
+    return {
+        EMBED: Axis(EMBED, config.hidden_dim),
+        MLP: Axis(MLP, config.intermediate_dim),
+        HEADS: Axis(HEADS, config.num_heads),
+        KV_HEADS: Axis(KV_HEADS, config.num_kv_heads),
+        HEAD_DIM: Axis(HEAD_DIM, config.resolved_head_dim),
+        VOCAB: Axis(VOCAB, config.vocab_size),
+        LAYERS: Axis(LAYERS, config.num_layers),
+    }
+
+
+def normal_init(key: jax.Array, axes: tuple[Axis, ...], std: float) -> NamedArray:
+    """Truncated (at 3 std) normal weights of the given named shape, float32."""
+    shape = tuple(a.size for a in axes)
+    return hax.named(jax.random.truncated_normal(key, -3.0, 3.0, shape, jnp.float32) * std, axes)
+
+
+def ones(axes: tuple[Axis, ...]) -> NamedArray:
+    return hax.named(jnp.ones(tuple(a.size for a in axes), jnp.float32), axes)
+
+
+def rms_norm(x: NamedArray, weight: NamedArray, axis: str, eps: float) -> NamedArray:
+    """RMSNorm over ``axis``, computed in float32 (bf16 variance is too coarse), returned in x's dtype."""
+    dtype = x.dtype
+    xf = x.astype(jnp.float32)
+    inv = hax.rsqrt(hax.mean(hax.square(xf), axis=axis) + eps)
+    return ((xf * inv) * weight.astype(jnp.float32)).astype(dtype)
+
+
+def rope_inv_freq(head_dim: int, rope: RopeConfig) -> jax.Array:
+    """Inverse rotary frequencies (float32[head_dim // 2]), with Llama-3 scaling when configured.
+
+    Mirrors HF ``_compute_default_rope_parameters`` and ``_compute_llama3_parameters``.
+    """
+    inv_freq = 1.0 / (rope.theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    if rope.kind == "default":
+        return inv_freq
+    old_len = rope.original_max_position_embeddings
+    low_wavelen = old_len / rope.low_freq_factor
+    high_wavelen = old_len / rope.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = jnp.where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+    return jnp.where(is_medium, smoothed, scaled)
+
+
+def rope_cos_sin(seq_len: int, head_dim: int, rope: RopeConfig) -> tuple[jax.Array, jax.Array]:
+    """cos and sin tables float32[seq_len, head_dim] in the HF "rotate half" layout."""
+    inv_freq = rope_inv_freq(head_dim, rope)
+    angles = jnp.arange(seq_len, dtype=jnp.float32)[:, None] * inv_freq[None, :]
+    emb = jnp.concatenate([angles, angles], axis=-1)
+    return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """Rotate x[B, T, N, H] by position (HF ``apply_rotary_pos_emb``: halves, not interleaved pairs).
+
+    Positions are absolute within the packed row; attention never crosses segments and RoPE scores depend
+    only on relative position, so restarting positions per document would give identical results.
+    """
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    c = cos[None, :, None, :].astype(x.dtype)
+    s = sin[None, :, None, :].astype(x.dtype)
+    return x * c + rotated * s
+
+
+class SwiGLU(eqx.Module):
+    """``down(silu(gate(x)) * up(x))`` with HF-shaped weights: gate/up (mlp, embed), down (embed, mlp)."""
+
+    gate: NamedArray
+    up: NamedArray
+    down: NamedArray
+
+    @staticmethod
+    def init(embed: Axis, mlp: Axis, *, std: float, out_std: float, key: jax.Array) -> SwiGLU:
+        k1, k2, k3 = jax.random.split(key, 3)
+        return SwiGLU(
+            gate=normal_init(k1, (mlp, embed), std),
+            up=normal_init(k2, (mlp, embed), std),
+            down=normal_init(k3, (embed, mlp), out_std),
+        )
+
+    def __call__(self, x: NamedArray) -> NamedArray:
+        dtype = x.dtype
+        mlp_axis = self.gate.axes[0].name
+        g = hax.dot(x, self.gate.astype(dtype), axis=EMBED)
+        u = hax.dot(x, self.up.astype(dtype), axis=EMBED)
+        h = hax.nn.silu(g) * u
+        return hax.dot(h, self.down.astype(dtype), axis=mlp_axis)

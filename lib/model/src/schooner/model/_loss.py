@@ -1,0 +1,162 @@
+"""Next-token cross-entropy with segment-aware targets, a loss mask, z-loss and MoE auxiliary losses.
+
+Target convention (exact). For tokens ``x[b, 0..T-1]`` the prediction made at position ``t`` is of
+``x[b, t+1]``; there are ``T-1`` predictions per row. Prediction ``t`` is counted with weight
+
+    w[b, t] = [segment_ids[b, t] == segment_ids[b, t+1]] * loss_mask[b, t]
+
+The data loader starts a new segment AFTER each EOS, so an EOS belongs to the document it ends: predicting
+the EOS is trained, predicting the first token of the next document (from the EOS) is not.
+``loss_mask[b, t]`` weights the prediction OF token ``t+1`` (made at position ``t``); it may be [B, T]
+(the last column is ignored) or [B, T-1]. For an SFT mask ``m`` that marks the *target* tokens to learn,
+pass ``loss_mask=target_mask_to_loss_mask(m)`` (i.e. ``m[:, 1:]``).
+
+The loss is ``sum(w * nll) / max(sum(w), 1)`` plus ``z_loss_weight * sum(w * lse^2) / max(sum(w), 1)``
+plus the MoE auxiliary losses (router z-loss always when weighted; the load-balancing loss when
+``load_balancing="aux_loss"``). The output projection and log-softmax are computed in chunks of
+``config.loss_chunk_tokens`` tokens with recomputation in backward when that is set, so the full
+[tokens, vocab] float32 logits are never live at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._config import MoEConfig
+from ._layers import BATCH, EMBED, POSITION
+from ._transformer import Transformer
+
+AUX_PREFIX = "aux/"
+ROUTER_QUANTILES = "aux/router_quantiles"
+
+
+def target_weights(
+    tokens: jax.Array, segment_ids: jax.Array | None = None, loss_mask: jax.Array | None = None
+) -> jax.Array:
+    """float32[B, T-1] weights of the next-token predictions (see the module docstring for the rule)."""
+    b, t = tokens.shape
+    w = jnp.ones((b, t - 1), jnp.float32)
+    if segment_ids is not None:
+        w = w * (segment_ids[:, :-1] == segment_ids[:, 1:]).astype(jnp.float32)
+    if loss_mask is not None:
+        loss_mask = jnp.asarray(loss_mask)
+        if loss_mask.shape == (b, t):
+            loss_mask = loss_mask[:, :-1]
+        elif loss_mask.shape != (b, t - 1):
+            raise ValueError(
+                f"loss_mask must be [B, T]={[b, t]} or [B, T-1]={[b, t - 1]}; got {list(loss_mask.shape)}."
+            )
+        w = w * loss_mask.astype(jnp.float32)
+    return w
+
+
+def target_mask_to_loss_mask(target_mask: jax.Array) -> jax.Array:
+    """Turn a per-token mask (1 where the token itself is a target to learn) into ``loss_mask`` [B, T-1]."""
+    return jnp.asarray(target_mask)[:, 1:]
+
+
+def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None):
+    """(nll, lse, aux): float32[B, T-1] negative log-likelihoods and log-partition values."""
+    h, aux = model.hidden_states(tokens, segment_ids=segment_ids)
+    b, t = tokens.shape
+    hidden = h.rearrange((BATCH, POSITION, EMBED)).array[:, :-1].reshape(b * (t - 1), -1)
+    targets = tokens[:, 1:].reshape(-1)
+    head = model.output_embedding().array.astype(hidden.dtype)
+
+    def chunk_fn(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
+        logits = jnp.einsum("nd,vd->nv", hc, head, preferred_element_type=jnp.float32)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        target_logit = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
+        return lse - target_logit, lse
+
+    n = hidden.shape[0]
+    chunk = model.config.loss_chunk_tokens
+    if chunk == 0 or chunk >= n:
+        nll, lse = chunk_fn(hidden, targets)
+    else:
+        pad = (-n) % chunk
+        hp = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(-1, chunk, hidden.shape[-1])
+        tp = jnp.pad(targets, (0, pad)).reshape(-1, chunk)
+        nll, lse = jax.lax.map(lambda xs: jax.checkpoint(chunk_fn)(*xs), (hp, tp))
+        nll, lse = nll.reshape(-1)[:n], lse.reshape(-1)[:n]
+    return nll.reshape(b, t - 1), lse.reshape(b, t - 1), aux
+
+
+def token_losses(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:
+    """float32[B, T-1]: nats of each next-token prediction (``[b, t]`` is -log p(x[t+1] | x[..t])).
+
+    Nothing is masked here; combine with :func:`target_weights` to drop cross-document predictions.
+    """
+    nll, _, _ = _nll_lse(model, jnp.asarray(tokens), segment_ids)
+    return nll
+
+
+def loss_fn(
+    model: Transformer,
+    tokens: jax.Array,
+    *,
+    segment_ids: jax.Array | None = None,
+    loss_mask: jax.Array | None = None,
+    z_loss_weight: float = 0.0,
+    key: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """Mean next-token cross-entropy (+ z-loss, + MoE aux losses) and metrics. Differentiable in ``model``.
+
+    Args:
+        model: the decoder.
+        tokens: int[B, T].
+        segment_ids: int[B, T] document ids (attention and targets stay within a segment) or None.
+        loss_mask: weights of the predictions of token t+1 ([B, T] or [B, T-1]; see the module docstring).
+        z_loss_weight: weight of the mean squared log-partition of the output softmax.
+        key: reserved for stochastic layers (the decoder has none); accepted and unused.
+
+    Returns:
+        ``(loss, metrics)``. ``metrics`` holds scalars ``"loss"`` (total), ``"ce_loss"``, ``"z_loss"``,
+        ``"token_count"`` and, for MoE models, ``"moe/..."`` scalars. MoE models with quantile balancing
+        also return the array ``metrics["aux/router_quantiles"]`` (float32[layers, experts]): pass the
+        metrics to :func:`update_router_bias` after the optimizer step, and drop ``"aux/"`` keys before
+        logging (:func:`scalar_metrics`).
+    """
+    del key
+    tokens = jnp.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"loss_fn needs tokens [B, T] with T >= 2; got shape {tuple(tokens.shape)}.")
+    nll, lse, aux = _nll_lse(model, tokens, segment_ids)
+    w = target_weights(tokens, segment_ids, loss_mask)
+    count = jnp.sum(w)
+    denom = jnp.maximum(count, 1.0)
+    ce = jnp.sum(w * nll) / denom
+    z_loss = jnp.sum(w * lse * lse) / denom
+    total = ce + z_loss_weight * z_loss
+    metrics: dict[str, Any] = {"ce_loss": ce, "z_loss": z_loss, "token_count": count}
+    cfg = model.config
+    if isinstance(cfg, MoEConfig):
+        router_z = jnp.mean(aux["router_z_loss"])
+        aux_loss = jnp.mean(aux["aux_loss"])
+        total = total + cfg.router_z_loss_weight * router_z
+        if cfg.load_balancing == "aux_loss":
+            total = total + cfg.aux_loss_weight * aux_loss
+        load = aux["load"]  # [layers, experts]
+        metrics.update(
+            {
+                "moe/aux_loss": aux_loss,
+                "moe/router_z_loss": router_z,
+                "moe/max_load_ratio": jnp.max(load) * cfg.num_experts,
+                "moe/mean_max_load_ratio": jnp.mean(jnp.max(load, axis=-1)) * cfg.num_experts,
+                "moe/min_load_ratio": jnp.min(load) * cfg.num_experts,
+                "moe/router_entropy": jnp.mean(aux["router_entropy"]),
+                "moe/dropped_fraction": jnp.mean(aux["dropped_fraction"]),
+            }
+        )
+        if cfg.load_balancing == "quantile":
+            metrics[ROUTER_QUANTILES] = jax.lax.stop_gradient(aux["router_quantiles"])
+    metrics["loss"] = total
+    return total, metrics
+
+
+def scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
+    """``metrics`` without the ``"aux/"`` arrays (what to log)."""
+    return {k: v for k, v in metrics.items() if not k.startswith(AUX_PREFIX)}

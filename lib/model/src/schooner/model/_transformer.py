@@ -1,0 +1,190 @@
+"""The decoder: embedding, a ``Stacked`` run of pre-norm blocks, final norm, output projection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import equinox as eqx
+import haliax as hax
+import haliax.nn as hnn
+import jax
+import jax.numpy as jnp
+from haliax import NamedArray
+from haliax.partitioning import current_thread_local_mapping
+
+from ._attention import Attention
+from ._config import LlamaConfig, MoEConfig, resolve_compute_dtype
+from ._layers import (
+    BATCH,
+    EMBED,
+    LAYERS,
+    MLP,
+    POSITION,
+    VOCAB,
+    SwiGLU,
+    axes_for,
+    normal_init,
+    ones,
+    rms_norm,
+    rope_cos_sin,
+)
+from ._moe import MoE
+
+_POLICIES: dict[str, Any] = {
+    "none": False,
+    "full": "full",
+    "offload": "offload",
+    "save_carries": True,
+    "nested": "nested",
+}
+
+
+def _constrain(x: NamedArray) -> NamedArray:
+    # Activation sharding constraints only when the caller set a compute axis mapping (hax.axis_mapping);
+    # without one hax.shard would warn outside jit and is a no-op inside.
+    if current_thread_local_mapping() is None:
+        return x
+    return hax.shard(x)
+
+
+class Block(eqx.Module):
+    """A pre-norm decoder block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))`` (mlp dense or MoE)."""
+
+    attn_norm: NamedArray
+    attn: Attention
+    mlp_norm: NamedArray
+    mlp: SwiGLU | MoE
+    norm_eps: float = eqx.field(static=True)
+
+    @staticmethod
+    def init(config: LlamaConfig, *, key: jax.Array) -> Block:
+        ax = axes_for(config)
+        k_attn, k_mlp = jax.random.split(key)
+        if isinstance(config, MoEConfig):
+            mlp: SwiGLU | MoE = MoE.init(config, key=k_mlp)
+        else:
+            std = config.initializer_range
+            out_std = std / (2 * config.num_layers) ** 0.5
+            mlp = SwiGLU.init(ax[EMBED], ax[MLP], std=std, out_std=out_std, key=k_mlp)
+        return Block(
+            attn_norm=ones((ax[EMBED],)),
+            attn=Attention.init(config, key=k_attn),
+            mlp_norm=ones((ax[EMBED],)),
+            mlp=mlp,
+            norm_eps=config.norm_eps,
+        )
+
+    def __call__(
+        self, x: NamedArray, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array | None, reference: bool
+    ) -> tuple[NamedArray, dict[str, jax.Array]]:
+        h = self.attn(
+            rms_norm(x, self.attn_norm, EMBED, self.norm_eps), cos, sin, segment_ids, reference=reference
+        )
+        x = _constrain(x + h)
+        normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps)
+        if isinstance(self.mlp, MoE):
+            h, stats = self.mlp(normed)
+        else:
+            h, stats = self.mlp(normed), {}
+        return _constrain(x + h), stats
+
+
+class Transformer(eqx.Module):
+    """A Llama-family decoder. Build with :func:`init`; call with int tokens to get float32 logits.
+
+    Parameters (all float32, named axes): ``embed`` (vocab, embed); ``layers`` a haliax ``Stacked`` of
+    :class:`Block` (every leaf has a leading ``layers`` axis); ``final_norm`` (embed); ``lm_head`` (vocab,
+    embed) or ``None`` when embeddings are tied.
+    """
+
+    embed: NamedArray
+    layers: hnn.Stacked
+    final_norm: NamedArray
+    lm_head: NamedArray | None
+    config: LlamaConfig = eqx.field(static=True)
+
+    def __call__(self, tokens: jax.Array, *, segment_ids: jax.Array | None = None) -> jax.Array:
+        """Logits float32[B, T, V] for int tokens [B, T] (attention causal and within segments)."""
+        logits, _ = self.forward(tokens, segment_ids=segment_ids)
+        return logits
+
+    def forward(
+        self, tokens: jax.Array, *, segment_ids: jax.Array | None = None
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Logits float32[B, T, V] and the per-layer aux arrays (MoE router stats; empty for dense)."""
+        h, aux = self.hidden_states(tokens, segment_ids=segment_ids)
+        logits = hax.dot(h, self.output_embedding().astype(h.dtype), axis=EMBED)
+        return logits.rearrange((BATCH, POSITION, VOCAB)).array.astype(jnp.float32), aux
+
+    def output_embedding(self) -> NamedArray:
+        """The (vocab, embed) output projection (the input embedding when tied)."""
+        return self.embed if self.lm_head is None else self.lm_head
+
+    def hidden_states(
+        self, tokens: jax.Array, *, segment_ids: jax.Array | None = None, reference_attention: bool = False
+    ) -> tuple[NamedArray, dict[str, jax.Array]]:
+        """Final-normed hidden states (batch, position, embed) in the compute dtype, and the aux arrays."""
+        cfg = self.config
+        tokens = jnp.asarray(tokens)
+        if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+            raise ValueError(
+                f"tokens must be an int array [batch, seq_len]; got {tokens.dtype}{list(tokens.shape)}."
+            )
+        if segment_ids is not None:
+            segment_ids = jnp.asarray(segment_ids)
+            if segment_ids.shape != tokens.shape:
+                raise ValueError(
+                    f"segment_ids must have the tokens' shape {tuple(tokens.shape)}; got {tuple(segment_ids.shape)}."
+                )
+        dtype = resolve_compute_dtype(cfg)
+        b, t = tokens.shape
+        batch, position = hax.Axis(BATCH, b), hax.Axis(POSITION, t)
+        x = self.embed.array.astype(dtype)[tokens]
+        x = _constrain(hax.named(x, (batch, position, self.embed.axes[1])))
+        cos, sin = rope_cos_sin(t, cfg.resolved_head_dim, cfg.rope)
+
+        def run_block(block: Block, carry: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
+            return block(carry, cos, sin, segment_ids, reference_attention)
+
+        if cfg.scan_layers:
+            x, aux = self.layers.scan_via(run_block)(x)
+        else:
+            x, aux = self._unrolled(run_block, x)
+        return rms_norm(x, self.final_norm, EMBED, cfg.norm_eps), aux
+
+    def _unrolled(self, run_block, x: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
+        policy = self.config.gradient_checkpointing
+        fn = run_block if policy == "none" else eqx.filter_checkpoint(run_block)
+        outs = []
+        for i in range(self.config.num_layers):
+            x, stats = fn(self.layers.get_layer(i), x)
+            outs.append(stats)
+        aux = {k: jnp.stack([o[k] for o in outs]) for k in outs[0]} if outs and outs[0] else {}
+        return x, aux
+
+
+def init(config: LlamaConfig, *, key: jax.Array) -> Transformer:
+    """Build a randomly initialised model for ``config`` (deterministic in ``key``).
+
+    Example:
+        >>> import jax
+        >>> from schooner.model import init, presets
+        >>> model = init(presets.llama_nano, key=jax.random.PRNGKey(0))
+        >>> model(jax.numpy.zeros((1, 8), jax.numpy.int32)).shape
+        (1, 8, 512)
+    """
+    if not isinstance(config, LlamaConfig):
+        raise TypeError(f"init needs a LlamaConfig/MoEConfig; got {type(config).__name__}.")
+    ax = axes_for(config)
+    k_embed, k_layers, k_head = jax.random.split(key, 3)
+    layers = hnn.Stacked.init(
+        ax[LAYERS], Block, gradient_checkpointing=_POLICIES[config.gradient_checkpointing]
+    )(config, key=jax.random.split(k_layers, config.num_layers))
+    std = config.initializer_range
+    return Transformer(
+        embed=normal_init(k_embed, (ax[VOCAB], ax[EMBED]), std),
+        layers=layers,
+        final_norm=ones((ax[EMBED],)),
+        lm_head=None if config.tie_embeddings else normal_init(k_head, (ax[VOCAB], ax[EMBED]), std),
+        config=config,
+    )
