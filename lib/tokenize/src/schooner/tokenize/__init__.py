@@ -1,3 +1,29 @@
-"""schooner.tokenize: Tokenizers, the tensorstore token cache, mixtures, shuffling, packing and the training data loader."""
+"""schooner.tokenize: tokenizers, the tensorstore token cache, mixtures, shuffling, packing and the loader.
 
-__all__: list[str] = []
+`import schooner.tokenize` stays light: jax is imported only when the loader places arrays on devices.
+"""
+
+from ._build import build_cache as build_cache
+from ._build import split_of as split_of
+from ._build import write_cache as write_cache
+from ._cache import CacheError as CacheError
+from ._cache import TokenCache as TokenCache
+from ._cache import TokenizerMismatchError as TokenizerMismatchError
+from ._loader import DataLoader as DataLoader
+from ._mixture import MixtureDataset as MixtureDataset
+from ._mixture import MixtureError as MixtureError
+from ._mixture import largest_remainder as largest_remainder
+from ._permute import Permutation as Permutation
+from ._permute import derive_key as derive_key
+from ._sequences import TokenSequences as TokenSequences
+from ._sequences import segment_ids_from_eos as segment_ids_from_eos
+from ._tokenizer import Tokenizer as Tokenizer
+from ._tokenizer import load_tokenizer as load_tokenizer
+from ._train import BOS_TOKEN as BOS_TOKEN
+from ._train import CHAT_TOKENS as CHAT_TOKENS
+from ._train import DEFAULT_SPECIAL_TOKENS as DEFAULT_SPECIAL_TOKENS
+from ._train import EOS_TOKEN as EOS_TOKEN
+from ._train import PAD_TOKEN as PAD_TOKEN
+from ._train import BPEConfig as BPEConfig
+from ._train import train_bpe as train_bpe
+from ._train import train_tokenizer as train_tokenizer

@@ -1,0 +1,330 @@
+"""`MixtureDataset`: a weighted, scheduled mixture of token caches with deterministic block sampling.
+
+Global sequence `g` (batch `step` holds `g = offset(step) ... offset(step) + batch_size - 1`) lies in block
+`k = g // block_size` at position `j = g % block_size`. Each block holds a fixed number of sequences per
+component (largest-remainder rounding of the weights in force for that block); a seeded permutation of
+the block's slots decides which component fills position `j`. Inside a component, its `i`-th drawn
+sequence is `perm_{epoch}(i mod n)` with `epoch = i // n`: a seeded bijection per epoch, so every epoch
+sees every sequence exactly once, in a new order. Everything is arithmetic on (seed, g): `batch(step)`
+is pure, any process computes the same batch, and resuming at a step replays nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._cache import CacheError, TokenCache
+from ._permute import Permutation, derive_key
+from ._sequences import TokenSequences, segment_ids_from_eos
+
+BatchSize = int | Callable[[int], int]
+
+
+class MixtureError(ValueError):
+    """A mixture's components, weights or schedule cannot work."""
+
+
+def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts summing to `total`, proportional to `weights` (ties go to the earlier component)."""
+    share = weights / weights.sum() * total
+    counts = np.floor(share).astype(np.int64)
+    order = sorted(range(len(weights)), key=lambda i: (-(share[i] - counts[i]), i))
+    for i in order[: total - int(counts.sum())]:
+        counts[i] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class _Stage:
+    first_block: int
+    counts: np.ndarray  # sequences per component in each block of this stage
+    starts: np.ndarray  # slot where each component's run begins inside the block
+
+
+class _Offsets:
+    """Step -> first global sequence index, for a constant or a per-step batch size."""
+
+    def __init__(self, batch_size: BatchSize) -> None:
+        self.batch_size = batch_size
+        self._prefix = [0]
+        self._lock = threading.Lock()  # loader threads ask concurrently; the prefix sums must grow once
+
+    def size(self, step: int) -> int:
+        bs = self.batch_size(step) if callable(self.batch_size) else self.batch_size
+        if isinstance(bs, bool) or not isinstance(bs, int | np.integer) or bs < 1:
+            raise ValueError(f"batch size at step {step} must be a positive int, got {bs!r}")
+        return int(bs)
+
+    def offset(self, step: int) -> int:
+        if not callable(self.batch_size):
+            return step * self.size(step)
+        with self._lock:
+            while len(self._prefix) <= step:
+                self._prefix.append(self._prefix[-1] + self.size(len(self._prefix) - 1))
+            return self._prefix[step]
+
+
+class MixtureDataset:
+    """Training batches drawn from several token caches by weight; a pure function of (seed, step).
+
+    Args:
+        components: cache path (or tokenized step folder, or `TokenCache`) -> weight (>= 0, finite).
+        seq_len: tokens per sequence.
+        seed: the shuffle seed.
+        weight_schedule: `[(start_step, {component: weight}), ...]`, ascending; from `start_step` on,
+            those weights hold (components not named get 0). Takes effect at the first block that starts
+            at or after the step's first sequence.
+        block_size: sequences per sampling block; per-block component counts are exact.
+        tokenizer: a `Tokenizer` or fingerprint every cache must have been built with.
+        vocab_size: the model's vocabulary; every cached token id must be below it.
+
+    Example:
+        >>> ds = MixtureDataset({"out/docs/train": 0.7, "out/code/train": 0.3}, seq_len=256, seed=0)  # doctest: +SKIP
+        >>> b = ds.batch(step=10, batch_size=8)                                                   # doctest: +SKIP
+        >>> b["tokens"].shape, b["segment_ids"].dtype                                             # doctest: +SKIP
+        ((8, 256), dtype('int32'))
+    """
+
+    def __init__(
+        self,
+        components: Mapping[Any, float],
+        seq_len: int,
+        seed: int = 0,
+        weight_schedule: Sequence[tuple[int, Mapping[Any, float]]] | None = None,
+        block_size: int = 1024,
+        *,
+        tokenizer: Any = None,
+        vocab_size: int | None = None,
+    ) -> None:
+        if not components:
+            raise MixtureError("MixtureDataset needs at least one component (cache path -> weight)")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise MixtureError(f"MixtureDataset: seq_len must be a positive int, got seq_len={seq_len!r}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise MixtureError(
+                f"MixtureDataset: block_size must be a positive int, got block_size={block_size!r}"
+            )
+        self.seq_len, self.seed, self.block_size = seq_len, int(seed), block_size
+        self.names = [_name(k) for k in components]
+        self.caches = [k if isinstance(k, TokenCache) else TokenCache.open(os.fspath(k)) for k in components]
+        base = self._weights(components.values(), "weights")
+        stages = [(0, base)]
+        for i, entry in enumerate(weight_schedule or []):
+            stages.append(self._schedule_entry(i, entry, stages[-1][0] if i else -1))
+        self._schedule = stages
+        self._check_caches(tokenizer, vocab_size)
+        self.sequences = [TokenSequences(c, seq_len) for c in self.caches]
+        self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
+        self._perms: dict[tuple, Permutation] = {}
+
+    # -- validation ----------------------------------------------------------------------------------
+    def _weights(self, values: Any, where: str) -> np.ndarray:
+        w = []
+        for name, v in zip(self.names, values):
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise MixtureError(
+                    f"MixtureDataset {where}: component {name!r} has weight {v!r}; weights must be finite "
+                    "numbers >= 0"
+                )
+            w.append(float(v))
+        arr = np.array(w, dtype=np.float64)
+        if arr.sum() <= 0:
+            raise MixtureError(
+                f"MixtureDataset {where}: weights sum to zero ({dict(zip(self.names, w))}); give at least one "
+                "component a positive weight"
+            )
+        return arr
+
+    def _schedule_entry(self, i: int, entry: Any, prev_step: int) -> tuple[int, np.ndarray]:
+        try:
+            start, mapping = entry
+        except (TypeError, ValueError):
+            raise MixtureError(
+                f"weight_schedule[{i}] must be (start_step, {{component: weight}}), got {entry!r}"
+            ) from None
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0 or start <= prev_step:
+            raise MixtureError(
+                f"weight_schedule[{i}]: start_step={start!r} must be an int >= 0 and above the previous "
+                f"entry's ({prev_step}); list entries in ascending step order"
+            )
+        named = {_name(k): v for k, v in mapping.items()}
+        unknown = sorted(set(named) - set(self.names))
+        if unknown:
+            raise MixtureError(
+                f"weight_schedule[{i}] (step {start}) names unknown components {unknown}; known: {self.names}"
+            )
+        return start, self._weights(
+            [named.get(n, 0.0) for n in self.names], f"weight_schedule[{i}] (step {start})"
+        )
+
+    def _check_caches(self, tokenizer: Any, vocab_size: int | None) -> None:
+        first = self.caches[0]
+        used = np.any([w for _, w in self._schedule], axis=0)
+        for name, cache, in_use in zip(self.names, self.caches, used):
+            if tokenizer is not None:
+                cache.check_tokenizer(tokenizer)
+            elif cache.tokenizer_fingerprint != first.tokenizer_fingerprint:
+                raise MixtureError(
+                    f"MixtureDataset: component {name!r} (cache {cache.path!r}) was built with tokenizer "
+                    f"{cache.tokenizer_fingerprint[:12]} but component {self.names[0]!r} with "
+                    f"{first.tokenizer_fingerprint[:12]}; rebuild one of them with the other's tokenizer"
+                )
+            if vocab_size is not None:
+                cache.check_vocab(vocab_size)
+            if cache.num_tokens == 0:
+                raise MixtureError(
+                    f"MixtureDataset: component {name!r} (cache {cache.path!r}) is empty: "
+                    f"{cache.num_documents} documents, 0 tokens; drop it or rebuild it from non-empty records"
+                )
+            if in_use and cache.num_tokens < self.seq_len:
+                raise MixtureError(
+                    f"MixtureDataset: seq_len={self.seq_len} is longer than component {name!r} (cache "
+                    f"{cache.path!r}), which holds only {cache.num_tokens} tokens; use seq_len <= "
+                    f"{cache.num_tokens} or drop the component"
+                )
+
+    # -- the block plan ------------------------------------------------------------------------------
+    def _plan(self, batch_size: BatchSize) -> tuple[_Offsets, list[_Stage]]:
+        key = batch_size if isinstance(batch_size, int) else id(batch_size)
+        if key not in self._plans:
+            offsets = _Offsets(batch_size)
+            stages: list[_Stage] = []
+            for start_step, w in self._schedule:
+                first = -(-offsets.offset(start_step) // self.block_size)
+                counts = largest_remainder(w, self.block_size)
+                starved = [n for n, wi, c in zip(self.names, w, counts) if wi > 0 and c == 0]
+                if starved:
+                    raise MixtureError(
+                        f"MixtureDataset: components {starved} have weight > 0 but get 0 of block_size="
+                        f"{self.block_size} sequences per block (step {start_step}); raise block_size or their weights"
+                    )
+                stage = _Stage(first, counts, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+                if stages and stages[-1].first_block == first:
+                    stages[-1] = stage  # two changes before the same block: the later one wins
+                else:
+                    stages.append(stage)
+            self._plans[key] = (offsets, stages)
+        return self._plans[key]
+
+    def _block_perm(self, block: int) -> Permutation:
+        perm = self._perms.get(("block", block))
+        if perm is None:
+            if len(self._perms) > 1024:  # bounded: consecutive batches touch a handful of blocks/epochs
+                self._perms.clear()
+            perm = self._perms[("block", block)] = Permutation(
+                self.block_size, derive_key(self.seed, "block", block)
+            )
+        return perm
+
+    def _epoch_perm(self, component: int, epoch: int) -> Permutation:
+        perm = self._perms.get(("epoch", component, epoch))
+        if perm is None:
+            if len(self._perms) > 1024:
+                self._perms.clear()
+            n = len(self.sequences[component])
+            perm = Permutation(n, derive_key(self.seed, "component", component, epoch))
+            self._perms[("epoch", component, epoch)] = perm
+        return perm
+
+    def _drawn_before(self, stages: list[_Stage], block: int) -> np.ndarray:
+        """Sequences each component contributed in blocks `[0, block)`."""
+        total = np.zeros(len(self.names), dtype=np.int64)
+        for i, st in enumerate(stages):
+            end = stages[i + 1].first_block if i + 1 < len(stages) else None
+            n_blocks = max(0, min(block, end if end is not None else block) - st.first_block)
+            total += n_blocks * st.counts
+        return total
+
+    def _locate(self, stages: list[_Stage], g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(component, within-component draw index) of global sequence indices `g`."""
+        comp = np.empty(g.shape, dtype=np.int64)
+        draw = np.empty(g.shape, dtype=np.int64)
+        blocks = g // self.block_size
+        for block in np.unique(blocks):
+            sel = blocks == block
+            stage = next(st for st in reversed(stages) if st.first_block <= block)
+            slots = self._block_perm(int(block))(g[sel] % self.block_size)
+            c = np.searchsorted(stage.starts, slots, side="right") - 1
+            comp[sel] = c
+            draw[sel] = self._drawn_before(stages, int(block))[c] + slots - stage.starts[c]
+        return comp, draw
+
+    # -- public --------------------------------------------------------------------------------------
+    def sequence_ids(self, step: int, batch_size: BatchSize) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(component, epoch, sequence index within the component) of each row of batch `step`."""
+        if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
+            raise ValueError(f"step must be an int >= 0, got step={step!r}")
+        offsets, stages = self._plan(batch_size)
+        start = offsets.offset(int(step))
+        g = np.arange(start, start + offsets.size(int(step)), dtype=np.int64)
+        comp, draw = self._locate(stages, g)
+        epoch = np.empty_like(draw)
+        seq = np.empty_like(draw)
+        for c in np.unique(comp):
+            sel = comp == c
+            n = len(self.sequences[c])
+            epoch[sel] = draw[sel] // n
+            for e in np.unique(epoch[sel]):
+                es = sel & (epoch == e)
+                seq[es] = self._epoch_perm(int(c), int(e))(draw[es] % n)
+        return comp, epoch, seq
+
+    def batch(self, step: int, batch_size: BatchSize) -> dict[str, np.ndarray]:
+        """Batch `step`: `{"tokens", "segment_ids"}`, int32 `[batch_size, seq_len]`, pure in (seed, step).
+
+        `batch_size` is an int, or a function step -> int (then batch `step` starts after the sequences
+        of all earlier steps).
+        """
+        comp, _, seq = self.sequence_ids(step, batch_size)
+        tokens = np.empty((comp.size, self.seq_len), dtype=np.int32)
+        segs = np.empty_like(tokens)
+        for c in np.unique(comp):
+            sel = comp == c
+            tok = self.sequences[c].tokens(seq[sel])
+            tokens[sel] = tok
+            segs[sel] = segment_ids_from_eos(tok, self.caches[c].eos_id)
+        return {"tokens": tokens, "segment_ids": segs}
+
+    def epochs_at(self, step: int, batch_size: BatchSize) -> dict[str, float]:
+        """Epochs of each component consumed by the end of batch `step` (e.g. 2.5: half into the third)."""
+        offsets, stages = self._plan(batch_size)
+        end = offsets.offset(int(step) + 1)
+        block, pos = divmod(end, self.block_size)
+        drawn = self._drawn_before(stages, block).astype(np.float64)
+        if pos:
+            stage = next(st for st in reversed(stages) if st.first_block <= block)
+            slots = self._block_perm(block)(np.arange(pos))
+            c = np.searchsorted(stage.starts, slots, side="right") - 1
+            drawn += np.bincount(c, minlength=len(self.names))
+        return {n: float(d / len(s)) if len(s) else 0.0 for n, d, s in zip(self.names, drawn, self.sequences)}
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        """The normalised weights the schedule gives at `step`."""
+        w = next(w for s, w in reversed(self._schedule) if s <= step)
+        return dict(zip(self.names, (w / w.sum()).tolist()))
+
+    @property
+    def eos_id(self) -> int:
+        return self.caches[0].eos_id
+
+    def __repr__(self) -> str:
+        comps = ", ".join(f"{n!r}: {len(s)} seqs" for n, s in zip(self.names, self.sequences))
+        return f"MixtureDataset({{{comps}}}, seq_len={self.seq_len}, seed={self.seed}, block_size={self.block_size})"
+
+
+def _name(key: Any) -> str:
+    if isinstance(key, TokenCache):
+        return key.path
+    try:
+        return os.fspath(key)
+    except TypeError:
+        raise CacheError(
+            f"MixtureDataset component keys must be cache paths or TokenCache objects, got {key!r}"
+        ) from None

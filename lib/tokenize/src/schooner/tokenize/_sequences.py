@@ -1,0 +1,58 @@
+"""Fixed-length sequences cut from a cache's token stream, and segment ids derived from EOS."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._cache import TokenCache
+
+
+def segment_ids_from_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
+    """Segment id of every position: the number of EOS tokens strictly before it in its row.
+
+    A new segment starts right AFTER each EOS, so an EOS belongs to the document it ends, and the first
+    segment of every row is 0. The model masks attention (and loss) across segment boundaries.
+
+    Example:
+        >>> segment_ids_from_eos(np.array([[5, 1, 7, 8, 1, 9]]), eos_id=1).tolist()
+        [[0, 0, 1, 1, 1, 2]]
+    """
+    tokens = np.asarray(tokens)
+    is_eos = (tokens == eos_id).astype(np.int32)
+    return (np.cumsum(is_eos, axis=-1, dtype=np.int32) - is_eos).astype(np.int32)
+
+
+class TokenSequences:
+    """A cache seen as `len(self)` consecutive, non-overlapping sequences of `seq_len` tokens.
+
+    Sequence `i` is tokens `[i * seq_len, (i + 1) * seq_len)` of the document stream; the final
+    `num_tokens % seq_len` tokens (`dropped_tokens`) belong to no sequence.
+    """
+
+    def __init__(self, cache: TokenCache, seq_len: int) -> None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len < 1:
+            raise ValueError(f"seq_len must be a positive int, got seq_len={seq_len!r}")
+        self.cache = cache
+        self.seq_len = int(seq_len)
+        self.num_sequences = cache.num_tokens // self.seq_len
+        self.dropped_tokens = cache.num_tokens - self.num_sequences * self.seq_len
+
+    def __len__(self) -> int:
+        return self.num_sequences
+
+    def tokens(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int32 `[len(indices), seq_len]`: the token ids of the given sequences."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.num_sequences):
+            raise IndexError(
+                f"token cache {self.cache.path!r}: sequence index {idx.tolist()[:8]} outside "
+                f"[0, {self.num_sequences}) for seq_len={self.seq_len}"
+            )
+        return self.cache.token_windows(idx * self.seq_len, self.seq_len)
+
+    def batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """`{"tokens", "segment_ids"}` (int32 `[B, seq_len]`) of the given sequences."""
+        tokens = self.tokens(indices)
+        return {"tokens": tokens, "segment_ids": segment_ids_from_eos(tokens, self.cache.eos_id)}

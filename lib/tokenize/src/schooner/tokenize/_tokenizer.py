@@ -1,0 +1,357 @@
+"""`Tokenizer`: a Hugging Face `tokenizers` tokenizer with the facts the rest of Schooner needs.
+
+A tokenizer is identified by its `fingerprint` (sha256 of its canonical JSON). The fingerprint follows the
+tokenizer into every token cache and checkpoint, so a cache read with a different tokenizer is caught.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+
+# Names tried, in order, when a tokenizer does not say which tokens are bos/eos/pad.
+_BOS_NAMES = ("<|begin_of_text|>", "<s>", "<|bos|>", "[BOS]", "<bos>", "<|endoftext|>")
+_EOS_NAMES = ("<|end_of_text|>", "</s>", "<|eos|>", "[EOS]", "<eos>", "<|endoftext|>")
+_PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+_BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _bytes_to_unicode() -> dict[str, int]:
+    """The GPT-2 byte-level alphabet, inverted: printable character -> the byte it stands for."""
+    bs = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
+    )
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def canonical_json(tokenizer_json: str) -> str:
+    """The tokenizer JSON with sorted keys and no whitespace, so equal tokenizers hash equal."""
+    return json.dumps(json.loads(tokenizer_json), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def fingerprint_of(tokenizer_json: str) -> str:
+    """sha256 (hex) of the canonical tokenizer JSON."""
+    return hashlib.sha256(canonical_json(tokenizer_json).encode("utf-8")).hexdigest()
+
+
+class Tokenizer:
+    """A `tokenizers.Tokenizer` plus its special-token ids, fingerprint and per-token byte lengths.
+
+    Example:
+        >>> tok = load_tokenizer("path/to/tokenizer.json")  # doctest: +SKIP
+        >>> ids = tok.encode("hello world")                  # doctest: +SKIP
+        >>> tok.decode(ids)                                  # doctest: +SKIP
+        'hello world'
+    """
+
+    def __init__(
+        self,
+        hf: tokenizers.Tokenizer,
+        *,
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        pad_token: str | None = None,
+        chat_template: str | None = None,
+        source: str = "<memory>",
+    ) -> None:
+        self.hf = hf
+        # A second instance that reads special-token strings in text as plain text, so a document that
+        # merely mentions "<|end_of_text|>" cannot inject an EOS (and split itself) in the cache.
+        self._hf_plain = tokenizers.Tokenizer.from_str(hf.to_str())
+        self._hf_plain.encode_special_tokens = True
+        self.source = source
+        """Where the tokenizer was loaded from (for error messages)."""
+        self.chat_template = chat_template
+        """Name of the chat template this tokenizer was trained for (see `schooner.tokenize.CHAT_TEMPLATES`)."""
+        self._json = hf.to_str()
+        self.fingerprint: str = fingerprint_of(self._json)
+        """sha256 of the canonical tokenizer JSON; recorded in caches and checkpoints."""
+        self.bos_token = self._pick("bos_token", bos_token, _BOS_NAMES)
+        self.eos_token = self._pick("eos_token", eos_token, _EOS_NAMES)
+        self.pad_token = self._pick("pad_token", pad_token, _PAD_NAMES)
+        self._byte_lengths: np.ndarray | None = None
+
+    def _pick(self, what: str, given: str | None, names: Sequence[str]) -> str | None:
+        if given is not None:
+            if self.hf.token_to_id(given) is None:
+                raise ValueError(
+                    f"tokenizer {self.source}: {what}={given!r} is not in its vocabulary; "
+                    f"pass a token the tokenizer has (special tokens: {self.special_tokens[:12]})"
+                )
+            return given
+        return next((n for n in names if self.hf.token_to_id(n) is not None), None)
+
+    # -- facts ---------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Number of token ids, added (special) tokens included."""
+        return self.hf.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def bos_id(self) -> int | None:
+        """Id of the beginning-of-sequence token, or None if the tokenizer has none."""
+        return None if self.bos_token is None else self.hf.token_to_id(self.bos_token)
+
+    @property
+    def eos_id(self) -> int | None:
+        """Id of the end-of-sequence token (appended to every cached document), or None."""
+        return None if self.eos_token is None else self.hf.token_to_id(self.eos_token)
+
+    @property
+    def pad_id(self) -> int | None:
+        """Id of the padding token, or None."""
+        return None if self.pad_token is None else self.hf.token_to_id(self.pad_token)
+
+    @property
+    def special_tokens(self) -> list[str]:
+        """The added tokens marked special, in id order."""
+        dec = self.hf.get_added_tokens_decoder()
+        return [dec[i].content for i in sorted(dec) if dec[i].special]
+
+    def token_to_id(self, token: str) -> int | None:
+        """Id of `token`, or None when it is not in the vocabulary."""
+        return self.hf.token_to_id(token)
+
+    def to_json(self) -> str:
+        """The tokenizer JSON (as `tokenizers` writes it)."""
+        return self._json
+
+    # -- encode / decode -----------------------------------------------------------------------------
+    def encode(
+        self, text: str, *, add_special_tokens: bool = False, parse_special: bool = False
+    ) -> list[int]:
+        """Token ids of `text`.
+
+        Args:
+            add_special_tokens: apply the tokenizer's post-processor (e.g. the BOS some tokenizers add).
+            parse_special: read special-token strings in `text` (e.g. "<|user|>") as the special tokens;
+                by default they are ordinary text, so untrusted documents cannot forge control tokens.
+        """
+        hf = self.hf if parse_special else self._hf_plain
+        return hf.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_special_tokens: bool = False, parse_special: bool = False
+    ) -> list[list[int]]:
+        """Token ids of each text (parallel inside `tokenizers`); arguments as for `encode`."""
+        hf = self.hf if parse_special else self._hf_plain
+        return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        """The text of `ids`."""
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def token_byte_lengths(self) -> np.ndarray:
+        """UTF-8 bytes each token id stands for (int32, length `vocab_size`); 0 for special tokens.
+
+        Summing these over the targets of a text gives its byte count, the denominator of bits-per-byte.
+        Byte-level BPE tokens are mapped through the byte alphabet; SentencePiece-style `<0xNN>` byte
+        fallback tokens count 1 and `▁` counts as a space.
+        """
+        if self._byte_lengths is None:
+            self._byte_lengths = self._compute_byte_lengths()
+        return self._byte_lengths.copy()
+
+    def _compute_byte_lengths(self) -> np.ndarray:
+        spec = json.loads(self._json)
+        byte_level = _uses(spec.get("decoder"), "ByteLevel") or _uses(spec.get("pre_tokenizer"), "ByteLevel")
+        alphabet = _bytes_to_unicode() if byte_level else {}
+        special = {t.content for t in self.hf.get_added_tokens_decoder().values() if t.special}
+        out = np.zeros(self.vocab_size, dtype=np.int32)
+        for i in range(self.vocab_size):
+            tok = self.hf.id_to_token(i)
+            if tok is None or tok in special:
+                continue
+            if byte_level and all(c in alphabet for c in tok):
+                out[i] = len(tok)
+            elif _BYTE_FALLBACK.match(tok):
+                out[i] = 1
+            elif "▁" in tok:
+                out[i] = len(tok.replace("▁", " ").encode("utf-8"))
+            else:
+                out[i] = len(self.hf.decode([i], skip_special_tokens=False).encode("utf-8"))
+        return out
+
+    # -- persistence ---------------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> str:
+        """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder`; return the folder."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        _atomic_write(folder / TOKENIZER_FILE, self._json)
+        cfg = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "pad_token": self.pad_token,
+            "schooner_fingerprint": self.fingerprint,
+        }
+        if self.chat_template is not None:
+            cfg["schooner_chat_template"] = self.chat_template
+        _atomic_write(folder / CONFIG_FILE, json.dumps(cfg, indent=2) + "\n")
+        return str(folder)
+
+    def __repr__(self) -> str:
+        return (
+            f"Tokenizer(source={self.source!r}, vocab_size={self.vocab_size}, bos={self.bos_token!r}, "
+            f"eos={self.eos_token!r}, pad={self.pad_token!r}, fingerprint={self.fingerprint[:12]})"
+        )
+
+    def __reduce__(self):  # pickled by JSON: `tokenizers.Tokenizer` pickles, but this keeps it explicit
+        return (
+            _from_json,
+            (self._json, self.bos_token, self.eos_token, self.pad_token, self.chat_template, self.source),
+        )
+
+
+def _from_json(
+    js: str, bos: str | None, eos: str | None, pad: str | None, chat: str | None, source: str
+) -> Tokenizer:
+    return Tokenizer(
+        tokenizers.Tokenizer.from_str(js),
+        bos_token=bos,
+        eos_token=eos,
+        pad_token=pad,
+        chat_template=chat,
+        source=source,
+    )
+
+
+def _uses(component: dict | None, type_name: str) -> bool:
+    """Whether a tokenizers component (possibly a Sequence of them) includes `type_name`."""
+    if not component:
+        return False
+    if component.get("type") == type_name:
+        return True
+    return any(
+        _uses(c, type_name) for c in component.get("pretokenizers", component.get("decoders", [])) or []
+    )
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _read_config(folder: Path) -> dict:
+    cfg_path = folder / CONFIG_FILE
+    if not cfg_path.is_file():
+        return {}
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e}); fix or delete the file") from e
+    out = {}
+    for key in ("bos_token", "eos_token", "pad_token"):
+        v = cfg.get(key)
+        if isinstance(v, dict):  # HF AddedToken serialisation
+            v = v.get("content")
+        if isinstance(v, str):
+            out[key] = v
+    if isinstance(cfg.get("schooner_chat_template"), str):
+        out["chat_template"] = cfg["schooner_chat_template"]
+    return out
+
+
+def load_tokenizer(
+    path_or_hub_id: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+    pad_token: str | None = None,
+) -> Tokenizer:
+    """Load a tokenizer from a `tokenizer.json` file, a folder holding one, or a Hugging Face Hub id.
+
+    A folder's `tokenizer_config.json` (HF layout) names the bos/eos/pad tokens; explicit arguments win.
+    A hub id (`org/name`, used only when no such local path exists) is fetched with
+    `huggingface_hub.hf_hub_download` (honouring `HF_HUB_OFFLINE`, `HF_HUB_CACHE` and `cache_dir`), so a
+    pre-populated hub cache works without network.
+
+    Args:
+        path_or_hub_id: a file, a folder, or a hub repository id such as `"meta-llama/Llama-3.1-8B"`.
+        revision: hub branch, tag or commit (hub ids only).
+        cache_dir: hub cache folder (hub ids only; default: the huggingface_hub default).
+        bos_token / eos_token / pad_token: override the special tokens.
+
+    Raises:
+        FileNotFoundError: the path does not exist and is not a hub id, or the folder has no tokenizer.json.
+        ValueError: the file is not a tokenizers JSON.
+    """
+    raw = os.fspath(path_or_hub_id)
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        cfg = _read_config(path)
+        path = path / TOKENIZER_FILE
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path.parent}: no {TOKENIZER_FILE} in this folder; point at a folder written by "
+                "Tokenizer.save / a Hugging Face model folder, or at the tokenizer JSON file itself"
+            )
+    elif path.is_file():
+        cfg = _read_config(path.parent)
+    elif _HUB_ID.match(raw) and not raw.startswith((".", "/", "~")):
+        path, cfg = _from_hub(raw, revision=revision, cache_dir=cache_dir)
+    else:
+        raise FileNotFoundError(
+            f"tokenizer {raw!r}: no such file or folder, and not a hub id of the form 'org/name'"
+        )
+    try:
+        hf = tokenizers.Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception with a serde message
+        raise ValueError(f"{path}: not a Hugging Face tokenizers JSON file ({e})") from e
+    return Tokenizer(
+        hf,
+        bos_token=bos_token if bos_token is not None else cfg.get("bos_token"),
+        eos_token=eos_token if eos_token is not None else cfg.get("eos_token"),
+        pad_token=pad_token if pad_token is not None else cfg.get("pad_token"),
+        chat_template=cfg.get("chat_template"),
+        source=raw,
+    )
+
+
+def _from_hub(repo_id: str, *, revision: str | None, cache_dir: str | None) -> tuple[Path, dict]:
+    """Fetch tokenizer.json (and tokenizer_config.json when the repo has one) from the hub or its cache."""
+    import huggingface_hub  # lazy: only hub ids need it
+    from huggingface_hub.errors import EntryNotFoundError, LocalEntryNotFoundError
+
+    try:
+        tok_path = huggingface_hub.hf_hub_download(
+            repo_id, TOKENIZER_FILE, revision=revision, cache_dir=cache_dir
+        )
+    except LocalEntryNotFoundError as e:
+        raise FileNotFoundError(
+            f"tokenizer {repo_id!r}: not in the local hub cache and the hub is unreachable or offline "
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')!r}); download it where there is network "
+            "or pass a local path"
+        ) from e
+    except EntryNotFoundError as e:
+        raise FileNotFoundError(f"hub repo {repo_id!r} has no {TOKENIZER_FILE}") from e
+    cfg: dict = {}
+    try:
+        cfg_path = huggingface_hub.hf_hub_download(
+            repo_id, CONFIG_FILE, revision=revision, cache_dir=cache_dir
+        )
+        cfg = _read_config(Path(cfg_path).parent)
+    except (EntryNotFoundError, LocalEntryNotFoundError):
+        pass  # tokenizer_config.json is optional; the special tokens are then guessed by name
+    return Path(tok_path), cfg

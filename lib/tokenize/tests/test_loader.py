@@ -1,0 +1,68 @@
+import threading
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from schooner.tokenize import DataLoader, MixtureDataset, Tokenizer, write_cache
+
+
+@pytest.fixture(scope="module")
+def dataset(tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> MixtureDataset:
+    rng = np.random.default_rng(1)
+    path = str(tmp_path_factory.mktemp("loader") / "c")
+    write_cache(path, [rng.integers(10, 700, size=int(rng.integers(3, 40))) for _ in range(200)], tokenizer)
+    return MixtureDataset({path: 1.0}, seq_len=16, seed=0, block_size=64)
+
+
+def test_places_batches_per_sharding(dataset: MixtureDataset) -> None:
+    mesh = jax.make_mesh((8,), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data", None))
+    with DataLoader(dataset, 16, sharding=sharding, stop_step=3) as loader:
+        got = list(loader)
+    assert [s for s, _ in got] == [0, 1, 2]
+    for step, batch in got:
+        assert isinstance(batch["tokens"], jax.Array)
+        assert batch["tokens"].sharding == sharding and batch["segment_ids"].sharding == sharding
+        assert len(batch["tokens"].addressable_shards) == 8
+        assert batch["tokens"].addressable_shards[0].data.shape == (2, 16)
+        assert np.array_equal(np.asarray(batch["tokens"]), dataset.batch(step, 16)["tokens"])
+
+
+def test_prefetches_in_order_on_threads(dataset: MixtureDataset) -> None:
+    threads = set()
+
+    class Recording:
+        def batch(self, step, batch_size):
+            threads.add(threading.current_thread().name)
+            return dataset.batch(step, batch_size)
+
+    loader = DataLoader(Recording(), 4, start_step=7, prefetch=3)
+    it = iter(loader)
+    steps = [next(it)[0] for _ in range(6)]
+    it.close()
+    assert steps == list(range(7, 13))
+    assert threads and all(t.startswith("schooner-loader") for t in threads)
+
+
+def test_failure_surfaces_at_its_step(dataset: MixtureDataset) -> None:
+    class Failing:
+        def batch(self, step, batch_size):
+            if step == 2:
+                raise RuntimeError("boom at 2")
+            return dataset.batch(step, batch_size)
+
+    it = iter(DataLoader(Failing(), 4))
+    assert next(it)[0] == 0 and next(it)[0] == 1
+    with pytest.raises(RuntimeError, match="boom at 2"):
+        next(it)
+
+
+def test_bad_arguments(dataset: MixtureDataset) -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        DataLoader(dataset, 0)
+    with pytest.raises(ValueError, match="prefetch"):
+        DataLoader(dataset, 4, prefetch=0)
+    with pytest.raises(ValueError, match="stop_step=1 is before start_step=2"):
+        DataLoader(dataset, 4, start_step=2, stop_step=1)
