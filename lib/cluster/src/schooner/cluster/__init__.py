@@ -11,6 +11,8 @@ from ._current import current_client as current_client
 from ._current import using_client as using_client
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
+from ._ray import RayClient as RayClient
+from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
 from ._results import RunResult as RunResult
 from ._results import StepFailedError as StepFailedError

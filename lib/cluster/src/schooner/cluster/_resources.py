@@ -9,16 +9,44 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 GPU_KINDS: tuple[str, ...] = (
-    "A10", "A10G", "A100", "A100-80G", "B200", "GH200", "H100", "H200", "L4", "L40S", "T4", "V100",
+    "A10",
+    "A10G",
+    "A100",
+    "A100-40G",
+    "A100-80G",
+    "B200",
+    "B300",
+    "GB200",
+    "GH200",
+    "H100",
+    "H20",
+    "H200",
+    "L4",
+    "L40S",
+    "T4",
+    "V100",
 )
 """Accelerator names accepted by `ResourceConfig.with_gpu` (Ray's `accelerator_type` naming)."""
 
 _TPU_KIND = re.compile(r"^v(2|3|4|5e|5p|5litepod|6e)-(\d+)$")
-TPU_KINDS_HELP = "v2-N, v3-N, v4-N, v5e-N, v5p-N, v5litepod-N or v6e-N (N = chips, e.g. 'v5p-8')"
+TPU_KINDS_HELP = "v2-N, v3-N, v4-N, v5p-N (N = TensorCores, 2 per chip), v5e-N, v5litepod-N or v6e-N (N = chips); e.g. 'v5p-8'"
+_CORES_PER_CHIP = {"2": 2, "3": 2, "4": 2, "5p": 2, "5e": 1, "5litepod": 1, "6e": 1}
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15,
-          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "m": 1e6,
+    "g": 1e9,
+    "t": 1e12,
+    "p": 1e15,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+    "pi": 2**50,
+}
 
 
 def parse_bytes(value: int | float | str | None, *, field_name: str) -> int | None:
@@ -26,7 +54,9 @@ def parse_bytes(value: int | float | str | None, *, field_name: str) -> int | No
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(f"ResourceConfig.{field_name} must be a byte count or a size like '4GiB', got {value!r}")
+        raise ValueError(
+            f"ResourceConfig.{field_name} must be a byte count or a size like '4GiB', got {value!r}"
+        )
     if isinstance(value, int | float):
         n = float(value)
     else:
@@ -81,7 +111,9 @@ class ResourceConfig:
         object.__setattr__(self, "ram", parse_bytes(self.ram, field_name="ram"))
         object.__setattr__(self, "disk", parse_bytes(self.disk, field_name="disk"))
         if self.device not in ("cpu", "gpu", "tpu"):
-            raise ValueError(f"ResourceConfig.device must be one of 'cpu', 'gpu', 'tpu', got device={self.device!r}")
+            raise ValueError(
+                f"ResourceConfig.device must be one of 'cpu', 'gpu', 'tpu', got device={self.device!r}"
+            )
         for name in ("device_count", "slices", "max_retries_failure", "max_retries_preemption"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -98,10 +130,14 @@ class ResourceConfig:
                     f"ResourceConfig.device_kind={self.device_kind!r} is not a known GPU; allowed: {', '.join(GPU_KINDS)}"
                 )
             if self.device_count < 1:
-                raise ValueError(f"ResourceConfig.device_count must be >= 1 for a GPU job, got {self.device_count}")
+                raise ValueError(
+                    f"ResourceConfig.device_count must be >= 1 for a GPU job, got {self.device_count}"
+                )
         else:
             if not isinstance(self.device_kind, str) or not _TPU_KIND.match(self.device_kind):
-                raise ValueError(f"ResourceConfig.device_kind={self.device_kind!r} is not a TPU kind; allowed: {TPU_KINDS_HELP}")
+                raise ValueError(
+                    f"ResourceConfig.device_kind={self.device_kind!r} is not a TPU kind; allowed: {TPU_KINDS_HELP}"
+                )
             if self.slices < 1:
                 raise ValueError(f"ResourceConfig.slices must be >= 1 for a TPU job, got {self.slices}")
         if not isinstance(self.env, Mapping) or not all(
@@ -111,27 +147,33 @@ class ResourceConfig:
         object.__setattr__(self, "env", dict(self.env))
 
     @staticmethod
-    def with_cpu(cpu: float = 1, *, ram: int | str | None = None, disk: int | str | None = None, **kw) -> ResourceConfig:
+    def with_cpu(
+        cpu: float = 1, *, ram: int | str | None = None, disk: int | str | None = None, **kw
+    ) -> ResourceConfig:
         """A CPU-only job."""
         return ResourceConfig(cpu=cpu, ram=ram, disk=disk, **kw)
 
     @staticmethod
-    def with_gpu(kind: str = "H100", count: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw) -> ResourceConfig:
+    def with_gpu(
+        kind: str = "H100", count: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw
+    ) -> ResourceConfig:
         """A job on `count` GPUs of model `kind` (one of GPU_KINDS)."""
         return ResourceConfig(cpu=cpu, ram=ram, device="gpu", device_kind=kind, device_count=count, **kw)
 
     @staticmethod
-    def with_tpu(kind: str, slices: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw) -> ResourceConfig:
+    def with_tpu(
+        kind: str, slices: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw
+    ) -> ResourceConfig:
         """A job on `slices` TPU slices of type `kind` (e.g. 'v5p-8')."""
         return ResourceConfig(cpu=cpu, ram=ram, device="tpu", device_kind=kind, slices=slices, **kw)
 
     @property
     def tpu_chips(self) -> int:
-        """Chips per TPU slice (0 for non-TPU jobs)."""
+        """Chips per TPU slice (0 for non-TPU jobs): 'v5p-8' is 4 chips (8 TensorCores), 'v5e-8' is 8 chips."""
         if self.device != "tpu":
             return 0
         m = _TPU_KIND.match(self.device_kind or "")
-        return int(m.group(2)) if m else 0
+        return max(1, int(m.group(2)) // _CORES_PER_CHIP[m.group(1)]) if m else 0
 
     def replace(self, **changes) -> ResourceConfig:
         """`dataclasses.replace` for convenience."""
@@ -145,7 +187,9 @@ class ResourceConfig:
             parts.append(f"disk={self.disk}")
         if self.device != "cpu":
             parts.append(f"device={self.device!r}, device_kind={self.device_kind!r}")
-            parts.append(f"device_count={self.device_count}" if self.device == "gpu" else f"slices={self.slices}")
+            parts.append(
+                f"device_count={self.device_count}" if self.device == "gpu" else f"slices={self.slices}"
+            )
         if self.env:
             parts.append("env=" + _redacted_env_repr(self.env))
         parts.append(f"max_retries_failure={self.max_retries_failure}")

@@ -1,0 +1,364 @@
+"""`RayClient`: jobs and maps as Ray tasks. The one module that imports ray (lazily, at construction).
+
+Example:
+    >>> client = RayClient()                      # RAY_ADDRESS / SCHOONER_CLUSTER, else a new local Ray
+    >>> client.submit(pow, 2, 10).result()
+    1024
+    >>> list(client.map(abs, [-1, -2, 3]))
+    [1, 2, 3]
+
+How `ResourceConfig` maps onto Ray: `cpu` -> `num_cpus`, `ram` -> `memory` (bytes), a GPU -> `num_gpus` plus
+`accelerator_type`, a TPU slice -> the custom resource `TPU-{kind}-head` (one per slice, on its first
+host) plus `TPU` chips for a single-host slice; `disk` has no Ray counterpart and is ignored.
+`max_retries_preemption` -> `max_retries` (worker or node death), `max_retries_failure` -> `retry_exceptions`.
+Environment variables with secret-looking names travel inside the task's arguments and are set by the
+task itself, never through `runtime_env` (which Ray shows in its state API and logs); the others use
+`runtime_env={"env_vars": ...}`, so they are in place when the worker process starts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Any
+
+from ._client import JobCancelledError, JobError, JobStatus, ResourcesUnavailableError, WorkerDiedError
+from ._resources import ResourceConfig
+from ._secrets import is_secret_name
+from ._worker_pickle import register_for
+from ._worker_ray import RemoteFailure, run_batch, run_job
+
+_TARGET_BATCH_SECONDS = 0.05
+_MAX_BATCH = 4096
+
+
+def _address_from_env() -> str | None:
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    spec = os.environ.get("SCHOONER_CLUSTER", "").strip()
+    if spec and spec not in ("local", "ray"):
+        return spec
+    return None
+
+
+class RayJobHandle:
+    """A job submitted to a `RayClient` (see `schooner.cluster.JobHandle`).
+
+    Ray does not tell a queued task from a running one without its state API, so `status()` is RUNNING
+    from submission until the task is final.
+    """
+
+    def __init__(self, client: RayClient, name: str, ref: Any) -> None:
+        self.name = name
+        self.ref = ref
+        self._client = client
+        self._status = JobStatus.RUNNING
+        self._value: Any = None
+        self._error: JobError | None = None
+        self._logs = ""
+        self._cancelled = False
+
+    def __repr__(self) -> str:
+        return f"RayJobHandle(name={self.name!r}, status={self.status().value})"
+
+    def status(self) -> JobStatus:
+        if not self._status.done:
+            self.wait(timeout=0)
+        return self._status
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        if self._status.done:
+            return self._status
+        ray = self._client._ray
+        ready, _ = ray.wait([self.ref], timeout=timeout)
+        if ready:
+            self._resolve()
+        return self._status
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self.wait(timeout).done:
+            raise TimeoutError(f"job {self.name!r} is still {self._status.value} after {timeout} s")
+        if self._status is JobStatus.SUCCEEDED:
+            return self._value
+        assert self._error is not None
+        raise self._error
+
+    def cancel(self) -> None:
+        if self._status.done:
+            return
+        self._cancelled = True
+        self._client._ray.cancel(self.ref, force=True)
+
+    def logs(self) -> str:
+        """The job's output (scrubbed), once it finished; while it runs Ray streams it to the driver."""
+        return self._logs
+
+    def _resolve(self) -> None:
+        ray = self._client._ray
+        try:
+            self._value, self._logs = ray.get(self.ref)
+            self._status = JobStatus.SUCCEEDED
+            return
+        except BaseException as exc:  # noqa: BLE001 - translated into the client's errors below
+            error = translate_error(ray, self.name, exc, cancelled=self._cancelled)
+            if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(exc.cause, RemoteFailure):
+                self._logs = exc.cause.logs
+        self._error = error
+        self._status = JobStatus.CANCELLED if isinstance(error, JobCancelledError) else JobStatus.FAILED
+
+
+def translate_error(ray: Any, name: str, exc: BaseException, *, cancelled: bool = False) -> JobError:
+    """A Ray error as the client's `JobError` family."""
+    rex = ray.exceptions
+    if cancelled or isinstance(exc, rex.TaskCancelledError):
+        return JobCancelledError(name, "cancelled")
+    if isinstance(exc, rex.RayTaskError):
+        cause = exc.cause
+        if isinstance(cause, RemoteFailure):
+            return remote_failure_error(name, cause.info)
+        return JobError(name, f"{type(cause).__name__}: {cause}", exc.traceback_str, type(cause).__name__)
+    died = (rex.WorkerCrashedError, rex.NodeDiedError, rex.OutOfMemoryError, rex.ObjectLostError,
+            rex.LocalRayletDiedError)  # fmt: skip
+    if isinstance(exc, died):
+        return WorkerDiedError(name, f"its Ray worker died past its retries: {type(exc).__name__}: {exc}")
+    if isinstance(exc, rex.RayError):
+        return JobError(name, f"{type(exc).__name__}: {exc}")
+    raise exc
+
+
+def remote_failure_error(name: str, info: tuple) -> JobError:
+    type_name, message, tb, _ = info
+    return JobError(name, f"{type_name}: {message}", tb, cause_type=type_name)
+
+
+class RayClient:
+    """Runs jobs as tasks on a Ray cluster.
+
+    Args:
+        address: the cluster ('ray://head:10001', 'head:6379', 'auto'); default RAY_ADDRESS, then an address in
+            SCHOONER_CLUSTER, else a new local Ray on this machine. If Ray is already initialised in this
+            process, that connection is used as is.
+        namespace: Ray namespace.
+        runtime_env: job-wide Ray runtime environment.
+        check_resources: fail at submit when no node could ever fit a request (turn off on autoscaling
+            clusters, where a request may fit once nodes are added).
+        **init_kwargs: passed to `ray.init` (e.g. `num_cpus`, `include_dashboard`, `object_store_memory`).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        namespace: str | None = None,
+        runtime_env: dict | None = None,
+        *,
+        check_resources: bool = True,
+        **init_kwargs: Any,
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        self.check_resources = check_resources
+        self._owns_ray = False
+        if not ray.is_initialized():
+            address = address or _address_from_env()
+            ray.init(address=address or "local", namespace=namespace, runtime_env=runtime_env, **init_kwargs)
+            self._owns_ray = True
+        self._job = ray.remote(run_job)
+        self._batch = ray.remote(run_batch)
+        self._ids = itertools.count()
+        self._nodes: tuple[float, list[dict[str, float]]] = (0.0, [])
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"RayClient(nodes={len(self._node_resources())}, owns_ray={self._owns_ray})"
+
+    def __enter__(self) -> RayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- resources ---------------------------------------------------------------------------------------
+    def _node_resources(self) -> list[dict[str, float]]:
+        stamp, nodes = self._nodes
+        if time.monotonic() - stamp > 5.0:
+            nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
+            self._nodes = (time.monotonic(), nodes)
+        return nodes
+
+    def _request(self, res: ResourceConfig) -> dict[str, float]:
+        req: dict[str, float] = {"CPU": res.cpu}
+        if res.ram:
+            req["memory"] = float(res.ram)
+        if res.device == "gpu":
+            req["GPU"] = float(res.device_count)
+            req[f"accelerator_type:{res.device_kind}"] = 0.001
+        elif res.device == "tpu":
+            req[f"TPU-{res.device_kind}-head"] = 1.0
+        return req
+
+    def check(self, res: ResourceConfig, *, what: str) -> None:
+        """Raise `ResourcesUnavailableError` when no live node could ever run `res`."""
+        if res.device == "tpu" and res.slices > 1:
+            raise ResourcesUnavailableError(
+                f"{what} asks for slices={res.slices} TPU slices; RayClient schedules one task on one slice's "
+                f"head host. Run one job per slice, or use slices=1"
+            )
+        if not self.check_resources:
+            return
+        nodes = self._node_resources()
+        req = self._request(res)
+        fields = {
+            "CPU": f"cpu={res.cpu:g}",
+            "memory": f"ram={res.ram}",
+            "GPU": f"device_count={res.device_count} GPUs of device_kind={res.device_kind!r}",
+        }
+        for key, amount in req.items():
+            best = max((n.get(key, 0.0) for n in nodes), default=0.0)
+            if amount > best + 1e-9:
+                label = fields.get(key, f"device_kind={res.device_kind!r} (Ray resource {key!r})")
+                raise ResourcesUnavailableError(
+                    f"{what} asks for {label} but the largest of the cluster's {len(nodes)} live node(s) has "
+                    f"{best:g} {key}; lower the request, add such nodes, or pass check_resources=False to "
+                    f"RayClient on an autoscaling cluster"
+                )
+        if not any(all(n.get(k, 0.0) + 1e-9 >= v for k, v in req.items()) for n in nodes):
+            raise ResourcesUnavailableError(
+                f"{what} asks for {req} but no single node has all of it; lower the request or add a larger node"
+            )
+
+    def _options(self, res: ResourceConfig, name: str, *, max_retries_failure: int | None = None) -> dict:
+        opts: dict[str, Any] = {
+            "name": name,
+            "num_cpus": res.cpu,
+            "max_retries": res.max_retries_preemption,
+            "retry_exceptions": [RemoteFailure] if (max_retries_failure or 0) > 0 else False,
+        }
+        if max_retries_failure:
+            # Ray counts both kinds of retry against max_retries; give room for both.
+            opts["max_retries"] = res.max_retries_preemption + max_retries_failure
+        if res.ram:
+            opts["memory"] = res.ram
+        if res.device == "gpu":
+            opts["num_gpus"] = res.device_count
+            opts["accelerator_type"] = res.device_kind
+        elif res.device == "tpu":
+            custom = {f"TPU-{res.device_kind}-head": 1.0}
+            if res.tpu_chips <= 8:  # a single-host slice: hold its chips too
+                custom["TPU"] = float(res.tpu_chips)
+            opts["resources"] = custom
+        plain = {k: v for k, v in res.env.items() if not is_secret_name(k)}
+        if plain:
+            opts["runtime_env"] = {"env_vars": plain}
+        return opts
+
+    # -- jobs --------------------------------------------------------------------------------------------
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        resources: ResourceConfig | None = None,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> RayJobHandle:
+        """Run `fn(*args, **kwargs)` as a Ray task; see `schooner.cluster.Client.submit`."""
+        self._check_open()
+        res = resources if resources is not None else ResourceConfig.with_cpu()
+        name = name or f"{getattr(fn, '__name__', 'job')}-{next(self._ids)}"
+        self.check(res, what=f"job {name!r}")
+        register_for(
+            (fn, args, kwargs),
+            self._ray.cloudpickle.CloudPickler,
+            self._ray.cloudpickle.register_pickle_by_value,
+        )
+        secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
+        opts = self._options(res, name, max_retries_failure=res.max_retries_failure)
+        ref = self._job.options(**opts).remote(fn, args, kwargs, secrets)
+        return RayJobHandle(self, name, ref)
+
+    # -- map ---------------------------------------------------------------------------------------------
+    def map(
+        self,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        resources: ResourceConfig | None = None,
+        max_workers: int | None = None,
+        name: str | None = None,
+    ) -> Iterator[Any]:
+        """Yield `fn(item)` for every item in order. Items travel in batches sized from the measured time per
+        item; at most two batches per worker are in flight, so memory stays bounded on long inputs."""
+        self._check_open()
+        res = resources if resources is not None else ResourceConfig.with_cpu()
+        label = name or getattr(fn, "__name__", "map")
+        self.check(res, what=f"map {label!r} (per task)")
+        if max_workers is not None and (
+            isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1
+        ):
+            raise ValueError(f"map(max_workers=...) must be an integer >= 1, got {max_workers!r}")
+        cpus = self._ray.cluster_resources().get("CPU", 1.0)
+        fit = math.floor(cpus / res.cpu + 1e-9) if res.cpu > 0 else math.ceil(cpus)
+        workers = max(1, min(fit, max_workers or fit))
+        return self._map(fn, items, res, workers, label)
+
+    def _map(
+        self, fn: Callable, items: Iterable[Any], res: ResourceConfig, workers: int, label: str
+    ) -> Iterator[Any]:
+        ray = self._ray
+        total = len(items) if isinstance(items, Sized) else None
+        source = iter(items)
+        register_for(fn, ray.cloudpickle.CloudPickler, ray.cloudpickle.register_pickle_by_value)
+        fn_ref = ray.put(fn)
+        secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
+        task = self._batch.options(**self._options(res, label))
+        inflight: deque[tuple[Any, int, int]] = deque()  # (ref, first index, count)
+        pulled, per_item, exhausted = 0, 0.0, False
+        try:
+            while True:
+                while not exhausted and len(inflight) < 2 * workers:
+                    size = 1
+                    if per_item > 0:
+                        size = int(_TARGET_BATCH_SECONDS / per_item) if per_item > 1e-7 else _MAX_BATCH
+                        if total is not None:
+                            size = min(size, math.ceil((total - pulled) / (2 * workers)))
+                        size = max(1, min(size, _MAX_BATCH))
+                    batch = list(itertools.islice(source, size))
+                    if not batch:
+                        exhausted = True
+                        break
+                    ref = task.remote(fn_ref, batch, secrets, res.max_retries_failure)
+                    inflight.append((ref, pulled, len(batch)))
+                    pulled += len(batch)
+                if not inflight:
+                    return
+                ref, first, count = inflight.popleft()
+                try:
+                    out, seconds = ray.get(ref)
+                except BaseException as exc:  # noqa: BLE001
+                    raise translate_error(ray, f"{label}[{first}:{first + count}]", exc) from None
+                sample = seconds / count
+                per_item = sample if per_item <= 0 else 0.7 * per_item + 0.3 * sample
+                for offset, (status, value) in enumerate(out):
+                    if status != "ok":
+                        raise remote_failure_error(f"{label}[{first + offset}]", value)
+                    yield value
+        finally:
+            for ref, _, _ in inflight:  # abandoned (error or early exit): free the cluster
+                ray.cancel(ref)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("RayClient was shut down; create a new client")
+
+    def shutdown(self) -> None:
+        """Disconnect; stops the local Ray if this client started it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()

@@ -1,0 +1,50 @@
+"""Test helpers for every package's Ray tests: one real local Ray per test process, shared.
+
+Use it from a session fixture and mark the tests that need it, so pytest-xdist runs them in one process:
+
+    @pytest.fixture(scope="session")
+    def ray_client():
+        from schooner.cluster.testing import shared_ray_client, shutdown_shared_ray
+        yield shared_ray_client()
+        shutdown_shared_ray()
+
+    @pytest.mark.ray
+    @pytest.mark.xdist_group("ray")
+    def test_on_ray(ray_client): ...
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from ._ray import RayClient
+
+_lock = threading.Lock()
+_client: RayClient | None = None
+
+
+def shared_ray_client() -> RayClient:
+    """This process's local Ray (2 CPUs, no dashboard, 300 MB object store), started on first use."""
+    global _client
+    with _lock:
+        if _client is None or _client._closed:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            _client = RayClient(
+                address="local",
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=300 * 10**6,
+                log_to_driver=True,
+                configure_logging=False,
+            )
+        return _client
+
+
+def shutdown_shared_ray() -> None:
+    """Stop the shared local Ray (at the end of a test session). Idempotent."""
+    global _client
+    with _lock:
+        if _client is not None:
+            _client.shutdown()
+            _client = None
