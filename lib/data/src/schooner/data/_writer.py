@@ -186,16 +186,25 @@ def merge_counters(into: dict[str, int], other: Mapping[str, int]) -> dict[str, 
 
 
 def write_manifest(
-    folder: str, names: Sequence[str], format: str, extra: Mapping[str, Any] | None = None
+    folder: str,
+    names: Sequence[str],
+    format: str,
+    extra: Mapping[str, Any] | None = None,
+    *,
+    counters: Mapping[str, int] | None = None,
+    errors: SkipLog | None = None,
 ) -> dict:
     """Write `manifest.json` (last, atomically) from the shards' stats; returns the manifest.
 
     Layout: `{"format", "shards": [{"path", "records", "bytes"}], "records", "bytes", "counters",
     "errors": {"skipped", "examples"}}` plus `extra`. No timestamps: equal inputs give equal manifests.
+    `counters`/`errors` of earlier pipeline stages are added to the shards' own.
     """
     from ._json import dumps_json
 
-    shards, counters, errors = [], {}, SkipLog()
+    shards: list[dict] = []
+    counters = merge_counters({}, counters or {})
+    errors = _copy_log(errors)
     for name in names:
         st = _fs.read_json(_stats_path(folder, name))
         shards.append({"path": name, "records": st["records"], "bytes": st["bytes"]})
@@ -214,6 +223,13 @@ def write_manifest(
     _fs.write_bytes_atomic(_fs.join(folder, _fs.MANIFEST), dumps_json(manifest) + b"\n")
     _fs.remove_temp_files(folder)
     return manifest
+
+
+def _copy_log(log: SkipLog | None) -> SkipLog:
+    out = SkipLog()
+    if log is not None:
+        out.merge(log)
+    return out
 
 
 def read_manifest(folder: str) -> dict | None:

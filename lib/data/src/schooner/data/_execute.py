@@ -1,0 +1,267 @@
+"""Running a pipeline stage: one task per shard on the current cluster client, with retries and progress."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import _fs
+from ._errors import DataError, SkipLog
+from ._ops import Op, apply_ops
+from ._shuffle import write_partitions, write_spill
+from ._writer import finished_shard, merge_counters, write_shard
+
+_logger = logging.getLogger("schooner.data")
+
+# Errors a rerun cannot fix (bad input, bugs in user functions): never retried.
+_PERMANENT: tuple[type[BaseException], ...] = (
+    ValueError, TypeError, KeyError, AttributeError, IndexError, NotImplementedError, ImportError,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Where and how pipeline tasks run.
+
+    Attributes:
+        client: A `schooner.cluster.Client`; None means `current_client()` (LocalClient by default);
+            `"inline"` runs every task in this process, one after another (debugging).
+        max_workers: At most this many tasks at once (None: as many as the client fits).
+        resources: Resources of each task (None: one CPU).
+        retries: Reruns of a task that failed with a transient error (I/O, a lost worker); bad input and
+            errors in user functions fail at once.
+        work_dir: Folder (local or fsspec URL, reachable from all workers) for shuffle and spill files;
+            None: a hidden folder inside the output folder, or a local temp folder.
+        progress: Report progress while running (a live line on a terminal, else log lines).
+    """
+
+    client: Any = None
+    max_workers: int | None = None
+    resources: Any = None
+    retries: int = 2
+    work_dir: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"Execution.retries must be an integer >= 0, got retries={self.retries!r}")
+        if self.max_workers is not None and (not isinstance(self.max_workers, int) or self.max_workers < 1):
+            raise ValueError(
+                f"Execution.max_workers must be None or an integer >= 1, got {self.max_workers!r}"
+            )
+
+
+# -------------------------------------------------------------------------------------------------- sinks
+
+
+@dataclass(frozen=True)
+class WriteSink:
+    """Write the task's records as shard `index` of a record folder."""
+
+    folder: str
+    format: str
+    num_shards: int
+    skip_existing: bool
+    writer_kw: tuple[tuple[str, Any], ...] = ()
+
+    def name(self, index: int) -> str:
+        from ._writer import shard_name
+
+        return shard_name(index, self.num_shards, self.format)
+
+    def done(self, index: int) -> dict | None:
+        return finished_shard(self.folder, self.name(index)) if self.skip_existing else None
+
+    def consume(self, records: Iterator[dict], index: int, stats: Callable[[], tuple[dict, SkipLog]]) -> dict:
+        name = self.name(index)
+        counters: dict[str, int] = {}
+        skips = SkipLog()
+
+        def tracked() -> Iterator[dict]:
+            yield from records
+            c, s = stats()
+            counters.update(c)
+            skips.merge(s)
+
+        out = write_shard(
+            self.folder, name, tracked(), counters=counters, errors=skips, **dict(self.writer_kw)
+        )
+        return {"shard": name, "records": out["records"], "bytes": out["bytes"]}
+
+
+@dataclass(frozen=True)
+class SpillSink:
+    """Write the task's records to an intermediate spill file."""
+
+    stage_dir: str
+
+    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
+        path = _fs.join(self.stage_dir, f"t-{index:05d}.pkl")
+        n, size = write_spill(path, records)
+        return {"path": path, "records": n, "bytes": size}
+
+
+@dataclass(frozen=True)
+class PartitionSink:
+    """Hash-partition the task's records by key into shuffle files (the map side of `group_by`)."""
+
+    stage_dir: str
+    key_fn: Callable[[dict], Any]
+    num_partitions: int
+
+    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
+        counts = write_partitions(records, self.key_fn, self.stage_dir, index, self.num_partitions)
+        return {"partitions": counts, "records": sum(counts), "bytes": 0}
+
+
+@dataclass(frozen=True)
+class CountSink:
+    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
+        n = 0
+        for _ in records:
+            n += 1
+        return {"records": n, "bytes": 0}
+
+
+# -------------------------------------------------------------------------------------------------- tasks
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int
+    split: Any
+    ops: tuple[Op, ...]
+    sink: Any
+
+
+def _counting_reader(it: Iterator[dict], box: list[int]) -> Iterator[dict]:
+    for r in it:
+        box[0] += 1
+        yield r
+
+
+def run_task(task: Task) -> dict:
+    """Read the split, apply the fused ops, feed the sink; returns the sink result plus counters."""
+    done = getattr(task.sink, "done", None)
+    if done is not None:
+        prior = done(task.index)
+        if prior is not None:
+            return {
+                "shard": task.sink.name(task.index), "records": prior["records"], "bytes": prior["bytes"],
+                "counters": {}, "errors": SkipLog().to_dict(), "skipped_existing": True,
+            }  # fmt: skip
+    skips = SkipLog()
+    split_counters: dict[str, int] = {}
+    n_read = [0]
+    reader = _counting_reader(task.split.iterate(skips, split_counters), n_read)
+    it, op_counters = apply_ops(reader, task.ops)
+
+    def stats() -> tuple[dict, SkipLog]:
+        c: dict[str, int] = {}
+        if not isinstance(task.split, _NO_READ_COUNTER):
+            c["read.records"] = n_read[0]
+            c["read.skipped"] = skips.skipped
+        merge_counters(c, split_counters)
+        merge_counters(c, op_counters())
+        return c, skips
+
+    result = task.sink.consume(it, task.index, stats)
+    counters, skips = stats()
+    return {**result, "counters": counters, "errors": skips.to_dict()}
+
+
+def _no_read_counter_types() -> tuple[type, ...]:
+    from ._splits import ReduceSplit, SpillSplit
+
+    return (ReduceSplit, SpillSplit)
+
+
+_NO_READ_COUNTER = _no_read_counter_types()
+
+
+def run_task_with_retries(task: Task, retries: int) -> dict:
+    """`run_task`, rerun up to `retries` times on transient errors. A `DataError` comes back as a value
+    so the caller re-raises it unchanged (same type and message) whichever client ran the task."""
+    attempt = 0
+    while True:
+        try:
+            result = run_task(task)
+            result["attempts"] = attempt + 1
+            return result
+        except DataError as e:
+            return {"data_error": e}
+        except _PERMANENT:
+            raise
+        except Exception as e:
+            if attempt >= retries:
+                raise
+            attempt += 1
+            _logger.warning(
+                "task %d (%s) failed (%r); retry %d of %d", task.index, task.split.label, e, attempt, retries
+            )
+
+
+def execute(tasks: Sequence[Task], exe: Execution, label: str) -> list[dict]:
+    """Run `tasks` (one per shard) and return their results in order; re-raises bad input as `DataError`."""
+    fn = functools.partial(run_task_with_retries, retries=exe.retries)
+    if exe.client == "inline":
+        results: Iterator[dict] = map(fn, tasks)
+    else:
+        from schooner.cluster import current_client
+
+        client = exe.client if exe.client is not None else current_client()
+        results = client.map(
+            fn, list(tasks), resources=exe.resources, max_workers=exe.max_workers, name=label
+        )
+    progress = Progress(label, len(tasks), enabled=exe.progress)
+    out = []
+    try:
+        for r in results:
+            if "data_error" in r:
+                raise r["data_error"]
+            out.append(r)
+            progress.update(r)
+    finally:
+        progress.close()
+    return out
+
+
+class Progress:
+    """Tasks done, records and MB so far: a live line on a terminal, else a log line every 10 s."""
+
+    def __init__(self, label: str, total: int, *, enabled: bool = True) -> None:
+        self.label, self.total, self.enabled = label, total, enabled
+        self.done = self.records = self.bytes = 0
+        self.t0 = self.last = time.monotonic()
+        self.tty = enabled and sys.stderr.isatty()
+
+    def update(self, result: dict) -> None:
+        self.done += 1
+        self.records += int(result.get("records", 0))
+        self.bytes += int(result.get("bytes", 0))
+        now = time.monotonic()
+        if self.tty:
+            sys.stderr.write("\r" + self.line() + " " * 4)
+            sys.stderr.flush()
+        elif self.enabled and now - self.last >= 10:
+            _logger.info("%s", self.line())
+            self.last = now
+
+    def line(self) -> str:
+        dt = max(time.monotonic() - self.t0, 1e-9)
+        return (
+            f"[schooner.data] {self.label}: {self.done}/{self.total} shards, {self.records:,} records, "
+            f"{self.records / dt:,.0f} rec/s"
+        )
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\r" + self.line() + "\n")
+            sys.stderr.flush()
+        elif self.enabled and self.done:
+            _logger.info("%s", self.line())
