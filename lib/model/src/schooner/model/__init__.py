@@ -20,6 +20,10 @@ from ._config import config_from_dict as config_from_dict
 from ._config import config_to_dict as config_to_dict
 from ._config import register_config as register_config
 from ._config import resolve_compute_dtype as resolve_compute_dtype
+from ._hf import config_from_hf as config_from_hf
+from ._hf import export_hf as export_hf
+from ._hf import hf_state_dict as hf_state_dict
+from ._hf import import_hf as import_hf
 from ._io import load_pytree as load_pytree
 from ._io import read_pytree_metadata as read_pytree_metadata
 from ._io import save_pytree as save_pytree
@@ -28,6 +32,12 @@ from ._loss import scalar_metrics as scalar_metrics
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._sharding import batch_sharding as batch_sharding
+from ._sharding import compute_axis_mapping as compute_axis_mapping
+from ._sharding import model_shardings as model_shardings
+from ._sharding import param_axis_mapping as param_axis_mapping
+from ._sharding import pspec_for_named as pspec_for_named
+from ._sharding import shard_model as shard_model
 from ._state import trainable_mask as trainable_mask
 from ._state import update_router_bias as update_router_bias
 from ._transformer import Block as Block
