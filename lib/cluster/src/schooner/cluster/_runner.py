@@ -189,6 +189,9 @@ class StepRunner:
         if only:
             steps = _select(steps, only)
         by_key = {s.key: s for s in steps}
+        needed = {d for s in steps for d in s.deps}
+        roots = [k for k in dict.fromkeys(root_keys) if k in by_key and k not in needed]
+        roots = roots or [s.key for s in steps if s.key not in needed]
         paths = {s.key: s.handle.output_path(prefix) for s in steps}
         forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
         states: dict[str, str] = {}
@@ -204,7 +207,6 @@ class StepRunner:
             states[s.key] = "cached" if done else "will_run"
         n_run = sum(v == "will_run" for v in states.values())
         if dry_run:
-            roots = [k for k in dict.fromkeys(root_keys) if k in by_key] or [s.key for s in steps]
             progress.dry_run(steps, states, paths, roots)
             outcomes = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
             return RunResult(run_id, prefix, outcomes, dry_run=True, duration_s=time.time() - t0)
@@ -220,7 +222,7 @@ class StepRunner:
         if n_run:
             env = environment()
             exp_name = experiment_name()
-            exp_key = hashlib.sha256(json.dumps(sorted(set(root_keys))).encode()).hexdigest()
+            exp_key = hashlib.sha256(json.dumps(sorted(roots)).encode()).hexdigest()
             exp_path = experiment_record_path(prefix, exp_name, exp_key)
             exp = _experiment_record(exp_name, run_id, prefix, env, t0)
             _write_json(exp_path, exp)

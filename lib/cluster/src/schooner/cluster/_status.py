@@ -86,3 +86,38 @@ def write_status(
     info = StatusInfo(state, key, name, owner, time.time(), error)
     storage.write_text(meta_path(output_path, "status.json"), info.to_json())
     return info
+
+
+@dataclass(frozen=True)
+class FoundStep:
+    """A step output folder found under a prefix by `scan_prefix`."""
+
+    output_path: str
+    status: StatusInfo | None
+    """None when the folder has a record but no readable status."""
+
+
+def scan_prefix(prefix: str) -> list[FoundStep]:
+    """Every step output folder under `prefix` (folders holding `.schooner/`), sorted by path.
+
+    Locally the walk does not descend into step folders (which may hold many files); through fsspec it
+    globs `**/.schooner/status.json`.
+    """
+    from ._storage import is_local, storage_for
+
+    storage = storage_for(prefix)
+    found = []
+    if is_local(prefix):
+        import os
+
+        for root, dirs, _files in os.walk(prefix):
+            if META_DIR in dirs:
+                found.append(FoundStep(root, read_status(storage, root)))
+                dirs[:] = []
+            else:
+                dirs[:] = sorted(d for d in dirs if not (root == prefix and d == "experiments"))
+    else:
+        for path in storage.glob(join_path(prefix, f"**/{META_DIR}/status.json")):
+            out = path.rsplit("/", 2)[0]
+            found.append(FoundStep(out, read_status(storage, out)))
+    return sorted(found, key=lambda f: f.output_path)

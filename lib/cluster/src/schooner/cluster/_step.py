@@ -118,6 +118,12 @@ class StepHandle:
         """`module:qualname` of the step's function."""
         return f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
 
+    def input_paths(self) -> list[tuple[str, InputPath]]:
+        """The (field path, InputPath) of each `handle / "sub"` input in the config."""
+        return [
+            (f, r) for f, r in _walk_refs(self.config, "config", set(), self.name) if isinstance(r, InputPath)
+        ]
+
     def inputs(self) -> list[tuple[str, StepHandle]]:
         """The (field path, handle) of each input found in the config now, in field order."""
         return list(_walk_inputs(self.config, "config", set(), self.name))
@@ -164,14 +170,13 @@ def _check_runtime_fields(value: Any, step: str, path: str) -> None:
                 )
 
 
-def _walk_inputs(value: Any, path: str, active: set[int], step: str) -> Iterator[tuple[str, StepHandle]]:
+def _walk_refs(
+    value: Any, path: str, active: set[int], step: str
+) -> Iterator[tuple[str, StepHandle | InputPath]]:
     if value is None or isinstance(value, str | int | float | bool):
         return
-    if isinstance(value, StepHandle):
+    if isinstance(value, StepHandle | InputPath):
         yield path, value
-        return
-    if isinstance(value, InputPath):
-        yield path, value.step
         return
     if id(value) in active:
         raise ConfigError(f"step {step!r}: config field {path!r} contains itself (a reference cycle)")
@@ -179,17 +184,22 @@ def _walk_inputs(value: Any, path: str, active: set[int], step: str) -> Iterator
     try:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             for f in dataclasses.fields(value):
-                yield from _walk_inputs(getattr(value, f.name, None), f"{path}.{f.name}", active, step)
+                yield from _walk_refs(getattr(value, f.name, None), f"{path}.{f.name}", active, step)
         elif isinstance(value, Mapping):
             for k, v in value.items():
                 label = k if isinstance(k, str) else getattr(k, "name", None) or repr(k)
-                yield from _walk_inputs(k, f"{path}<key {label!r}>", active, step)
-                yield from _walk_inputs(v, f"{path}[{label!r}]", active, step)
+                yield from _walk_refs(k, f"{path}<key {label!r}>", active, step)
+                yield from _walk_refs(v, f"{path}[{label!r}]", active, step)
         elif isinstance(value, list | tuple | set | frozenset):
             for i, v in enumerate(value):
-                yield from _walk_inputs(v, f"{path}[{i}]", active, step)
+                yield from _walk_refs(v, f"{path}[{i}]", active, step)
     finally:
         active.discard(id(value))
+
+
+def _walk_inputs(value: Any, path: str, active: set[int], step: str) -> Iterator[tuple[str, StepHandle]]:
+    for field_path, ref in _walk_refs(value, path, active, step):
+        yield field_path, ref.step if isinstance(ref, InputPath) else ref
 
 
 def resolve_config(config: Any, output_path_of: Callable[[StepHandle], str]) -> Any:

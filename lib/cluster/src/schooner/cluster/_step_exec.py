@@ -15,7 +15,7 @@ from ._records import scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
 from ._status import StepState, read_status, write_status
-from ._step import Step, resolve_config
+from ._step import Step, join_path, resolve_config
 from ._storage import is_local, storage_for
 
 if TYPE_CHECKING:
@@ -29,6 +29,10 @@ MAX_RESULT_CHARS = 1_000_000
 
 class LeaseLostError(RuntimeError):
     """Another runner took this step's lease over while it ran (this runner looked dead to it)."""
+
+
+class MissingInputError(FileNotFoundError):
+    """A `handle / "sub/path"` input names a path its step did not write."""
 
 
 def call_step(fn: Any, config: Any, output_path: str) -> Any:
@@ -155,6 +159,7 @@ class StepExecutor:
             config = resolve_config(
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
             )
+            self._check_input_paths(step)
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
             value = self._call(step, config, out)
@@ -186,6 +191,19 @@ class StepExecutor:
         self.progress.finished(outcome)
         return outcome
 
+    def _check_input_paths(self, step: Step) -> None:
+        """Every `handle / "sub"` input must exist once its step is done: catch typos before running."""
+        for field_path, ref in step.handle.input_paths():
+            if not ref.path:
+                continue
+            base = self.paths.get(ref.step.key) or ref.step.output_path(self.prefix)
+            path = join_path(base, ref.path)
+            if not storage_for(path).exists(path):
+                raise MissingInputError(
+                    f"step {step.name!r}: config field {field_path!r} names {path}, which step "
+                    f"{ref.step.name!r} did not write; check the sub path {ref.path!r} in `handle / {ref.path!r}`"
+                )
+
     def _call(self, step: Step, config: Any, out: str) -> Any:
         h = step.handle
         if h.resources is None:
@@ -212,7 +230,10 @@ class StepExecutor:
     def _failed(
         self, step: Step, out: str, err: BaseException, held: tuple[Lease, dict] | None, t0: float
     ) -> StepOutcome:
-        text = scrub("".join(traceback.format_exception(err)), self.secrets)
+        tb = err.__traceback__
+        while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next  # the runner's own frames say nothing about the step's failure
+        text = scrub("".join(traceback.format_exception(type(err), err, tb)), self.secrets)
         logs = self._logs.get(step.key)
         duration = time.time() - t0 if t0 else None
         if held is not None:

@@ -139,10 +139,7 @@ class FsspecStorage:
 
     def glob(self, pattern: str) -> list[str]:
         protocol = pattern.split("://", 1)[0]
-        return sorted(
-            p if "://" in p else f"{protocol}://{p.lstrip('/')}" if protocol != "memory" else f"memory://{p}"
-            for p in self.fs.glob(pattern)
-        )
+        return sorted(p if "://" in p else f"{protocol}://{p.lstrip('/')}" for p in self.fs.glob(pattern))
 
 
 Storage = LocalStorage | FsspecStorage

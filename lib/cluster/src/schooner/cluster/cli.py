@@ -1,0 +1,255 @@
+"""The `schooner` command: run an experiment file, list step outputs, explain why a step (re)runs.
+
+    schooner run EXPERIMENT.py [--dry-run] [--force RE] [--only RE] [--prefix P] [--cluster SPEC]
+    schooner status [--prefix P] [--name RE]
+    schooner explain STEP [EXPERIMENT.py] [--prefix P]
+
+Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
+experiment file or bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import runpy
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ._options import CapturedRun, RunOptions, add_run_flags, applying, options_from_args
+from ._progress import fmt_age, fmt_duration, make_console
+from ._step import Step, StepHandle, lower
+from ._version import ConfigError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `schooner` command; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="schooner", description="Run and inspect Schooner experiments.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_run = sub.add_parser("run", help="run an experiment file (its steps that are not done yet)")
+    p_run.add_argument("experiment", help="the experiment's Python file")
+    add_run_flags(p_run)
+    p_run.epilog = "Arguments after '--' are passed to the experiment script as its sys.argv[1:]."
+    p_status = sub.add_parser("status", help="a table of the step outputs under a prefix")
+    p_status.add_argument("--prefix", default=None)
+    p_status.add_argument("--name", default=None, metavar="RE", help="only steps whose name matches RE")
+    p_explain = sub.add_parser("explain", help="why a step would rerun or be reused")
+    p_explain.add_argument("step", help="the step's name (or a regex matching names)")
+    p_explain.add_argument(
+        "experiment",
+        nargs="?",
+        default=None,
+        help="the experiment file defining the step today (without it: compare the two "
+        "latest recorded versions)",
+    )
+    p_explain.add_argument("--prefix", default=None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    script_args: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, script_args = argv[:i], argv[i + 1 :]
+    ns = parser.parse_args(argv)
+    ns.script_args = script_args
+    try:
+        if ns.command == "run":
+            return _cmd_run(ns)
+        if ns.command == "status":
+            return _cmd_status(ns)
+        return _cmd_explain(ns)
+    except ConfigError as e:
+        where = _experiment_line(e, getattr(ns, "experiment", None))
+        make_console().print(f"[bold red]error:[/] {_esc(str(e))}{where}")
+        return 2
+
+
+def _experiment_line(err: BaseException, experiment: str | None) -> str:
+    """' (at exp.py:12)': the innermost line of the experiment file in the error's traceback."""
+    if not experiment:
+        return ""
+    target = os.path.abspath(experiment)
+    found = ""
+    tb = err.__traceback__
+    while tb is not None:
+        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
+            found = f" (at {experiment}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found
+
+
+def _esc(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+@contextlib.contextmanager
+def _script_context(path: str, args: Sequence[str]) -> Iterator[None]:
+    """sys.argv / sys.path as when running `python path args...`, restored afterwards."""
+    old_argv, old_path = sys.argv, list(sys.path)
+    sys.argv = [path, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+
+
+def _load(path: str, options: RunOptions, args: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the experiment file as `__main__` under `options`; its globals."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"schooner: experiment file {path!r} does not exist")
+    with _script_context(path, args), applying(options):
+        return runpy.run_path(path, run_name="__main__")
+
+
+def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
+    """The step handles bound to module-level names (also inside lists/dicts/tuples), in definition order."""
+    found: dict[str, StepHandle] = {}
+
+    def add(v: Any, depth: int = 0) -> None:
+        if isinstance(v, StepHandle):
+            found.setdefault(v.key, v)
+        elif isinstance(v, Step):
+            found.setdefault(v.key, v.handle)
+        elif depth < 2 and isinstance(v, list | tuple):
+            for x in v:
+                add(x, depth + 1)
+        elif depth < 2 and isinstance(v, dict):
+            for x in v.values():
+                add(x, depth + 1)
+
+    for name, v in globs.items():
+        if not name.startswith("_"):
+            add(v)
+    return list(found.values())
+
+
+def _cmd_run(ns: argparse.Namespace) -> int:
+    from ._current import client_from_spec, using_client
+    from ._results import StepFailedError
+    from ._runner import StepRunner
+
+    opts = options_from_args(ns)
+    args = ns.script_args
+    client = None
+    if opts.cluster:
+        client = client_from_spec(opts.cluster)  # validates the spec before anything runs
+        os.environ["SCHOONER_CLUSTER"] = opts.cluster
+    try:
+        with using_client(client) if client is not None else contextlib.nullcontext():
+            try:
+                globs = _load(ns.experiment, opts, args)
+                if opts.runs == 0:  # the file only declares steps: run all of them
+                    handles = module_handles(globs)
+                    if not handles:
+                        make_console().print(
+                            f"[bold red]error:[/] {ns.experiment} declares no steps and "
+                            "runs none; define step handles at module level or call "
+                            "StepRunner().run([...]) under `if __name__ == '__main__':`"
+                        )
+                        return 2
+                    with applying(opts):
+                        StepRunner().run(handles)
+            except StepFailedError:
+                return 1  # the summary table has been printed
+    finally:
+        if client is not None:
+            client.shutdown()
+    return 0
+
+
+def _cmd_status(ns: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from ._lease import parse_lease
+    from ._records import read_step_record
+    from ._runner import resolve_prefix
+    from ._status import StepState, meta_path, scan_prefix
+    from ._storage import storage_for
+
+    prefix = resolve_prefix(ns.prefix)
+    console = make_console()
+    pattern = re.compile(ns.name) if ns.name else None
+    table = Table(title=f"steps under {prefix}", title_justify="left")
+    for col in ("step", "key", "state", "age", "took", "output"):
+        table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
+    counts: dict[str, int] = {}
+    for found in scan_prefix(prefix):
+        storage = storage_for(found.output_path)
+        st = found.status
+        record = read_step_record(storage, found.output_path) or {}
+        name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
+        if pattern and not pattern.search(name):
+            continue
+        state = st.state.value if st else "UNKNOWN"
+        style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")
+        if st is not None and st.state is StepState.RUNNING:
+            lease = parse_lease(storage.read_text(meta_path(found.output_path, "lease.json")))
+            if lease is None or lease.is_stale():
+                state, style = "INTERRUPTED", "yellow"
+        counts[state] = counts.get(state, 0) + 1
+        took = record.get("duration_s")
+        table.add_row(
+            name,
+            (st.key if st else record.get("key", ""))[:8],
+            f"[{style}]{state}[/]",
+            fmt_age(st.time if st else None),
+            fmt_duration(took),
+            found.output_path,
+        )
+    console.print(table)
+    console.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no steps found")
+    return 0
+
+
+def _cmd_explain(ns: argparse.Namespace) -> int:
+    from ._explain import explain_records, explain_step
+    from ._runner import resolve_prefix
+
+    prefix = resolve_prefix(ns.prefix)
+    console = make_console()
+    if ns.experiment is None:
+        expl = explain_records(prefix, ns.step)
+        if expl is None:
+            console.print(
+                f"no recorded step named {ns.step!r} under {prefix}; pass the experiment file to "
+                "explain a step that has not run yet"
+            )
+            return 1
+        console.print(_esc("\n".join(expl.lines())))
+        return 0
+    steps = capture_steps(ns.experiment, prefix)
+    by_key = {s.key: s for s in steps}
+    matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
+    if not matches:
+        names = ", ".join(sorted({s.name for s in steps})[:30])
+        console.print(f"[bold red]error:[/] no step named {ns.step!r} in {ns.experiment}; its steps: {names}")
+        return 2
+    for s in matches[:10]:
+        console.print(_esc("\n".join(explain_step(s, prefix, by_key).lines())))
+    return 0
+
+
+def capture_steps(path: str, prefix: str | None = None) -> list[Step]:
+    """The lowered steps an experiment file would run (its `StepRunner.run` calls, else its module-level
+    handles), without running anything."""
+    opts = RunOptions(prefix=prefix, capture=[])
+    t0 = time.time()
+    try:
+        globs = _load(path, opts)
+    except CapturedRun:
+        globs = {}
+    if opts.capture:
+        return [s for batch in opts.capture for s in batch]
+    steps = lower(module_handles(globs))
+    if not steps:
+        raise SystemExit(f"schooner: {path} declares no steps (loaded in {time.time() - t0:.1f}s)")
+    return steps
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""StepRunner in one process: order, caching, records, failures, selection, dry runs, concurrency."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pytest
+from rich.console import Console
+
+from schooner.cluster import (
+    ConfigError,
+    ResourceConfig,
+    StepFailedError,
+    StepRunner,
+    lower,
+    resolve_prefix,
+    step,
+    using_client,
+)
+from schooner.cluster._status import meta_path
+
+CALLS: list[str] = []
+FAIL: set[str] = set()
+"""Names of steps that raise, outside their configs (so fixing them keeps every key)."""
+_calls_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Cfg:
+    name: str
+    inputs: Any = ()
+    value: int = 1
+    fail: bool = False
+    hf_token: str | None = None
+
+
+def _open(path: str, mode: str = "r"):
+    return fsspec.open(path, mode).open() if "://" in path else open(path, mode)
+
+
+def work(config: Cfg, out: str) -> dict:
+    """Writes value + the sum of its inputs' values to out/value.txt."""
+    with _calls_lock:
+        CALLS.append(config.name)
+    if config.fail or config.name in FAIL:
+        raise ValueError(f"{config.name} was told to fail")
+    total = config.value
+    for path in config.inputs:
+        with _open(f"{path}/value.txt") as f:
+            total += int(f.read())
+    with _open(f"{out}/value.txt", "w") as f:
+        f.write(str(total))
+    return {"total": total}
+
+
+def graph(value: int = 1) -> dict[str, Any]:
+    """a -> b -> d, a -> c -> d, and an independent e."""
+
+    def mk(name: str, *inputs: Any) -> Any:
+        return step(name, work, Cfg(name, inputs, value))
+
+    a = mk("a")
+    b = mk("b", a)
+    c = mk("c", a)
+    d = mk("d", b, c)
+    e = mk("e")
+    return {"a": a, "b": b, "c": c, "d": d, "e": e}
+
+
+@pytest.fixture
+def calls() -> list[str]:
+    CALLS.clear()
+    FAIL.clear()
+    return CALLS
+
+
+@pytest.fixture(params=["local", "memory"])
+def prefix(request, tmp_path) -> str:
+    return str(tmp_path / "out") if request.param == "local" else f"memory://runner-tests/{uuid.uuid4().hex}"
+
+
+def _runner(prefix: str, **kw: Any) -> tuple[StepRunner, io.StringIO]:
+    buf = io.StringIO()
+    return StepRunner(prefix=prefix, console=Console(file=buf, width=200), **kw), buf
+
+
+def _read(path: str) -> str:
+    with _open(path) as f:
+        return f.read()
+
+
+def test_runs_inputs_first_then_reuses_everything(prefix: str, calls: list[str]) -> None:
+    g = graph()
+    runner, _ = _runner(prefix)
+    result = runner.run([lower(g["d"]), g["e"]])
+    assert result.ok and sorted(calls) == ["a", "b", "c", "d", "e"]
+    assert calls.index("a") < calls.index("b") < calls.index("d") and calls.index("c") < calls.index("d")
+    assert _read(f"{result[g['d']].output_path}/value.txt") == "5"  # d = 1 + (1+1) + (1+1)
+    assert result[g["d"]].result == {"total": 5}
+    assert result[g["d"]].output_path == f"{prefix}/d-{g['d'].key[:8]}"
+    calls.clear()
+    again = runner.run([graph()["d"], graph()["e"]])  # rebuilt handles, same keys
+    assert calls == [] and again.ok and {o.state for o in again.steps} == {"cached"}
+    assert again[g["d"]].result == {"total": 5}  # read back from the record
+
+
+def test_records_hold_provenance_and_no_secrets(tmp_path, calls: list[str], monkeypatch) -> None:
+    secret = "sk-" + uuid.uuid4().hex
+    monkeypatch.setenv("MY_SERVICE_API_TOKEN", secret)
+    prefix = str(tmp_path / "out")
+    leaky = step(
+        "leaky", work, Cfg("leaky", value=3, hf_token=secret), version="v2", description="writes three"
+    )
+    runner, buf = _runner(prefix)
+    result = runner.run([leaky])
+    out = result[leaky].output_path
+    record = json.loads(_read(meta_path(out, "step.json")))
+    assert record["name"] == "leaky" and record["key"] == leaky.key and record["version"] == "v2"
+    assert record["config"]["value"] == 3 and record["config"]["hf_token"] == "***"
+    assert record["state"] == "SUCCESS" and record["result"] == {"total": 3}
+    assert record["ended"] >= record["started"] > 0
+    assert record["env"]["host"] and record["env"]["packages"]["schooner-cluster"] == "0.1.0"
+    assert record["env"]["git"] is None or len(record["env"]["git"]["commit"]) == 40
+    status = json.loads(_read(meta_path(out, "status.json")))
+    assert status["status"] == "SUCCESS" and status["key"] == leaky.key
+    # A failing step whose error message carries the secret value: scrubbed in records and output.
+    bad = step("bad", work, Cfg(f"token {secret} inside", fail=True))
+    failed = runner.run([bad], raise_on_failure=False)
+    assert not failed.ok
+    bad_record = _read(meta_path(failed[bad].output_path, "step.json"))
+    assert "was told to fail" in bad_record
+    everything = [bad_record, buf.getvalue()] + [_read(p) for p in _all_files(prefix)]
+    assert all(secret not in text for text in everything)
+
+
+def _all_files(root: str) -> list[str]:
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files]
+
+
+def test_a_failure_stops_its_dependents_only_and_a_rerun_resumes_there(prefix: str, calls: list[str]) -> None:
+    g = graph()
+    FAIL.add("b")
+    runner, buf = _runner(prefix)
+    with pytest.raises(StepFailedError) as err:
+        runner.run([g["d"], g["e"]])
+    result = err.value.result
+    states = {o.name: o.state for o in result.steps}
+    assert states == {"a": "succeeded", "b": "failed", "c": "succeeded", "d": "skipped", "e": "succeeded"}
+    assert "d" not in calls
+    assert "b: ValueError: b was told to fail" in str(err.value)
+    assert result["d"].error == "input 'b' failed"
+    text = buf.getvalue()
+    assert "FAILED" in text and "not run" in text and "b was told to fail" in text
+    assert json.loads(_read(meta_path(result["b"].output_path, "status.json")))["status"] == "FAILED"
+    # Fixed (the code, not the config: same keys): the rerun resumes at b.
+    FAIL.clear()
+    calls.clear()
+    again = runner.run([g["d"], g["e"]])
+    assert again.ok and sorted(calls) == ["b", "d"]
+    assert {o.name for o in again.cached} == {"a", "c", "e"}
+
+
+def test_run_only_pulls_in_inputs_and_force_reruns_matches(prefix: str, calls: list[str]) -> None:
+    g = graph()
+    runner, _ = _runner(prefix)
+    result = runner.run([g["d"], g["e"]], run_only=["^b$"])
+    assert sorted(calls) == ["a", "b"] and [o.name for o in result.steps] == ["a", "b"]
+    calls.clear()
+    runner.run([g["d"], g["e"]])
+    assert sorted(calls) == ["c", "d", "e"]
+    calls.clear()
+    runner.run([g["d"], g["e"]], force="^(a|c)$")
+    assert sorted(calls) == ["a", "c"]  # dependents keep their keys: still cached
+    with pytest.raises(ValueError, match="'nope' matches no step; steps are: a, b, c, d, e"):
+        runner.run([g["d"], g["e"]], run_only="nope")
+    with pytest.raises(ValueError, match="not a valid regular expression"):
+        runner.run([g["d"]], force="(")
+
+
+def test_dry_run_writes_nothing_and_prints_the_plan(prefix: str, calls: list[str]) -> None:
+    g = graph()
+    runner, buf = _runner(prefix)
+    runner.run([g["a"]])
+    before = _listing(prefix)
+    result = runner.run([g["d"], g["e"]], dry_run=True)
+    assert calls == ["a"] and _listing(prefix) == before
+    assert {o.name: o.state for o in result.steps} == {
+        "a": "cached",
+        "b": "will_run",
+        "c": "will_run",
+        "d": "will_run",
+        "e": "will_run",
+    }
+    plan = buf.getvalue()
+    assert "dry run" in plan and "will run d" in plan and "cached a" in plan
+    fresh, _ = _runner(prefix + "-never")
+    fresh.run([g["d"]], dry_run=True)
+    assert _listing(prefix + "-never") == []
+
+
+def _listing(prefix: str) -> list[tuple[str, int]]:
+    if "://" in prefix:
+        fs, root = fsspec.core.url_to_fs(prefix)
+        if not fs.exists(root):
+            return []
+        return sorted((p, fs.size(p)) for p in fs.find(root))
+    return sorted((p, os.path.getsize(p)) for p in _all_files(prefix)) if os.path.exists(prefix) else []
+
+
+BARRIER = threading.Barrier(3)
+ACTIVE = {"now": 0, "max": 0}
+
+
+def meet(config: dict, out: str) -> None:
+    BARRIER.wait(timeout=20)  # only passes if the three steps run at the same time
+
+
+def count_active(config: dict, out: str) -> None:
+    with _calls_lock:
+        ACTIVE["now"] += 1
+        ACTIVE["max"] = max(ACTIVE["max"], ACTIVE["now"])
+    time.sleep(0.05)
+    with _calls_lock:
+        ACTIVE["now"] -= 1
+
+
+def test_independent_steps_run_concurrently_up_to_max_concurrent(tmp_path) -> None:
+    runner, _ = _runner(str(tmp_path))
+    assert runner.run([step(f"m{i}", meet, {"i": i}) for i in range(3)]).ok
+    ACTIVE.update(now=0, max=0)
+    runner.run([step(f"n{i}", count_active, {"i": i}) for i in range(5)], max_concurrent=1)
+    assert ACTIVE["max"] == 1
+    ACTIVE.update(now=0, max=0)
+    runner.run([step(f"p{i}", count_active, {"i": i}) for i in range(6)], max_concurrent=2)
+    assert 1 <= ACTIVE["max"] <= 2
+
+
+def test_override_output_path_is_used_recorded_and_guarded(tmp_path, calls: list[str]) -> None:
+    target = str(tmp_path / "exported")
+    h = step("export", work, Cfg("export", value=7), override_output_path=target)
+    runner, _ = _runner(str(tmp_path / "prefix"))
+    assert runner.run([h])[h].output_path == target
+    assert _read(f"{target}/value.txt") == "7"
+    assert json.loads(_read(meta_path(target, "step.json")))["override_output_path"] is True
+    other = step("export", work, Cfg("export", value=8), override_output_path=target)
+    with pytest.raises(ConfigError, match="already holds a different step"):
+        runner.run([other])
+
+
+def test_a_missing_input_path_names_the_step_and_field(tmp_path) -> None:
+    a = step("a", work, Cfg("a"))
+    user = step("user", work, Cfg("user", inputs=(a / "no-such-dir",)))
+    runner, _ = _runner(str(tmp_path))
+    result = runner.run([user], raise_on_failure=False)
+    assert result["a"].state == "succeeded" and result["user"].state == "failed"
+    assert "step 'user': config field 'config.inputs[0]'" in result["user"].error
+    assert "no-such-dir" in result["user"].error
+
+
+def steal_lease(config: dict, out: str) -> None:
+    """Simulates this runner stalling past its ttl: another runner's lease replaces ours."""
+    path = meta_path(out, "lease.json")
+    with open(path) as f:
+        lease = json.load(f)
+    lease.update(owner="thief", run_id="thief", heartbeat=time.time() + 3600)
+    with open(path, "w") as f:
+        json.dump(lease, f)
+
+
+def test_a_step_whose_lease_was_taken_over_is_not_marked_success(tmp_path) -> None:
+    h = step("stolen", steal_lease, {})
+    runner, _ = _runner(str(tmp_path))
+    result = runner.run([h], raise_on_failure=False)
+    assert result[h].state == "failed" and result[h].error_type == "LeaseLostError"
+    assert (
+        not os.path.exists(meta_path(result[h].output_path, "status.json"))
+        or json.loads(_read(meta_path(result[h].output_path, "status.json")))["status"] != "SUCCESS"
+    )
+
+
+def test_experiment_record_lists_the_run(tmp_path) -> None:
+    g = graph()
+    runner, _ = _runner(str(tmp_path))
+    result = runner.run([g["d"]])
+    record = json.loads(_read(result.experiment_record))
+    assert result.experiment_record.startswith(str(tmp_path / "experiments") + "/")
+    assert record["ok"] is True and record["run_id"] == result.run_id
+    assert [(s["name"], s["state"]) for s in record["steps"]] == [
+        ("a", "succeeded"),
+        ("b", "succeeded"),
+        ("c", "succeeded"),
+        ("d", "succeeded"),
+    ]
+
+
+def test_prefix_comes_from_argument_env_or_working_directory(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SCHOONER_PREFIX", raising=False)
+    assert resolve_prefix() == str(tmp_path / "schooner-output")
+    monkeypatch.setenv("SCHOONER_PREFIX", "memory://from-env/")
+    assert resolve_prefix() == "memory://from-env"
+    assert resolve_prefix("file:///data/x") == "/data/x"
+    assert resolve_prefix("rel") == str(tmp_path / "rel")
+    assert StepRunner().prefix == "memory://from-env"
+
+
+def pid_step(config: dict, out: str) -> dict:
+    with open(os.path.join(out, "pid.txt"), "w") as f:
+        f.write(str(os.getpid()))
+    if config.get("fail"):
+        raise RuntimeError("remote failure on purpose")
+    return {"pid": os.getpid()}
+
+
+def test_steps_with_resources_run_through_the_client(tmp_path, local_client) -> None:
+    ok = step("remote", pid_step, {"n": 1}, resources=ResourceConfig.with_cpu(1))
+    bad = step("remote-bad", pid_step, {"fail": True}, resources=ResourceConfig.with_cpu(1))
+    runner, _ = _runner(str(tmp_path))
+    with using_client(local_client):
+        result = runner.run([ok, bad], raise_on_failure=False)
+    assert result[ok].state == "succeeded"
+    assert result[ok].result["pid"] != os.getpid()
+    assert _read(f"{result[ok].output_path}/pid.txt") == str(result[ok].result["pid"])
+    assert result[bad].state == "failed" and "remote failure on purpose" in result[bad].error

@@ -1,0 +1,254 @@
+"""Version keys: canonical JSON of (name, config with inputs as keys, version); properties with hypothesis."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schooner.cluster import ConfigError, ResourceConfig, StepRunner, runtime_field, step
+from schooner.cluster._version import canonicalize
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+)
+json_like = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    ),
+    max_leaves=20,
+)
+
+
+@dataclass(frozen=True)
+class Inner:
+    a: Any
+    b: int = 0
+
+
+@dataclass(frozen=True)
+class Outer:
+    payload: Any
+    inner: Inner
+    input: Any = None
+    workers: int = runtime_field(1)
+
+
+@dataclass(frozen=True)
+class AdamLike:
+    learning_rate: float
+
+
+@dataclass(frozen=True)
+class MuonLike:
+    learning_rate: float
+
+
+def fn(config: Any, out: str) -> None:
+    return None
+
+
+def other_fn(config: Any, out: str) -> None:
+    return None
+
+
+def _shuffled(value: Any, rng: random.Random) -> Any:
+    """The same value with every dict rebuilt in a random insertion order."""
+    if isinstance(value, dict):
+        items = list(value.items())
+        rng.shuffle(items)
+        return {k: _shuffled(v, rng) for k, v in items}
+    if isinstance(value, list):
+        return [_shuffled(v, rng) for v in value]
+    return value
+
+
+def _leaf_paths(value: Any, path: tuple = ()) -> list[tuple]:
+    if isinstance(value, dict) and value:
+        return [p for k, v in value.items() for p in _leaf_paths(v, (*path, k))]
+    if isinstance(value, list) and value:
+        return [p for i, v in enumerate(value) for p in _leaf_paths(v, (*path, i))]
+    return [path]
+
+
+def _changed(value: Any, path: tuple) -> Any:
+    """`value` with the leaf at `path` replaced by something of a different canonical form."""
+    if not path:
+        if isinstance(value, str):
+            return value + "x"
+        if isinstance(value, bool) or value is None:
+            return 7
+        if isinstance(value, int):
+            return value + 1
+        if isinstance(value, float):
+            return 0.5 if (math.isnan(value) or value != 0.5) else 0.25
+        return [value, 1] if isinstance(value, list) else {"k": 1}
+    head, *rest = path
+    if isinstance(value, dict):
+        return {k: (_changed(v, tuple(rest)) if k == head else v) for k, v in value.items()}
+    return [(_changed(v, tuple(rest)) if i == head else v) for i, v in enumerate(value)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(payload=json_like, seed=st.integers(0, 2**16))
+def test_key_is_stable_under_dict_ordering_and_equal_configs(payload: Any, seed: int) -> None:
+    a = step("s", fn, Outer(payload=payload, inner=Inner(a=payload)))
+    shuffled = _shuffled(payload, random.Random(seed))
+    b = step("s", fn, Outer(payload=shuffled, inner=Inner(a=_shuffled(payload, random.Random(seed + 1)))))
+    assert a.key == b.key
+    assert a == b and hash(a) == hash(b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(payload=json_like, data=st.data())
+def test_any_change_to_a_versioned_field_changes_the_key(payload: Any, data: st.DataObject) -> None:
+    paths = _leaf_paths(payload)
+    path = data.draw(st.sampled_from(paths))
+    changed = _changed(payload, path)
+    base = step("s", fn, Outer(payload=payload, inner=Inner(a=1)))
+    assert step("s", fn, Outer(payload=changed, inner=Inner(a=1))).key != base.key
+    assert step("s", fn, Outer(payload=payload, inner=Inner(a=1, b=1))).key != base.key
+    assert step("s", fn, Outer(payload=payload, inner=Inner(a=1)), version="v2").key != base.key
+    assert step("t", fn, Outer(payload=payload, inner=Inner(a=1))).key != base.key
+
+
+@settings(max_examples=60, deadline=None)
+@given(payload=json_like, upstream=json_like)
+def test_an_input_key_change_changes_the_key_and_runtime_args_do_not(payload: Any, upstream: Any) -> None:
+    up = step("up", fn, {"x": upstream})
+    up2 = step("up", fn, {"x": [upstream]})
+    base = step("s", fn, Outer(payload=payload, inner=Inner(a=0), input=up / "train"))
+    assert step("s", fn, Outer(payload=payload, inner=Inner(a=0), input=up2 / "train")).key != base.key
+    assert step("s", fn, Outer(payload=payload, inner=Inner(a=0), input=up / "valid")).key != base.key
+    same = step(
+        "s",
+        other_fn,
+        Outer(payload=payload, inner=Inner(a=0), input=up / "train", workers=64),
+        resources=ResourceConfig.with_cpu(8, ram="4GiB"),
+        override_output_path="/elsewhere/x",
+        description="runtime only",
+    )
+    assert same.key == base.key
+
+
+def test_key_is_sha256_of_the_documented_canonical_json() -> None:
+    up = step("up", fn, {"n": 1})
+    h = step("tok/x", fn, Outer(payload={"b": [1, 2.5, None], "a": "é"}, inner=Inner(a=up)), version="v3")
+    up_text = '{"config":{"n":1},"name":"up","version":null}'
+    assert up.key == hashlib.sha256(up_text.encode()).hexdigest()
+    text = (
+        '{"config":{"__class__":"Outer","inner":{"__class__":"Inner","a":{"__step__":"'
+        + up.key
+        + '"},"b":0},'
+        '"input":null,"payload":{"a":"é","b":[1,2.5,null]}},"name":"tok/x","version":"v3"}'
+    )
+    assert h.key == hashlib.sha256(text.encode("utf-8")).hexdigest()
+    assert h.dir_name == f"tok/x-{h.key[:8]}"
+
+
+def test_prefix_hostname_and_cwd_do_not_enter_the_key(tmp_path, monkeypatch) -> None:
+    h = step("s", fn, {"v": 1})
+    paths = {StepRunner(prefix=str(tmp_path / p)).output_path(h) for p in ("a", "b")}
+    assert {p.rsplit("/", 1)[-1] for p in paths} == {h.dir_name}
+    monkeypatch.setattr("socket.gethostname", lambda: "another-host.region-b")
+    monkeypatch.chdir(tmp_path)
+    assert step("s", fn, {"v": 1}).key == h.key
+
+
+def test_key_is_the_same_in_another_process_with_another_hash_seed() -> None:
+    code = textwrap.dedent("""
+        from schooner.cluster import step
+        def fn(c, o): pass
+        up = step("up", fn, {"tags": frozenset({"a", "b", "c", "d"}), 3: (1, 2)})
+        print(step("s", fn, {"d": {up: 1.0, up / "x": 2.0}, "s": {"z", "y", "x"}}).key)
+    """)
+    keys = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        keys.add(out.stdout.strip())
+    assert len(keys) == 1 and len(keys.pop()) == 64
+
+
+def test_handle_keyed_dicts_are_sorted_pairs_independent_of_order() -> None:
+    a, b = step("a", fn, {"i": 1}), step("b", fn, {"i": 2})
+    one = canonicalize({a: 1.0, b: 2.0})
+    two = canonicalize({b: 2.0, a: 1.0})
+    assert one == two
+    pairs = one["__dict__"]
+    assert sorted(p[0]["__step__"] for p in pairs) == [p[0]["__step__"] for p in pairs]
+    assert {p[0]["__step__"]: p[1] for p in pairs} == {a.key: 1.0, b.key: 2.0}
+    assert step("t", fn, {"d": {a: 1.0, b: 2.0}}).key != step("t", fn, {"d": {a: 2.0, b: 1.0}}).key
+
+
+def test_types_that_look_alike_have_different_keys() -> None:
+    assert step("o", fn, AdamLike(1e-3)).key != step("o", fn, MuonLike(1e-3)).key
+    assert step("o", fn, {"x": 1}).key != step("o", fn, {"x": 1.0}).key
+    assert step("o", fn, {"x": 1}).key != step("o", fn, {"x": True}).key
+    assert step("o", fn, {"x": "1"}).key != step("o", fn, {"x": 1}).key
+    assert step("o", fn, {1: "a"}).key != step("o", fn, {"1": "a"}).key
+    assert step("o", fn, {"x": float("nan")}).key == step("o", fn, {"x": float("nan")}).key
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+def test_enums_callables_and_canonical_hooks() -> None:
+    class Tok:
+        def __init__(self, fingerprint: str) -> None:
+            self.fingerprint = fingerprint
+
+        def __schooner_canonical__(self) -> dict:
+            return {"tokenizer": self.fingerprint}
+
+    assert canonicalize(Color.RED) == {"__enum__": "Color.RED"}
+    assert canonicalize(json.dumps) == {"__callable__": "json:dumps"}
+    assert canonicalize(Tok("abc")) == {"tokenizer": "abc"}
+    assert step("o", fn, {"t": Tok("abc")}).key != step("o", fn, {"t": Tok("abd")}).key
+
+
+@pytest.mark.parametrize(
+    ("value", "field", "words"),
+    [
+        (object(), "config.payload", "no canonical JSON form"),
+        (lambda x: x, "config.payload", "lambda or local function"),
+        ({"deep": [1, {2, 3}, {"x": object()}]}, "config.payload['deep'][2]['x']", "no canonical JSON form"),
+    ],
+)
+def test_unserialisable_configs_name_the_step_and_the_field(value: Any, field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        step("my/step", fn, Outer(payload=value, inner=Inner(a=1)))
+    assert "'my/step'" in str(err.value) and field in str(err.value) and words in str(err.value)
+
+
+def test_runtime_fields_cannot_hold_inputs() -> None:
+    up = step("up", fn, {})
+
+    @dataclass(frozen=True)
+    class Cfg:
+        data: Any = dataclasses.field(default=None, metadata={"schooner_runtime": True})
+
+    with pytest.raises(ConfigError, match="runtime-only field"):
+        step("s", fn, Cfg(data=up))
