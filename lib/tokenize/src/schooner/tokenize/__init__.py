@@ -9,6 +9,13 @@ from ._build import write_cache as write_cache
 from ._cache import CacheError as CacheError
 from ._cache import TokenCache as TokenCache
 from ._cache import TokenizerMismatchError as TokenizerMismatchError
+from ._chat import CHAT_TEMPLATES as CHAT_TEMPLATES
+from ._chat import CHATML as CHATML
+from ._chat import SCHOONER_CHAT as SCHOONER_CHAT
+from ._chat import ChatTemplate as ChatTemplate
+from ._chat import RenderedChat as RenderedChat
+from ._chat import pack_chats as pack_chats
+from ._chat import render_chat as render_chat
 from ._loader import DataLoader as DataLoader
 from ._mixture import MixtureDataset as MixtureDataset
 from ._mixture import MixtureError as MixtureError

@@ -4,9 +4,9 @@ Layout of a build folder (the `tokenized` step's output):
 
 - `tokenizer.json` / `tokenizer_config.json`: the tokenizer the workers load (and provenance).
 - `build.json`: the plan (tokenizer fingerprint, shards, split rule); `complete` once the caches exist.
-- `parts/part-00003.json` + `parts/part-00003/{train,validation}/{tokens,offsets}`: one finished input
-  shard. The JSON is written last, so it marks a part as complete; a killed build redoes only shards
-  without one. After the merge the parts are deleted.
+- `parts/part-00003.json` + `parts/part-00003-<attempt>/{train,validation}/{tokens,offsets}`: one
+  finished input shard. The JSON is written last, so it marks a part as complete (and names the
+  attempt's folder); a killed build redoes only shards without one. After the merge the parts are deleted.
 - `train/` and `validation/`: the two `TokenCache`s, merged from the parts in shard order.
 
 The result depends only on the plan, never on which shards were redone or which client ran them.
@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from typing import Any
@@ -53,12 +54,10 @@ def resolve_shards(inputs: Sequence[str]) -> list[str]:
 
     shards: list[str] = []
     for inp in inputs:
-        found = [inp] if os.path.isfile(_store.local(inp)) else list_shards(inp)
-        if not found:
-            raise FileNotFoundError(
-                f"token cache input {inp!r}: no record shards found (a record folder, file or glob)"
-            )
-        shards.extend(found)
+        try:
+            shards.extend(list_shards(inp))
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"token cache input {inp!r}: {e}") from e
     return shards
 
 
@@ -152,9 +151,13 @@ def encode_shard(task: dict) -> dict:
             out[split].append(np.concatenate([x for p in pieces for x in (bos, p, eos)]))
             lengths[split].extend((lens + 1 + bos.size).tolist())
 
-    part = _store.join(task["output"], "parts", f"part-{task['index']:05d}")
+    # A fresh folder per attempt: an orphaned worker of a killed build finishing the same shard cannot
+    # overwrite the arrays a rerun is writing; the ledger JSON (written last) names the folder to merge.
+    folder = f"part-{task['index']:05d}-{uuid.uuid4().hex[:12]}"
+    part = _store.join(task["output"], "parts", folder)
     ledger: dict[str, Any] = {
         "index": task["index"],
+        "folder": folder,
         "shard": task["shard"],
         "shard_bytes": task["shard_bytes"],
         "skipped_empty": skipped_empty,
@@ -206,7 +209,7 @@ def _merge(output: str, split: str, plan: dict, ledgers: list[dict], tok: Tokeni
     shards, doc_base = [], 0
     for lg in ledgers:
         s = lg["splits"][split]
-        part = _store.join(output, "parts", f"part-{lg['index']:05d}", split)
+        part = _store.join(output, "parts", lg["folder"], split)
         token_base = tokens.pos + tokens.buffered
         if s["tokens"]:
             tokens.append(_store.open_array(_store.join(part, "tokens")).read().result())

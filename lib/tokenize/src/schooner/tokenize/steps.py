@@ -1,0 +1,260 @@
+"""Step builders: tokenizer training and token caches as cached, versioned steps of an experiment.
+
+Example:
+    >>> from schooner.cluster import StepRunner
+    >>> from schooner.tokenize.steps import tokenized, train_tokenizer
+    >>> tok = train_tokenizer("tokenizers/python-4k", source="python-docs", vocab_size=4096)
+    >>> docs = tokenized("tokenized/python-docs", source="python-docs", tokenizer=tok)
+    >>> StepRunner(prefix="/tmp/schooner").run([docs])  # doctest: +SKIP
+
+    The output of `docs` holds `train/` and `validation/` token caches (`TokenCache.open(f"{out}/train")`)
+    and the tokenizer (`load_tokenizer(out)`); the output of `tok` holds `tokenizer.json`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle, step
+
+from ._build import build_cache, resolve_shards
+from ._tokenizer import load_tokenizer
+from ._train import DEFAULT_SPECIAL_TOKENS, BPEConfig, train_bpe
+
+
+def _inputs(source: str | None, paths: Any, what: str) -> list[Any]:
+    """The record inputs of a step: an embedded source's records step, or the given paths/handles."""
+    if (source is None) == (paths is None):
+        raise ValueError(
+            f"{what}: pass exactly one of source= (an embedded source name) or paths=, got {source=}, {paths=}"
+        )
+    if source is not None:
+        from schooner.data.steps import source_records
+
+        return [source_records(source)]
+    if isinstance(paths, str | StepHandle) or not isinstance(paths, Sequence):
+        paths = [paths]
+    if not paths:
+        raise ValueError(f"{what}: paths= is empty; give record folders, files, globs or step handles")
+    return list(paths)
+
+
+# -- train_tokenizer -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainTokenizerConfig:
+    """Config of the `train_tokenizer` step."""
+
+    inputs: list
+    """Record folders / files / globs (step handles at build time, paths when the step runs)."""
+    bpe: BPEConfig
+    """Vocabulary size, special tokens and merge limits."""
+    max_documents: int | None = None
+    """Train on at most this many documents (in input order); None: all."""
+    max_chars: int | None = None
+    """Train on at most this many characters (the document that crosses it is cut); None: all."""
+    text_field: str = "text"
+    """The record field holding the text."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_documents", "max_chars"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(
+                    f"TrainTokenizerConfig.{name} must be a positive int or None, got {name}={v!r}"
+                )
+
+
+def _training_texts(config: TrainTokenizerConfig, counts: dict) -> Iterator[str]:
+    from schooner.data import read_records
+
+    chars = 0
+    for shard in resolve_shards(config.inputs):
+        for rec in read_records(shard, text_field=config.text_field):
+            if config.max_documents is not None and counts["documents"] >= config.max_documents:
+                return
+            text = rec["text"]
+            if config.max_chars is not None and chars + len(text) > config.max_chars:
+                text = text[: config.max_chars - chars]
+            counts["documents"] += 1
+            counts["chars"] += len(text)
+            chars += len(text)
+            yield text
+            if config.max_chars is not None and chars >= config.max_chars:
+                return
+
+
+def _run_train_tokenizer(config: TrainTokenizerConfig, output_path: str) -> dict:
+    counts = {"documents": 0, "chars": 0}
+    tok = train_bpe(_training_texts(config, counts), config.bpe)
+    tok.source = output_path
+    if "://" in output_path and not output_path.startswith("file://"):
+        import fsspec  # remote prefix: write locally, then copy both files up
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tok.save(tmp)
+            fs, p = fsspec.core.url_to_fs(output_path)
+            fs.makedirs(p, exist_ok=True)
+            for f in os.listdir(tmp):
+                fs.put_file(os.path.join(tmp, f), f"{p}/{f}")
+    else:
+        tok.save(output_path.removeprefix("file://"))
+    return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, **counts}
+
+
+def train_tokenizer(
+    name: str,
+    *,
+    source: str | None = None,
+    paths: Any = None,
+    vocab_size: int = 4096,
+    min_frequency: int = 2,
+    special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    max_token_length: int | None = 32,
+    max_documents: int | None = None,
+    max_chars: int | None = None,
+    text_field: str = "text",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step training a byte-level BPE tokenizer; its output folder holds `tokenizer.json`.
+
+    Args:
+        name: step name (and output folder name).
+        source: an embedded source ("python-docs", "python-code") to train on, or
+        paths: record folders / files / globs / step handles to train on.
+        vocab_size, min_frequency, special_tokens, max_token_length: see `BPEConfig`.
+        max_documents, max_chars: cap the training text (deterministically: the first ones in order).
+        resources: run on the cluster with these resources (default: in the runner process).
+    """
+    bpe = BPEConfig(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=tuple(special_tokens),
+        max_token_length=max_token_length,
+    )
+    config = TrainTokenizerConfig(
+        inputs=_inputs(source, paths, "train_tokenizer"),
+        bpe=bpe,
+        max_documents=max_documents,
+        max_chars=max_chars,
+        text_field=text_field,
+    )
+    return step(
+        name,
+        _run_train_tokenizer,
+        config,
+        version="train-bpe-v1",
+        resources=resources,
+        description=f"byte-level BPE, vocab {vocab_size}",
+    )
+
+
+# -- tokenized -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """Config of the `tokenized` step."""
+
+    inputs: list
+    """Record folders / files / globs (step handles at build time, paths when the step runs)."""
+    tokenizer: Any
+    """A tokenizer step handle (its folder), a tokenizer file/folder path, or a hub id."""
+    tokenizer_fingerprint: str | None = None
+    """For a path or hub id: its fingerprint when the step was built, so the identity follows content."""
+    validation_fraction: float = 0.02
+    """Fraction of documents (by id hash) in the validation cache."""
+    split_seed: int = 0
+    """Seed of the split hash."""
+    prepend_bos: bool = False
+    """Start every document with BOS (EOS is always appended)."""
+    text_field: str = "text"
+    """The record field holding the text."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"TokenizeConfig.validation_fraction must be in [0, 1), got {self.validation_fraction!r}"
+            )
+
+
+def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
+    tok = load_tokenizer(config.tokenizer)
+    if config.tokenizer_fingerprint is not None and tok.fingerprint != config.tokenizer_fingerprint:
+        raise ValueError(
+            f"tokenizer {config.tokenizer!r} changed since the step was defined (fingerprint "
+            f"{tok.fingerprint[:12]}, was {config.tokenizer_fingerprint[:12]}); rebuild the experiment graph"
+        )
+    return build_cache(
+        config.inputs,
+        output_path,
+        tok,
+        validation_fraction=config.validation_fraction,
+        split_seed=config.split_seed,
+        prepend_bos=config.prepend_bos,
+        text_field=config.text_field,
+    )
+
+
+def tokenized(
+    name: str,
+    *,
+    source: str | None = None,
+    paths: Any = None,
+    tokenizer: Any,
+    validation_fraction: float = 0.02,
+    split_seed: int = 0,
+    prepend_bos: bool = False,
+    text_field: str = "text",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step tokenizing records into `train/` and `validation/` token caches (its output folder).
+
+    Each input shard is one task on the current cluster client; the build resumes after a crash.
+
+    Args:
+        name: step name (and output folder name).
+        source: an embedded source name ("python-docs", "python-code"), or
+        paths: record folders / files / globs / step handles (e.g. a data step's output).
+        tokenizer: a `train_tokenizer` step handle, a tokenizer file or folder, or a hub id.
+        validation_fraction: share of documents routed to `validation/` by a hash of their id.
+        split_seed: seed of that hash.
+        prepend_bos: start every document with BOS (EOS always ends it).
+        resources: where the driver runs (default: the runner process; the shard tasks always go to the
+            current client).
+
+    Example:
+        >>> docs = tokenized("tokenized/python-docs", source="python-docs", tokenizer=tok)  # doctest: +SKIP
+        >>> train_lm(..., datasets={docs: 0.7, code: 0.3})                                  # doctest: +SKIP
+    """
+    fingerprint = None
+    if isinstance(tokenizer, str | os.PathLike):
+        tokenizer = os.fspath(tokenizer)
+        fingerprint = load_tokenizer(tokenizer).fingerprint
+    elif not isinstance(tokenizer, StepHandle) and not hasattr(tokenizer, "__schooner_ref__"):
+        raise TypeError(
+            f"tokenized: tokenizer must be a train_tokenizer step handle, a path or a hub id, got "
+            f"{type(tokenizer).__name__}; save a Tokenizer with .save(folder) and pass the folder"
+        )
+    config = TokenizeConfig(
+        inputs=_inputs(source, paths, "tokenized"),
+        tokenizer=tokenizer,
+        tokenizer_fingerprint=fingerprint,
+        validation_fraction=validation_fraction,
+        split_seed=split_seed,
+        prepend_bos=prepend_bos,
+        text_field=text_field,
+    )
+    return step(
+        name,
+        _run_tokenize,
+        config,
+        version="tokenize-v1",
+        resources=resources,
+        description=f"token cache of {source or paths!r}",
+    )

@@ -1,0 +1,206 @@
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from schooner.cluster import LocalClient
+from schooner.data import make_record, write_records
+from schooner.tokenize import (
+    CacheError,
+    TokenCache,
+    Tokenizer,
+    TokenizerMismatchError,
+    build_cache,
+    load_tokenizer,
+    split_of,
+    train_bpe,
+)
+
+from .conftest import stdlib_texts
+
+
+def _records(n: int, start: int = 0) -> list[dict]:
+    recs = [make_record(t, source="stdlib") for t in stdlib_texts(n, start)]
+    recs.insert(3, make_record("", source="stdlib", id="the-empty-one"))
+    recs.append(make_record("mentions <|end_of_text|> literally", source="stdlib", id="forger"))
+    return recs
+
+
+@pytest.fixture(scope="module")
+def records_dir(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, list[dict]]:
+    path = str(tmp_path_factory.mktemp("records") / "recs")
+    recs = _records(48)
+    write_records(recs, path, format="jsonl.zst", num_shards=5)
+    return path, recs
+
+
+@pytest.fixture(scope="module")
+def local_client():
+    client = LocalClient(max_workers=2)
+    yield client
+    client.shutdown()
+
+
+def _snapshot(out: str) -> dict:
+    """Everything a reader can see of the two caches: manifests and every stored byte of the arrays."""
+    snap = {}
+    for split in ("train", "validation"):
+        c = TokenCache.open(os.path.join(out, split))
+        m = dict(c.manifest)
+        snap[split] = (
+            json.dumps(m, sort_keys=True),
+            c.tokens(0, c.num_tokens).tobytes(),
+            c.offsets().tobytes(),
+        )
+    return snap
+
+
+def test_build_contents_split_and_manifest(
+    records_dir, tokenizer: Tokenizer, tokenizer_path: str, local_client, tmp_path
+) -> None:
+    path, recs = records_dir
+    out = str(tmp_path / "cache")
+    summary = build_cache(path, out, tokenizer_path, validation_fraction=0.25, client=local_client)
+    train, val = TokenCache.open(f"{out}/train", tokenizer=tokenizer), TokenCache.open(f"{out}/validation")
+    nonempty = [r for r in recs if r["text"]]
+    expect_val = [r for r in nonempty if split_of(r["id"], 0.25, 0) == "validation"]
+    expect_train = [r for r in nonempty if split_of(r["id"], 0.25, 0) == "train"]
+    assert 3 <= len(expect_val) <= 25  # the rule really splits this corpus
+    assert (train.num_documents, val.num_documents) == (len(expect_train), len(expect_val))
+    for cache, expected in ((train, expect_train), (val, expect_val)):
+        for i, rec in enumerate(expected):
+            doc = cache.document(i)
+            assert doc[-1] == tokenizer.eos_id and tokenizer.eos_id not in doc[:-1]
+            assert doc.tolist() == tokenizer.encode(rec["text"]) + [tokenizer.eos_id]
+        assert cache.num_tokens == sum(len(tokenizer.encode(r["text"])) + 1 for r in expected)
+    m = train.manifest
+    assert (
+        m["tokenizer_fingerprint"] == tokenizer.fingerprint
+        and m["vocab_size"] == 800
+        and m["dtype"] == "uint16"
+    )
+    assert m["skipped_empty"] == 1 and summary["skipped_empty"] == 1
+    assert len(m["shards"]) == 5 and sum(s["documents"] for s in m["shards"]) == train.num_documents
+    assert [s["token_start"] for s in m["shards"]] == np.cumsum([0] + [s["tokens"] for s in m["shards"]])[
+        :-1
+    ].tolist()
+    assert m["sources"] == [path] and m["max_token_id"] < 800
+    assert not os.path.exists(f"{out}/parts")  # merged and cleaned
+    assert load_tokenizer(out).fingerprint == tokenizer.fingerprint  # the folder carries its tokenizer
+    assert TokenCache.open(out).path.endswith("train")  # a step folder opens as its train split
+    # a finished build is not redone
+    assert build_cache(path, out, tokenizer_path, validation_fraction=0.25, client=local_client) == summary
+
+
+def test_resume_redoes_only_missing_shards_identically(
+    records_dir, tokenizer_path, local_client, tmp_path
+) -> None:
+    path, _ = records_dir
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    build_cache(path, straight, tokenizer_path, validation_fraction=0.2, client=local_client)
+    # An interrupted build: shards 1 and 3 finished, nothing merged.
+    from schooner.data import list_shards
+    from schooner.tokenize._build import encode_shard
+
+    build_cache(path, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
+    plan = json.loads(Path(resumed, "build.json").read_text())["plan"]
+    for split in ("train", "validation"):
+        import shutil
+
+        shutil.rmtree(Path(resumed, split))
+    Path(resumed, "build.json").write_text(json.dumps({"plan": plan, "complete": False}))
+    for i in (1, 3):
+        shard = list_shards(path)[i]
+        encode_shard(
+            {
+                "index": i,
+                "shard": shard,
+                "shard_bytes": os.path.getsize(shard),
+                "output": resumed,
+                "tokenizer": f"{resumed}/tokenizer.json",
+                "validation_fraction": 0.2,
+                "split_seed": 0,
+                "prepend_bos": False,
+                "text_field": "text",
+                "encode_batch_size": 7,
+                "dtype": "uint16",
+            }
+        )
+    summary = build_cache(path, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
+    assert summary["shards_redone"] == 3
+    assert _snapshot(resumed) == _snapshot(straight)
+
+
+_KILLED_BUILD = """
+import sys
+from schooner.cluster import LocalClient
+from schooner.tokenize import build_cache
+client = LocalClient(max_workers=1)
+build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, encode_batch_size=4)
+"""
+
+
+def test_sigkill_mid_build_then_rerun_gives_identical_cache(tokenizer_path, local_client, tmp_path) -> None:
+    recs = _records(120)
+    src = str(tmp_path / "recs")
+    write_records(recs, src, format="jsonl.zst", num_shards=16)
+    killed, straight = str(tmp_path / "killed"), str(tmp_path / "straight")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_BUILD, src, killed, tokenizer_path], start_new_session=True
+    )
+    parts = Path(killed, "parts")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(parts.glob("part-*.json"))) < 2 and proc.poll() is None:
+        time.sleep(0.005)
+    family = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    for pid in family:  # the build and the workers it started, all at once, mid-way
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+    done_at_kill = len(list(parts.glob("part-*.json")))
+    assert 2 <= done_at_kill < 16, f"the build was not caught mid-way ({done_at_kill} of 16 shards done)"
+    assert not Path(killed, "train", "manifest.json").exists()
+    with pytest.raises(CacheError, match="no manifest.json"):
+        TokenCache.open(f"{killed}/train")
+    summary = build_cache(src, killed, tokenizer_path, validation_fraction=0.1, client=local_client)
+    assert summary["shards_redone"] <= 16 - 2
+    build_cache(src, straight, tokenizer_path, validation_fraction=0.1, client=local_client)
+    assert _snapshot(killed) == _snapshot(straight)
+
+
+def test_bad_inputs(records_dir, tokenizer: Tokenizer, tokenizer_path: str, local_client, tmp_path) -> None:
+    path, _ = records_dir
+    with pytest.raises(FileNotFoundError, match="token cache input .*nowhere"):
+        build_cache(str(tmp_path / "nowhere"), str(tmp_path / "o1"), tokenizer_path, client=local_client)
+    with pytest.raises(ValueError, match="validation_fraction must be in"):
+        build_cache(path, str(tmp_path / "o2"), tokenizer_path, validation_fraction=1.0)
+    no_eos = train_bpe(
+        ["abc abc abc"] * 5,
+        vocab_size=300,
+        special_tokens=("<s>",),
+        bos_token="<s>",
+        eos_token="<s>",
+        pad_token="<s>",
+    )
+    no_eos.eos_token = None
+    with pytest.raises(ValueError, match="has no EOS token"):
+        build_cache(path, str(tmp_path / "o3"), no_eos)
+    out = str(tmp_path / "o4")
+    build_cache(path, out, tokenizer_path, client=local_client)
+    with pytest.raises(ValueError, match=r"different plan \(fields differ: \['split_seed'\]\)"):
+        build_cache(path, out, tokenizer_path, split_seed=3, client=local_client)
+    other = train_bpe(["other text entirely " * 20], vocab_size=300)
+    with pytest.raises(TokenizerMismatchError, match=rf"token cache '{out}/train' was built with tokenizer"):
+        TokenCache.open(f"{out}/train", tokenizer=other)
+    with pytest.raises(CacheError, match="beyond vocab_size=10"):
+        TokenCache.open(out, vocab_size=10)
+    with pytest.raises(ValueError, match="memory:// is not shared"):
+        build_cache(path, "memory://x", tokenizer)
