@@ -32,8 +32,10 @@ from ._loss import scalar_metrics as scalar_metrics
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._sharding import activation_sharding as activation_sharding
 from ._sharding import batch_sharding as batch_sharding
 from ._sharding import compute_axis_mapping as compute_axis_mapping
+from ._sharding import constrain as constrain
 from ._sharding import model_shardings as model_shardings
 from ._sharding import param_axis_mapping as param_axis_mapping
 from ._sharding import pspec_for_named as pspec_for_named

@@ -18,6 +18,7 @@ from ._layers import (
     POSITION,
     apply_rope,
     axes_for,
+    named_dot,
     normal_init,
     ones,
     rms_norm,
@@ -109,9 +110,9 @@ class Attention(eqx.Module):
         reference: bool = False,
     ) -> NamedArray:
         dtype = x.dtype
-        q = hax.dot(x, self.q_proj.astype(dtype), axis=EMBED)
-        k = hax.dot(x, self.k_proj.astype(dtype), axis=EMBED)
-        v = hax.dot(x, self.v_proj.astype(dtype), axis=EMBED)
+        q = named_dot(x, self.q_proj.astype(dtype), EMBED)
+        k = named_dot(x, self.k_proj.astype(dtype), EMBED)
+        v = named_dot(x, self.v_proj.astype(dtype), EMBED)
         if self.q_norm is not None and self.k_norm is not None:
             q = rms_norm(q, self.q_norm, HEAD_DIM, self.norm_eps)
             k = rms_norm(k, self.k_norm, HEAD_DIM, self.norm_eps)
@@ -125,4 +126,4 @@ class Attention(eqx.Module):
         out_named = hax.named(
             out, (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
         )
-        return hax.dot(out_named, self.o_proj.astype(dtype), axis=(HEADS, HEAD_DIM))
+        return named_dot(out_named, self.o_proj.astype(dtype), (HEADS, HEAD_DIM))

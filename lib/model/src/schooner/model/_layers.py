@@ -38,6 +38,24 @@ def axes_for(config: LlamaConfig) -> dict[str, Axis]:
     }
 
 
+def named_dot(x: NamedArray, w: NamedArray, contract: str | tuple[str, ...]) -> NamedArray:
+    """Contract ``x`` and ``w`` over the named axes ``contract``; other axes are kept (x's, then w's).
+
+    A small einsum over the raw arrays (haliax's ``hax.dot`` goes through a path that emits jax
+    deprecation warnings on every trace in this jax version).
+    """
+    names = (contract,) if isinstance(contract, str) else tuple(contract)
+    letters: dict[str, str] = {}
+    for ax in (*x.axes, *w.axes):
+        letters.setdefault(ax.name, chr(ord("a") + len(letters)))
+    out_axes = [a for a in x.axes if a.name not in names]
+    out_axes += [a for a in w.axes if a.name not in names and all(a.name != o.name for o in out_axes)]
+    spec_x = "".join(letters[a.name] for a in x.axes)
+    spec_w = "".join(letters[a.name] for a in w.axes)
+    spec_o = "".join(letters[a.name] for a in out_axes)
+    return hax.named(jnp.einsum(f"{spec_x},{spec_w}->{spec_o}", x.array, w.array), tuple(out_axes))
+
+
 def normal_init(key: jax.Array, axes: tuple[Axis, ...], std: float) -> NamedArray:
     """Truncated (at 3 std) normal weights of the given named shape, float32."""
     shape = tuple(a.size for a in axes)
@@ -115,7 +133,7 @@ class SwiGLU(eqx.Module):
     def __call__(self, x: NamedArray) -> NamedArray:
         dtype = x.dtype
         mlp_axis = self.gate.axes[0].name
-        g = hax.dot(x, self.gate.astype(dtype), axis=EMBED)
-        u = hax.dot(x, self.up.astype(dtype), axis=EMBED)
+        g = named_dot(x, self.gate.astype(dtype), EMBED)
+        u = named_dot(x, self.up.astype(dtype), EMBED)
         h = hax.nn.silu(g) * u
-        return hax.dot(h, self.down.astype(dtype), axis=mlp_axis)
+        return named_dot(h, self.down.astype(dtype), mlp_axis)

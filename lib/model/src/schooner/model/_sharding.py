@@ -8,7 +8,7 @@ axis (or axes) each logical axis is split over. Parameters and activations use d
   splits ``heads``/``kv_heads``/``mlp``/``vocab`` over the model axis; expert parallelism splits
   ``experts`` over the expert axis.
 * activations (:func:`compute_axis_mapping`): ``batch`` over the data (and expert) axes, the same tensor
-  axes over the model axis. Enter it with ``haliax.axis_mapping(mapping)`` around the jitted call to add
+  axes over the model axis. Trace the jitted step inside ``activation_sharding(mesh, mapping)`` to add
   activation sharding constraints inside the model (without it XLA propagates shardings on its own).
 
 An axis whose size is not divisible by its mesh axes' size is left replicated rather than failing.
@@ -16,8 +16,10 @@ An axis whose size is not divisible by its mesh axes' size is left replicated ra
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import haliax as hax
@@ -107,3 +109,32 @@ def batch_sharding(mesh: Mesh, axis_mapping: AxisMapping) -> NamedSharding:
     if physical is not None:
         _mesh_size(mesh, physical)  # validates the names
     return NamedSharding(mesh, PartitionSpec(physical, None))
+
+
+_ACTIVE = threading.local()
+
+
+@contextlib.contextmanager
+def activation_sharding(mesh: Mesh, axis_mapping: AxisMapping) -> Iterator[None]:
+    """While tracing inside this context, the model constrains its activations to ``axis_mapping`` on ``mesh``.
+
+    Example:
+        >>> with activation_sharding(mesh, compute_axis_mapping(data_axis="data", model_axis="model")):
+        ...     loss, metrics = jax.jit(loss_fn)(model, tokens)
+    """
+    previous = getattr(_ACTIVE, "value", None)
+    _ACTIVE.value = (mesh, dict(axis_mapping))
+    try:
+        yield
+    finally:
+        _ACTIVE.value = previous
+
+
+def constrain(x: NamedArray) -> NamedArray:
+    """Constrain an activation to the active :func:`activation_sharding` (identity when none is active)."""
+    active = getattr(_ACTIVE, "value", None)
+    if active is None:
+        return x
+    mesh, mapping = active
+    sharding = NamedSharding(mesh, pspec_for_named(x.axes, mesh, mapping))
+    return hax.named(jax.lax.with_sharding_constraint(x.array, sharding), x.axes)

@@ -10,7 +10,6 @@ import haliax.nn as hnn
 import jax
 import jax.numpy as jnp
 from haliax import NamedArray
-from haliax.partitioning import current_thread_local_mapping
 
 from ._attention import Attention
 from ._config import LlamaConfig, MoEConfig, resolve_compute_dtype
@@ -23,12 +22,14 @@ from ._layers import (
     VOCAB,
     SwiGLU,
     axes_for,
+    named_dot,
     normal_init,
     ones,
     rms_norm,
     rope_cos_sin,
 )
 from ._moe import MoE
+from ._sharding import constrain
 
 _POLICIES: dict[str, Any] = {
     "none": False,
@@ -37,14 +38,6 @@ _POLICIES: dict[str, Any] = {
     "save_carries": True,
     "nested": "nested",
 }
-
-
-def _constrain(x: NamedArray) -> NamedArray:
-    # Activation sharding constraints only when the caller set a compute axis mapping (hax.axis_mapping);
-    # without one hax.shard would warn outside jit and is a no-op inside.
-    if current_thread_local_mapping() is None:
-        return x
-    return hax.shard(x)
 
 
 class Block(eqx.Module):
@@ -80,13 +73,13 @@ class Block(eqx.Module):
         h = self.attn(
             rms_norm(x, self.attn_norm, EMBED, self.norm_eps), cos, sin, segment_ids, reference=reference
         )
-        x = _constrain(x + h)
+        x = constrain(x + h)
         normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps)
         if isinstance(self.mlp, MoE):
             h, stats = self.mlp(normed)
         else:
             h, stats = self.mlp(normed), {}
-        return _constrain(x + h), stats
+        return constrain(x + h), stats
 
 
 class Transformer(eqx.Module):
@@ -113,7 +106,7 @@ class Transformer(eqx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Logits float32[B, T, V] and the per-layer aux arrays (MoE router stats; empty for dense)."""
         h, aux = self.hidden_states(tokens, segment_ids=segment_ids)
-        logits = hax.dot(h, self.output_embedding().astype(h.dtype), axis=EMBED)
+        logits = named_dot(h, self.output_embedding().astype(h.dtype), EMBED)
         return logits.rearrange((BATCH, POSITION, VOCAB)).array.astype(jnp.float32), aux
 
     def output_embedding(self) -> NamedArray:
@@ -140,7 +133,7 @@ class Transformer(eqx.Module):
         b, t = tokens.shape
         batch, position = hax.Axis(BATCH, b), hax.Axis(POSITION, t)
         x = self.embed.array.astype(dtype)[tokens]
-        x = _constrain(hax.named(x, (batch, position, self.embed.axes[1])))
+        x = constrain(hax.named(x, (batch, position, self.embed.axes[1])))
         cos, sin = rope_cos_sin(t, cfg.resolved_head_dim, cfg.rope)
 
         def run_block(block: Block, carry: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
