@@ -158,14 +158,23 @@ class RayClient:
         check_resources: bool = True,
         **init_kwargs: Any,
     ) -> None:
+        address = address or _address_from_env() or "local"
+        if address == "local" and "RAY_ENABLE_UV_RUN_RUNTIME_ENV" not in os.environ:
+            # Under `uv run`, Ray would rebuild this project in a fresh venv for every local worker (tens of
+            # seconds); workers on this machine already share our environment.
+            os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+            local_no_uv_hook = True
+        else:
+            local_no_uv_hook = False
         import ray
 
+        if local_no_uv_hook:  # in case ray was imported before we set the variable
+            ray._private.ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
         self._ray = ray
         self.check_resources = check_resources
         self._owns_ray = False
         if not ray.is_initialized():
-            address = address or _address_from_env()
-            ray.init(address=address or "local", namespace=namespace, runtime_env=runtime_env, **init_kwargs)
+            ray.init(address=address, namespace=namespace, runtime_env=runtime_env, **init_kwargs)
             self._owns_ray = True
         self._job = ray.remote(run_job)
         self._batch = ray.remote(run_batch)

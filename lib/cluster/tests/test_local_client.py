@@ -1,0 +1,210 @@
+"""LocalClient specifics: admission by CPUs and memory, logs, worker isolation, pool lifecycle."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from schooner.cluster import (
+    JobCancelledError,
+    JobError,
+    JobStatus,
+    LocalClient,
+    ResourceConfig,
+    ResourcesUnavailableError,
+    WorkerDiedError,
+)
+
+
+@dataclass(frozen=True)
+class Span:
+    """Defined in this test module, which workers cannot import by name: it must travel by value."""
+
+    start: float
+    end: float
+    pid: int
+
+
+def timed_sleep(seconds: float) -> Span:
+    start = time.time()
+    time.sleep(seconds)
+    return Span(start, time.time(), os.getpid())
+
+
+def _max_overlap(spans: list[Span]) -> int:
+    events = sorted([(s.start, 1) for s in spans] + [(s.end, -1) for s in spans])
+    depth = best = 0
+    for _, d in events:
+        depth += d
+        best = max(best, depth)
+    return best
+
+
+def test_cpu_admission_never_oversubscribes():
+    with LocalClient(max_workers=2) as client:
+        jobs = [client.submit(timed_sleep, 0.4, resources=ResourceConfig.with_cpu(cpu=1)) for _ in range(4)]
+        assert _max_overlap([j.result(timeout=60) for j in jobs]) == 2
+        wide = [client.submit(timed_sleep, 0.3, resources=ResourceConfig.with_cpu(cpu=2)) for _ in range(2)]
+        assert _max_overlap([j.result(timeout=60) for j in wide]) == 1
+
+
+def test_memory_admission_never_oversubscribes():
+    with LocalClient(max_workers=2, memory="1GiB") as client:
+        res = ResourceConfig.with_cpu(cpu=0.5, ram="600MiB")
+        jobs = [client.submit(timed_sleep, 0.3, resources=res) for _ in range(2)]
+        assert _max_overlap([j.result(timeout=60) for j in jobs]) == 1
+        with pytest.raises(ResourcesUnavailableError, match=r"ram=.*1\.00 GiB"):
+            client.submit(timed_sleep, 0, resources=ResourceConfig.with_cpu(ram="2GiB"))
+
+
+def test_constructor_validates():
+    with pytest.raises(ValueError, match="max_workers"):
+        LocalClient(max_workers=0)
+    with pytest.raises(ValueError, match="memory"):
+        LocalClient(memory="lots")
+
+
+def test_cancel_pending_job_never_runs(tmp_path):
+    with LocalClient(max_workers=1) as client:
+        blocker = client.submit(timed_sleep, 1.0)
+        marker = tmp_path / "ran"
+        pending = client.submit(Path.write_text, marker, "x")
+        time.sleep(0.1)
+        assert pending.status() is JobStatus.PENDING
+        pending.cancel()
+        assert pending.wait(timeout=5) is JobStatus.CANCELLED
+        with pytest.raises(JobCancelledError):
+            pending.result()
+        blocker.result(timeout=30)
+        assert not marker.exists()
+
+
+def chatty(n: int) -> int:
+    for i in range(n):
+        print(f"line {i}")
+    return n
+
+
+def test_logs_are_captured_per_job_and_streamed(capsys):
+    with LocalClient(max_workers=2, stream_logs=True) as client:
+        a = client.submit(chatty, 3, name="job-a")
+        b = client.submit(chatty, 2, name="job-b")
+        assert (a.result(timeout=60), b.result(timeout=60)) == (3, 2)
+        assert a.logs() == "line 0\nline 1\nline 2\n"
+        assert b.logs() == "line 0\nline 1\n"
+    out = capsys.readouterr().out
+    assert "[job-a] line 2" in out
+    assert "[job-b] line 1" in out
+
+
+def print_env_secret(x: int) -> int:
+    print(f"item {x} token={os.environ['SCHOONER_MAP_ACCESS_TOKEN']}", flush=True)
+    return x
+
+
+def test_map_output_is_relayed_with_secrets_scrubbed(capfd):
+    secret = "tok-91d2e8f7a6b5"
+    res = ResourceConfig.with_cpu(env={"SCHOONER_MAP_ACCESS_TOKEN": secret})
+    with LocalClient(max_workers=2) as client:
+        assert list(client.map(print_env_secret, range(3), resources=res)) == [0, 1, 2]
+    out, err = capfd.readouterr()
+    assert "item 2 token=***" in out
+    assert secret not in out + err
+
+
+def nested_budget() -> float:
+    inner = LocalClient()
+    try:
+        return inner.machine.cpus
+    finally:
+        inner.shutdown()
+
+
+def test_client_inside_a_job_stays_within_the_jobs_cpus(local_client):
+    assert (
+        local_client.submit(nested_budget, resources=ResourceConfig.with_cpu(cpu=1)).result(timeout=60) == 1
+    )
+
+
+def crash_hard() -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # segfault: the worker dies, the caller must not
+
+
+def test_segfault_in_a_worker_is_a_clean_error(local_client):
+    job = local_client.submit(crash_hard, resources=ResourceConfig.with_cpu(max_retries_preemption=1))
+    with pytest.raises(WorkerDiedError, match="SIGSEGV") as info:
+        job.result(timeout=60)
+    assert "max_retries_preemption=1" in str(info.value)
+    assert job.attempts == 2
+    assert "[schooner] worker pid" in job.logs()
+
+
+def test_shutdown_kills_running_jobs(tmp_path):
+    client = LocalClient(max_workers=1)
+    job = client.submit(timed_sleep, 60)
+    while job.status() is not JobStatus.RUNNING:
+        time.sleep(0.01)
+    start = time.monotonic()
+    client.shutdown()
+    assert time.monotonic() - start < 15
+    assert job.wait(timeout=5) is JobStatus.FAILED
+    with pytest.raises(JobError, match="shut down"):
+        job.result()
+    with pytest.raises(RuntimeError, match="shut down"):
+        client.submit(timed_sleep, 0)
+    client.shutdown()  # idempotent
+
+
+def test_abandoned_map_releases_its_workers(local_client):
+    first = list(itertools.islice(local_client.map(abs, itertools.count()), 5))  # an endless input
+    assert first == [0, 1, 2, 3, 4]
+    deadline = time.monotonic() + 10
+    while local_client._pool._used_cpu and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert local_client._pool._used_cpu == 0
+    assert list(local_client.map(abs, [-1, -2])) == [1, 2]
+
+
+def make_lock(_: int) -> threading.Lock:
+    return threading.Lock()
+
+
+def test_unpicklable_result_is_a_job_error(local_client):
+    with pytest.raises(JobError, match="not picklable"):
+        list(local_client.map(make_lock, [1]))
+    with pytest.raises(JobError, match="not picklable"):
+        local_client.submit(make_lock, 1).result(timeout=60)
+
+
+def test_test_module_classes_travel_both_ways(local_client):
+    span = local_client.submit(timed_sleep, 0.0).result(timeout=60)
+    assert isinstance(span, Span)
+    assert span.pid != os.getpid()
+
+
+def test_large_ordered_map(local_client):
+    n = 20_000
+    assert list(local_client.map(abs, range(-n, 0))) == list(range(n, 0, -1))
+
+
+def test_concurrent_maps_share_the_pool(local_client):
+    results: dict[int, list] = {}
+
+    def run(k: int) -> None:
+        results[k] = list(local_client.map(abs, range(-300 * k, 0)))
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert {k: len(v) for k, v in results.items()} == {1: 300, 2: 600, 3: 900}
+    assert results[2] == list(range(600, 0, -1))

@@ -1,0 +1,83 @@
+"""RayClient specifics on the real local Ray: resource mapping, environment, logs kept free of secrets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from schooner.cluster import JobStatus, RayClient, ResourceConfig, ResourcesUnavailableError
+
+pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
+
+SECRET = "rk-live-77c1d0a9b8e2f3"
+
+
+def test_resource_mapping(ray_client):
+    opts = ray_client._options(ResourceConfig.with_cpu(cpu=2, ram="1GiB", max_retries_preemption=5), "j")
+    assert opts["num_cpus"] == 2.0
+    assert opts["memory"] == 2**30
+    assert opts["max_retries"] == 5
+    assert opts["retry_exceptions"] is False
+    gpu = ray_client._options(ResourceConfig.with_gpu("H100", count=8), "j")
+    assert (gpu["num_gpus"], gpu["accelerator_type"]) == (8, "H100")
+    tpu = ray_client._options(ResourceConfig.with_tpu("v5p-8"), "j")
+    assert tpu["resources"] == {"TPU-v5p-8-head": 1.0, "TPU": 4.0}
+    big = ray_client._options(ResourceConfig.with_tpu("v5p-64"), "j")
+    assert big["resources"] == {"TPU-v5p-64-head": 1.0}
+    retried = ray_client._options(
+        ResourceConfig.with_cpu(max_retries_failure=2, max_retries_preemption=1), "j", max_retries_failure=2
+    )
+    assert retried["max_retries"] == 3 and retried["retry_exceptions"]
+
+
+def test_secrets_travel_outside_runtime_env(ray_client):
+    opts = ray_client._options(ResourceConfig.with_cpu(env={"HF_TOKEN": SECRET, "MODE": "fast"}), "j")
+    assert opts["runtime_env"] == {"env_vars": {"MODE": "fast"}}
+
+
+def test_multislice_is_refused_clearly(ray_client):
+    with pytest.raises(ResourcesUnavailableError, match="slices=2"):
+        ray_client.submit(abs, 1, resources=ResourceConfig.with_tpu("v5p-8", slices=2))
+
+
+def flaky_job(marker: str) -> str:
+    if not os.path.exists(marker):
+        Path(marker).write_text("failed once")
+        raise RuntimeError("first attempt fails")
+    return "second attempt"
+
+
+def test_exceptions_are_retried_per_resources(ray_client, tmp_path):
+    res = ResourceConfig.with_cpu(max_retries_failure=1)
+    assert (
+        ray_client.submit(flaky_job, str(tmp_path / "m"), resources=res).result(timeout=120)
+        == "second attempt"
+    )
+
+
+def print_secret_and_env() -> str:
+    print(f"the key is {os.environ['SCHOONER_RAY_API_KEY']}", flush=True)
+    return os.environ["SCHOONER_RAY_MODE"]
+
+
+def test_secret_never_reaches_ray_log_files(ray_client):
+    import ray
+
+    res = ResourceConfig.with_cpu(env={"SCHOONER_RAY_API_KEY": SECRET, "SCHOONER_RAY_MODE": "loud"})
+    job = ray_client.submit(print_secret_and_env, resources=res)
+    assert job.result(timeout=120) == "loud"
+    assert job.status() is JobStatus.SUCCEEDED
+    assert "the key is ***" in job.logs()
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    leaked = [p for p in session.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not leaked, f"secret found in {leaked}"
+
+
+def test_existing_connection_is_reused(ray_client):
+    again = RayClient()  # ray is initialised in this process: connect to it, do not start another
+    assert again._owns_ray is False
+    assert again.submit(abs, -5).result(timeout=60) == 5
+    again.shutdown()  # does not stop the shared instance
+    assert ray_client.submit(abs, -6).result(timeout=60) == 6
