@@ -1,0 +1,229 @@
+"""Checkpoints: asynchronous, atomic, with a keep policy and discovery of the latest complete one.
+
+Layout under the run's output folder::
+
+    step-000010/
+        config.json        the model config (schooner.model.load_model reads the model from this folder)
+        ...                the model's arrays, written by schooner.model.save_model
+        train_state/       optimizer state, RNG key and step (tensorstore, one array per leaf)
+        checkpoint.json    written LAST: step, metrics, data position; its presence marks completeness
+
+A checkpoint is first written to `step-000010.tmp-<pid>/` and renamed into place only after
+`checkpoint.json` is in it, so a crash (even `kill -9`) mid-write leaves a `.tmp-` folder that is never
+loaded and is removed by the next run. On object stores without atomic rename the marker alone decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+_STEP_DIR = re.compile(r"^step-(\d{6,})$")
+MARKER = "checkpoint.json"
+# Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
+# touches `<tmp>/.paused` after writing the arrays and then sleeps, so a test can `kill -9` it mid-write.
+_PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When to write checkpoints and which to keep.
+
+    Example:
+        >>> CheckpointConfig(every=100, keep_last=2, keep_every=1000).keep_last
+        2
+    """
+
+    every: int | None = 1000
+    """Write a checkpoint every this many steps (None: only at the end)."""
+    keep_last: int = 2
+    """Keep this many most recent checkpoints (older ones are deleted after a newer one is complete)."""
+    keep_every: int | None = None
+    """Also keep, for good, checkpoints whose step is a multiple of this."""
+    save_final: bool = True
+    """Write a checkpoint after the last step."""
+    asynchronous: bool = True
+    """Write on a background thread so the step loop does not wait."""
+
+    def __post_init__(self) -> None:
+        if self.every is not None and (not isinstance(self.every, int) or self.every <= 0):
+            raise ValueError(
+                f"CheckpointConfig.every must be a positive int or None, got every={self.every!r}"
+            )
+        if not isinstance(self.keep_last, int) or self.keep_last < 1:
+            raise ValueError(
+                f"CheckpointConfig.keep_last must be an int >= 1 (the latest checkpoint is always kept), "
+                f"got keep_last={self.keep_last!r}"
+            )
+        if self.keep_every is not None and (not isinstance(self.keep_every, int) or self.keep_every <= 0):
+            raise ValueError(
+                f"CheckpointConfig.keep_every must be a positive int or None, got {self.keep_every!r}"
+            )
+
+
+def step_dir_name(step: int) -> str:
+    """`step-000123` for step 123."""
+    return f"step-{step:06d}"
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def complete_checkpoints(root: str) -> list[tuple[int, str]]:
+    """The complete checkpoints under `root` as (step, path), oldest first (incomplete ones are ignored)."""
+    fs, base = fsspec.core.url_to_fs(root)
+    if not fs.exists(base):
+        return []
+    found = []
+    for entry in fs.ls(base, detail=False):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        m = _STEP_DIR.match(name)
+        if m and fs.exists(f"{entry.rstrip('/')}/{MARKER}"):
+            found.append((int(m.group(1)), f"{root.rstrip('/')}/{name}"))
+    return sorted(found)
+
+
+def latest_checkpoint(root: str) -> tuple[int, str] | None:
+    """The newest complete checkpoint under `root`, or None."""
+    found = complete_checkpoints(root)
+    return found[-1] if found else None
+
+
+def read_marker(path: str) -> dict[str, Any]:
+    """The `checkpoint.json` of a complete checkpoint folder."""
+    with fsspec.open(f"{path.rstrip('/')}/{MARKER}", "r") as f:
+        return json.load(f)
+
+
+class CheckpointManager:
+    """Writes checkpoints (optionally on a background thread) and applies the keep policy.
+
+    The caller supplies `write_fn(folder, snapshot)` that writes the arrays into `folder`; the manager
+    owns the folder's life cycle: temporary name, marker last, rename, pruning, error propagation.
+    """
+
+    def __init__(
+        self, root: str, config: CheckpointConfig, *, log: Callable[[str], None] | None = None
+    ) -> None:
+        self.root = root.rstrip("/")
+        self.config = config
+        self._log = log or (lambda msg: None)
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._writes = 0
+        self.write_seconds: list[float] = []
+        self._remove_stale_temporaries()
+
+    def _remove_stale_temporaries(self) -> None:
+        fs, base = fsspec.core.url_to_fs(self.root)
+        if not fs.exists(base):
+            return
+        for entry in fs.ls(base, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if ".tmp-" in name and name.startswith("step-"):
+                self._log(f"removing incomplete checkpoint {name} (left by an interrupted write)")
+                fs.rm(entry, recursive=True)
+            elif (
+                _STEP_DIR.match(name)
+                and not fs.exists(f"{entry.rstrip('/')}/{MARKER}")
+                and not _is_local(self.root)
+            ):
+                # On object stores a folder without its marker is an interrupted in-place write.
+                fs.rm(entry, recursive=True)
+
+    def should_save(self, step: int, *, last_step: int) -> bool:
+        """Whether the policy asks for a checkpoint after `step` (steps counted from 1)."""
+        if step == last_step and self.config.save_final:
+            return True
+        return self.config.every is not None and step % self.config.every == 0
+
+    def save(
+        self,
+        step: int,
+        snapshot: Any,
+        write_fn: Callable[[str, Any], None],
+        metadata: dict[str, Any],
+    ) -> None:
+        """Write checkpoint `step`: `write_fn(tmp_folder, snapshot)`, then the marker, then the rename.
+
+        `snapshot` must not alias buffers the training loop will donate (copy device arrays first).
+        Waits for the previous write to finish first; re-raises its error if it failed.
+        """
+        self.wait()
+        self._writes += 1
+        args = (step, snapshot, write_fn, dict(metadata), self._writes)
+        if self.config.asynchronous:
+            self._thread = threading.Thread(
+                target=self._write_guarded, args=args, name=f"checkpoint-{step}", daemon=True
+            )
+            self._thread.start()
+        else:
+            self._write(*args)
+
+    def _write_guarded(self, *args: Any) -> None:
+        try:
+            self._write(*args)
+        except BaseException as e:  # re-raised on the main thread by wait()
+            self._error = e
+
+    def _write(
+        self, step: int, snapshot: Any, write_fn: Callable[[str, Any], None], metadata: dict, nth: int
+    ) -> None:
+        t0 = time.perf_counter()
+        final = f"{self.root}/{step_dir_name(step)}"
+        local = _is_local(self.root)
+        folder = f"{final}.tmp-{os.getpid()}" if local else final
+        fs, fpath = fsspec.core.url_to_fs(folder)
+        if fs.exists(fpath):
+            fs.rm(fpath, recursive=True)
+        fs.makedirs(fpath, exist_ok=True)
+        write_fn(folder, snapshot)
+        if os.environ.get(_PAUSE_ENV) == str(nth):
+            with fsspec.open(f"{folder}/.paused", "w") as f:
+                f.write("paused")
+            time.sleep(3600)
+        metadata = {**metadata, "step": step, "written_at": time.time()}
+        with fsspec.open(f"{folder}/{MARKER}", "w") as f:
+            json.dump(metadata, f, indent=1, sort_keys=True, default=str)
+        if local:
+            final_local = final.removeprefix("file://")
+            if os.path.exists(final_local):
+                # A checkpoint of this step already exists (e.g. a re-run of the last step): replace it.
+                shutil.rmtree(final_local)
+            os.replace(folder.removeprefix("file://"), final_local)
+        self.write_seconds.append(time.perf_counter() - t0)
+        self._log(f"checkpoint {step_dir_name(step)} written in {self.write_seconds[-1]:.2f}s")
+        self._prune()
+
+    def _prune(self) -> None:
+        found = complete_checkpoints(self.root)
+        keep = {s for s, _ in found[-self.config.keep_last :]}
+        if self.config.keep_every:
+            keep |= {s for s, _ in found if s % self.config.keep_every == 0}
+        fs, _ = fsspec.core.url_to_fs(self.root)
+        for s, path in found:
+            if s not in keep:
+                fs.rm(fsspec.core.url_to_fs(path)[1], recursive=True)
+
+    def wait(self) -> None:
+        """Block until the pending write (if any) is done; re-raise its error."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise RuntimeError(f"writing a checkpoint under {self.root} failed: {err}") from err
+
+    def close(self) -> None:
+        """Finish pending writes."""
+        self.wait()

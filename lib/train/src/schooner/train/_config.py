@@ -1,0 +1,258 @@
+"""`TrainConfig` and its parts: data, batch size (or schedule), length (steps or tokens), precision.
+
+Checks that need only the config run in `__post_init__`; checks that need the devices or the caches
+(batch divisible by the data-parallel size, sequence length vs the model, vocab vs the caches' tokenizer)
+run in `check_run` before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._checkpoint import CheckpointConfig
+from ._mesh import MeshConfig
+from ._optim import AdamConfig, OptimizerConfig
+from ._tracking import TrackerConfig
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The training mixture and the validation sets.
+
+    Example:
+        >>> DataConfig(components={"out/docs/train": 1.0}, seq_len=256).seq_len
+        256
+    """
+
+    components: Mapping[str, float]
+    """Token cache folder (or tokenized step folder) -> mixture weight."""
+    seq_len: int
+    """Tokens per training sequence."""
+    validation: Mapping[str, str] | None = None
+    """Validation caches, name -> folder. None: the `validation/` cache next to each component's
+    `train/` cache when it exists (named after the component's folder); {} disables eval."""
+    weight_schedule: Sequence[tuple[int, Mapping[str, float]]] | None = None
+    """Mixture weights by step: `[(start_step, {component: weight}), ...]` (see MixtureDataset)."""
+    block_size: int = 1024
+    """Sequences per mixture sampling block."""
+    eval_max_sequences: int = 64
+    """At most this many sequences of each validation cache per evaluation (the first ones, fixed)."""
+
+    def __post_init__(self) -> None:
+        if not self.components:
+            raise ValueError("DataConfig.components is empty; give at least one {cache_path: weight}")
+        for k, w in self.components.items():
+            if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+                raise ValueError(
+                    f"DataConfig.components[{k!r}] weight must be a finite number >= 0, got {w!r}"
+                )
+        if sum(self.components.values()) <= 0:
+            raise ValueError(
+                f"DataConfig.components weights sum to 0: {dict(self.components)}; give one a weight > 0"
+            )
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
+            raise ValueError(f"DataConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")
+        if not isinstance(self.eval_max_sequences, int) or self.eval_max_sequences < 1:
+            raise ValueError(
+                f"DataConfig.eval_max_sequences must be a positive int, got {self.eval_max_sequences!r}"
+            )
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """Batch size by step: `[(start_step, batch_size), ...]`, the first entry starting at step 0.
+
+    Example:
+        >>> BatchSchedule(((0, 8), (100, 16)))(150)
+        16
+    """
+
+    stages: tuple[tuple[int, int], ...]
+    """Ascending (start_step, batch_size) pairs; the first start_step must be 0."""
+
+    def __post_init__(self) -> None:
+        stages = tuple((int(s), int(b)) for s, b in self.stages)
+        object.__setattr__(self, "stages", stages)
+        if not stages or stages[0][0] != 0:
+            raise ValueError(f"BatchSchedule must start at step 0, got stages={stages!r}")
+        for (s0, _), (s1, _) in zip(stages, stages[1:]):
+            if s1 <= s0:
+                raise ValueError(f"BatchSchedule start steps must increase, got {s0} then {s1} in {stages!r}")
+        for s, b in stages:
+            if b < 1:
+                raise ValueError(f"BatchSchedule batch size at step {s} must be >= 1, got {b}")
+
+    def __call__(self, step: int) -> int:
+        return next(b for s, b in reversed(self.stages) if s <= step)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Every batch size the schedule uses."""
+        return tuple(b for _, b in self.stages)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a training run needs. Validated here and (with the devices and caches) in `check_run`.
+
+    Example:
+        >>> from schooner.model import presets                                        # doctest: +SKIP
+        >>> cfg = TrainConfig(model=presets.llama_nano, data=DataConfig({"c/train": 1.0}, seq_len=64),
+        ...                   batch_size=8, num_train_steps=100, output_path="out/run")  # doctest: +SKIP
+    """
+
+    model: Any
+    """The model config (a schooner.model LlamaConfig / MoEConfig)."""
+    data: DataConfig
+    """Training mixture and validation caches."""
+    output_path: str
+    """Run folder: checkpoints `step-NNNNNN/`, `metrics.jsonl`, `loss.png`, `hf/`."""
+    batch_size: int | BatchSchedule = 8
+    """Sequences per optimizer step (global, over all devices), or a schedule by step."""
+    num_train_steps: int | None = None
+    """Optimizer steps; give this or `train_tokens`."""
+    train_tokens: int | None = None
+    """Token budget: steps = ceil(train_tokens / (batch_size * seq_len)) (constant batch size only)."""
+    optimizer: OptimizerConfig = field(default_factory=AdamConfig)
+    """AdamConfig or MuonConfig (with the learning-rate schedule)."""
+    z_loss_weight: float = 0.0
+    """Weight of the output z-loss (mean squared log-partition); 1e-4 is common."""
+    compute_dtype: str | None = None
+    """Mixed precision: activation/matmul dtype ("bfloat16", "float32"); parameters and optimizer state stay
+    float32. None keeps the model config's `compute_dtype`."""
+    microbatches: int = 1
+    """Gradient accumulation: split each batch into this many microbatches (same result, less memory)."""
+    seed: int = 0
+    """Seed of the initialization, the data order and the per-step RNG (`fold_in(key, step)`)."""
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    """Device mesh and axis mappings."""
+    eval_every: int | None = None
+    """Evaluate on the validation caches every this many steps (and at the end); None: only at the end."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoint policy."""
+    trackers: TrackerConfig = field(default_factory=TrackerConfig)
+    """Metric sinks and progress frequency."""
+    tokenizer: str | None = None
+    """Tokenizer folder/file: byte lengths for bits-per-byte and files for the HF export. None: the one
+    the caches record, when it can be found."""
+    fit_vocab: bool = False
+    """Raise the model's `vocab_size` to the caches' tokenizer vocabulary when it is smaller (a preset's
+    vocab rarely matches your tokenizer). False: a smaller model vocab is an error."""
+    export_hf: bool = False
+    """Export the final model to `<output>/hf` in the Hugging Face layout."""
+    name: str = "train"
+    """Run name (trackers, logs)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.data, DataConfig):
+            raise TypeError(f"TrainConfig.data must be a DataConfig, got {type(self.data).__name__}")
+        if not isinstance(self.optimizer, OptimizerConfig):
+            raise TypeError(
+                f"TrainConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"
+            )
+        if isinstance(self.batch_size, Sequence) and not isinstance(self.batch_size, str):
+            object.__setattr__(self, "batch_size", BatchSchedule(tuple(self.batch_size)))
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | BatchSchedule):
+            raise ValueError(
+                f"TrainConfig.batch_size must be an int or a BatchSchedule, got {self.batch_size!r}"
+            )
+        if isinstance(self.batch_size, int) and self.batch_size < 1:
+            raise ValueError(f"TrainConfig.batch_size must be >= 1, got batch_size={self.batch_size}")
+        if (self.num_train_steps is None) == (self.train_tokens is None):
+            raise ValueError(
+                "give exactly one of TrainConfig.num_train_steps and TrainConfig.train_tokens, got "
+                f"num_train_steps={self.num_train_steps!r}, train_tokens={self.train_tokens!r}"
+            )
+        for f in ("num_train_steps", "train_tokens"):
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"TrainConfig.{f} must be a positive int, got {f}={v!r}")
+        if self.train_tokens is not None and isinstance(self.batch_size, BatchSchedule):
+            raise ValueError(
+                "TrainConfig.train_tokens needs a constant batch_size; give num_train_steps instead"
+            )
+        if not (isinstance(self.z_loss_weight, int | float) and self.z_loss_weight >= 0):
+            raise ValueError(
+                f"TrainConfig.z_loss_weight must be >= 0, got z_loss_weight={self.z_loss_weight!r}"
+            )
+        if self.compute_dtype is not None and self.compute_dtype not in _DTYPES:
+            raise ValueError(
+                f"TrainConfig.compute_dtype must be one of {_DTYPES} or None, got {self.compute_dtype!r}"
+            )
+        if (
+            isinstance(self.microbatches, bool)
+            or not isinstance(self.microbatches, int)
+            or self.microbatches < 1
+        ):
+            raise ValueError(
+                f"TrainConfig.microbatches must be a positive int, got microbatches={self.microbatches!r}"
+            )
+        for size in self.batch_sizes:
+            if size % self.microbatches:
+                raise ValueError(
+                    f"batch size {size} is not divisible by microbatches={self.microbatches}; "
+                    f"choose microbatches among the divisors of {size}"
+                )
+        if self.eval_every is not None and (not isinstance(self.eval_every, int) or self.eval_every < 1):
+            raise ValueError(
+                f"TrainConfig.eval_every must be a positive int or None, got {self.eval_every!r}"
+            )
+        if not self.output_path:
+            raise ValueError("TrainConfig.output_path is empty; give the run folder")
+        max_seq = getattr(self.model, "max_seq_len", None)
+        if max_seq is not None and self.data.seq_len > max_seq:
+            raise ValueError(
+                f"seq_len={self.data.seq_len} is beyond the model's max_seq_len={max_seq}; shorten seq_len or "
+                f"use a model config with max_seq_len >= {self.data.seq_len}"
+            )
+        # Schedule phases longer than the run raise here, before anything is built.
+        self.optimizer.lr_schedule(self.steps)
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        """Every batch size the run uses."""
+        return self.batch_size.sizes if isinstance(self.batch_size, BatchSchedule) else (self.batch_size,)
+
+    def batch_size_at(self, step: int) -> int:
+        """The batch size of (0-based) step `step`."""
+        return self.batch_size(step) if isinstance(self.batch_size, BatchSchedule) else self.batch_size
+
+    @property
+    def steps(self) -> int:
+        """The number of optimizer steps (from `num_train_steps` or the token budget)."""
+        if self.num_train_steps is not None:
+            return self.num_train_steps
+        assert self.train_tokens is not None and isinstance(self.batch_size, int)
+        return math.ceil(self.train_tokens / (self.batch_size * self.data.seq_len))
+
+
+def check_run(
+    config: TrainConfig, *, num_devices: int, cache_vocab_sizes: Mapping[str, int] | None = None
+) -> None:
+    """Checks that need the devices and the caches; raises ValueError before anything compiles.
+
+    Args:
+        config: the run.
+        num_devices: devices the mesh spans.
+        cache_vocab_sizes: vocab size of each training/validation cache's tokenizer (path -> size).
+    """
+    dp = config.mesh.data_parallel_size(num_devices)
+    for size in config.batch_sizes:
+        if size % (dp * config.microbatches):
+            raise ValueError(
+                f"batch size {size} is not divisible by the data-parallel size {dp} x microbatches "
+                f"{config.microbatches} (mesh {config.mesh.shape(num_devices)} on {num_devices} devices); use a "
+                f"batch size that is a multiple of {dp * config.microbatches}"
+            )
+    vocab = getattr(config.model, "vocab_size", None)
+    for path, v in (cache_vocab_sizes or {}).items():
+        if vocab is not None and vocab < v:
+            raise ValueError(
+                f"the model's vocab_size={vocab} is smaller than the tokenizer of cache {path!r} ({v} ids); use "
+                f"dataclasses.replace(model, vocab_size={v}) (train_lm does this when vocab_size is left to it)"
+            )

@@ -1,0 +1,517 @@
+"""`train(config)`: build the mesh, model, optimizer and data; resume; run the step loop; evaluate; save.
+
+The loop keeps the device busy: the step for batch s+1 is dispatched before the metrics of batch s are
+read back (a one-step lag), the data loader prepares batches on threads, and checkpoints are written
+from device copies on a background thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
+from ._config import BatchSchedule, TrainConfig, check_run
+from ._mesh import make_mesh, replicated
+from ._progress import Progress
+from ._tracking import make_trackers, plot_losses
+
+logger = logging.getLogger("schooner.train")
+_T0 = time.perf_counter()  # import time of this module: the "process start" the first-step latency uses
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss or the gradient became NaN/Inf; the run stopped without applying that update."""
+
+
+def config_to_json(config: TrainConfig) -> dict[str, Any]:
+    """A JSON-able dict of `config` (the model config through `schooner.model.config_to_dict`)."""
+    from schooner.model import config_to_dict
+
+    def conv(x: Any) -> Any:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if hasattr(x, "vocab_size") and hasattr(x, "num_layers"):
+                return config_to_dict(x)
+            d = {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
+            return {"class": type(x).__name__, **d}
+        if isinstance(x, Mapping):
+            return {str(k): conv(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [conv(v) for v in x]
+        return x
+
+    return conv(config)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages a run's results depend on."""
+    from importlib import metadata
+
+    out = {}
+    for name in (
+        "schooner-train",
+        "schooner-model",
+        "schooner-tokenize",
+        "jax",
+        "jaxlib",
+        "haliax",
+        "equinox",
+        "optax",
+        "tensorstore",
+        "numpy",
+    ):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
+def _maybe_init_distributed() -> None:
+    # Multi-host: a cluster launcher sets the coordinator; every host runs this same program.
+    if os.environ.get("JAX_COORDINATOR_ADDRESS") and not jax.distributed.is_initialized():
+        jax.distributed.initialize()
+
+
+def _enable_compilation_cache() -> None:
+    # The persistent cache makes a repeated run skip compilation; SCHOONER_COMPILATION_CACHE=off disables.
+    where = os.environ.get("SCHOONER_COMPILATION_CACHE", os.path.expanduser("~/.cache/schooner/jax"))
+    if where != "off" and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", where)
+
+
+def resolve_model_config(config: TrainConfig, cache_vocab: int) -> Any:
+    """The model config the run trains: vocab fitted to the caches when asked, compute dtype applied."""
+    model = config.model
+    if config.fit_vocab and model.vocab_size < cache_vocab:
+        logger.info(f"model vocab_size {model.vocab_size} -> {cache_vocab} (the caches' tokenizer)")
+        model = dataclasses.replace(model, vocab_size=cache_vocab)
+    if config.compute_dtype is not None:
+        model = dataclasses.replace(model, compute_dtype=config.compute_dtype)
+    return model
+
+
+class _LogSetup:
+    """Send `schooner.train` logs to `<run>/train.log` and (if nothing else is configured) to stderr."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.handlers: list[logging.Handler] = []
+        fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+        if "://" not in run_dir:
+            fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
+            fh.setFormatter(fmt)
+            self.handlers.append(fh)
+        if not logging.getLogger().handlers and not logger.handlers:
+            sh = logging.StreamHandler(sys.stderr)
+            sh.setFormatter(fmt)
+            self.handlers.append(sh)
+        for h in self.handlers:
+            logger.addHandler(h)
+        self._old_level = logger.level
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+
+    def close(self) -> None:
+        for h in self.handlers:
+            logger.removeHandler(h)
+            h.close()
+        logger.setLevel(self._old_level)
+
+
+def train(config: TrainConfig) -> dict[str, Any]:
+    """Run (or resume) training as configured; returns a summary.
+
+    Resumes automatically from the latest complete checkpoint in `config.output_path`.
+
+    Returns:
+        `{"steps", "final_loss", "checkpoint", "eval", "tokens_per_second", "mfu", ...}`.
+
+    Raises:
+        ValueError: an inconsistent configuration (before anything is compiled).
+        NonFiniteLossError: the loss or gradient became NaN/Inf (the message names the step; the last good
+            checkpoint is kept).
+    """
+    import fsspec
+
+    fs, out_path = fsspec.core.url_to_fs(config.output_path)
+    fs.makedirs(out_path, exist_ok=True)
+    logs = _LogSetup(config.output_path)
+    try:
+        return _Run(config).run()
+    finally:
+        logs.close()
+
+
+class _Run:
+    """One training run; `run()` does the work. Split into methods for readability only."""
+
+    def __init__(self, config: TrainConfig) -> None:
+        self.config = config
+        self.root = config.output_path.rstrip("/")
+
+    # -- setup ---------------------------------------------------------------------------------------
+    def _setup_data(self) -> None:
+        from schooner.tokenize import MixtureDataset, TokenCache
+
+        cfg = self.config
+        caches = {p: TokenCache.open(p) for p in cfg.data.components}
+        from ._evaluate import default_validation
+
+        self.validation = (
+            dict(cfg.data.validation)
+            if cfg.data.validation is not None
+            else default_validation(cfg.data.components)
+        )
+        val_caches = {p: TokenCache.open(p) for p in self.validation.values()}
+        vocab_sizes = {c.path: c.vocab_size for c in [*caches.values(), *val_caches.values()]}
+        self.model_config = resolve_model_config(cfg, max(vocab_sizes.values()))
+        check_run(
+            dataclasses.replace(cfg, model=self.model_config),
+            num_devices=len(jax.devices()),
+            cache_vocab_sizes=vocab_sizes,
+        )
+        self.dataset = MixtureDataset(
+            {p: w for p, w in cfg.data.components.items()},
+            seq_len=cfg.data.seq_len,
+            seed=cfg.seed,
+            weight_schedule=cfg.data.weight_schedule,
+            block_size=cfg.data.block_size,
+            vocab_size=self.model_config.vocab_size,
+        )
+        self.caches = caches
+
+    def _tokenizer_path(self) -> str | None:
+        from ._evaluate import find_tokenizer_file
+
+        if self.config.tokenizer:
+            return self.config.tokenizer
+        for p in self.config.data.components:
+            found = find_tokenizer_file(p)
+            if found:
+                return found
+        return None
+
+    def _setup_state(self) -> None:
+        import equinox as eqx
+
+        from schooner.model import init, model_shardings
+
+        from ._step import build_optimizer, init_state
+
+        cfg = self.config
+        self.mesh = make_mesh(cfg.mesh)
+        self.param_map = cfg.mesh.param_axis_mapping
+        self.compute_map = cfg.mesh.compute_axis_mapping
+        self.batch_sharding = jax.sharding.NamedSharding(
+            self.mesh, jax.sharding.PartitionSpec(self.compute_map["batch"], None)
+        )
+        key = jax.random.PRNGKey(cfg.seed)
+        k_init, k_train = jax.random.split(key)
+        abstract_model = eqx.filter_eval_shape(init, self.model_config, key=k_init)
+        self.tx = build_optimizer(cfg.optimizer, abstract_model, cfg.steps)
+        self.lr_schedule = cfg.optimizer.lr_schedule(cfg.steps)
+        mc = self.model_config
+
+        def make_state(k_init: jax.Array, k_train: jax.Array) -> Any:
+            return init_state(init(mc, key=k_init), self.tx, k_train)
+
+        abstract = eqx.filter_eval_shape(make_state, k_init, k_train)
+        self.state_sharding = model_shardings(abstract, self.mesh, self.param_map)
+        self.abstract_state = abstract
+        latest = latest_checkpoint(self.root)
+        if latest is None:
+            self.start_step = 0
+            self.state = jax.jit(make_state, out_shardings=self.state_sharding)(k_init, k_train)
+            self.resumed_from = None
+        else:
+            self.start_step, path = latest
+            self.state = self._restore(path)
+            self.resumed_from = path
+            logger.info(f"resuming from {path} (step {self.start_step})")
+
+    def _restore(self, path: str) -> Any:
+        from schooner.model import load_pytree, read_config
+
+        from ._step import TrainState
+
+        saved = read_config(path)
+        if saved != self.model_config:
+            raise ValueError(
+                f"checkpoint {path} holds a different model config than this run:\n  checkpoint {saved}\n"
+                f"  this run   {self.model_config}\nuse a new output_path or the original model config"
+            )
+        a, sh = self.abstract_state, self.state_sharding
+        model = load_pytree(f"{path}/model", a.model, sharding=sh.model)
+        rest = load_pytree(
+            f"{path}/train_state",
+            {"step": a.step, "opt_state": a.opt_state, "key": a.key},
+            sharding={"step": sh.step, "opt_state": sh.opt_state, "key": sh.key},
+        )
+        step = int(jax.device_get(rest["step"]))
+        marker = read_marker(path)
+        if step != marker["step"]:
+            raise ValueError(
+                f"checkpoint {path}: train_state step {step} != checkpoint.json step {marker['step']}"
+            )
+        return TrainState(step=rest["step"], model=model, opt_state=rest["opt_state"], key=rest["key"])
+
+    def _compile_step(self) -> None:
+        import haliax as hax
+
+        from ._step import make_train_step
+
+        cfg = self.config
+        bs = self.batch_sharding
+        step_fn = make_train_step(
+            self.tx,
+            z_loss_weight=float(cfg.z_loss_weight),
+            microbatches=cfg.microbatches,
+            lr_schedule=self.lr_schedule,
+            constrain_batch=lambda b: jax.lax.with_sharding_constraint(b, {k: bs for k in b}),
+        )
+
+        def wrapped(state: Any, batch: dict[str, jax.Array]) -> Any:
+            with hax.axis_mapping(self.compute_map):
+                return step_fn(state, batch)
+
+        self.step_fn = jax.jit(
+            wrapped,
+            in_shardings=(self.state_sharding, {"tokens": bs, "segment_ids": bs}),
+            out_shardings=(self.state_sharding, replicated(self.mesh)),
+            donate_argnums=(0,),
+        )
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _batch_size_fn(self) -> Any:
+        bsz = self.config.batch_size
+        return bsz if isinstance(bsz, int) else BatchSchedule(bsz.stages)
+
+    def tokens_before(self, step: int) -> int:
+        """Tokens consumed by steps [0, step)."""
+        cfg = self.config
+        if isinstance(cfg.batch_size, int):
+            return step * cfg.batch_size * cfg.data.seq_len
+        return sum(cfg.batch_size_at(s) for s in range(step)) * cfg.data.seq_len
+
+    def _write_checkpoint(self, folder: str, snapshot: Any) -> None:
+        from schooner.model import save_model, save_pytree
+
+        save_model(folder, snapshot.model, self.model_config)
+        save_pytree(
+            f"{folder}/train_state",
+            {"step": snapshot.step, "opt_state": snapshot.opt_state, "key": snapshot.key},
+        )
+
+    def run(self) -> dict[str, Any]:
+        from schooner.model import flops_per_token
+        from schooner.tokenize import DataLoader
+
+        from ._mfu import peak_flops
+
+        cfg = self.config
+        _maybe_init_distributed()
+        _enable_compilation_cache()
+        self._setup_data()
+        self._setup_state()
+        self._compile_step()
+        total = cfg.steps
+        run_info = {
+            "config": config_to_json(cfg),
+            "model_config": config_to_json(self.model_config),
+            "versions": package_versions(),
+            "devices": [str(d) for d in jax.devices()],
+            "mesh": cfg.mesh.shape(len(jax.devices())),
+        }
+        with (
+            open(os.path.join(self.root, "run.json"), "w")
+            if "://" not in self.root
+            else _fs_open(f"{self.root}/run.json") as f
+        ):
+            json.dump(run_info, f, indent=1, default=str)
+        trackers = make_trackers(
+            cfg.trackers,
+            run_dir=self.root,
+            name=cfg.name,
+            run_config=run_info,
+            resume_step=self.start_step if self.resumed_from else None,
+        )
+        ckpt = CheckpointManager(self.root, cfg.checkpoint, log=logger.info)
+        evaluator = self._make_evaluator()
+        fpt = flops_per_token(self.model_config, cfg.data.seq_len)
+        dtype = np.dtype(
+            jnp.dtype(
+                self.model_config.compute_dtype
+                if self.model_config.compute_dtype != "auto"
+                else ("float32" if jax.default_backend() == "cpu" else "bfloat16")
+            )
+        ).name
+        peak, peak_source = peak_flops(dtype)
+        logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
+        progress = Progress(
+            total,
+            start_step=self.start_step,
+            log_every=cfg.trackers.log_every,
+            flops_per_token=fpt,
+            peak_flops=peak,
+        )
+        summary: dict[str, Any] = {
+            "resumed_from": self.resumed_from,
+            "start_step": self.start_step,
+            "steps": total,
+            "peak_flops": peak,
+            "peak_source": peak_source,
+        }
+        last: dict[str, float] = {}
+        pending: tuple[int, Any, int] | None = None
+        first_step_done: float | None = None
+        tps: list[float] = []
+
+        def finish(p: tuple[int, Any, int]) -> None:
+            nonlocal last, first_step_done
+            n, dev_metrics, tokens = p
+            m = {f"train/{k}": float(v) for k, v in jax.device_get(dev_metrics).items()}
+            if first_step_done is None:
+                first_step_done = time.perf_counter() - _T0
+                summary["seconds_to_first_step"] = first_step_done
+            finite = m.pop("train/finite") == 1.0
+            m["train/tokens"] = float(self.tokens_before(n))
+            thr = progress.update(n, tokens, m)
+            m.update(thr)
+            if "throughput/tokens_per_second" in thr:
+                tps.append(thr["throughput/tokens_per_second"])
+            trackers.log(m, n)
+            last = m
+            if not finite:
+                ckpt.wait()
+                good = latest_checkpoint(self.root)
+                raise NonFiniteLossError(
+                    f"step {n}: the loss or gradient is not finite (loss={m.get('train/loss')}, "
+                    f"grad_norm={m.get('train/grad_norm')}); training stopped without applying that update. "
+                    f"Last good checkpoint: {good[1] if good else 'none'}. Lower the learning rate, add "
+                    "warmup or gradient clipping, or check the data."
+                )
+
+        try:
+            if self.start_step >= total:
+                logger.info(f"nothing to do: the run already reached step {total}")
+            loader = DataLoader(
+                self.dataset,
+                self._batch_size_fn(),
+                start_step=self.start_step,
+                sharding=self.batch_sharding,
+                prefetch=2,
+                stop_step=total,
+            )
+            for step, batch in loader:
+                n = step + 1
+                self.state, metrics = self.step_fn(self.state, batch)
+                if pending is not None:
+                    finish(pending)
+                pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)
+                do_eval = evaluator is not None and cfg.eval_every is not None and n % cfg.eval_every == 0
+                do_ckpt = ckpt.should_save(n, last_step=total)
+                if do_eval or do_ckpt or n == total:
+                    finish(pending)  # a checkpoint or eval must see a verified-finite state
+                    pending = None
+                if do_eval and n != total:
+                    trackers.log(self._evaluate(evaluator), n)
+                if do_ckpt:
+                    snapshot = jax.tree.map(jnp.copy, self.state)  # the loop donates self.state next step
+                    meta = {"tokens": self.tokens_before(n), "metrics": last, "seed": cfg.seed}
+                    ckpt.save(n, snapshot, self._write_checkpoint, meta)
+            if pending is not None:
+                finish(pending)
+            ckpt.wait()
+            if evaluator is not None:
+                ev = self._evaluate(evaluator)
+                trackers.log(ev, max(total, self.start_step))
+                summary["eval"] = ev
+        finally:
+            progress.close()
+            trackers.finish()
+            try:
+                ckpt.close()
+            finally:
+                if cfg.trackers.loss_plot and fs_exists(f"{self.root}/metrics.jsonl"):
+                    plot_losses(f"{self.root}/metrics.jsonl", f"{self.root}/loss.png", title=cfg.name)
+        final = latest_checkpoint(self.root)
+        summary.update(
+            final_loss=last.get("train/loss"),
+            checkpoint=final[1] if final else None,
+            tokens_per_second=float(np.median(tps)) if tps else None,
+            mfu=(float(np.median(tps)) * fpt / peak) if tps else None,
+            checkpoint_write_seconds=list(ckpt.write_seconds),
+        )
+        if cfg.export_hf:
+            summary["hf"] = self._export_hf()
+        return summary
+
+    def _make_evaluator(self) -> Any:
+        if not self.validation:
+            return None
+        from schooner.tokenize import load_tokenizer
+
+        from ._evaluate import Evaluator
+
+        tok_path = self._tokenizer_path()
+        byte_lengths = None
+        if tok_path is not None:
+            byte_lengths = load_tokenizer(tok_path).token_byte_lengths()
+            if len(byte_lengths) < self.model_config.vocab_size:
+                byte_lengths = np.pad(byte_lengths, (0, self.model_config.vocab_size - len(byte_lengths)))
+        else:
+            logger.warning(
+                "no tokenizer found for the caches: bits-per-byte is not reported (pass tokenizer=)"
+            )
+        dp = self.config.mesh.data_parallel_size(len(jax.devices()))
+        eval_bs = max(dp, math.ceil(min(self.config.batch_sizes) / dp) * dp)
+        return Evaluator(
+            self.validation,
+            seq_len=self.config.data.seq_len,
+            batch_size=eval_bs,
+            max_sequences=self.config.data.eval_max_sequences,
+            byte_lengths=byte_lengths,
+            sharding=self.batch_sharding,
+        )
+
+    def _evaluate(self, evaluator: Any) -> dict[str, float]:
+        import haliax as hax
+
+        with hax.axis_mapping(self.compute_map):
+            ev = evaluator(self.state.model)
+        logger.info("eval: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
+        return ev
+
+    def _export_hf(self) -> str:
+        from schooner.model import export_hf
+
+        folder = f"{self.root}/hf"
+        tok = self._tokenizer_path()
+        model = jax.device_get(self.state.model)
+        export_hf(model, self.model_config, folder, tokenizer_files=[tok] if tok else None)
+        logger.info(f"exported the final model to {folder} (Hugging Face layout)")
+        return folder
+
+
+def _fs_open(path: str) -> Any:
+    import fsspec
+
+    return fsspec.open(path, "w")
+
+
+def fs_exists(path: str) -> bool:
+    """Whether `path` (local or fsspec URL) exists."""
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs.exists(p)

@@ -1,0 +1,197 @@
+"""Trackers: a JSONL metrics file always; Weights & Biases and TensorBoard optionally; the loss-curve PNG.
+
+wandb, tensorboardX and matplotlib are imported only inside the tracker that needs them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import fsspec
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Where metrics go besides `metrics.jsonl` (always written), and how often progress is printed."""
+
+    wandb: bool = False
+    """Log to Weights & Biases (install `schooner-train[wandb]`)."""
+    wandb_project: str = "schooner"
+    """W&B project."""
+    wandb_mode: str = "offline"
+    """W&B mode: "offline" (default: writes under the run folder, `wandb sync` later), "online", "disabled"."""
+    tensorboard: bool = False
+    """Write TensorBoard event files under `<run>/tensorboard` (install `schooner-train[tensorboard]`)."""
+    loss_plot: bool = True
+    """Write `loss.png` (train and eval loss per step) at the end of the run."""
+    log_every: int = 10
+    """Print a progress line (and flush trackers) every this many steps."""
+
+    def __post_init__(self) -> None:
+        if self.wandb_mode not in ("offline", "online", "disabled"):
+            raise ValueError(
+                f"TrackerConfig.wandb_mode must be offline/online/disabled, got {self.wandb_mode!r}"
+            )
+        if not isinstance(self.log_every, int) or self.log_every <= 0:
+            raise ValueError(f"TrackerConfig.log_every must be a positive int, got {self.log_every!r}")
+
+
+class Tracker(Protocol):
+    """Receives metrics dicts (flat, str -> float) per step."""
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None: ...
+    def finish(self) -> None: ...
+
+
+def _finite_or_str(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)  # JSON has no NaN/Inf; keep them visible as strings
+    return v
+
+
+class JsonlTracker:
+    """Appends one JSON object per logged step to `metrics.jsonl`.
+
+    On resume from step S, lines for steps after S (logged by the interrupted run after its last
+    checkpoint) are dropped first, so the file reads as one uninterrupted run.
+    """
+
+    def __init__(self, path: str, *, resume_step: int | None = None) -> None:
+        self.path = path
+        self.fs, self._p = fsspec.core.url_to_fs(path)
+        if resume_step is not None and self.fs.exists(self._p):
+            kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
+            with self.fs.open(self._p, "w") as f:
+                for r in kept:
+                    f.write(json.dumps(r) + "\n")
+        elif resume_step is None and self.fs.exists(self._p):
+            self.fs.rm(self._p)
+        self._f = self.fs.open(self._p, "a")
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        row = {"step": step, "time": time.time(), **{k: _finite_or_str(v) for k, v in metrics.items()}}
+        self._f.write(json.dumps(row) + "\n")
+        self._f.flush()
+
+    def finish(self) -> None:
+        self._f.close()
+
+
+def read_metrics(path: str) -> list[dict[str, Any]]:
+    """The rows of a `metrics.jsonl` file."""
+    rows = []
+    with fsspec.open(path, "r") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+class WandbTracker:
+    """Weights & Biases; offline mode writes under `<run>/wandb`."""
+
+    def __init__(
+        self, config: TrackerConfig, *, run_dir: str, name: str, run_config: Mapping[str, Any]
+    ) -> None:
+        import wandb
+
+        # A stable id from the run folder lets a resumed run continue the same W&B run.
+        run_id = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+        os.makedirs(run_dir, exist_ok=True)
+        self._run = wandb.init(
+            project=config.wandb_project,
+            name=name,
+            id=run_id,
+            resume="allow",
+            dir=run_dir,
+            mode=config.wandb_mode,
+            config=dict(run_config),
+        )
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self._run.log(dict(metrics), step=step)
+
+    def finish(self) -> None:
+        self._run.finish()
+
+
+class TensorBoardTracker:
+    """TensorBoard event files under `<run>/tensorboard` (tensorboardX writer)."""
+
+    def __init__(self, run_dir: str) -> None:
+        from tensorboardX import SummaryWriter
+
+        self._w = SummaryWriter(logdir=os.path.join(run_dir, "tensorboard"))
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for k, v in metrics.items():
+            if isinstance(v, int | float):
+                self._w.add_scalar(k, v, step)
+
+    def finish(self) -> None:
+        self._w.close()
+
+
+class Trackers:
+    """Fan-out to several trackers."""
+
+    def __init__(self, trackers: Sequence[Tracker]) -> None:
+        self.trackers = list(trackers)
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        for t in self.trackers:
+            t.log(metrics, step)
+
+    def finish(self) -> None:
+        for t in self.trackers:
+            t.finish()
+
+
+def make_trackers(
+    config: TrackerConfig, *, run_dir: str, name: str, run_config: Mapping[str, Any], resume_step: int | None
+) -> Trackers:
+    """The JSONL tracker plus whichever optional trackers `config` enables."""
+    trackers: list[Tracker] = [JsonlTracker(f"{run_dir.rstrip('/')}/metrics.jsonl", resume_step=resume_step)]
+    if config.wandb:
+        trackers.append(WandbTracker(config, run_dir=run_dir, name=name, run_config=run_config))
+    if config.tensorboard:
+        trackers.append(TensorBoardTracker(run_dir))
+    return Trackers(trackers)
+
+
+def plot_losses(metrics_path: str, out_path: str, *, title: str = "") -> None:
+    """Draw train loss (and eval losses when present) against step into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    train = [(r["step"], r["train/loss"]) for r in rows if isinstance(r.get("train/loss"), float | int)]
+    evals: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("eval/") and k.endswith("/loss") and isinstance(v, float | int):
+                evals.setdefault(k, []).append((r["step"], v))
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if train:
+        ax.plot(*zip(*train), label="train/loss", linewidth=1)
+    for k, pts in sorted(evals.items()):
+        ax.plot(*zip(*pts), marker="o", markersize=3, label=k)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if train or evals:
+        ax.legend()
+    fig.tight_layout()
+    with fsspec.open(out_path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)
