@@ -39,6 +39,12 @@ def _rejoin(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
     """A path from `fs.glob`/`fs.ls` as the user would write it (no protocol for local paths)."""
     if is_local(template):
         return path
+    # Keep the user's spelling of the prefix ('memory://x' rather than fsspec's 'memory:///x').
+    cut = min((template.find(c) for c in _GLOB_CHARS if c in template), default=len(template))
+    base = template[: template.rfind("/", 0, cut) + 1]
+    stripped = fs._strip_protocol(base).rstrip("/")
+    if stripped and path.startswith(stripped + "/"):
+        return base.rstrip("/") + path[len(stripped) :]
     return fs.unstrip_protocol(path)
 
 

@@ -141,7 +141,8 @@ def _flush_all(buffers: list[list[tuple]], files: dict, cms: dict, stage_dir: st
         if p not in files:
             cms[p] = _fs.atomic_open(partition_path(stage_dir, p, task))
             files[p] = cms[p].__enter__()
-        pickle.dump(buf, files[p], protocol=pickle.HIGHEST_PROTOCOL)
+        for i in range(0, len(buf), _BATCH):
+            pickle.dump(buf[i : i + _BATCH], files[p], protocol=pickle.HIGHEST_PROTOCOL)
         buffers[p] = []
 
 
@@ -170,14 +171,16 @@ def sorted_items(
         return
     runs: list[str] = []
     run: list[tuple] = []
-    run_bytes = 0
+    run_bytes = 0.0
     for path in files:
         for batch, size in iter_sized_batches(path):
-            run.extend(batch)
-            run_bytes += size  # the pickled size stands for the run's footprint
-            if run_bytes >= memory_budget:
-                runs.append(_spill_run(run, scratch_dir, len(runs)))
-                run, run_bytes = [], 0
+            per_item = size / max(len(batch), 1)  # the pickled size stands for the items' footprint
+            for item in batch:
+                run.append(item)
+                run_bytes += per_item
+                if run_bytes >= memory_budget:
+                    runs.append(_spill_run(run, scratch_dir, len(runs)))
+                    run, run_bytes = [], 0
     if run:
         runs.append(_spill_run(run, scratch_dir, len(runs)))
         run = []

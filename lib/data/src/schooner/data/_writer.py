@@ -152,6 +152,12 @@ class ShardWriter:
         self._closed = True
         if exc is None:
             exc_type, exc = RuntimeError, RuntimeError("shard write aborted")
+        # Close the encoders before the temp file, so none of them writes to a closed file later.
+        with contextlib.suppress(Exception):
+            if self._parquet is not None:
+                self._parquet.close()
+            elif self._sink is not self._raw:
+                self._sink.close()
         with contextlib.suppress(BaseException):
             self._cm.__exit__(exc_type, exc, tb)
 

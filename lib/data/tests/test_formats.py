@@ -1,0 +1,231 @@
+"""Round trips through every format and compression, format detection, parquet splits/filters, fsspec."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schooner.data import (
+    WRITE_FORMATS,
+    ShardWriter,
+    content_id,
+    detect_format,
+    list_shards,
+    read_manifest,
+    read_records,
+    write_records,
+)
+
+from .conftest import make_records
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+    max_leaves=12,
+)
+records_st = st.lists(
+    st.fixed_dictionaries(
+        {
+            "id": st.text(max_size=12),
+            "text": st.text(),
+            "source": st.text(max_size=8),
+            "metadata": st.dictionaries(st.text(max_size=8), json_values, max_size=4),
+        }
+    ),
+    max_size=12,
+)
+
+
+@pytest.mark.parametrize("fmt", WRITE_FORMATS)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=records_st, num_shards=st.integers(1, 3))
+def test_round_trip_every_format(fmt: str, records: list[dict], num_shards: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "out")
+        manifest = write_records(records, out, format=fmt, num_shards=num_shards)
+        shards = list_shards(out)
+        assert [os.path.basename(s) for s in shards] == [
+            f"part-{i:05d}-of-{num_shards:05d}.{fmt}" for i in range(num_shards)
+        ]
+        back = [r for s in shards for r in read_records(s)]
+        assert back == records
+        assert manifest["records"] == len(records)
+        assert manifest["bytes"] == sum(os.path.getsize(s) for s in shards)
+        assert read_manifest(out) == manifest
+
+
+@settings(max_examples=25, deadline=None)
+@given(text=st.text(min_size=1), comp=st.sampled_from(["", ".gz", ".zst"]))
+def test_text_file_round_trip(text: str, comp: str) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "doc.txt" + comp)
+        raw = text.encode("utf-8")
+        if comp == ".gz":
+            raw = gzip.compress(raw, mtime=0)
+        elif comp == ".zst":
+            raw = zstandard.ZstdCompressor().compress(raw)
+        with open(path, "wb") as f:
+            f.write(raw)
+        (rec,) = read_records(path, source="docs")
+        assert rec == {
+            "id": content_id(text, "docs", "doc.txt" + comp),
+            "text": text,
+            "source": "docs",
+            "metadata": {"file": "doc.txt" + comp},
+        }
+
+
+def test_text_lines_mode(tmp_path) -> None:
+    path = tmp_path / "lines.txt"
+    path.write_bytes("first line\r\n\n  \nsecond ✓\nthird".encode())
+    recs = list(read_records(str(path), text_mode="lines", source="s"))
+    assert [(r["text"], r["metadata"]["line"]) for r in recs] == [
+        ("first line", 1),
+        ("second ✓", 4),
+        ("third", 5),
+    ]
+    assert len({r["id"] for r in recs}) == 3
+
+
+def test_foreign_layouts_are_normalised(tmp_path) -> None:
+    path = tmp_path / "rows.jsonl"
+    rows = [
+        {"body": "hello", "doc_id": 7, "lang": "en"},
+        {"body": "hi", "source": "web", "metadata": {"a": 1}, "x": [1]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    recs = list(read_records(str(path), text_field="body", id_field="doc_id"))
+    assert recs[0] == {"id": "7", "text": "hello", "source": "rows", "metadata": {"lang": "en"}}
+    assert recs[1] == {
+        "id": content_id("hi", "web"),
+        "text": "hi",
+        "source": "web",
+        "metadata": {"a": 1, "x": [1]},
+    }
+
+
+def test_json_array_file(tmp_path) -> None:
+    path = tmp_path / "arr.json"
+    path.write_text(json.dumps([{"text": "a", "id": "1"}, {"text": "b", "id": "2"}]))
+    assert [r["text"] for r in read_records(str(path))] == ["a", "b"]
+    lines = tmp_path / "lines.json"
+    lines.write_text('{"text": "a"}\n{"text": "b"}\n')
+    assert [r["text"] for r in read_records(str(lines))] == ["a", "b"]
+
+
+def test_concatenated_frames_and_members(tmp_path) -> None:
+    z = tmp_path / "two.jsonl.zst"
+    c = zstandard.ZstdCompressor()
+    z.write_bytes(c.compress(b'{"text": "a"}\n') + c.compress(b'{"text": "b"}\n'))
+    assert [r["text"] for r in read_records(str(z))] == ["a", "b"]
+    g = tmp_path / "two.jsonl.gz"
+    g.write_bytes(gzip.compress(b'{"text": "a"}\n') + gzip.compress(b'{"text": "b"}'))
+    assert [r["text"] for r in read_records(str(g))] == ["a", "b"]
+
+
+def test_detect_format() -> None:
+    assert detect_format("a/b.jsonl.zst") == ("jsonl", "zstd")
+    assert detect_format("b.JSONL.GZ") == ("jsonl", "gzip")
+    assert detect_format("b.parquet") == ("parquet", None)
+    assert detect_format("b.md") == ("text", None)
+    with pytest.raises(ValueError, match=r"b\.csv: cannot tell the format from the file name"):
+        detect_format("b.csv")
+
+
+def test_writes_are_deterministic(tmp_path) -> None:
+    recs = make_records(500)
+    for fmt in WRITE_FORMATS:
+        write_records(recs, str(tmp_path / "a" / fmt), format=fmt, num_shards=2)
+        write_records(recs, str(tmp_path / "b" / fmt), format=fmt, num_shards=2)
+        for name in os.listdir(tmp_path / "a" / fmt):
+            if name.startswith("part-") or name == "manifest.json":
+                assert (tmp_path / "a" / fmt / name).read_bytes() == (
+                    tmp_path / "b" / fmt / name
+                ).read_bytes(), name
+
+
+def test_parquet_columns_row_groups_and_filter_pushdown(tmp_path) -> None:
+    from schooner.data._parquet import row_groups
+
+    n = 1000
+    table = pa.table(
+        {
+            "doc": [f"text {i}" for i in range(n)],
+            "key": list(range(n)),
+            "lang": ["en" if i % 2 else "de" for i in range(n)],
+        }
+    )
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=100)
+    assert row_groups(path) == list(range(10))
+    # Statistics prune the row groups that cannot match: key >= 750 lives in row groups 7, 8 and 9.
+    assert row_groups(path, [("key", ">=", 750)]) == [7, 8, 9]
+    recs = list(
+        read_records(
+            path, text_field="doc", id_field="key", filter=[("key", ">=", 750), ("lang", "==", "en")]
+        )
+    )
+    assert [int(r["id"]) for r in recs] == [i for i in range(750, n) if i % 2]
+    rg3 = list(read_records(path, text_field="doc", row_groups=[3], columns=["doc"]))
+    assert [r["text"] for r in rg3] == [f"text {i}" for i in range(300, 400)]
+    assert all(r["metadata"] == {} for r in rg3)  # only the chosen columns were read
+    with pytest.raises(ValueError, match=r"columns \['nope'\] not in the file"):
+        list(read_records(path, text_field="doc", columns=["nope"]))
+
+
+def test_parquet_written_shards_split_by_row_group(tmp_path) -> None:
+    from schooner.data._parquet import row_groups
+
+    recs = make_records(250)
+    with ShardWriter(str(tmp_path / "x.parquet"), row_group_size=100) as w:
+        w.write_many(recs)
+    assert row_groups(str(tmp_path / "x.parquet")) == [0, 1, 2]
+    assert [r for g in (0, 1, 2) for r in read_records(str(tmp_path / "x.parquet"), row_groups=[g])] == recs
+
+
+def test_fsspec_memory_and_globs(tmp_path) -> None:
+    recs = make_records(30)
+    url = "memory://schooner-test/formats"
+    write_records(recs, url, format="jsonl.gz", num_shards=3)
+    shards = list_shards(url)
+    assert shards == [f"{url}/part-{i:05d}-of-00003.jsonl.gz" for i in range(3)]
+    assert [r for s in shards for r in read_records(s)] == recs
+    assert list_shards("memory://schooner-test/formats/*-of-00003.jsonl.gz") == shards
+    for i in range(3):
+        (tmp_path / f"f{i}.jsonl").write_text(json.dumps({"text": str(i)}) + "\n")
+    (tmp_path / "skip.bin").write_bytes(b"x")
+    assert list_shards(str(tmp_path / "f*.jsonl")) == [str(tmp_path / f"f{i}.jsonl") for i in range(3)]
+    assert list_shards(str(tmp_path)) == [str(tmp_path / f"f{i}.jsonl") for i in range(3)]
+    with pytest.raises(FileNotFoundError, match="no files match"):
+        list_shards(str(tmp_path / "*.parquet"))
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        list_shards(str(tmp_path / "missing"))
+
+
+def test_writer_rejects_bad_records(tmp_path) -> None:
+    parquet_error = r"x\.parquet: record 0: a record has exactly the fields"
+    with pytest.raises(ValueError, match=parquet_error), ShardWriter(str(tmp_path / "x.parquet")) as w:
+        w.write({"text": "a"})
+    json_error = r"x\.jsonl: record 1 \(id='b'\): not JSON-serialisable"
+    with pytest.raises(ValueError, match=json_error), ShardWriter(str(tmp_path / "x.jsonl")) as w:
+        w.write({"id": "a", "text": "a"})
+        w.write({"id": "b", "text": "b", "metadata": {"x": {1, 2}}})
+    assert os.listdir(tmp_path) == []  # nothing half-written, no temp files
+    with pytest.raises(FileNotFoundError):
+        list(read_records(str(tmp_path / "missing.jsonl")))
