@@ -217,3 +217,32 @@ def test_errors_name_the_problem():
         evaluate_lm(model, {"x": "/nonexistent/cache"}, seq_len=4)
     with pytest.raises(TypeError, match="expected a token cache path"):
         evaluate_lm(model, {"x": 3}, seq_len=4)
+
+
+def test_llama_nano_is_batch_invariant_and_matches_token_losses():
+    """A real schooner.model transformer: batch sizes 1, 3, 8 agree, and agree with the model's own losses."""
+    import dataclasses
+
+    from schooner.model import init, presets, token_losses
+
+    config = dataclasses.replace(presets.llama_nano, vocab_size=64, num_layers=2, max_seq_len=32)
+    model = init(config, key=jax.random.key(0))
+    rng = np.random.default_rng(9)
+    docs = _docs(rng, 64, [40, 7, 25, 3, 60])
+    table = rng.integers(1, 4, size=64).astype(np.int32)
+    runs = [
+        _numbers(evaluate_lm(model, {"x": docs}, tokenizer=table, seq_len=16, batch_size=bs))
+        for bs in (1, 3, 8)
+    ]
+    for other in runs[1:]:
+        assert other["x"]["tokens"] == runs[0]["x"]["tokens"]
+        assert other["x"]["nats"] == pytest.approx(runs[0]["x"]["nats"], rel=1e-6, abs=0)
+        assert other["x"]["bpb"] == pytest.approx(runs[0]["x"]["bpb"], rel=1e-6, abs=0)
+    # all documents packed in one window: segment masking makes each document's losses those of the model
+    # run on that document alone
+    short = _docs(rng, 64, [10, 7, 5, 3, 6])
+    expected = 0.0
+    for d in short:
+        expected += float(np.asarray(token_losses(model, jnp.asarray(d[None]))).astype(np.float64).sum())
+    whole = evaluate_lm(model, {"x": short}, seq_len=32, batch_size=2)["datasets"]["x"]
+    assert whole["nats"] == pytest.approx(expected, rel=1e-5)
