@@ -104,6 +104,7 @@ class Lease:
         self.run_id = run_id
         self.ttl = ttl
         self.held = False
+        self.took_over = False
 
     def _text(self) -> str:
         info = LeaseInfo(self.owner, self.run_id, _HOST, os.getpid(), _my_start(), time.time(), self.ttl)
@@ -128,10 +129,12 @@ class Lease:
         if not cur.is_stale():
             return False, cur
         marker = f"{self.path}.takeover-{hashlib.sha256(raw.encode()).hexdigest()[:16]}"
-        if self.storage.create_exclusive(marker, self.owner) and self.storage.read_text(self.path) == raw:
-            self.storage.write_text(self.path, self._text())
-            self.held = True
-            return True, None
+        if self.storage.create_exclusive(marker, self.owner):
+            if self.storage.read_text(self.path) == raw:
+                self.storage.write_text(self.path, self._text())
+                self.held = self.took_over = True
+                return True, None
+            self.storage.remove(marker)  # the stale lease was replaced meanwhile: nothing to take over
         return False, None
 
     def heartbeat(self) -> bool:
@@ -147,12 +150,16 @@ class Lease:
         cur = self.read()
         return cur is not None and cur.owner == self.owner
 
-    def release(self) -> None:
-        """Give the lease up (after the status file is final) and remove takeover markers."""
+    def release(self, *, checked: bool = False) -> None:
+        """Give the lease up (after the status file is final) and remove takeover markers.
+
+        `checked`: the caller has just confirmed `still_held()` (skips one read).
+        """
         if not self.held:
             return
         self.held = False
-        if self.still_held():
+        if checked or self.still_held():
             self.storage.remove(self.path)
-        for marker in self.storage.glob(self.path + ".takeover-*"):
-            self.storage.remove(marker)
+        if self.took_over:  # only takers create markers (a loser removes its own at once)
+            for marker in self.storage.glob(self.path + ".takeover-*"):
+                self.storage.remove(marker)

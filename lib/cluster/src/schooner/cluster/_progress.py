@@ -51,23 +51,34 @@ class Progress:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.quiet = bool(getattr(console, "quiet", False))
 
     def plan(self, total: int, cached: int, to_run: int, prefix: str, run_id: str) -> None:
+        if self.quiet:
+            return
         self.console.print(
             f"[bold]schooner[/] run {run_id}: {total} step(s), [green]{cached} cached[/], "
             f"[cyan]{to_run} to run[/] under {prefix}"
         )
 
     def started(self, step: Step, output_path: str, where: str) -> None:
+        if self.quiet:
+            return
         self.console.print(f"  [cyan]▶ start[/]   {step.name} [dim]({where}) → {output_path}[/]")
 
     def waiting(self, step: Step, holder: str) -> None:
+        if self.quiet:
+            return
         self.console.print(f"  [yellow]… wait[/]    {step.name} [dim]held by {holder}[/]")
 
     def took_over(self, step: Step) -> None:
+        if self.quiet:
+            return
         self.console.print(f"  [yellow]↻ resume[/]  {step.name} [dim](took over a stale lease)[/]")
 
     def finished(self, outcome: StepOutcome) -> None:
+        if self.quiet:
+            return
         style, word = _STYLE[outcome.state]
         extra = fmt_duration(outcome.duration_s)
         if outcome.state == "cached":
@@ -81,6 +92,8 @@ class Progress:
     def dry_run(
         self, steps: Sequence[Step], states: dict[str, str], paths: dict[str, str], roots: Sequence[str]
     ) -> None:
+        if self.quiet:
+            return
         from rich.tree import Tree
 
         by_key = {s.key: s for s in steps}
@@ -107,14 +120,19 @@ class Progress:
         self.console.print(tree)
 
     def summary(self, result: RunResult) -> None:
+        if self.quiet:
+            return
         from rich.table import Table
 
         rows = list(result.steps)
-        hidden = 0
-        if len(rows) > MAX_ROWS:
-            kept = [o for o in rows if o.state != "cached"]
-            hidden = len(rows) - len(kept)
-            rows = kept
+        hidden: dict[str, int] = {}
+        if len(rows) > MAX_ROWS:  # long runs: every problem, then as many others as fit
+            bad = [o for o in rows if not o.ok]
+            good = [o for o in rows if o.ok]
+            room = max(0, MAX_ROWS - len(bad))
+            for o in good[room:]:
+                hidden[o.state] = hidden.get(o.state, 0) + 1
+            rows = bad + good[:room]
         table = Table(title=f"run {result.run_id}: {result.counts_line()}", title_justify="left")
         table.add_column("step")
         table.add_column("state")
@@ -126,8 +144,9 @@ class Progress:
                 o.output_path if o.state in ("cached", "succeeded", "will_run") else _escape(o.error_line())
             )
             table.add_row(o.name, f"[{style}]{word}[/]", fmt_duration(o.duration_s), detail)
-        if hidden:
-            table.add_row(f"[dim]… {hidden} cached step(s)[/]", "[green]cached[/]", "", "")
+        for state, n in sorted(hidden.items()):
+            style, word = _STYLE[state]
+            table.add_row(f"[dim]… {n} more[/]", f"[{style}]{word}[/]", "", "[dim]see `schooner status`[/]")
         self.console.print(table)
         for o in result.failed:
             tail = "\n".join((o.error or "").rstrip().splitlines()[-25:])

@@ -14,7 +14,7 @@ from ._lease import Lease
 from ._records import scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
-from ._status import StepState, read_status, write_status
+from ._status import META_DIR, StepState, read_status, write_status
 from ._step import Step, join_path, resolve_config
 from ._storage import is_local, storage_for
 
@@ -37,7 +37,7 @@ class MissingInputError(FileNotFoundError):
 
 def call_step(fn: Any, config: Any, output_path: str) -> Any:
     """What runs on a worker (or in the runner): make the local output folder, call `fn`."""
-    if is_local(output_path):
+    if is_local(output_path) and not os.path.isdir(output_path):
         os.makedirs(output_path, exist_ok=True)
     return fn(config, output_path)
 
@@ -95,8 +95,10 @@ class StepExecutor:
         waited_for = None
         delay = 0.05
         forced = step.key in self.forced
+        first = True
         while True:
-            st = read_status(storage, out)
+            # The plan has just read the status; later rounds (after waiting) read it again.
+            st = None if first else read_status(storage, out)
             if st is not None and st.state is StepState.SUCCESS and (not forced or waited_for is not None):
                 note = f"finished by run {st.owner.split('-')[0]}" if waited_for else ""
                 return None, StepOutcome(step.name, step.key, out, "cached", note=note)
@@ -114,8 +116,9 @@ class StepExecutor:
                     error_type="ConcurrentRunFailed",
                     error=f"failed in concurrent run {waited_for.run_id}: {st.error}",
                 )
-            storage.makedirs(out)
-            stale = lease.read()
+            if first:
+                storage.makedirs(join_path(out, META_DIR))  # also makes `out`
+                first = False
             acquired, holder = lease.try_acquire()
             if acquired:
                 st = read_status(storage, out)  # finished while we were acquiring?
@@ -126,7 +129,7 @@ class StepExecutor:
                 ):
                     lease.release()
                     continue
-                if stale is not None and stale.owner != lease.owner:
+                if lease.took_over:
                     self.progress.took_over(step)
                 return lease, None
             if holder is not None and (waited_for is None or holder.owner != waited_for.owner):
@@ -187,7 +190,7 @@ class StepExecutor:
             with self._lock:
                 self._leases.pop(step.key, None)
                 self._jobs.pop(step.key, None)
-            lease.release()
+            lease.release(checked=outcome.state == "succeeded")
         self.progress.finished(outcome)
         return outcome
 

@@ -43,19 +43,15 @@ class LocalStorage:
             return None
 
     def write_text(self, path: str, text: str) -> None:
-        tmp = self._tmp(path)
+        tmp = self._write_tmp(path, text)
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
             os.replace(tmp, path)
         except BaseException:
             _unlink(tmp)
             raise
 
     def create_exclusive(self, path: str, text: str) -> bool:
-        tmp = self._tmp(path)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        tmp = self._write_tmp(path, text)
         try:
             os.link(tmp, path)
             return True
@@ -79,17 +75,30 @@ class LocalStorage:
         return os.path.exists(path)
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        if not os.path.isdir(path):  # a stat is much cheaper than a failing mkdir
+            os.makedirs(path, exist_ok=True)
 
     def glob(self, pattern: str) -> list[str]:
         import glob
 
         return sorted(glob.glob(pattern, recursive=True))
 
-    def _tmp(self, path: str) -> str:
+    def _write_tmp(self, path: str, text: str) -> str:
+        """A complete temporary file next to `path` (creating the folder on first use)."""
         parent = os.path.dirname(path)
-        os.makedirs(parent, exist_ok=True)
-        return os.path.join(parent, f".tmp-{uuid.uuid4().hex}-{os.path.basename(path)}")
+        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex[:16]}-{os.path.basename(path)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            os.makedirs(parent, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return tmp
 
 
 def _unlink(path: str) -> None:

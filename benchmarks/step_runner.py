@@ -1,0 +1,151 @@
+"""Step runner overhead: a 1,000-step DAG of trivial steps, first run and no-op rerun.
+
+    uv run python benchmarks/step_runner.py [--steps 1000] [--client-steps 200] [--prefix DIR]
+
+Prints, for steps run in the runner process and for steps submitted to the LocalClient:
+- first run: wall time and per-step overhead against a peer measured in the same run (calling the step
+  functions in a plain loop, and submitting the same functions straight to the LocalClient);
+- no-op rerun (everything cached): wall time, split into building the handles and `StepRunner.run`,
+  and its ratio to the floor of reading every step's status file once (target: the rerun under 2 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
+from schooner.cluster._step import resolve_config
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    index: int
+    layer: int
+    inputs: tuple
+    payload: str = "x" * 32
+
+
+def trivial(config: NodeConfig, output_path: str) -> int:
+    """The work: write one small file (what a tiny real step does)."""
+    with open(os.path.join(output_path, "out.json"), "w") as f:
+        json.dump({"index": config.index, "inputs": list(config.inputs)}, f)
+    return config.index
+
+
+def build(
+    n: int, *, width: int = 100, seed: int = 0, resources: ResourceConfig | None = None, tag: str = "s"
+):
+    """n steps in layers of `width`; each step after the first layer reads 2 random steps of the layer above."""
+    rng = random.Random(seed)
+    layers: list[list] = []
+    for i in range(n):
+        layer = i // width
+        if layer == len(layers):
+            layers.append([])
+        above = layers[layer - 1] if layer else []
+        inputs = tuple(rng.sample(above, 2)) if len(above) >= 2 else ()
+        layers[layer].append(
+            step(f"bench/{tag}{i:04d}", trivial, NodeConfig(i, layer, inputs), resources=resources)
+        )
+    return [h for layer in layers for h in layer]
+
+
+def bench(
+    label: str, n: int, prefix: str, resources: ResourceConfig | None, client: LocalClient | None
+) -> dict:
+    tag = "c" if resources else "p"
+    handles = build(n, resources=resources, tag=tag)
+    runner = StepRunner(prefix=prefix, client=client, quiet=True)
+    t0 = time.perf_counter()
+    first = runner.run(handles)
+    first_s = time.perf_counter() - t0
+    assert first.ok and len(first.succeeded) == n
+
+    t0 = time.perf_counter()
+    handles2 = build(n, resources=resources, tag=tag)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = runner.run(handles2)
+    rerun_s = time.perf_counter() - t0
+    assert again.ok and len(again.cached) == n
+
+    # Floor for the rerun: read each status file once, nothing else.
+    t0 = time.perf_counter()
+    for o in again.steps:
+        with open(os.path.join(o.output_path, ".schooner", "status.json")) as f:
+            json.loads(f.read())
+    floor_s = time.perf_counter() - t0
+
+    # Peer for the first run: the same functions without a runner.
+    scratch = tempfile.mkdtemp(prefix="bench-peer-")
+    configs = [resolve_config(h.config, lambda d: os.path.join(scratch, d.dir_name)) for h in handles]
+    t0 = time.perf_counter()
+    if client is None:
+        for i, c in enumerate(configs):
+            os.makedirs(os.path.join(scratch, str(i)), exist_ok=True)
+            trivial(c, os.path.join(scratch, str(i)))
+    else:
+        jobs = []
+        for i, c in enumerate(configs):
+            os.makedirs(os.path.join(scratch, str(i)), exist_ok=True)
+            jobs.append(client.submit(trivial, c, os.path.join(scratch, str(i)), resources=resources))
+        for j in jobs:
+            j.result()
+    peer_s = time.perf_counter() - t0
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    per_step_ms = (first_s - peer_s) / n * 1e3
+    print(f"\n[{label}] {n} steps")
+    print(
+        f"  first run        {first_s:8.2f} s   ({first_s / n * 1e3:.2f} ms/step; peer without runner "
+        f"{peer_s:.2f} s = {peer_s / n * 1e3:.2f} ms/step; ratio {first_s / peer_s:.1f}x)"
+    )
+    print(f"  runner overhead  {per_step_ms:8.2f} ms/step (first run minus peer, per step)")
+    print(
+        f"  no-op rerun      {rerun_s:8.3f} s   run() alone; + {build_s:.3f} s building the handles "
+        f"= {rerun_s + build_s:.3f} s  [target < 2 s: {'met' if rerun_s + build_s < 2 else 'MISSED'}]"
+    )
+    print(
+        f"  rerun floor      {floor_s:8.3f} s   reading {n} status files; rerun/floor "
+        f"{rerun_s / max(floor_s, 1e-9):.1f}x"
+    )
+    return {"first_s": first_s, "rerun_s": rerun_s, "build_s": build_s, "peer_s": peer_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument(
+        "--client-steps",
+        type=int,
+        default=1000,
+        help="steps for the LocalClient variant (each is a job in a worker process)",
+    )
+    ap.add_argument("--prefix", default=None, help="default: a temporary folder, removed afterwards")
+    args = ap.parse_args()
+    root = args.prefix or tempfile.mkdtemp(prefix="bench-steps-")
+    try:
+        bench("in-process steps", args.steps, os.path.join(root, "inproc"), None, None)
+        if args.client_steps:
+            with LocalClient() as client, using_client(client):
+                bench(
+                    "LocalClient steps",
+                    args.client_steps,
+                    os.path.join(root, "local"),
+                    ResourceConfig.with_cpu(0.25),
+                    client,
+                )
+    finally:
+        if args.prefix is None:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

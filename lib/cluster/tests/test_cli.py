@@ -1,0 +1,226 @@
+"""The `schooner` command with real processes: run, dry run, status, explain, failures, bad files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent / "experiments_data"
+CHAIN = str(HERE / "chain.py")
+
+
+def schooner(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "COLUMNS": "250", **(env or {})}
+    full_env.pop("SCHOONER_PREFIX", None)
+    return subprocess.run(
+        [sys.executable, "-m", "schooner.cluster.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+def log_lines(path: Path) -> list[tuple[str, str]]:
+    """(event, step) pairs from the chain experiment's EXP_LOG."""
+    if not path.exists():
+        return []
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines()]
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path) -> None:
+    prefix = tmp_path / "out"
+    proc = schooner(
+        "run", CHAIN, "--dry-run", "--prefix", str(prefix), env={"EXP_LOG": str(tmp_path / "log")}
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "dry run" in proc.stdout
+        and "will run report/total" in proc.stdout
+        and "will run numbers" in proc.stdout
+    )
+    assert not prefix.exists() and not (tmp_path / "log").exists()
+    # Directly as a script: the same flags are understood.
+    direct = subprocess.run(
+        [sys.executable, CHAIN, "--dry-run", "--prefix", str(prefix)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+        timeout=120,
+    )
+    assert direct.returncode == 0, direct.stderr
+    assert "will run squares" in direct.stdout and not prefix.exists()
+
+
+def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:
+    prefix, log = tmp_path / "out", tmp_path / "log"
+    proc = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(s for e, s in log_lines(log) if e == "end") == [
+        "cubes",
+        "numbers",
+        "report/total",
+        "squares",
+    ]
+    total = json.loads((next(prefix.glob("report/total-*")) / "part-1.json").read_text())
+    assert total == [sum((3 * i) ** 2 + 2 * (3 * i) ** 3 for i in range(6))]
+
+    status = schooner("status", "--prefix", str(prefix))
+    assert status.returncode == 0
+    rows = [ln for ln in status.stdout.splitlines() if "SUCCESS" in ln]
+    assert len(rows) == 4 and any("report/total" in r for r in rows)
+    assert "4 success" in status.stdout
+
+    same = schooner("explain", "report/total", CHAIN, "--prefix", str(prefix))
+    assert same.returncode == 0 and "reused" in same.stdout
+
+    changed = schooner("explain", "squares", CHAIN, "--prefix", str(prefix), env={"EXP_SCALE": "4"})
+    assert changed.returncode == 0, changed.stderr
+    text = changed.stdout
+    assert "squares" in text and "will run" in text
+    assert "config.numbers" in text  # the input whose key changed...
+    assert "config.scale: 3 -> 4" in text  # ...and, explained in turn, the field that started it
+
+    # Rerun with the change; without the experiment file, explain compares the two latest records.
+    assert schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_SCALE": "4"}).returncode == 0
+    history = schooner("explain", "numbers", "--prefix", str(prefix))
+    assert history.returncode == 0 and "config.scale: 3 -> 4" in history.stdout
+
+
+def test_a_failing_step_exits_non_zero_and_a_rerun_resumes_there(tmp_path) -> None:
+    prefix, log = tmp_path / "out", tmp_path / "log"
+    proc = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log), "EXP_FAIL": "cubes"})
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert "FAILED" in out and "cubes failed on purpose" in out and "input 'cubes' failed" in out
+    assert ("start", "report/total") not in log_lines(log)
+    log.unlink()
+    again = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
+    assert again.returncode == 0, again.stdout
+    assert sorted(s for e, s in log_lines(log) if e == "start") == ["cubes", "report/total"]
+
+
+def test_kill_9_mid_step_then_rerun_takes_over_and_matches_an_uninterrupted_run(tmp_path) -> None:
+    prefix, log = tmp_path / "out", tmp_path / "log"
+    env = {**os.environ, "EXP_LOG": str(log), "EXP_SLEEP": "squares=60", "COLUMNS": "250"}
+    driver = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "schooner.cluster.cli",
+            "run",
+            CHAIN,
+            "--prefix",
+            str(prefix),
+            "--max-concurrent",
+            "1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: ("start", "squares") in log_lines(log), driver)
+        squares = next(prefix.glob("squares-*"))
+        _wait_for(lambda: (squares / "part-0.json").exists(), driver)
+        driver.kill()  # SIGKILL: no cleanup of any kind
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    status = json.loads((squares / ".schooner" / "status.json").read_text())
+    assert status["status"] == "RUNNING" and not (squares / "part-1.json").exists()  # partial, never SUCCESS
+    before = log_lines(log)
+    rerun = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "took over a stale lease" in rerun.stdout
+    second = log_lines(log)[len(before) :]
+    assert ("start", "numbers") not in second  # finished before the kill: skipped
+    assert ("end", "squares") in second
+    clean = tmp_path / "clean"
+    assert schooner("run", CHAIN, "--prefix", str(clean)).returncode == 0
+    assert _outputs(prefix) == _outputs(clean)
+
+
+def _outputs(prefix: Path) -> dict[str, bytes]:
+    """The step outputs, without the runner's own (timestamped) files."""
+    return {
+        k: v
+        for k, v in files_under(prefix).items()
+        if ".schooner" not in k and not k.startswith("experiments")
+    }
+
+
+def _wait_for(cond, proc: subprocess.Popen, timeout: float = 60) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while not cond():
+        assert proc.poll() is None, "the driver exited early"
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_two_drivers_on_one_prefix_run_every_step_exactly_once(tmp_path) -> None:
+    prefix, log = tmp_path / "out", tmp_path / "log"
+    env = {
+        **os.environ,
+        "EXP_LOG": str(log),
+        "EXP_SLEEP": "numbers=0.4,squares=0.3,cubes=0.3,report/total=0.2",
+        "COLUMNS": "250",
+    }
+    cmd = [sys.executable, "-m", "schooner.cluster.cli", "run", CHAIN, "--prefix", str(prefix)]
+    drivers = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outs = [d.communicate(timeout=120)[0] for d in drivers]
+    assert [d.returncode for d in drivers] == [0, 0], outs
+    starts = [s for e, s in log_lines(log) if e == "start"]
+    assert sorted(starts) == ["cubes", "numbers", "report/total", "squares"]
+    assert any("finished by another runner" in o or "wait" in o for o in outs)
+
+
+@pytest.mark.parametrize(
+    ("file", "code", "words"),
+    [
+        ("bad_cycle.py", 2, ["cycle between steps", "'loop' (field config['previous'])", "bad_cycle.py:15"]),
+        (
+            "bad_unserialisable.py",
+            2,
+            ["step 'holds-a-lock'", "config field 'config.lock'", "bad_unserialisable.py:19"],
+        ),
+        ("bad_missing_input.py", 1, ["step 'user': config field 'config.data'", "trian"]),
+    ],
+)
+def test_bad_experiment_files_name_the_step_and_field(
+    tmp_path, file: str, code: int, words: list[str]
+) -> None:
+    proc = schooner("run", str(HERE / file), "--prefix", str(tmp_path / "out"))
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == code, text
+    for w in words:
+        assert w in text
+
+
+def test_a_file_that_only_declares_steps_runs_them_all(tmp_path) -> None:
+    proc = schooner("run", str(HERE / "declares_only.py"), "--prefix", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (next(tmp_path.glob("greet-*")) / "hello.txt").read_text() == "hello"
+
+
+def test_explain_of_an_unknown_step_lists_the_steps(tmp_path) -> None:
+    proc = schooner("explain", "nope", CHAIN, "--prefix", str(tmp_path))
+    assert proc.returncode == 2 and "no step named 'nope'" in proc.stdout and "squares" in proc.stdout
