@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,20 @@ def _mem_step(config: WriteConfig, output_path: str) -> dict:
     with fsspec.open(f"{output_path}/data.txt", "w") as f:
         f.write(config.text)
     return {"chars": len(config.text)}
+
+
+def test_report_command_line(prefix, tmp_path):
+    root, _, _ = prefix
+    out = tmp_path / "cli.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "schooner.cluster.cli", "report", "--prefix", root, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert str(out) in proc.stdout
+    assert "checkpoints/tiny" in out.read_text()
 
 
 def _chromium(url: str, tmp_path) -> tuple[str, list[str]]:

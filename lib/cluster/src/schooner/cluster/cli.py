@@ -3,6 +3,7 @@
     schooner run EXPERIMENT.py [--dry-run] [--force RE] [--only RE] [--prefix P] [--cluster SPEC]
     schooner status [--prefix P] [--name RE]
     schooner explain STEP [EXPERIMENT.py] [--prefix P]
+    schooner report [--prefix P] [--out FILE]
 
 Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
 experiment file or bad arguments.
@@ -47,6 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "latest recorded versions)",
     )
     p_explain.add_argument("--prefix", default=None)
+    p_report = sub.add_parser(
+        "report", help="write a static HTML page of every experiment and step under a prefix"
+    )
+    p_report.add_argument("--prefix", default=None)
+    p_report.add_argument(
+        "--out", default=None, metavar="FILE", help="where to write it (default PREFIX/report.html)"
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if "--" in argv:
@@ -59,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_run(ns)
         if ns.command == "status":
             return _cmd_status(ns)
+        if ns.command == "report":
+            return _cmd_report(ns)
         return _cmd_explain(ns)
     except ConfigError as e:
         where = _experiment_line(e, getattr(ns, "experiment", None))
@@ -203,6 +213,15 @@ def _cmd_status(ns: argparse.Namespace) -> int:
         )
     console.print(table)
     console.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no steps found")
+    return 0
+
+
+def _cmd_report(ns: argparse.Namespace) -> int:
+    from ._report import write_report
+    from ._runner import resolve_prefix
+
+    out = write_report(resolve_prefix(ns.prefix), ns.out)
+    print(f"report written to {out}")
     return 0
 
 
