@@ -10,7 +10,8 @@ Two sources, both read from files (nothing is imported, so no module's side effe
 Test suites, tool packages and site-packages are excluded (`EXCLUDED`). Modules are visited in sorted
 order and ids are content hashes (`content_id(text, source, module)`), so the same Python version gives
 the same records with the same ids. Files that cannot be read or parsed are skipped and counted in
-`source_report(name)["skipped"]`.
+`source_report(name)["skipped"]`. Built sources are cached on disk (see `CACHE_ENV`), keyed by the
+Python build and every file's size and mtime, so worker processes do not rebuild them.
 
 Example:
     >>> from schooner.data.sources import SOURCES, iter_source
@@ -24,11 +25,15 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import os
 import sys
 import sysconfig
 from collections import Counter
 from collections.abc import Iterator
+
+import orjson
+import zstandard
 
 from ._records import content_id
 
@@ -111,13 +116,62 @@ def _indent(text: str) -> str:
     return "\n".join(("    " + line) if line else "" for line in text.splitlines())
 
 
+CACHE_ENV = "SCHOONER_SOURCE_CACHE"
+"""A folder for built sources (default `~/.cache/schooner/sources`); `0` turns the disk cache off."""
+
+
+def _cache_path(name: str, files: list[tuple[str, str]]) -> str | None:
+    where = os.environ.get(CACHE_ENV, "")
+    if where == "0":
+        return None
+    folder = where or os.path.join(os.path.expanduser("~"), ".cache", "schooner", "sources")
+    # The key covers everything the records depend on: this module, the Python build and every file read.
+    h = hashlib.sha256()
+    with open(__file__, "rb") as f:
+        h.update(f.read())
+    h.update(f"{sys.version}\0{stdlib_dir()}\0".encode())
+    for mod, path in files:
+        st = os.stat(path)
+        h.update(f"{mod}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return os.path.join(folder, f"{name}-{h.hexdigest()[:24]}.json.zst")
+
+
+def _load_cache(path: str | None) -> tuple[tuple[dict, ...], dict] | None:
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = orjson.loads(zstandard.ZstdDecompressor().decompressobj().decompress(f.read()))
+        return tuple(data["records"]), data["report"]
+    except (OSError, ValueError, KeyError, zstandard.ZstdError):
+        return None  # a damaged cache entry is rebuilt
+
+
+def _store_cache(path: str | None, records: list[dict], report: dict) -> None:
+    if path is None:
+        return
+    from . import _fs
+
+    try:
+        blob = zstandard.ZstdCompressor(level=3).compress(
+            orjson.dumps({"records": records, "report": report})
+        )
+        _fs.write_bytes_atomic(path, blob)
+    except OSError:
+        pass  # e.g. a read-only home folder: build each time instead
+
+
 @functools.cache
 def _build(name: str) -> tuple[tuple[dict, ...], dict]:
     if name not in SOURCES:
         raise ValueError(f"unknown source {name!r}; the embedded sources are {sorted(SOURCES)}")
+    files = stdlib_files()
+    cache = _cache_path(name, files)
+    cached = _load_cache(cache)
+    if cached is not None:
+        return cached
     skipped: Counter[str] = Counter()
     records: list[dict] = []
-    files = stdlib_files()
     if name == "python-docs":
         from pydoc_data.topics import topics
 
@@ -161,6 +215,7 @@ def _build(name: str) -> tuple[tuple[dict, ...], dict]:
         "bytes": sum(len(r["text"].encode("utf-8")) for r in records),
         "skipped": dict(sorted(skipped.items())),
     }
+    _store_cache(cache, records, report)
     return tuple(records), report
 
 
