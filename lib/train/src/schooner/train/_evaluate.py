@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,7 +44,8 @@ def default_validation(components: Mapping[str, float]) -> dict[str, str]:
         if os.path.exists(os.path.join(val, "manifest.json")):
             cache = TokenCache.open(val)
             if cache.num_tokens > 0:
-                out[os.path.basename(root)] = val
+                # A step output folder `name-1a2b3c4d` is named without its hash.
+                out[re.sub(r"-[0-9a-f]{8}$", "", os.path.basename(root))] = val
     return out
 
 

@@ -498,7 +498,8 @@ class _Run:
         folder = f"{self.root}/hf"
         tok = self._tokenizer_path()
         model = jax.device_get(self.state.model)
-        export_hf(model, self.model_config, folder, tokenizer_files=[tok] if tok else None)
+        files = None if tok is None else (tok if os.path.isdir(tok) else [tok])
+        export_hf(model, self.model_config, folder, tokenizer_files=files)
         logger.info(f"exported the final model to {folder} (Hugging Face layout)")
         return folder
 

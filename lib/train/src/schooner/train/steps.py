@@ -1,0 +1,219 @@
+"""Step builders: language-model pretraining as a cached, versioned step of an experiment.
+
+Example:
+    >>> from schooner.cluster import ResourceConfig, StepRunner, lower
+    >>> from schooner.model import presets
+    >>> from schooner.tokenize.steps import tokenized
+    >>> from schooner.train import AdamConfig
+    >>> from schooner.train.steps import train_lm
+    >>> docs = tokenized(name="tokenized/python-docs", source="python-docs", tokenizer=tok)   # doctest: +SKIP
+    >>> model = train_lm(name="checkpoints/nano", model=presets.llama_nano,
+    ...                  optimizer=AdamConfig(learning_rate=6e-4, weight_decay=0.1), datasets={docs: 1.0},
+    ...                  batch_size=8, seq_len=256, num_train_steps=200)                     # doctest: +SKIP
+    >>> StepRunner().run([lower(model)])                                                       # doctest: +SKIP
+
+The step's output folder holds `step-000200/` checkpoints (each loadable with
+`schooner.model.load_model(folder)`), `metrics.jsonl`, `loss.png`, `run.json`, `train.log` and, with
+`export_hf=True`, `hf/`. Resources are runtime-only; everything else is part of the step's identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle, step
+
+from ._checkpoint import CheckpointConfig
+from ._mesh import MeshConfig
+from ._optim import AdamConfig, OptimizerConfig
+from ._tracking import TrackerConfig
+
+VERSION = "train-lm-v1"
+
+
+@dataclass(frozen=True)
+class TrainLmConfig:
+    """Config of the `train_lm` step (see `train_lm` for the fields)."""
+
+    model: Any
+    optimizer: OptimizerConfig
+    datasets: list
+    """`[{"input": handle_or_path, "weight": w}, ...]` (dict keys cannot hold handles)."""
+    batch_size: Any
+    seq_len: int
+    num_train_steps: int | None = None
+    train_tokens: int | None = None
+    z_loss_weight: float = 0.0
+    validation: dict | None = None
+    evals: dict | None = None
+    tokenizer: Any = None
+    seed: int = 0
+    eval_every: int | None = None
+    eval_max_sequences: int = 64
+    microbatches: int = 1
+    compute_dtype: str | None = None
+    mesh: MeshConfig = field(default_factory=MeshConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    trackers: TrackerConfig = field(default_factory=TrackerConfig)
+    export_hf: bool = False
+    name: str = "train"
+
+
+def train_lm(
+    name: str,
+    *,
+    model: Any,
+    optimizer: OptimizerConfig | None = None,
+    datasets: Mapping[Any, float],
+    batch_size: int | list[tuple[int, int]],
+    seq_len: int,
+    num_train_steps: int | None = None,
+    train_tokens: int | None = None,
+    z_loss_weight: float | None = None,
+    evals: Mapping[str, Any] | None = None,
+    validation: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+    seed: int = 0,
+    eval_every: int | None = None,
+    checkpoint_every: int | None = 1000,
+    keep_checkpoints: int = 2,
+    keep_every: int | None = None,
+    microbatches: int = 1,
+    compute_dtype: str | None = None,
+    mesh: MeshConfig | None = None,
+    trackers: TrackerConfig | None = None,
+    export_hf: bool = False,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A lazy step that trains a language model on a mixture of token caches.
+
+    Args:
+        name: step name (output folder `{prefix}/{name}-{hash}`).
+        model: a model config (e.g. `schooner.model.presets.llama_nano`). Its `vocab_size` is raised to the
+            caches' tokenizer vocabulary when smaller (presets rarely match your tokenizer); a larger vocab
+            is kept (the extra rows are never targets).
+        optimizer: `AdamConfig` (default) or `MuonConfig`, with the learning-rate schedule.
+        datasets: `{tokenized_step_handle_or_cache_path: weight}`.
+        batch_size: sequences per step, or `[(start_step, batch_size), ...]`.
+        seq_len: tokens per sequence.
+        num_train_steps: optimizer steps (or give `train_tokens`).
+        train_tokens: token budget instead of `num_train_steps`.
+        z_loss_weight: output z-loss weight (None = 0).
+        evals: extra validation caches `{name: handle_or_path}` for loss/bits-per-byte during training.
+        validation: the validation caches `{name: handle_or_path}`; None = each dataset's `validation/`.
+        tokenizer: tokenizer folder/handle for bits-per-byte and HF export; None = the datasets' own.
+        seed: initialization, data order and per-step RNG seed.
+        eval_every: evaluate every N steps (and at the end).
+        checkpoint_every: checkpoint every N steps (and at the end).
+        keep_checkpoints: how many recent checkpoints to keep.
+        keep_every: also keep checkpoints at multiples of this step for good.
+        microbatches: gradient accumulation factor.
+        compute_dtype: "bfloat16" for mixed precision (params stay float32); None = the model's setting.
+        mesh: device mesh (default: pure data parallel over all devices).
+        trackers: W&B / TensorBoard / progress settings (JSONL metrics are always written).
+        export_hf: also write the final model to `<output>/hf` in the Hugging Face layout.
+        resources: where it runs (runtime-only, not part of the identity).
+
+    Returns:
+        The step handle; its output folder is the run folder with the checkpoints.
+    """
+    if not datasets:
+        raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_step: weight}}")
+    config = TrainLmConfig(
+        model=model,
+        optimizer=optimizer if optimizer is not None else AdamConfig(),
+        datasets=[{"input": k, "weight": float(w)} for k, w in datasets.items()],
+        batch_size=batch_size if isinstance(batch_size, int) else [list(x) for x in batch_size],
+        seq_len=seq_len,
+        num_train_steps=num_train_steps,
+        train_tokens=train_tokens,
+        z_loss_weight=float(z_loss_weight or 0.0),
+        validation=dict(validation) if validation is not None else None,
+        evals=dict(evals) if evals is not None else None,
+        tokenizer=tokenizer,
+        seed=seed,
+        eval_every=eval_every,
+        microbatches=microbatches,
+        compute_dtype=compute_dtype,
+        mesh=mesh or MeshConfig(),
+        checkpoint=CheckpointConfig(
+            every=checkpoint_every, keep_last=keep_checkpoints, keep_every=keep_every
+        ),
+        trackers=trackers or TrackerConfig(),
+        export_hf=export_hf,
+        name=name,
+    )
+    # Validate now (fail while building the experiment, not an hour later on a worker).
+    _to_train_config(config, output_path="<not yet known>", paths_known=False)
+    return step(
+        name,
+        _run_train_lm,
+        config,
+        version=VERSION,
+        resources=resources if resources is not None else ResourceConfig.with_cpu(),
+        description=f"train {type(model).__name__} on {len(datasets)} dataset(s) for "
+        f"{num_train_steps if num_train_steps is not None else f'{train_tokens} tokens'} steps",
+    )
+
+
+def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bool = True) -> Any:
+    from ._config import DataConfig, TrainConfig
+
+    def path(x: Any, i: int) -> str:
+        return x if paths_known else f"<input {i}>"
+
+    components = {path(d["input"], i): d["weight"] for i, d in enumerate(config.datasets)}
+    validation = None
+    if config.validation is not None or config.evals is not None:
+        validation = {k: path(v, 1000 + i) for i, (k, v) in enumerate((config.validation or {}).items())}
+    bsz = (
+        config.batch_size
+        if isinstance(config.batch_size, int)
+        else tuple(tuple(x) for x in config.batch_size)
+    )
+    return TrainConfig(
+        model=config.model,
+        data=DataConfig(
+            components=components,
+            seq_len=config.seq_len,
+            validation=validation,
+            eval_max_sequences=config.eval_max_sequences,
+        ),
+        output_path=output_path,
+        batch_size=bsz,
+        num_train_steps=config.num_train_steps,
+        train_tokens=config.train_tokens,
+        optimizer=config.optimizer,
+        z_loss_weight=config.z_loss_weight,
+        compute_dtype=config.compute_dtype,
+        microbatches=config.microbatches,
+        seed=config.seed,
+        mesh=config.mesh,
+        eval_every=config.eval_every,
+        checkpoint=config.checkpoint,
+        trackers=config.trackers,
+        tokenizer=config.tokenizer,
+        fit_vocab=True,
+        export_hf=config.export_hf,
+        name=config.name,
+    )
+
+
+def _run_train_lm(config: TrainLmConfig, output_path: str) -> dict:
+    from ._evaluate import default_validation
+    from ._loop import config_to_json, package_versions, train
+
+    tc = _to_train_config(config, output_path=output_path)
+    if config.evals:
+        # `evals` add to the validation sets (the datasets' own validation splits unless `validation` is given).
+        base = (
+            dict(config.validation)
+            if config.validation is not None
+            else default_validation(tc.data.components)
+        )
+        tc = dataclasses.replace(tc, data=dataclasses.replace(tc.data, validation={**base, **config.evals}))
+    summary = train(tc)
+    return {"summary": summary, "config": config_to_json(tc), "versions": package_versions()}
