@@ -149,7 +149,7 @@ build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, clie
 
 
 def test_sigkill_mid_build_then_rerun_gives_identical_cache(tokenizer_path, local_client, tmp_path) -> None:
-    recs = _records(120)
+    recs = _records(64)
     src = str(tmp_path / "recs")
     write_records(recs, src, format="jsonl.zst", num_shards=16)
     killed, straight = str(tmp_path / "killed"), str(tmp_path / "straight")

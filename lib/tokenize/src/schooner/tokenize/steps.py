@@ -232,6 +232,7 @@ def tokenized(
         >>> docs = tokenized("tokenized/python-docs", source="python-docs", tokenizer=tok)  # doctest: +SKIP
         >>> train_lm(..., datasets={docs: 0.7, code: 0.3})                                  # doctest: +SKIP
     """
+    inputs = _inputs(source, paths, "tokenized")
     fingerprint = None
     if isinstance(tokenizer, str | os.PathLike):
         tokenizer = os.fspath(tokenizer)
@@ -242,7 +243,7 @@ def tokenized(
             f"{type(tokenizer).__name__}; save a Tokenizer with .save(folder) and pass the folder"
         )
     config = TokenizeConfig(
-        inputs=_inputs(source, paths, "tokenized"),
+        inputs=inputs,
         tokenizer=tokenizer,
         tokenizer_fingerprint=fingerprint,
         validation_fraction=validation_fraction,

@@ -1,0 +1,82 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schooner.cluster import StepFailedError, StepRunner, lower
+from schooner.data import make_record, write_records
+from schooner.tokenize import MixtureDataset, TokenCache, load_tokenizer
+from schooner.tokenize.steps import tokenized, train_tokenizer
+
+from .conftest import stdlib_texts
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = str(tmp_path_factory.mktemp("steps") / "recs")
+    write_records([make_record(t, source="stdlib") for t in stdlib_texts(30, start=10)], path, num_shards=3)
+    return path
+
+
+def test_train_then_tokenize_as_steps(records: str, tmp_path: Path) -> None:
+    tok = train_tokenizer("tokenizers/tiny", paths=records, vocab_size=600, max_chars=400_000)
+    docs = tokenized("tokenized/tiny", paths=[records], tokenizer=tok, validation_fraction=0.1)
+    result = StepRunner(prefix=str(tmp_path), quiet=True).run([docs])
+    tok_out, docs_out = result[tok].output_path, result[docs].output_path
+    assert result[tok].result["chars"] == 400_000
+    tokenizer = load_tokenizer(tok_out)
+    assert tokenizer.vocab_size == 600 and tokenizer.eos_id is not None
+    assert Path(tok_out, "tokenizer.json").is_file()
+    train = TokenCache.open(f"{docs_out}/train", tokenizer=tokenizer)
+    val = TokenCache.open(f"{docs_out}/validation", tokenizer=tokenizer)
+    assert train.num_documents + val.num_documents == 30 and val.num_documents >= 1
+    assert result[docs].result["train_tokens"] == train.num_tokens
+    # a tokenized folder is a mixture component as is (its train split)
+    batch = MixtureDataset({docs_out: 1.0}, seq_len=64, seed=0).batch(0, 4)
+    assert batch["tokens"].shape == (4, 64) and int(batch["tokens"].max()) < 600
+    # the same definition is cached: nothing reruns
+    again = StepRunner(prefix=str(tmp_path), quiet=True).run(
+        [tokenized("tokenized/tiny", paths=[records], tokenizer=tok, validation_fraction=0.1)]
+    )
+    assert again[docs].output_path == docs_out and again[docs].state == "cached"
+
+
+def test_identity_follows_config_and_tokenizer_content(records: str, tokenizer, tmp_path: Path) -> None:
+    a = train_tokenizer("tok", paths=records, vocab_size=600)
+    assert a.key == train_tokenizer("tok", paths=records, vocab_size=600).key
+    assert a.key != train_tokenizer("tok", paths=records, vocab_size=700).key
+    folder = Path(tokenizer.save(tmp_path / "t"))
+    t1 = tokenized("tk", paths=records, tokenizer=str(folder))
+    assert t1.key == tokenized("tk", paths=records, tokenizer=str(folder)).key
+    assert t1.key != tokenized("tk", paths=records, tokenizer=a).key
+    # the same path with other content is another step
+    js = json.loads((folder / "tokenizer.json").read_text())
+    js["added_tokens"][0]["content"] = "<|bos_renamed|>"
+    (folder / "tokenizer.json").write_text(json.dumps(js))
+    (folder / "tokenizer_config.json").unlink()
+    t2 = tokenized("tk", paths=records, tokenizer=str(folder))
+    assert t2.key != t1.key
+    with pytest.raises(StepFailedError, match="changed since the step was defined"):
+        StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([t1])
+
+
+def test_source_builds_on_the_embedded_records_step() -> None:
+    h = tokenized(
+        "tokenized/python-docs", source="python-docs", tokenizer=train_tokenizer("t", source="python-docs")
+    )
+    names = [s.name for s in lower(h)]
+    assert names[0] == "data/python-docs" and names[-1] == "tokenized/python-docs" and "t" in names
+
+
+def test_bad_step_arguments(records: str) -> None:
+    with pytest.raises(ValueError, match="exactly one of source= .* or paths="):
+        tokenized("x", source="python-docs", paths=records, tokenizer="/nowhere")
+    with pytest.raises(ValueError, match="exactly one of source="):
+        train_tokenizer("x")
+    with pytest.raises(TypeError, match="tokenizer must be a train_tokenizer step handle"):
+        tokenized("x", paths=records, tokenizer=np.zeros(3))
+    with pytest.raises(ValueError, match="vocab_size"):
+        train_tokenizer("x", paths=records, vocab_size=10)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        tokenized("x", paths=records, tokenizer=train_tokenizer("t", paths=records), validation_fraction=2.0)
