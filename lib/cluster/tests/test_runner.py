@@ -330,3 +330,43 @@ def test_steps_with_resources_run_through_the_client(tmp_path, local_client) -> 
     assert result[ok].result["pid"] != os.getpid()
     assert _read(f"{result[ok].output_path}/pid.txt") == str(result[ok].result["pid"])
     assert result[bad].state == "failed" and "remote failure on purpose" in result[bad].error
+
+
+STARTED = threading.Event()
+
+
+def slow_once(config: dict, out: str) -> str:
+    with _calls_lock:
+        CALLS.append("slow")
+    STARTED.set()
+    time.sleep(config["seconds"])
+    return "done"
+
+
+def test_a_second_runner_waits_for_a_live_lease_kept_fresh_by_heartbeats(tmp_path, calls: list[str]) -> None:
+    # The step runs 4x longer than the lease ttl: only heartbeats keep the second runner from taking over.
+    h = step("slow", slow_once, {"seconds": 1.2})
+    STARTED.clear()
+    first, buf1 = _runner(str(tmp_path), lease_ttl=0.3, heartbeat_s=0.05)
+    second, buf2 = _runner(str(tmp_path), lease_ttl=0.3, heartbeat_s=0.05)
+    results = {}
+    t = threading.Thread(target=lambda: results.setdefault("first", first.run([h])))
+    t.start()
+    assert STARTED.wait(20)
+    results["second"] = second.run([h])
+    t.join(30)
+    assert calls == ["slow"]
+    assert results["first"][h].state == "succeeded"
+    assert results["second"][h].state == "cached" and "finished by run" in results["second"][h].note
+    assert "wait" in buf2.getvalue() and results["second"][h].result == "done"
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_steps_with_resources_run_on_ray(tmp_path, ray_client) -> None:
+    h = step("on-ray", pid_step, {"n": 2}, resources=ResourceConfig.with_cpu(1))
+    runner, _ = _runner(str(tmp_path), client=ray_client)
+    result = runner.run([h], raise_on_failure=False)
+    assert result.ok, result[h].error
+    assert result[h].result["pid"] != os.getpid()
+    assert _read(f"{result[h].output_path}/pid.txt") == str(result[h].result["pid"])
