@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,10 +26,21 @@ def ray_client():
     shutdown_shared_ray()
 
 
-_RAY = pytest.param("ray", marks=[pytest.mark.ray, pytest.mark.xdist_group("ray")], id="ray")
-
-
-@pytest.fixture(params=["local", _RAY])
+@pytest.fixture(params=["local", "ray"])
 def client(request):
     """Each contract test runs against both clients."""
     return request.getfixturevalue(f"{request.param}_client")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Marks on fixture params arrive too late for pytest-xdist's grouping; put the Ray variants of the
+    # contract tests in the one process that holds the Ray instance explicitly.
+    here = Path(__file__).parent
+    for item in items:
+        if here not in item.path.parents:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("client") == "ray":
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.xdist_group("ray"))

@@ -20,6 +20,16 @@ import threading
 
 from ._ray import RayClient
 
+RAY_TEST_OPTIONS = {
+    "num_cpus": 2,
+    "include_dashboard": False,
+    "object_store_memory": 300 * 10**6,
+    "log_to_driver": True,
+    "configure_logging": False,
+}
+"""How the shared test Ray is started (`ray.init` keyword arguments)."""
+
+_START_ATTEMPTS = 2
 _lock = threading.Lock()
 _client: RayClient | None = None
 
@@ -30,14 +40,19 @@ def shared_ray_client() -> RayClient:
     with _lock:
         if _client is None or _client._closed:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            _client = RayClient(
-                address="local",
-                num_cpus=2,
-                include_dashboard=False,
-                object_store_memory=300 * 10**6,
-                log_to_driver=True,
-                configure_logging=False,
-            )
+            for attempt in range(_START_ATTEMPTS):
+                try:
+                    _client = RayClient(address="local", **RAY_TEST_OPTIONS)
+                    break
+                except (
+                    Exception
+                ) as exc:  # Ray gives up on a raylet after 30 s, which a loaded CI box can exceed
+                    import ray
+
+                    ray.shutdown()
+                    if attempt + 1 == _START_ATTEMPTS or "timed out during startup" not in str(exc):
+                        raise
+        assert _client is not None
         return _client
 
 
