@@ -204,3 +204,17 @@ def test_bad_inputs(records_dir, tokenizer: Tokenizer, tokenizer_path: str, loca
         TokenCache.open(out, vocab_size=10)
     with pytest.raises(ValueError, match="memory:// is not shared"):
         build_cache(path, "memory://x", tokenizer)
+
+
+def test_prepend_bos(records_dir, tokenizer: Tokenizer, tokenizer_path: str, local_client, tmp_path) -> None:
+    path, recs = records_dir
+    out = str(tmp_path / "bos")
+    build_cache(path, out, tokenizer_path, prepend_bos=True, client=local_client)
+    cache = TokenCache.open(out)
+    assert cache.manifest["prepend_bos"] is True
+    for i, rec in enumerate([r for r in recs if r["text"]][:5]):
+        assert cache.document(i).tolist() == [
+            tokenizer.bos_id,
+            *tokenizer.encode(rec["text"]),
+            tokenizer.eos_id,
+        ]

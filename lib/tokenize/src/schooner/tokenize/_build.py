@@ -124,11 +124,22 @@ def _batches(task: dict) -> Iterator[list[tuple[str, str]]]:
         yield batch
 
 
+def _frame(flat: np.ndarray, lens: np.ndarray, eos: int, bos: int | None, dtype: str) -> np.ndarray:
+    """Concatenated documents `flat` (lengths `lens`) -> [BOS] doc EOS per document, vectorised."""
+    extra = 1 + (bos is not None)
+    new_ends = np.cumsum(lens + extra)
+    out = np.empty(int(new_ends[-1]), dtype=dtype)
+    shift = np.repeat(np.arange(lens.size, dtype=np.int64) * extra + (bos is not None), lens)
+    out[np.arange(flat.size, dtype=np.int64) + shift] = flat
+    out[new_ends - 1] = eos
+    if bos is not None:
+        out[new_ends - lens - extra] = bos
+    return out
+
+
 def encode_shard(task: dict) -> dict:
     """Tokenize one input shard into `parts/part-NNNNN`; return its ledger entry. Idempotent."""
     tok = _tokenizer_for(task["tokenizer"])
-    eos = np.array([tok.eos_id], dtype=np.int64)
-    bos = np.array([tok.bos_id] if task["prepend_bos"] else [], dtype=np.int64)
     out: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
     skipped_empty = 0
@@ -144,12 +155,12 @@ def encode_shard(task: dict) -> dict:
             if not docs:
                 continue
             # One flat array per batch: BOS? + ids + EOS per document, built without a Python loop per token.
-            flat = np.fromiter(chain.from_iterable(docs), dtype=np.int64, count=sum(map(len, docs)))
             lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-            ends = np.cumsum(lens)
-            pieces = np.split(flat, ends[:-1])
-            out[split].append(np.concatenate([x for p in pieces for x in (bos, p, eos)]))
-            lengths[split].extend((lens + 1 + bos.size).tolist())
+            flat = np.fromiter(chain.from_iterable(docs), dtype=np.int64, count=int(lens.sum()))
+            out[split].append(
+                _frame(flat, lens, tok.eos_id, tok.bos_id if task["prepend_bos"] else None, task["dtype"])
+            )
+            lengths[split].extend((lens + 1 + int(task["prepend_bos"])).tolist())
 
     # A fresh folder per attempt: an orphaned worker of a killed build finishing the same shard cannot
     # overwrite the arrays a rerun is writing; the ledger JSON (written last) names the folder to merge.
