@@ -101,4 +101,32 @@ def test_source_records_step(tmp_path) -> None:
     m = read_manifest(out)
     assert m["num_shards"] == 3 and m["source_report"] == source_report("python-docs")
     again = StepRunner(prefix=str(tmp_path)).run([handle])
-    assert [s.state for s in again.steps] == ["skipped"] or [s.state for s in again.steps] == ["cached"]
+    assert [s.state for s in again.steps] == ["cached"]
+
+
+def test_transform_and_import_steps(tmp_path) -> None:
+    from schooner.cluster import StepRunner
+    from schooner.data.steps import exact_dedup, import_files, length_filter, source_records, transform
+
+    docs = source_records("python-docs", num_shards=2)
+    long_docs = transform("data/long", docs, length_filter, params={"min_chars": 5000}, format="parquet")
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "a.jsonl").write_text('{"body": "x"}\n{"body": "x"}\n{"body": "y"}\n')
+    raw = import_files("data/raw", str(tmp_path / "raw" / "*.jsonl"), text_field="body", source="raw")
+    deduped = transform("data/raw-dedup", raw, exact_dedup)
+    result = StepRunner(prefix=str(tmp_path / "runs")).run([long_docs, deduped])
+    assert {s.name: s.state for s in result.steps} == {
+        "data/python-docs": "succeeded", "data/long": "succeeded", "data/raw": "succeeded", "data/raw-dedup": "succeeded",
+    }  # fmt: skip
+    out = long_docs.output_path(str(tmp_path / "runs"))
+    got = [r for s in list_shards(out) for r in read_records(s)]
+    assert got == [r for r in iter_source("python-docs") if len(r["text"]) >= 5000]
+    assert read_manifest(out)["counters"]["dropped.length"] == source_report("python-docs")["records"] - len(
+        got
+    )
+    texts = [
+        r["text"] for s in list_shards(deduped.output_path(str(tmp_path / "runs"))) for r in read_records(s)
+    ]
+    assert sorted(texts) == ["x", "y"]
+    with pytest.raises(ValueError, match="must be a module-level function of an importable module"):
+        transform("bad", docs, lambda ds: ds)

@@ -272,30 +272,52 @@ class Dataset:
     # --------------------------------------------------------------------------------------- terminals
 
     def write_jsonl(
-        self, path: str, *, compression: str | None = "zst", skip_existing: bool = False, **execution: Any
+        self,
+        path: str,
+        *,
+        compression: str | None = "zst",
+        compression_level: int = 3,
+        skip_existing: bool = False,
+        **execution: Any,
     ) -> dict:
         """Write one shard per task as `part-0000i-of-0000n.jsonl[.zst|.gz]` plus `manifest.json`.
 
-        Returns the manifest (records, bytes, shards, counters, skipped bad input)."""
-        fmt = {
+        Args:
+            path: Output folder (local path or fsspec URL).
+            compression: `"zst"` (default), `"gz"` or None.
+            compression_level: The zstd level (gzip uses its default).
+            skip_existing: Keep shards an interrupted earlier run of the same pipeline finished.
+            **execution: `Execution` options (client, max_workers, resources, retries, work_dir, progress).
+
+        Returns:
+            The manifest (records, bytes, shards, counters, skipped bad input).
+        """
+        formats = {
             None: "jsonl",
             "zst": "jsonl.zst",
             "zstd": "jsonl.zst",
             "gz": "jsonl.gz",
             "gzip": "jsonl.gz",
-        }.get(compression)
-        if fmt is None:
+        }
+        if compression not in formats:
             raise ValueError(f"compression must be None, 'zst' or 'gz', got compression={compression!r}")
-        return self._write(path, fmt, skip_existing, (), Execution(**execution))
+        kw = (("zstd_level", compression_level),)
+        return self._write(path, formats[compression], skip_existing, kw, Execution(**execution))
 
     def write_parquet(
-        self, path: str, *, skip_existing: bool = False, row_group_size: int = 50_000, **execution: Any
+        self,
+        path: str,
+        *,
+        skip_existing: bool = False,
+        row_group_size: int = 50_000,
+        compression_level: int = 3,
+        **execution: Any,
     ) -> dict:
-        """Write one parquet shard per task (records layout; metadata as JSON text) plus `manifest.json`."""
+        """Write one parquet shard per task (record layout, zstd; metadata as JSON text) plus
+        `manifest.json`; arguments as `write_jsonl`, plus records per row group."""
         _check_positive("row_group_size", row_group_size)
-        return self._write(
-            path, "parquet", skip_existing, (("row_group_size", row_group_size),), Execution(**execution)
-        )
+        kw = (("row_group_size", row_group_size), ("zstd_level", compression_level))
+        return self._write(path, "parquet", skip_existing, kw, Execution(**execution))
 
     def count(self, **execution: Any) -> int:
         """Run the pipeline and count the records it yields."""

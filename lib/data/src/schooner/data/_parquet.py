@@ -162,8 +162,24 @@ def _generic_rows(
 class ParquetRecordWriter:
     """Writes records to a parquet file object in row groups of `row_group_size` records."""
 
-    def __init__(self, f: Any, *, row_group_size: int = 50_000, compression: str = "zstd") -> None:
-        self._writer = pq.ParquetWriter(f, RECORD_SCHEMA, compression=compression)
+    def __init__(
+        self,
+        f: Any,
+        *,
+        row_group_size: int = 50_000,
+        compression: str = "zstd",
+        compression_level: int | None = None,
+    ) -> None:
+        # Dictionary encoding and min/max statistics only pay off for the short repetitive columns; on
+        # long unique texts they cost write time and buy nothing.
+        self._writer = pq.ParquetWriter(
+            f,
+            RECORD_SCHEMA,
+            compression=compression,
+            compression_level=compression_level,
+            use_dictionary=["source"],
+            write_statistics=["id", "source"],
+        )
         self._rows: list[list[Any]] = [[], [], [], []]
         self._row_group_size = row_group_size
 

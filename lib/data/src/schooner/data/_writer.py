@@ -88,7 +88,9 @@ class ShardWriter:
         else:
             from ._parquet import ParquetRecordWriter
 
-            self._parquet = ParquetRecordWriter(self._raw, row_group_size=self._row_group_size)
+            self._parquet = ParquetRecordWriter(
+                self._raw, row_group_size=self._row_group_size, compression_level=self._zstd_level
+            )
 
     def write(self, rec: dict) -> None:
         """Append one record (a dict; parquet needs exactly the record layout)."""

@@ -9,11 +9,15 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle, step
 
+from ._dataset import Dataset
 from ._writer import WRITE_FORMATS, write_records
 from .sources import SOURCES, iter_source, source_report
 
@@ -87,3 +91,155 @@ def _write_source(config: SourceRecordsConfig, output_path: str) -> dict:
         extra_manifest={"source_report": report},
     )
     return {"records": manifest["records"], "bytes": manifest["bytes"], "source_report": report}
+
+
+# ------------------------------------------------------------------------------------ generic dataset steps
+
+
+def function_path(fn: Callable[..., Any] | str) -> str:
+    """`"package.module:function"` for a module-level function (what a step config stores)."""
+    if isinstance(fn, str):
+        if ":" not in fn:
+            raise ValueError(f"pipeline={fn!r} must look like 'package.module:function'")
+        return fn
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or "<" in qualname or module == "__main__":
+        raise ValueError(
+            f"pipeline={fn!r} must be a module-level function of an importable module (not a lambda, a nested "
+            "function or a __main__ function): steps store it by name so workers can import it"
+        )
+    return f"{module}:{qualname}"
+
+
+def resolve_function(path: str) -> Callable[..., Any]:
+    """The function named by `function_path`."""
+    module, _, qualname = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _identity(ds: Dataset) -> Dataset:
+    return ds
+
+
+def length_filter(ds: Dataset, min_chars: int = 0, max_chars: int | None = None) -> Dataset:
+    """A pipeline for `transform`: keep records whose text has `min_chars..max_chars` characters."""
+    return ds.filter(_LengthBetween(min_chars, max_chars), reason="length")
+
+
+@dataclass(frozen=True)
+class _LengthBetween:
+    lo: int
+    hi: int | None
+
+    def __call__(self, rec: dict) -> bool:
+        n = len(rec["text"])
+        return n >= self.lo and (self.hi is None or n <= self.hi)
+
+
+def exact_dedup(ds: Dataset, key: str = "text") -> Dataset:
+    """A pipeline for `transform`: keep the first record of each exact `key` value (a disk shuffle)."""
+    return ds.deduplicate(key)
+
+
+@dataclass(frozen=True)
+class TransformConfig:
+    """Config of `transform`/`import_files`: inputs, the pipeline function and the output format."""
+
+    inputs: Any
+    """Record folders, files or globs: StepHandles / InputPaths at build time, paths when the step runs."""
+    pipeline: str = "schooner.data.steps:_identity"
+    """`module:function` taking a `Dataset` (and `params`) and returning the `Dataset` to write."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """JSON-able keyword arguments of the pipeline function (part of the step's identity)."""
+    format: str = "jsonl.zst"
+    """Output shard format, one of `WRITE_FORMATS`."""
+    text_field: str = "text"
+    """Input field holding the text."""
+    id_field: str = "id"
+    """Input field holding the id."""
+    source: str | None = None
+    """`source` of input rows that carry none (default: each file's stem)."""
+    on_error: str = "raise"
+    """Bad input: 'raise' or 'skip' (skips are counted in the manifest)."""
+
+    def __post_init__(self) -> None:
+        if self.format not in WRITE_FORMATS:
+            raise ValueError(f"TransformConfig.format={self.format!r}; use one of {WRITE_FORMATS}")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"TransformConfig.on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        function_path(self.pipeline)
+
+
+def transform(
+    name: str,
+    inputs: Any,
+    pipeline: Callable[..., Dataset] | str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    format: str = "jsonl.zst",
+    version: str = "v1",
+    text_field: str = "text",
+    id_field: str = "id",
+    source: str | None = None,
+    on_error: str = "raise",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step that reads `inputs`, applies `pipeline(dataset, **params)` and writes a record folder.
+
+    The pipeline is stored by name, so bump `version` when its code changes. The write resumes at shard
+    granularity when a run is interrupted. The step record holds the manifest's counters.
+
+    Example:
+        >>> def long_docs(ds, min_chars):   # in an importable module
+        ...     return ds.filter(lambda r: len(r["text"]) >= min_chars, reason="short")
+        >>> docs = source_records("python-docs")
+        >>> long = transform("data/long-docs", docs, long_docs, params={"min_chars": 500})  # doctest: +SKIP
+    """
+    inputs = list(inputs) if isinstance(inputs, Sequence) and not isinstance(inputs, str) else [inputs]
+    config = TransformConfig(
+        inputs=inputs, pipeline=function_path(pipeline), params=dict(params or {}), format=format,
+        text_field=text_field, id_field=id_field, source=source, on_error=on_error,
+    )  # fmt: skip
+    return step(name, _run_transform, config, version=f"transform-{version}", resources=resources)
+
+
+def import_files(
+    name: str,
+    paths: str | Sequence[str],
+    *,
+    format: str = "jsonl.zst",
+    text_field: str = "text",
+    id_field: str = "id",
+    source: str | None = None,
+    on_error: str = "raise",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step that normalises files (any readable format, globs, fsspec URLs) into a record folder."""
+    return transform(
+        name, paths, _identity, format=format, text_field=text_field, id_field=id_field, source=source,
+        on_error=on_error, resources=resources, version="import-v1",
+    )  # fmt: skip
+
+
+def _run_transform(config: TransformConfig, output_path: str) -> dict:
+    ds = Dataset.from_files(
+        list(config.inputs), text_field=config.text_field, id_field=config.id_field, source=config.source,
+        on_error=config.on_error,
+    )  # fmt: skip
+    out = resolve_function(config.pipeline)(ds, **dict(config.params))
+    if not isinstance(out, Dataset):
+        raise TypeError(f"pipeline {config.pipeline} returned {type(out).__name__}, expected a Dataset")
+    if config.format == "parquet":
+        manifest = out.write_parquet(output_path, skip_existing=True)
+    else:
+        compression = {"jsonl": None, "jsonl.gz": "gz", "jsonl.zst": "zst"}[config.format]
+        manifest = out.write_jsonl(output_path, compression=compression, skip_existing=True)
+    return {
+        "records": manifest["records"],
+        "bytes": manifest["bytes"],
+        "counters": manifest["counters"],
+        "errors": manifest["errors"],
+    }

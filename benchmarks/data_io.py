@@ -1,0 +1,145 @@
+"""schooner.data I/O benchmark: read + rewrite ~200 MB of jsonl.zst and parquet through the Dataset
+pipeline, next to bare loops over the same files measured in the same run.
+
+Peers (the issue's targets: pipeline >= 0.7x the bare loop; >= 1.6x going from 1 to 2 workers):
+  * jsonl.zst: a bare `zstandard` streaming decompress + stdlib `json.loads` per line (read only).
+  * parquet:   a bare `pyarrow.parquet.read_table` of each file (read only).
+The pipeline reads, normalises every record into a Python dict and writes new shards (atomically, with a
+manifest), so it does strictly more work than its peer. MB/s are of uncompressed JSON text read.
+
+Run: `uv run python benchmarks/data_io.py [--mb 200] [--shards 8]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import orjson
+import pyarrow.parquet as pq
+import zstandard
+
+from schooner.cluster import LocalClient
+from schooner.data import Dataset, list_shards, write_records
+from schooner.data.sources import iter_source
+
+
+def make_records(target_mb: float) -> tuple[list[dict], int]:
+    """The embedded corpus (prose and code), repeated with fresh ids until ~target_mb of JSON lines."""
+    base = list(iter_source("python-docs")) + list(iter_source("python-code"))
+    out: list[dict] = []
+    size = 0
+    rep = 0
+    while size < target_mb * 1e6:
+        for r in base:
+            rec = {**r, "id": f"{r['id']}-{rep}", "metadata": {**r["metadata"], "rep": rep}}
+            out.append(rec)
+            size += len(orjson.dumps(rec)) + 1
+            if size >= target_mb * 1e6:
+                break
+        rep += 1
+    return out, size
+
+
+def bare_jsonl(paths: list[str], loads) -> int:
+    n = 0
+    dctx = zstandard.ZstdDecompressor()
+    for p in paths:
+        with open(p, "rb") as f, dctx.stream_reader(f, read_across_frames=True) as r:
+            for line in io.BufferedReader(r, buffer_size=1 << 20):
+                if line.strip():
+                    loads(line)
+                    n += 1
+    return n
+
+
+def bare_parquet(paths: list[str]) -> int:
+    return sum(pq.read_table(p).num_rows for p in paths)
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mb", type=float, default=200.0, help="uncompressed MB of records (default 200)")
+    ap.add_argument("--shards", type=int, default=8, help="input shards (default 8)")
+    ap.add_argument("--repeats", type=int, default=2, help="best of this many runs per measurement")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="schooner-bench-")
+    client = LocalClient(max_workers=2)
+    try:
+        t0 = time.perf_counter()
+        records, nbytes = make_records(args.mb)
+        mb = nbytes / 1e6
+        write_records(records, f"{tmp}/in-jsonl", format="jsonl.zst", num_shards=args.shards)
+        write_records(records, f"{tmp}/in-parquet", format="parquet", num_shards=args.shards)
+        n = len(records)
+        del records
+        print(f"data: {n:,} records, {mb:.1f} MB of JSON lines, {args.shards} shards "
+              f"(prepared in {time.perf_counter() - t0:.1f}s); {os.cpu_count()} CPUs")  # fmt: skip
+        jsonl_in, parquet_in = list_shards(f"{tmp}/in-jsonl"), list_shards(f"{tmp}/in-parquet")
+        print(f"on disk: jsonl.zst {sum(map(os.path.getsize, jsonl_in)) / 1e6:.1f} MB, "
+              f"parquet {sum(map(os.path.getsize, parquet_in)) / 1e6:.1f} MB")  # fmt: skip
+
+        def best(fn, *a) -> float:
+            return min(timed(fn, *a)[0] for _ in range(args.repeats))
+
+        def pipeline(fmt: str, workers: int) -> float:
+            def run() -> None:
+                out = f"{tmp}/out-{fmt}-{workers}"
+                ds = Dataset.from_files(f"{tmp}/in-{fmt}")
+                if fmt == "jsonl":
+                    m = ds.write_jsonl(out, client=client, max_workers=workers, progress=False)
+                else:
+                    m = ds.write_parquet(out, client=client, max_workers=workers, progress=False)
+                assert m["records"] == n, m["records"]
+                shutil.rmtree(out)
+
+            return best(run)
+
+        # Warm the worker pool (process start, imports of zstandard/pyarrow in each worker) so start-up
+        # is not billed to the first measurement.
+        warm = [{"id": str(i), "text": "w", "source": "w", "metadata": {}} for i in range(8)]
+        for fmt in ("jsonl.zst", "parquet"):
+            write_records(warm, f"{tmp}/warm-{fmt}", format=fmt, num_shards=4)
+            for _ in range(2):
+                Dataset.from_files(f"{tmp}/warm-{fmt}").write_parquet(
+                    f"{tmp}/warm-out", client=client, progress=False
+                )
+                Dataset.from_files(f"{tmp}/warm-{fmt}").write_jsonl(
+                    f"{tmp}/warm-out2", client=client, progress=False
+                )
+        t_bare_json = best(bare_jsonl, jsonl_in, json.loads)
+        t_bare_orjson = best(bare_jsonl, jsonl_in, orjson.loads)
+        t_bare_pq = best(bare_parquet, parquet_in)
+        rows = []
+        for fmt, bare, bare_name in (
+            ("jsonl", t_bare_json, "bare zstandard+json"),
+            ("parquet", t_bare_pq, "bare pq.read_table"),
+        ):
+            t1, t2 = pipeline(fmt, 1), pipeline(fmt, 2)
+            rows.append((fmt, bare_name, bare, t1, t2))
+        print()
+        print(f"{'format':<9} {'peer':<22} {'peer MB/s':>10} {'1 worker':>10} {'2 workers':>10} "
+              f"{'1w/peer':>8} {'2w/peer':>8} {'2w/1w':>7}")  # fmt: skip
+        for fmt, name, bare, t1, t2 in rows:
+            print(f"{fmt:<9} {name:<22} {mb / bare:>10.1f} {mb / t1:>10.1f} {mb / t2:>10.1f} "
+                  f"{bare / t1:>7.2f}x {bare / t2:>7.2f}x {t1 / t2:>6.2f}x")  # fmt: skip
+        print(f"(reference: bare zstandard+orjson {mb / t_bare_orjson:.1f} MB/s)")
+        print("targets: pipeline >= 0.70x its peer; 2 workers >= 1.60x 1 worker")
+    finally:
+        client.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
