@@ -126,3 +126,10 @@ def test_training_is_deterministic_across_processes(tokenizer: Tokenizer) -> Non
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", _TRAIN], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == tokenizer.fingerprint
+
+
+def test_train_from_a_data_dataset(tokenizer: Tokenizer, texts: list[str]) -> None:
+    from schooner.data import Dataset, make_record
+
+    ds = Dataset.from_records([make_record(t, source="stdlib") for t in texts])
+    assert train_bpe(ds, vocab_size=800).fingerprint == tokenizer.fingerprint

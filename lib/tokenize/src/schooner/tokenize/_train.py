@@ -68,8 +68,11 @@ class BPEConfig:
             )
 
 
-def train_bpe(texts: Iterable[str], config: BPEConfig | None = None, **overrides) -> Tokenizer:
-    """Train a byte-level BPE tokenizer on `texts` (any iterable of strings; read once, streaming).
+def train_bpe(
+    texts: Iterable[str] | Iterable[dict], config: BPEConfig | None = None, **overrides
+) -> Tokenizer:
+    """Train a byte-level BPE tokenizer on `texts`: strings, or records (their `"text"`), e.g. a
+    `schooner.data.Dataset`; read once, streaming.
 
     Lossless on any input (every byte has a symbol), the same merges for the same texts in the same
     order (the `tokenizers` trainer breaks count ties by the pair itself, not by hash order).
@@ -130,6 +133,8 @@ class _Counter:
 
     def __next__(self) -> str:
         t = next(self._it)
+        if isinstance(t, dict):  # a record (e.g. from a schooner.data.Dataset): train on its text
+            t = t.get("text")
         if not isinstance(t, str):
             raise TypeError(f"train_bpe: text #{self.n} is {type(t).__name__}, not str: {t!r:.80}")
         self.n += 1
