@@ -91,6 +91,12 @@ def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:
     assert "squares" in text and "will run" in text
     assert "config.numbers" in text  # the input whose key changed...
     assert "config.scale: 3 -> 4" in text  # ...and, explained in turn, the field that started it
+    report = schooner(
+        "explain", "report/total", CHAIN, "--prefix", str(prefix), env={"EXP_SCALE": "4"}
+    ).stdout
+    assert (
+        "config.parts[<step 'squares'>]<key>: <step 'squares'" in report and "config.scale: 3 -> 4" in report
+    )
 
     # Rerun with the change; without the experiment file, explain compares the two latest records.
     assert schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_SCALE": "4"}).returncode == 0

@@ -65,30 +65,73 @@ _ABSENT: Any = type("_Absent", (), {"__repr__": lambda self: "<absent>"})()
 
 
 def _short(v: Any) -> str:
+    if isinstance(v, str) and v.startswith("<step "):
+        return v
     text = json.dumps(v, sort_keys=True) if v is not _ABSENT else "<absent>"
     return text if len(text) <= 100 else text[:97] + "..."
 
 
-def diff_configs(old: Any, new: Any, path: str = "config") -> list[FieldChange]:
-    """Field-by-field differences between two canonical configs (dict keys sorted, lists by index)."""
+def _ref_label(v: Any, names: dict[str, str]) -> str | None:
+    """`<step 'name' 1a2b3c4d/sub>` for an input reference, else None."""
+    if isinstance(v, dict) and "__step__" in v:
+        key = v["__step__"]
+        sub = f"/{v['__path__']}" if v.get("__path__") else ""
+        return f"<step {names.get(key, '?')!r} {key[:8]}{sub}>"
+    return None
+
+
+def _pair_label(key: Any, names: dict[str, str]) -> str:
+    """How a dict key is matched across versions: inputs by step name (their keys change), others by value."""
+    if isinstance(key, dict) and "__step__" in key:
+        sub = f"/{key['__path__']}" if key.get("__path__") else ""
+        return f"<step {names.get(key['__step__'], key['__step__'][:8])!r}{sub}>"
+    return json.dumps(key, sort_keys=True)
+
+
+def diff_configs(
+    old: Any, new: Any, path: str = "config", names: dict[str, str] | None = None
+) -> list[FieldChange]:
+    """Field-by-field differences between two canonical configs.
+
+    Dicts compare by key, lists by index; dicts keyed by inputs (`{"__dict__": [[key, value], ...]}`) compare
+    by the input's step name, so `{tokenized(...): 1.0}` lines up across versions even though the input's
+    key (and with it the pair order) changed. `names` maps step keys to names for display.
+    """
+    names = names or {}
     if isinstance(old, dict) and isinstance(new, dict):
-        if "__step__" in old and "__step__" in new:
-            if old != new:
-                return [FieldChange(path, old, new)]
-            return []
+        if "__step__" in old or "__step__" in new:
+            return [] if old == new else [FieldChange(path, old, new)]
+        if "__dict__" in old and "__dict__" in new:
+            return _diff_pairs(old["__dict__"], new["__dict__"], path, names)
         changes = []
         for k in sorted(set(old) | set(new)):
-            sub = path if k == "__dict__" else f"{path}.{k}"
-            changes += diff_configs(old.get(k, _ABSENT), new.get(k, _ABSENT), sub)
+            changes += diff_configs(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{path}.{k}", names)
         return changes
     if isinstance(old, list) and isinstance(new, list):
         changes = []
         for i in range(max(len(old), len(new))):
-            changes += diff_configs(
-                old[i] if i < len(old) else _ABSENT, new[i] if i < len(new) else _ABSENT, f"{path}[{i}]"
-            )
+            a = old[i] if i < len(old) else _ABSENT
+            b = new[i] if i < len(new) else _ABSENT
+            changes += diff_configs(a, b, f"{path}[{i}]", names)
         return changes
     return [] if old == new else [FieldChange(path, old, new)]
+
+
+def _diff_pairs(old: list, new: list, path: str, names: dict[str, str]) -> list[FieldChange]:
+    olds = {_pair_label(k, names): (k, v) for k, v in old}
+    news = {_pair_label(k, names): (k, v) for k, v in new}
+    changes = []
+    for label in sorted(set(olds) | set(news)):
+        sub = f"{path}[{label}]"
+        if label not in olds or label not in news:
+            changes.append(
+                FieldChange(sub, olds.get(label, (None, _ABSENT))[1], news.get(label, (None, _ABSENT))[1])
+            )
+            continue
+        (ok, ov), (nk, nv) = olds[label], news[label]
+        changes += diff_configs(ok, nk, f"{sub}<key>", names)
+        changes += diff_configs(ov, nv, sub, names)
+    return changes
 
 
 def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
@@ -118,10 +161,15 @@ def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
 
 
 def explain_step(
-    step: Step, prefix: str, by_key: dict[str, Step] | None = None, depth: int = 3
+    step: Step,
+    prefix: str,
+    by_key: dict[str, Step] | None = None,
+    depth: int = 4,
+    _seen: set[str] | None = None,
 ) -> Explanation:
     """Why `step` would be reused or run under `prefix` (see the module docstring)."""
     by_key = by_key or {}
+    seen = set() if _seen is None else _seen
     h = step.handle
     out = h.output_path(prefix)
     storage = storage_for(out)
@@ -163,7 +211,9 @@ def explain_step(
     changes = []
     if rec.get("version") != h.version:
         changes.append(FieldChange("version", rec.get("version"), h.version))
-    changes += diff_configs(rec.get("config"), today)
+    names = {i["key"]: i.get("name", "?") for i in rec.get("inputs", [])}
+    names.update({k: s.name for k, s in by_key.items()})
+    changes += diff_configs(rec.get("config"), today, names=names)
     explanation = Explanation(
         h.name,
         h.key,
@@ -174,19 +224,18 @@ def explain_step(
         compared_with=rec["_folder"],
     )
     for c in changes:
-        if isinstance(c.new, dict) and "__step__" in c.new:
-            dep = by_key.get(c.new["__step__"])
-            name = dep.name if dep else "?"
-            c_new = FieldChange(
-                c.path,
-                f"input {name!r} key {str((c.old or {}).get('__step__', ''))[:8]}",
-                f"{c.new['__step__'][:8]}",
-            )
-            explanation.changes.append(c_new)
-            if dep is not None and depth > 0:
-                explanation.inputs.append(explain_step(dep, prefix, by_key, depth - 1))
-        else:
+        old_ref, new_ref = _ref_label(c.old, names), _ref_label(c.new, names)
+        if new_ref is None and old_ref is None:
             explanation.changes.append(c)
+            continue
+        explanation.changes.append(FieldChange(c.path, old_ref or c.old, new_ref or c.new))
+        dep = by_key.get(c.new["__step__"]) if new_ref else None
+        if dep is not None and depth > 0:
+            if dep.key in seen:
+                explanation.inputs.append(Explanation(dep.name, dep.key, "", "will run", "explained above"))
+            else:
+                seen.add(dep.key)
+                explanation.inputs.append(explain_step(dep, prefix, by_key, depth - 1, seen))
     if not explanation.changes:
         hidden = any(v == "***" for v in _leaves(today))
         explanation.reason += (
@@ -223,7 +272,8 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
     changes = []
     if prev.get("version") != latest.get("version"):
         changes.append(FieldChange("version", prev.get("version"), latest.get("version")))
-    changes += diff_configs(prev.get("config"), latest.get("config"))
+    names = {i["key"]: i.get("name", "?") for r in (prev, latest) for i in r.get("inputs", [])}
+    changes += diff_configs(prev.get("config"), latest.get("config"), names=names)
     return Explanation(
         name,
         latest["key"],

@@ -162,7 +162,7 @@ def step_record(
         "fn": h.fn_name(),
         "version": h.version,
         "config": redact_config(h.canonical_config, secrets),
-        "inputs": [{"field": f, "key": k} for f, k in step.input_fields],
+        "inputs": [{"field": f, "key": d.key, "name": d.name} for f, d in h.inputs()],
         "resources": resources,
         "run_id": run_id,
         "owner": owner,

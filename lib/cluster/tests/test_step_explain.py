@@ -1,0 +1,53 @@
+"""`explain`'s field-by-field diff of canonical configs (the CLI tests cover it end to end)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.cluster import step
+from schooner.cluster._explain import diff_configs
+from schooner.cluster._version import canonicalize
+
+
+@dataclass(frozen=True)
+class Train:
+    datasets: Any
+    lr: float
+    layers: tuple = (1, 2)
+
+
+@dataclass(frozen=True)
+class Other:
+    datasets: Any
+    lr: float
+    layers: tuple = (1, 2)
+
+
+def fn(config: Any, out: str) -> None:
+    return None
+
+
+def test_handle_keyed_dicts_line_up_by_step_name_when_keys_change() -> None:
+    docs_v1, docs_v2 = step("tok/docs", fn, {"v": 1}), step("tok/docs", fn, {"v": 2})
+    code = step("tok/code", fn, {"v": 1})
+    old = canonicalize(Train({docs_v1: 1.0, code: 0.5}, 1e-3))
+    new = canonicalize(Train({docs_v2: 1.0, code: 0.25}, 1e-3, (1, 2, 3)))
+    names = {h.key: h.name for h in (docs_v1, docs_v2, code)}
+    changes = {c.path: c.describe() for c in diff_configs(old, new, names=names)}
+    assert changes == {
+        "config.datasets[<step 'tok/code'>]": "config.datasets[<step 'tok/code'>]: 0.5 -> 0.25",
+        "config.datasets[<step 'tok/docs'>]<key>": (
+            f"config.datasets[<step 'tok/docs'>]<key>: "
+            f'{{"__step__": "{docs_v1.key}"}} -> {{"__step__": "{docs_v2.key}"}}'
+        ),
+        "config.layers[2]": "config.layers[2]: added (3)",
+    }
+
+
+def test_identical_configs_have_no_changes_and_class_changes_show() -> None:
+    a = canonicalize(Train({}, 1e-3))
+    assert diff_configs(a, canonicalize(Train({}, 1e-3))) == []
+
+    (change,) = diff_configs(a, canonicalize(Other({}, 1e-3)))
+    assert change.path == "config.__class__" and change.describe() == 'config.__class__: "Train" -> "Other"'
