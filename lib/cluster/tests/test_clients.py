@@ -236,3 +236,29 @@ def test_env_reaches_job_and_secrets_stay_out_of_logs(client):
 
 def test_partial_functions_travel(client):
     assert list(client.map(functools.partial(add, b=1), [1, 2, 3])) == [2, 3, 4]
+
+
+def test_using_client_nests_and_restores(local_client):
+    from schooner.cluster import LocalClient, current_client, using_client
+
+    outer = current_client()
+    with using_client(local_client):
+        assert current_client() is local_client
+        inner = LocalClient(max_workers=1)
+        with using_client(inner):
+            assert current_client() is inner
+        assert current_client() is local_client
+        inner.shutdown()
+    assert current_client() is outer
+
+
+def test_cluster_spec_from_environment():
+    from schooner.cluster import LocalClient
+    from schooner.cluster._current import client_from_spec
+
+    for spec in (None, "", "local", " local "):
+        client = client_from_spec(spec)
+        assert isinstance(client, LocalClient)
+        client.shutdown()
+    with pytest.raises(ValueError, match="SCHOONER_CLUSTER='kubernetes' is not a cluster spec"):
+        client_from_spec("kubernetes")

@@ -20,6 +20,8 @@ from schooner.cluster import (
     ResourcesUnavailableError,
     WorkerDiedError,
 )
+from schooner.cluster._local_machine import Machine, gpu_matches
+from schooner.cluster._pool import Pool
 
 
 @dataclass(frozen=True)
@@ -208,3 +210,46 @@ def test_concurrent_maps_share_the_pool(local_client):
         t.join(timeout=60)
     assert {k: len(v) for k, v in results.items()} == {1: 300, 2: 600, 3: 900}
     assert results[2] == list(range(600, 0, -1))
+
+
+def _gpu_machine() -> Machine:
+    return Machine(cpus=8, memory=64 * 2**30, gpus=("NVIDIA H100 80GB HBM3",) * 2, gpu_ids=("0", "3"))
+
+
+def test_gpu_jobs_get_distinct_devices_and_wait_for_free_ones():
+    pool = Pool(_gpu_machine())
+    one = ResourceConfig.with_gpu("H100", count=1)
+    a, b = pool.try_reserve(one), pool.try_reserve(one)
+    assert a is not None and b is not None
+    assert {a.env()["CUDA_VISIBLE_DEVICES"], b.env()["CUDA_VISIBLE_DEVICES"]} == {"0", "3"}
+    assert pool.try_reserve(one) is None  # both GPUs held: a third waits
+    pool.unreserve(a)
+    c = pool.try_reserve(one)
+    assert c is not None and c.env() == a.env()
+    assert pool.try_reserve(ResourceConfig.with_cpu()).env() == {}  # CPU jobs are not confined to a GPU
+
+
+def test_gpu_requests_are_checked_against_models_and_counts():
+    machine = _gpu_machine()
+    machine.check(ResourceConfig.with_gpu("H100", count=2))
+    with pytest.raises(
+        ResourcesUnavailableError, match=r"device_count=3 GPUs of device_kind='H100'.*H100 80GB"
+    ):
+        machine.check(ResourceConfig.with_gpu("H100", count=3))
+    with pytest.raises(ResourcesUnavailableError, match="device_kind='A100'"):
+        machine.check(ResourceConfig.with_gpu("A100", count=1))
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [
+        ("H100", "NVIDIA H100 80GB HBM3", True),
+        ("H200", "NVIDIA H200", True),
+        ("A100-80G", "NVIDIA A100-SXM4-80GB", True),
+        ("A100-80G", "NVIDIA A100-SXM4-40GB", False),
+        ("A10", "NVIDIA A10G", False),
+        ("A10G", "NVIDIA A10G", True),
+    ],
+)
+def test_gpu_model_matching(kind, name, expected):
+    assert gpu_matches(kind, name) is expected

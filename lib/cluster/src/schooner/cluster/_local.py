@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -28,9 +29,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ._client import JobCancelledError, JobError, JobStatus, WorkerDiedError
-from ._local_machine import Machine, detect_machine
+from ._local_machine import detect_machine
 from ._local_map import local_map
-from ._pool import Pool, WorkerProcess
+from ._pool import Pool, Reservation, WorkerProcess
 from ._resources import ResourceConfig
 from ._secrets import scrub, secret_values
 from ._worker_pickle import dumps
@@ -168,9 +169,9 @@ class LocalClient:
             mem = parse_bytes(memory, field_name="memory") or 0
             if mem <= 0:
                 raise ValueError(f"LocalClient(memory=...) must be > 0, got {memory!r}")
-        self.machine = Machine(cpus=cpus, memory=mem, gpus=machine.gpus, tpu_chips=machine.tpu_chips)
+        self.machine = dataclasses.replace(machine, cpus=cpus, memory=mem)
         self.stream_logs = stream_logs
-        self._pool = Pool(cpus, mem)
+        self._pool = Pool(self.machine)
         self._logdir: str | None = None
         self._ids = itertools.count()
         self._threads: set[threading.Thread] = set()
@@ -218,13 +219,14 @@ class LocalClient:
     def _drive(self, job: LocalJobHandle, payload: bytes) -> None:
         res = job.resources
         try:
-            if not self._pool.reserve(res, give_up=lambda: job._cancelled):
+            held = self._pool.reserve(res, give_up=lambda: job._cancelled)
+            if held is None:
                 self._end_unstarted(job)
                 return
             try:
-                self._attempts(job, payload)
+                self._attempts(job, payload, held)
             finally:
-                self._pool.unreserve(res)
+                self._pool.unreserve(held)
         except BaseException as exc:  # noqa: BLE001 - never leave a handle hanging
             if not job._done.is_set():
                 job._finish(
@@ -241,13 +243,13 @@ class LocalClient:
                 JobStatus.FAILED, error=JobError(job.name, "LocalClient was shut down before it started")
             )
 
-    def _attempts(self, job: LocalJobHandle, payload: bytes) -> None:
+    def _attempts(self, job: LocalJobHandle, payload: bytes, held: Reservation) -> None:
         res = job.resources
         env = {LOCAL_CPUS_ENV: f"{max(res.cpu, 1.0):g}"}
         deaths = 0
         while True:
             try:
-                worker = self._pool.checkout(res.env)
+                worker = self._pool.checkout({**res.env, **held.env()})
             except RuntimeError:
                 self._end_unstarted(job)
                 return

@@ -23,6 +23,8 @@ class Machine:
     """Bytes of memory (physical memory, or the cgroup limit when lower)."""
     gpus: tuple[str, ...] = ()
     """Model name of each visible GPU, e.g. ('NVIDIA H100 80GB HBM3',)."""
+    gpu_ids: tuple[str, ...] = ()
+    """CUDA device index of each entry of `gpus` (what CUDA_VISIBLE_DEVICES takes)."""
     tpu_chips: int = 0
     """TPU chips attached to this host (0 when none)."""
 
@@ -39,7 +41,7 @@ class Machine:
                 f"lower ResourceConfig.ram or run it on a cluster (RayClient)"
             )
         if resources.device == "gpu":
-            matching = [g for g in self.gpus if _gpu_matches(resources.device_kind or "", g)]
+            matching = [g for g in self.gpus if gpu_matches(resources.device_kind or "", g)]
             if resources.device_count > len(matching):
                 have = ", ".join(self.gpus) if self.gpus else "no GPUs"
                 raise ResourcesUnavailableError(
@@ -59,7 +61,7 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.2f} GiB ({n} bytes)"
 
 
-def _gpu_matches(kind: str, name: str) -> bool:
+def gpu_matches(kind: str, name: str) -> bool:
     """'H100' matches 'NVIDIA H100 80GB HBM3'; 'A100-80G' matches an A100 with 80GB."""
     base, _, mem = kind.upper().partition("-")
     name = name.upper().replace("-", " ")
@@ -89,25 +91,26 @@ def _cgroup_memory() -> int | None:
     return None
 
 
-def _gpus() -> tuple[str, ...]:
+def _gpus() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(names, CUDA indices) of the GPUs this process may use, from nvidia-smi (none without a driver)."""
     if not glob.glob("/dev/nvidia[0-9]*") or shutil.which("nvidia-smi") is None:
-        return ()
+        return (), ()
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=20,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        return ()
-    names = tuple(line.strip() for line in out.splitlines() if line.strip())
+        return (), ()
+    found = [tuple(part.strip() for part in line.split(",", 1)) for line in out.splitlines() if "," in line]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:  # respect a restriction the user already made
-        idx = [int(i) for i in visible.split(",") if i.strip().isdigit()]
-        names = tuple(names[i] for i in idx if i < len(names))
-    return names
+        allowed = [v.strip() for v in visible.split(",") if v.strip()]
+        found = [f for f in found if f[0] in allowed]
+    return tuple(name for _, name in found), tuple(idx for idx, _ in found)
 
 
 @functools.cache
@@ -126,4 +129,5 @@ def detect_machine() -> Machine:
     if limit is not None:
         memory = min(memory, limit)
     tpu_chips = len(glob.glob("/dev/accel[0-9]*")) or len(glob.glob("/dev/vfio/[0-9]*"))
-    return Machine(cpus=float(cpus), memory=int(memory), gpus=_gpus(), tpu_chips=tpu_chips)
+    gpus, gpu_ids = _gpus()
+    return Machine(cpus=float(cpus), memory=int(memory), gpus=gpus, gpu_ids=gpu_ids, tpu_chips=tpu_chips)

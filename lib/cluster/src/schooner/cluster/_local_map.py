@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
 from ._client import JobError, WorkerDiedError
-from ._pool import Pool, WorkerProcess
+from ._pool import Pool, Reservation, WorkerProcess
 from ._resources import ResourceConfig
 from ._worker_pickle import dumps
 
@@ -100,8 +100,13 @@ def local_map(
             w.map_fns.add(fn_key)
         return True  # a failed send shows up as the worker's death when we read from it
 
-    def add_worker() -> None:
-        w = pool.checkout(resources.env)
+    def add_worker(held: Reservation) -> None:
+        try:
+            w = pool.checkout({**resources.env, **held.env()})
+        except BaseException:
+            pool.unreserve(held)
+            raise
+        holds[w] = held
         inflight[w] = collections.deque()
         sel.register(w.sock, selectors.EVENT_READ, w)
 
@@ -116,18 +121,20 @@ def local_map(
                 else:
                     retry.append(it)
         pool.discard(w)
-        add_worker()  # the reservation is still ours: replace the worker
+        add_worker(holds.pop(w))  # the reservation is still ours: replace the worker
 
-    reserved = 0
+    holds: dict[WorkerProcess, Reservation] = {}
     try:
-        if not pool.reserve(resources):
+        first = pool.reserve(resources)
+        if first is None:
             raise RuntimeError("LocalClient was shut down; create a new client")
-        reserved = 1
-        add_worker()
+        add_worker(first)
         while True:
-            while reserved < workers and not (exhausted and not retry) and pool.try_reserve(resources):
-                reserved += 1
-                add_worker()
+            while len(holds) < workers and not (exhausted and not retry):
+                more = pool.try_reserve(resources)
+                if more is None:
+                    break
+                add_worker(more)
             for w, queue in inflight.items():
                 depth = 2 if per_item * batch_size(len(inflight)) < 0.05 else 1
                 while len(queue) < depth and dispatch(w):
@@ -169,5 +176,5 @@ def local_map(
             else:
                 pool.checkin(w)
         sel.close()
-        for _ in range(reserved):
-            pool.unreserve(resources)
+        for held in holds.values():
+            pool.unreserve(held)

@@ -1,4 +1,4 @@
-"""Warm worker processes for `LocalClient`, and admission of jobs by the CPUs and memory they reserve.
+"""Warm worker processes for `LocalClient`, and admission of jobs by the CPUs, memory and devices they reserve.
 
 Workers are separate interpreters (`python _worker.py`), each in its own session, talking over a socket,
 so a crash or `kill -9` of a worker never takes the caller down, and `cancel()` can kill a worker with
@@ -19,8 +19,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from . import _worker
+from ._local_machine import Machine, gpu_matches
 from ._resources import ResourceConfig
 from ._secrets import scrub, secret_values
 
@@ -194,12 +196,28 @@ class _Relay:
         os.close(self._wake_w)
 
 
-class Pool:
-    """Warm workers plus the bookkeeping that keeps reserved CPUs and memory within the client's capacity."""
+@dataclass(frozen=True)
+class Reservation:
+    """What one job (or one map worker) holds: its request, plus the GPUs / TPU it was given."""
 
-    def __init__(self, cpus: float, memory: int) -> None:
-        self.cpus = cpus
-        self.memory = memory
+    resources: ResourceConfig
+    gpu_ids: tuple[str, ...] = ()
+    tpu: bool = False
+
+    def env(self) -> dict[str, str]:
+        """Environment that confines the job to its devices."""
+        return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids)} if self.gpu_ids else {}
+
+
+class Pool:
+    """Warm workers plus the bookkeeping that keeps reserved CPUs, memory, GPUs and TPUs within capacity."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.cpus = machine.cpus
+        self.memory = machine.memory
+        self._gpus = dict(zip(machine.gpu_ids, machine.gpus, strict=True))  # id -> model name
+        self._free_gpus = list(machine.gpu_ids)
+        self._tpu_free = machine.tpu_chips > 0
         self._cond = threading.Condition()
         self._used_cpu = 0.0
         self._used_ram = 0
@@ -210,37 +228,50 @@ class Pool:
         self._closed = False
 
     # -- admission ---------------------------------------------------------------------------------------
-    def _fits(self, res: ResourceConfig) -> bool:
-        cpu_ok = self._used_cpu + res.cpu <= self.cpus + 1e-9
-        ram_ok = res.ram is None or self._used_ram + res.ram <= self.memory
-        return cpu_ok and ram_ok
+    def _take(self, res: ResourceConfig) -> Reservation | None:
+        """Reserve `res` if it fits now (call with the lock held)."""
+        if self._closed or self._used_cpu + res.cpu > self.cpus + 1e-9:
+            return None
+        if res.ram is not None and self._used_ram + res.ram > self.memory:
+            return None
+        gpu_ids: tuple[str, ...] = ()
+        if res.device == "gpu":
+            fitting = [g for g in self._free_gpus if gpu_matches(res.device_kind or "", self._gpus[g])]
+            if len(fitting) < res.device_count:
+                return None
+            gpu_ids = tuple(fitting[: res.device_count])
+        if res.device == "tpu" and not self._tpu_free:
+            return None
+        self._used_cpu += res.cpu
+        self._used_ram += res.ram or 0
+        self._free_gpus = [g for g in self._free_gpus if g not in gpu_ids]
+        if res.device == "tpu":  # a host's TPU chips serve one process at a time
+            self._tpu_free = False
+        return Reservation(res, gpu_ids, res.device == "tpu")
 
-    def try_reserve(self, res: ResourceConfig) -> bool:
+    def try_reserve(self, res: ResourceConfig) -> Reservation | None:
         """Reserve `res` if it fits now."""
         with self._cond:
-            if self._closed or not self._fits(res):
-                return False
-            self._used_cpu += res.cpu
-            self._used_ram += res.ram or 0
-            return True
+            return self._take(res)
 
-    def reserve(self, res: ResourceConfig, give_up: Callable[[], bool] = lambda: False) -> bool:
-        """Block until `res` fits and reserve it; False when `give_up()` turned true (or the pool closed)."""
+    def reserve(self, res: ResourceConfig, give_up: Callable[[], bool] = lambda: False) -> Reservation | None:
+        """Block until `res` fits and reserve it; None when `give_up()` turned true (or the pool closed)."""
         with self._cond:
-            while not self._fits(res):
+            while True:
                 if self._closed or give_up():
-                    return False
+                    return None
+                got = self._take(res)
+                if got is not None:
+                    return got
                 self._cond.wait(timeout=0.5)
-            if self._closed or give_up():
-                return False
-            self._used_cpu += res.cpu
-            self._used_ram += res.ram or 0
-            return True
 
-    def unreserve(self, res: ResourceConfig) -> None:
+    def unreserve(self, r: Reservation) -> None:
         with self._cond:
-            self._used_cpu = max(0.0, self._used_cpu - res.cpu)
-            self._used_ram = max(0, self._used_ram - (res.ram or 0))
+            self._used_cpu = max(0.0, self._used_cpu - r.resources.cpu)
+            self._used_ram = max(0, self._used_ram - (r.resources.ram or 0))
+            self._free_gpus.extend(r.gpu_ids)
+            if r.tpu:
+                self._tpu_free = True
             self._cond.notify_all()
 
     def wake(self) -> None:
