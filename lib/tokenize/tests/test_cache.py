@@ -126,6 +126,7 @@ def test_resume_redoes_only_missing_shards_identically(
                 "shard_bytes": os.path.getsize(shard),
                 "output": resumed,
                 "tokenizer": f"{resumed}/tokenizer.json",
+                "fingerprint": load_tokenizer(resumed).fingerprint,
                 "validation_fraction": 0.2,
                 "split_seed": 0,
                 "prepend_bos": False,

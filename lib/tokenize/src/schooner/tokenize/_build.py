@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "validation")
 BUILD_FILE = "build.json"
-_TOKENIZERS: dict[str, Tokenizer] = {}
+_TOKENIZERS: dict[tuple[str, str], Tokenizer] = {}
 
 
 def split_of(doc_key: str, validation_fraction: float, split_seed: int) -> str:
@@ -96,10 +96,17 @@ class _AlignedWriter:
 # -- the per-shard task (runs on a worker) ---------------------------------------------------------
 
 
-def _tokenizer_for(path: str) -> Tokenizer:
-    tok = _TOKENIZERS.get(path)
+def _tokenizer_for(path: str, fingerprint: str) -> Tokenizer:
+    # Keyed by content too: a warm worker may see the same output folder rebuilt with another tokenizer.
+    tok = _TOKENIZERS.get((path, fingerprint))
     if tok is None:
-        tok = _TOKENIZERS[path] = load_tokenizer(path)
+        tok = load_tokenizer(path)
+        if tok.fingerprint != fingerprint:
+            raise ValueError(
+                f"{path}: tokenizer fingerprint {tok.fingerprint[:12]} is not the build's {fingerprint[:12]}; "
+                "another build wrote into the same output folder"
+            )
+        _TOKENIZERS[(path, fingerprint)] = tok
     return tok
 
 
@@ -139,7 +146,7 @@ def _frame(flat: np.ndarray, lens: np.ndarray, eos: int, bos: int | None, dtype:
 
 def encode_shard(task: dict) -> dict:
     """Tokenize one input shard into `parts/part-NNNNN`; return its ledger entry. Idempotent."""
-    tok = _tokenizer_for(task["tokenizer"])
+    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"])
     out: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
     skipped_empty = 0
@@ -351,6 +358,7 @@ def build_cache(
                 "shard_bytes": _shard_size(shard),
                 "output": output,
                 "tokenizer": _store.join(output, TOKENIZER_FILE),
+                "fingerprint": tok.fingerprint,
                 "validation_fraction": float(validation_fraction),
                 "split_seed": int(split_seed),
                 "prepend_bos": bool(prepend_bos),
