@@ -230,3 +230,15 @@ def test_a_file_that_only_declares_steps_runs_them_all(tmp_path) -> None:
 def test_explain_of_an_unknown_step_lists_the_steps(tmp_path) -> None:
     proc = schooner("explain", "nope", CHAIN, "--prefix", str(tmp_path))
     assert proc.returncode == 2 and "no step named 'nope'" in proc.stdout and "squares" in proc.stdout
+
+
+def test_steps_with_resources_go_through_the_cluster_given_on_the_command_line(tmp_path) -> None:
+    proc = schooner("run", str(HERE / "with_resources.py"), "--prefix", str(tmp_path), "--cluster", "local")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "counted (cluster)" in proc.stdout and "words (in process)" in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    assert "'count': 2" in line
+    remote_pid, runner_pid = int(line.split("'pid': ")[1].split("}")[0]), int(line.split()[-1])
+    assert remote_pid != runner_pid  # ran in a worker process, not in the runner
+    bad = schooner("run", str(HERE / "with_resources.py"), "--prefix", str(tmp_path), "--cluster", "bogus!")
+    assert bad.returncode == 2 and "--cluster" in bad.stdout and "not a cluster spec" in bad.stdout

@@ -263,6 +263,10 @@ class StepDef:
         resources: ResourceConfig | None = None,
         description: str = "",
     ) -> None:
+        if "<" not in getattr(fn, "__qualname__", "<"):
+            # `module.name` is now this StepDef; `module.name.fn` finds the function again, so pickle
+            # (and Ray / the LocalClient) can send it by reference instead of by value.
+            fn.__qualname__ = f"{fn.__qualname__}.fn"
         self.fn = fn
         self.version = version
         self.resources = resources

@@ -147,7 +147,11 @@ def _cmd_run(ns: argparse.Namespace) -> int:
     args = ns.script_args
     client = None
     if opts.cluster:
-        client = client_from_spec(opts.cluster)  # validates the spec before anything runs
+        try:
+            client = client_from_spec(opts.cluster)  # validates the spec before anything runs
+        except ValueError as e:
+            make_console().print(f"[bold red]error:[/] --cluster: {_esc(str(e))}")
+            return 2
         os.environ["SCHOONER_CLUSTER"] = opts.cluster
     try:
         with using_client(client) if client is not None else contextlib.nullcontext():
