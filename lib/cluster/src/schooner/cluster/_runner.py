@@ -217,46 +217,39 @@ class StepRunner:
             for s in steps
             if states[s.key] == "cached"
         }
-        exp_path = None
-        env: dict[str, Any] = {}
+        env = environment()
+        exp_name = experiment_name()
+        exp_key = hashlib.sha256(json.dumps(sorted(roots)).encode()).hexdigest()
+        exp_path = experiment_record_path(prefix, exp_name, exp_key)
+        exp = _experiment_record(exp_name, run_id, prefix, env, t0)
         if n_run:
-            env = environment()
-            exp_name = experiment_name()
-            exp_key = hashlib.sha256(json.dumps(sorted(roots)).encode()).hexdigest()
-            exp_path = experiment_record_path(prefix, exp_name, exp_key)
-            exp = _experiment_record(exp_name, run_id, prefix, env, t0)
-            _write_json(exp_path, exp)
+            _write_json(exp_path, exp)  # early, so a run that dies is on record too
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
             try:
-                self._schedule(
-                    [s for s in steps if states[s.key] == "will_run"],
-                    by_key,
-                    outcomes,
-                    executor,
-                    max_concurrent,
-                )
+                todo = [s for s in steps if states[s.key] == "will_run"]
+                self._schedule(todo, by_key, outcomes, executor, max_concurrent)
             finally:
                 executor.close()
         ordered = [outcomes[s.key] for s in steps]
         result = RunResult(run_id, prefix, ordered, duration_s=time.time() - t0, experiment_record=exp_path)
-        if exp_path is not None:
-            exp.update(
-                ended=time.time(),
-                ok=result.ok,
-                counts=result.counts_line(),
-                steps=[
-                    {
-                        "name": o.name,
-                        "key": o.key,
-                        "output_path": o.output_path,
-                        "state": o.state,
-                        "duration_s": o.duration_s,
-                        "error": o.error_line() or None,
-                    }
-                    for o in ordered
-                ],
-            )
-            _write_json(exp_path, exp)
+        # The experiment record of every (non-dry) run.
+        exp.update(
+            ended=time.time(),
+            ok=result.ok,
+            counts=result.counts_line(),
+            steps=[
+                {
+                    "name": o.name,
+                    "key": o.key,
+                    "output_path": o.output_path,
+                    "state": o.state,
+                    "duration_s": o.duration_s,
+                    "error": o.error_line() or None,
+                }
+                for o in ordered
+            ],
+        )
+        _write_json(exp_path, exp)
         if n_run or not result.ok:
             progress.summary(result)
         if not result.ok and raise_on_failure:
