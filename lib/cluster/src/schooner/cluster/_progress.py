@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -52,6 +53,28 @@ class Progress:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.quiet = bool(getattr(console, "quiet", False))
+        self._running: dict[str, float] = {}
+        self._done = 0
+        self._total = 0
+
+    @contextlib.contextmanager
+    def live(self, total: int) -> Iterator[None]:
+        """On a terminal: a status line below the event lines, listing the running steps and their time."""
+        self._total, self._done = total, 0
+        if self.quiet or not self.console.is_terminal:
+            yield
+            return
+        from rich.live import Live
+
+        with Live(_LiveView(self), console=self.console, refresh_per_second=2, transient=True):
+            yield
+
+    def status_line(self) -> str:
+        now = time.time()
+        running = sorted(self._running.items(), key=lambda kv: kv[1])
+        shown = ", ".join(f"{name} ({fmt_duration(now - t0)})" for name, t0 in running[:4])
+        more = f" and {len(running) - 4} more" if len(running) > 4 else ""
+        return f"{self._done}/{self._total} finished; running: {shown or '-'}{more}"
 
     def plan(self, total: int, cached: int, to_run: int, prefix: str, run_id: str) -> None:
         if self.quiet:
@@ -62,6 +85,7 @@ class Progress:
         )
 
     def started(self, step: Step, output_path: str, where: str) -> None:
+        self._running[step.name] = time.time()
         if self.quiet:
             return
         self.console.print(f"  [cyan]▶ start[/]   {step.name} [dim]({where}) → {output_path}[/]")
@@ -77,6 +101,8 @@ class Progress:
         self.console.print(f"  [yellow]↻ resume[/]  {step.name} [dim](took over a stale lease)[/]")
 
     def finished(self, outcome: StepOutcome) -> None:
+        self._running.pop(outcome.name, None)
+        self._done += 1
         if self.quiet:
             return
         style, word = _STYLE[outcome.state]
@@ -151,6 +177,16 @@ class Progress:
         for o in result.failed:
             tail = "\n".join((o.error or "").rstrip().splitlines()[-25:])
             self.console.print(f"[bold red]{o.name}[/] failed ({o.output_path}):\n[red]{_escape(tail)}[/]")
+
+
+class _LiveView:
+    """Rendered afresh at every refresh of the live display."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> str:
+        return f"[dim]{_escape(self.progress.status_line())}[/]"
 
 
 def _escape(text: str) -> str:

@@ -227,7 +227,8 @@ class StepRunner:
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
             try:
                 todo = [s for s in steps if states[s.key] == "will_run"]
-                self._schedule(todo, by_key, outcomes, executor, max_concurrent)
+                with progress.live(len(todo)):
+                    self._schedule(todo, by_key, outcomes, executor, max_concurrent)
             finally:
                 executor.close()
         ordered = [outcomes[s.key] for s in steps]
