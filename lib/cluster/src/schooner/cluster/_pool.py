@@ -167,7 +167,13 @@ class _Relay:
                 self._pending.clear()
             if self._stop and len(self._sel.get_map()) <= 1:
                 break
-            for key, _ in self._sel.select(timeout=0.5 if self._stop else None):
+            events = self._sel.select(timeout=0.5 if self._stop or any(partial.values()) else None)
+            if not events:  # a line left unterminated for a while (a progress bar, a prompt): show it
+                for fd, rest in partial.items():
+                    if rest:
+                        self._emit(self._sel.get_key(fd).data[1], rest)
+                        partial[fd] = b""
+            for key, _ in events:
                 if key.data is None:
                     with contextlib.suppress(BlockingIOError):
                         os.read(self._wake_r, 4096)

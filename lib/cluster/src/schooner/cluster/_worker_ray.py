@@ -106,6 +106,6 @@ def run_batch(
 ) -> tuple[list, float]:
     """Run a map batch; per item ("ok", value) or ("err", error_info), and the seconds it took."""
     start = time.perf_counter()
-    with _Env(secret_env):
+    with _Env(secret_env), _captured_output():  # output reaches Ray's logs scrubbed, like a job's
         out = [_call_with_retries(fn, (item,), {}, retries) for item in items]
     return out, time.perf_counter() - start

@@ -29,7 +29,7 @@ RAY_TEST_OPTIONS = {
 }
 """How the shared test Ray is started (`ray.init` keyword arguments)."""
 
-_START_ATTEMPTS = 2
+_START_ATTEMPTS = 3
 _lock = threading.Lock()
 _client: RayClient | None = None
 
