@@ -11,6 +11,8 @@ from ._current import current_client as current_client
 from ._current import using_client as using_client
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
+from ._lower import Step as Step
+from ._lower import lower as lower
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
@@ -22,10 +24,8 @@ from ._runner import resolve_prefix as resolve_prefix
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
 from ._step import InputPath as InputPath
-from ._step import Step as Step
 from ._step import StepDef as StepDef
 from ._step import StepHandle as StepHandle
-from ._step import lower as lower
 from ._step import step as step
 from ._version import ConfigError as ConfigError
 from ._version import runtime_field as runtime_field

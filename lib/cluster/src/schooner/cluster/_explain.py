@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._lease import parse_lease
+from ._lower import Step
 from ._records import read_step_record, redact_config
 from ._status import StepState, meta_path, read_status
-from ._step import Step, join_path
+from ._step import join_path
 from ._storage import is_local, storage_for
 
 

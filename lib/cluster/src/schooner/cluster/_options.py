@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from ._step import Step
+from ._lower import Step
 
 
 @dataclass

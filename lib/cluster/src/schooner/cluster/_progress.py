@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ._lower import Step
     from ._runner import RunResult, StepOutcome
-    from ._step import Step
 
 _STYLE = {
     "cached": ("green", "cached"),

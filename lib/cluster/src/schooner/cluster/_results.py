@@ -6,8 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._lower import Step
 from ._records import read_step_record
-from ._step import InputPath, Step, StepHandle
+from ._step import InputPath, StepHandle
 from ._storage import storage_for
 
 STATES = ("cached", "succeeded", "failed", "skipped", "will_run")

@@ -22,13 +22,13 @@ from typing import Any
 
 from ._client import Client
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
+from ._lower import Step, _flatten, lower
 from ._options import CapturedRun, current_options, options_from_argv
 from ._progress import Progress, make_console
 from ._records import environment, experiment_name, experiment_record_path, scrub_any
 from ._results import RunResult, StepFailedError, StepOutcome
 from ._secrets import secret_values
 from ._status import StepState, read_status
-from ._step import Step, _flatten, lower
 from ._step_exec import StepExecutor
 from ._storage import normalize_prefix, storage_for
 from ._version import ConfigError

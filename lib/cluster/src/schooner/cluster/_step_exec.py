@@ -11,11 +11,12 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._lease import Lease
+from ._lower import Step
 from ._records import scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
 from ._status import META_DIR, StepState, read_status, write_status
-from ._step import Step, join_path, resolve_config
+from ._step import join_path, resolve_config
 from ._storage import is_local, storage_for
 
 if TYPE_CHECKING:

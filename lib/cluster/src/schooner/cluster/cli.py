@@ -21,9 +21,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ._lower import Step, lower
 from ._options import CapturedRun, RunOptions, add_run_flags, applying, options_from_args
 from ._progress import fmt_age, fmt_duration, make_console
-from ._step import Step, StepHandle, lower
+from ._step import StepHandle
 from ._version import ConfigError
 
 
