@@ -112,9 +112,12 @@ def test_a_failing_step_exits_non_zero_and_a_rerun_resumes_there(tmp_path) -> No
     assert "FAILED" in out and "cubes failed on purpose" in out and "input 'cubes' failed" in out
     assert ("start", "report/total") not in log_lines(log)
     log.unlink()
-    again = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
+    only = schooner("run", CHAIN, "--prefix", str(prefix), "--only", "^cubes$", env={"EXP_LOG": str(log)})
+    assert only.returncode == 0, only.stdout
+    assert [s for e, s in log_lines(log) if e == "start"] == ["cubes"]  # its inputs are done already
+    again = schooner("run", CHAIN, "--prefix", str(prefix), "--force", "^numbers$", env={"EXP_LOG": str(log)})
     assert again.returncode == 0, again.stdout
-    assert sorted(s for e, s in log_lines(log) if e == "start") == ["cubes", "report/total"]
+    assert sorted(s for e, s in log_lines(log) if e == "start") == ["cubes", "numbers", "report/total"]
 
 
 def test_kill_9_mid_step_then_rerun_takes_over_and_matches_an_uninterrupted_run(tmp_path) -> None:

@@ -370,3 +370,9 @@ def test_steps_with_resources_run_on_ray(tmp_path, ray_client) -> None:
     assert result.ok, result[h].error
     assert result[h].result["pid"] != os.getpid()
     assert _read(f"{result[h].output_path}/pid.txt") == str(result[h].result["pid"])
+
+
+def test_an_empty_run_does_nothing(tmp_path) -> None:
+    runner, _ = _runner(str(tmp_path / "out"))
+    result = runner.run([])
+    assert result.ok and result.steps == [] and not (tmp_path / "out").exists()

@@ -188,6 +188,9 @@ class StepRunner:
         progress = Progress(console)
         if only:
             steps = _select(steps, only)
+        if not steps:
+            progress.plan(0, 0, 0, prefix, run_id)
+            return RunResult(run_id, prefix, [], dry_run=dry_run, duration_s=time.time() - t0)
         by_key = {s.key: s for s in steps}
         needed = {d for s in steps for d in s.deps}
         roots = [k for k in dict.fromkeys(root_keys) if k in by_key and k not in needed]

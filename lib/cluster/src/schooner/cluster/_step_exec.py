@@ -79,8 +79,9 @@ class StepExecutor:
             with self._lock:
                 leases = list(self._leases.values())
             for lease in leases:
-                # A transient storage error: the next beat retries; the ttl has slack for it.
-                with contextlib.suppress(OSError):
+                # A transient storage error (OSError or a store client's own exception type): the next
+                # beat retries, and the ttl has slack for several missed beats.
+                with contextlib.suppress(Exception):
                     lease.heartbeat()
 
     def _acquire(self, step: Step, out: str) -> tuple[Lease | None, StepOutcome | None]:
