@@ -253,3 +253,8 @@ def test_gpu_requests_are_checked_against_models_and_counts():
 )
 def test_gpu_model_matching(kind, name, expected):
     assert gpu_matches(kind, name) is expected
+
+
+def test_unpicklable_arguments_fail_at_submit(local_client):
+    with pytest.raises(TypeError, match="cannot send .* module-level functions and picklable arguments"):
+        local_client.submit(print, threading.Lock())

@@ -62,6 +62,7 @@ class LocalJobHandle:
         self._client = client
         self._log_path = log_path
         self._log_text: str | None = None
+        self._streamed = 0  # bytes of the log already streamed (kept across retries)
         self._secrets = sorted(
             set(secret_values()) | set(secret_values(resources.env)), key=len, reverse=True
         )
@@ -107,13 +108,22 @@ class LocalJobHandle:
         return scrub(self._read_log(), self._secrets)
 
     # -- driven by the job's thread ----------------------------------------------------------------------
-    def _read_log(self, offset: int = 0) -> str:
+    def _read_log(self) -> str:
+        """The captured output (its last 16 MiB), unscrubbed."""
         try:
             with open(self._log_path, "rb") as f:
-                f.seek(max(offset, os.path.getsize(self._log_path) - _LOG_CAP) if offset == 0 else offset)
+                f.seek(max(0, os.path.getsize(self._log_path) - _LOG_CAP))
                 return f.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
+
+    def _read_log_from(self, offset: int) -> bytes:
+        try:
+            with open(self._log_path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except FileNotFoundError:
+            return b""
 
     def _note(self, text: str) -> None:
         """Append a line from the client itself (a retry, a death) to the job's log."""
@@ -203,7 +213,13 @@ class LocalClient:
         job_id = next(self._ids)
         name = name or f"{getattr(fn, '__name__', 'job')}-{job_id}"
         self.machine.check(res, what=f"job {name!r}")
-        payload = dumps((fn, args, kwargs))  # pickling errors surface here, in the caller
+        try:
+            payload = dumps((fn, args, kwargs))  # pickling errors surface here, in the caller
+        except Exception as exc:
+            raise TypeError(
+                f"job {name!r}: cannot send {fn!r} and its arguments to a worker ({exc}); "
+                f"use module-level functions and picklable arguments"
+            ) from exc
         if self._logdir is None:
             self._logdir = tempfile.mkdtemp(prefix="schooner-local-logs-")
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
@@ -299,19 +315,19 @@ class LocalClient:
         if not self.stream_logs:
             reply = worker.recv()
             return reply if isinstance(reply, tuple) else None
-        offset, partial = 0, ""
+        partial = b""
         while True:
             reply = worker.recv(timeout=0.2)
-            text = job._read_log(offset) if offset else job._read_log()
-            offset += len(text.encode("utf-8", "replace"))
-            text = partial + text
-            lines = text.split("\n")
+            data = job._read_log_from(job._streamed)
+            job._streamed += len(data)
+            lines = (partial + data).split(b"\n")
             partial = lines.pop()
             if reply is not False and partial:  # the job is over: flush its last, unterminated line
                 lines.append(partial)
-                partial = ""
+                partial = b""
             for line in lines:
-                sys.stdout.write(f"[{job.name}] {scrub(line, job._secrets)}\n")
+                text = scrub(line.decode("utf-8", "replace"), job._secrets)
+                sys.stdout.write(f"[{job.name}] {text}\n")
             if reply is not False:
                 return reply
 
