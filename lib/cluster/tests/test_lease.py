@@ -160,3 +160,15 @@ def test_processes_racing_for_a_stale_lease_one_wins(tmp_path) -> None:
     ]
     results = [p.communicate(timeout=60)[0].strip() for p in procs]
     assert sorted(results) == ["lost", "lost", "lost", "won"]
+
+
+def test_exclusive_create_through_a_generic_fsspec_backend(tmp_path) -> None:
+    import fsspec
+
+    from schooner.cluster._storage import FsspecStorage
+
+    storage = FsspecStorage(fsspec.filesystem("file"))  # fsspec's generic pipe_file(mode="create") path
+    path = str(tmp_path / "lease.json")
+    assert storage.create_exclusive(path, "first")
+    assert not storage.create_exclusive(path, "second")
+    assert storage.read_text(path) == "first"

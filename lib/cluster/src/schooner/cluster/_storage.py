@@ -5,16 +5,17 @@ any other URL (`memory://`, `gs://`, `s3://`, ...) goes through fsspec. `file://
 
 Atomicity: local writes go to a temporary file and are renamed into place; exclusive creation is a hard
 link of a complete temporary file (fails if the target exists), so a reader never sees a half-written
-lease. Through fsspec, whole-object writes are atomic on object stores, and exclusive creation uses mode
-`"xb"` (a conditional write: `If-None-Match` on S3, generation 0 on GCS, a lock for `memory://`) where
-the filesystem implements it; where it does not, creation is check-then-write followed by a read-back,
-which narrows but cannot close the race (documented in the README).
+lease. Through fsspec, whole-object writes are atomic on object stores, and exclusive creation is
+`pipe_file(mode="create")`: a conditional write where the backend implements it natively (`If-None-Match`
+on S3, `ifGenerationMatch=0` on GCS; a lock for `memory://`). Where it does not, fsspec falls back to
+check-then-write; a read-back afterwards narrows that race but cannot close it (see the README).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import uuid
 from typing import Any
 
@@ -123,17 +124,23 @@ class FsspecStorage:
 
     def create_exclusive(self, path: str, text: str) -> bool:
         data = text.encode("utf-8")
+        if _protocol(self.fs) == "memory":  # in-process store: a lock makes check-then-write exclusive
+            with _MEMORY_LOCK:
+                if self.fs.exists(path):
+                    return False
+                self.fs.pipe_file(path, data)
+                return True
         try:
-            with self.fs.open(path, "xb") as f:
-                f.write(data)
-            return True
+            # fsspec's conditional create: atomic where the backend implements it natively (S3
+            # If-None-Match, GCS ifGenerationMatch=0); fsspec's generic fallback is check-then-write.
+            self.fs.pipe_file(path, data, mode="create")
         except FileExistsError:
             return False
-        except (ValueError, NotImplementedError, TypeError):
-            pass  # no conditional writes here: best effort (see module docstring)
-        if self.fs.exists(path):
-            return False
-        self.fs.pipe_file(path, data)
+        except TypeError:  # an older backend without `mode`: check-then-write
+            if self.fs.exists(path):
+                return False
+            self.fs.pipe_file(path, data)
+        # Read back: with a non-atomic backend, a racing writer that overwrote us is seen here.
         return self.read_text(path) == text
 
     def remove(self, path: str) -> None:
@@ -149,6 +156,14 @@ class FsspecStorage:
     def glob(self, pattern: str) -> list[str]:
         protocol = pattern.split("://", 1)[0]
         return sorted(p if "://" in p else f"{protocol}://{p.lstrip('/')}" for p in self.fs.glob(pattern))
+
+
+_MEMORY_LOCK = threading.Lock()
+
+
+def _protocol(fs: Any) -> str:
+    proto = fs.protocol
+    return proto if isinstance(proto, str) else proto[0]
 
 
 Storage = LocalStorage | FsspecStorage
