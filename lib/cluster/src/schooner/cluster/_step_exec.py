@@ -158,6 +158,7 @@ class StepExecutor:
             step, out, run_id=self.run_id, owner=lease.owner, env=self.env, secrets=self.secrets
         )
         t0 = time.time()
+        outcome: StepOutcome | None = None
         try:
             write_step_record(storage, out, record)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
@@ -192,7 +193,8 @@ class StepExecutor:
             with self._lock:
                 self._leases.pop(step.key, None)
                 self._jobs.pop(step.key, None)
-            lease.release(checked=outcome.state == "succeeded")
+            lease.release(checked=outcome is not None and outcome.state == "succeeded")
+        assert outcome is not None
         self.progress.finished(outcome)
         return outcome
 
