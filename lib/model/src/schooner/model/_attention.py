@@ -6,7 +6,7 @@ import equinox as eqx
 import haliax as hax
 import jax
 import jax.numpy as jnp
-from haliax import NamedArray
+from haliax import Axis, NamedArray
 
 from ._config import LlamaConfig
 from ._layers import (
@@ -16,10 +16,10 @@ from ._layers import (
     HEADS,
     KV_HEADS,
     POSITION,
+    ParamFactory,
     apply_rope,
     axes_for,
     named_dot,
-    normal_init,
     ones,
     rms_norm,
 )
@@ -85,18 +85,17 @@ class Attention(eqx.Module):
     norm_eps: float = eqx.field(static=True)
 
     @staticmethod
-    def init(config: LlamaConfig, *, key: jax.Array) -> Attention:
+    def init(config: LlamaConfig, params: ParamFactory, *, lead: tuple[Axis, ...] = ()) -> Attention:
         ax = axes_for(config)
         std = config.initializer_range
         out_std = std / (2 * config.num_layers) ** 0.5  # GPT-2 style: residual branches start small
-        kq, kk, kv, ko = jax.random.split(key, 4)
         return Attention(
-            q_proj=normal_init(kq, (ax[HEADS], ax[HEAD_DIM], ax[EMBED]), std),
-            k_proj=normal_init(kk, (ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
-            v_proj=normal_init(kv, (ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
-            o_proj=normal_init(ko, (ax[EMBED], ax[HEADS], ax[HEAD_DIM]), out_std),
-            q_norm=ones((ax[HEAD_DIM],)) if config.qk_norm else None,
-            k_norm=ones((ax[HEAD_DIM],)) if config.qk_norm else None,
+            q_proj=params.normal((*lead, ax[HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            k_proj=params.normal((*lead, ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            v_proj=params.normal((*lead, ax[KV_HEADS], ax[HEAD_DIM], ax[EMBED]), std),
+            o_proj=params.normal((*lead, ax[EMBED], ax[HEADS], ax[HEAD_DIM]), out_std),
+            q_norm=ones((*lead, ax[HEAD_DIM])) if config.qk_norm else None,
+            k_norm=ones((*lead, ax[HEAD_DIM])) if config.qk_norm else None,
             norm_eps=config.norm_eps,
         )
 

@@ -56,10 +56,26 @@ def named_dot(x: NamedArray, w: NamedArray, contract: str | tuple[str, ...]) -> 
     return hax.named(jnp.einsum(f"{spec_x},{spec_w}->{spec_o}", x.array, w.array), tuple(out_axes))
 
 
-def normal_init(key: jax.Array, axes: tuple[Axis, ...], std: float) -> NamedArray:
-    """Truncated (at 3 std) normal weights of the given named shape, float32."""
-    shape = tuple(a.size for a in axes)
-    return hax.named(jax.random.truncated_normal(key, -3.0, 3.0, shape, jnp.float32) * std, axes)
+class ParamFactory:
+    """Hands out initial weights as slices of ONE flat truncated-normal draw.
+
+    One RNG op instead of one per tensor: threefry is expensive to compile, and a model has dozens of
+    tensors. ``init`` runs the model builder twice under one jit: first with ``buffer=None`` to count the
+    values needed (those zeros are dead code), then with the real draw.
+    """
+
+    def __init__(self, buffer: jax.Array | None = None):
+        self.buffer = buffer
+        self.offset = 0
+
+    def normal(self, axes: tuple[Axis, ...], std: float) -> NamedArray:
+        """Truncated (at 3 std) normal float32 weights of the named shape ``axes``, scaled by ``std``."""
+        shape = tuple(a.size for a in axes)
+        n = math.prod(shape)
+        start, self.offset = self.offset, self.offset + n
+        if self.buffer is None:
+            return hax.named(jnp.zeros(shape, jnp.float32), axes)
+        return hax.named(self.buffer[start : start + n].reshape(shape) * std, axes)
 
 
 def ones(axes: tuple[Axis, ...]) -> NamedArray:
@@ -122,12 +138,19 @@ class SwiGLU(eqx.Module):
     down: NamedArray
 
     @staticmethod
-    def init(embed: Axis, mlp: Axis, *, std: float, out_std: float, key: jax.Array) -> SwiGLU:
-        k1, k2, k3 = jax.random.split(key, 3)
+    def init(
+        embed: Axis,
+        mlp: Axis,
+        params: ParamFactory,
+        *,
+        std: float,
+        out_std: float,
+        lead: tuple[Axis, ...] = (),
+    ) -> SwiGLU:
         return SwiGLU(
-            gate=normal_init(k1, (mlp, embed), std),
-            up=normal_init(k2, (mlp, embed), std),
-            down=normal_init(k3, (embed, mlp), out_std),
+            gate=params.normal((*lead, mlp, embed), std),
+            up=params.normal((*lead, mlp, embed), std),
+            down=params.normal((*lead, embed, mlp), out_std),
         )
 
     def __call__(self, x: NamedArray) -> NamedArray:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from haliax import Axis, NamedArray
 
 from ._config import MoEConfig
-from ._layers import EMBED, EXPERTS, MLP, SwiGLU, axes_for, normal_init
+from ._layers import EMBED, EXPERTS, MLP, ParamFactory, SwiGLU, axes_for
 
 
 class MoE(eqx.Module):
@@ -46,22 +46,21 @@ class MoE(eqx.Module):
     config: MoEConfig = eqx.field(static=True)
 
     @staticmethod
-    def init(config: MoEConfig, *, key: jax.Array) -> MoE:
+    def init(config: MoEConfig, params: ParamFactory, *, lead: tuple[Axis, ...] = ()) -> MoE:
         ax = axes_for(config)
         experts = Axis(EXPERTS, config.num_experts)
         std = config.initializer_range
         out_std = std / (2 * config.num_layers) ** 0.5
-        kr, kg, ku, kd, ks = jax.random.split(key, 5)
         shared = None
         if config.num_shared_experts > 0:
             shared_axis = Axis("shared_mlp", config.resolved_shared_dim)
-            shared = SwiGLU.init(ax[EMBED], shared_axis, std=std, out_std=out_std, key=ks)
+            shared = SwiGLU.init(ax[EMBED], shared_axis, params, std=std, out_std=out_std, lead=lead)
         return MoE(
-            router=normal_init(kr, (experts, ax[EMBED]), std),
-            router_bias=hax.zeros(experts, dtype=jnp.float32),
-            gate=normal_init(kg, (experts, ax[EMBED], ax[MLP]), std),
-            up=normal_init(ku, (experts, ax[EMBED], ax[MLP]), std),
-            down=normal_init(kd, (experts, ax[MLP], ax[EMBED]), out_std),
+            router=params.normal((*lead, experts, ax[EMBED]), std),
+            router_bias=hax.zeros((*lead, experts), dtype=jnp.float32),
+            gate=params.normal((*lead, experts, ax[EMBED], ax[MLP]), std),
+            up=params.normal((*lead, experts, ax[EMBED], ax[MLP]), std),
+            down=params.normal((*lead, experts, ax[MLP], ax[EMBED]), out_std),
             shared=shared,
             config=config,
         )

@@ -9,7 +9,7 @@ import haliax as hax
 import haliax.nn as hnn
 import jax
 import jax.numpy as jnp
-from haliax import NamedArray
+from haliax import NamedArray, ScanCheckpointPolicy
 
 from ._attention import Attention
 from ._config import LlamaConfig, MoEConfig, resolve_compute_dtype
@@ -20,10 +20,10 @@ from ._layers import (
     MLP,
     POSITION,
     VOCAB,
+    ParamFactory,
     SwiGLU,
     axes_for,
     named_dot,
-    normal_init,
     ones,
     rms_norm,
     rope_cos_sin,
@@ -50,19 +50,20 @@ class Block(eqx.Module):
     norm_eps: float = eqx.field(static=True)
 
     @staticmethod
-    def init(config: LlamaConfig, *, key: jax.Array) -> Block:
+    def init(config: LlamaConfig, params: ParamFactory, *, lead: tuple[hax.Axis, ...] = ()) -> Block:
+        """A block's parameters, each with the ``lead`` axes in front (``(layers,)`` for the stack)."""
         ax = axes_for(config)
-        k_attn, k_mlp = jax.random.split(key)
+        attn = Attention.init(config, params, lead=lead)
         if isinstance(config, MoEConfig):
-            mlp: SwiGLU | MoE = MoE.init(config, key=k_mlp)
+            mlp: SwiGLU | MoE = MoE.init(config, params, lead=lead)
         else:
             std = config.initializer_range
             out_std = std / (2 * config.num_layers) ** 0.5
-            mlp = SwiGLU.init(ax[EMBED], ax[MLP], std=std, out_std=out_std, key=k_mlp)
+            mlp = SwiGLU.init(ax[EMBED], ax[MLP], params, std=std, out_std=out_std, lead=lead)
         return Block(
-            attn_norm=ones((ax[EMBED],)),
-            attn=Attention.init(config, key=k_attn),
-            mlp_norm=ones((ax[EMBED],)),
+            attn_norm=ones((*lead, ax[EMBED])),
+            attn=attn,
+            mlp_norm=ones((*lead, ax[EMBED])),
             mlp=mlp,
             norm_eps=config.norm_eps,
         )
@@ -157,7 +158,11 @@ class Transformer(eqx.Module):
 
 
 def init(config: LlamaConfig, *, key: jax.Array) -> Transformer:
-    """Build a randomly initialised model for ``config`` (deterministic in ``key``).
+    """Build a randomly initialised model for ``config`` (deterministic in ``key``; jitted).
+
+    Weights are truncated normals (std ``initializer_range``; residual output projections scaled by
+    ``1/sqrt(2 num_layers)``), norms are ones. Wrap in ``jax.jit(..., out_shardings=model_shardings(...))``
+    to initialise a large model directly sharded.
 
     Example:
         >>> import jax
@@ -168,16 +173,28 @@ def init(config: LlamaConfig, *, key: jax.Array) -> Transformer:
     """
     if not isinstance(config, LlamaConfig):
         raise TypeError(f"init needs a LlamaConfig/MoEConfig; got {type(config).__name__}.")
+    return _init_jit(config, key)
+
+
+def _build(config: LlamaConfig, params: ParamFactory) -> Transformer:
     ax = axes_for(config)
-    k_embed, k_layers, k_head = jax.random.split(key, 3)
-    layers = hnn.Stacked.init(
-        ax[LAYERS], Block, gradient_checkpointing=_POLICIES[config.gradient_checkpointing]
-    )(config, key=jax.random.split(k_layers, config.num_layers))
     std = config.initializer_range
+    embed = params.normal((ax[VOCAB], ax[EMBED]), std)
+    lm_head = None if config.tie_embeddings else params.normal((ax[VOCAB], ax[EMBED]), std)
+    block = Block.init(config, params, lead=(ax[LAYERS],))
+    policy = ScanCheckpointPolicy.from_bool_or_str(_POLICIES[config.gradient_checkpointing])
     return Transformer(
-        embed=normal_init(k_embed, (ax[VOCAB], ax[EMBED]), std),
-        layers=layers,
+        embed=embed,
+        layers=hnn.Stacked(block, ax[LAYERS], policy),
         final_norm=ones((ax[EMBED],)),
-        lm_head=None if config.tie_embeddings else normal_init(k_head, (ax[VOCAB], ax[EMBED]), std),
+        lm_head=lm_head,
         config=config,
     )
+
+
+@eqx.filter_jit
+def _init_jit(config: LlamaConfig, key: jax.Array) -> Transformer:
+    counter = ParamFactory()
+    _build(config, counter)  # sizes only; its zeros are dead code
+    buffer = jax.random.truncated_normal(key, -3.0, 3.0, (counter.offset,), jnp.float32)
+    return _build(config, ParamFactory(buffer))

@@ -1,0 +1,190 @@
+import dataclasses
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from schooner.model import RopeConfig, attention, init, reference_attention
+from schooner.model._layers import rope_inv_freq
+
+
+@eqx.filter_jit
+def run(model, tokens, segment_ids=None):
+    return model(tokens, segment_ids=segment_ids)
+
+
+@eqx.filter_jit
+def run_aux(model, tokens):
+    return model.forward(tokens)
+
+
+@eqx.filter_jit
+def grad_sq(model, tokens):
+    return jax.grad(lambda m: jnp.mean(m(tokens) ** 2))(model)
+
+
+def _leaves_equal(a, b) -> bool:
+    return all(
+        bool(jnp.array_equal(x, y))
+        for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+    )
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+def test_attention_matches_reference(kv_heads):
+    ks = jax.random.split(jax.random.PRNGKey(0), 3)
+    q = jax.random.normal(ks[0], (2, 12, 4, 8))
+    k = jax.random.normal(ks[1], (2, 12, kv_heads, 8))
+    v = jax.random.normal(ks[2], (2, 12, kv_heads, 8))
+    seg = jnp.array([[0] * 5 + [1] * 7, [0] * 12], jnp.int32)
+    for s in (None, seg):
+        np.testing.assert_allclose(
+            attention(q, k, v, s), reference_attention(q, k, v, s), atol=2e-6, rtol=1e-5
+        )
+
+
+def test_model_with_reference_attention_matches(tiny_dense, tokens):
+    model = init(tiny_dense, key=jax.random.PRNGKey(0))
+    toks = tokens(2, 16, tiny_dense.vocab_size)
+    seg = jnp.array([[0] * 6 + [1] * 10, [3] * 16], jnp.int32)
+    hidden = eqx.filter_jit(lambda m, t, s, r: m.hidden_states(t, segment_ids=s, reference_attention=r)[0].array)
+    fast = hidden(model, toks, seg, False)
+    ref = hidden(model, toks, seg, True)
+    np.testing.assert_allclose(fast, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_init_is_deterministic_and_key_dependent(tiny_dense):
+    a = init(tiny_dense, key=jax.random.PRNGKey(1))
+    b = init(tiny_dense, key=jax.random.PRNGKey(1))
+    c = init(tiny_dense, key=jax.random.PRNGKey(2))
+    assert _leaves_equal(a, b)
+    assert not _leaves_equal(a, c)
+
+
+def test_causality(tiny_dense, tokens):
+    model = init(tiny_dense, key=jax.random.PRNGKey(0))
+    toks = tokens(2, 16, tiny_dense.vocab_size)
+    changed = toks.at[:, 9:].set((toks[:, 9:] + 1) % tiny_dense.vocab_size)
+    a, b = run(model, toks), run(model, changed)
+    np.testing.assert_array_equal(a[:, :9], b[:, :9])
+    assert not np.allclose(a[:, 9:], b[:, 9:])
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_no_attention_across_documents(tiny_dense, tiny_moe, tokens, moe):
+    cfg = tiny_moe if moe else tiny_dense
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    toks = tokens(1, 20, cfg.vocab_size)
+    seg = jnp.array([[0] * 7 + [1] * 13], jnp.int32)
+    packed = run(model, toks, seg)
+    # The second document alone (RoPE is relative, so its offset in the row does not matter).
+    alone = run(model, toks[:, 7:])
+    first_alone = run(model, toks[:, :7])
+    np.testing.assert_allclose(packed[:, 7:], alone, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(packed[:, :7], first_alone, atol=2e-5, rtol=1e-5)
+    # Without segment ids the second document does see the first.
+    assert not np.allclose(run(model, toks)[:, 7:], alone, atol=1e-4)
+
+
+def test_gqa_with_repeated_kv_equals_multi_head(tiny_dense, tokens):
+    gqa_cfg = dataclasses.replace(tiny_dense, num_heads=4, num_kv_heads=2)
+    mha_cfg = dataclasses.replace(tiny_dense, num_heads=4, num_kv_heads=4)
+    gqa = init(gqa_cfg, key=jax.random.PRNGKey(0))
+    mha = init(mha_cfg, key=jax.random.PRNGKey(0))
+    attn = gqa.layers.stacked.attn
+    # kv head j serves query heads 2j and 2j+1: repeat each kv head twice along the kv_heads axis.
+    k = jnp.repeat(attn.k_proj.array, 2, axis=1)
+    v = jnp.repeat(attn.v_proj.array, 2, axis=1)
+    mha = eqx.tree_at(lambda m: m.layers.stacked.attn.k_proj.array, mha, k)
+    mha = eqx.tree_at(lambda m: m.layers.stacked.attn.v_proj.array, mha, v)
+    same = lambda m: m.layers.stacked.attn.q_proj.array  # noqa: E731
+    for where in (
+        same,
+        lambda m: m.layers.stacked.attn.o_proj.array,
+        lambda m: m.layers.stacked.mlp.gate.array,
+        lambda m: m.layers.stacked.mlp.up.array,
+        lambda m: m.layers.stacked.mlp.down.array,
+        lambda m: m.embed.array,
+        lambda m: m.lm_head.array,
+    ):
+        mha = eqx.tree_at(where, mha, where(gqa))
+    toks = tokens(2, 12, tiny_dense.vocab_size)
+    seg = jnp.array([[0] * 4 + [1] * 8, [0] * 12], jnp.int32)
+    np.testing.assert_allclose(run(gqa, toks, seg), run(mha, toks, seg), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_scan_equals_unrolled(tiny_dense, tiny_moe, tokens, moe):
+    cfg = dataclasses.replace(tiny_moe if moe else tiny_dense, num_layers=3)
+    scanned = init(cfg, key=jax.random.PRNGKey(0))
+    unrolled = init(dataclasses.replace(cfg, scan_layers=False), key=jax.random.PRNGKey(0))
+    toks = tokens(2, 10, cfg.vocab_size)
+    a, aux_a = run_aux(scanned, toks)
+    b, aux_b = run_aux(unrolled, toks)
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert set(aux_a) == set(aux_b)
+    for k in aux_a:
+        np.testing.assert_allclose(aux_a[k], aux_b[k], atol=1e-5, rtol=1e-5)
+    ga = grad_sq(scanned, toks)
+    gb = grad_sq(unrolled, toks)
+    for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+        np.testing.assert_allclose(x, y, atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["full", "save_carries", "nested"])
+def test_gradient_checkpointing_does_not_change_gradients(tiny_dense, tokens, policy):
+    cfg = dataclasses.replace(tiny_dense, num_layers=4)
+    base = init(cfg, key=jax.random.PRNGKey(0))
+    ckpt = init(dataclasses.replace(cfg, gradient_checkpointing=policy), key=jax.random.PRNGKey(0))
+    toks = tokens(2, 8, cfg.vocab_size)
+    ga = grad_sq(base, toks)
+    gb = grad_sq(ckpt, toks)
+    for x, y in zip(jax.tree_util.tree_leaves(ga), jax.tree_util.tree_leaves(gb)):
+        np.testing.assert_allclose(x, y, atol=1e-7, rtol=1e-5)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits(tiny_dense, tokens):
+    cfg = dataclasses.replace(tiny_dense, compute_dtype="bfloat16")
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(model))
+    toks = tokens(2, 8, cfg.vocab_size)
+    h = eqx.filter_jit(lambda m, t: m.hidden_states(t)[0].array)(model, toks)
+    assert h.dtype == jnp.bfloat16
+    low = run(model, toks)
+    assert low.dtype == jnp.float32
+    high = run(init(tiny_dense, key=jax.random.PRNGKey(0)), toks)
+    np.testing.assert_allclose(low, high, atol=0.05)
+
+
+def test_llama3_rope_frequencies_follow_the_published_rule():
+    rope = RopeConfig(theta=500000.0, kind="llama3", factor=8.0, original_max_position_embeddings=8192)
+    got = np.asarray(rope_inv_freq(128, rope))
+    # Written out per frequency from the Llama 3.1 reference (meta-llama/llama-models apply_scaling).
+    base = 1.0 / (500000.0 ** (np.arange(0, 128, 2) / 128))
+    low_wavelen, high_wavelen = 8192 / 1.0, 8192 / 4.0
+    want = []
+    for freq in base:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            want.append(freq)
+        elif wavelen > low_wavelen:
+            want.append(freq / 8.0)
+        else:
+            smooth = (8192 / wavelen - 1.0) / (4.0 - 1.0)
+            want.append((1 - smooth) * freq / 8.0 + smooth * freq)
+    np.testing.assert_allclose(got, np.array(want), rtol=1e-5)
+    plain = np.asarray(rope_inv_freq(128, RopeConfig(theta=500000.0)))
+    np.testing.assert_allclose(plain, base, rtol=1e-6)
+
+
+def test_bad_inputs_are_rejected(tiny_dense, tokens):
+    model = init(tiny_dense, key=jax.random.PRNGKey(0))
+    with pytest.raises(ValueError, match="tokens must be an int array"):
+        model(jnp.zeros((2, 4), jnp.float32))
+    with pytest.raises(ValueError, match="segment_ids must have the tokens' shape"):
+        model(tokens(2, 4, 10), segment_ids=jnp.zeros((2, 5), jnp.int32))
+    with pytest.raises(TypeError, match="init needs a LlamaConfig"):
+        init({"type": "llama"}, key=jax.random.PRNGKey(0))  # type: ignore[arg-type]
