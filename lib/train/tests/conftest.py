@@ -40,7 +40,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-def nano(vocab_size: int = 320, **overrides):
+def _nano(vocab_size: int = 320, **overrides):
     """The llama_nano preset, smaller still (2 layers, 64 wide), for fast tests."""
     from schooner.model import presets
 
@@ -57,7 +57,13 @@ def nano(vocab_size: int = 320, **overrides):
     return dataclasses.replace(cfg, **overrides)
 
 
-def read_losses(run_dir: str) -> dict[int, float]:
+@pytest.fixture(scope="session")
+def nano():
+    """A factory: the llama_nano preset shrunk to 2 layers x 64 wide, with overrides."""
+    return _nano
+
+
+def _read_losses(run_dir: str) -> dict[int, float]:
     """step -> train loss from a run's metrics.jsonl."""
     out = {}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -66,3 +72,15 @@ def read_losses(run_dir: str) -> dict[int, float]:
             if "train/loss" in row:
                 out[row["step"]] = row["train/loss"]
     return out
+
+
+@pytest.fixture(scope="session")
+def read_losses():
+    """A function: step -> train loss from a run folder's metrics.jsonl."""
+    return _read_losses
+
+
+@pytest.fixture(autouse=True)
+def _no_persistent_compilation_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests must not write into the user's ~/.cache; train() honours this switch.
+    monkeypatch.setenv("SCHOONER_COMPILATION_CACHE", "off")

@@ -355,7 +355,7 @@ class _Run:
                 else ("float32" if jax.default_backend() == "cpu" else "bfloat16")
             )
         ).name
-        peak, peak_source = peak_flops(dtype)
+        peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
         progress = Progress(
             total,

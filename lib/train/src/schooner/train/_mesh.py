@@ -51,6 +51,8 @@ class MeshConfig:
     """Expert parallelism: MoE experts split over this axis (also a batch axis)."""
     tensor: int = 1
     """Tensor (model) parallelism over mlp, heads and vocab."""
+    devices: int | None = None
+    """Use only the first N devices (None: all). E.g. a 1-device reference run on a multi-device host."""
     param_mapping: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     """Overrides of the logical -> physical mapping for parameters (merged over the defaults)."""
     compute_mapping: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
@@ -63,6 +65,10 @@ class MeshConfig:
                 raise ValueError(
                     f"MeshConfig.{a} must be a positive int or -1 (remaining devices), got {a}={v!r}"
                 )
+        if self.devices is not None and (not isinstance(self.devices, int) or self.devices < 1):
+            raise ValueError(
+                f"MeshConfig.devices must be a positive int or None, got devices={self.devices!r}"
+            )
         if sum(v == -1 for v in sizes.values()) > 1:
             raise ValueError(f"MeshConfig: at most one axis may be -1, got {sizes}")
         for name, mapping in (
@@ -77,11 +83,12 @@ class MeshConfig:
                         )
 
     def shape(self, num_devices: int) -> dict[str, int]:
-        """The axis sizes for `num_devices` devices (resolving -1).
+        """The axis sizes for `num_devices` devices (resolving -1; `devices`, when set, wins).
 
         Raises:
             ValueError: the sizes do not multiply to `num_devices`.
         """
+        num_devices = self.devices or num_devices
         sizes = {a: getattr(self, a) for a in AXES}
         fixed = math.prod(v for v in sizes.values() if v != -1)
         if -1 in sizes.values():
@@ -110,14 +117,20 @@ class MeshConfig:
         return {**base, "batch": BATCH_AXES, **self.compute_mapping}
 
     def data_parallel_size(self, num_devices: int) -> int:
-        """How many ways the batch is split."""
-        s = self.shape(num_devices)
+        """How many ways the batch is split when `num_devices` devices are available."""
+        s = self.shape(self.devices or num_devices)
         return math.prod(s[a] for a in BATCH_AXES)
 
 
 def make_mesh(config: MeshConfig, devices: list[jax.Device] | None = None) -> Mesh:
     """Build the `jax.sharding.Mesh` for `config` over `devices` (default: all devices)."""
     devices = list(devices if devices is not None else jax.devices())
+    if config.devices is not None:
+        if config.devices > len(devices):
+            raise ValueError(
+                f"MeshConfig.devices={config.devices} but only {len(devices)} devices are available"
+            )
+        devices = devices[: config.devices]
     shape = config.shape(len(devices))
     arr = np.array(devices, dtype=object).reshape(tuple(shape[a] for a in AXES))
     return Mesh(arr, AXES)

@@ -72,8 +72,10 @@ def matmul_ceiling(size: int = 2048, dtype: str = "float32", *, repeats: int = 5
     return 2.0 * size**3 / best
 
 
-def peak_flops(dtype: str = "float32", *, size: int = 1024) -> tuple[float, str]:
-    """Peak FLOP/s of ALL local devices together and where the figure comes from.
+def peak_flops(
+    dtype: str = "float32", *, size: int = 1024, devices: list[jax.Device] | None = None
+) -> tuple[float, str]:
+    """Peak FLOP/s of `devices` (default: all local devices) together, and where the figure comes from.
 
     GPUs/TPUs use the datasheet bf16 peak (for float32 compute too: that is what MFU is quoted against).
     CPUs (and unknown accelerators) use the measured `size x size` matmul ceiling for `dtype` (1024 during
@@ -81,7 +83,7 @@ def peak_flops(dtype: str = "float32", *, size: int = 1024) -> tuple[float, str]
     fake devices of `--xla_force_host_platform_device_count` share the same cores, so the ceiling is not
     multiplied by their count.
     """
-    devices = jax.local_devices()
+    devices = devices if devices is not None else jax.local_devices()
     peak = datasheet_peak(devices[0])
     if peak is not None:
         return peak * len(devices), f"datasheet bf16 peak of {len(devices)} x {devices[0].device_kind}"

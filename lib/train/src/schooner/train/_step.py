@@ -121,7 +121,7 @@ def make_train_step(
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(state.key, state.step)
         grads, metrics = grads_and_metrics(state.model, batch, key)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         updates, new_opt = tx.update(grads, state.opt_state, state.model)
         new_model = eqx.apply_updates(state.model, updates)

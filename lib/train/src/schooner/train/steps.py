@@ -32,6 +32,7 @@ from ._optim import AdamConfig, OptimizerConfig
 from ._tracking import TrackerConfig
 
 VERSION = "train-lm-v1"
+_CPU = ResourceConfig.with_cpu()
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def train_lm(
     mesh: MeshConfig | None = None,
     trackers: TrackerConfig | None = None,
     export_hf: bool = False,
-    resources: ResourceConfig | None = None,
+    resources: ResourceConfig | None = _CPU,
 ) -> StepHandle:
     """A lazy step that trains a language model on a mixture of token caches.
 
@@ -115,7 +116,8 @@ def train_lm(
         mesh: device mesh (default: pure data parallel over all devices).
         trackers: W&B / TensorBoard / progress settings (JSONL metrics are always written).
         export_hf: also write the final model to `<output>/hf` in the Hugging Face layout.
-        resources: where it runs (runtime-only, not part of the identity).
+        resources: where it runs (runtime-only, not part of the identity); None runs it in the runner's
+            own process.
 
     Returns:
         The step handle; its output folder is the run folder with the checkpoints.
@@ -153,7 +155,7 @@ def train_lm(
         _run_train_lm,
         config,
         version=VERSION,
-        resources=resources if resources is not None else ResourceConfig.with_cpu(),
+        resources=resources,
         description=f"train {type(model).__name__} on {len(datasets)} dataset(s) for "
         f"{num_train_steps if num_train_steps is not None else f'{train_tokens} tokens'} steps",
     )

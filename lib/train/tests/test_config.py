@@ -1,0 +1,111 @@
+"""Configuration errors are raised before anything is built or compiled, naming the value and the fix."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from schooner.train import (
+    AdamConfig,
+    BatchSchedule,
+    CheckpointConfig,
+    DataConfig,
+    MeshConfig,
+    TrainConfig,
+    check_run,
+    train,
+)
+
+
+def cfg(nano, **kw) -> TrainConfig:
+    args = dict(
+        model=nano(),
+        data=DataConfig({"/nonexistent/train": 1.0}, seq_len=32),
+        output_path="/tmp/x",
+        batch_size=8,
+        num_train_steps=10,
+        optimizer=AdamConfig(warmup=2),
+    )
+    args.update(kw)
+    return TrainConfig(**args)
+
+
+def test_batch_not_divisible_by_data_parallel_size(nano) -> None:
+    with pytest.raises(ValueError, match=r"batch size 6 is not divisible by the data-parallel size 8"):
+        check_run(cfg(nano, batch_size=6), num_devices=8)
+    with pytest.raises(ValueError, match=r"data-parallel size 4 x microbatches 2"):
+        check_run(cfg(nano, batch_size=12, microbatches=2, mesh=MeshConfig(data=4, tensor=2)), num_devices=8)
+    check_run(cfg(nano, batch_size=8, mesh=MeshConfig(data=2, tensor=4)), num_devices=8)  # 8 % 2 == 0
+
+
+def test_sequence_longer_than_the_model(nano) -> None:
+    with pytest.raises(ValueError, match=r"seq_len=256 is beyond the model's max_seq_len=128"):
+        cfg(nano, data=DataConfig({"c": 1.0}, seq_len=256))
+
+
+def test_vocab_smaller_than_the_caches_tokenizer(nano) -> None:
+    with pytest.raises(
+        ValueError, match=r"vocab_size=320 is smaller than the tokenizer of cache 'c' \(1000 ids\)"
+    ):
+        check_run(cfg(nano), num_devices=1, cache_vocab_sizes={"c": 1000})
+
+
+def test_schedule_longer_than_the_run(nano) -> None:
+    with pytest.raises(
+        ValueError, match=r"warmup=50 means 50 steps, longer than the run \(num_train_steps=10\)"
+    ):
+        cfg(nano, optimizer=AdamConfig(warmup=50))
+    with pytest.raises(ValueError, match=r"longer than the run"):
+        cfg(nano, optimizer=AdamConfig(warmup=5, decay=6, schedule="wsd"))
+
+
+def test_steps_or_tokens(nano) -> None:
+    with pytest.raises(ValueError, match="exactly one of"):
+        cfg(nano, num_train_steps=None)
+    with pytest.raises(ValueError, match="exactly one of"):
+        cfg(nano, train_tokens=100)
+    c = cfg(nano, num_train_steps=None, train_tokens=1000)
+    assert c.steps == 4  # ceil(1000 / (8 * 32))
+    with pytest.raises(ValueError, match="constant batch_size"):
+        cfg(nano, num_train_steps=None, train_tokens=1000, batch_size=BatchSchedule(((0, 8), (5, 16))))
+
+
+def test_other_field_errors(nano) -> None:
+    with pytest.raises(ValueError, match="not divisible by microbatches=3"):
+        cfg(nano, microbatches=3)
+    with pytest.raises(ValueError, match="compute_dtype"):
+        cfg(nano, compute_dtype="fp8")
+    with pytest.raises(ValueError, match="must start at step 0"):
+        BatchSchedule(((5, 8),))
+    with pytest.raises(ValueError, match="must increase"):
+        BatchSchedule(((0, 8), (10, 16), (10, 32)))
+    with pytest.raises(ValueError, match="at most one axis may be -1"):
+        MeshConfig(data=-1, fsdp=-1)
+    with pytest.raises(ValueError, match="needs 4 devices but 8"):
+        MeshConfig(data=2, tensor=2).shape(8)
+    with pytest.raises(ValueError, match="unknown mesh axis"):
+        MeshConfig(param_mapping={"embed": "model"})
+    with pytest.raises(ValueError, match="keep_last"):
+        CheckpointConfig(keep_last=0)
+    with pytest.raises(ValueError, match="weight must be a finite number"):
+        DataConfig({"c": float("nan")}, seq_len=32)
+    assert cfg(nano, batch_size=[(0, 8), (4, 16)]).batch_size_at(5) == 16
+
+
+def test_train_fails_before_compiling(nano, data_dir, tmp_path) -> None:
+    out = tmp_path / "run"
+    bad = cfg(
+        nano, data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32), batch_size=6, output_path=str(out)
+    )
+    with pytest.raises(ValueError, match="not divisible by the data-parallel size 8"):
+        train(bad)
+    assert not [p for p in os.listdir(out) if p.startswith("step-")]
+    small_vocab = cfg(
+        nano,
+        model=nano(vocab_size=100),
+        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32),
+        output_path=str(out),
+    )
+    with pytest.raises(ValueError, match="vocab_size=100 is smaller than the tokenizer"):
+        train(small_vocab)

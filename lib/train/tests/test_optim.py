@@ -1,0 +1,151 @@
+"""Optimizers on the real model: parameter groups, decay masks, AdamW against a numpy reference, Muon's
+orthogonalized updates, clipping, and frozen leaves (the MoE router bias)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from schooner.train import AdamConfig, MuonConfig, build_optimizer, describe_param_groups
+
+
+@pytest.fixture(scope="module")
+def model(nano):
+    from schooner.model import init
+
+    return init(nano(), key=jax.random.PRNGKey(0))
+
+
+def _grads(model, seed: int = 1):
+    leaves, treedef = jax.tree.flatten(model)
+    keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+    return treedef.unflatten([jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
+
+
+def _by_path(model, tree):
+    from haliax import NamedArray
+
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, NamedArray))[0]
+    return {jax.tree_util.keystr(p): np.asarray(x.array if isinstance(x, NamedArray) else x) for p, x in flat}
+
+
+def test_groups_and_decay_mask(model) -> None:
+    rows = {r["path"]: r for r in describe_param_groups(model, MuonConfig(weight_decay=0.1))}
+    assert (
+        rows[".embed"]["kind"] == "embedding"
+        and rows[".embed"]["rule"] == "adamw"
+        and rows[".embed"]["decay"]
+    )
+    assert rows[".final_norm"]["kind"] == "vector" and not rows[".final_norm"]["decay"]
+    assert not rows[".layers.stacked.attn_norm"]["decay"]  # stacked norm: [layers, embed] is still a vector
+    for name in ("attn.q_proj", "attn.o_proj", "mlp.gate", "mlp.down"):
+        r = rows[f".layers.stacked.{name}"]
+        assert r["kind"] == "matrix" and r["rule"] == "muon" and r["decay"]
+    rows = {r["path"]: r for r in describe_param_groups(model, AdamConfig(decay_norms_and_biases=True))}
+    assert rows[".final_norm"]["decay"] and all(r["rule"] == "adamw" for r in rows.values())
+
+
+def test_adamw_first_step_matches_numpy(model) -> None:
+    lr, wd, eps, b1, b2 = 0.01, 0.1, 1e-8, 0.9, 0.95
+    cfg = AdamConfig(
+        learning_rate=lr,
+        weight_decay=wd,
+        eps=eps,
+        beta1=b1,
+        beta2=b2,
+        warmup=0,
+        schedule="constant",
+        max_grad_norm=None,
+    )
+    tx = build_optimizer(cfg, model, 10)
+    g = _grads(model)
+    updates, _ = tx.update(g, tx.init(model), model)
+    got, gs, ps = _by_path(model, updates), _by_path(model, g), _by_path(model, model)
+    for path in (".embed", ".final_norm", ".layers.stacked.mlp.up"):
+        m = (1 - b1) * gs[path] / (1 - b1)  # bias-corrected first step moments
+        v = (1 - b2) * gs[path] ** 2 / (1 - b2)
+        decay = wd * ps[path] if path != ".final_norm" else 0.0
+        np.testing.assert_allclose(got[path], -lr * (m / (np.sqrt(v) + eps) + decay), rtol=2e-5, atol=1e-7)
+
+
+def test_clipping_scales_gradients_before_adam(model) -> None:
+    # With a large eps Adam is not scale invariant, so clipping is visible in the update.
+    lr, eps = 1.0, 1.0
+    cfg = AdamConfig(learning_rate=lr, eps=eps, warmup=0, schedule="constant", max_grad_norm=0.5)
+    tx = build_optimizer(cfg, model, 10)
+    g = _grads(model)
+    updates, _ = tx.update(g, tx.init(model), model)
+    gs = _by_path(model, g)
+    norm = np.sqrt(sum(float(np.sum(x.astype(np.float64) ** 2)) for x in gs.values()))
+    scale = min(1.0, 0.5 / norm)
+    gc = gs[".embed"] * scale
+    np.testing.assert_allclose(
+        _by_path(model, updates)[".embed"], -lr * gc / (np.abs(gc) + eps), rtol=1e-4, atol=1e-7
+    )
+
+
+def test_muon_updates_are_orthogonalized(model) -> None:
+    cfg = MuonConfig(
+        learning_rate=1.0, warmup=0, schedule="constant", max_grad_norm=None, consistent_rms=None
+    )
+    tx = build_optimizer(cfg, model, 10)
+    updates, _ = tx.update(_grads(model), tx.init(model), model)
+    u = _by_path(model, updates)
+    up = u[".layers.stacked.mlp.up"]  # [layers, mlp, embed]
+    for layer in up:
+        s = np.linalg.svd(layer.astype(np.float64), compute_uv=False)
+        # Newton-Schulz (5 steps, Muon's coefficients) maps every singular value into roughly [0.7, 1.2],
+        # times the width factor sqrt(max(1, fan_out / fan_in)) = sqrt(128 / 64) here.
+        scaled = s / np.sqrt(2.0)
+        assert scaled.min() > 0.5 and scaled.max() < 1.3, scaled
+    # A random Gaussian gradient's singular values spread much more widely.
+    g = _by_path(model, _grads(model))[".layers.stacked.mlp.up"][0]
+    sg = np.linalg.svd(g.astype(np.float64), compute_uv=False)
+    assert sg.max() / sg.min() > 3
+    # Norms go to AdamW: the first step is -lr * sign(g) (nesterov off for AdamW).
+    assert np.allclose(np.abs(u[".final_norm"]), 1.0, atol=1e-4)
+
+
+def test_frozen_router_bias_gets_no_update(nano) -> None:
+    from schooner.model import MoEConfig, init
+
+    cfg = MoEConfig(
+        **{f.name: getattr(nano(), f.name) for f in dataclasses.fields(nano()) if f.name != "type"},
+        num_experts=4,
+        num_experts_per_token=2,
+    )
+    moe = init(cfg, key=jax.random.PRNGKey(0))
+    for opt in (AdamConfig(warmup=0, weight_decay=0.1), MuonConfig(warmup=0, weight_decay=0.1)):
+        tx = build_optimizer(opt, moe, 10)
+        updates, _ = tx.update(_grads(moe), tx.init(moe), moe)
+        u = _by_path(moe, updates)
+        assert np.all(u[".layers.stacked.mlp.router_bias"] == 0.0)
+        assert np.any(u[".layers.stacked.mlp.w_up"] != 0.0) if ".layers.stacked.mlp.w_up" in u else True
+        assert sum(np.count_nonzero(x) for x in u.values()) > 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(learning_rate=-1.0), "learning_rate"),
+        (dict(weight_decay=-0.1), "weight_decay"),
+        (dict(max_grad_norm=0.0), "max_grad_norm"),
+        (dict(schedule="cos"), "schedule"),
+        (dict(beta2=1.0), "beta2"),
+    ],
+)
+def test_config_errors(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        AdamConfig(**kw)
+
+
+def test_muon_config_errors() -> None:
+    with pytest.raises(ValueError, match="momentum"):
+        MuonConfig(momentum=1.0)
+    with pytest.raises(ValueError, match="ns_steps"):
+        MuonConfig(ns_steps=0)
+    assert jnp.isfinite(MuonConfig().lr_schedule(10)(5))

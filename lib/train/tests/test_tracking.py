@@ -1,0 +1,83 @@
+"""Trackers (JSONL, W&B offline, TensorBoard), the loss plot, progress lines and the MFU helpers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import types
+
+import pytest
+
+from schooner.train import Progress, TrackerConfig, plot_losses, read_metrics
+from schooner.train._mfu import datasheet_peak, matmul_ceiling, mfu
+from schooner.train._tracking import JsonlTracker, make_trackers
+
+
+def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
+    path = str(tmp_path / "metrics.jsonl")
+    t = JsonlTracker(path)
+    for s in range(1, 8):
+        t.log({"train/loss": 10.0 - s}, s)
+    t.log({"train/loss": float("nan")}, 8)
+    t.finish()
+    assert read_metrics(path)[-1]["train/loss"] == "nan"  # JSON has no NaN; kept visible as a string
+    t = JsonlTracker(path, resume_step=5)  # the interrupted run had logged 6..8 after its checkpoint at 5
+    t.log({"train/loss": 4.5}, 6)
+    t.finish()
+    assert [(r["step"], r["train/loss"]) for r in read_metrics(path)] == [
+        (1, 9.0),
+        (2, 8.0),
+        (3, 7.0),
+        (4, 6.0),
+        (5, 5.0),
+        (6, 4.5),
+    ]
+
+
+def test_loss_plot_is_a_png(tmp_path) -> None:
+    path = str(tmp_path / "metrics.jsonl")
+    t = JsonlTracker(path)
+    for s in range(1, 20):
+        t.log({"train/loss": 5.0 / s}, s)
+    t.log({"eval/docs/loss": 1.0}, 19)
+    t.finish()
+    plot_losses(path, str(tmp_path / "loss.png"), title="test")
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_wandb_offline_and_tensorboard(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("wandb")
+    pytest.importorskip("tensorboardX")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = TrackerConfig(wandb=True, wandb_mode="offline", tensorboard=True)
+    trackers = make_trackers(cfg, run_dir=str(tmp_path), name="t", run_config={"lr": 1e-3}, resume_step=None)
+    for s in range(1, 4):
+        trackers.log({"train/loss": 3.0 - s}, s)
+    trackers.finish()
+    assert len(read_metrics(str(tmp_path / "metrics.jsonl"))) == 3
+    runs = [p for p in os.listdir(tmp_path / "wandb") if p.startswith("offline-run-")]
+    assert runs and any(f.endswith(".wandb") for f in os.listdir(tmp_path / "wandb" / runs[0]))
+    events = os.listdir(tmp_path / "tensorboard")
+    assert any(e.startswith("events.out.tfevents") for e in events)
+
+
+def test_progress_lines(caplog) -> None:
+    p = Progress(100, log_every=2, flops_per_token=6e6, peak_flops=1e12, use_rich=False)
+    with caplog.at_level(logging.INFO, logger="schooner.train"):
+        p.update(1, 1000, {"train/loss": 3.0})
+        thr = p.update(2, 1000, {"train/loss": 2.5}, step_seconds=0.5)
+    p.close()
+    assert thr["throughput/tokens_per_second"] == pytest.approx(2000.0)
+    assert thr["throughput/mfu"] == pytest.approx(6e6 * 2000.0 / 1e12)
+    assert thr["throughput/eta_seconds"] == pytest.approx(98 * 0.5)
+    line = caplog.records[-1].getMessage()
+    assert line == "step 2/100 | loss 2.5000 | 2.0k tok/s | MFU 1.2% | ETA 49s"
+
+
+def test_peaks() -> None:
+    assert datasheet_peak(types.SimpleNamespace(device_kind="NVIDIA H100 80GB HBM3")) == 989e12
+    assert datasheet_peak(types.SimpleNamespace(device_kind="TPU v5 lite")) == 197e12
+    assert datasheet_peak(types.SimpleNamespace(device_kind="cpu")) is None
+    ceiling = matmul_ceiling(256, "float32", repeats=2)
+    assert 1e7 < ceiling < 1e14  # a CPU does between 10 MFLOP/s and 100 TFLOP/s
+    assert mfu(100.0, 10.0, 2000.0) == 0.5

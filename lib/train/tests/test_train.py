@@ -1,0 +1,154 @@
+"""End-to-end training: the train_lm step, checkpoints loadable without schooner.train, evaluation,
+HF export, NaN stops, and the same losses on 1 device, FSDP over 8 and tensor parallel."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.train import (
+    AdamConfig,
+    CheckpointConfig,
+    DataConfig,
+    MeshConfig,
+    NonFiniteLossError,
+    TrackerConfig,
+    TrainConfig,
+    latest_checkpoint,
+    read_metrics,
+    train,
+)
+
+
+def test_train_lm_step_end_to_end(nano, data_dir, tmp_path, read_losses) -> None:
+    from schooner.cluster import StepRunner, lower
+    from schooner.train.steps import train_lm
+
+    handle = train_lm(
+        "runs/nano",
+        model=nano(vocab_size=64),  # smaller than the tokenizer's 320: fitted by the step
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
+        datasets={data_dir: 1.0},  # a tokenized folder: train/, validation/, tokenizer.json
+        batch_size=8,
+        seq_len=32,
+        num_train_steps=12,
+        eval_every=6,
+        evals={"extra": f"{data_dir}/validation"},
+        checkpoint_every=4,
+        keep_checkpoints=2,
+        export_hf=True,
+        resources=None,  # in this process (the cluster path is the step runner's, tested there)
+    )
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run([lower(handle)])
+    (outcome,) = result.steps
+    assert outcome.state == "succeeded", outcome.error
+    out = outcome.output_path
+    assert sorted(p for p in os.listdir(out) if p.startswith("step-")) == ["step-000008", "step-000012"]
+    losses = read_losses(out)
+    assert sorted(losses) == list(range(1, 13))
+    assert all(np.isfinite(v) for v in losses.values()) and losses[12] < losses[1] - 0.3
+    rows = read_metrics(f"{out}/metrics.jsonl")
+    evals = [r for r in rows if "eval/loss" in r]
+    assert [r["step"] for r in evals] == [6, 12]
+    name = os.path.basename(data_dir)
+    final = evals[-1]
+    assert {f"eval/{name}/loss", f"eval/{name}/bpb", "eval/extra/loss", "eval/extra/bpb", "eval/bpb"} <= set(
+        final
+    )
+    assert final[f"eval/{name}/loss"] == pytest.approx(final["eval/extra/loss"])  # the same cache twice
+    assert 0.5 < final["eval/bpb"] < 10
+    with open(f"{out}/loss.png", "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    with open(f"{out}/run.json") as f:
+        assert "jax" in json.load(f)["versions"]
+    with open(f"{out}/step-000012/config.json") as f:
+        assert json.load(f)["vocab_size"] == 320
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(os.listdir(f"{out}/hf"))
+
+    # The checkpoint loads with schooner.model alone.
+    probe = (
+        "import sys; from schooner.model import load_model; m, c = load_model(sys.argv[1]); "
+        "assert not any(k.startswith('schooner.train') for k in sys.modules), 'schooner.train was imported'; "
+        "print(c.vocab_size)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, f"{out}/step-000012"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "320"
+
+    # The logged eval loss is the loaded model's mean next-token loss on the validation windows.
+    from schooner.model import load_model, target_weights, token_losses
+    from schooner.tokenize import TokenCache, TokenSequences
+
+    model, _ = load_model(f"{out}/step-000012")
+    seqs = TokenSequences(TokenCache.open(f"{data_dir}/validation"), 32)
+    b = seqs.batch(np.arange(min(len(seqs), 64)))
+    nll = np.asarray(token_losses(model, b["tokens"], b["segment_ids"]), np.float64)
+    w = np.asarray(target_weights(b["tokens"], b["segment_ids"]), np.float64)
+    assert final["eval/extra/loss"] == pytest.approx(float((nll * w).sum() / w.sum()), rel=1e-5)
+
+
+def _run_config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
+    args = dict(
+        model=nano(),
+        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        output_path=out,
+        batch_size=8,
+        num_train_steps=3,
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=1),
+        checkpoint=CheckpointConfig(every=None, save_final=False),
+        trackers=TrackerConfig(loss_plot=False),
+    )
+    args.update(kw)
+    return TrainConfig(**args)
+
+
+def test_fsdp_and_tensor_parallel_match_one_device(nano, data_dir, tmp_path, read_losses) -> None:
+    assert len(jax.devices()) == 8
+    runs = {
+        "single": MeshConfig(devices=1),
+        "fsdp8_microbatch2": MeshConfig(data=1, fsdp=8),
+        "data2_tensor4": MeshConfig(data=2, tensor=4),
+    }
+    losses = {}
+    for name, mesh in runs.items():
+        out = str(tmp_path / name)
+        mb = 2 if "microbatch" in name else 1
+        train(_run_config(nano, data_dir, out, mesh=mesh, microbatches=mb, batch_size=16))
+        losses[name] = read_losses(out)
+    ref = losses.pop("single")
+    assert sorted(ref) == [1, 2, 3] and len(set(ref.values())) == 3
+    for name, got in losses.items():
+        for step in ref:
+            assert got[step] == pytest.approx(ref[step], rel=1e-4, abs=1e-5), (name, step)
+
+
+def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(nano, data_dir, tmp_path) -> None:
+    out = str(tmp_path / "run")
+    # A constant learning rate of 1e38 overflows the parameters after the first update.
+    cfg = _run_config(
+        nano,
+        data_dir,
+        out,
+        num_train_steps=6,
+        optimizer=AdamConfig(learning_rate=1e38, warmup=0, schedule="constant", max_grad_norm=None),
+        checkpoint=CheckpointConfig(every=1, keep_last=5),
+    )
+    with pytest.raises(NonFiniteLossError) as info:
+        train(cfg)
+    bad = int(re.match(r"step (\d+):", str(info.value)).group(1))
+    assert bad >= 2 and "Last good checkpoint" in str(info.value)
+    step, path = latest_checkpoint(out)
+    assert step == bad - 1 and path in str(info.value)
+    from schooner.model import load_model
+
+    model, _ = load_model(path)
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(model))
