@@ -64,15 +64,17 @@ def test_greedy_rejects_bad_arguments():
 
 def _touch_checkpoint(folder, complete=True):
     folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
     if complete:
-        (folder / "config.json").write_text("{}")
+        (folder / "checkpoint.json").write_text("{}")
 
 
 def test_latest_checkpoint_picks_the_highest_complete_step(tmp_path):
     run = tmp_path / "run"
     _touch_checkpoint(run / "step-000005")
     _touch_checkpoint(run / "step-000010")
-    _touch_checkpoint(run / "step-000020", complete=False)  # still being written
+    _touch_checkpoint(run / "step-000020", complete=False)  # still being written (no marker yet)
+    _touch_checkpoint(run / "step-000030.tmp-123")  # a crashed write
     (run / "metrics.jsonl").write_text("")
     assert [s for s, _ in list_checkpoints(str(run))] == [5, 10]
     assert latest_checkpoint(str(run)) == str(run / "step-000010")
@@ -84,8 +86,10 @@ def test_latest_checkpoint_on_fsspec_memory():
     import fsspec
 
     fs = fsspec.filesystem("memory")
-    fs.pipe("/h7-run/step-000003/config.json", b"{}")
-    fs.pipe("/h7-run/step-000012/config.json", b"{}")
+    for step in ("000003", "000012"):
+        fs.pipe(f"/h7-run/step-{step}/config.json", b"{}")
+        fs.pipe(f"/h7-run/step-{step}/checkpoint.json", b"{}")
+    fs.pipe("/h7-run/step-000015/config.json", b"{}")
     try:
         assert latest_checkpoint("memory://h7-run") == "memory://h7-run/step-000012"
     finally:

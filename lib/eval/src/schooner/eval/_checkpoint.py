@@ -1,8 +1,12 @@
 """Find and load the checkpoint to evaluate, without importing `schooner.train`.
 
 A training run's output folder holds checkpoints `step-000123/`, each with a `config.json` that
-`schooner.model.load_model` reads. Evaluation takes either one checkpoint folder or a run folder, in which case
-the latest complete checkpoint (highest step number with a `config.json`) is used.
+`schooner.model.load_model` reads and, written last, a `checkpoint.json` marking it complete (the train loop
+writes into `step-000123.tmp-<pid>/` and renames, but on object stores without atomic rename only the marker
+tells a finished checkpoint from one being written). Evaluation takes either one checkpoint folder (anything
+with a `config.json`, e.g. a `save_model` folder) or a run folder, in which case the latest complete checkpoint
+(highest step with both files) is used. The marker name is the train package's layout contract; eval does not
+import `schooner.train` to learn it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 import fsspec
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_COMPLETE_MARKER = "checkpoint.json"
 
 
 def _fs(path: str) -> tuple[Any, str]:
@@ -29,7 +34,8 @@ def list_checkpoints(run_path: str) -> list[tuple[int, str]]:
     for entry in fs.ls(root, detail=False):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
         match = _STEP_DIR.match(name)
-        if match and fs.exists(f"{entry.rstrip('/')}/config.json"):
+        folder = entry.rstrip("/")
+        if match and fs.exists(f"{folder}/config.json") and fs.exists(f"{folder}/{_COMPLETE_MARKER}"):
             found.append((int(match.group(1)), f"{run_path.rstrip('/')}/{name}"))
     return sorted(found)
 
@@ -46,8 +52,9 @@ def latest_checkpoint(path: str) -> str:
     checkpoints = list_checkpoints(path)
     if not checkpoints:
         raise FileNotFoundError(
-            f"no checkpoint in {path!r}: expected a folder with config.json or step-NNNNNN/config.json "
-            "subfolders (a train_lm step's output); did training finish and save a checkpoint?"
+            f"no checkpoint in {path!r}: expected a folder with config.json, or complete step-NNNNNN/ "
+            "subfolders (config.json and checkpoint.json; a train_lm step's output); did training finish and "
+            "save a checkpoint?"
         )
     return checkpoints[-1][1]
 
