@@ -61,6 +61,10 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path) -> None:
     )
     assert direct.returncode == 0, direct.stderr
     assert "will run squares" in direct.stdout and not prefix.exists()
+    # The script stops after the plan: code after run() that needs real results never runs.
+    stops = schooner("run", str(HERE / "with_resources.py"), "--dry-run", "--prefix", str(prefix))
+    assert stops.returncode == 0, stops.stdout + stops.stderr
+    assert "will run counted" in stops.stdout and "RESULT" not in stops.stdout and not prefix.exists()
 
 
 def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:

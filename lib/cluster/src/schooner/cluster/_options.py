@@ -38,6 +38,10 @@ class CapturedRun(BaseException):
     """Raised by `run()` in capture mode to stop the experiment script after its graph is known."""
 
 
+class DryRunStop(BaseException):
+    """Raised by `run()` after printing the plan of `schooner run --dry-run`: the script stops there."""
+
+
 _current: RunOptions | None = None
 
 

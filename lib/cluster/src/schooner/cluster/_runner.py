@@ -23,7 +23,7 @@ from typing import Any
 from ._client import Client
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
-from ._options import CapturedRun, current_options, options_from_argv
+from ._options import CapturedRun, DryRunStop, current_options, options_from_argv
 from ._progress import Progress, make_console
 from ._records import environment, experiment_name, experiment_record_path, scrub_any
 from ._results import RunResult, StepFailedError, StepOutcome
@@ -155,7 +155,7 @@ class StepRunner:
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1 or None, got {max_concurrent}")
         try:
-            return self._run(
+            result = self._run(
                 lowered,
                 [h.key for h in _flatten(steps)],
                 prefix,
@@ -169,6 +169,13 @@ class StepRunner:
             if own_client is not None:
                 own_client.shutdown()
                 self.client = None
+        if opts is not None and opts.dry_run:
+            # `--dry-run` from the command line: the plan is the whole answer. Stop the script here, since
+            # code after run() may need results that a dry run does not produce.
+            if current_options() is opts:
+                raise DryRunStop()
+            raise SystemExit(0)
+        return result
 
     # ------------------------------------------------------------------------------------------------------
     def _run(

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._lower import Step, lower
-from ._options import CapturedRun, RunOptions, add_run_flags, applying, options_from_args
+from ._options import CapturedRun, DryRunStop, RunOptions, add_run_flags, applying, options_from_args
 from ._progress import fmt_age, fmt_duration, make_console
 from ._step import StepHandle
 from ._version import ConfigError
@@ -171,6 +171,8 @@ def _cmd_run(ns: argparse.Namespace) -> int:
                         StepRunner().run(handles)
             except StepFailedError:
                 return 1  # the summary table has been printed
+            except DryRunStop:
+                return 0
     finally:
         if client is not None:
             client.shutdown()
