@@ -376,3 +376,10 @@ def test_an_empty_run_does_nothing(tmp_path) -> None:
     runner, _ = _runner(str(tmp_path / "out"))
     result = runner.run([])
     assert result.ok and result.steps == [] and not (tmp_path / "out").exists()
+
+
+def test_memory_prefix_refuses_steps_that_run_in_workers() -> None:
+    h = step("remote", pid_step, {"n": 3}, resources=ResourceConfig.with_cpu(1))
+    runner, _ = _runner(f"memory://runner-tests/{uuid.uuid4().hex}")
+    with pytest.raises(ConfigError, match="'remote' has resources.*memory://"):
+        runner.run([h])

@@ -203,6 +203,13 @@ class StepRunner:
         roots = [k for k in dict.fromkeys(root_keys) if k in by_key and k not in needed]
         roots = roots or [s.key for s in steps if s.key not in needed]
         paths = {s.key: s.handle.output_path(prefix) for s in steps}
+        for s in steps:
+            if s.handle.resources is not None and paths[s.key].startswith("memory://"):
+                raise ConfigError(
+                    f"step {s.name!r} has resources, so it runs in a worker process, but its output "
+                    f"{paths[s.key]} is in this process's memory:// filesystem, which workers cannot see; "
+                    "use a local or object-store prefix, or drop the step's resources"
+                )
         forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
         states: dict[str, str] = {}
         for s in steps:
