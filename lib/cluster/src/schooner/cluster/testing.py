@@ -15,8 +15,10 @@ Use it from a session fixture and mark the tests that need it, so pytest-xdist r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import warnings
 
 from ._ray import RayClient
 
@@ -41,19 +43,49 @@ def shared_ray_client() -> RayClient:
         if _client is None or _client._closed:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             for attempt in range(_START_ATTEMPTS):
+                before = _children()
                 try:
                     _client = RayClient(address="local", **RAY_TEST_OPTIONS)
                     break
-                except (
-                    Exception
-                ) as exc:  # Ray gives up on a raylet after 30 s, which a loaded CI box can exceed
-                    import ray
-
-                    ray.shutdown()
-                    if attempt + 1 == _START_ATTEMPTS or "timed out during startup" not in str(exc):
-                        raise
+                except Exception as exc:
+                    # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine can
+                    # exceed; then try again, after cleaning up what the failed start left behind.
+                    retry = attempt + 1 < _START_ATTEMPTS and "timed out during startup" in str(exc)
+                    error = exc
+                _cleanup_failed_start(before)
+                if not retry:
+                    raise error
         assert _client is not None
         return _client
+
+
+def _children() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _cleanup_failed_start(before: set[int]) -> None:
+    """Stop the processes a failed `ray.init` started (it forgets them) and drop its process handles quietly."""
+    import gc
+
+    import psutil
+    import ray
+
+    ray.shutdown()
+    ray_dir = os.path.dirname(ray.__file__)
+    leftovers = []
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in before and (ray_dir in " ".join(p.cmdline()) or p.name().startswith("ray::")):
+                leftovers.append(p)
+    for p in leftovers:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(leftovers, timeout=10)
+    with warnings.catch_warnings():  # their Popen objects would warn "still running" when collected
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def shutdown_shared_ray() -> None:
