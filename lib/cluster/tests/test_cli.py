@@ -155,6 +155,10 @@ def test_kill_9_mid_step_then_rerun_takes_over_and_matches_an_uninterrupted_run(
             driver.wait()
     status = json.loads((squares / ".schooner" / "status.json").read_text())
     assert status["status"] == "RUNNING" and not (squares / "part-1.json").exists()  # partial, never SUCCESS
+    status = schooner("status", "--prefix", str(prefix)).stdout
+    assert any("squares" in ln and "INTERRUPTED" in ln for ln in status.splitlines()), status
+    why = schooner("explain", "squares", CHAIN, "--prefix", str(prefix)).stdout
+    assert "will resume" in why and "died while running it" in " ".join(why.split())
     before = log_lines(log)
     rerun = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
