@@ -136,7 +136,9 @@ def local_map(
                     break
                 add_worker(more)
             for w, queue in inflight.items():
-                depth = 2 if per_item * batch_size(len(inflight)) < 0.05 else 1
+                # Queue a second batch only for quick items: a slow one queued behind another would wait
+                # there while a different worker sits idle. Until the first batch is back, assume slow.
+                depth = 2 if 0 < per_item * batch_size(len(inflight)) < 0.05 else 1
                 while len(queue) < depth and dispatch(w):
                     pass
             while next_yield in results:
