@@ -383,3 +383,15 @@ def test_memory_prefix_refuses_steps_that_run_in_workers() -> None:
     runner, _ = _runner(f"memory://runner-tests/{uuid.uuid4().hex}")
     with pytest.raises(ConfigError, match="'remote' has resources.*memory://"):
         runner.run([h])
+
+
+def which_client(config: dict, out: str) -> str:
+    from schooner.cluster import current_client
+
+    return type(current_client()).__name__ + f"@{id(current_client())}"
+
+
+def test_the_runner_client_is_current_inside_in_process_steps(tmp_path, local_client) -> None:
+    h = step("which", which_client, {})
+    runner, _ = _runner(str(tmp_path), client=local_client)
+    assert runner.run([h])[h].result == f"LocalClient@{id(local_client)}"

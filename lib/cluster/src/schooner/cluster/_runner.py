@@ -8,6 +8,7 @@ when the step has resources), then write the final record and SUCCESS (last) or 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -21,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from ._client import Client
+from ._current import using_client
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
 from ._options import CapturedRun, DryRunStop, current_options, options_from_argv
@@ -244,7 +246,10 @@ class StepRunner:
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
             try:
                 todo = [s for s in steps if states[s.key] == "will_run"]
-                with progress.live(len(todo)):
+                # The runner's client is also the current client of the steps it runs in-process, so
+                # their own fan-out (`current_client().map(...)`) lands on the same cluster.
+                current = using_client(self.client) if self.client is not None else contextlib.nullcontext()
+                with progress.live(len(todo)), current:
                     self._schedule(todo, by_key, outcomes, executor, max_concurrent)
             finally:
                 executor.close()
