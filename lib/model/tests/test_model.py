@@ -50,7 +50,9 @@ def test_model_with_reference_attention_matches(tiny_dense, tokens):
     model = init(tiny_dense, key=jax.random.PRNGKey(0))
     toks = tokens(2, 16, tiny_dense.vocab_size)
     seg = jnp.array([[0] * 6 + [1] * 10, [3] * 16], jnp.int32)
-    hidden = eqx.filter_jit(lambda m, t, s, r: m.hidden_states(t, segment_ids=s, reference_attention=r)[0].array)
+    hidden = eqx.filter_jit(
+        lambda m, t, s, r: m.hidden_states(t, segment_ids=s, reference_attention=r)[0].array
+    )
     fast = hidden(model, toks, seg, False)
     ref = hidden(model, toks, seg, True)
     np.testing.assert_allclose(fast, ref, atol=1e-5, rtol=1e-5)
