@@ -258,3 +258,18 @@ def test_gpu_model_matching(kind, name, expected):
 def test_unpicklable_arguments_fail_at_submit(local_client):
     with pytest.raises(TypeError, match="cannot send .* module-level functions and picklable arguments"):
         local_client.submit(print, threading.Lock())
+
+
+def hold_memory(mib: int) -> int:
+    block = bytearray(mib * 2**20)  # bytearray() zero-fills: the pages are resident
+    time.sleep(1.0)
+    return len(block) // 2**20
+
+
+def test_a_job_over_its_ram_is_killed_not_the_machine(local_client):
+    greedy = local_client.submit(hold_memory, 300, resources=ResourceConfig.with_cpu(ram="100MiB"))
+    with pytest.raises(WorkerDiedError, match=r"more than its reservation ram=104857600 \(100 MiB\)"):
+        greedy.result(timeout=60)
+    assert greedy.attempts == 1  # not retried: it would only be killed again
+    fitting = local_client.submit(hold_memory, 50, resources=ResourceConfig.with_cpu(ram="400MiB"))
+    assert fitting.result(timeout=60) == 50

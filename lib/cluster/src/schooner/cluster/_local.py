@@ -63,6 +63,7 @@ class LocalJobHandle:
         self._log_path = log_path
         self._log_text: str | None = None
         self._streamed = 0  # bytes of the log already streamed (kept across retries)
+        self._over_memory = 0  # resident bytes when it was killed for exceeding its `ram`
         self._secrets = sorted(
             set(secret_values()) | set(secret_values(resources.env)), key=len, reverse=True
         )
@@ -158,10 +159,17 @@ class LocalClient:
             the CPUs reserved by the enclosing job when created inside a job).
         memory: bytes (or a size like '8GiB') this client may reserve at once (default: physical memory).
         stream_logs: also print each job's output here as it runs, each line prefixed with `[job name]`.
+        enforce_memory: kill a job whose processes hold more resident memory than its `ResourceConfig.ram`
+            (checked every 0.2 s; jobs without `ram` are not watched), so one job cannot starve the others.
     """
 
     def __init__(
-        self, max_workers: int | None = None, memory: int | str | None = None, *, stream_logs: bool = False
+        self,
+        max_workers: int | None = None,
+        memory: int | str | None = None,
+        *,
+        stream_logs: bool = False,
+        enforce_memory: bool = True,
     ):
         machine = detect_machine()
         cpus = machine.cpus
@@ -181,6 +189,7 @@ class LocalClient:
                 raise ValueError(f"LocalClient(memory=...) must be > 0, got {memory!r}")
         self.machine = dataclasses.replace(machine, cpus=cpus, memory=mem)
         self.stream_logs = stream_logs
+        self.enforce_memory = enforce_memory
         self._pool = Pool(self.machine)
         self._logdir: str | None = None
         self._ids = itertools.count()
@@ -291,6 +300,14 @@ class LocalClient:
                 return
             reason = worker.death_reason()
             self._pool.discard(worker)
+            if job._over_memory:
+                msg = (
+                    f"its processes used {job._over_memory / 2**20:.0f} MiB, more than its reservation "
+                    f"ram={res.ram} ({(res.ram or 0) / 2**20:.0f} MiB), and were killed; raise ResourceConfig.ram"
+                )
+                job._note(msg)
+                job._finish(JobStatus.FAILED, error=WorkerDiedError(job.name, msg))
+                return
             if job._cancelled:
                 job._finish(JobStatus.CANCELLED, error=JobCancelledError(job.name, "cancelled while running"))
                 return
@@ -311,13 +328,23 @@ class LocalClient:
             job._note(f"worker pid {worker.pid} {reason}; retrying ({deaths}/{res.max_retries_preemption})")
 
     def _await(self, job: LocalJobHandle, worker: WorkerProcess) -> tuple | None:
-        """Wait for the worker's reply, streaming the job's log meanwhile if asked to."""
-        if not self.stream_logs:
+        """Wait for the worker's reply, streaming the job's log and holding it to its `ram` meanwhile."""
+        limit = job.resources.ram if self.enforce_memory else None
+        if not self.stream_logs and not limit:
             reply = worker.recv()
             return reply if isinstance(reply, tuple) else None
         partial = b""
         while True:
             reply = worker.recv(timeout=0.2)
+            if reply is False and limit:
+                used = _tree_rss(worker.pid)
+                if used > limit:
+                    job._over_memory = used
+                    worker.kill()
+            if not self.stream_logs:
+                if reply is not False:
+                    return reply
+                continue
             data = job._read_log_from(job._streamed)
             job._streamed += len(data)
             lines = (partial + data).split(b"\n")
@@ -373,6 +400,22 @@ class LocalClient:
         if self._logdir is not None:
             shutil.rmtree(self._logdir, ignore_errors=True)
         _live_clients.discard(self)
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (0 once it is gone)."""
+    import psutil
+
+    total = 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
 
 
 _live_clients: weakref.WeakSet[LocalClient] = weakref.WeakSet()
