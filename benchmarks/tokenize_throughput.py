@@ -15,9 +15,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import shutil
 import tempfile
 import time
+
+
+def _cpu(children: bool = False) -> float:
+    """CPU seconds (user + system) of this process, plus its reaped children when asked."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    total = r.ru_utime + r.ru_stime
+    if children:
+        rc = resource.getrusage(resource.RUSAGE_CHILDREN)
+        total += rc.ru_utime + rc.ru_stime
+    return total
 
 
 def corpus(target_bytes: int) -> list[dict]:
@@ -53,30 +64,27 @@ def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
     )
 
     # Bare encoder: the same texts, this process, encode_batch over all cores (Rayon), ids materialised.
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu()
     n_bare = 0
     for i in range(0, len(texts), 512):
-        n_bare += sum(
-            len(e.ids) for e in tok.hf.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
-        )
-    bare_s = time.perf_counter() - t
+        batch = tok.hf.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
+        n_bare += sum(len(e.ids) for e in batch)
+    bare_s, bare_cpu = time.perf_counter() - t, _cpu() - c
     del texts, records
 
     out = os.path.join(work, "cache")
     client = LocalClient(max_workers=args.workers)
+    t, c = time.perf_counter(), _cpu(children=True)
     try:
-        t = time.perf_counter()
         summary = build_cache(src, out, tok, validation_fraction=0.01, client=client)
         build_s = time.perf_counter() - t
     finally:
-        client.shutdown()
+        client.shutdown()  # waits for the workers, so their CPU time lands in RUSAGE_CHILDREN
+    build_cpu = _cpu(children=True) - c
     n_built = summary["train_tokens"] + summary["validation_tokens"]
     n_docs = summary["train_documents"] + summary["validation_documents"]
-    assert n_built == n_bare + n_docs, (
-        n_built,
-        n_bare,
-        n_docs,
-    )  # the cache holds exactly ids + one EOS per doc
+    # the cache holds exactly the encoder's ids plus one EOS per document
+    assert n_built == n_bare + n_docs, (n_built, n_bare, n_docs)
     bare_tps, build_tps = n_bare / bare_s, n_bare / build_s
     print(
         f"bare tokenizers encode_batch : {bare_tps / 1e6:7.3f} M tokens/s  ({n_bare} tokens in {bare_s:.1f} s)"
@@ -85,6 +93,11 @@ def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
         f"cache build, end to end      : {build_tps / 1e6:7.3f} M tokens/s  ({build_s:.1f} s, {args.workers} workers)"
     )
     print(f"build / bare ratio           : {build_tps / bare_tps:7.2f}x   (target >= 0.8x)")
+    # CPU seconds per token do not depend on how busy the machine is; wall-clock ratios do.
+    print(
+        f"tokens per CPU-second        : bare {n_bare / bare_cpu / 1e6:.3f} M, build {n_bare / build_cpu / 1e6:.3f} M "
+        f"(build / bare {bare_cpu / build_cpu:.2f}x); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
     return out, TokenCache.open(os.path.join(out, "train"))
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from schooner.cluster import LocalClient
+from schooner.cluster import JobError, LocalClient
 from schooner.data import make_record, write_records
 from schooner.tokenize import (
     CacheError,
@@ -100,49 +100,27 @@ def test_build_contents_split_and_manifest(
     assert build_cache(path, out, tokenizer_path, validation_fraction=0.25, client=local_client) == summary
 
 
-def test_resume_redoes_only_missing_shards_identically(
-    records_dir, tokenizer_path, local_client, tmp_path
-) -> None:
-    path, _ = records_dir
-    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    build_cache(path, straight, tokenizer_path, validation_fraction=0.2, client=local_client)
-    # An interrupted build: shards 1 and 3 finished, nothing merged.
-    from schooner.data import list_shards
-    from schooner.tokenize._build import encode_shard
-
-    build_cache(path, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
-    plan = json.loads(Path(resumed, "build.json").read_text())["plan"]
-    for split in ("train", "validation"):
-        import shutil
-
-        shutil.rmtree(Path(resumed, split))
-    Path(resumed, "build.json").write_text(json.dumps({"plan": plan, "complete": False}))
-    for i in (1, 3):
-        shard = list_shards(path)[i]
-        encode_shard(
-            {
-                "index": i,
-                "shard": shard,
-                "shard_bytes": os.path.getsize(shard),
-                "output": resumed,
-                "tokenizer": f"{resumed}/tokenizer.json",
-                "fingerprint": load_tokenizer(resumed).fingerprint,
-                "validation_fraction": 0.2,
-                "split_seed": 0,
-                "prepend_bos": False,
-                "text_field": "text",
-                "encode_batch_size": 7,
-                "dtype": "uint16",
-            }
-        )
-    summary = build_cache(path, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
-    assert summary["shards_redone"] == 3
+def test_resume_redoes_only_unfinished_shards_identically(tokenizer_path, local_client, tmp_path) -> None:
+    src, straight, resumed = str(tmp_path / "recs"), str(tmp_path / "straight"), str(tmp_path / "resumed")
+    write_records(_records(30), src, format="jsonl", num_shards=5)
+    last = Path(sorted(Path(src).glob("part-*.jsonl"))[-1])
+    original = last.read_bytes()
+    # An interrupted build: the last shard holds a bad line, so the build stops after shards 0-3 finished.
+    last.write_bytes(original + b"{not json\n")
+    with pytest.raises(JobError, match="line"):
+        build_cache(src, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
+    assert len(list(Path(resumed, "parts").glob("part-*.json"))) == 4
+    assert not Path(resumed, "train", "manifest.json").exists()
+    last.write_bytes(original)  # fixed: the rerun redoes only that shard
+    summary = build_cache(src, resumed, tokenizer_path, validation_fraction=0.2, client=local_client)
+    assert (summary["shards"], summary["shards_redone"]) == (5, 1)
+    build_cache(src, straight, tokenizer_path, validation_fraction=0.2, client=local_client)
     assert _snapshot(resumed) == _snapshot(straight)
 
 
 _KILLED_BUILD = """
 import sys
-from schooner.cluster import LocalClient
+from schooner.cluster import JobError, LocalClient
 from schooner.tokenize import build_cache
 client = LocalClient(max_workers=1)
 build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, encode_batch_size=4)
@@ -219,3 +197,21 @@ def test_prepend_bos(records_dir, tokenizer: Tokenizer, tokenizer_path: str, loc
             *tokenizer.encode(rec["text"]),
             tokenizer.eos_id,
         ]
+
+
+def test_bad_records_raise_or_are_counted(tokenizer_path: str, local_client, tmp_path) -> None:
+    src = tmp_path / "recs"
+    src.mkdir()
+    good = [json.dumps({"id": f"d{i}", "text": t}) for i, t in enumerate(stdlib_texts(3))]
+    lines = [good[0], "{not json", good[1], '{"id": "n", "text": 7}', good[2]]
+    (src / "part-00000-of-00001.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(JobError, match=r"part-00000-of-00001.jsonl.*line 2"):
+        build_cache(str(src), str(tmp_path / "strict"), tokenizer_path, client=local_client)
+    summary = build_cache(
+        str(src), str(tmp_path / "lenient"), tokenizer_path, on_error="skip", client=local_client
+    )
+    cache = TokenCache.open(str(tmp_path / "lenient"))
+    assert cache.num_documents == 3 and summary["skipped_bad"] == 2
+    bad = cache.manifest["skipped_bad"]
+    assert bad["skipped"] == 2 and any("line 2" in e for e in bad["examples"])
+    assert any("line 4" in e and "must be a string" in e for e in bad["examples"])

@@ -251,3 +251,35 @@ def test_cache_reader_bounds_and_missing(caches: dict[str, str], tmp_path: Path)
         cache.tokens(0, cache.num_tokens + 1)
     with pytest.raises(CacheError, match="no manifest.json"):
         TokenCache.open(tmp_path)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    batch_size=st.integers(1, 40),
+    steps=st.integers(1, 40),
+    switch=st.integers(1, 40),
+    w=st.floats(0.1, 0.9),
+)
+def test_draws_never_repeat_within_an_epoch_and_epochs_are_counted(
+    caches, seed, batch_size, steps, switch, w
+) -> None:
+    a, b = caches["b"], caches["c"]  # small components, so epochs wrap
+    ds = MixtureDataset(
+        {a: w, b: 1 - w}, seq_len=16, seed=seed, block_size=32, weight_schedule=[(switch, {a: 1 - w, b: w})]
+    )
+    rows = [ds.sequence_ids(s, batch_size) for s in range(steps)]
+    comp = np.concatenate([r[0] for r in rows])
+    epoch = np.concatenate([r[1] for r in rows])
+    seq = np.concatenate([r[2] for r in rows])
+    full = (
+        comp.size // 32 * 32
+    )  # rows of complete blocks (a partial block draws a random subset of its slots)
+    for c, path in enumerate((a, b)):
+        n = len(ds.sequences[c])
+        pairs = list(zip(epoch[comp == c].tolist(), seq[comp == c].tolist()))
+        assert len(set(pairs)) == len(pairs)  # no sequence twice in one epoch
+        # complete blocks draw exactly the first k of the component's stream: full epochs, then a partial one
+        in_full = [e for e, cc in zip(epoch[:full].tolist(), comp[:full].tolist()) if cc == c]
+        assert sorted(in_full) == [i // n for i in range(len(in_full))]
+        assert ds.epochs_at(steps - 1, batch_size)[path] == pytest.approx(len(pairs) / n)

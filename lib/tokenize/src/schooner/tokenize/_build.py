@@ -110,19 +110,31 @@ def _tokenizer_for(path: str, fingerprint: str) -> Tokenizer:
     return tok
 
 
-def _batches(task: dict) -> Iterator[list[tuple[str, str]]]:
-    """(key, text) batches of a shard; the key is the record id, else `shard:line` when it has none."""
-    from schooner.data import read_records
+def _batches(task: dict, skips: Any) -> Iterator[list[tuple[str, str]]]:
+    """(key, text) batches of a shard; the key is the record id, else `shard:line` when it has none.
+
+    Bad records raise (naming file and line), or with `on_error="skip"` are counted in `skips`.
+    """
+    from schooner.data import DataError, read_records
 
     batch: list[tuple[str, str]] = []
     name = os.path.basename(task["shard"])
-    for i, rec in enumerate(read_records(task["shard"], text_field=task["text_field"])):
+    records = read_records(
+        task["shard"], text_field=task["text_field"], on_error=task["on_error"], skips=skips
+    )
+    for i, rec in enumerate(records):
         text = rec.get("text")
         if not isinstance(text, str):
-            raise ValueError(
-                f"{task['shard']}: record {i} (id={rec.get('id')!r}) has text of type {type(text).__name__}, "
-                f"not str; fix the record or choose another text_field (now {task['text_field']!r})"
+            err = DataError(
+                task["shard"],
+                f"record {i} (id={rec.get('id')!r}) has text of type {type(text).__name__}, not str",
+                row=i,
+                fix=f"fix the record or choose another text_field (now {task['text_field']!r})",
             )
+            if task["on_error"] != "skip":
+                raise err
+            skips.add(err)
+            continue
         batch.append((str(rec.get("id") or f"{name}:{i}"), text))
         if len(batch) >= task["encode_batch_size"]:
             yield batch
@@ -150,7 +162,10 @@ def encode_shard(task: dict) -> dict:
     out: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
     skipped_empty = 0
-    for batch in _batches(task):
+    from schooner.data import SkipLog
+
+    skips = SkipLog()
+    for batch in _batches(task, skips):
         keep = [(k, t) for k, t in batch if t]
         skipped_empty += len(batch) - len(keep)
         if not keep:
@@ -179,6 +194,7 @@ def encode_shard(task: dict) -> dict:
         "shard": task["shard"],
         "shard_bytes": task["shard_bytes"],
         "skipped_empty": skipped_empty,
+        "skipped_bad": skips.to_dict(),
         "splits": {},
     }
     for split in SPLITS:
@@ -262,6 +278,7 @@ def _merge(output: str, split: str, plan: dict, ledgers: list[dict], tok: Tokeni
         "num_tokens": n_tok,
         "max_token_id": max((lg["splits"][split]["max_token_id"] for lg in ledgers), default=-1),
         "skipped_empty": sum(lg["skipped_empty"] for lg in ledgers) if split == "train" else 0,
+        "skipped_bad": _merged_skips(ledgers) if split == "train" else {"skipped": 0, "examples": []},
         "validation_fraction": plan["validation_fraction"],
         "split_rule": f"blake2b('{{split_seed}}:{{record id}}') < validation_fraction * 2**64, split_seed={plan['split_seed']}",
         "sources": plan["inputs"],
@@ -270,6 +287,15 @@ def _merge(output: str, split: str, plan: dict, ledgers: list[dict], tok: Tokeni
     }
     _store.write_json(_store.join(dest, MANIFEST), manifest)
     return manifest
+
+
+def _merged_skips(ledgers: list[dict]) -> dict:
+    from schooner.data import SkipLog
+
+    log = SkipLog()
+    for lg in ledgers:
+        log.merge(lg["skipped_bad"])
+    return log.to_dict()
 
 
 def build_cache(
@@ -281,6 +307,7 @@ def build_cache(
     split_seed: int = 0,
     prepend_bos: bool = False,
     text_field: str = "text",
+    on_error: str = "raise",
     encode_batch_size: int = 512,
     client: Any = None,
     max_workers: int | None = None,
@@ -290,7 +317,9 @@ def build_cache(
     One task per input shard runs on `client` (default: `schooner.cluster.current_client()`). Every
     document is encoded, EOS appended (BOS prepended with `prepend_bos`), and routed to validation by a
     hash of its id (`validation_fraction` of them). Rerunning after a crash redoes only unfinished shards
-    and yields byte-identical caches; rerunning a finished build returns at once.
+    and yields byte-identical caches; rerunning a finished build returns at once. Empty texts are
+    skipped and counted (`skipped_empty`); bad records raise a `DataError` naming the file and line, or
+    with `on_error="skip"` are counted with examples in the manifest's `skipped_bad`.
 
     Returns:
         A summary: documents/tokens per split, shards total and redone, seconds.
@@ -302,6 +331,8 @@ def build_cache(
     t0 = time.perf_counter()
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
     if encode_batch_size < 1:
         raise ValueError(f"encode_batch_size must be >= 1, got {encode_batch_size!r}")
     _store.check_supported(output)
@@ -321,11 +352,12 @@ def build_cache(
         "tokenizer_fingerprint": tok.fingerprint,
         "tokenizer_source": tok.source,
         "inputs": inputs,
-        "shards": [[s, _shard_size(s)] for s in shards],
+        "shards": shards,  # sizes are checked per part: a changed shard is redone, the rest kept
         "validation_fraction": float(validation_fraction),
         "split_seed": int(split_seed),
         "prepend_bos": bool(prepend_bos),
         "text_field": text_field,
+        "on_error": on_error,
         "dtype": _store.token_dtype(tok.vocab_size),
     }
     build_path = _store.join(output, BUILD_FILE)
@@ -363,6 +395,7 @@ def build_cache(
                 "split_seed": int(split_seed),
                 "prepend_bos": bool(prepend_bos),
                 "text_field": text_field,
+                "on_error": on_error,
                 "encode_batch_size": int(encode_batch_size),
                 "dtype": plan["dtype"],
             }
@@ -392,6 +425,7 @@ def build_cache(
         **{f"{s}_documents": m["num_documents"] for s, m in manifests.items()},
         **{f"{s}_tokens": m["num_tokens"] for s, m in manifests.items()},
         "skipped_empty": manifests["train"]["skipped_empty"],
+        "skipped_bad": manifests["train"]["skipped_bad"]["skipped"],
     }
     _store.write_json(build_path, {"plan": plan, "complete": True, "summary": summary})
     _store.remove_tree(_store.join(output, "parts"))
@@ -445,6 +479,7 @@ def write_cache(
         "num_tokens": int(tokens.size),
         "max_token_id": int(tokens.max()) if tokens.size else -1,
         "skipped_empty": 0,
+        "skipped_bad": {"skipped": 0, "examples": []},
         "validation_fraction": 0.0,
         "split_rule": "none (written from memory)",
         "sources": [source],
