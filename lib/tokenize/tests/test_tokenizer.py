@@ -133,3 +133,22 @@ def test_train_from_a_data_dataset(tokenizer: Tokenizer, texts: list[str]) -> No
 
     ds = Dataset.from_records([make_record(t, source="stdlib") for t in texts])
     assert train_bpe(ds, vocab_size=800).fingerprint == tokenizer.fingerprint
+
+
+def test_byte_lengths_of_a_sentencepiece_style_tokenizer() -> None:
+    from tokenizers import SentencePieceBPETokenizer
+
+    sp = SentencePieceBPETokenizer()
+    sp.train_from_iterator(
+        ["hello world this is a test", "héllo wörld"] * 50,
+        vocab_size=200,
+        special_tokens=["<unk>", "<s>", "</s>"],
+    )
+    import tokenizers
+
+    tok = Tokenizer(tokenizers.Tokenizer.from_str(sp._tokenizer.to_str()))
+    assert (tok.bos_id, tok.eos_id) == (1, 2)  # found by their conventional names
+    text = "hello wörld this"
+    ids = tok.encode(text)
+    # "▁" stands for a space; Metaspace prepends one to the first word, so the count includes it
+    assert int(tok.token_byte_lengths()[ids].sum()) == len((" " + text).encode("utf-8"))
