@@ -106,3 +106,12 @@ def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
     assert _tree(out) == _tree(ref)
     assert _tree(out / ".shard-stats") == _tree(ref / ".shard-stats")
     assert not [n for n in os.listdir(out) if ".tmp-" in n]
+
+
+def test_finished_write_clears_leftovers_of_killed_runs(tmp_path) -> None:
+    out = tmp_path / "o"
+    (out / ".work-0123abcd" / "stage-00").mkdir(parents=True)
+    (out / ".work-0123abcd" / "stage-00" / "t-00000.pkl").write_bytes(b"x")
+    (out / ".part-00000-of-00001.jsonl.tmp-1-deadbeef").write_bytes(b"partial")
+    write_records(make_records(5), str(out), format="jsonl")
+    assert sorted(os.listdir(out)) == [".shard-stats", "manifest.json", "part-00000-of-00001.jsonl"]

@@ -228,6 +228,11 @@ def execute(tasks: Sequence[Task], exe: Execution, label: str) -> list[dict]:
             progress.update(r)
     finally:
         progress.close()
+        # Stop the client's map now (not whenever the garbage collector finds it), so workers still busy
+        # with abandoned shards are released before anything else runs.
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
     return out
 
 

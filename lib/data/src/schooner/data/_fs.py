@@ -194,16 +194,18 @@ def write_bytes_atomic(final: str, data: bytes) -> None:
 
 
 def remove_temp_files(folder: str) -> int:
-    """Delete leftover temp files of interrupted writers in `folder` (and its stats folder)."""
+    """Delete what interrupted writers left in `folder`: temp files (also in the stats folder) and
+    pipeline work folders (`.work-*`). Called when a write has finished, so none of them is in use."""
     fs, p = url_to_fs(folder)
     n = 0
     for sub in (p, join(p, STATS_DIR)):
         if not fs.isdir(sub):
             continue
         for x in fs.ls(sub, detail=False):
-            if is_temp_name(os.path.basename(x.rstrip("/"))):
+            name = os.path.basename(x.rstrip("/"))
+            if is_temp_name(name) or (sub == p and name.startswith(".work-")):
                 with contextlib.suppress(FileNotFoundError):
-                    fs.rm(x)
+                    fs.rm(x, recursive=True)
                     n += 1
     return n
 

@@ -219,8 +219,6 @@ def reduce_groups(
             yield out
         else:
             yield from out
-        stats["groups"] = groups
-        stats["in"] = n_in
     stats["groups"] = groups
     stats["in"] = n_in
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ._errors import DataError, SkipLog, handle, record_error
@@ -157,7 +157,6 @@ class ReduceSplit:
     scratch_dir: str
     partition: int
     dedup: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def label(self) -> str:
