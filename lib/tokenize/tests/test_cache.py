@@ -94,6 +94,8 @@ def test_build_contents_split_and_manifest(
     ].tolist()
     assert m["sources"] == [path] and m["max_token_id"] < 800
     assert not os.path.exists(f"{out}/parts")  # merged and cleaned
+    train.verify()  # the ledger's per-shard sha256 matches the merged arrays
+    val.verify()
     assert load_tokenizer(out).fingerprint == tokenizer.fingerprint  # the folder carries its tokenizer
     assert TokenCache.open(out).path.endswith("train")  # a step folder opens as its train split
     # a finished build is not redone

@@ -283,3 +283,16 @@ def test_draws_never_repeat_within_an_epoch_and_epochs_are_counted(
         in_full = [e for e, cc in zip(epoch[:full].tolist(), comp[:full].tolist()) if cc == c]
         assert sorted(in_full) == [i // n for i in range(len(in_full))]
         assert ds.epochs_at(steps - 1, batch_size)[path] == pytest.approx(len(pairs) / n)
+
+
+def test_verify_detects_corrupted_tokens(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    path = tmp_path / "c"
+    cache = write_cache(str(path), _docs(rng, 50, 5, 40, tokenizer.eos_id, tokenizer.vocab_size), tokenizer)
+    cache.verify()
+    data_file = next(p for p in (path / "tokens").rglob("*") if p.is_file() and p.name != "zarr.json")
+    raw = bytearray(data_file.read_bytes())
+    raw[20] ^= 0x01  # one flipped bit in the 11th token
+    data_file.write_bytes(bytes(raw))
+    with pytest.raises(CacheError, match=r"tokens of shard '<memory>' .* do not match the sha256"):
+        TokenCache.open(str(path)).verify()

@@ -12,6 +12,7 @@ Nothing is read until asked for, so a cache much larger than memory is fine.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -230,3 +231,32 @@ class TokenCache:
         """Document offsets `[start, stop]` (int64); `offsets()[-1] == num_tokens`."""
         stop = self.num_documents if stop is None else stop
         return self._off[start : stop + 1].read().result()
+
+    def verify(self, chunk_tokens: int = 1 << 24) -> None:
+        """Re-hash every shard's tokens and check them against the manifest's ledger; check the offsets.
+
+        Reads the whole cache once (in `chunk_tokens` pieces). Raises `CacheError` naming the first shard
+        whose tokens differ from what was written, or the first bad offset.
+        """
+        for shard in self.manifest["shards"]:
+            h = hashlib.sha256()
+            start, n = int(shard["token_start"]), int(shard["tokens"])
+            for lo in range(start, start + n, chunk_tokens):
+                h.update(self.tokens(lo, min(start + n, lo + chunk_tokens)).astype("<i4").tobytes())
+            if h.hexdigest() != shard["sha256"]:
+                raise CacheError(
+                    f"token cache {self.path!r}: the tokens of shard {shard['path']!r} (tokens {start}..{start + n}) "
+                    "do not match the sha256 recorded when they were written; the cache is corrupt, rebuild it"
+                )
+        offsets = self.offsets()
+        bad = np.flatnonzero(np.diff(offsets) <= 0)
+        if offsets[0] != 0 or offsets[-1] != self.num_tokens or bad.size:
+            where = f"document {int(bad[0])}" if bad.size else "the first or last offset"
+            raise CacheError(
+                f"token cache {self.path!r}: offsets are inconsistent at {where}; rebuild the cache"
+            )
+        ends = offsets[1:] - 1
+        if ends.size and not np.all(self._tok.oindex[ends].read().result() == self.eos_id):
+            raise CacheError(
+                f"token cache {self.path!r}: a document does not end with EOS ({self.eos_id}); rebuild it"
+            )
