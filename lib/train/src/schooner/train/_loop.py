@@ -250,13 +250,10 @@ class _Run:
                 f"checkpoint {path} holds a different model config than this run:\n  checkpoint {saved}\n"
                 f"  this run   {self.model_config}\nuse a new output_path or the original model config"
             )
-        a, sh = self.abstract_state, self.state_sharding
-        model = load_pytree(f"{path}/model", a.model, sharding=sh.model)
-        rest = load_pytree(
-            f"{path}/train_state",
-            {"step": a.step, "opt_state": a.opt_state, "key": a.key},
-            sharding={"step": sh.step, "opt_state": sh.opt_state, "key": sh.key},
-        )
+        # Shape structs carrying their target sharding: each device reads only its own slices.
+        a = self._sharded_shapes(self.abstract_state)
+        model = load_pytree(f"{path}/model", a.model)
+        rest = load_pytree(f"{path}/train_state", {"step": a.step, "opt_state": a.opt_state, "key": a.key})
         step = int(jax.device_get(rest["step"]))
         marker = read_marker(path)
         if step != marker["step"]:
@@ -264,6 +261,23 @@ class _Run:
                 f"checkpoint {path}: train_state step {step} != checkpoint.json step {marker['step']}"
             )
         return TrainState(step=rest["step"], model=model, opt_state=rest["opt_state"], key=rest["key"])
+
+    def _sharded_shapes(self, abstract: Any) -> Any:
+        """`abstract` (shape structs) with each leaf's target sharding attached."""
+        import haliax as hax
+
+        from schooner.model import pspec_for_named
+
+        def one(x: Any) -> Any:
+            if isinstance(x, hax.NamedArray) and isinstance(x.array, jax.ShapeDtypeStruct):
+                spec = pspec_for_named(x.axes, self.mesh, self.param_map)
+                s = jax.sharding.NamedSharding(self.mesh, spec)
+                return hax.NamedArray(jax.ShapeDtypeStruct(x.array.shape, x.array.dtype, sharding=s), x.axes)
+            if isinstance(x, jax.ShapeDtypeStruct):
+                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated(self.mesh))
+            return x
+
+        return jax.tree.map(one, abstract, is_leaf=lambda x: isinstance(x, hax.NamedArray))
 
     def _compile_step(self) -> None:
         import haliax as hax

@@ -1,0 +1,118 @@
+"""Exact resume: 20 steps straight versus 10 steps, `kill -9` during the second checkpoint write, resume.
+
+Identical losses at every step and identical final parameters and optimizer state (bitwise, on CPU).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+from schooner.train import latest_checkpoint, train
+
+RUN = textwrap.dedent(
+    """
+    import dataclasses, sys
+    from schooner.model import presets
+    from schooner.train import (AdamConfig, CheckpointConfig, DataConfig, MuonConfig, TrackerConfig,
+                                TrainConfig, train)
+
+    def config(data_dir, out):
+        model = dataclasses.replace(presets.llama_nano, vocab_size=320, hidden_dim=64, intermediate_dim=128,
+                                    num_layers=2, max_seq_len=128)
+        return TrainConfig(
+            model=model,
+            data=DataConfig({data_dir + "/train": 1.0}, seq_len=32, validation={}),
+            output_path=out, batch_size=8, num_train_steps=20, seed=3,
+            optimizer=MuonConfig(learning_rate=3e-3, warmup=3, weight_decay=0.1),
+            checkpoint=CheckpointConfig(every=5, keep_last=10),
+            trackers=TrackerConfig(loss_plot=False, log_every=1),
+        )
+
+    if __name__ == "__main__":
+        train(config(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+def _load(script: str):
+    ns: dict = {}
+    exec(compile(script, "<resume-run>", "exec"), ns)
+    return ns["config"]
+
+
+def test_kill_during_checkpoint_write_then_resume_is_exact(data_dir, tmp_path, read_losses) -> None:
+    from schooner.model import load_model, load_pytree
+
+    script = tmp_path / "run.py"
+    script.write_text(RUN)
+    config = _load(RUN)
+    straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+    env = {**os.environ, "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE": "2", "SCHOONER_COMPILATION_CACHE": "off"}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), data_dir, killed],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        train(config(data_dir, straight))  # meanwhile, in this process
+        deadline = time.time() + 600
+        while not glob.glob(f"{killed}/step-000010.tmp-*/.paused"):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.time() < deadline, "the second checkpoint write never started"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)  # mid-write: arrays written, checkpoint.json not yet
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert latest_checkpoint(killed)[0] == 5
+    assert glob.glob(f"{killed}/step-000010.tmp-*")  # the torn write is there, and is not a checkpoint
+
+    summary = train(config(data_dir, killed))
+    assert summary["resumed_from"].endswith("step-000005") and summary["start_step"] == 5
+    assert not glob.glob(f"{killed}/step-000010.tmp-*")
+
+    a, b = read_losses(straight), read_losses(killed)
+    assert sorted(a) == sorted(b) == list(range(1, 21))
+    assert a == b  # bitwise: same data per step, same RNG, same state
+
+    ma, _ = load_model(f"{straight}/step-000020")
+    mb, _ = load_model(f"{killed}/step-000020")
+    import jax
+
+    for x, y in zip(jax.tree.leaves(ma), jax.tree.leaves(mb), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    sa = load_pytree(f"{straight}/step-000020/train_state")
+    sb = load_pytree(f"{killed}/step-000020/train_state")
+    assert sa.keys() == sb.keys() and len(sa) > 3
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+
+
+def test_resume_of_a_finished_run_does_nothing(data_dir, tmp_path) -> None:
+    config = _load(RUN)
+    out = str(tmp_path / "done")
+    cfg = config(data_dir, out)
+    import dataclasses
+
+    cfg = dataclasses.replace(
+        cfg,
+        num_train_steps=2,
+        optimizer=dataclasses.replace(cfg.optimizer, warmup=0),
+        checkpoint=dataclasses.replace(cfg.checkpoint, every=1),
+    )
+    train(cfg)
+    summary = train(cfg)
+    assert summary["start_step"] == 2 and summary["resumed_from"].endswith("step-000002")
