@@ -138,27 +138,38 @@ def test_a_lease_of_a_killed_process_on_this_host_is_stale_at_once(tmp_path) -> 
 
 
 _CONTENDER = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from schooner.cluster._lease import Lease
     from schooner.cluster._storage import storage_for
-    folder, owner, at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    folder, owner, ready_dir, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lease = Lease(storage_for(folder), folder, owner=owner, run_id=owner, ttl=60)
-    time.sleep(max(0.0, at - time.time()))
+    open(os.path.join(ready_dir, owner), "w").close()
+    while len(os.listdir(ready_dir)) < n:  # start together, however slowly the interpreters came up
+        time.sleep(0.001)
     print("won" if lease.try_acquire()[0] else "lost", flush=True)
+    sys.stdin.read()  # stay alive (a dead winner's lease would be stale) until the test has every answer
 """)
 
 
 def test_processes_racing_for_a_stale_lease_one_wins(tmp_path) -> None:
     folder = str(tmp_path / "step")
     _plant(folder, host="another-host", pid=1, heartbeat=time.time() - 600)
-    at = time.time() + 1.5
+    ready = tmp_path / "ready"
+    ready.mkdir()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _CONTENDER, folder, f"p{i}", str(at)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", _CONTENDER, folder, f"p{i}", str(ready), "4"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for i in range(4)
     ]
-    results = [p.communicate(timeout=60)[0].strip() for p in procs]
+    try:
+        results = [p.stdout.readline().strip() for p in procs]
+    finally:
+        for p in procs:
+            p.communicate(timeout=60)
     assert sorted(results) == ["lost", "lost", "lost", "won"]
 
 

@@ -108,7 +108,7 @@ def _changed(value: Any, path: tuple) -> Any:
     return [(_changed(v, tuple(rest)) if i == head else v) for i, v in enumerate(value)]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(payload=json_like, seed=st.integers(0, 2**16))
 def test_key_is_stable_under_dict_ordering_and_equal_configs(payload: Any, seed: int) -> None:
     a = step("s", fn, Outer(payload=payload, inner=Inner(a=payload)))
@@ -118,7 +118,7 @@ def test_key_is_stable_under_dict_ordering_and_equal_configs(payload: Any, seed:
     assert a == b and hash(a) == hash(b)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(payload=json_like, data=st.data())
 def test_any_change_to_a_versioned_field_changes_the_key(payload: Any, data: st.DataObject) -> None:
     paths = _leaf_paths(payload)
@@ -131,7 +131,7 @@ def test_any_change_to_a_versioned_field_changes_the_key(payload: Any, data: st.
     assert step("t", fn, Outer(payload=payload, inner=Inner(a=1))).key != base.key
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(payload=json_like, upstream=json_like)
 def test_an_input_key_change_changes_the_key_and_runtime_args_do_not(payload: Any, upstream: Any) -> None:
     up = step("up", fn, {"x": upstream})
