@@ -81,3 +81,25 @@ def test_existing_connection_is_reused(ray_client):
     assert again.submit(abs, -5).result(timeout=60) == 5
     again.shutdown()  # does not stop the shared instance
     assert ray_client.submit(abs, -6).result(timeout=60) == 6
+
+
+def test_a_second_process_connects_through_the_environment(ray_client):
+    import subprocess
+    import sys
+
+    import ray
+
+    address = ray._private.worker._global_node.address  # the shared local cluster's GCS address
+    script = (
+        "from schooner.cluster import RayClient, current_client\n"
+        "client = current_client()\n"
+        "assert isinstance(client, RayClient), client\n"
+        "import ray\n"
+        "print('gcs', ray.get_runtime_context().gcs_address, 'result', client.submit(abs, -7).result(timeout=120))\n"
+        "client.shutdown()\n"
+    )
+    env = {**os.environ, "SCHOONER_CLUSTER": address}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"gcs {address} result 7" in out.stdout  # it joined the running cluster, not a new local one

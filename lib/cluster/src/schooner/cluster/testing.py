@@ -50,11 +50,11 @@ def shared_ray_client() -> RayClient:
                 except Exception as exc:
                     # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine can
                     # exceed; then try again, after cleaning up what the failed start left behind.
-                    retry = attempt + 1 < _START_ATTEMPTS and "timed out during startup" in str(exc)
-                    error = exc
+                    if attempt + 1 == _START_ATTEMPTS or "timed out during startup" not in str(exc):
+                        _cleanup_failed_start(before)
+                        raise
+                # Outside the handler: the exception's frames (which hold Ray's process handles) are gone.
                 _cleanup_failed_start(before)
-                if not retry:
-                    raise error
         assert _client is not None
         return _client
 
