@@ -191,23 +191,34 @@ def _wait_for(cond, proc: subprocess.Popen, timeout: float = 60) -> None:
 
 
 def test_two_drivers_on_one_prefix_run_every_step_exactly_once(tmp_path) -> None:
-    prefix, log = tmp_path / "out", tmp_path / "log"
-    env = {
-        **os.environ,
-        "EXP_LOG": str(log),
-        "EXP_SLEEP": "numbers=0.4,squares=0.3,cubes=0.3,report/total=0.2",
-        "COLUMNS": "250",
-    }
+    prefix, log, gate = tmp_path / "out", tmp_path / "log", tmp_path / "gate"
+    env = {**os.environ, "EXP_LOG": str(log), "EXP_GATE": str(gate), "COLUMNS": "250"}
+    env.update(EXP_SLEEP="squares=0.3,cubes=0.3,report/total=0.2")
     cmd = [sys.executable, "-m", "schooner.cluster.cli", "run", CHAIN, "--prefix", str(prefix)]
     drivers = [
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for _ in range(2)
     ]
-    outs = [d.communicate(timeout=120)[0] for d in drivers]
+    try:
+        # `numbers` is held until both drivers are in: one runs it, the other must wait on its lease.
+        waiting = []
+        for d in drivers:
+            for line in d.stdout:
+                waiting.append(line)
+                if "start   numbers" in line or "wait" in line:
+                    break
+        assert sum("wait" in ln for ln in waiting) == 1, waiting
+        gate.touch()
+        outs = ["".join(waiting) + d.communicate(timeout=120)[0] for d in drivers]
+    finally:
+        for d in drivers:
+            if d.poll() is None:
+                d.kill()
+                d.communicate()
     assert [d.returncode for d in drivers] == [0, 0], outs
     starts = [s for e, s in log_lines(log) if e == "start"]
     assert sorted(starts) == ["cubes", "numbers", "report/total", "squares"]
-    assert any("finished by another runner" in o or "wait" in o for o in outs)
+    assert any("finished by another runner" in o for o in outs)
 
 
 @pytest.mark.parametrize(

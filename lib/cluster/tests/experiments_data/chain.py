@@ -2,7 +2,8 @@
 
 Knobs (environment): EXP_LOG (file every step appends "start|end NAME PID" to), EXP_SLEEP
 ("name=seconds,..." sleeps mid-step, after half the output is written), EXP_FAIL (comma-separated step
-names that raise), EXP_SCALE (a config field of `numbers`; changing it changes every key downstream).
+names that raise), EXP_SCALE (a config field of `numbers`; changing it changes every key downstream),
+EXP_GATE (a file path: `numbers` waits until it exists).
 """
 
 import json
@@ -29,6 +30,9 @@ def _log(what: str, name: str) -> None:
 def _write_parts(name: str, out: str, values: list[int]) -> None:
     """Two part files; the sleep sits between them, so a kill leaves partial output behind."""
     _log("start", name)
+    gate = os.environ.get("EXP_GATE")
+    while name == "numbers" and gate and not os.path.exists(gate):
+        time.sleep(0.02)  # held until the test opens the gate
     if name in FAIL:
         raise RuntimeError(f"{name} failed on purpose (EXP_FAIL)")
     half = len(values) // 2
