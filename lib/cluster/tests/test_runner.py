@@ -344,11 +344,11 @@ def slow_once(config: dict, out: str) -> str:
 
 
 def test_a_second_runner_waits_for_a_live_lease_kept_fresh_by_heartbeats(tmp_path, calls: list[str]) -> None:
-    # The step runs 4x longer than the lease ttl: only heartbeats keep the second runner from taking over.
-    h = step("slow", slow_once, {"seconds": 1.2})
+    # The step runs 2.5x longer than the lease ttl: only heartbeats keep the second runner from taking over.
+    h = step("slow", slow_once, {"seconds": 2.5})
     STARTED.clear()
-    first, buf1 = _runner(str(tmp_path), lease_ttl=0.3, heartbeat_s=0.05)
-    second, buf2 = _runner(str(tmp_path), lease_ttl=0.3, heartbeat_s=0.05)
+    first, buf1 = _runner(str(tmp_path), lease_ttl=1.0, heartbeat_s=0.05)
+    second, buf2 = _runner(str(tmp_path), lease_ttl=1.0, heartbeat_s=0.05)
     results = {}
     t = threading.Thread(target=lambda: results.setdefault("first", first.run([h])))
     t.start()
