@@ -316,6 +316,7 @@ def pid_step(config: dict, out: str) -> dict:
     with open(os.path.join(out, "pid.txt"), "w") as f:
         f.write(str(os.getpid()))
     if config.get("fail"):
+        print("about to fail: remote failure on purpose", flush=True)
         raise RuntimeError("remote failure on purpose")
     return {"pid": os.getpid()}
 
@@ -330,6 +331,8 @@ def test_steps_with_resources_run_through_the_client(tmp_path, local_client) -> 
     assert result[ok].result["pid"] != os.getpid()
     assert _read(f"{result[ok].output_path}/pid.txt") == str(result[ok].result["pid"])
     assert result[bad].state == "failed" and "remote failure on purpose" in result[bad].error
+    # What the job printed is kept next to the record (the worker prints a secret-free line here).
+    assert "remote failure on purpose" in _read(meta_path(result[bad].output_path, "job.log"))
 
 
 STARTED = threading.Event()

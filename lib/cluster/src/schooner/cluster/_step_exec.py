@@ -15,7 +15,7 @@ from ._lower import Step
 from ._records import scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
-from ._status import META_DIR, StepState, read_status, write_status
+from ._status import META_DIR, StepState, meta_path, read_status, write_status
 from ._step import join_path, resolve_config
 from ._storage import is_local, storage_for
 
@@ -224,15 +224,24 @@ class StepExecutor:
         with self._lock:
             self._jobs[step.key] = job
         try:
-            return job.result()
+            value = job.result()
         except BaseException:
-            logs = ""
-            with contextlib.suppress(Exception):  # logs are best effort on a failed job
-                logs = job.logs()
+            logs = self._save_logs(job, out)
             if logs:
                 with self._lock:
                     self._logs[step.key] = logs[-4000:]
             raise
+        self._save_logs(job, out)
+        return value
+
+    def _save_logs(self, job: JobHandle, out: str) -> str:
+        """The job's output, scrubbed, also kept as `{out}/.schooner/job.log` (best effort)."""
+        logs = ""
+        with contextlib.suppress(Exception):
+            logs = scrub(job.logs() or "", self.secrets)
+            if logs:
+                storage_for(out).write_text(meta_path(out, "job.log"), logs)
+        return logs
 
     def _failed(
         self, step: Step, out: str, err: BaseException, held: tuple[Lease, dict] | None, t0: float
