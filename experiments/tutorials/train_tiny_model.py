@@ -1,0 +1,95 @@
+"""Tutorial: train a tiny Llama on Python's own documentation and source code, end to end, on a laptop CPU.
+
+    uv run schooner run experiments/tutorials/train_tiny_model.py                 # a few minutes on 2 cores
+    uv run schooner run experiments/tutorials/train_tiny_model.py --cluster ray   # the same on a local Ray
+
+What happens, step by step (each step is cached under the prefix, `./schooner-output` by default, so running
+the file again does nothing and finishes in seconds; change a setting and only what depends on it reruns):
+
+1. `data/python-docs`, `data/python-code`: the embedded corpus (the Python standard library's docs and code,
+   no download) written as record folders.
+2. `tokenizers/python-bpe-2k`: a byte-level BPE tokenizer trained on both (see `experiments/tokenizers.py`).
+3. `tokenized/python-docs`, `tokenized/python-code`: token caches, each split into `train/` and `validation/`.
+4. `checkpoints/tutorial-nano`: a ~1M-parameter Llama trained on a 50/50 mixture of prose and code; its output
+   holds checkpoints, `metrics.jsonl` and the loss curve `loss.png`.
+5. `eval/tutorial-nano`: validation loss and bits-per-byte on both validation splits, and greedy samples.
+
+At the end it prints the scores, a sample, where everything is, and writes an HTML report of the run.
+Set SCHOONER_TUTORIAL_STEPS to train for fewer (or more) steps.
+"""
+
+import dataclasses
+import os
+
+from experiments.models import llama_nano
+from experiments.tokenizers import default_tokenizer
+from schooner.cluster import LocalClient, ResourceConfig, RunResult, StepRunner, current_client
+from schooner.eval.steps import evaluate
+from schooner.tokenize.steps import tokenized
+from schooner.train import AdamConfig
+from schooner.train.steps import train_lm
+
+NUM_TRAIN_STEPS = int(os.environ.get("SCHOONER_TUTORIAL_STEPS", "300"))
+SEQ_LEN = 128
+
+# Lazy handles: nothing is read, tokenized or trained until the runner runs them.
+docs = tokenized("tokenized/python-docs", source="python-docs", tokenizer=default_tokenizer)
+code = tokenized("tokenized/python-code", source="python-code", tokenizer=default_tokenizer)
+
+model = train_lm(
+    "checkpoints/tutorial-nano",
+    model=dataclasses.replace(llama_nano, max_seq_len=SEQ_LEN),
+    optimizer=AdamConfig(learning_rate=6e-3, weight_decay=0.1, warmup=0.05),
+    datasets={docs: 0.5, code: 0.5},
+    batch_size=16,
+    seq_len=SEQ_LEN,
+    num_train_steps=NUM_TRAIN_STEPS,
+    eval_every=max(NUM_TRAIN_STEPS // 3, 1),
+    checkpoint_every=None,  # one checkpoint, at the end
+    resources=ResourceConfig.with_cpu(),  # runtime only: not part of the step's identity
+)
+
+scores = evaluate(
+    "eval/tutorial-nano",
+    checkpoint=model,
+    datasets={"python-docs": docs, "python-code": code},  # their validation splits
+    tokenizer=default_tokenizer,
+    seq_len=SEQ_LEN,
+    max_tokens=40_000,
+    prompts=("The", "def "),
+    max_new_tokens=40,
+    resources=ResourceConfig.with_cpu(),
+)
+
+
+def print_summary(result: RunResult) -> None:
+    """The scores, a greedy sample, where the outputs are, and the report (works on a cached rerun too)."""
+    from schooner.cluster._report import write_report
+
+    evaluation = result[scores].result
+    print("\nValidation (held-out documents):")
+    for name, d in evaluation["datasets"].items():
+        print(
+            f"  {name:<12} loss {d['loss']:.3f} nats/token   {d['bpb']:.3f} bits/byte   ({d['tokens']:,} tokens)"
+        )
+    print(
+        f"  {'average':<12} loss {evaluation['average']['loss']:.3f} nats/token   "
+        f"{evaluation['average']['bpb']:.3f} bits/byte"
+    )
+    print("\nGreedy samples:")
+    for sample in evaluation["samples"]:
+        print(f"  {sample['prompt']!r} -> {sample['completion']!r}")
+    train_out = result[model].output_path
+    print("\nOutputs:")
+    print(f"  prefix      {result.prefix}")
+    print(f"  checkpoint  {evaluation['checkpoint']}")
+    print(f"  loss curve  {train_out}/loss.png")
+    print(f"  scores      {result[scores].output_path}/results.json")
+    print(f"  report      {write_report(result.prefix)}")
+
+
+if __name__ == "__main__":
+    client = current_client()  # local unless `--cluster ray` / SCHOONER_CLUSTER says otherwise
+    if isinstance(client, LocalClient):
+        client.stream_logs = True  # show the training step's progress lines here as it runs
+    print_summary(StepRunner().run([scores]))

@@ -1,0 +1,128 @@
+"""The tutorial end to end, with a smaller training budget: on the local client (through the `schooner run`
+command a new user types) and on a real local Ray. Loss must fall, the scores, sample and report must be
+produced, and a second run must execute no step."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "experiments" / "tutorials" / "train_tiny_model.py"
+STEPS = "40"  # instead of the tutorial's 300: enough for the loss to fall clearly
+STEP_NAMES = (
+    "data/python-docs",
+    "data/python-code",
+    "tokenizers/python-bpe-2k",
+    "tokenized/python-docs",
+    "tokenized/python-code",
+    "checkpoints/tutorial-nano",
+    "eval/tutorial-nano",
+)
+
+
+def _user_env(prefix: Path) -> dict[str, str]:
+    """The environment of a user's shell: no fake devices, no cluster set, the tutorial's budget shrunk."""
+    env = dict(os.environ)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    env.pop("SCHOONER_CLUSTER", None)
+    env.update(SCHOONER_TUTORIAL_STEPS=STEPS, SCHOONER_PREFIX=str(prefix), COLUMNS="200")
+    return env
+
+
+def _schooner_run(prefix: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "schooner.cluster.cli", "run", str(TUTORIAL)],
+        cwd=ROOT,
+        env=_user_env(prefix),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc
+
+
+def _step_records(prefix: Path) -> dict[str, dict]:
+    records = {}
+    for path in prefix.rglob(".schooner/step.json"):
+        record = json.loads(path.read_text())
+        records[record["name"]] = record
+    return records
+
+
+def _check_outputs(prefix: Path) -> None:
+    records = _step_records(prefix)
+    assert set(records) == set(STEP_NAMES)
+    assert all(r["state"] == "SUCCESS" for r in records.values()), {n: r["state"] for n, r in records.items()}
+    train_out = Path(records["checkpoints/tutorial-nano"]["output_path"])
+    rows = [json.loads(line) for line in (train_out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["train/loss"] for r in rows if "train/loss" in r]
+    assert len(losses) == int(STEPS)
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
+    assert last < first - 0.5, f"training loss did not fall: first steps {losses[:3]}, last steps {losses[-3:]}"
+    assert (train_out / "loss.png").read_bytes().startswith(b"\x89PNG")
+    assert (train_out / f"step-{int(STEPS):06d}" / "config.json").is_file()
+    results = json.loads((Path(records["eval/tutorial-nano"]["output_path"]) / "results.json").read_text())
+    for name in ("python-docs", "python-code"):
+        scores = results["datasets"][name]
+        assert math.isfinite(scores["loss"]) and 0 < scores["loss"] < math.log(2048) + 1
+        assert math.isfinite(scores["bpb"]) and scores["bpb"] > 0 and scores["tokens"] > 1000
+    assert results["checkpoint"].endswith(f"step-{int(STEPS):06d}")
+    assert len(results["samples"]) == 2
+    report = (prefix / "report.html").read_text()
+    for name in STEP_NAMES:
+        assert f">{name}<" in report
+    assert "data:image/png;base64," in report  # the loss curve, embedded
+
+
+def test_tutorial_on_the_local_client_then_a_cached_rerun(tmp_path):
+    prefix = tmp_path / "out"
+    first = _schooner_run(prefix)
+    out = first.stdout
+    assert "7 to run" in out
+    assert re.search(r"python-docs\s+loss \d+\.\d+ nats/token\s+\d+\.\d+ bits/byte", out), out[-3000:]
+    assert "Greedy samples:" in out and "'def ' -> " in out
+    assert f"loss curve  {prefix}" in out and "loss.png" in out
+    assert f"report      {prefix / 'report.html'}" in out
+    _check_outputs(prefix)
+    records = {path: path.read_text() for path in prefix.rglob(".schooner/step.json")}
+
+    second = _schooner_run(prefix)
+    assert "7 cached, 0 to run" in second.stdout, second.stdout[-3000:]
+    assert "Validation" in second.stdout and "bits/byte" in second.stdout  # the summary again, from records
+    assert {path: path.read_text() for path in prefix.rglob(".schooner/step.json")} == records
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@pytest.mark.xdist_group("ray")
+def test_tutorial_on_a_local_ray_then_a_cached_rerun(tmp_path, monkeypatch, capsys):
+    from schooner.cluster import StepRunner, using_client
+    from schooner.cluster.testing import shared_ray_client
+
+    monkeypatch.setenv("SCHOONER_TUTORIAL_STEPS", STEPS)
+    tutorial = runpy.run_path(str(TUTORIAL), run_name="tutorial_under_test")
+    prefix = tmp_path / "out"
+    client = shared_ray_client()
+    with using_client(client):
+        runner = StepRunner(prefix=str(prefix), client=client)
+        result = runner.run([tutorial["scores"]])
+        assert result.ok and len(result.succeeded) == len(STEP_NAMES)
+        tutorial["print_summary"](result)
+        _check_outputs(prefix)
+        again = runner.run([tutorial["scores"]])
+    assert len(again.cached) == len(STEP_NAMES) and not again.succeeded
+    assert "bits/byte" in capsys.readouterr().out
