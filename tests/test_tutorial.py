@@ -72,7 +72,9 @@ def _check_outputs(prefix: Path) -> None:
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
     assert len(losses) == int(STEPS)
     first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
-    assert last < first - 0.5, f"training loss did not fall: first steps {losses[:3]}, last steps {losses[-3:]}"
+    assert last < first - 0.5, (
+        f"training loss did not fall: first steps {losses[:3]}, last steps {losses[-3:]}"
+    )
     assert (train_out / "loss.png").read_bytes().startswith(b"\x89PNG")
     assert (train_out / f"step-{int(STEPS):06d}" / "config.json").is_file()
     results = json.loads((Path(records["eval/tutorial-nano"]["output_path"]) / "results.json").read_text())
