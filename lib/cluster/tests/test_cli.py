@@ -264,3 +264,13 @@ def test_steps_with_resources_go_through_the_cluster_given_on_the_command_line(t
     assert remote_pid != runner_pid  # ran in a worker process, not in the runner
     bad = schooner("run", str(HERE / "with_resources.py"), "--prefix", str(tmp_path), "--cluster", "bogus!")
     assert bad.returncode == 2 and "--cluster" in bad.stdout and "not a cluster spec" in bad.stdout
+
+
+def test_script_flags_leave_the_scripts_own_flags_alone(monkeypatch) -> None:
+    from schooner.cluster._options import options_from_argv
+
+    assert options_from_argv(["--pre", "x", "-f", "kernel.json"]) is None  # no abbreviations, no -f
+    opts = options_from_argv(["--steps", "3", "--dry-run", "--only", "a", "--force", "b", "--force", "c"])
+    assert opts.dry_run and opts.only == ("a",) and opts.force == ("b", "c") and opts.prefix is None
+    monkeypatch.setenv("SCHOONER_NO_ARGV", "1")
+    assert options_from_argv(["--dry-run"]) is None

@@ -113,7 +113,7 @@ def options_from_argv(argv: Sequence[str]) -> RunOptions | None:
     """Our flags from a script's argv (unknown flags are left to the script); None when there are none."""
     if os.environ.get("SCHOONER_NO_ARGV"):
         return None
-    parser = argparse.ArgumentParser(add_help=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # `--pre` is not `--prefix`
     add_run_flags(parser)
     ns, _ = parser.parse_known_args(list(argv))
     opts = options_from_args(ns)
