@@ -398,3 +398,29 @@ def test_the_runner_client_is_current_inside_in_process_steps(tmp_path, local_cl
     h = step("which", which_client, {})
     runner, _ = _runner(str(tmp_path), client=local_client)
     assert runner.run([h])[h].result == f"LocalClient@{id(local_client)}"
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("hf_token", True),
+        ("api_key", True),
+        ("wandb_api_key", True),
+        ("password", True),
+        ("Authorization", True),
+        ("aws_secret_access_key", True),
+        ("token", True),
+        ("eos_token", False),
+        ("pad_token", False),
+        ("max_tokens", False),
+        ("tokenizer", False),
+        ("author", False),
+        ("sort_key", False),
+        ("num_kv_heads", False),
+    ],
+)
+def test_secret_field_names(name: str, secret: bool) -> None:
+    from schooner.cluster._records import is_secret_field, redact_config
+
+    assert is_secret_field(name) is secret
+    assert (redact_config({name: "value"}, [])[name] == "***") is secret
