@@ -182,12 +182,13 @@ class MoEConfig(LlamaConfig):
         shared_intermediate_dim: width of the shared expert MLP; ``None`` means ``intermediate_dim``.
         router_activation: ``"softmax"`` (softmax over all experts, Mixtral) or ``"sigmoid"`` (DeepSeek-V3).
         normalize_topk: renormalise the k combine weights to sum to 1.
-        load_balancing: ``"quantile"`` (gradient-free router bias from per-expert score quantiles),
+        load_balancing: ``"quantile"`` (gradient-free router bias from per-expert quantiles of the
+            selection margins, see ``_moe.py``),
             ``"aux_loss"`` (classic Switch/GShard auxiliary loss), or ``"none"``.
         aux_loss_weight: weight of the auxiliary load-balancing loss (used when ``load_balancing="aux_loss"``).
         router_z_loss_weight: weight of the router z-loss (mean squared logsumexp of router logits).
-        router_bias_rate: step size of the quantile-balancing bias update, in (0, 1]; 1 jumps straight to
-            the bias that equalises this batch's per-expert quantiles.
+        router_bias_rate: step size of the quantile-balancing bias update, in (0, 1]; 1 jumps each
+            expert (others held fixed) to the bias giving it exactly its share of this batch.
         capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
             each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
     """

@@ -6,13 +6,14 @@ chosen experts (renormalised to sum to 1 when ``normalize_topk``), so the bias s
 changing what the gradient sees (DeepSeek-V3's auxiliary-loss-free balancing).
 
 Quantile balancing. ``router_bias`` is NOT trained by gradients (it is read through ``stop_gradient``
-and ``trainable_mask`` marks it False so optimizers leave it alone). Each forward pass returns, per
-layer, the ``1 - k/E`` quantile of every expert's biased scores over the batch's tokens
-(``aux["router_quantiles"]``, float32[layers, experts]). If every expert's quantile were equal to a common
-threshold, thresholding the biased scores there would give every expert exactly its target share
-``k/E`` of the tokens; top-k selection approximates that rule. ``update_router_bias`` therefore moves
-each bias by ``-rate * (q_e - mean(q))`` -- with ``rate=1`` straight to the bias that equalises this
-batch's quantiles. The trainer calls it once per step with the aux of that step's forward pass.
+and ``trainable_mask`` marks it False so optimizers leave it alone). A token picks expert ``j`` iff its
+biased score beats the k-th largest biased score of the other experts; call the difference the token's
+margin for ``j``. Each forward pass returns, per layer, the ``1 - k/E`` quantile over the batch's tokens of
+every expert's margin (``aux["router_quantiles"]``, float32[layers, experts]). Lowering ``bias[j]`` by that
+quantile would make exactly the target share ``k/E`` of the batch pick ``j`` (the others held fixed), so
+``update_router_bias`` moves each bias by ``-rate * (q_j - mean(q))`` (the mean is removed because a
+common shift changes no selection). Repeated every step this drives every expert's load to ``k/E``.
+The trainer calls it once per step with the metrics of that step's forward pass.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
 ``jax.lax.ragged_dot`` grouped matmuls, so no token is ever dropped. With ``capacity_factor`` set, each
@@ -80,7 +81,8 @@ class MoE(eqx.Module):
         select = scores
         if cfg.load_balancing == "quantile":
             select = scores + jax.lax.stop_gradient(self.router_bias.array)[None, :]
-        _, idx = jax.lax.top_k(select, k)  # [n, k]
+        top_vals, top_idx = jax.lax.top_k(select, min(k + 1, e))
+        idx = top_idx[:, :k]  # [n, k]
         weights = jnp.take_along_axis(scores, idx, axis=-1)
         if cfg.normalize_topk:
             weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-9)
@@ -106,7 +108,7 @@ class MoE(eqx.Module):
         if self.shared is not None:
             out_named = out_named + self.shared(x.rearrange((*lead, embed)))
 
-        stats = _routing_stats(logits, scores, select, group_sizes, kept[inverse], cfg, n)
+        stats = _routing_stats(logits, scores, select, top_vals, idx, group_sizes, kept[inverse], cfg, n)
         return out_named, stats
 
 
@@ -125,7 +127,9 @@ def _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg
     return ys, kept
 
 
-def _routing_stats(logits, scores, select, group_sizes, kept, cfg: MoEConfig, n: int) -> dict[str, jax.Array]:
+def _routing_stats(
+    logits, scores, select, top_vals, idx, group_sizes, kept, cfg: MoEConfig, n: int
+) -> dict[str, jax.Array]:
     """Per-layer router statistics and losses (all float32; arrays are stacked over layers by the scan)."""
     e, k = cfg.num_experts, cfg.num_experts_per_token
     load = group_sizes.astype(jnp.float32) / (n * k)  # fraction of assignments per expert; sums to 1
@@ -134,16 +138,30 @@ def _routing_stats(logits, scores, select, group_sizes, kept, cfg: MoEConfig, n:
     aux_loss = e * jnp.sum(jax.lax.stop_gradient(load) * mean_prob)
     z = jax.nn.logsumexp(logits, axis=-1)
     entropy = -jnp.mean(jnp.sum(probs * jnp.log(probs + 1e-9), axis=-1))
-    level = 1.0 - k / e
-    quantiles = jnp.quantile(jax.lax.stop_gradient(select), level, axis=0)
+    quantiles = _margin_quantiles(jax.lax.stop_gradient(select), jax.lax.stop_gradient(top_vals), idx, k, e)
     return {
         "load": load,
         "router_quantiles": quantiles.astype(jnp.float32),
         "aux_loss": aux_loss,
         "router_z_loss": jnp.mean(z * z),
         "router_entropy": entropy,
-        "dropped_fraction": 1.0 - jnp.mean(kept.astype(jnp.float32)),
+        "dropped_fraction": jnp.mean(jnp.logical_not(kept).astype(jnp.float32)),
     }
+
+
+def _margin_quantiles(select: jax.Array, top_vals: jax.Array, idx: jax.Array, k: int, e: int) -> jax.Array:
+    """Per expert, the ``1 - k/E`` quantile over tokens of its selection margin.
+
+    A token picks expert ``j`` iff ``select[t, j]`` beats the k-th largest biased score among the OTHER
+    experts: that is the (k+1)-th largest overall when ``j`` is picked, the k-th largest otherwise. The
+    margin is the difference; shifting ``bias[j]`` by minus its ``1 - k/E`` quantile makes exactly the
+    target share ``k/E`` of this batch's tokens pick ``j`` (others held fixed).
+    """
+    if k >= e:  # every expert is always picked: nothing to balance
+        return jnp.zeros((e,), jnp.float32)
+    chosen = jnp.any(jax.nn.one_hot(idx, e, dtype=jnp.bool_), axis=1)  # [n, e]
+    threshold = jnp.where(chosen, top_vals[:, k : k + 1], top_vals[:, k - 1 : k])
+    return jnp.quantile(select - threshold, 1.0 - k / e, axis=0)
 
 
 def bias_update(bias: jax.Array, quantiles: jax.Array, rate: float) -> jax.Array:
