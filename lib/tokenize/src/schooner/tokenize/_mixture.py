@@ -192,7 +192,7 @@ class MixtureDataset:
 
     # -- the block plan ------------------------------------------------------------------------------
     def _plan(self, batch_size: BatchSize) -> tuple[_Offsets, list[_Stage]]:
-        key = batch_size if isinstance(batch_size, int) else id(batch_size)
+        key = batch_size  # an int, or the function itself (kept alive here, so its id cannot be reused)
         if key not in self._plans:
             offsets = _Offsets(batch_size)
             stages: list[_Stage] = []
