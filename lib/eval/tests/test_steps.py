@@ -1,0 +1,104 @@
+"""The evaluate step end to end: a real tokenizer, a real token cache, saved checkpoints, the step runner."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.cluster import StepRunner
+from schooner.eval import evaluate_lm, generate, load_checkpoint
+from schooner.eval.steps import EvaluateConfig, evaluate
+from schooner.model import init, load_model, presets, save_model
+from schooner.tokenize import TokenizerMismatchError, load_tokenizer, train_bpe, write_cache
+
+TEXTS = [
+    "def add(a, b):\n    return a + b\n",
+    "The quick brown fox jumps over the lazy dog. Ünïcödé costs more bytes — like this: ✓",
+    "class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n",
+    "Python is a programming language that lets you work quickly.",
+] * 6
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("evalstep")
+    tok = train_bpe(TEXTS, vocab_size=300)
+    tok.save(str(root / "tok"))
+    documents = [tok.encode(t) for t in TEXTS[:8]]
+    write_cache(str(root / "tokenized" / "validation"), documents, tok)
+    write_cache(str(root / "tokenized" / "train"), documents, tok)
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=64,
+    )  # fmt: skip
+    run = root / "run"
+    for step, seed in ((2, 0), (5, 1)):
+        save_model(str(run / f"step-{step:06d}"), init(config, key=jax.random.key(seed)), config)
+        (run / f"step-{step:06d}" / "checkpoint.json").write_text(json.dumps({"step": step}))
+    return root, load_tokenizer(str(root / "tok")), documents
+
+
+def test_evaluate_step_scores_the_latest_checkpoint(setup, tmp_path):
+    root, tok, _ = setup
+    handle = evaluate(
+        "eval/test",
+        checkpoint=str(root / "run"),
+        datasets={"val": str(root / "tokenized")},
+        tokenizer=str(root / "tok"),
+        seq_len=16,
+        batch_size=3,
+        prompts=("def",),
+        max_new_tokens=6,
+    )
+    runner = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True)
+    outcome = runner.run([handle])[handle]
+    out = Path(outcome.output_path)
+    results = json.loads((out / "results.json").read_text())
+    samples = json.loads((out / "samples.json").read_text())
+    assert results["checkpoint"] == str(root / "run" / "step-000005")
+    assert results["caches"] == {"val": str(root / "tokenized" / "validation")}
+    model, _ = load_model(str(root / "run" / "step-000005"))
+    direct = evaluate_lm(model, {"val": str(root / "tokenized" / "validation")}, tokenizer=tok, seq_len=16)
+    for key in ("loss", "bpb", "tokens", "bytes"):
+        assert results["datasets"]["val"][key] == pytest.approx(direct["datasets"]["val"][key], rel=1e-6)
+    assert samples == [{"prompt": "def", "completion": generate(model, tok, "def", 6, max_seq_len=64)}]
+    assert outcome.result["datasets"]["val"]["bpb"] == pytest.approx(results["datasets"]["val"]["bpb"])
+    assert outcome.result["samples"] == samples
+
+
+def test_bits_per_byte_counts_the_real_utf8_bytes(setup):
+    """Every token but each document's first is scored, so the bytes are the text's minus its first token's."""
+    root, tok, documents = setup
+    model, _, _ = load_checkpoint(str(root / "run"))
+    result = evaluate_lm(model, {"val": str(root / "tokenized" / "validation")}, tokenizer=tok, seq_len=64)
+    scored = result["datasets"]["val"]
+    expected_bytes = sum(
+        len(text.encode("utf-8")) - len(tok.decode([doc[0]]).encode("utf-8"))
+        for text, doc in zip(TEXTS[:8], documents)
+    )
+    assert scored["bytes"] == expected_bytes
+    assert scored["tokens"] == sum(len(d) for d in documents)  # len(doc) - 1 targets + the appended EOS
+    assert scored["bpb"] == pytest.approx(scored["nats"] / math.log(2) / expected_bytes)
+    assert np.isfinite(scored["loss"])
+
+
+def test_errors_point_at_the_fix(setup):
+    root, tok, _ = setup
+    model, _, _ = load_checkpoint(str(root / "run"))
+    with pytest.raises(FileNotFoundError, match="tokenized step's output: pass .*tokenized/validation"):
+        evaluate_lm(model, {"val": str(root / "tokenized")}, tokenizer=tok, seq_len=16)
+    other = train_bpe(TEXTS[:2] * 4, vocab_size=280)
+    with pytest.raises(TokenizerMismatchError):
+        evaluate_lm(model, {"val": str(root / "tokenized" / "validation")}, tokenizer=other, seq_len=16)
+    with pytest.raises(ValueError, match="seq_len must be >= 2"):
+        EvaluateConfig(checkpoint="x", datasets={"a": "b"}, tokenizer="t", seq_len=1)
+    with pytest.raises(ValueError, match="wrap it"):
+        EvaluateConfig(checkpoint="x", datasets={"a": "b"}, tokenizer="t", seq_len=8, prompts="The")
+    with pytest.raises(ValueError, match="non-empty dict"):
+        EvaluateConfig(checkpoint="x", datasets={}, tokenizer="t", seq_len=8)
