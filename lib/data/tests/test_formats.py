@@ -229,3 +229,16 @@ def test_writer_rejects_bad_records(tmp_path) -> None:
     assert os.listdir(tmp_path) == []  # nothing half-written, no temp files
     with pytest.raises(FileNotFoundError):
         list(read_records(str(tmp_path / "missing.jsonl")))
+
+
+def test_read_shards_and_folder_errors(tmp_path) -> None:
+    from schooner.data import read_shards
+
+    recs = make_records(20)
+    write_records(recs, str(tmp_path / "o"), format="jsonl.zst", num_shards=3)
+    assert list(read_shards(str(tmp_path / "o"))) == recs
+    assert list(read_shards(str(tmp_path / "o" / "part-0000[12]-*"))) == recs[6:]
+    with pytest.raises(
+        IsADirectoryError, match=r"o is a folder; read_records reads one file: use read_shards\("
+    ):
+        list(read_records(str(tmp_path / "o")))

@@ -7,6 +7,7 @@ from ._execute import Execution as Execution
 from ._fs import list_shards as list_shards
 from ._readers import detect_format as detect_format
 from ._readers import read_records as read_records
+from ._readers import read_shards as read_shards
 from ._records import RECORD_FIELDS as RECORD_FIELDS
 from ._records import content_id as content_id
 from ._records import make_record as make_record

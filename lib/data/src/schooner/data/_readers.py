@@ -88,6 +88,11 @@ def read_records(
         ...     print(rec["id"], len(rec["text"]))
     """
     check_on_error(on_error)
+    if _fs.is_local(path) and os.path.isdir(path.removeprefix("file://")):
+        raise IsADirectoryError(
+            f"{path} is a folder; read_records reads one file: use read_shards({path!r}) or "
+            f"loop over list_shards({path!r})"
+        )
     if format is None:
         fmt, comp = detect_format(path)
     else:
@@ -112,6 +117,17 @@ def read_records(
         yield from _read_text(path, comp, default_source, text_mode, on_error, skips)
     else:
         yield from _read_json_lines(path, fmt, comp, text_field, id_field, default_source, on_error, skips)
+
+
+def read_shards(path_or_glob: str, **kwargs: Any) -> Iterator[dict]:
+    """Yield the records of every shard of a record folder (in manifest order), or of every file a glob
+    matches (sorted); `kwargs` are those of `read_records`.
+
+    Example:
+        >>> n = sum(1 for _ in read_shards("out/docs"))  # doctest: +SKIP
+    """
+    for shard in _fs.list_shards(path_or_glob):
+        yield from read_records(shard, **kwargs)
 
 
 def _utf8_reason(line: bytes) -> str | None:
