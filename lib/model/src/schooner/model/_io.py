@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -31,6 +30,8 @@ import tensorstore as ts
 FORMAT = "schooner-pytree-v1"
 METADATA = "metadata.json"
 _CHUNK_BYTES = 64 * 1024 * 1024
+# One context for every open: shares caches and makes ``memory://`` stores visible across calls.
+_CONTEXT = ts.Context()
 
 
 def _kvstore_spec(path: str | os.PathLike) -> Any:
@@ -47,7 +48,7 @@ def _join(base: Any, name: str) -> Any:
 
 
 def _open_kv(path: str | os.PathLike) -> ts.KvStore:
-    return ts.KvStore.open(_kvstore_spec(path)).result()
+    return ts.KvStore.open(_kvstore_spec(path), context=_CONTEXT).result()
 
 
 def _key(path: tuple) -> str:
@@ -91,6 +92,7 @@ def _write_leaf(spec: Any, leaf: Any, kind: str) -> list[Any]:
         {"driver": "zarr3", "kvstore": spec},
         create=True,
         delete_existing=True,
+        context=_CONTEXT,
         dtype=ts.dtype(dtype.name),
         shape=list(shape),
         chunk_layout=ts.ChunkLayout(chunk_shape=_chunk_shape(shape, dtype.itemsize)),
@@ -162,7 +164,9 @@ def read_pytree_metadata(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _reader(base: Any, entry: dict[str, Any]) -> ts.TensorStore:
-    return ts.open({"driver": "zarr3", "kvstore": _join(base, entry["name"])}, open=True).result()
+    return ts.open(
+        {"driver": "zarr3", "kvstore": _join(base, entry["name"])}, open=True, context=_CONTEXT
+    ).result()
 
 
 def _restore(store: ts.TensorStore, like: Any, sharding: Any, key: str) -> Any:
@@ -222,13 +226,27 @@ def load_pytree(path: str | os.PathLike, like: Any = None, *, sharding: Any = No
     return jax.tree_util.tree_unflatten(treedef, out)
 
 
+_UNSET = object()  # stands for "no sharding" while flattening (None would vanish from the leaves)
+
+
 def _broadcast_shardings(sharding: Any, like: Any, n: int) -> list[Any]:
+    """One sharding (or None) per leaf of ``like``; ``sharding`` is one Sharding or a prefix tree of ``like``."""
     if sharding is None or isinstance(sharding, jax.sharding.Sharding):
         return [sharding] * n
-    is_leaf: Callable[[Any], bool] = lambda x: isinstance(x, jax.sharding.Sharding) or x is None  # noqa: E731
-    flat = jax.tree_util.tree_leaves(sharding, is_leaf=is_leaf)
+
+    def is_spec(x: Any) -> bool:
+        return x is None or isinstance(x, jax.sharding.Sharding)
+
+    def expand(spec: Any, sub: Any) -> Any:
+        return jax.tree_util.tree_map(lambda _: _UNSET if spec is None else spec, sub)
+
+    try:
+        expanded = jax.tree_util.tree_map(expand, sharding, like, is_leaf=is_spec)
+    except ValueError as e:
+        raise ValueError(f"the sharding pytree does not match the structure of `like`: {e}") from None
+    flat = jax.tree_util.tree_leaves(
+        expanded, is_leaf=lambda x: x is _UNSET or isinstance(x, jax.sharding.Sharding)
+    )
     if len(flat) != n:
-        raise ValueError(
-            f"sharding pytree has {len(flat)} leaves; `like` has {n}. Give one sharding per leaf."
-        )
-    return flat
+        raise ValueError(f"sharding pytree gives {len(flat)} shardings; `like` has {n} leaves.")
+    return [None if s is _UNSET else s for s in flat]
