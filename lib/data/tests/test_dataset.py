@@ -252,3 +252,37 @@ def test_bad_arguments() -> None:
         Dataset.from_files("x.jsonl", on_error="ignore")
     with pytest.raises(ValueError, match="Execution.retries must be an integer >= 0"):
         ds.count(retries=-1)
+
+
+def _first_line(r: dict) -> str:
+    return r["text"].split("\n", 1)[0][:40]
+
+
+def _count_group(key, records: list[dict]) -> dict:
+    return {
+        "id": str(key),
+        "text": str(len(records)),
+        "source": "count",
+        "metadata": {"ids": [r["id"] for r in records]},
+    }
+
+
+@pytest.mark.slow
+def test_group_by_many_megabytes_through_a_tiny_budget(tmp_path, local_client) -> None:
+    from schooner.data.sources import iter_source
+
+    code = list(iter_source("python-code")) * 3  # ~30 MB through a 256 KB budget
+    ds = Dataset.from_records(code, num_shards=6).group_by(
+        _first_line, _count_group, num_partitions=4, memory_budget=2**18, name="g"
+    )
+    m = ds.write_jsonl(str(tmp_path / "o"), client=local_client)
+    expected: dict[str, list[str]] = collections.defaultdict(list)
+    for r in code:
+        expected[json.dumps(_first_line(r))].append(r["id"])
+    got = {
+        json.dumps(r["id"]): r["metadata"]["ids"]
+        for s in list_shards(str(tmp_path / "o"))
+        for r in read_records(s)
+    }
+    assert got == expected
+    assert m["counters"]["g.spilled_runs"] > 50
