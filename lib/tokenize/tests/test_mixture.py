@@ -1,4 +1,5 @@
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -296,3 +297,17 @@ def test_verify_detects_corrupted_tokens(tokenizer: Tokenizer, tmp_path: Path) -
     data_file.write_bytes(bytes(raw))
     with pytest.raises(CacheError, match=r"tokens of shard '<memory>' .* do not match the sha256"):
         TokenCache.open(str(path)).verify()
+
+
+def test_token_ids_beyond_the_vocab_are_refused(tokenizer: Tokenizer, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"token id 800 is outside \[0, vocab_size=800\)"):
+        write_cache(str(tmp_path / "w"), [[5, 6], [7, 800]], tokenizer)
+    path = tmp_path / "ok"
+    write_cache(str(path), [[5, 6, 7]], tokenizer)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["max_token_id"] = 900  # as if the arrays held an id the tokenizer cannot produce
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        CacheError, match=rf"token cache '{path}': holds token id 900 but its tokenizer has only"
+    ):
+        TokenCache.open(str(path))
