@@ -66,3 +66,25 @@ def test_bad_arguments(dataset: MixtureDataset) -> None:
         DataLoader(dataset, 4, prefetch=0)
     with pytest.raises(ValueError, match="stop_step=1 is before start_step=2"):
         DataLoader(dataset, 4, start_step=2, stop_step=1)
+
+
+def test_rows_subset_equals_the_full_batch_rows(dataset: MixtureDataset) -> None:
+    full = dataset.batch(5, 16)
+    rows = np.array([15, 3, 4, 0])
+    part = dataset.batch(5, 16, rows=rows)
+    for k in ("tokens", "segment_ids"):
+        assert np.array_equal(part[k], full[k][rows])
+    with pytest.raises(IndexError, match="outside batch 5"):
+        dataset.batch(5, 16, rows=np.array([16]))
+
+
+@pytest.mark.parametrize("spec", [("data", None), ("data", "model"), (None, "model")])
+def test_host_local_assembly_equals_the_global_batch(dataset: MixtureDataset, spec) -> None:
+    # The multi-host path (each process builds only its devices' rows), taken on one host.
+    mesh = jax.make_mesh((4, 2), ("data", "model"))
+    sharding = NamedSharding(mesh, PartitionSpec(*spec))
+    with DataLoader(dataset, 8, sharding=sharding, stop_step=2, host_local=True) as loader:
+        for step, batch in loader:
+            assert batch["tokens"].sharding == sharding
+            for k in ("tokens", "segment_ids"):
+                assert np.array_equal(np.asarray(batch[k]), dataset.batch(step, 8)[k])

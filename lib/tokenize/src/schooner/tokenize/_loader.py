@@ -30,6 +30,8 @@ class DataLoader:
         sharding: a `jax.sharding.Sharding` for the `[B, T]` arrays; None keeps host numpy arrays.
         prefetch: how many batches to prepare ahead (also the number of threads).
         stop_step: stop before this step (None: iterate forever).
+        host_local: build only the rows of this process's devices and assemble the global array from
+            them (what happens on several hosts; needs a dataset with `seq_len` and `batch(..., rows=)`).
 
     Example:
         >>> mesh = jax.make_mesh((8,), ("data",))                                  # doctest: +SKIP
@@ -48,6 +50,7 @@ class DataLoader:
         sharding: Any = None,
         prefetch: int = 2,
         stop_step: int | None = None,
+        host_local: bool = False,
     ) -> None:
         if not callable(batch_size) and (
             isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
@@ -67,13 +70,42 @@ class DataLoader:
         self.stop_step = stop_step
         self.sharding = sharding
         self.prefetch = prefetch
+        # On several hosts each computes only the rows of its own devices (always, when process_count > 1);
+        # host_local=True takes that path on one host too.
+        self.host_local = host_local
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def _make(self, step: int) -> tuple[int, dict[str, Any]]:
-        batch = self.dataset.batch(step, self.batch_size)
-        if self.sharding is not None:
-            batch = {k: _place(v, self.sharding) for k, v in batch.items()}
-        return step, batch
+        if self.sharding is None:
+            return step, self.dataset.batch(step, self.batch_size)
+        import jax  # lazy: importing schooner.tokenize stays cheap
+
+        if jax.process_count() == 1 and not self.host_local:
+            return step, {
+                k: jax.device_put(v, self.sharding)
+                for k, v in self.dataset.batch(step, self.batch_size).items()
+            }
+        return step, self._host_local(step)
+
+    def _host_local(self, step: int) -> dict[str, Any]:
+        """Compute only the rows this process's devices hold, and assemble the global arrays from them."""
+        import jax
+
+        size = self.batch_size(step) if callable(self.batch_size) else self.batch_size
+        shape = (size, self.dataset.seq_len)
+        index_map = self.sharding.addressable_devices_indices_map(shape)
+        rows = sorted({r for idx in index_map.values() for r in range(size)[idx[0]]})
+        local = self.dataset.batch(step, self.batch_size, rows=np.array(rows, dtype=np.int64))
+        position = {r: i for i, r in enumerate(rows)}
+
+        def part(array: np.ndarray) -> Any:
+            def cb(index: tuple) -> np.ndarray:
+                picked = [position[r] for r in range(size)[index[0]]]
+                return array[picked][:, index[1]]
+
+            return jax.make_array_from_callback(shape, self.sharding, cb)
+
+        return {k: part(v) for k, v in local.items()}
 
     def __iter__(self) -> Iterator[tuple[int, dict[str, Any]]]:
         self.close()
@@ -108,12 +140,3 @@ class DataLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _place(x: np.ndarray, sharding: Any) -> Any:
-    """Put a host array on devices per `sharding`; on several hosts each keeps only its own shards."""
-    import jax  # lazy: importing schooner.tokenize stays cheap
-
-    if jax.process_count() == 1:
-        return jax.device_put(x, sharding)
-    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])

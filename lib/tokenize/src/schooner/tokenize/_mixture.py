@@ -257,13 +257,21 @@ class MixtureDataset:
         return comp, draw
 
     # -- public --------------------------------------------------------------------------------------
-    def sequence_ids(self, step: int, batch_size: BatchSize) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(component, epoch, sequence index within the component) of each row of batch `step`."""
+    def sequence_ids(
+        self, step: int, batch_size: BatchSize, rows: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(component, epoch, sequence index within the component) of each row (or of `rows`) of batch `step`."""
         if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 0:
             raise ValueError(f"step must be an int >= 0, got step={step!r}")
         offsets, stages = self._plan(batch_size)
-        start = offsets.offset(int(step))
-        g = np.arange(start, start + offsets.size(int(step)), dtype=np.int64)
+        start, size = offsets.offset(int(step)), offsets.size(int(step))
+        if rows is None:
+            g = np.arange(start, start + size, dtype=np.int64)
+        else:
+            rows = np.asarray(rows, dtype=np.int64)
+            if rows.size and (rows.min() < 0 or rows.max() >= size):
+                raise IndexError(f"rows {rows.tolist()[:8]} are outside batch {step}'s [0, {size})")
+            g = start + rows
         comp, draw = self._locate(stages, g)
         epoch = np.empty_like(draw)
         seq = np.empty_like(draw)
@@ -276,13 +284,16 @@ class MixtureDataset:
                 seq[es] = self._epoch_perm(int(c), int(e))(draw[es] % n)
         return comp, epoch, seq
 
-    def batch(self, step: int, batch_size: BatchSize) -> dict[str, np.ndarray]:
+    def batch(
+        self, step: int, batch_size: BatchSize, rows: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
         """Batch `step`: `{"tokens", "segment_ids"}`, int32 `[batch_size, seq_len]`, pure in (seed, step).
 
         `batch_size` is an int, or a function step -> int (then batch `step` starts after the sequences
-        of all earlier steps).
+        of all earlier steps). `rows` (indices into the batch) computes only those rows, in that order:
+        what one host of many needs for its own devices.
         """
-        comp, _, seq = self.sequence_ids(step, batch_size)
+        comp, _, seq = self.sequence_ids(step, batch_size, rows)
         tokens = np.empty((comp.size, self.seq_len), dtype=np.int32)
         segs = np.empty_like(tokens)
         for c in np.unique(comp):
