@@ -85,6 +85,9 @@ def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:
     rows = [ln for ln in status.stdout.splitlines() if "SUCCESS" in ln]
     assert len(rows) == 4 and any("report/total" in r for r in rows)
     assert "4 success" in status.stdout
+    rows = json.loads(schooner("status", "--prefix", str(prefix), "--json", "--name", "^report").stdout)
+    assert [(r["name"], r["state"]) for r in rows] == [("report/total", "SUCCESS")]
+    assert rows[0]["output_path"].startswith(str(prefix)) and len(rows[0]["key"]) == 64
 
     same = schooner("explain", "report/total", CHAIN, "--prefix", str(prefix))
     assert same.returncode == 0 and "reused" in same.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import runpy
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_status = sub.add_parser("status", help="a table of the step outputs under a prefix")
     p_status.add_argument("--prefix", default=None)
     p_status.add_argument("--name", default=None, metavar="RE", help="only steps whose name matches RE")
+    p_status.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p_explain = sub.add_parser("explain", help="why a step would rerun or be reused")
     p_explain.add_argument("step", help="the step's name (or a regex matching names)")
     p_explain.add_argument(
@@ -195,6 +197,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     for col in ("step", "key", "state", "age", "took", "output"):
         table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
     counts: dict[str, int] = {}
+    rows: list[dict[str, Any]] = []
     for found in scan_prefix(prefix):
         storage = storage_for(found.output_path)
         st = found.status
@@ -210,6 +213,16 @@ def _cmd_status(ns: argparse.Namespace) -> int:
                 state, style = "INTERRUPTED", "yellow"
         counts[state] = counts.get(state, 0) + 1
         took = record.get("duration_s")
+        rows.append(
+            {
+                "name": name,
+                "key": st.key if st else record.get("key"),
+                "state": state,
+                "time": st.time if st else None,
+                "duration_s": took,
+                "output_path": found.output_path,
+            }
+        )
         table.add_row(
             name,
             (st.key if st else record.get("key", ""))[:8],
@@ -218,6 +231,9 @@ def _cmd_status(ns: argparse.Namespace) -> int:
             fmt_duration(took),
             found.output_path,
         )
+    if ns.json:
+        print(json.dumps(rows, indent=1))
+        return 0
     console.print(table)
     console.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no steps found")
     return 0
