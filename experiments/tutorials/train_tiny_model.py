@@ -66,6 +66,8 @@ def print_summary(result: RunResult) -> None:
     """The scores, a greedy sample, where the outputs are, and the report (works on a cached rerun too)."""
     from schooner.cluster._report import write_report
 
+    if result.dry_run or scores.key not in {o.key for o in result.steps}:
+        return  # a plan only, or `--only` left the evaluation out: nothing to summarise
     evaluation = result[scores].result
     print("\nValidation (held-out documents):")
     for name, d in evaluation["datasets"].items():

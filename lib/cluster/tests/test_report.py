@@ -5,6 +5,7 @@ from __future__ import annotations
 import html.parser
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -57,11 +58,14 @@ def _train_like(config: TrainLikeConfig, output_path: str) -> dict:
     os.makedirs(output_path, exist_ok=True)
     with open(os.path.join(output_path, "metrics.jsonl"), "w") as f:
         for s in range(config.steps):
-            f.write(json.dumps({"step": s, "train/loss": 5.0 / (1 + s), "lr": 1e-3}) + "\n")
+            row = {"step": s, "train/loss": 5.0 / (1 + s), "train/z_loss": 70.0, "lr": 1e-3}
+            if s % 4 == 0:
+                row["eval/loss"] = 5.5 / (1 + s)
+            f.write(json.dumps(row) + "\n")
     with open(os.path.join(output_path, "loss.png"), "wb") as f:
         f.write(_png())
     os.makedirs(os.path.join(output_path, "step-000003"), exist_ok=True)
-    return {"final_loss": 5.0 / config.steps, "eval": {"docs": {"bpb": 1.25}}}
+    return {"final_loss": 5.0 / config.steps, "eval": {"docs": {"bpb": 1.25}}, "config": {"hidden_dim": 77}}
 
 
 def _fails(config: WriteConfig, output_path: str) -> None:
@@ -118,7 +122,12 @@ def test_report_shows_states_results_metrics_plots_and_valid_links(prefix):
     # the result is shown as a table, nested values flattened
     assert "eval.docs.bpb" in page and "1.25" in page
     # metrics.jsonl drawn as an SVG chart of its loss column, and its last row shown
-    assert "<polyline" in page and "train/loss" in page and "12 rows of metrics.jsonl" in page
+    assert "<polyline" in page and "12 rows of metrics.jsonl" in page
+    legend = re.findall(r'fill="#[0-9a-f]{6}">([^<]+)</text>', page)
+    assert legend == ["train/loss", "eval/loss"]  # headline losses; the z-loss term is not drawn
+    assert page.count("<circle") == 12 + 3  # short series have their measured points marked
+    # a copy of the config inside the result stays out of the result table (it is in the JSON view)
+    assert "config.hidden_dim" not in page and "&quot;hidden_dim&quot;: 77" in page
     # the PNG is embedded, so the page is self-contained
     assert "data:image/png;base64," in page
     assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")

@@ -25,6 +25,8 @@ MAX_EMBED_BYTES = 3 * 1024 * 1024
 """PNGs larger than this are linked, not embedded."""
 MAX_FILES_LISTED = 40
 MAX_CHART_POINTS = 600
+_NOT_HEADLINE = ("config", "versions", "env", "packages")
+"""Result keys left out of the result table (still in the JSON view): copies of config and environment."""
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;color:#1d2433;background:#f6f7f9}
@@ -172,11 +174,21 @@ def _state_of(step: dict[str, Any]) -> str:
     return status.state.value
 
 
+def _loss_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """Up to 4 loss columns to draw: the headline train and eval losses first, auxiliary terms (z-loss) never."""
+    found = {k for r in rows for k, v in r.items() if "loss" in k.lower() and isinstance(v, int | float)}
+    found = {k for k in found if "z_loss" not in k and not k.endswith("ce_loss")}
+
+    def rank(k: str) -> tuple[int, str]:
+        order = ("train/loss", "loss", "eval/loss", "validation/loss")
+        return (order.index(k) if k in order else len(order), k)
+
+    return sorted(found, key=rank)[:4]
+
+
 def _chart(rows: list[dict[str, Any]]) -> str:
     """An inline SVG line chart of the loss-like numeric columns of metrics rows against `step`."""
-    keys = sorted(
-        {k for r in rows for k, v in r.items() if "loss" in k.lower() and isinstance(v, int | float)}
-    )[:4]
+    keys = _loss_keys(rows)
     series = []
     for k in keys:
         pts = [(r.get("step", i), r[k]) for i, r in enumerate(rows) if isinstance(r.get(k), int | float)]
@@ -223,6 +235,10 @@ def _chart(rows: list[dict[str, Any]]) -> str:
         color = colors[i % len(colors)]
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
         parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{coords}"/>')
+        if len(pts) <= 30:  # sparse series (periodic evals): mark the measured points
+            parts.extend(
+                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts
+            )
         parts.append(
             f'<text x="{w - pad_r - 4}" y="{pad_t + 12 + 14 * i}" font-size="12" text-anchor="end" '
             f'fill="{color}">{_esc(k)}</text>'
@@ -338,10 +354,17 @@ def _render_step(step: dict[str, Any], keys: dict[str, str], out_dir: str | None
     if error:
         parts.append(f'<pre class="error">{_esc(error)}</pre>')
     result = record.get("result")
-    scalars = _flatten_scalars(result) if result is not None else []
+    # the result's headline numbers; a copy of the config or package versions inside it stays in the JSON view
+    shown = (
+        {k: v for k, v in result.items() if k not in _NOT_HEADLINE} if isinstance(result, dict) else result
+    )
+    scalars = _flatten_scalars(shown) if shown is not None else []
     if scalars:
-        body = "".join(f'<tr><td>{_esc(k)}</td><td class="num">{_fmt(v)}</td></tr>' for k, v in scalars[:60])
-        parts.append(f"<h4>Result</h4><table>{body}</table>")
+        body = "".join(f'<tr><td>{_esc(k)}</td><td class="num">{_fmt(v)}</td></tr>' for k, v in scalars[:40])
+        more = (
+            f'<p class="muted">… {len(scalars) - 40} more in the JSON below</p>' if len(scalars) > 40 else ""
+        )
+        parts.append(f"<h4>Result</h4><table>{body}</table>{more}")
     rows_m = _metrics_rows(storage, folder)
     if rows_m:
         last = {k: v for k, v in rows_m[-1].items() if isinstance(v, int | float | str)}
