@@ -76,7 +76,9 @@ def parse_page(path: Path) -> Page:
                     name, value = body[4:].strip().split("=", 1)
                     page.env[name.strip()] = value.strip()
                 else:
-                    raise ValueError(f"{path}:{i + 1}: unknown docs-test directive {body!r}; use 'slow' or 'env N=V'")
+                    raise ValueError(
+                        f"{path}:{i + 1}: unknown docs-test directive {body!r}; use 'slow' or 'env N=V'"
+                    )
             i += 1
             continue
         fence, indent = m.group("fence"), len(m.group("indent"))
@@ -177,7 +179,9 @@ def test_docs_exist_and_have_examples() -> None:
             assert p.runnable, f"{p.rel} has no runnable ```python example"
         for b in p.blocks:
             if b.info.startswith("python") and b.info not in ("python", "python notest"):
-                raise AssertionError(f"{p.rel}:{b.line}: fence info {b.info!r}; use 'python' or 'python notest'")
+                raise AssertionError(
+                    f"{p.rel}:{b.line}: fence info {b.info!r}; use 'python' or 'python notest'"
+                )
 
 
 _LINK = re.compile(r"(?<!!)\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -223,7 +227,9 @@ def test_relative_links_resolve() -> None:
             dest = (md.parent / file_part).resolve() if file_part else md
             where = f"{md.relative_to(ROOT)}:{n}: {target}"
             if not dest.exists():
-                bad.append(f"{where} (no such file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
+                bad.append(
+                    f"{where} (no such file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})"
+                )
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
                 bad.append(f"{where} (no heading #{anchor} in {dest.relative_to(ROOT)})")
     assert not bad, "broken links:\n" + "\n".join(bad)
