@@ -91,7 +91,7 @@ def _flatten(x: Any) -> Iterator[StepHandle]:
 
 def _check_same(a: StepHandle, b: StepHandle) -> None:
     if a is not b and a.fn is not b.fn and a.fn_name() != b.fn_name():
-        raise ValueError(
+        raise ConfigError(
             f"two steps named {a.name!r} have the same key {a.key[:8]} but different functions "
             f"({a.fn_name()} and {b.fn_name()}); give them different names or versions"
         )

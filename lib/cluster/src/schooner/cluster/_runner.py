@@ -56,7 +56,7 @@ def _compile(patterns: Iterable[str] | str | None, flag: str) -> list[re.Pattern
         try:
             out.append(re.compile(p))
         except re.error as e:
-            raise ValueError(f"{flag}={p!r} is not a valid regular expression: {e}") from None
+            raise ConfigError(f"{flag}={p!r} is not a valid regular expression: {e}") from None
     return out
 
 
@@ -352,7 +352,7 @@ def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     for p in only:
         if not any(p.search(s.name) for s in steps):
             names = ", ".join(sorted({s.name for s in steps})[:20])
-            raise ValueError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
+            raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
     keep: set[str] = set()
     stack = [s.key for s in steps if any(p.search(s.name) for p in only)]
     while stack:
