@@ -40,7 +40,8 @@ RUNTIME_META = "schooner_runtime"
 
 
 class ConfigError(ValueError):
-    """A step's config cannot be turned into canonical JSON (or resolved); names the step and the field."""
+    """A bad experiment: a config with no canonical form, a cycle, a mutated config, clashing output paths,
+    a selection that matches nothing. The message names the step and the field (and the fix)."""
 
 
 def runtime_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
