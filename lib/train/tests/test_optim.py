@@ -63,7 +63,7 @@ def test_adamw_first_step_matches_numpy(model) -> None:
     )
     tx = build_optimizer(cfg, model, 10)
     g = _grads(model)
-    updates, _ = tx.update(g, tx.init(model), model)
+    updates, _ = jax.jit(tx.update)(g, tx.init(model), model)
     got, gs, ps = _by_path(model, updates), _by_path(model, g), _by_path(model, model)
     for path in (".embed", ".final_norm", ".layers.stacked.mlp.up"):
         m = (1 - b1) * gs[path] / (1 - b1)  # bias-corrected first step moments
@@ -78,7 +78,7 @@ def test_clipping_scales_gradients_before_adam(model) -> None:
     cfg = AdamConfig(learning_rate=lr, eps=eps, warmup=0, schedule="constant", max_grad_norm=0.5)
     tx = build_optimizer(cfg, model, 10)
     g = _grads(model)
-    updates, _ = tx.update(g, tx.init(model), model)
+    updates, _ = jax.jit(tx.update)(g, tx.init(model), model)
     gs = _by_path(model, g)
     norm = np.sqrt(sum(float(np.sum(x.astype(np.float64) ** 2)) for x in gs.values()))
     scale = min(1.0, 0.5 / norm)
@@ -93,7 +93,7 @@ def test_muon_updates_are_orthogonalized(model) -> None:
         learning_rate=1.0, warmup=0, schedule="constant", max_grad_norm=None, consistent_rms=None
     )
     tx = build_optimizer(cfg, model, 10)
-    updates, _ = tx.update(_grads(model), tx.init(model), model)
+    updates, _ = jax.jit(tx.update)(_grads(model), tx.init(model), model)
     u = _by_path(model, updates)
     up = u[".layers.stacked.mlp.up"]  # [layers, mlp, embed]
     for layer in up:
@@ -121,7 +121,7 @@ def test_frozen_router_bias_gets_no_update(nano) -> None:
     moe = init(cfg, key=jax.random.PRNGKey(0))
     for opt in (AdamConfig(warmup=0, weight_decay=0.1), MuonConfig(warmup=0, weight_decay=0.1)):
         tx = build_optimizer(opt, moe, 10)
-        updates, _ = tx.update(_grads(moe), tx.init(moe), moe)
+        updates, _ = jax.jit(tx.update)(_grads(moe), tx.init(moe), moe)
         u = _by_path(moe, updates)
         assert np.all(u[".layers.stacked.mlp.router_bias"] == 0.0)
         assert np.any(u[".layers.stacked.mlp.w_up"] != 0.0) if ".layers.stacked.mlp.w_up" in u else True

@@ -1,6 +1,7 @@
 """Exact resume: 20 steps straight versus 10 steps, `kill -9` during the second checkpoint write, resume.
 
 Identical losses at every step and identical final parameters and optimizer state (bitwise, on CPU).
+The kill test is marked slow; the default run checks resuming a finished run (restore path).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 from schooner.train import latest_checkpoint, train
 
@@ -48,6 +50,7 @@ def _load(script: str):
     return ns["config"]
 
 
+@pytest.mark.slow  # three compilations and a subprocess: ~40 s of CPU; run with -m slow
 def test_kill_during_checkpoint_write_then_resume_is_exact(data_dir, tmp_path, read_losses) -> None:
     from schooner.model import load_model, load_pytree
 

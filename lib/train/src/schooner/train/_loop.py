@@ -396,7 +396,8 @@ class _Run:
             m = {f"train/{k}": float(v) for k, v in jax.device_get(dev_metrics).items()}
             if first_step_done is None:
                 first_step_done = time.perf_counter() - _T0
-                summary["seconds_to_first_step"] = first_step_done
+                summary["seconds_to_first_step"] = first_step_done  # since schooner.train was imported
+                summary["first_step_time"] = time.time()
             finite = m.pop("train/finite") == 1.0
             m["train/tokens"] = float(self.tokens_before(n))
             thr = progress.update(n, tokens, m)
@@ -428,7 +429,11 @@ class _Run:
             )
             for step, batch in loader:
                 n = step + 1
+                t_dispatch = time.perf_counter()
                 self.state, metrics = self.step_fn(self.state, batch)
+                if "compile_seconds" not in summary:
+                    # The first call traces and compiles synchronously; execution itself is asynchronous.
+                    summary["compile_seconds"] = time.perf_counter() - t_dispatch
                 if pending is not None:
                     finish(pending)
                 pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)

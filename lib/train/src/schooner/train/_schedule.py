@@ -94,9 +94,12 @@ def build_schedule(
         )
     if kind == "wsd" and decay is None:
         decay = 0.2
-    decay_steps = (
-        num_steps - warmup_steps if decay is None else resolve_steps(decay, num_steps, field_name="decay")
-    )
+    if decay is None:
+        decay_steps = num_steps - warmup_steps
+    else:
+        decay_steps = resolve_steps(decay, num_steps, field_name="decay")
+        if decay > 0 and decay_steps == 0:
+            decay_steps = 1  # a (small) positive decay fraction still ends the run at the floor
     if warmup_steps + decay_steps > num_steps:
         raise ValueError(
             f"warmup ({warmup_steps} steps) + decay ({decay_steps} steps) is longer than the run "

@@ -1,0 +1,224 @@
+"""Training throughput of schooner.train on this machine, against matmul ceilings measured in the same run.
+
+Model: a tiny Llama (vocab 32000, hidden 256, intermediate 1024, 4 layers, 4 heads), seq 512, batch 8,
+and a MoE of equal active parameters (8 experts of width 512, top-2). Each configuration runs in its own
+process through the real `schooner.train.train` path (token cache, loader, jitted donated step, async
+checkpoints), `--steps` timed steps after `--warmup` steps. Reported per configuration: tokens/s, step time,
+compile time, peak RSS, time from process start to the first finished step, and MFU against the jitted
+2048x2048 matmul ceiling (fp32; bf16 inputs with fp32 accumulation for bf16 compute).
+
+Targets (2-core CPU): fp32 >= 0.55 of the fp32 ceiling; bf16 compute >= 0.4 of the bf16 ceiling; first step
+done within 10 s of process start on a repeat run (persistent compilation cache); checkpointing every 10
+steps costs < 5% of throughput.
+
+Usage:
+    uv run python benchmarks/train_throughput.py                 # everything
+    uv run python benchmarks/train_throughput.py --steps 10 --configs dense-fp32,dense-ckpt10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CONFIGS = ("dense-fp32", "dense-bf16", "moe-fp32", "dense-ckpt10", "first-step-cold", "first-step-warm")
+VOCAB, SEQ, BATCH = 32000, 512, 8
+
+
+def model_config(kind: str):
+    from schooner.model import LlamaConfig, MoEConfig
+
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_dim=256,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=4,
+        max_seq_len=SEQ,
+        tie_embeddings=False,
+        compute_dtype="float32",
+    )
+    if kind.startswith("moe"):
+        # 8 experts of width 512, 2 per token: the same active MLP parameters as one width-1024 MLP.
+        return MoEConfig(intermediate_dim=512, num_experts=8, num_experts_per_token=2, **common)
+    return LlamaConfig(intermediate_dim=1024, **common)
+
+
+def make_data(folder: str) -> str:
+    """A real WordLevel tokenizer with 32000 ids and a token cache of random documents."""
+    import numpy as np
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    from schooner.tokenize import load_tokenizer, write_cache
+
+    vocab = {f"w{i}": i for i in range(VOCAB - 1)}
+    vocab["<eos>"] = VOCAB - 1
+    hf = HFTokenizer(models.WordLevel(vocab, unk_token="w0"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    os.makedirs(folder, exist_ok=True)
+    hf.save(os.path.join(folder, "tokenizer.json"))
+    tok = load_tokenizer(os.path.join(folder, "tokenizer.json"), eos_token="<eos>")
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(0, VOCAB - 1, size=int(n)) for n in rng.integers(200, 3000, size=400)]
+    write_cache(os.path.join(folder, "train"), docs, tok)
+    return folder
+
+
+def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: str) -> None:
+    """One configuration, in its own process; writes a JSON result."""
+    import psutil
+
+    start = psutil.Process().create_time()  # the process start, before any import
+    from schooner.model import flops_per_token
+    from schooner.train import (
+        AdamConfig,
+        CheckpointConfig,
+        DataConfig,
+        TrackerConfig,
+        TrainConfig,
+        read_metrics,
+        train,
+    )
+
+    total = warmup + steps
+    cfg = TrainConfig(
+        model=model_config(kind),
+        data=DataConfig({f"{data}/train": 1.0}, seq_len=SEQ, validation={}),
+        output_path=out,
+        batch_size=BATCH,
+        num_train_steps=total,
+        optimizer=AdamConfig(learning_rate=1e-3, warmup=1),
+        compute_dtype="bfloat16" if "bf16" in kind else None,
+        checkpoint=CheckpointConfig(every=10, keep_last=2, save_final=False)
+        if "ckpt" in kind
+        else CheckpointConfig(every=None, save_final=False),
+        trackers=TrackerConfig(loss_plot=False, log_every=10),
+        name=kind,
+    )
+    summary = train(cfg)
+    rows = [r for r in read_metrics(f"{out}/metrics.jsonl") if "train/loss" in r]
+    times = {r["step"]: r["time"] for r in rows}
+    # Metrics of step s are read back right after step s+1 is dispatched, so consecutive timestamps are
+    # one step apart in steady state.
+    timed = (times[total] - times[warmup]) / steps if steps > 0 else float("nan")
+    tokens = BATCH * SEQ
+    result = {
+        "kind": kind,
+        "step_seconds": timed,
+        "tokens_per_second": tokens / timed,
+        "compile_seconds": summary.get("compile_seconds"),
+        "seconds_to_first_step": summary["first_step_time"] - start,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "flops_per_token": flops_per_token(cfg.model, SEQ),
+        "checkpoint_write_seconds": summary.get("checkpoint_write_seconds"),
+        "final_loss": summary.get("final_loss"),
+    }
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+
+
+def run_child(kind: str, data: str, steps: int, warmup: int, work: str, env: dict) -> dict:
+    out = os.path.join(work, f"run-{kind}")
+    shutil.rmtree(out, ignore_errors=True)
+    res = os.path.join(work, f"{kind}.json")
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        kind,
+        "--data",
+        data,
+        "--out",
+        out,
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--result",
+        res,
+    ]
+    subprocess.run(cmd, check=True, env=env)
+    with open(res) as f:
+        return json.load(f)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--child")
+    p.add_argument("--data")
+    p.add_argument("--out")
+    p.add_argument("--result")
+    args = p.parse_args()
+    if args.child:
+        child(args.child, args.data, args.out, args.steps, args.warmup, args.result)
+        return
+
+    import jax
+
+    from schooner.train import matmul_ceiling
+
+    kinds = [k for k in args.configs.split(",") if k]
+    unknown = sorted(set(kinds) - set(CONFIGS))
+    if unknown:
+        sys.exit(f"unknown configs {unknown}; choose from {CONFIGS}")
+    print(f"devices: {jax.devices()}  cpus: {os.cpu_count()}  load average: {os.getloadavg()}")
+    ceil32 = matmul_ceiling(2048, "float32", repeats=5)
+    ceil16 = matmul_ceiling(2048, "bfloat16", repeats=5)
+    print(f"ceiling fp32 2048x2048 matmul:               {ceil32 / 1e9:8.2f} GFLOP/s")
+    print(f"ceiling bf16 in / fp32 acc 2048x2048 matmul: {ceil16 / 1e9:8.2f} GFLOP/s")
+    work = tempfile.mkdtemp(prefix="schooner-bench-")
+    data = make_data(os.path.join(work, "data"))
+    base_env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    results = {}
+    for kind in kinds:
+        env = dict(base_env)
+        steps, warmup = args.steps, args.warmup
+        if kind.startswith("first-step"):
+            # Cold: an empty persistent compilation cache; warm: the same cache again (a repeat run).
+            env["SCHOONER_COMPILATION_CACHE"] = os.path.join(work, "jax-cache")
+            steps, warmup = 0, 1
+            kind_run = "dense-fp32"
+            if kind.endswith("warm") and "first-step-cold" not in results:
+                run_child(kind_run, data, steps, warmup, work, env)  # fill the cache first
+            r = run_child(kind_run, data, steps, warmup, work, env)
+            r["kind"] = kind
+        else:
+            env["SCHOONER_COMPILATION_CACHE"] = "off"
+            r = run_child(kind, data, steps, warmup, work, env)
+        results[kind] = r
+        ceiling = ceil16 if "bf16" in kind else ceil32
+        line = (
+            f"{kind:16s} first step {r['seconds_to_first_step']:6.1f}s after process start | compile "
+            f"{(r['compile_seconds'] or 0):5.1f}s | peak RSS {r['peak_rss_mib']:7.0f} MiB"
+        )
+        if not kind.startswith("first-step"):
+            mfu = r["flops_per_token"] * r["tokens_per_second"] / ceiling
+            line += (
+                f" | {r['tokens_per_second']:8.0f} tok/s | step {r['step_seconds']:6.3f}s | "
+                f"MFU {mfu:.3f} of the {'bf16' if 'bf16' in kind else 'fp32'} ceiling"
+            )
+        print(line, flush=True)
+    if "dense-fp32" in results and "dense-ckpt10" in results:
+        ratio = results["dense-ckpt10"]["tokens_per_second"] / results["dense-fp32"]["tokens_per_second"]
+        print(
+            f"checkpoint every 10 steps: throughput ratio {ratio:.3f} (overhead {100 * (1 - ratio):.1f}%; "
+            f"writes {results['dense-ckpt10']['checkpoint_write_seconds']})"
+        )
+    print(f"load average at the end: {os.getloadavg()}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    t_main = time.perf_counter()
+    main()
