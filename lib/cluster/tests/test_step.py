@@ -186,3 +186,12 @@ def test_two_steps_cannot_share_an_override_path() -> None:
 def test_lower_rejects_non_steps() -> None:
     with pytest.raises(TypeError, match="step handles"):
         lower(["not a step"])
+
+
+def test_one_step_built_twice_with_different_runtime_arguments_is_refused() -> None:
+    a = step("same", run_train, {"x": 1}, resources=ResourceConfig.with_cpu(1))
+    b = step("same", run_train, {"x": 1}, resources=ResourceConfig.with_cpu(4))
+    with pytest.raises(ConfigError, match="built twice with different resources"):
+        lower([a, step("user", run_train, {"i": b})])
+    c = step("same", run_train, {"x": 1}, resources=ResourceConfig.with_cpu(1))
+    assert len(lower([a, c])) == 1  # equal runtime arguments: simply one step

@@ -90,11 +90,21 @@ def _flatten(x: Any) -> Iterator[StepHandle]:
 
 
 def _check_same(a: StepHandle, b: StepHandle) -> None:
-    if a is not b and a.fn is not b.fn and a.fn_name() != b.fn_name():
+    """Two handles with one key are one step: their runtime arguments must agree too."""
+    if a is b:
+        return
+    if a.fn is not b.fn and a.fn_name() != b.fn_name():
         raise ConfigError(
             f"two steps named {a.name!r} have the same key {a.key[:8]} but different functions "
             f"({a.fn_name()} and {b.fn_name()}); give them different names or versions"
         )
+    for attr in ("override_output_path", "resources"):
+        if getattr(a, attr) != getattr(b, attr):
+            raise ConfigError(
+                f"step {a.name!r} (key {a.key[:8]}) is built twice with different {attr}: "
+                f"{getattr(a, attr)!r} and {getattr(b, attr)!r}; it is one step, so build it once and reuse "
+                "the handle"
+            )
 
 
 def _check_overrides(steps: list[Step]) -> None:
