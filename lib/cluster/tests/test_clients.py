@@ -128,6 +128,7 @@ def test_submit_exception_carries_remote_traceback(client):
     assert "missing-key-42" in str(err)
     assert "raise_custom" in err.remote_traceback  # the function's own frame, from where it ran
     assert "Remote traceback" in str(err)
+    assert isinstance(err.__cause__, KeyError)  # the original exception, when it could travel back
 
 
 def test_map_exception_raised_at_its_item(client):

@@ -43,6 +43,20 @@ class JobError(RuntimeError):
         super().__init__(text)
 
 
+def error_from_info(job_name: str, info: tuple) -> JobError:
+    """A `JobError` from a worker's (type name, message, traceback text, pickled exception or None) tuple; the
+    original exception becomes its `__cause__` when it could be sent back."""
+    import contextlib
+    import pickle
+
+    type_name, message, tb, blob = info
+    err = JobError(job_name, f"{type_name}: {message}", tb, cause_type=type_name)
+    if blob is not None:
+        with contextlib.suppress(Exception):  # the traceback text already carries everything
+            err.__cause__ = pickle.loads(blob)
+    return err
+
+
 class WorkerDiedError(JobError):
     """The worker process or node running a job died (SIGKILL, OOM, preemption) more often than allowed."""
 

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._client import JobCancelledError, JobError, JobStatus, WorkerDiedError
+from ._client import JobCancelledError, JobError, JobStatus, WorkerDiedError, error_from_info
 from ._local_machine import detect_machine
 from ._local_map import local_map
 from ._pool import Pool, Reservation, WorkerProcess
@@ -40,15 +40,6 @@ LOCAL_CPUS_ENV = "SCHOONER_LOCAL_CPUS"
 """Set inside each job to the CPUs it reserved, so a `LocalClient` made inside the job stays within them."""
 
 _LOG_CAP = 16 * 2**20  # keep at most the last 16 MiB of a job's log in memory
-
-
-def _job_error(name: str, info: tuple) -> JobError:
-    type_name, message, tb, blob = info
-    err = JobError(name, f"{type_name}: {message}", tb, cause_type=type_name)
-    if blob is not None:
-        with contextlib.suppress(Exception):  # the traceback text already carries everything
-            err.__cause__ = pickle.loads(blob)
-    return err
 
 
 class LocalJobHandle:
@@ -296,7 +287,7 @@ class LocalClient:
                             error=JobError(job.name, f"cannot load the job's result: {exc!r}"),
                         )
                 else:
-                    job._finish(JobStatus.FAILED, error=_job_error(job.name, value))
+                    job._finish(JobStatus.FAILED, error=error_from_info(job.name, value))
                 return
             reason = worker.death_reason()
             self._pool.discard(worker)
@@ -386,7 +377,7 @@ class LocalClient:
         if secret_values(res.env):
             self._pool.add_secrets(secret_values(res.env))
         env = {LOCAL_CPUS_ENV: f"{max(res.cpu, 1.0):g}"}
-        return local_map(self._pool, fn, items, res, workers, label, env, _job_error)
+        return local_map(self._pool, fn, items, res, workers, label, env)
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
-from ._client import JobError, WorkerDiedError
+from ._client import WorkerDiedError, error_from_info
 from ._pool import Pool, Reservation, WorkerProcess
 from ._resources import ResourceConfig
 from ._worker_pickle import dumps
@@ -41,7 +41,6 @@ def local_map(
     workers: int,
     name: str,
     env: dict[str, str],
-    raise_error: Callable[[str, tuple], JobError],
 ) -> Iterator[Any]:
     """Yield `fn(item)` for each item in order, on up to `workers` pool workers reserving `resources` each."""
     total = len(items) if isinstance(items, Sized) else None
@@ -154,7 +153,7 @@ def local_map(
                         f"worker {res[1]} while running this item, {res[2]} times "
                         f"(ResourceConfig.max_retries_preemption={resources.max_retries_preemption})",
                     )
-                raise raise_error(label, res[1])
+                raise error_from_info(label, res[1])
             if exhausted and not retry and not any(inflight.values()):
                 return
             for key, _ in sel.select():

@@ -26,7 +26,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
-from ._client import JobCancelledError, JobError, JobStatus, ResourcesUnavailableError, WorkerDiedError
+from ._client import (
+    JobCancelledError,
+    JobError,
+    JobStatus,
+    ResourcesUnavailableError,
+    WorkerDiedError,
+    error_from_info,
+)
 from ._resources import ResourceConfig
 from ._secrets import is_secret_name
 from ._worker_pickle import register_for
@@ -119,7 +126,7 @@ def translate_error(ray: Any, name: str, exc: BaseException, *, cancelled: bool 
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause
         if isinstance(cause, RemoteFailure):
-            return remote_failure_error(name, cause.info)
+            return error_from_info(name, cause.info)
         return JobError(name, f"{type(cause).__name__}: {cause}", exc.traceback_str, type(cause).__name__)
     died = (rex.WorkerCrashedError, rex.NodeDiedError, rex.OutOfMemoryError, rex.ObjectLostError,
             rex.LocalRayletDiedError)  # fmt: skip
@@ -128,11 +135,6 @@ def translate_error(ray: Any, name: str, exc: BaseException, *, cancelled: bool 
     if isinstance(exc, rex.RayError):
         return JobError(name, f"{type(exc).__name__}: {exc}")
     raise exc
-
-
-def remote_failure_error(name: str, info: tuple) -> JobError:
-    type_name, message, tb, _ = info
-    return JobError(name, f"{type_name}: {message}", tb, cause_type=type_name)
 
 
 class RayClient:
@@ -353,7 +355,7 @@ class RayClient:
                 per_item = sample if per_item <= 0 else 0.7 * per_item + 0.3 * sample
                 for offset, (status, value) in enumerate(out):
                     if status != "ok":
-                        raise remote_failure_error(f"{label}[{first + offset}]", value)
+                        raise error_from_info(f"{label}[{first + offset}]", value)
                     yield value
         finally:
             for ref, _, _ in inflight:  # abandoned (error or early exit): free the cluster
