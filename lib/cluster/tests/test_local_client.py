@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schooner.cluster import (
     JobCancelledError,
@@ -273,3 +275,18 @@ def test_a_job_over_its_ram_is_killed_not_the_machine(local_client):
     assert greedy.attempts == 1  # not retried: it would only be killed again
     fitting = local_client.submit(hold_memory, 50, resources=ResourceConfig.with_cpu(ram="400MiB"))
     assert fitting.result(timeout=60) == 50
+
+
+def test_unpicklable_items_fail_clearly(local_client):
+    with pytest.raises(TypeError, match=r"map 'abs': cannot send items 0\.\.0 .* items must be picklable"):
+        list(local_client.map(abs, [threading.Lock()]))
+    assert list(local_client.map(abs, [-1])) == [1]  # the client is still usable
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    items=st.lists(st.integers(min_value=-(10**6), max_value=10**6), max_size=300),
+    workers=st.integers(min_value=1, max_value=2),
+)
+def test_map_equals_builtin_map(local_client, items, workers):
+    assert list(local_client.map(abs, items, max_workers=workers)) == list(map(abs, items))

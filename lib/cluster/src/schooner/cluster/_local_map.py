@@ -92,7 +92,13 @@ def local_map(
             return False
         bid = next(batch_ids)
         send_fn = None if fn_key in w.map_fns else fn_bytes
-        payload = dumps([it.value for it in batch])
+        try:
+            payload = dumps([it.value for it in batch])
+        except Exception as exc:
+            raise TypeError(
+                f"map {name!r}: cannot send items {batch[0].index}..{batch[-1].index} to a worker ({exc}); "
+                f"items must be picklable"
+            ) from exc
         msg = ("map", bid, fn_key, send_fn, payload, env, resources.max_retries_failure)
         inflight[w].append((bid, batch))
         if w.send(msg):
