@@ -290,3 +290,26 @@ def test_unpicklable_items_fail_clearly(local_client):
 )
 def test_map_equals_builtin_map(local_client, items, workers):
     assert list(local_client.map(abs, items, max_workers=workers)) == list(map(abs, items))
+
+
+def read_env(name: str) -> str | None:
+    return os.environ.get(name)
+
+
+def test_jobs_see_the_callers_environment_at_submit(local_client, monkeypatch):
+    assert local_client.submit(abs, -1).result(timeout=60) == 1  # a warm worker exists before the change
+    monkeypatch.setenv("SCHOONER_TEST_LATE_VAR", "set-after-the-workers-started")
+    assert (
+        local_client.submit(read_env, "SCHOONER_TEST_LATE_VAR").result(timeout=60)
+        == "set-after-the-workers-started"
+    )
+    assert list(local_client.map(read_env, ["SCHOONER_TEST_LATE_VAR"])) == ["set-after-the-workers-started"]
+    monkeypatch.delenv("SCHOONER_TEST_LATE_VAR")
+    assert local_client.submit(read_env, "SCHOONER_TEST_LATE_VAR").result(timeout=60) is None
+    assert list(local_client.map(read_env, ["SCHOONER_TEST_LATE_VAR"])) == [None]
+    res = ResourceConfig.with_cpu(env={"SCHOONER_TEST_LATE_VAR": "from-resources"})  # resources win
+    monkeypatch.setenv("SCHOONER_TEST_LATE_VAR", "from-caller")
+    assert (
+        local_client.submit(read_env, "SCHOONER_TEST_LATE_VAR", resources=res).result(timeout=60)
+        == "from-resources"
+    )

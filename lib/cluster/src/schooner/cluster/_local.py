@@ -55,6 +55,7 @@ class LocalJobHandle:
         self._log_text: str | None = None
         self._streamed = 0  # bytes of the log already streamed (kept across retries)
         self._over_memory = 0  # resident bytes when it was killed for exceeding its `ram`
+        self._caller_env = dict(os.environ)  # the job sees the environment as it was at submit
         self._secrets = sorted(
             set(secret_values()) | set(secret_values(resources.env)), key=len, reverse=True
         )
@@ -273,7 +274,8 @@ class LocalClient:
                 self._pool.checkin(worker)
                 self._end_unstarted(job)
                 return
-            worker.send(("job", job.attempts, payload, env, job._log_path, res.max_retries_failure))
+            job_env = {**worker.env_changes(job._caller_env), **env}
+            worker.send(("job", job.attempts, payload, job_env, job._log_path, res.max_retries_failure))
             reply = self._await(job, worker)
             if reply is not None:
                 self._pool.checkin(worker)
@@ -377,7 +379,7 @@ class LocalClient:
         if secret_values(res.env):
             self._pool.add_secrets(secret_values(res.env))
         env = {LOCAL_CPUS_ENV: f"{max(res.cpu, 1.0):g}"}
-        return local_map(self._pool, fn, items, res, workers, label, env)
+        return local_map(self._pool, fn, items, res, workers, label, env, dict(os.environ))
 
     # -- lifecycle ---------------------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -41,8 +41,12 @@ def local_map(
     workers: int,
     name: str,
     env: dict[str, str],
+    caller_env: dict[str, str],
 ) -> Iterator[Any]:
-    """Yield `fn(item)` for each item in order, on up to `workers` pool workers reserving `resources` each."""
+    """Yield `fn(item)` for each item in order, on up to `workers` pool workers reserving `resources` each.
+
+    Items see `caller_env` (the caller's environment when `map` was called) plus `env`.
+    """
     total = len(items) if isinstance(items, Sized) else None
     if total == 0:
         return
@@ -99,7 +103,7 @@ def local_map(
                 f"map {name!r}: cannot send items {batch[0].index}..{batch[-1].index} to a worker ({exc}); "
                 f"items must be picklable"
             ) from exc
-        msg = ("map", bid, fn_key, send_fn, payload, env, resources.max_retries_failure)
+        msg = ("map", bid, fn_key, send_fn, payload, envs[w], resources.max_retries_failure)
         inflight[w].append((bid, batch))
         if w.send(msg):
             w.map_fns.add(fn_key)
@@ -112,6 +116,7 @@ def local_map(
             pool.unreserve(held)
             raise
         holds[w] = held
+        envs[w] = {**w.env_changes(caller_env), **env}
         inflight[w] = collections.deque()
         sel.register(w.sock, selectors.EVENT_READ, w)
 
@@ -129,6 +134,7 @@ def local_map(
         add_worker(holds.pop(w))  # the reservation is still ours: replace the worker
 
     holds: dict[WorkerProcess, Reservation] = {}
+    envs: dict[WorkerProcess, dict[str, str | None]] = {}
     try:
         first = pool.reserve(resources)
         if first is None:

@@ -35,6 +35,7 @@ class WorkerProcess:
     def __init__(self, relay: _Relay, env: dict[str, str] | None = None) -> None:
         ours, theirs = socket.socketpair()
         self.env = env or {}
+        self.base_env = {**os.environ, **self.env}  # the environment it started with
         self.proc = subprocess.Popen(
             [sys.executable, "-u", WORKER_FILE, str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),),
@@ -55,6 +56,15 @@ class WorkerProcess:
 
     def fileno(self) -> int:
         return self.sock.fileno()
+
+    def env_changes(self, caller_env: dict[str, str]) -> dict[str, str | None]:
+        """What to set (None: unset) so the worker sees `caller_env`, the caller's environment when it submitted
+        the work, plus the variables the worker was started with for its job (those win)."""
+        changes: dict[str, str | None] = {
+            k: v for k, v in caller_env.items() if k not in self.env and self.base_env.get(k) != v
+        }
+        changes.update({k: None for k in self.base_env if k not in caller_env and k not in self.env})
+        return changes
 
     def send(self, msg: tuple) -> bool:
         """Send a frame; False when the worker is gone."""

@@ -93,16 +93,19 @@ def _dumps(obj: object) -> bytes:
 
 
 class _Env:
-    """Apply environment variables for one job or batch and put the old values back afterwards."""
+    """Apply environment variables for one job or batch (None unsets one) and put the old values back after."""
 
-    def __init__(self, env: dict[str, str] | None) -> None:
+    def __init__(self, env: dict[str, str | None] | None) -> None:
         self.env = env or {}
         self.saved: dict[str, str | None] = {}
 
     def __enter__(self) -> None:
         for k, v in self.env.items():
             self.saved[k] = os.environ.get(k)
-            os.environ[k] = v
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
     def __exit__(self, *exc: object) -> None:
         for k, old in self.saved.items():
