@@ -12,6 +12,8 @@ Fence info strings:
 
 Page directives, as HTML comments anywhere in a page (invisible when rendered):
 - `<!-- docs-test: slow -->`          the page's test is marked `slow` (skipped by default).
+- `<!-- docs-test: ray -->`           the page starts Ray: marked `ray` and kept in the "ray" xdist group, so
+                                      it never runs next to the other Ray tests.
 - `<!-- docs-test: env NAME=VALUE -->` an extra environment variable for the page's interpreter.
 """
 
@@ -49,6 +51,7 @@ class Page:
     path: Path
     blocks: list[Block] = field(default_factory=list)
     slow: bool = False
+    ray: bool = False
     env: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -72,12 +75,14 @@ def parse_page(path: Path) -> Page:
                 body = d.group("body")
                 if body == "slow":
                     page.slow = True
+                elif body == "ray":
+                    page.ray = True
                 elif body.startswith("env ") and "=" in body:
                     name, value = body[4:].strip().split("=", 1)
                     page.env[name.strip()] = value.strip()
                 else:
                     raise ValueError(
-                        f"{path}:{i + 1}: unknown docs-test directive {body!r}; use 'slow' or 'env N=V'"
+                        f"{path}:{i + 1}: unknown docs-test directive {body!r}; use 'slow', 'ray' or 'env N=V'"
                     )
             i += 1
             continue
@@ -138,6 +143,8 @@ PAGES = all_pages()
 
 def _page_param(page: Page) -> object:
     marks = [pytest.mark.slow] if page.slow else []
+    if page.ray:
+        marks += [pytest.mark.ray, pytest.mark.xdist_group("ray")]
     return pytest.param(page, id=page.path.relative_to(DOCS).as_posix(), marks=marks)
 
 
@@ -245,12 +252,12 @@ def test_parser_reports_unclosed_fence(tmp_path: Path) -> None:
 def test_parser_keeps_line_numbers_and_fences(tmp_path: Path) -> None:
     page = tmp_path / "p.md"
     page.write_text(
-        "# P\n<!-- docs-test: slow -->\n```python\na = 1\n```\n\n```python notest\nb = 2\n```\n"
+        "# P\n<!-- docs-test: slow --><!-- docs-test: ray -->\n```python\na = 1\n```\n\n```python notest\nb = 2\n```\n"
         "````python\nc = '```'\n````\n",
         encoding="utf-8",
     )
     parsed = parse_page(page)
-    assert parsed.slow
+    assert parsed.slow and parsed.ray
     assert [(b.line, b.info, b.code) for b in parsed.blocks] == [
         (4, "python", "a = 1\n"),
         (8, "python notest", "b = 2\n"),
