@@ -277,3 +277,17 @@ def test_script_flags_leave_the_scripts_own_flags_alone(monkeypatch) -> None:
     assert opts.dry_run and opts.only == ("a",) and opts.force == ("b", "c") and opts.prefix is None
     monkeypatch.setenv("SCHOONER_NO_ARGV", "1")
     assert options_from_argv(["--dry-run"]) is None
+
+
+def test_explain_warns_when_a_reused_step_has_new_code_but_the_same_version(tmp_path) -> None:
+    exp = tmp_path / "chain_copy.py"
+    exp.write_text(Path(CHAIN).read_text())
+    prefix = tmp_path / "out"
+    assert schooner("run", str(exp), "--prefix", str(prefix)).returncode == 0
+    old_line = '    name = "squares" if config.power == 2 else "cubes"\n'
+    assert old_line in exp.read_text()
+    exp.write_text(exp.read_text().replace(old_line, old_line.rstrip("\n") + "  # edited\n"))
+    text = " ".join(schooner("explain", "squares", str(exp), "--prefix", str(prefix)).stdout.split())
+    assert "reused" in text and "the source of" in text and "write_power changed since it ran" in text
+    untouched = " ".join(schooner("explain", "numbers", str(exp), "--prefix", str(prefix)).stdout.split())
+    assert "reused" in untouched and "changed since it ran" not in untouched

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._lease import parse_lease
 from ._lower import Step
-from ._records import read_step_record, redact_config
+from ._records import fn_source_hash, read_step_record, redact_config
 from ._status import StepState, meta_path, read_status
 from ._step import join_path
 from ._storage import is_local, storage_for
@@ -176,13 +176,15 @@ def explain_step(
     storage = storage_for(out)
     st = read_status(storage, out)
     if st is not None and st.state is StepState.SUCCESS and st.key == h.key:
-        return Explanation(
-            h.name,
-            h.key,
-            out,
-            "reused",
-            "its output folder is marked SUCCESS; same name, config, code version and inputs as recorded",
-        )
+        reason = "its output folder is marked SUCCESS; same name, config, code version and inputs as recorded"
+        rec = read_step_record(storage, out) or {}
+        then, now = rec.get("fn_source_sha256"), fn_source_hash(h.fn)
+        if then and now and then != now:
+            reason += (
+                f"; NOTE: the source of {h.fn_name()} changed since it ran, but the step's `version` did "
+                f"not ({h.version!r}): bump the version to rerun it with the new code"
+            )
+        return Explanation(h.name, h.key, out, "reused", reason)
     if st is not None and st.state is StepState.RUNNING:
         lease = parse_lease(storage.read_text(meta_path(out, "lease.json")))
         if lease is not None and not lease.is_stale():

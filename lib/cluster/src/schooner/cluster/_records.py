@@ -160,6 +160,7 @@ def step_record(
         "override_output_path": h.override_output_path is not None,
         "description": h.description,
         "fn": h.fn_name(),
+        "fn_source_sha256": fn_source_hash(h.fn),
         "version": h.version,
         "config": redact_config(h.canonical_config, secrets),
         "inputs": [{"field": f, "key": d.key, "name": d.name} for f, d in h.inputs()],
@@ -174,6 +175,21 @@ def step_record(
         "result": None,
         "error": None,
     }
+
+
+def fn_source_hash(fn: Any) -> str | None:
+    """SHA-256 of a step function's source text (None when it has none, e.g. a builtin).
+
+    Not part of the key (moving or reformatting code must not rerun steps); `explain` uses it to warn when a
+    reused step's function changed without a `version` bump.
+    """
+    import hashlib
+    import inspect
+
+    try:
+        return hashlib.sha256(inspect.getsource(inspect.unwrap(fn)).encode("utf-8")).hexdigest()
+    except (OSError, TypeError):
+        return None
 
 
 def write_step_record(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
