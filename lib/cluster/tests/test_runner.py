@@ -424,3 +424,17 @@ def test_secret_field_names(name: str, secret: bool) -> None:
 
     assert is_secret_field(name) is secret
     assert (redact_config({name: "value"}, [])[name] == "***") is secret
+
+
+def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:
+    from schooner.cluster._status import scan_prefix
+
+    g = graph()
+    FAIL.clear()
+    FAIL.add("c")
+    runner, _ = _runner(prefix)
+    runner.run([g["d"], g["e"]], raise_on_failure=False)
+    FAIL.clear()
+    found = {f.status.name: f.status.state.value for f in scan_prefix(prefix)}
+    assert found == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILED", "e": "SUCCESS"}  # d never started
+    assert all(f.output_path.startswith(prefix + "/") for f in scan_prefix(prefix))

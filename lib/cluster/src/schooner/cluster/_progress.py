@@ -54,6 +54,7 @@ class Progress:
         self.console = console
         self.quiet = bool(getattr(console, "quiet", False))
         self._running: dict[str, float] = {}
+        self._waiting: set[str] = set()
         self._done = 0
         self._total = 0
 
@@ -74,7 +75,8 @@ class Progress:
         running = sorted(self._running.items(), key=lambda kv: kv[1])
         shown = ", ".join(f"{name} ({fmt_duration(now - t0)})" for name, t0 in running[:4])
         more = f" and {len(running) - 4} more" if len(running) > 4 else ""
-        return f"{self._done}/{self._total} finished; running: {shown or '-'}{more}"
+        waiting = f"; waiting for other runners: {', '.join(sorted(self._waiting))}" if self._waiting else ""
+        return f"{self._done}/{self._total} finished; running: {shown or '-'}{more}{waiting}"
 
     def plan(self, total: int, cached: int, to_run: int, prefix: str, run_id: str) -> None:
         if self.quiet:
@@ -85,12 +87,14 @@ class Progress:
         )
 
     def started(self, step: Step, output_path: str, where: str) -> None:
+        self._waiting.discard(step.name)
         self._running[step.name] = time.time()
         if self.quiet:
             return
         self.console.print(f"  [cyan]▶ start[/]   {step.name} [dim]({where}) → {output_path}[/]")
 
     def waiting(self, step: Step, holder: str) -> None:
+        self._waiting.add(step.name)
         if self.quiet:
             return
         self.console.print(f"  [yellow]… wait[/]    {step.name} [dim]held by {holder}[/]")
@@ -102,6 +106,7 @@ class Progress:
 
     def finished(self, outcome: StepOutcome) -> None:
         self._running.pop(outcome.name, None)
+        self._waiting.discard(outcome.name)
         self._done += 1
         if self.quiet:
             return
