@@ -19,6 +19,8 @@ import contextlib
 import os
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
 
 from ._ray import RayClient
 
@@ -45,7 +47,8 @@ def shared_ray_client() -> RayClient:
             for attempt in range(_START_ATTEMPTS):
                 before = _children()
                 try:
-                    _client = RayClient(address="local", **RAY_TEST_OPTIONS)
+                    with _patient_raylet_wait():
+                        _client = RayClient(address="local", **RAY_TEST_OPTIONS)
                     break
                 except Exception as exc:
                     # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine can
@@ -57,6 +60,35 @@ def shared_ray_client() -> RayClient:
                 _cleanup_failed_start(before)
         assert _client is not None
         return _client
+
+
+@contextlib.contextmanager
+def _patient_raylet_wait(seconds: float = 150.0) -> Iterator[None]:
+    """Give a starting raylet `seconds` (not Ray's fixed 30 s) to register, while we start the test Ray.
+
+    On a 2-core machine that is also running the rest of the test suite, Ray's Python agents can take longer
+    than 30 s to come up, and `ray.init` then fails for no fault of the code under test. Ray's start-up loop
+    polls `ray._private.services.get_node` until it stops raising; we make each poll wait patiently instead.
+    """
+    import ray._private.services as services
+
+    original = services.get_node
+
+    def patient(*args: object, **kwargs: object) -> object:
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                return original(*args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    services.get_node = patient
+    try:
+        yield
+    finally:
+        services.get_node = original
 
 
 def _children() -> set[int]:
