@@ -140,3 +140,27 @@ def test_tutorial_on_a_local_ray_then_a_cached_rerun(ray_client, tmp_path, monke
         again = runner.run([tutorial["scores"]])
     assert len(again.cached) == len(STEP_NAMES) and not again.succeeded
     assert "bits/byte" in capsys.readouterr().out
+
+
+def test_the_design_example_plans_from_inside_experiments(tmp_path):
+    """experiments/exp_design_example.py runs with experiments/ first on sys.path, where experiments/tokenizers.py
+    would shadow Hugging Face's `tokenizers`; the plan must still build (and match DESIGN.md's graph)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "schooner.cluster.cli",
+            "run",
+            "experiments/exp_design_example.py",
+            "--dry-run",
+        ],
+        cwd=ROOT,
+        env=_user_env(tmp_path / "out"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for name in ("checkpoints/nano-python-docs", "tokenized/python-docs", "tokenizers/python-bpe-2k"):
+        assert f"will run {name}" in proc.stdout
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
