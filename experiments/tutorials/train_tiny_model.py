@@ -70,7 +70,7 @@ def print_summary(result: RunResult) -> None:
         return  # a plan only, or `--only` left the evaluation out: nothing to summarise
     evaluation = result[scores].result
     print("\nValidation (held-out documents):")
-    for name, d in evaluation["datasets"].items():
+    for name, d in sorted(evaluation["datasets"].items()):
         print(
             f"  {name:<12} loss {d['loss']:.3f} nats/token   {d['bpb']:.3f} bits/byte   ({d['tokens']:,} tokens)"
         )
