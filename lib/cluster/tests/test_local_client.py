@@ -313,3 +313,20 @@ def test_jobs_see_the_callers_environment_at_submit(local_client, monkeypatch):
         local_client.submit(read_env, "SCHOONER_TEST_LATE_VAR", resources=res).result(timeout=60)
         == "from-resources"
     )
+
+
+def test_queued_jobs_start_in_submission_order():
+    with LocalClient(max_workers=1) as client:
+        jobs = [client.submit(timed_sleep, 0.05, name=f"queued-{i}") for i in range(6)]
+        starts = [j.result(timeout=60).start for j in jobs]
+    assert starts == sorted(starts)
+
+
+def test_cancelling_a_queued_wide_job_lets_narrower_ones_run():
+    with LocalClient(max_workers=2) as client:
+        blocker = client.submit(timed_sleep, 0.5, resources=ResourceConfig.with_cpu(cpu=2))
+        wide = client.submit(timed_sleep, 0.1, resources=ResourceConfig.with_cpu(cpu=2))
+        narrow = client.submit(timed_sleep, 0.1, resources=ResourceConfig.with_cpu(cpu=1))
+        wide.cancel()
+        assert wide.wait(timeout=10) is JobStatus.CANCELLED
+        assert narrow.result(timeout=60).start >= blocker.result(timeout=60).end - 0.05

@@ -225,6 +225,17 @@ class Reservation:
         return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids)} if self.gpu_ids else {}
 
 
+class _Waiter:
+    """A `reserve` call queued for capacity."""
+
+    __slots__ = ("event", "granted", "res")
+
+    def __init__(self, res: ResourceConfig) -> None:
+        self.res = res
+        self.event = threading.Event()
+        self.granted: Reservation | None = None
+
+
 class Pool:
     """Warm workers plus the bookkeeping that keeps reserved CPUs, memory, GPUs and TPUs within capacity."""
 
@@ -239,6 +250,7 @@ class Pool:
         self._used_ram = 0
         self._idle: list[WorkerProcess] = []
         self._live: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        self._waiters: list[_Waiter] = []
         self._extra_secrets: set[str] = set()
         self._relay: _Relay | None = None
         self._closed = False
@@ -266,34 +278,65 @@ class Pool:
         return Reservation(res, gpu_ids, res.device == "tpu")
 
     def try_reserve(self, res: ResourceConfig) -> Reservation | None:
-        """Reserve `res` if it fits now."""
+        """Reserve `res` if it fits now and nobody is queued for capacity (queued jobs go first)."""
         with self._cond:
-            return self._take(res)
+            return None if self._waiters else self._take(res)
 
     def reserve(self, res: ResourceConfig, give_up: Callable[[], bool] = lambda: False) -> Reservation | None:
-        """Block until `res` fits and reserve it; None when `give_up()` turned true (or the pool closed)."""
+        """Block until `res` fits and reserve it; None when `give_up()` turned true (or the pool closed).
+
+        Waiters are served first-fit in arrival order when capacity frees up: each is woken only when its own
+        request was granted, so a thousand queued jobs cost nothing while they wait.
+        """
         with self._cond:
-            while True:
+            got = None if self._waiters else self._take(res)
+            if got is not None or self._closed:
+                return got
+            waiter = _Waiter(res)
+            self._waiters.append(waiter)
+        while True:
+            waiter.event.wait(
+                timeout=5.0
+            )  # granted, cancel() or shutdown() set it; the timeout is a backstop
+            with self._cond:
+                if waiter.granted is not None:
+                    if give_up() or self._closed:
+                        granted, waiter.granted = waiter.granted, None
+                        self._release(granted)
+                        return None
+                    return waiter.granted
                 if self._closed or give_up():
+                    self._waiters.remove(waiter)
+                    self._grant()  # it may have been blocking smaller requests behind it
                     return None
-                got = self._take(res)
-                if got is not None:
-                    return got
-                self._cond.wait(timeout=0.5)
+                waiter.event.clear()
+
+    def _grant(self) -> None:
+        """Hand freed capacity to queued requests, first fit in arrival order (lock held)."""
+        for waiter in list(self._waiters):
+            got = self._take(waiter.res)
+            if got is not None:
+                waiter.granted = got
+                self._waiters.remove(waiter)
+                waiter.event.set()
+
+    def _release(self, r: Reservation) -> None:
+        self._used_cpu = max(0.0, self._used_cpu - r.resources.cpu)
+        self._used_ram = max(0, self._used_ram - (r.resources.ram or 0))
+        self._free_gpus.extend(r.gpu_ids)
+        if r.tpu:
+            self._tpu_free = True
+        self._grant()
 
     def unreserve(self, r: Reservation) -> None:
         with self._cond:
-            self._used_cpu = max(0.0, self._used_cpu - r.resources.cpu)
-            self._used_ram = max(0, self._used_ram - (r.resources.ram or 0))
-            self._free_gpus.extend(r.gpu_ids)
-            if r.tpu:
-                self._tpu_free = True
-            self._cond.notify_all()
+            self._release(r)
 
     def wake(self) -> None:
         """Let blocked `reserve` calls re-check `give_up` (e.g. after a cancel)."""
         with self._cond:
-            self._cond.notify_all()
+            for waiter in self._waiters:
+                waiter.event.set()
 
     # -- workers -----------------------------------------------------------------------------------------
     def add_secrets(self, values: list[str]) -> None:
@@ -350,7 +393,8 @@ class Pool:
             self._closed = True
             idle, self._idle = self._idle, []
             live = list(self._live)
-            self._cond.notify_all()
+            for waiter in self._waiters:
+                waiter.event.set()
         for w in idle:
             w.close()
         deadline = time.monotonic() + 1.0
