@@ -31,7 +31,7 @@ from typing import Any
 from ._client import JobCancelledError, JobError, JobStatus, WorkerDiedError, error_from_info
 from ._local_machine import detect_machine
 from ._local_map import local_map
-from ._pool import Pool, Reservation, WorkerProcess
+from ._pool import Pool, Reservation, Waiter, WorkerProcess
 from ._resources import ResourceConfig
 from ._secrets import scrub, secret_values
 from ._worker_pickle import dumps
@@ -226,17 +226,17 @@ class LocalClient:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80]
         handle = LocalJobHandle(self, name, res, os.path.join(self._logdir, f"{job_id:06d}-{safe}.log"))
         self._pool.add_secrets(handle._secrets)
+        place = self._pool.enqueue(res)  # queued here, in the caller, so jobs start in submission order
         t = threading.Thread(
-            target=self._drive, args=(handle, payload), name=f"schooner-job-{name}", daemon=True
+            target=self._drive, args=(handle, payload, place), name=f"schooner-job-{name}", daemon=True
         )
         self._threads.add(t)
         t.start()
         return handle
 
-    def _drive(self, job: LocalJobHandle, payload: bytes) -> None:
-        res = job.resources
+    def _drive(self, job: LocalJobHandle, payload: bytes, place: Waiter) -> None:
         try:
-            held = self._pool.reserve(res, give_up=lambda: job._cancelled)
+            held = self._pool.wait_for(place, give_up=lambda: job._cancelled)
             if held is None:
                 self._end_unstarted(job)
                 return

@@ -225,7 +225,7 @@ class Reservation:
         return {"CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids)} if self.gpu_ids else {}
 
 
-class _Waiter:
+class Waiter:
     """A `reserve` call queued for capacity."""
 
     __slots__ = ("event", "granted", "res")
@@ -250,7 +250,7 @@ class Pool:
         self._used_ram = 0
         self._idle: list[WorkerProcess] = []
         self._live: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
-        self._waiters: list[_Waiter] = []
+        self._waiters: list[Waiter] = []
         self._extra_secrets: set[str] = set()
         self._relay: _Relay | None = None
         self._closed = False
@@ -283,17 +283,29 @@ class Pool:
             return None if self._waiters else self._take(res)
 
     def reserve(self, res: ResourceConfig, give_up: Callable[[], bool] = lambda: False) -> Reservation | None:
-        """Block until `res` fits and reserve it; None when `give_up()` turned true (or the pool closed).
+        """Block until `res` fits and reserve it; None when `give_up()` turned true (or the pool closed)."""
+        return self.wait_for(self.enqueue(res), give_up)
 
-        Waiters are served first-fit in arrival order when capacity frees up: each is woken only when its own
+    def enqueue(self, res: ResourceConfig) -> Waiter:
+        """Take a place in the queue for `res` (granted at once when it fits and nobody is ahead).
+
+        Waiters are served first-fit in arrival order when capacity frees up, each woken only when its own
         request was granted, so a thousand queued jobs cost nothing while they wait.
         """
+        waiter = Waiter(res)
         with self._cond:
-            got = None if self._waiters else self._take(res)
-            if got is not None or self._closed:
-                return got
-            waiter = _Waiter(res)
-            self._waiters.append(waiter)
+            got = None if self._waiters or self._closed else self._take(res)
+            if got is not None:
+                waiter.granted = got
+                waiter.event.set()
+            elif not self._closed:
+                self._waiters.append(waiter)
+            else:
+                waiter.event.set()
+        return waiter
+
+    def wait_for(self, waiter: Waiter, give_up: Callable[[], bool] = lambda: False) -> Reservation | None:
+        """Block until `waiter` is granted; None when `give_up()` turned true (or the pool closed)."""
         while True:
             waiter.event.wait(
                 timeout=5.0
@@ -306,8 +318,9 @@ class Pool:
                         return None
                     return waiter.granted
                 if self._closed or give_up():
-                    self._waiters.remove(waiter)
-                    self._grant()  # it may have been blocking smaller requests behind it
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+                        self._grant()  # it may have been blocking smaller requests behind it
                     return None
                 waiter.event.clear()
 
