@@ -1,8 +1,8 @@
 """Workspace guards run by .ci/run (stdlib + `packaging` only; run with the project's Python).
 
-  python .ci/guards.py ranges   every sibling dependency range admits the sibling's current version
-  python .ci/guards.py exact    each package's tests pass in an environment holding only what it declares
-  python .ci/guards.py wheels   each package builds a wheel that installs with its declared siblings and imports
+python .ci/guards.py ranges   every sibling dependency range admits the sibling's current version
+python .ci/guards.py exact    each package's tests pass in an environment holding only what it declares
+python .ci/guards.py wheels   each package builds a wheel that installs with its declared siblings and imports
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def check_ranges() -> int:
     pkgs = packages()
     errors = []
     checked = 0
-    for name, info in pkgs.items():
+    for info in pkgs.values():
         proj = info["project"]
         reqs = list(proj.get("dependencies", []))
         for extra in proj.get("optional-dependencies", {}).values():
@@ -46,7 +46,9 @@ def check_ranges() -> int:
             checked += 1
             current = Version(pkgs[req.name]["project"]["version"])
             if not str(req.specifier):
-                errors.append(f"{info['dir'].relative_to(ROOT)}/pyproject.toml: {raw!r} has no version range; add one, e.g. '>=0.1,<0.2'")
+                errors.append(
+                    f"{info['dir'].relative_to(ROOT)}/pyproject.toml: {raw!r} has no version range; add one, e.g. '>=0.1,<0.2'"
+                )
             elif current not in req.specifier:
                 errors.append(
                     f"{info['dir'].relative_to(ROOT)}/pyproject.toml: {raw!r} does not admit {req.name} {current}; "
@@ -73,8 +75,22 @@ def check_exact(only: list[str]) -> int:
             continue
         tests = info["dir"] / "tests"
         env = {**os.environ, "UV_PROJECT_ENVIRONMENT": str(base / name)}
-        cmd = ["uv", "run", "--locked", "--package", name, "--exact", "--all-extras",
-               "pytest", str(tests.relative_to(ROOT)), "-n", "auto", "-q", "-p", "no:cacheprovider"]
+        cmd = [
+            "uv",
+            "run",
+            "--locked",
+            "--package",
+            name,
+            "--exact",
+            "--all-extras",
+            "pytest",
+            str(tests.relative_to(ROOT)),
+            "-n",
+            "auto",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
         rc = _run(cmd, env=env)
         if rc == 5:
             print(f"exact guard: {name} has no tests")
@@ -82,7 +98,11 @@ def check_exact(only: list[str]) -> int:
         elif rc != 0:
             failed.append(name)
     shutil.rmtree(base, ignore_errors=True)
-    print(f"exact guard: failed: {failed}" if failed else "exact guard: every package passes with only what it declares")
+    print(
+        f"exact guard: failed: {failed}"
+        if failed
+        else "exact guard: every package passes with only what it declares"
+    )
     return 1 if failed else 0
 
 
@@ -95,7 +115,9 @@ def _siblings(name: str) -> set[str]:
         if n in seen:
             continue
         seen.add(n)
-        todo += [r.name for r in map(Requirement, pkgs[n]["project"].get("dependencies", [])) if r.name in pkgs]
+        todo += [
+            r.name for r in map(Requirement, pkgs[n]["project"].get("dependencies", [])) if r.name in pkgs
+        ]
     return seen
 
 
@@ -120,12 +142,19 @@ def check_wheels() -> int:
         ok = (
             _run(["uv", "venv", "-q", "--python", sys.executable, str(venv)]) == 0
             and _run(["uv", "pip", "install", "-q", "--python", str(py), *map(str, _wheels(dist, name))]) == 0
-            and _run([str(py), "-c", f"import {module}, sys; print('{name} imports from', {module}.__file__)"]) == 0
+            and _run(
+                [str(py), "-c", f"import {module}, sys; print('{name} imports from', {module}.__file__)"]
+            )
+            == 0
         )
         if not ok:
             failed.append(name)
     shutil.rmtree(dist, ignore_errors=True)
-    print(f"wheel guard: failed: {failed}" if failed else f"wheel guard: {len(names)} wheels build, install and import")
+    print(
+        f"wheel guard: failed: {failed}"
+        if failed
+        else f"wheel guard: {len(names)} wheels build, install and import"
+    )
     return 1 if failed else 0
 
 

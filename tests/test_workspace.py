@@ -22,7 +22,7 @@ def _project(lib: Path) -> dict:
 
 
 def test_six_packages() -> None:
-    assert NAMES == sorted(["cluster", "data", "tokenize", "model", "train", "eval"])
+    assert sorted(["cluster", "data", "tokenize", "model", "train", "eval"]) == NAMES
 
 
 @pytest.mark.parametrize("lib", LIBS, ids=NAMES)
@@ -32,9 +32,13 @@ def test_package_layout(lib: Path) -> None:
     assert proj["requires-python"] == ">=3.11", "one requires-python everywhere"
     for f in ("README.md", "CHANGELOG.md"):
         assert (lib / f).is_file(), f"{lib}/{f} is missing"
-    assert proj["version"] in (lib / "CHANGELOG.md").read_text(), f"{lib}/CHANGELOG.md has no entry for {proj['version']}"
+    assert proj["version"] in (lib / "CHANGELOG.md").read_text(), (
+        f"{lib}/CHANGELOG.md has no entry for {proj['version']}"
+    )
     assert (lib / "src/schooner" / lib.name / "__init__.py").is_file()
-    assert not (lib / "src/schooner/__init__.py").exists(), "schooner/ must stay a PEP 420 namespace (no __init__.py)"
+    assert not (lib / "src/schooner/__init__.py").exists(), (
+        "schooner/ must stay a PEP 420 namespace (no __init__.py)"
+    )
     assert any((lib / "tests").glob("test_*.py")), f"{lib}/tests has no tests"
 
 
@@ -65,7 +69,9 @@ def test_imports_flow_down(lib: Path) -> None:
         if r.startswith("schooner-")
     }
     bad = {k: v for k, v in _schooner_imports(lib).items() if k not in declared}
-    assert not bad, f"schooner-{lib.name} imports packages it does not declare (declare them or move the code): {bad}"
+    assert not bad, (
+        f"schooner-{lib.name} imports packages it does not declare (declare them or move the code): {bad}"
+    )
 
 
 def test_no_heavy_imports_at_import_time() -> None:
