@@ -179,7 +179,14 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama-gqa-llama3rope-untied",
+        "mixtral",
+        pytest.param("qwen3-qknorm-tied-headdim", marks=pytest.mark.slow),
+    ],
+)
 def test_export_matches_numpy_reference_and_imports_back(tmp_path, tokens, name):
     cfg = CASES[name]
     model = _randomize_norms(init(cfg, key=jax.random.PRNGKey(0)))

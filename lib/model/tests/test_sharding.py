@@ -37,7 +37,7 @@ def _compare(ref, got):
         np.testing.assert_allclose(b, a, rtol=2e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("moe", [False, True])
+@pytest.mark.parametrize("moe", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_sharded_loss_and_grads_equal_unsharded(tiny_dense, tiny_moe, tokens, moe):
     assert len(jax.devices()) >= 8, "the root conftest provides 8 fake CPU devices"
     cfg = tiny_moe if moe else dataclasses.replace(tiny_dense, vocab_size=96)
