@@ -23,7 +23,7 @@ import os
 
 from experiments.models import llama_nano
 from experiments.tokenizers import default_tokenizer
-from schooner.cluster import LocalClient, ResourceConfig, RunResult, StepRunner, current_client
+from schooner.cluster import LocalClient, ResourceConfig, RunResult, StepRunner, current_client, write_report
 from schooner.eval.steps import evaluate
 from schooner.tokenize.steps import tokenized
 from schooner.train import AdamConfig
@@ -64,8 +64,6 @@ scores = evaluate(
 
 def print_summary(result: RunResult) -> None:
     """The scores, a greedy sample, where the outputs are, and the report (works on a cached rerun too)."""
-    from schooner.cluster._report import write_report
-
     if result.dry_run or scores.key not in {o.key for o in result.steps}:
         return  # a plan only, or `--only` left the evaluation out: nothing to summarise
     evaluation = result[scores].result

@@ -15,6 +15,7 @@ from ._lower import Step as Step
 from ._lower import lower as lower
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
+from ._report import write_report as write_report
 from ._resources import ResourceConfig as ResourceConfig
 from ._results import RunResult as RunResult
 from ._results import StepFailedError as StepFailedError
