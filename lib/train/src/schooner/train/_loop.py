@@ -7,15 +7,12 @@ from device copies on a background thread.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
-import sys
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -26,6 +23,13 @@ from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
 from ._config import BatchSchedule, TrainConfig, check_run
 from ._mesh import make_mesh, replicated
 from ._progress import Progress
+from ._run_info import (
+    RunLog,
+    config_to_json,
+    enable_compilation_cache,
+    maybe_init_distributed,
+    package_versions,
+)
 from ._tracking import make_trackers, plot_losses
 
 logger = logging.getLogger("schooner.train")
@@ -34,60 +38,6 @@ _T0 = time.perf_counter()  # import time of this module: the "process start" the
 
 class NonFiniteLossError(FloatingPointError):
     """The loss or the gradient became NaN/Inf; the run stopped without applying that update."""
-
-
-def config_to_json(config: TrainConfig) -> dict[str, Any]:
-    """A JSON-able dict of `config` (the model config through `schooner.model.config_to_dict`)."""
-    from schooner.model import config_to_dict
-
-    def conv(x: Any) -> Any:
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            if hasattr(x, "vocab_size") and hasattr(x, "num_layers"):
-                return config_to_dict(x)
-            d = {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
-            return {"class": type(x).__name__, **d}
-        if isinstance(x, Mapping):
-            return {str(k): conv(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [conv(v) for v in x]
-        return x
-
-    return conv(config)
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of the packages a run's results depend on."""
-    from importlib import metadata
-
-    out = {}
-    for name in (
-        "schooner-train",
-        "schooner-model",
-        "schooner-tokenize",
-        "jax",
-        "jaxlib",
-        "haliax",
-        "equinox",
-        "optax",
-        "tensorstore",
-        "numpy",
-    ):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[name] = metadata.version(name)
-    return out
-
-
-def _maybe_init_distributed() -> None:
-    # Multi-host: a cluster launcher sets the coordinator; every host runs this same program.
-    if os.environ.get("JAX_COORDINATOR_ADDRESS") and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
-
-
-def _enable_compilation_cache() -> None:
-    # The persistent cache makes a repeated run skip compilation; SCHOONER_COMPILATION_CACHE=off disables.
-    where = os.environ.get("SCHOONER_COMPILATION_CACHE", os.path.expanduser("~/.cache/schooner/jax"))
-    if where != "off" and not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", where)
 
 
 def resolve_model_config(config: TrainConfig, cache_vocab: int) -> Any:
@@ -99,33 +49,6 @@ def resolve_model_config(config: TrainConfig, cache_vocab: int) -> Any:
     if config.compute_dtype is not None:
         model = dataclasses.replace(model, compute_dtype=config.compute_dtype)
     return model
-
-
-class _LogSetup:
-    """Send `schooner.train` logs to `<run>/train.log` and (if nothing else is configured) to stderr."""
-
-    def __init__(self, run_dir: str) -> None:
-        self.handlers: list[logging.Handler] = []
-        fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-        if "://" not in run_dir:
-            fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
-            fh.setFormatter(fmt)
-            self.handlers.append(fh)
-        if not logging.getLogger().handlers and not logger.handlers:
-            sh = logging.StreamHandler(sys.stderr)
-            sh.setFormatter(fmt)
-            self.handlers.append(sh)
-        for h in self.handlers:
-            logger.addHandler(h)
-        self._old_level = logger.level
-        if logger.getEffectiveLevel() > logging.INFO:
-            logger.setLevel(logging.INFO)
-
-    def close(self) -> None:
-        for h in self.handlers:
-            logger.removeHandler(h)
-            h.close()
-        logger.setLevel(self._old_level)
 
 
 def train(config: TrainConfig) -> dict[str, Any]:
@@ -145,7 +68,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     fs, out_path = fsspec.core.url_to_fs(config.output_path)
     fs.makedirs(out_path, exist_ok=True)
-    logs = _LogSetup(config.output_path)
+    logs = RunLog(config.output_path)
     try:
         return _Run(config).run()
     finally:
@@ -333,8 +256,8 @@ class _Run:
         from ._mfu import peak_flops
 
         cfg = self.config
-        _maybe_init_distributed()
-        _enable_compilation_cache()
+        maybe_init_distributed()
+        enable_compilation_cache()
         self._setup_data()
         self._setup_state()
         self._compile_step()
@@ -419,39 +342,39 @@ class _Run:
         try:
             if self.start_step >= total:
                 logger.info(f"nothing to do: the run already reached step {total}")
-            loader = DataLoader(
+            with DataLoader(
                 self.dataset,
                 self._batch_size_fn(),
                 start_step=self.start_step,
                 sharding=self.batch_sharding,
                 prefetch=2,
                 stop_step=total,
-            )
-            for step, batch in loader:
-                n = step + 1
-                t_dispatch = time.perf_counter()
-                self.state, metrics = self.step_fn(self.state, batch)
-                if "compile_seconds" not in summary:
-                    # The first call traces and compiles synchronously; execution itself is asynchronous.
-                    summary["compile_seconds"] = time.perf_counter() - t_dispatch
-                if pending is not None:
-                    finish(pending)
-                pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)
-                do_eval = evaluator is not None and cfg.eval_every is not None and n % cfg.eval_every == 0
-                do_ckpt = ckpt.should_save(n, last_step=total)
-                if do_eval or do_ckpt or n == total:
-                    finish(pending)  # a checkpoint or eval must see a verified-finite state
-                    pending = None
-                if do_eval and n != total:
-                    trackers.log(self._evaluate(evaluator), n)
-                if do_ckpt:
-                    snapshot = jax.tree.map(jnp.copy, self.state)  # the loop donates self.state next step
-                    meta = {"tokens": self.tokens_before(n), "metrics": last, "seed": cfg.seed}
-                    ckpt.save(n, snapshot, self._write_checkpoint, meta)
+            ) as loader:
+                for step, batch in loader:
+                    n = step + 1
+                    t_dispatch = time.perf_counter()
+                    self.state, metrics = self.step_fn(self.state, batch)
+                    if "compile_seconds" not in summary:
+                        # The first call traces and compiles synchronously; execution itself is asynchronous.
+                        summary["compile_seconds"] = time.perf_counter() - t_dispatch
+                    if pending is not None:
+                        finish(pending)
+                    pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)
+                    do_eval = evaluator is not None and cfg.eval_every is not None and n % cfg.eval_every == 0
+                    do_ckpt = ckpt.should_save(n, last_step=total)
+                    if do_eval or do_ckpt or n == total:
+                        finish(pending)  # a checkpoint or eval must see a verified-finite state
+                        pending = None
+                    if do_eval and n != total:
+                        trackers.log(self._evaluate(evaluator), n)
+                    if do_ckpt:
+                        snapshot = jax.tree.map(jnp.copy, self.state)  # the loop donates self.state next step
+                        meta = {"tokens": self.tokens_before(n), "metrics": last, "seed": cfg.seed}
+                        ckpt.save(n, snapshot, self._write_checkpoint, meta)
             if pending is not None:
                 finish(pending)
             ckpt.wait()
-            if evaluator is not None:
+            if evaluator is not None and self.start_step < total:
                 ev = self._evaluate(evaluator)
                 trackers.log(ev, max(total, self.start_step))
                 summary["eval"] = ev

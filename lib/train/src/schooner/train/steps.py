@@ -206,7 +206,8 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
 
 def _run_train_lm(config: TrainLmConfig, output_path: str) -> dict:
     from ._evaluate import default_validation
-    from ._loop import config_to_json, package_versions, train
+    from ._loop import train
+    from ._run_info import config_to_json, package_versions
 
     tc = _to_train_config(config, output_path=output_path)
     if config.evals:

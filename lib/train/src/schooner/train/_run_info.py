@@ -1,0 +1,97 @@
+"""What a run records about itself (config, package versions, log files) and process-wide setup
+(multi-host initialization, the persistent compilation cache)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+
+logger = logging.getLogger("schooner.train")
+
+
+def config_to_json(config: Any) -> dict[str, Any]:
+    """A JSON-able dict of `config` (the model config through `schooner.model.config_to_dict`)."""
+    from schooner.model import config_to_dict
+
+    def conv(x: Any) -> Any:
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if hasattr(x, "vocab_size") and hasattr(x, "num_layers"):
+                return config_to_dict(x)
+            d = {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
+            return {"class": type(x).__name__, **d}
+        if isinstance(x, Mapping):
+            return {str(k): conv(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [conv(v) for v in x]
+        return x
+
+    return conv(config)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages a run's results depend on."""
+    from importlib import metadata
+
+    out = {}
+    for name in (
+        "schooner-train",
+        "schooner-model",
+        "schooner-tokenize",
+        "jax",
+        "jaxlib",
+        "haliax",
+        "equinox",
+        "optax",
+        "tensorstore",
+        "numpy",
+    ):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
+def maybe_init_distributed() -> None:
+    # Multi-host: a cluster launcher sets the coordinator; every host runs this same program.
+    if os.environ.get("JAX_COORDINATOR_ADDRESS") and not jax.distributed.is_initialized():
+        jax.distributed.initialize()
+
+
+def enable_compilation_cache() -> None:
+    # The persistent cache makes a repeated run skip compilation; SCHOONER_COMPILATION_CACHE=off disables.
+    where = os.environ.get("SCHOONER_COMPILATION_CACHE", os.path.expanduser("~/.cache/schooner/jax"))
+    if where != "off" and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", where)
+
+
+class RunLog:
+    """Send `schooner.train` logs to `<run>/train.log` and (if nothing else is configured) to stderr."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.handlers: list[logging.Handler] = []
+        fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+        if "://" not in run_dir:
+            fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
+            fh.setFormatter(fmt)
+            self.handlers.append(fh)
+        if not logging.getLogger().handlers and not logger.handlers:
+            sh = logging.StreamHandler(sys.stderr)
+            sh.setFormatter(fmt)
+            self.handlers.append(sh)
+        for h in self.handlers:
+            logger.addHandler(h)
+        self._old_level = logger.level
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+
+    def close(self) -> None:
+        for h in self.handlers:
+            logger.removeHandler(h)
+            h.close()
+        logger.setLevel(self._old_level)
