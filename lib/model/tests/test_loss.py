@@ -80,6 +80,7 @@ def test_token_losses_are_per_position_nats(tiny_dense, tokens):
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chunked_loss_equals_unchunked(tiny_dense, tokens):
     base = init(tiny_dense, key=jax.random.PRNGKey(0))
     # 2 x 15 = 30 predictions in chunks of 7: the last chunk is padded.
