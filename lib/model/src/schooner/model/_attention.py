@@ -83,6 +83,7 @@ class Attention(eqx.Module):
     q_norm: NamedArray | None
     k_norm: NamedArray | None
     norm_eps: float = eqx.field(static=True)
+    implementation: str | None = eqx.field(static=True, default=None)
 
     @staticmethod
     def init(config: LlamaConfig, params: ParamFactory, *, lead: tuple[Axis, ...] = ()) -> Attention:
@@ -97,6 +98,7 @@ class Attention(eqx.Module):
             q_norm=ones((*lead, ax[HEAD_DIM])) if config.qk_norm else None,
             k_norm=ones((*lead, ax[HEAD_DIM])) if config.qk_norm else None,
             norm_eps=config.norm_eps,
+            implementation=config.attention_implementation,
         )
 
     def __call__(
@@ -120,8 +122,10 @@ class Attention(eqx.Module):
         v_raw = v.rearrange((BATCH, POSITION, KV_HEADS, HEAD_DIM)).array
         q_raw = apply_rope(q_raw, cos, sin)
         k_raw = apply_rope(k_raw, cos, sin)
-        fn = reference_attention if reference else attention
-        out = fn(q_raw, k_raw, v_raw, segment_ids)
+        if reference:
+            out = reference_attention(q_raw, k_raw, v_raw, segment_ids)
+        else:
+            out = attention(q_raw, k_raw, v_raw, segment_ids, implementation=self.implementation)
         out_named = hax.named(
             out, (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
         )

@@ -86,6 +86,9 @@ class LlamaConfig:
             (same parameters and results, longer compile).
         gradient_checkpointing: ``"none"``, ``"full"`` (recompute each block in backward), ``"save_carries"``
             (haliax default: keep block inputs), ``"offload"`` or ``"nested"`` (haliax policies).
+        attention_implementation: passed to ``jax.nn.dot_product_attention``: ``None`` (jax's choice, which
+            in this jax version is always XLA), ``"xla"``, or ``"cudnn"`` (cuDNN flash attention on NVIDIA
+            GPUs; needs a bf16/fp16 compute dtype).
         loss_chunk_tokens: compute the output projection + cross-entropy in chunks of this many tokens,
             recomputed in backward, so the full [tokens, vocab] logits are never held; 0 disables.
         type: registry key (``"llama"``); do not change.
@@ -107,6 +110,7 @@ class LlamaConfig:
     compute_dtype: str = "auto"
     scan_layers: bool = True
     gradient_checkpointing: str = "none"
+    attention_implementation: str | None = None
     loss_chunk_tokens: int = 0
     type: str = "llama"
 
@@ -150,6 +154,15 @@ class LlamaConfig:
         if self.gradient_checkpointing not in _CHECKPOINTING:
             raise ValueError(
                 f"gradient_checkpointing must be one of {_CHECKPOINTING}; got {self.gradient_checkpointing=!r}."
+            )
+        if self.attention_implementation not in (None, "xla", "cudnn"):
+            raise ValueError(
+                f"attention_implementation must be None, 'xla' or 'cudnn'; got {self.attention_implementation=!r}."
+            )
+        if self.attention_implementation == "cudnn" and self.compute_dtype in ("float32",):
+            raise ValueError(
+                "attention_implementation='cudnn' needs a bfloat16/float16 compute dtype; got "
+                f"{self.compute_dtype=!r}. Set compute_dtype='bfloat16' (or 'auto' on GPU)."
             )
         if not isinstance(self.loss_chunk_tokens, int) or self.loss_chunk_tokens < 0:
             raise ValueError(
