@@ -93,3 +93,19 @@ def test_model_shardings_drive_a_sharded_init(tiny_dense):
     plain = init(tiny_dense, key=jax.random.PRNGKey(0))
     for a, b in zip(jax.tree_util.tree_leaves(model), jax.tree_util.tree_leaves(plain)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_haliax_axis_mapping_with_a_set_mesh_also_constrains(tiny_dense, tokens):
+    import haliax as hax
+
+    cfg = dataclasses.replace(tiny_dense, vocab_size=96)
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    toks = tokens(8, 16, cfg.vocab_size)
+    want = eqx.filter_jit(lambda m, t: loss_fn(m, t)[0])(model, toks)
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+    sharded = shard_model(model, mesh, param_axis_mapping(data_axis="data", model_axis="model"))
+    with jax.set_mesh(mesh), hax.axis_mapping(compute_axis_mapping(data_axis="data", model_axis="model")):
+        fn = jax.jit(lambda m, t: loss_fn(m, t)[0])
+        assert "sharding_constraint" in fn.lower(sharded, toks).as_text()
+        np.testing.assert_allclose(fn(sharded, toks), want, rtol=1e-5)

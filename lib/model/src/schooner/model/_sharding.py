@@ -130,9 +130,26 @@ def activation_sharding(mesh: Mesh, axis_mapping: AxisMapping) -> Iterator[None]
         _ACTIVE.value = previous
 
 
+def _haliax_context() -> tuple[Any, AxisMapping] | None:
+    """A haliax ``axis_mapping`` plus a ``jax.set_mesh`` mesh, when the caller set both."""
+    from haliax.partitioning import current_thread_local_mapping
+
+    mapping = current_thread_local_mapping()
+    if not mapping:
+        return None
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:
+        return None
+    return mesh, mapping
+
+
 def constrain(x: NamedArray) -> NamedArray:
-    """Constrain an activation to the active :func:`activation_sharding` (identity when none is active)."""
-    active = getattr(_ACTIVE, "value", None)
+    """Constrain an activation to the active :func:`activation_sharding`.
+
+    Falls back to a haliax ``axis_mapping`` context when a mesh is also set with ``jax.set_mesh``; without
+    either it is the identity (XLA then propagates shardings from the inputs).
+    """
+    active = getattr(_ACTIVE, "value", None) or _haliax_context()
     if active is None:
         return x
     mesh, mapping = active
