@@ -330,3 +330,43 @@ def test_cancelling_a_queued_wide_job_lets_narrower_ones_run():
         wide.cancel()
         assert wide.wait(timeout=10) is JobStatus.CANCELLED
         assert narrow.result(timeout=60).start >= blocker.result(timeout=60).end - 0.05
+
+
+def test_concurrent_pickling_ships_unimportable_modules_by_value(tmp_path) -> None:
+    """Threads pickling functions of a module no worker can import must all ship it by value, even when
+    another thread is registering that module at the same moment (a by-reference pickle fails remotely)."""
+    import importlib.util
+    import subprocess
+    import sys
+    import threading
+
+    from schooner.cluster._worker_pickle import dumps
+
+    src = tmp_path / "unimportable_mod_for_race.py"
+    src.write_text("def f(x):\n    return x + 1\n")
+    spec = importlib.util.spec_from_file_location("unimportable_mod_for_race", src)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    try:
+        barrier = threading.Barrier(8)
+        blobs: list[bytes] = []
+
+        def work() -> None:
+            barrier.wait()
+            blobs.append(dumps((mod.f, 41)))
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        loader = "import pickle, sys; f, x = pickle.loads(sys.stdin.buffer.read()); print(f(x))"
+        for blob in blobs:
+            out = subprocess.run(
+                [sys.executable, "-c", loader], input=blob, capture_output=True, cwd=tmp_path.parent
+            )
+            assert out.returncode == 0, out.stderr.decode()
+            assert out.stdout.decode().strip() == "42"
+    finally:
+        del sys.modules[spec.name]

@@ -327,7 +327,7 @@ def test_steps_with_resources_run_through_the_client(tmp_path, local_client) -> 
     runner, _ = _runner(str(tmp_path))
     with using_client(local_client):
         result = runner.run([ok, bad], raise_on_failure=False)
-    assert result[ok].state == "succeeded"
+    assert result[ok].state == "succeeded", result[ok].error
     assert result[ok].result["pid"] != os.getpid()
     assert _read(f"{result[ok].output_path}/pid.txt") == str(result[ok].result["pid"])
     assert result[bad].state == "failed" and "remote failure on purpose" in result[bad].error

@@ -14,6 +14,7 @@ import functools
 import io
 import os
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,11 @@ def _importable_by_name(name: str, file: str) -> bool:
     parts = name.split(".")
     real = os.path.realpath(file)
     for entry in sys.path:
-        base = os.path.join(entry or os.getcwd(), *parts)
+        if not entry or not os.path.isabs(entry):
+            # '' and relative entries mean "the current directory", which a warm worker started earlier (or
+            # elsewhere) may not share: such modules travel by value, which always works.
+            continue
+        base = os.path.join(entry, *parts)
         for candidate in (base + ".py", os.path.join(base, "__init__.py")):
             if os.path.exists(candidate) and os.path.realpath(candidate) == real:
                 return True
@@ -56,21 +61,24 @@ def _spy_dump(obj: Any, pickler_cls: type) -> tuple[bytes, set[str]]:
 
 
 _registered: set[tuple[int, str]] = set()
+_lock = threading.Lock()
+_generation = 0  # bumped on every registration: a dump taken before one may hold a stale by-reference pickle
 
 
-def _register_needed(modules: set[str], register: Callable[[types.ModuleType], None]) -> bool:
-    """Register the modules workers cannot import by name; True when something new was registered."""
-    new = False
-    for name in modules:
-        key = (id(register), name)
-        mod = sys.modules.get(name)
-        if key in _registered or mod is None:
-            continue
-        _registered.add(key)
-        if needs_by_value(mod):
-            register(mod)
-            new = True
-    return new
+def _register_needed(modules: set[str], register: Callable[[types.ModuleType], None]) -> None:
+    """Register the modules workers cannot import by name. Atomic, so a concurrent caller that finds a module
+    already claimed returns only once that module really is registered."""
+    global _generation
+    with _lock:
+        for name in modules:
+            key = (id(register), name)
+            mod = sys.modules.get(name)
+            if key in _registered or mod is None:
+                continue
+            _registered.add(key)
+            if needs_by_value(mod):
+                register(mod)
+                _generation += 1
 
 
 def dumps(obj: Any) -> bytes:
@@ -78,8 +86,10 @@ def dumps(obj: Any) -> bytes:
     functions and classes from modules the worker cannot import by name travel by value."""
     import cloudpickle
 
+    before = _generation
     blob, modules = _spy_dump(obj, cloudpickle.Pickler)
-    if _register_needed(modules, cloudpickle.register_pickle_by_value):
+    _register_needed(modules, cloudpickle.register_pickle_by_value)
+    if _generation != before:  # some module (ours or another thread's) became by-value since we pickled
         blob, _ = _spy_dump(obj, cloudpickle.Pickler)
     return blob
 
