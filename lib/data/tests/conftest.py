@@ -2,27 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
-from schooner.cluster import LocalClient
-
-
-@pytest.fixture(scope="session")
-def local_client() -> Iterator[LocalClient]:
-    client = LocalClient(max_workers=2)
-    yield client
-    client.shutdown()
-
-
-@pytest.fixture(scope="session")
-def ray_client():
-    """The process's shared local Ray (2 CPUs), shut down when the session ends."""
-    from schooner.cluster.testing import shared_ray_client, shutdown_shared_ray
-
-    yield shared_ray_client()
-    shutdown_shared_ray()
+from schooner.cluster.pytest_fixtures import local_client as local_client
+from schooner.cluster.pytest_fixtures import ray_client as ray_client
 
 
 def make_records(n: int, *, source: str = "test", start: int = 0) -> list[dict]:

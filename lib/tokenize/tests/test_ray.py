@@ -4,18 +4,11 @@ import numpy as np
 import pytest
 
 from schooner.cluster import LocalClient
+from schooner.cluster.pytest_fixtures import ray_client as ray_client
 from schooner.data import make_record, write_records
 from schooner.tokenize import TokenCache, build_cache
 
 from .conftest import stdlib_texts
-
-
-@pytest.fixture(scope="session")
-def ray_client():
-    from schooner.cluster.testing import shared_ray_client, shutdown_shared_ray
-
-    yield shared_ray_client()
-    shutdown_shared_ray()
 
 
 @pytest.mark.ray
