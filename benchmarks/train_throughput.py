@@ -11,6 +11,10 @@ Targets (2-core CPU): fp32 >= 0.55 of the fp32 ceiling; bf16 compute >= 0.4 of t
 done within 10 s of process start on a repeat run (persistent compilation cache); checkpointing every 10
 steps costs < 5% of throughput.
 
+Each child starts the way schooner's workers start (`schooner.cluster.worker_env_defaults()`: glibc huge
+pages for large allocations); `--configs dense-fp32-4k-pages,dense-bf16-4k-pages` adds the same runs without
+them and prints the ratio.
+
 `--configs gpu-1b` (on a GPU machine) trains a Llama-3.2-1B-shaped model, bf16 compute, seq 2048, batch 16,
 and reports MFU against the GPU's datasheet bf16 peak (goal: 0.5).
 
@@ -32,8 +36,10 @@ import sys
 import tempfile
 import time
 
+HUGEPAGES_ENV = "SCHOONER_HUGEPAGES"
 CONFIGS = ("dense-fp32", "dense-bf16", "moe-fp32", "dense-ckpt10", "first-step-cold", "first-step-warm")
 GPU_CONFIGS = ("gpu-1b",)  # not in the default list: `--configs gpu-1b` on a machine with a GPU
+EXTRA_CONFIGS = ("dense-fp32-4k-pages", "dense-bf16-4k-pages")  # on request: without glibc huge pages
 VOCAB, SEQ, BATCH = 32000, 512, 8
 GPU_SEQ, GPU_BATCH = 2048, 16
 
@@ -164,6 +170,12 @@ def run_child(kind: str, data: str, steps: int, warmup: int, work: str, env: dic
 
 def _run_kind(kind: str, data: str, args: argparse.Namespace, work: str, base_env: dict, first: bool) -> dict:
     env = dict(base_env)
+    if kind.endswith("-4k-pages"):  # the same run without huge pages, for the ratio
+        env[HUGEPAGES_ENV] = "0"
+        env["GLIBC_TUNABLES"] = os.environ.get("GLIBC_TUNABLES", "")
+        kind = kind.removesuffix("-4k-pages")
+        env["SCHOONER_COMPILATION_CACHE"] = "off"
+        return {**run_child(kind, data, args.steps, args.warmup, work, env), "kind": kind + "-4k-pages"}
     if kind.startswith("first-step"):
         # Cold: an empty persistent compilation cache; warm: the same cache again (a repeat run).
         cache = os.path.join(work, "jax-cache")
@@ -212,17 +224,20 @@ def main() -> None:
 
     import jax
 
+    from schooner.cluster import worker_env_defaults
     from schooner.train import matmul_ceiling
 
     kinds = [k for k in args.configs.split(",") if k]
-    unknown = sorted(set(kinds) - set(CONFIGS) - set(GPU_CONFIGS))
+    unknown = sorted(set(kinds) - set(CONFIGS) - set(GPU_CONFIGS) - set(EXTRA_CONFIGS))
     if unknown:
-        sys.exit(f"unknown configs {unknown}; choose from {CONFIGS + GPU_CONFIGS}")
+        sys.exit(f"unknown configs {unknown}; choose from {CONFIGS + GPU_CONFIGS + EXTRA_CONFIGS}")
     print(f"devices: {jax.devices()}  cpus: {os.cpu_count()}  load average: {os.getloadavg()}")
     print(f"{args.steps} timed steps after {args.warmup} warm-up steps per run")
     work = tempfile.mkdtemp(prefix="schooner-bench-")
     data = make_data(os.path.join(work, "data"))
-    base_env = dict(os.environ)
+    # Children start the way schooner's workers do (LocalClient and Ray add these at process start).
+    base_env = {**os.environ, **worker_env_defaults()}
+    print(f"children start with GLIBC_TUNABLES={base_env.get('GLIBC_TUNABLES', '')!r}")
     # Other processes share this machine: repeat the configurations interleaved (with fresh ceiling
     # measurements) and keep the best of each, the least disturbed figure.
     ceil32 = ceil16 = 0.0
@@ -247,6 +262,12 @@ def main() -> None:
     )
     for kind, r in best.items():
         print("best  " + _line(kind, r, ceil16 if "bf16" in kind else ceil32))
+    for dt in ("fp32", "bf16"):
+        a, b = best.get(f"dense-{dt}"), best.get(f"dense-{dt}-4k-pages")
+        if a and b:
+            print(
+                f"huge pages, dense {dt}: {a['tokens_per_second'] / b['tokens_per_second']:.2f}x the tokens/s of 4 KiB pages"
+            )
     if "dense-fp32" in best and "dense-ckpt10" in best:
         ratio = best["dense-ckpt10"]["tokens_per_second"] / best["dense-fp32"]["tokens_per_second"]
         print(

@@ -235,6 +235,22 @@ def test_env_reaches_job_and_secrets_stay_out_of_logs(client):
     assert SECRET not in repr(ResourceConfig.with_cpu(env=env))
 
 
+def start_environment() -> str:
+    """GLIBC_TUNABLES as the process had it at exec (what glibc read), not as os.environ has it now."""
+    with open("/proc/self/environ", "rb") as f:
+        entries = f.read().split(b"\0")
+    return next((e.decode().split("=", 1)[1] for e in entries if e.startswith(b"GLIBC_TUNABLES=")), "")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs Linux /proc")
+def test_workers_start_with_huge_pages_for_large_allocations(client, monkeypatch):
+    # The tunable must be there when the worker process starts: glibc reads it once, at exec.
+    assert "glibc.malloc.hugetlb=1" in client.submit(start_environment).result(timeout=60).split(":")
+    assert all(
+        "glibc.malloc.hugetlb=1" in t.split(":") for t in client.map(lambda _: start_environment(), [0, 1])
+    )
+
+
 def test_partial_functions_travel(client):
     assert list(client.map(functools.partial(add, b=1), [1, 2, 3])) == [2, 3, 4]
 

@@ -56,7 +56,10 @@ def test_known_parameter_counts_of_published_shapes():
         ({"compute_dtype": "fp8"}, "compute_dtype must be one of"),
         ({"gradient_checkpointing": "yes"}, "gradient_checkpointing must be one of"),
         ({"loss_chunk_tokens": -4}, "loss_chunk_tokens must be an int >= 0"),
-        ({"attention_implementation": "flash"}, "attention_implementation must be None, 'xla' or 'cudnn'"),
+        (
+            {"attention_implementation": "flash"},
+            "attention_implementation must be None, 'blocked', 'xla' or 'cudnn'",
+        ),
         (
             {"attention_implementation": "cudnn", "compute_dtype": "float32"},
             "needs a bfloat16/float16 compute",

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from schooner.model import RopeConfig, attention, init, reference_attention
-from schooner.model._layers import rope_inv_freq
+from schooner.model import RopeConfig, attention, blocked_attention, init, reference_attention
+from schooner.model._layers import matmul, named_dot, rope_inv_freq
 
 
 @eqx.filter_jit
@@ -43,9 +43,40 @@ def test_attention_matches_reference(kv_heads):
     v = jax.random.normal(ks[2], (2, 12, kv_heads, 8))
     seg = jnp.array([[0] * 5 + [1] * 7, [0] * 12], jnp.int32)
     for s in (None, seg):
-        np.testing.assert_allclose(
-            attention(q, k, v, s), reference_attention(q, k, v, s), atol=2e-6, rtol=1e-5
-        )
+        for impl in ("xla", "blocked"):
+            np.testing.assert_allclose(
+                attention(q, k, v, s, implementation=impl),
+                reference_attention(q, k, v, s),
+                atol=2e-6,
+                rtol=1e-5,
+                err_msg=impl,
+            )
+
+
+@pytest.mark.parametrize("t,block", [(12, 5), (16, 4), (7, 16)])
+def test_blocked_attention_values_and_gradients_match_reference(t, block):
+    """Blocks that do not divide T, several blocks, one block larger than T; GQA; segments; gradients."""
+    ks = jax.random.split(jax.random.PRNGKey(3), 4)
+    q = jax.random.normal(ks[0], (2, t, 4, 8))
+    k = jax.random.normal(ks[1], (2, t, 2, 8))
+    v = jax.random.normal(ks[2], (2, t, 2, 8))
+    seg = jnp.asarray(np.sort(np.random.default_rng(t).integers(0, 3, size=(2, t)), axis=1), jnp.int32)
+    w = jax.random.normal(ks[3], (2, t, 4, 8))
+
+    def loss(fn, q, k, v):
+        return jnp.sum(fn(q, k, v) * w)
+
+    blocked = lambda q, k, v: blocked_attention(q, k, v, seg, block=block)  # noqa: E731
+    ref = lambda q, k, v: reference_attention(q, k, v, seg)  # noqa: E731
+    np.testing.assert_allclose(blocked(q, k, v), ref(q, k, v), atol=2e-6, rtol=1e-5)
+    g_blocked = jax.grad(lambda *a: loss(blocked, *a), argnums=(0, 1, 2))(q, k, v)
+    g_ref = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(g_blocked, g_ref):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+    # bf16 inputs: scores in float32 inside, output in bf16 and close to the float32 result.
+    out16 = blocked_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), seg)
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(out16.astype(jnp.float32), ref(q, k, v), atol=3e-2, rtol=3e-2)
 
 
 def test_model_with_reference_attention_matches(tiny_dense, tokens):
@@ -196,3 +227,54 @@ def test_bad_inputs_are_rejected(tiny_dense, tokens):
         model(tokens(2, 4, 10), segment_ids=jnp.zeros((2, 5), jnp.int32))
     with pytest.raises(TypeError, match="init needs a LlamaConfig"):
         init({"type": "llama"}, key=jax.random.PRNGKey(0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_bf16_matmul_accumulates_in_f32_and_its_gradients_stay_bf16(transpose_b):
+    ks = jax.random.split(jax.random.PRNGKey(5), 3)
+    a = jax.random.normal(ks[0], (6, 300))
+    b = jax.random.normal(ks[1], (5, 300) if transpose_b else (300, 5))
+    g = jax.random.normal(ks[2], (6, 5))
+    exact = a @ (b.T if transpose_b else b)
+    a16, b16 = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
+    out = matmul(a16, b16, transpose_b=transpose_b, out_dtype=jnp.float32)
+    assert out.dtype == jnp.float32
+    # Products of bf16-rounded inputs summed in float32: far closer than a bf16 running sum would be.
+    exact16 = a16.astype(jnp.float32) @ (b16.T if transpose_b else b16).astype(jnp.float32)
+    np.testing.assert_allclose(out, exact16, rtol=1e-5, atol=1e-4)
+    assert float(jnp.abs(out - exact).max()) < 0.5
+    da, db = jax.grad(
+        lambda x, y: jnp.sum(matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32) * g), argnums=(0, 1)
+    )(a16, b16)
+    assert da.dtype == db.dtype == jnp.bfloat16
+    ea, eb = jax.grad(lambda x, y: jnp.sum(x @ (y.T if transpose_b else y) * g), argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(da.astype(jnp.float32), ea, rtol=3e-2, atol=3e-2)
+    np.testing.assert_allclose(db.astype(jnp.float32), eb, rtol=3e-2, atol=3e-2)
+
+
+def test_named_dot_flattens_to_one_product_and_matches_einsum():
+    import haliax as hax
+
+    B, T, E, N, H = (
+        hax.Axis("batch", 2),
+        hax.Axis("position", 3),
+        hax.Axis("embed", 4),
+        hax.Axis("heads", 2),
+        hax.Axis("head_dim", 5),
+    )
+    ks = jax.random.split(jax.random.PRNGKey(6), 3)
+    x = hax.random.normal(ks[0], (B, T, E))
+    w_first = hax.random.normal(ks[1], (N, H, E))  # contracted axis last in w
+    w_mid = hax.random.normal(ks[2], (N, E, H))  # contracted axis in the middle: rearranged
+    for w in (w_first, w_mid):
+        got = named_dot(x, w, "embed")
+        assert [a.name for a in got.axes] == ["batch", "position", "heads", "head_dim"]
+        spec = "bte,nhe->btnh" if w is w_first else "bte,neh->btnh"
+        np.testing.assert_allclose(got.array, jnp.einsum(spec, x.array, w.array), rtol=1e-6, atol=1e-6)
+    # Two contracted axes (the output projection), x's order differing from w's.
+    o = hax.random.normal(ks[0], (B, T, N, H))
+    wo = hax.random.normal(ks[1], (E, H, N))
+    got = named_dot(o, wo, ("heads", "head_dim"))
+    np.testing.assert_allclose(
+        got.array, jnp.einsum("btnh,ehn->bte", o.array, wo.array), rtol=1e-5, atol=1e-5
+    )

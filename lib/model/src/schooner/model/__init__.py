@@ -7,6 +7,7 @@ from ._accounting import forward_flops_per_token as forward_flops_per_token
 from ._accounting import num_active_parameters as num_active_parameters
 from ._accounting import num_parameters as num_parameters
 from ._attention import attention as attention
+from ._attention import blocked_attention as blocked_attention
 from ._attention import reference_attention as reference_attention
 from ._checkpoint import load_model as load_model
 from ._checkpoint import model_shapes as model_shapes

@@ -86,9 +86,10 @@ class LlamaConfig:
             (same parameters and results, longer compile).
         gradient_checkpointing: ``"none"``, ``"full"`` (recompute each block in backward), ``"save_carries"``
             (haliax default: keep block inputs), ``"offload"`` or ``"nested"`` (haliax policies).
-        attention_implementation: passed to ``jax.nn.dot_product_attention``: ``None`` (jax's choice, which
-            in this jax version is always XLA), ``"xla"``, or ``"cudnn"`` (cuDNN flash attention on NVIDIA
-            GPUs; needs a bf16/fp16 compute dtype).
+        attention_implementation: ``None`` (``"blocked"`` on CPU, jax's choice elsewhere), ``"blocked"``
+            (pure-JAX causal attention by query blocks, skipping keys past each block; see
+            ``blocked_attention``), or, passed to ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"``
+            (cuDNN flash attention on NVIDIA GPUs; needs a bf16/fp16 compute dtype).
         loss_chunk_tokens: compute the output projection + cross-entropy in chunks of this many tokens,
             recomputed in backward, so the full [tokens, vocab] logits are never held; 0 disables.
         type: registry key (``"llama"``); do not change.
@@ -155,9 +156,10 @@ class LlamaConfig:
             raise ValueError(
                 f"gradient_checkpointing must be one of {_CHECKPOINTING}; got {self.gradient_checkpointing=!r}."
             )
-        if self.attention_implementation not in (None, "xla", "cudnn"):
+        if self.attention_implementation not in (None, "blocked", "xla", "cudnn"):
             raise ValueError(
-                f"attention_implementation must be None, 'xla' or 'cudnn'; got {self.attention_implementation=!r}."
+                "attention_implementation must be None, 'blocked', 'xla' or 'cudnn'; got "
+                f"{self.attention_implementation=!r}."
             )
         if self.attention_implementation == "cudnn" and self.compute_dtype in ("float32",):
             raise ValueError(

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from ._config import MoEConfig
-from ._layers import BATCH, EMBED, POSITION
+from ._layers import BATCH, EMBED, POSITION, matmul
 from ._transformer import Transformer
 
 AUX_PREFIX = "aux/"
@@ -67,7 +67,7 @@ def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | Non
     head = model.output_embedding().array.astype(hidden.dtype)
 
     def chunk_fn(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = jnp.einsum("nd,vd->nv", hc, head, preferred_element_type=jnp.float32)
+        logits = matmul(hc, head, transpose_b=True, out_dtype=jnp.float32)
         lse = jax.nn.logsumexp(logits, axis=-1)
         target_logit = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
         return lse - target_logit, lse

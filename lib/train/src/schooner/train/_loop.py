@@ -294,6 +294,14 @@ class _Run:
         ).name
         peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
+        from schooner.cluster import worker_env_defaults
+
+        if jax.default_backend() == "cpu" and worker_env_defaults():  # non-empty: huge pages are off here
+            logger.info(
+                "this process started without GLIBC_TUNABLES=glibc.malloc.hugetlb=1, so XLA's per-step "
+                "buffers page-fault on every step (about 20% of a CPU step); schooner's workers set it, "
+                "or export it before starting python (SCHOONER_HUGEPAGES=0 hides this)"
+            )
         progress = Progress(
             total,
             start_step=self.start_step,
