@@ -1,4 +1,4 @@
-"""The environment defaults of started processes (`schooner.cluster.worker_env_defaults`)."""
+"""glibc malloc settings of started processes (`worker_env_defaults`, `xla_process_env`)."""
 
 from __future__ import annotations
 
@@ -6,33 +6,37 @@ import sys
 
 import pytest
 
-from schooner.cluster import hugepages_enabled, worker_env_defaults
+from schooner.cluster import malloc_tuned, worker_env_defaults, xla_process_env
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux-only")
 
 
 @linux
-def test_hugetlb_is_added_and_other_tunables_are_kept():
+def test_tunables_are_added_and_other_tunables_are_kept():
     assert worker_env_defaults({}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-    got = worker_env_defaults({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert got == {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}
-    assert hugepages_enabled(got) and not hugepages_enabled({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    got = worker_env_defaults({"GLIBC_TUNABLES": "glibc.rtld.nns=4"})
+    assert got == {"GLIBC_TUNABLES": "glibc.rtld.nns=4:glibc.malloc.hugetlb=1"}
+    xla = xla_process_env({})["GLIBC_TUNABLES"].split(":")
+    assert {"glibc.malloc.mmap_max=0", "glibc.malloc.arena_max=1"} <= set(xla)
+    assert malloc_tuned(got) and malloc_tuned(xla_process_env({}))
+    assert not malloc_tuned({"GLIBC_TUNABLES": "glibc.rtld.nns=4"})
 
 
 @linux
 @pytest.mark.parametrize(
     "env",
     [
-        {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"},  # an explicit choice wins
-        {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"},
-        {"SCHOONER_HUGEPAGES": "0"},  # the opt-out
+        {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"},  # an explicit malloc choice wins
+        {"GLIBC_TUNABLES": "glibc.rtld.nns=4:glibc.malloc.arena_max=2"},
+        {"SCHOONER_MALLOC_TUNING": "0"},  # the opt-out
     ],
 )
 def test_explicit_settings_and_the_opt_out_are_respected(env):
     assert worker_env_defaults(env) == {}
+    assert xla_process_env(env) == {}
 
 
-def test_hugepages_enabled_reads_the_tunable_value():
-    assert not hugepages_enabled({})
-    assert not hugepages_enabled({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})
-    assert hugepages_enabled({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"})
+def test_malloc_tuned_reads_the_values():
+    assert not malloc_tuned({})
+    assert not malloc_tuned({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})
+    assert malloc_tuned({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=2"})
