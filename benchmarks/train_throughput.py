@@ -11,9 +11,9 @@ Targets (2-core CPU): fp32 >= 0.55 of the fp32 ceiling; bf16 compute >= 0.4 of t
 done within 10 s of process start on a repeat run (persistent compilation cache); checkpointing every 10
 steps costs < 5% of throughput.
 
-Each child starts the way `train_lm` jobs start (`schooner.cluster.xla_process_env()`: freed memory stays in
-glibc's heap, so XLA's per-step buffers do not page-fault); `--configs dense-fp32-4k-pages,dense-bf16-4k-pages`
-adds the same runs with glibc's defaults and prints the ratio.
+Each child starts the way schooner's workers start (`schooner.cluster.worker_env_defaults()`: glibc huge
+pages for large allocations); `--configs dense-fp32-4k-pages,dense-bf16-4k-pages` adds the same runs with
+glibc's defaults and prints the ratio.
 
 `--configs gpu-1b` (on a GPU machine) trains a Llama-3.2-1B-shaped model, bf16 compute, seq 2048, batch 16,
 and reports MFU against the GPU's datasheet bf16 peak (goal: 0.5).
@@ -225,7 +225,7 @@ def main() -> None:
 
     import jax
 
-    from schooner.cluster import xla_process_env
+    from schooner.cluster import worker_env_defaults
     from schooner.train import matmul_ceiling
 
     kinds = [k for k in args.configs.split(",") if k]
@@ -236,8 +236,8 @@ def main() -> None:
     print(f"{args.steps} timed steps after {args.warmup} warm-up steps per run")
     work = tempfile.mkdtemp(prefix="schooner-bench-")
     data = make_data(os.path.join(work, "data"))
-    # Children start the way train_lm jobs do (malloc settings at process start; see xla_process_env).
-    base_env = {**os.environ, **xla_process_env()}
+    # Children start the way schooner's workers do (glibc huge pages; see worker_env_defaults).
+    base_env = {**os.environ, **worker_env_defaults()}
     print(f"children start with GLIBC_TUNABLES={base_env.get('GLIBC_TUNABLES', '')!r}")
     # Other processes share this machine: repeat the configurations interleaved (with fresh ceiling
     # measurements) and keep the best of each, the least disturbed figure.

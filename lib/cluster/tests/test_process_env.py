@@ -1,4 +1,4 @@
-"""glibc malloc settings of started processes (`worker_env_defaults`, `xla_process_env`)."""
+"""glibc malloc settings of started processes (`worker_env_defaults`, `malloc_tuned`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from schooner.cluster import malloc_tuned, worker_env_defaults, xla_process_env
+from schooner.cluster import malloc_tuned, worker_env_defaults
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux-only")
 
@@ -16,9 +16,7 @@ def test_tunables_are_added_and_other_tunables_are_kept():
     assert worker_env_defaults({}) == {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
     got = worker_env_defaults({"GLIBC_TUNABLES": "glibc.rtld.nns=4"})
     assert got == {"GLIBC_TUNABLES": "glibc.rtld.nns=4:glibc.malloc.hugetlb=1"}
-    xla = xla_process_env({})["GLIBC_TUNABLES"].split(":")
-    assert {"glibc.malloc.mmap_max=0", "glibc.malloc.arena_max=1"} <= set(xla)
-    assert malloc_tuned(got) and malloc_tuned(xla_process_env({}))
+    assert malloc_tuned(got)
     assert not malloc_tuned({"GLIBC_TUNABLES": "glibc.rtld.nns=4"})
 
 
@@ -33,7 +31,6 @@ def test_tunables_are_added_and_other_tunables_are_kept():
 )
 def test_explicit_settings_and_the_opt_out_are_respected(env):
     assert worker_env_defaults(env) == {}
-    assert xla_process_env(env) == {}
 
 
 def test_malloc_tuned_reads_the_values():

@@ -152,29 +152,3 @@ def test_nan_stops_naming_the_step_and_keeps_the_last_good_checkpoint(nano, data
 
     model, _ = load_model(path)
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(model))
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux-only")
-def test_train_lm_jobs_start_with_the_xla_malloc_settings_and_keep_their_identity(
-    nano, data_dir, monkeypatch
-):
-    from schooner.cluster import ResourceConfig
-    from schooner.train.steps import train_lm
-
-    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
-    monkeypatch.delenv("SCHOONER_MALLOC_TUNING", raising=False)
-    kw = dict(
-        model=nano(vocab_size=64), datasets={data_dir: 1.0}, batch_size=8, seq_len=32, num_train_steps=2
-    )
-    tuned = train_lm("runs/a", resources=ResourceConfig.with_cpu(env={"COLOUR": "teal"}), **kw)
-    tunables = tuned.resources.env["GLIBC_TUNABLES"].split(":")
-    assert "glibc.malloc.mmap_max=0" in tunables and tuned.resources.env["COLOUR"] == "teal"
-    # The user's own malloc settings win, and the opt-out leaves the environment alone.
-    mine = train_lm(
-        "runs/a", resources=ResourceConfig.with_cpu(env={"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"}), **kw
-    )
-    assert mine.resources.env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
-    monkeypatch.setenv("SCHOONER_MALLOC_TUNING", "0")
-    plain = train_lm("runs/a", resources=ResourceConfig.with_cpu(), **kw)
-    assert "GLIBC_TUNABLES" not in plain.resources.env
-    assert tuned.key == mine.key == plain.key  # resources are runtime-only

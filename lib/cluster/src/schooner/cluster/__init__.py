@@ -15,7 +15,6 @@ from ._lower import Step as Step
 from ._lower import lower as lower
 from ._process_env import malloc_tuned as malloc_tuned
 from ._process_env import worker_env_defaults as worker_env_defaults
-from ._process_env import xla_process_env as xla_process_env
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._report import write_report as write_report

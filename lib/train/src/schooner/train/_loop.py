@@ -294,14 +294,13 @@ class _Run:
         ).name
         peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
-        from schooner.cluster import malloc_tuned, xla_process_env
+        from schooner.cluster import malloc_tuned, worker_env_defaults
 
-        if jax.default_backend() == "cpu" and xla_process_env() and not malloc_tuned():
+        if jax.default_backend() == "cpu" and worker_env_defaults() and not malloc_tuned():
             logger.info(
-                "this process started without glibc malloc tuning, so XLA's per-step buffers page-fault on "
-                "every step (20-30%% of a CPU step); train_lm jobs get it, or start python with "
-                "GLIBC_TUNABLES=%s (SCHOONER_MALLOC_TUNING=0 hides this)",
-                xla_process_env({})["GLIBC_TUNABLES"],
+                "this process started without GLIBC_TUNABLES=glibc.malloc.hugetlb=1, so XLA's per-step "
+                "buffers page-fault on every step (about 20%% of a CPU step); schooner's workers set it, or "
+                "export it before starting python (SCHOONER_MALLOC_TUNING=0 hides this)"
             )
         progress = Progress(
             total,

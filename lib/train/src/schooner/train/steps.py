@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step, xla_process_env
+from schooner.cluster import ResourceConfig, StepHandle, step
 
 from ._checkpoint import CheckpointConfig
 from ._mesh import MeshConfig
@@ -150,10 +150,6 @@ def train_lm(
     )
     # Validate now (fail while building the experiment, not an hour later on a worker).
     _to_train_config(config, output_path="<not yet known>", paths_known=False)
-    if resources is not None:
-        # A dedicated process whose freed memory stays in glibc's heap: XLA's per-step buffers stop
-        # page-faulting (see schooner.cluster.xla_process_env). Runtime-only, like all of `resources`.
-        resources = dataclasses.replace(resources, env={**xla_process_env(), **resources.env})
     return step(
         name,
         _run_train_lm,
