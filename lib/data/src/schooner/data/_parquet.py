@@ -122,7 +122,8 @@ def read_parquet_records(
         if not 0 <= rg < frag.num_row_groups:
             raise ValueError(f"{path}: row group {rg} out of range (the file has {frag.num_row_groups})")
         try:
-            table = _fragment(path, [rg]).to_table(columns=read_cols, filter=expr)
+            # One thread: the pipeline runs one task per CPU it reserved, and parallelism comes from splits.
+            table = _fragment(path, [rg]).to_table(columns=read_cols, filter=expr, use_threads=False)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             handle(DataError(path, f"cannot read ({e})", row_group=rg, fix=_UNREADABLE_FIX), on_error, skips)
             continue

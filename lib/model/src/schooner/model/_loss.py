@@ -58,54 +58,6 @@ def target_mask_to_loss_mask(target_mask: jax.Array) -> jax.Array:
     return jnp.asarray(target_mask)[:, 1:]
 
 
-@jax.custom_vjp
-def cross_entropy_head(hidden: jax.Array, head: jax.Array, targets: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(nll, lse) float32[N] of the output projection ``hidden [N, D] @ head[V, D].T`` and its softmax.
-
-    Logits are float32 (16-bit operands accumulate in float32). The backward pass is written out so that
-    ``d logits = softmax * (g_nll + g_lse) - onehot(target) * g_nll`` is ONE elementwise pass over the
-    [N, V] logits, stored directly in the compute dtype for the two gradient GEMMs (autodiff of the plain
-    expression makes a separate exp pass, a scatter for the target term and a cast: on the benchmark's tiny
-    Llama with vocab 32000 those passes over 131M logits cost ~0.1 s a step on CPU).
-    """
-    nll, lse, _ = _ce_forward(hidden, head, targets)
-    return nll, lse
-
-
-def _ce_forward(hidden, head, targets):
-    logits = matmul(hidden, head, transpose_b=True, out_dtype=jnp.float32)
-    lse = jax.nn.logsumexp(logits, axis=-1)
-    target_logit = jnp.take_along_axis(logits, targets[:, None], axis=-1)[:, 0]
-    return lse - target_logit, lse, logits
-
-
-def _ce_fwd(hidden, head, targets):
-    nll, lse, logits = _ce_forward(hidden, head, targets)
-    return (nll, lse), (hidden, head, targets, logits, lse)
-
-
-def _ce_bwd(res, cotangents):
-    hidden, head, targets, logits, lse = res
-    g_nll, g_lse = cotangents
-    is_target = jnp.arange(logits.shape[-1], dtype=targets.dtype)[None, :] == targets[:, None]
-    probs = jnp.exp(logits - lse[:, None])
-    d_logits = (probs * (g_nll + g_lse)[:, None] - jnp.where(is_target, g_nll[:, None], 0.0)).astype(
-        hidden.dtype
-    )
-    d_hidden = matmul(d_logits, head, out_dtype=hidden.dtype)  # [N, V] @ [V, D]
-    d_head = _matmul_t(d_logits, hidden, head.dtype)  # [N, V].T @ [N, D] -> [V, D]
-    return d_hidden, d_head, None
-
-
-def _matmul_t(a: jax.Array, b: jax.Array, out_dtype: Any) -> jax.Array:
-    """``a.T @ b`` contracting the leading axes, without materialising the transpose."""
-    acc = jnp.float32 if jnp.dtype(a.dtype).itemsize == 2 and jax.default_backend() == "cpu" else None
-    return jax.lax.dot_general(a, b, (((0,), (0,)), ((), ())), preferred_element_type=acc).astype(out_dtype)
-
-
-cross_entropy_head.defvjp(_ce_fwd, _ce_bwd)
-
-
 def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None):
     """(nll, lse, aux): float32[B, T-1] negative log-likelihoods and log-partition values."""
     h, aux = model.hidden_states(tokens, segment_ids=segment_ids)
@@ -115,7 +67,10 @@ def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | Non
     head = model.output_embedding().array.astype(hidden.dtype)
 
     def chunk_fn(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
-        return cross_entropy_head(hc, head, tc)
+        logits = matmul(hc, head, transpose_b=True, out_dtype=jnp.float32)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        target_logit = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
+        return lse - target_logit, lse
 
     n = hidden.shape[0]
     chunk = model.config.loss_chunk_tokens
