@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -127,7 +128,9 @@ def test_records_hold_provenance_and_no_secrets(tmp_path, calls: list[str], monk
     assert record["config"]["value"] == 3 and record["config"]["hf_token"] == "***"
     assert record["state"] == "SUCCESS" and record["result"] == {"total": 3}
     assert record["ended"] >= record["started"] > 0
-    assert record["env"]["host"] and record["env"]["packages"]["schooner-cluster"] == "0.1.0"
+    # The version of the package as installed (its pyproject), not a figure copied into the test.
+    installed = importlib.metadata.version("schooner-cluster")
+    assert record["env"]["host"] and record["env"]["packages"]["schooner-cluster"] == installed
     assert record["env"]["git"] is None or len(record["env"]["git"]["commit"]) == 40
     status = json.loads(_read(meta_path(out, "status.json")))
     assert status["status"] == "SUCCESS" and status["key"] == leaky.key
