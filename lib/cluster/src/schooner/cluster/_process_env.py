@@ -24,31 +24,26 @@ from collections.abc import Mapping
 MALLOC_TUNING_ENV = "SCHOONER_MALLOC_TUNING"
 """Set to ``0`` to leave ``GLIBC_TUNABLES`` of started processes alone."""
 
-HUGEPAGES_TUNABLES = ("glibc.malloc.hugetlb=1",)
-
-
-def _tunables(environ: Mapping[str, str] | None, wanted: tuple[str, ...]) -> dict[str, str]:
-    env = os.environ if environ is None else environ
-    if not sys.platform.startswith("linux") or env.get(MALLOC_TUNING_ENV, "1") == "0":
-        return {}
-    current = env.get("GLIBC_TUNABLES", "")
-    names = {part.split("=", 1)[0] for part in current.split(":") if part}
-    if any(name.startswith("glibc.malloc.") for name in names):
-        return {}  # the user tuned malloc already: an explicit choice wins
-    return {"GLIBC_TUNABLES": ":".join([p for p in current.split(":") if p] + list(wanted))}
+HUGEPAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
 def worker_env_defaults(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Variables every started worker gets: ``GLIBC_TUNABLES`` plus ``glibc.malloc.hugetlb=1`` (Linux).
 
     Empty when not on Linux, when ``SCHOONER_MALLOC_TUNING=0``, or when ``GLIBC_TUNABLES`` already sets a
-    ``glibc.malloc.*`` tunable; other tunables already there are kept.
+    ``glibc.malloc.*`` tunable (an explicit choice wins); other tunables already there are kept.
 
     Example:
         >>> worker_env_defaults({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})
         {}
     """
-    return _tunables(environ, HUGEPAGES_TUNABLES)
+    env = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux") or env.get(MALLOC_TUNING_ENV, "1") == "0":
+        return {}
+    parts = [p for p in env.get("GLIBC_TUNABLES", "").split(":") if p]
+    if any(p.startswith("glibc.malloc.") for p in parts):
+        return {}
+    return {"GLIBC_TUNABLES": ":".join([*parts, HUGEPAGES_TUNABLE])}
 
 
 def malloc_tuned(environ: Mapping[str, str] | None = None) -> bool:

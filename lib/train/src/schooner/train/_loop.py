@@ -294,9 +294,10 @@ class _Run:
         ).name
         peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
-        from schooner.cluster import malloc_tuned, worker_env_defaults
+        from schooner.cluster import worker_env_defaults
 
-        if jax.default_backend() == "cpu" and worker_env_defaults() and not malloc_tuned():
+        # Non-empty exactly when this process was started without any glibc malloc tuning.
+        if jax.default_backend() == "cpu" and worker_env_defaults():
             logger.info(
                 "this process started without GLIBC_TUNABLES=glibc.malloc.hugetlb=1, so XLA's per-step "
                 "buffers page-fault on every step (about 20%% of a CPU step); schooner's workers set it, or "
