@@ -90,8 +90,10 @@ class LlamaConfig:
             (pure-JAX causal attention by query blocks, skipping keys past each block; see
             ``blocked_attention``), or, passed to ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"``
             (cuDNN flash attention on NVIDIA GPUs; needs a bf16/fp16 compute dtype).
-        loss_chunk_tokens: compute the output projection + cross-entropy in chunks of this many tokens,
-            recomputed in backward, so the full [tokens, vocab] logits are never held; 0 disables.
+        loss_chunk_tokens: 0 (default): the output projection + cross-entropy keeps the softmax in the
+            compute dtype for the backward (one [tokens, vocab] array) and works on chunks of about 128 MiB
+            of float32 logits. N > 0: chunks of about N tokens whose logits are recomputed in the
+            backward, so nothing of size [tokens, vocab] is ever held (one more vocab-sized matmul).
         type: registry key (``"llama"``); do not change.
     """
 

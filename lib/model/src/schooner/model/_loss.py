@@ -13,9 +13,11 @@ pass ``loss_mask=target_mask_to_loss_mask(m)`` (i.e. ``m[:, 1:]``).
 
 The loss is ``sum(w * nll) / max(sum(w), 1)`` plus ``z_loss_weight * sum(w * lse^2) / max(sum(w), 1)``
 plus the MoE auxiliary losses (router z-loss always when weighted; the load-balancing loss when
-``load_balancing="aux_loss"``). The output projection and log-softmax are computed in chunks of
-``config.loss_chunk_tokens`` tokens with recomputation in backward when that is set, so the full
-[tokens, vocab] float32 logits are never live at once.
+``load_balancing="aux_loss"``). The output projection and the log-softmax are one fused operation with a
+hand-written backward (``_xent.output_cross_entropy``): by default it keeps the softmax in the compute dtype
+for the backward and never holds the float32 logits of more than one chunk; with
+``config.loss_chunk_tokens`` set it keeps nothing of size [tokens, vocab] and recomputes each chunk's logits
+in the backward instead.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import jax
 import jax.numpy as jnp
 
 from ._config import MoEConfig
-from ._layers import BATCH, EMBED, POSITION, matmul
+from ._layers import BATCH, EMBED, POSITION
 from ._transformer import Transformer
+from ._xent import output_cross_entropy
 
 AUX_PREFIX = "aux/"
 ROUTER_QUANTILES = "aux/router_quantiles"
@@ -62,27 +65,16 @@ def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | Non
     """(nll, lse, aux): float32[B, T-1] negative log-likelihoods and log-partition values."""
     h, aux = model.hidden_states(tokens, segment_ids=segment_ids)
     b, t = tokens.shape
-    hidden = h.rearrange((BATCH, POSITION, EMBED)).array[:, :-1].reshape(b * (t - 1), -1)
-    targets = tokens[:, 1:].reshape(-1)
-    head = model.output_embedding().array.astype(hidden.dtype)
-
-    def chunk_fn(hc: jax.Array, tc: jax.Array) -> tuple[jax.Array, jax.Array]:
-        logits = matmul(hc, head, transpose_b=True, out_dtype=jnp.float32)
-        lse = jax.nn.logsumexp(logits, axis=-1)
-        target_logit = jnp.take_along_axis(logits, tc[:, None], axis=-1)[:, 0]
-        return lse - target_logit, lse
-
-    n = hidden.shape[0]
+    hidden = h.rearrange((BATCH, POSITION, EMBED)).array[:, :-1]
     chunk = model.config.loss_chunk_tokens
-    if chunk == 0 or chunk >= n:
-        nll, lse = chunk_fn(hidden, targets)
-    else:
-        pad = (-n) % chunk
-        hp = jnp.pad(hidden, ((0, pad), (0, 0))).reshape(-1, chunk, hidden.shape[-1])
-        tp = jnp.pad(targets, (0, pad)).reshape(-1, chunk)
-        nll, lse = jax.lax.map(lambda xs: jax.checkpoint(chunk_fn)(*xs), (hp, tp))
-        nll, lse = nll.reshape(-1)[:n], lse.reshape(-1)[:n]
-    return nll.reshape(b, t - 1), lse.reshape(b, t - 1), aux
+    nll, lse = output_cross_entropy(
+        hidden,
+        model.output_embedding().array,
+        tokens[:, 1:],
+        chunk_positions=max(1, chunk // b) if chunk else None,
+        keep_probs=chunk == 0,
+    )
+    return nll, lse, aux
 
 
 def token_losses(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None = None) -> jax.Array:

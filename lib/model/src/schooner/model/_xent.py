@@ -1,0 +1,172 @@
+"""The output projection fused with the cross-entropy: ``(nll, lse)`` of ``hidden @ head.T``, with a hand-written
+backward that never materialises the full float32 logits.
+
+The plain autodiff of ``logsumexp(h @ W.T)`` holds the float32 logits [tokens, vocab] for the backward and
+then builds ``softmax - onehot`` in float32, scales it, and (for 16-bit compute) converts it: several passes
+and about 4x the logits' float32 size in fresh memory per step. For the benchmark's tiny Llama (4088
+predictions x 32000 vocab) that was 1.8 GB of the 2.3 GB of memory each CPU step faulted in, and the extra
+kernel time made bf16 steps alternate between 2.0 and 3.1 s.
+
+Here the work goes by chunks of positions (all batch rows at once, so a batch sharding is kept):
+
+- forward, per chunk: the float32 logits of the chunk, their logsumexp, the target logit, and, when
+  ``keep_probs``, the softmax in the compute dtype (the one [tokens, vocab] residual) and the target's
+  probability in float32;
+- backward, per chunk: ``d logits = (g_nll + g_lse) * p - g_nll * onehot`` in one pass straight into the
+  compute dtype (the target column from the float32 probability, so ``p_t - 1`` keeps its precision),
+  then ``d hidden = d logits @ W`` and ``d W += d logits.T @ hidden`` accumulated in float32.
+
+Without ``keep_probs`` the backward recomputes each chunk's logits from ``hidden`` and the saved logsumexp
+(one more vocab-sized matmul) and nothing of size [tokens, vocab] outlives a chunk: the memory-bounded mode
+that ``loss_chunk_tokens`` selects.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from ._layers import matmul
+
+# Positions per chunk when the caller does not choose: sized so one chunk's float32 logits stay near this.
+_AUTO_CHUNK_BYTES = 128 << 20
+
+
+def auto_chunk_positions(batch: int, positions: int, vocab: int) -> int:
+    """Positions per chunk so that a chunk's float32 logits [batch * chunk, vocab] are about 128 MiB."""
+    per_position = batch * vocab * 4
+    return max(1, min(positions, _AUTO_CHUNK_BYTES // max(per_position, 1)))
+
+
+def _to_chunks(x: jax.Array, chunk: int) -> jax.Array:
+    """[B, T, ...] -> [T_pad / chunk, B, chunk, ...], zero-padded along T."""
+    b, t = x.shape[:2]
+    pad = (-t) % chunk
+    if pad:
+        x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.swapaxes(x.reshape(b, -1, chunk, *x.shape[2:]), 0, 1)
+
+
+def _from_chunks(y: jax.Array, t: int) -> jax.Array:
+    """Inverse of ``_to_chunks``: [n, B, chunk, ...] -> [B, t, ...]."""
+    y = jnp.swapaxes(y, 0, 1)
+    return y.reshape(y.shape[0], -1, *y.shape[3:])[:, :t]
+
+
+def _store(x: jax.Array) -> jax.Array:
+    """16-bit floats travel through the scan as same-width integers.
+
+    XLA:CPU's float normalization has no 16-bit dynamic-update-slice: a scan stacking bf16 outputs converts
+    the whole stacked buffer to float32 and back around every update (and the backward's slices likewise).
+    Bit-casting to uint16 moves the same bytes with no conversion at all.
+    """
+    return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype.itemsize == 2 else x
+
+
+def _load(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
+    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype == jnp.uint16 else x
+
+
+def _logits(h: jax.Array, head: jax.Array) -> jax.Array:
+    """float32 logits [rows, V] of a chunk h [..., D] (all leading axes flattened) against head [V, D]."""
+    return matmul(h.reshape(-1, h.shape[-1]), head, transpose_b=True, out_dtype=jnp.float32)
+
+
+def _chunk_stats(h: jax.Array, head: jax.Array, tgt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    logits = _logits(h, head)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    target_logit = jnp.take_along_axis(logits, tgt.reshape(-1, 1), axis=-1)[:, 0]
+    return logits, lse, target_logit
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _xent(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int, keep_probs: bool):
+    return _xent_fwd(hidden, head, targets, chunk, False)[0]
+
+
+def _xent_fwd(hidden, head, targets, chunk, keep_probs):
+    b, t, _ = hidden.shape
+    head_c = head.astype(hidden.dtype)
+
+    def body(_, xs):
+        h, tgt = xs
+        logits, lse, tl = _chunk_stats(h, head_c, tgt)
+        out = {"nll": lse - tl, "lse": lse}
+        if keep_probs:
+            out["p"] = _store(jnp.exp(logits - lse[:, None]).astype(hidden.dtype))
+            out["p_t"] = jnp.exp(tl - lse)
+        return None, out
+
+    _, o = jax.lax.scan(body, None, (_to_chunks(hidden, chunk), _to_chunks(targets, chunk)))
+    nll = _from_chunks(o["nll"].reshape(-1, b, chunk), t)
+    lse = _from_chunks(o["lse"].reshape(-1, b, chunk), t)
+    res = (hidden, head, targets, o["lse"], o.get("p"), o.get("p_t"))
+    return (nll, lse), res
+
+
+def _xent_bwd(chunk, keep_probs, res, cotangents):
+    hidden, head, targets, lse_c, p_c, pt_c = res
+    g_nll, g_lse = cotangents
+    b, t, d = hidden.shape
+    dtype = hidden.dtype
+    head_c = head.astype(dtype)
+    g_nll_c = _to_chunks(g_nll.astype(jnp.float32), chunk).reshape(-1, b * chunk)
+    g_lse_c = _to_chunks(g_lse.astype(jnp.float32), chunk).reshape(-1, b * chunk)
+    # hidden^T per chunk, [n, D, B * chunk], built before the loop: XLA:CPU's fast 16-bit GEMMs need
+    # row-major operands, and a transpose inside the loop would only relabel the layout. With it the head's
+    # weight gradient is the canonical product hidden^T [D, c] @ d_logits [c, V], accumulated as [D, V].
+    h_c = _to_chunks(hidden, chunk).reshape(-1, b * chunk, d)
+    # The barriers keep XLA from folding these transposes into the products when the loop has a single
+    # trip and is inlined: XLA:CPU has no fallback for a transposed bf16 x bf16 -> f32 product and fails.
+    ht_c = jax.lax.optimization_barrier(jnp.swapaxes(h_c, 1, 2))
+    tgt_c = _to_chunks(targets, chunk).reshape(-1, b * chunk)
+
+    def body(dw_t, xs):
+        ht, tgt, gn, gl, lse = xs[:5]
+        if keep_probs:
+            p = _load(xs[5], dtype).astype(jnp.float32)
+            p_t = xs[6]
+        else:  # recompute this chunk's logits from its hidden states and the saved log-partition
+            p = jnp.exp(_logits(xs[5], head_c) - lse[:, None])
+            p_t = jnp.take_along_axis(p, tgt[:, None], axis=-1)[:, 0]
+        coef = gn + gl
+        onehot = jnp.arange(p.shape[-1], dtype=tgt.dtype)[None, :] == tgt[:, None]
+        dlogits = jnp.where(onehot, (coef * p_t - gn)[:, None], coef[:, None] * p).astype(dtype)
+        dh = matmul(dlogits, head_c, out_dtype=dtype)
+        dw_t = dw_t + matmul(ht, dlogits, out_dtype=jnp.float32)
+        return dw_t, dh.reshape(b, chunk, d)
+
+    xs = (ht_c, tgt_c, g_nll_c, g_lse_c, lse_c)
+    xs = (*xs, p_c, pt_c) if keep_probs else (*xs, h_c)
+    dw_t, dh = jax.lax.scan(body, jnp.zeros((d, head.shape[0]), jnp.float32), xs)
+    return _from_chunks(dh, t), jax.lax.optimization_barrier(dw_t).T.astype(head.dtype), None
+
+
+_xent.defvjp(_xent_fwd, _xent_bwd)
+
+
+def output_cross_entropy(
+    hidden: jax.Array,
+    head: jax.Array,
+    targets: jax.Array,
+    *,
+    chunk_positions: int | None = None,
+    keep_probs: bool = True,
+) -> tuple[jax.Array, jax.Array]:
+    """Negative log-likelihoods and log-partitions, float32[B, T], of ``targets`` under ``hidden @ head.T``.
+
+    Args:
+        hidden: [B, T, D] final hidden states in the compute dtype (the matmuls' operand dtype).
+        head: [V, D] output embedding (any float dtype; cast to ``hidden``'s for the matmuls, and its
+            gradient is accumulated in float32 and returned in ``head``'s dtype).
+        targets: int[B, T] target ids.
+        chunk_positions: positions per chunk (all batch rows together); None sizes chunks so one chunk's
+            float32 logits are about 128 MiB.
+        keep_probs: keep the softmax (compute dtype) for the backward; False recomputes each chunk's logits
+            in the backward instead, so no [B*T, V] array is ever held.
+    """
+    b, t, _ = hidden.shape
+    chunk = chunk_positions or auto_chunk_positions(b, t, head.shape[0])
+    return _xent(hidden, head, targets, min(chunk, t), keep_probs)
