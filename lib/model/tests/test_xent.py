@@ -41,7 +41,9 @@ def _inputs(dtype=jnp.float32, scale=1.0, seed=0):
 @pytest.mark.parametrize("chunk", [None, 1, 3, T])
 def test_values_and_gradients_match_autodiff_in_float32(keep_probs, chunk):
     hidden, head, targets, w_nll, w_lse = _inputs()
-    got_nll, got_lse = output_cross_entropy(hidden, head, targets, chunk_positions=chunk, keep_probs=keep_probs)
+    got_nll, got_lse = output_cross_entropy(
+        hidden, head, targets, chunk_positions=chunk, keep_probs=keep_probs
+    )
     want_nll, want_lse = _reference(hidden, head, targets)
     np.testing.assert_allclose(got_nll, want_nll, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_lse, want_lse, rtol=1e-5, atol=1e-6)
@@ -108,8 +110,16 @@ def test_without_keep_probs_no_tokens_by_vocab_array_is_held():
     targets = jnp.zeros((b, t), jnp.int32)
 
     def temp_bytes(keep_probs):
-        f = lambda h, w: jnp.sum(output_cross_entropy(h, w, targets, chunk_positions=16, keep_probs=keep_probs)[0])  # noqa: E731
-        return jax.jit(jax.grad(f, argnums=(0, 1))).lower(hidden, head).compile().memory_analysis().temp_size_in_bytes
+        f = lambda h, w: jnp.sum(
+            output_cross_entropy(h, w, targets, chunk_positions=16, keep_probs=keep_probs)[0]
+        )  # noqa: E731
+        return (
+            jax.jit(jax.grad(f, argnums=(0, 1)))
+            .lower(hidden, head)
+            .compile()
+            .memory_analysis()
+            .temp_size_in_bytes
+        )
 
     full_logits = b * t * v * 4
     # keep_probs holds the [b*t, v] softmax in bf16 (half the float32 logits) for the backward...
