@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from schooner.data import (
     WRITE_FORMATS,
+    Dataset,
     ShardWriter,
     content_id,
     detect_format,
@@ -197,6 +198,29 @@ def test_parquet_written_shards_split_by_row_group(tmp_path) -> None:
         w.write_many(recs)
     assert row_groups(str(tmp_path / "x.parquet")) == [0, 1, 2]
     assert [r for g in (0, 1, 2) for r in read_records(str(tmp_path / "x.parquet"), row_groups=[g])] == recs
+
+
+def test_parquet_row_groups_are_bounded_by_bytes_too(tmp_path) -> None:
+    from schooner.cluster import LocalClient
+
+    # 40 documents of 10,000 characters with a 25,000-character bound: a row group closes once it holds
+    # 25,000 or more, so every 3 documents, whatever the record bound.
+    recs = [
+        {"id": str(i), "text": chr(97 + i % 26) * 10_000, "source": "s", "metadata": {}} for i in range(40)
+    ]
+    with ShardWriter(str(tmp_path / "x.parquet"), row_group_size=1000, row_group_bytes=25_000) as w:
+        w.write_many(recs)
+    meta = pq.ParquetFile(tmp_path / "x.parquet").metadata
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [3] * 13 + [1]
+    ds = Dataset.from_records(recs, num_shards=1)
+    ds.write_parquet(
+        str(tmp_path / "out"), row_group_bytes=25_000, client=LocalClient(max_workers=1), progress=False
+    )
+    back = Dataset.from_files(str(tmp_path / "out"))
+    assert back.count(client=LocalClient(max_workers=1), progress=False) == 40
+    assert len(back._splits_fn()) == 14  # one split per row group
+    with pytest.raises(ValueError, match="row_group_bytes"):
+        ds.write_parquet(str(tmp_path / "bad"), row_group_bytes=0)
 
 
 def test_fsspec_memory_and_globs(tmp_path) -> None:

@@ -310,13 +310,20 @@ class Dataset:
         *,
         skip_existing: bool = False,
         row_group_size: int = 50_000,
+        row_group_bytes: int = 64 << 20,
         compression_level: int = 3,
         **execution: Any,
     ) -> dict:
         """Write one parquet shard per task (record layout, zstd; metadata as JSON text) plus
-        `manifest.json`; arguments as `write_jsonl`, plus records per row group."""
+        `manifest.json`; arguments as `write_jsonl`, plus the most records per row group and about the most
+        text + metadata characters per row group (row groups are the units readers split work by)."""
         _check_positive("row_group_size", row_group_size)
-        kw = (("row_group_size", row_group_size), ("zstd_level", compression_level))
+        _check_positive("row_group_bytes", row_group_bytes)
+        kw = (
+            ("row_group_size", row_group_size),
+            ("row_group_bytes", row_group_bytes),
+            ("zstd_level", compression_level),
+        )
         return self._write(path, "parquet", skip_existing, kw, Execution(**execution))
 
     def count(self, **execution: Any) -> int:

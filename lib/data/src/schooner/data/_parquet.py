@@ -161,13 +161,19 @@ def _generic_rows(
 
 
 class ParquetRecordWriter:
-    """Writes records to a parquet file object in row groups of `row_group_size` records."""
+    """Writes records to a parquet file object in row groups of at most `row_group_size` records and about
+    `row_group_bytes` of text and metadata (characters, counted before encoding), whichever comes first.
+
+    The byte bound keeps long documents from making huge row groups: a row group is the unit readers split
+    work by, and the writer holds one row group in memory.
+    """
 
     def __init__(
         self,
         f: Any,
         *,
         row_group_size: int = 50_000,
+        row_group_bytes: int = 64 << 20,
         compression: str = "zstd",
         compression_level: int | None = None,
     ) -> None:
@@ -183,14 +189,18 @@ class ParquetRecordWriter:
         )
         self._rows: list[list[Any]] = [[], [], [], []]
         self._row_group_size = row_group_size
+        self._row_group_bytes = row_group_bytes
+        self._bytes = 0
 
     def write(self, rec: dict) -> None:
         ids, texts, sources, metas = self._rows
         ids.append(rec["id"])
         texts.append(rec["text"])
         sources.append(rec["source"])
-        metas.append(dumps_json(rec["metadata"]).decode() if rec["metadata"] else "")
-        if len(ids) >= self._row_group_size:
+        meta = dumps_json(rec["metadata"]).decode() if rec["metadata"] else ""
+        metas.append(meta)
+        self._bytes += len(rec["text"]) + len(meta)
+        if len(ids) >= self._row_group_size or self._bytes >= self._row_group_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -198,8 +208,9 @@ class ParquetRecordWriter:
             batch = pa.RecordBatch.from_arrays(
                 [pa.array(c, pa.string()) for c in self._rows], schema=RECORD_SCHEMA
             )
-            self._writer.write_batch(batch)
+            self._writer.write_batch(batch, row_group_size=len(self._rows[0]))
             self._rows = [[], [], [], []]
+            self._bytes = 0
 
     def close(self) -> None:
         self._flush()

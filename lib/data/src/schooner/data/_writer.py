@@ -45,7 +45,13 @@ class ShardWriter:
     """
 
     def __init__(
-        self, path: str, format: str | None = None, *, zstd_level: int = 3, row_group_size: int = 50_000
+        self,
+        path: str,
+        format: str | None = None,
+        *,
+        zstd_level: int = 3,
+        row_group_size: int = 50_000,
+        row_group_bytes: int = 64 << 20,
     ):
         if format is None:
             format = next(
@@ -58,6 +64,7 @@ class ShardWriter:
         self.bytes = 0
         self._zstd_level = zstd_level
         self._row_group_size = row_group_size
+        self._row_group_bytes = row_group_bytes
         self._cm: Any = None
         self._closed = False
 
@@ -89,7 +96,10 @@ class ShardWriter:
             from ._parquet import ParquetRecordWriter
 
             self._parquet = ParquetRecordWriter(
-                self._raw, row_group_size=self._row_group_size, compression_level=self._zstd_level
+                self._raw,
+                row_group_size=self._row_group_size,
+                row_group_bytes=self._row_group_bytes,
+                compression_level=self._zstd_level,
             )
 
     def write(self, rec: dict) -> None:
