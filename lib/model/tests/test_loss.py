@@ -83,8 +83,8 @@ def test_token_losses_are_per_position_nats(tiny_dense, tokens):
 @pytest.mark.slow
 def test_chunked_loss_equals_unchunked(tiny_dense, tokens):
     base = init(tiny_dense, key=jax.random.PRNGKey(0))
-    # 2 x 15 = 30 predictions in chunks of 7: the last chunk is padded.
-    chunked = init(dataclasses.replace(tiny_dense, loss_chunk_tokens=7), key=jax.random.PRNGKey(0))
+    # 2 x 15 = 30 predictions in chunks of 8 tokens = 4 positions of both rows: the last chunk is padded.
+    chunked = init(dataclasses.replace(tiny_dense, loss_chunk_tokens=8), key=jax.random.PRNGKey(0))
     toks = tokens(2, 16, tiny_dense.vocab_size)
     seg = jnp.array([[0] * 8 + [1] * 8, [0] * 16], jnp.int32)
     mask = jnp.ones((2, 16), jnp.int32)

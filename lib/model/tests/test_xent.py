@@ -110,9 +110,9 @@ def test_without_keep_probs_no_tokens_by_vocab_array_is_held():
     targets = jnp.zeros((b, t), jnp.int32)
 
     def temp_bytes(keep_probs):
-        f = lambda h, w: jnp.sum(
-            output_cross_entropy(h, w, targets, chunk_positions=16, keep_probs=keep_probs)[0]
-        )  # noqa: E731
+        def f(h, w):
+            return jnp.sum(output_cross_entropy(h, w, targets, chunk_positions=16, keep_probs=keep_probs)[0])
+
         return (
             jax.jit(jax.grad(f, argnums=(0, 1)))
             .lower(hidden, head)
@@ -126,3 +126,39 @@ def test_without_keep_probs_no_tokens_by_vocab_array_is_held():
     assert temp_bytes(True) >= full_logits // 2
     # ...without it only a chunk of 16 positions (1/16 of the logits) is ever live, plus small arrays.
     assert temp_bytes(False) < full_logits // 4
+
+
+def test_automatic_chunks_are_balanced_and_bounded(monkeypatch):
+    from schooner.model import _xent
+
+    # 8 x 10 x 37 float32 logits = 11,840 bytes; a 3,000-byte budget asks for 4 chunks of 3 positions (not
+    # 3 + 3 + 3 + 1), and at most 8 chunks whatever the budget.
+    assert (
+        _xent.balanced_chunk(10, 3) == 3
+        and _xent.balanced_chunk(10, 9) == 5
+        and _xent.balanced_chunk(10, 50) == 10
+    )
+    monkeypatch.setattr(_xent, "_AUTO_CHUNK_BYTES", 3000)
+    assert _xent.auto_chunk_positions(8, 10, 37) == 3
+    monkeypatch.setattr(_xent, "_AUTO_CHUNK_BYTES", 1)
+    assert _xent.auto_chunk_positions(8, 100, 37) == 13  # 8 chunks of 13 positions
+    # Several automatic chunks give the same values and gradients as the reference.
+    hidden, head, targets, w_nll, w_lse = _inputs()
+    (v1, (gh1, gw1)) = jax.jit(_weighted(lambda h, w: output_cross_entropy(h, w, targets), w_nll, w_lse))(
+        hidden, head
+    )
+    (v2, (gh2, gw2)) = jax.jit(_weighted(lambda h, w: _reference(h, w, targets), w_nll, w_lse))(hidden, head)
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    np.testing.assert_allclose(gh1, gh2, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(gw1, gw2, rtol=1e-4, atol=1e-6)
+
+
+def test_edge_cases():
+    hidden, head, targets, _, _ = _inputs()
+    nll, lse = output_cross_entropy(hidden, head, targets, chunk_positions=10 * T)  # chunk beyond T
+    np.testing.assert_allclose(nll, _reference(hidden, head, targets)[0], rtol=1e-5, atol=1e-6)
+    nll, lse = output_cross_entropy(hidden[:, :0], head, targets[:, :0])  # no positions at all
+    assert nll.shape == lse.shape == (B, 0)
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="chunk_positions must be an int >= 1"):
+            output_cross_entropy(hidden, head, targets, chunk_positions=bad)

@@ -92,8 +92,9 @@ class LlamaConfig:
             (cuDNN flash attention on NVIDIA GPUs; needs a bf16/fp16 compute dtype).
         loss_chunk_tokens: 0 (default): the output projection + cross-entropy keeps the softmax in the
             compute dtype for the backward (one [tokens, vocab] array) and works on chunks of about 128 MiB
-            of float32 logits. N > 0: chunks of about N tokens whose logits are recomputed in the
-            backward, so nothing of size [tokens, vocab] is ever held (one more vocab-sized matmul).
+            of float32 logits (at most 8 chunks). N > 0: chunks of N // batch positions (at least one
+            position, i.e. batch tokens) whose logits are recomputed in the backward, so nothing of size
+            [tokens, vocab] is ever held (one more vocab-sized matmul).
         type: registry key (``"llama"``); do not change.
     """
 
@@ -170,7 +171,8 @@ class LlamaConfig:
             )
         if not isinstance(self.loss_chunk_tokens, int) or self.loss_chunk_tokens < 0:
             raise ValueError(
-                f"loss_chunk_tokens must be an int >= 0 (0 = no chunking); got {self.loss_chunk_tokens=}."
+                f"loss_chunk_tokens must be an int >= 0 (0 = automatic chunks, softmax kept for the backward); "
+                f"got {self.loss_chunk_tokens=}."
             )
 
     @property

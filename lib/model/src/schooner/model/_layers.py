@@ -84,7 +84,10 @@ def _accumulate_f32(dtype: jnp.dtype) -> bool:
 
 
 def _mm(a: jax.Array, b: jax.Array, transpose_b: bool, out_dtype: jnp.dtype) -> jax.Array:
-    acc = jnp.float32 if _accumulate_f32(a.dtype) else None
+    # A float32 result of 16-bit operands (the logits, the weight gradients of the fused loss) is asked for
+    # as such on every backend, not rounded to 16 bits first and cast up.
+    wide = jnp.dtype(out_dtype) == jnp.float32 and jnp.dtype(a.dtype).itemsize == 2
+    acc = jnp.float32 if wide or _accumulate_f32(a.dtype) else None
     out = jax.lax.dot_general(
         a, b, (((1,), (1 if transpose_b else 0,)), ((), ())), preferred_element_type=acc
     )

@@ -64,7 +64,7 @@ def target_mask_to_loss_mask(target_mask: jax.Array) -> jax.Array:
 def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None):
     """(nll, lse, aux): float32[B, T-1] negative log-likelihoods and log-partition values."""
     h, aux = model.hidden_states(tokens, segment_ids=segment_ids)
-    b, t = tokens.shape
+    b = tokens.shape[0]
     hidden = h.rearrange((BATCH, POSITION, EMBED)).array[:, :-1]
     chunk = model.config.loss_chunk_tokens
     nll, lse = output_cross_entropy(

@@ -30,14 +30,25 @@ import jax.numpy as jnp
 
 from ._layers import matmul
 
-# Positions per chunk when the caller does not choose: sized so one chunk's float32 logits stay near this.
+# Automatic chunking: chunks of about this many bytes of float32 logits (for the whole batch), but never
+# more than _MAX_AUTO_CHUNKS of them: each chunk adds a read-modify-write of the float32 [D, V] weight
+# gradient, so many small chunks would cost more than the memory they save. Batches whose logits exceed
+# _MAX_AUTO_CHUNKS x the budget should set `loss_chunk_tokens` (the recomputing, memory-bounded mode).
 _AUTO_CHUNK_BYTES = 128 << 20
+_MAX_AUTO_CHUNKS = 8
 
 
 def auto_chunk_positions(batch: int, positions: int, vocab: int) -> int:
-    """Positions per chunk so that a chunk's float32 logits [batch * chunk, vocab] are about 128 MiB."""
-    per_position = batch * vocab * 4
-    return max(1, min(positions, _AUTO_CHUNK_BYTES // max(per_position, 1)))
+    """Positions per chunk: chunks of about 128 MiB of float32 logits [batch * chunk, vocab], at most 8."""
+    total = batch * positions * vocab * 4
+    n = min(_MAX_AUTO_CHUNKS, max(1, -(-total // _AUTO_CHUNK_BYTES)))
+    return balanced_chunk(positions, -(-positions // n))
+
+
+def balanced_chunk(positions: int, chunk: int) -> int:
+    """The smallest chunk giving the same number of chunks as ``chunk``: the last one is not mostly padding."""
+    n = -(-positions // max(1, min(chunk, positions)))
+    return -(-positions // n)
 
 
 def _to_chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -56,17 +67,28 @@ def _from_chunks(y: jax.Array, t: int) -> jax.Array:
 
 
 def _store(x: jax.Array) -> jax.Array:
-    """16-bit floats travel through the scan as same-width integers.
+    """16-bit floats travel into, through and out of the scans as same-width integers.
 
     XLA:CPU's float normalization has no 16-bit dynamic-update-slice: a scan stacking bf16 outputs converts
-    the whole stacked buffer to float32 and back around every update (and the backward's slices likewise).
-    Bit-casting to uint16 moves the same bytes with no conversion at all.
+    the whole stacked buffer to float32 and back around every update. Bit-casting to uint16 moves the same
+    bytes with no conversion at all.
     """
-    return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype.itemsize == 2 else x
+    if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype.itemsize == 2:
+        return jax.lax.bitcast_convert_type(x, jnp.uint16)
+    return x
 
 
 def _load(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype == jnp.uint16 else x
+    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype == jnp.uint16 and dtype != jnp.uint16 else x
+
+
+def _on_cpu() -> bool:
+    return jax.default_backend() == "cpu"
+
+
+def _cpu_barrier(x):
+    """An optimization barrier on CPU only (see the backward): elsewhere XLA may fold transposes freely."""
+    return jax.lax.optimization_barrier(x) if _on_cpu() else x
 
 
 def _logits(h: jax.Array, head: jax.Array) -> jax.Array:
@@ -91,7 +113,7 @@ def _xent_fwd(hidden, head, targets, chunk, keep_probs):
     head_c = head.astype(hidden.dtype)
 
     def body(_, xs):
-        h, tgt = xs
+        h, tgt = _load(xs[0], hidden.dtype), xs[1]
         logits, lse, tl = _chunk_stats(h, head_c, tgt)
         out = {"nll": lse - tl, "lse": lse}
         if keep_probs:
@@ -99,7 +121,7 @@ def _xent_fwd(hidden, head, targets, chunk, keep_probs):
             out["p_t"] = jnp.exp(tl - lse)
         return None, out
 
-    _, o = jax.lax.scan(body, None, (_to_chunks(hidden, chunk), _to_chunks(targets, chunk)))
+    _, o = jax.lax.scan(body, None, (_store(_to_chunks(hidden, chunk)), _to_chunks(targets, chunk)))
     nll = _from_chunks(o["nll"].reshape(-1, b, chunk), t)
     lse = _from_chunks(o["lse"].reshape(-1, b, chunk), t)
     res = (hidden, head, targets, o["lse"], o.get("p"), o.get("p_t"))
@@ -118,30 +140,30 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
     # row-major operands, and a transpose inside the loop would only relabel the layout. With it the head's
     # weight gradient is the canonical product hidden^T [D, c] @ d_logits [c, V], accumulated as [D, V].
     h_c = _to_chunks(hidden, chunk).reshape(-1, b * chunk, d)
-    # The barriers keep XLA from folding these transposes into the products when the loop has a single
-    # trip and is inlined: XLA:CPU has no fallback for a transposed bf16 x bf16 -> f32 product and fails.
-    ht_c = jax.lax.optimization_barrier(jnp.swapaxes(h_c, 1, 2))
+    # On CPU the barriers keep XLA from folding these transposes into the products when the loop has a
+    # single trip and is inlined: XLA:CPU has no fallback for a transposed bf16 x bf16 -> f32 product.
+    ht_c = _cpu_barrier(jnp.swapaxes(h_c, 1, 2))
     tgt_c = _to_chunks(targets, chunk).reshape(-1, b * chunk)
 
     def body(dw_t, xs):
-        ht, tgt, gn, gl, lse = xs[:5]
+        ht, tgt, gn, gl, lse = _load(xs[0], dtype), xs[1], xs[2], xs[3], xs[4]
         if keep_probs:
             p = _load(xs[5], dtype).astype(jnp.float32)
             p_t = xs[6]
         else:  # recompute this chunk's logits from its hidden states and the saved log-partition
-            p = jnp.exp(_logits(xs[5], head_c) - lse[:, None])
+            p = jnp.exp(_logits(_load(xs[5], dtype), head_c) - lse[:, None])
             p_t = jnp.take_along_axis(p, tgt[:, None], axis=-1)[:, 0]
         coef = gn + gl
-        onehot = jnp.arange(p.shape[-1], dtype=tgt.dtype)[None, :] == tgt[:, None]
+        onehot = jnp.arange(p.shape[-1], dtype=jnp.int32)[None, :] == tgt.astype(jnp.int32)[:, None]
         dlogits = jnp.where(onehot, (coef * p_t - gn)[:, None], coef[:, None] * p).astype(dtype)
         dh = matmul(dlogits, head_c, out_dtype=dtype)
         dw_t = dw_t + matmul(ht, dlogits, out_dtype=jnp.float32)
-        return dw_t, dh.reshape(b, chunk, d)
+        return dw_t, _store(dh.reshape(b, chunk, d))
 
-    xs = (ht_c, tgt_c, g_nll_c, g_lse_c, lse_c)
-    xs = (*xs, p_c, pt_c) if keep_probs else (*xs, h_c)
+    xs = (_store(ht_c), tgt_c, g_nll_c, g_lse_c, lse_c)
+    xs = (*xs, p_c, pt_c) if keep_probs else (*xs, _store(h_c))
     dw_t, dh = jax.lax.scan(body, jnp.zeros((d, head.shape[0]), jnp.float32), xs)
-    return _from_chunks(dh, t), jax.lax.optimization_barrier(dw_t).T.astype(head.dtype), None
+    return _from_chunks(_load(dh, dtype), t), _cpu_barrier(dw_t).T.astype(head.dtype), None
 
 
 _xent.defvjp(_xent_fwd, _xent_bwd)
@@ -161,12 +183,17 @@ def output_cross_entropy(
         hidden: [B, T, D] final hidden states in the compute dtype (the matmuls' operand dtype).
         head: [V, D] output embedding (any float dtype; cast to ``hidden``'s for the matmuls, and its
             gradient is accumulated in float32 and returned in ``head``'s dtype).
-        targets: int[B, T] target ids.
-        chunk_positions: positions per chunk (all batch rows together); None sizes chunks so one chunk's
-            float32 logits are about 128 MiB.
+        targets: int[B, T] target ids in [0, V).
+        chunk_positions: positions per chunk (all batch rows together), evened out so the last chunk is not
+            mostly padding; None: chunks of about 128 MiB of float32 logits for the whole batch, at most 8.
         keep_probs: keep the softmax (compute dtype) for the backward; False recomputes each chunk's logits
             in the backward instead, so no [B*T, V] array is ever held.
     """
     b, t, _ = hidden.shape
-    chunk = chunk_positions or auto_chunk_positions(b, t, head.shape[0])
-    return _xent(hidden, head, targets, min(chunk, t), keep_probs)
+    if chunk_positions is not None and (not isinstance(chunk_positions, int) or chunk_positions < 1):
+        raise ValueError(f"chunk_positions must be an int >= 1 or None, got {chunk_positions!r}")
+    if t == 0:
+        empty = jnp.zeros((b, 0), jnp.float32)
+        return empty, empty
+    chunk = auto_chunk_positions(b, t, head.shape[0]) if chunk_positions is None else chunk_positions
+    return _xent(hidden, head, targets, balanced_chunk(t, chunk), keep_probs)
