@@ -37,10 +37,29 @@ def _compare(ref, got):
         np.testing.assert_allclose(b, a, rtol=2e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("moe", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_sharded_loss_and_grads_equal_unsharded(tiny_dense, tiny_moe, tokens, moe):
+@pytest.mark.parametrize(
+    "moe,loss_chunks",
+    [
+        (False, "one"),
+        # The fused loss over several chunks of positions, keeping the softmax / recomputing the logits.
+        (False, "auto"),
+        (False, "recompute"),
+        pytest.param(True, "one", marks=pytest.mark.slow),
+    ],
+)
+def test_sharded_loss_and_grads_equal_unsharded(tiny_dense, tiny_moe, tokens, moe, loss_chunks, monkeypatch):
     assert len(jax.devices()) >= 8, "the root conftest provides 8 fake CPU devices"
     cfg = tiny_moe if moe else dataclasses.replace(tiny_dense, vocab_size=96)
+    if loss_chunks == "auto":
+        from schooner.model import _xent
+
+        # Another vocabulary, so nothing compiled for the one-chunk case is reused; a budget of 4 positions
+        # of the batch: 4 chunks over the 15 positions.
+        cfg = dataclasses.replace(cfg, vocab_size=104)
+        monkeypatch.setattr(_xent, "_AUTO_CHUNK_BYTES", 8 * 4 * 104 * 4)
+        assert _xent.auto_chunk_positions(8, 15, 104) == 4
+    elif loss_chunks == "recompute":
+        cfg = dataclasses.replace(cfg, loss_chunk_tokens=8 * 6)  # 6 positions a chunk: 3 chunks, padded
     model = init(cfg, key=jax.random.PRNGKey(0))
     toks = tokens(8, 16, cfg.vocab_size)
     seg = jnp.repeat(jnp.array([[0] * 6 + [1] * 10]), 8, axis=0)
