@@ -252,6 +252,24 @@ def test_bf16_matmul_accumulates_in_f32_and_its_gradients_stay_bf16(transpose_b)
     np.testing.assert_allclose(db.astype(jnp.float32), eb, rtol=3e-2, atol=3e-2)
 
 
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="a layout detail of XLA:CPU's 16-bit GEMMs")
+@pytest.mark.parametrize("transpose_b", [False, True])
+def test_bf16_matmul_gradients_compile_to_canonical_products_on_cpu(transpose_b):
+    # XLA:CPU's fast bf16 GEMMs take only [M, K] x [K, N]; a product contracting the rows of its left operand
+    # (lhs_contracting_dims={0}, how XLA folds a^T @ g) runs on the generic float32 path with converted
+    # operands, at about half the speed. The weight gradient must not be one.
+    a = jnp.ones((64, 32), jnp.bfloat16)
+    b = jnp.ones((48, 32) if transpose_b else (32, 48), jnp.bfloat16)
+
+    def loss(x, y):
+        return jnp.sum(matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32))
+
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(a, b).compile().as_text()
+    dots = [line for line in hlo.splitlines() if " dot(" in line]
+    assert dots, "no products found in the compiled gradient"
+    assert not [d for d in dots if "lhs_contracting_dims={0}" in d], dots
+
+
 def test_named_dot_flattens_to_one_product_and_matches_einsum():
     import haliax as hax
 

@@ -99,14 +99,32 @@ def _matmul_lowp(a: jax.Array, b: jax.Array, transpose_b: bool, out_dtype: jnp.d
     return _mm(a, b, transpose_b, out_dtype)
 
 
+def cpu_barrier(x):
+    """``jax.lax.optimization_barrier`` on CPU, the identity elsewhere.
+
+    XLA folds a transpose feeding a product into the product's dimension numbers. XLA:CPU's fast 16-bit
+    GEMMs take only the canonical [M, K] x [K, N] form, so a folded transpose sends a bf16 product to the
+    generic float32 path (operands converted, about half the speed) or, where that path has no bf16 kernel,
+    to a run-time error. A barrier between the transpose and the product keeps the transpose a copy.
+    """
+    return jax.lax.optimization_barrier(x) if jax.default_backend() == "cpu" else x
+
+
 def _matmul_lowp_fwd(a, b, transpose_b, out_dtype):
+    if jax.default_backend() == "cpu":
+        # Keep a^T [K, M] for the weight gradient, so that it is the canonical a^T @ g (see cpu_barrier).
+        return _mm(a, b, transpose_b, out_dtype), (cpu_barrier(a.T), b)
     return _mm(a, b, transpose_b, out_dtype), (a, b)
 
 
 def _matmul_lowp_bwd(transpose_b, out_dtype, res, g):
-    a, b = res
-    g = g.astype(a.dtype)  # the cotangent in the compute dtype: both gradient GEMMs stay 16-bit
-    da = _mm(g, b, not transpose_b, a.dtype)  # [M, N] x b -> [M, K]
+    a_or_at, b = res
+    g = g.astype(b.dtype)  # the cotangent in the compute dtype: both gradient GEMMs stay 16-bit
+    da = _mm(g, b, not transpose_b, b.dtype)  # [M, N] x b -> [M, K]
+    if jax.default_backend() == "cpu":
+        db = _mm(a_or_at, g, False, b.dtype)  # a^T [K, M] @ g [M, N] = [K, N]
+        return da, cpu_barrier(db).T if transpose_b else db
+    a = a_or_at
     db = _mm(g.T, a, False, b.dtype) if transpose_b else _mm(a.T, g, False, b.dtype)
     return da, db
 

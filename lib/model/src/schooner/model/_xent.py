@@ -28,7 +28,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._layers import matmul
+from ._layers import cpu_barrier, matmul
 
 # Automatic chunking: chunks of about this many bytes of float32 logits (for the whole batch), but never
 # more than _MAX_AUTO_CHUNKS of them: each chunk adds a read-modify-write of the float32 [D, V] weight
@@ -82,15 +82,6 @@ def _load(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
     return jax.lax.bitcast_convert_type(x, dtype) if x.dtype == jnp.uint16 and dtype != jnp.uint16 else x
 
 
-def _on_cpu() -> bool:
-    return jax.default_backend() == "cpu"
-
-
-def _cpu_barrier(x):
-    """An optimization barrier on CPU only (see the backward): elsewhere XLA may fold transposes freely."""
-    return jax.lax.optimization_barrier(x) if _on_cpu() else x
-
-
 def _logits(h: jax.Array, head: jax.Array) -> jax.Array:
     """float32 logits [rows, V] of a chunk h [..., D] (all leading axes flattened) against head [V, D]."""
     return matmul(h.reshape(-1, h.shape[-1]), head, transpose_b=True, out_dtype=jnp.float32)
@@ -142,7 +133,7 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
     h_c = _to_chunks(hidden, chunk).reshape(-1, b * chunk, d)
     # On CPU the barriers keep XLA from folding these transposes into the products when the loop has a
     # single trip and is inlined: XLA:CPU has no fallback for a transposed bf16 x bf16 -> f32 product.
-    ht_c = _cpu_barrier(jnp.swapaxes(h_c, 1, 2))
+    ht_c = cpu_barrier(jnp.swapaxes(h_c, 1, 2))
     tgt_c = _to_chunks(targets, chunk).reshape(-1, b * chunk)
 
     def body(dw_t, xs):
@@ -163,7 +154,7 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
     xs = (_store(ht_c), tgt_c, g_nll_c, g_lse_c, lse_c)
     xs = (*xs, p_c, pt_c) if keep_probs else (*xs, _store(h_c))
     dw_t, dh = jax.lax.scan(body, jnp.zeros((d, head.shape[0]), jnp.float32), xs)
-    return _from_chunks(_load(dh, dtype), t), _cpu_barrier(dw_t).T.astype(head.dtype), None
+    return _from_chunks(_load(dh, dtype), t), cpu_barrier(dw_t).T.astype(head.dtype), None
 
 
 _xent.defvjp(_xent_fwd, _xent_bwd)
