@@ -111,22 +111,16 @@ def cpu_barrier(x):
 
 
 def _matmul_lowp_fwd(a, b, transpose_b, out_dtype):
-    if jax.default_backend() == "cpu":
-        # Keep a^T [K, M] for the weight gradient, so that it is the canonical a^T @ g (see cpu_barrier).
-        return _mm(a, b, transpose_b, out_dtype), (cpu_barrier(a.T), b)
-    return _mm(a, b, transpose_b, out_dtype), (a, b)
+    # Keep a^T [K, M] for the weight gradient, so that it is the canonical a^T @ g (see cpu_barrier).
+    return _mm(a, b, transpose_b, out_dtype), (cpu_barrier(a.T), b)
 
 
 def _matmul_lowp_bwd(transpose_b, out_dtype, res, g):
-    a_or_at, b = res
+    at, b = res
     g = g.astype(b.dtype)  # the cotangent in the compute dtype: both gradient GEMMs stay 16-bit
     da = _mm(g, b, not transpose_b, b.dtype)  # [M, N] x b -> [M, K]
-    if jax.default_backend() == "cpu":
-        db = _mm(a_or_at, g, False, b.dtype)  # a^T [K, M] @ g [M, N] = [K, N]
-        return da, cpu_barrier(db).T if transpose_b else db
-    a = a_or_at
-    db = _mm(g.T, a, False, b.dtype) if transpose_b else _mm(a.T, g, False, b.dtype)
-    return da, db
+    db = _mm(at, g, False, b.dtype)  # a^T [K, M] @ g [M, N] = [K, N]; b is [N, K] when transpose_b
+    return da, cpu_barrier(db).T if transpose_b else db
 
 
 _matmul_lowp.defvjp(_matmul_lowp_fwd, _matmul_lowp_bwd)
