@@ -30,5 +30,6 @@ from ._step import InputPath as InputPath
 from ._step import StepDef as StepDef
 from ._step import StepHandle as StepHandle
 from ._step import step as step
+from ._storage import atomic_write as atomic_write
 from ._version import ConfigError as ConfigError
 from ._version import runtime_field as runtime_field

@@ -99,6 +99,12 @@ class Progress:
             return
         self.console.print(f"  [yellow]… wait[/]    {step.name} [dim]held by {holder}[/]")
 
+    def note(self, step: Step, text: str) -> None:
+        """A one-line remark about a step (e.g. what `--force` removed)."""
+        if self.quiet:
+            return
+        self.console.print(f"  [yellow]! note[/]    {step.name} [dim]{_escape(text)}[/]")
+
     def took_over(self, step: Step) -> None:
         if self.quiet:
             return

@@ -224,6 +224,12 @@ class StepRunner:
                 )
             done = st is not None and st.state is StepState.SUCCESS and s.key not in forced
             states[s.key] = "cached" if done else "will_run"
+        # Cached steps downstream of a forced one wait for it: reported cached once it succeeds again,
+        # skipped if it fails (never "cached" against an input that is not done).
+        behind_forced: set[str] = set()
+        for s in steps:  # topological order: inputs first
+            if states[s.key] == "cached" and any(d in forced or d in behind_forced for d in s.deps):
+                behind_forced.add(s.key)
         n_run = sum(v == "will_run" for v in states.values())
         if dry_run:
             progress.dry_run(steps, states, paths, roots)
@@ -234,7 +240,7 @@ class StepRunner:
         outcomes = {
             s.key: StepOutcome(s.name, s.key, paths[s.key], "cached")
             for s in steps
-            if states[s.key] == "cached"
+            if states[s.key] == "cached" and s.key not in behind_forced
         }
         env = environment()
         exp_name = experiment_name()
@@ -245,7 +251,7 @@ class StepRunner:
             _write_json(exp_path, exp)  # early, so a run that dies is on record too
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
             try:
-                todo = [s for s in steps if states[s.key] == "will_run"]
+                todo = [s for s in steps if states[s.key] == "will_run" or s.key in behind_forced]
                 # The runner's client is also the current client of the steps it runs in-process, so
                 # their own fan-out (`current_client().map(...)`) lands on the same cluster.
                 current = using_client(self.client) if self.client is not None else contextlib.nullcontext()

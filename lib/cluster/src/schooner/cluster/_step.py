@@ -39,6 +39,7 @@ class StepHandle:
         "resources",
         "override_output_path",
         "description",
+        "resumable",
         "key",
         "canonical_config",
         "_canonical_text",
@@ -54,6 +55,7 @@ class StepHandle:
         resources: ResourceConfig | None = None,
         override_output_path: str | None = None,
         description: str = "",
+        resumable: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or ".." in name.split("/"):
             raise ValueError(
@@ -79,6 +81,9 @@ class StepHandle:
         self.resources = resources
         self.override_output_path = override_output_path
         self.description = description
+        if not isinstance(resumable, bool):
+            raise TypeError(f"step {name!r}: resumable must be True or False, got {resumable!r}")
+        self.resumable = resumable
         _check_runtime_fields(config, name, "config")
         self.canonical_config = canonicalize(config, step_name=name, field="config")
         self._canonical_text = dumps(self.canonical_config)
@@ -262,6 +267,7 @@ class StepDef:
         version: str | None = None,
         resources: ResourceConfig | None = None,
         description: str = "",
+        resumable: bool = False,
     ) -> None:
         if "<" not in getattr(fn, "__qualname__", "<"):
             # `module.name` is now this StepDef; `module.name.fn` finds the function again, so pickle
@@ -270,6 +276,7 @@ class StepDef:
         self.fn = fn
         self.version = version
         self.resources = resources
+        self.resumable = resumable
         self.description = description or (fn.__doc__ or "").strip().split("\n")[0]
         self.__name__ = getattr(fn, "__name__", "step")
         self.__doc__ = fn.__doc__
@@ -291,6 +298,7 @@ class StepDef:
             resources=resources if resources is not None else self.resources,
             override_output_path=override_output_path,
             description=self.description if description is None else description,
+            resumable=self.resumable,
         )
 
     def __repr__(self) -> str:
@@ -310,12 +318,17 @@ def step(
     resources: ResourceConfig | None = None,
     override_output_path: str | None = None,
     description: str = "",
+    resumable: bool = False,
 ) -> StepHandle: ...
 @overload
 def step(name: Callable[[Any, str], Any]) -> StepDef: ...
 @overload
 def step(
-    *, version: str | None = None, resources: ResourceConfig | None = None, description: str = ""
+    *,
+    version: str | None = None,
+    resources: ResourceConfig | None = None,
+    description: str = "",
+    resumable: bool = False,
 ) -> Callable[[Callable[[Any, str], Any]], StepDef]: ...
 
 
@@ -328,6 +341,7 @@ def step(
     resources: ResourceConfig | None = None,
     override_output_path: str | None = None,
     description: str = "",
+    resumable: bool = False,
 ) -> Any:
     """Make a lazy step: `fn(resolved_config, output_path)` will run once for this name+config+version.
 
@@ -348,6 +362,11 @@ def step(
             runner process. Runtime-only: not part of the identity.
         override_output_path: write here instead of under the prefix (recorded; not part of the identity).
         description: one line for plans and records.
+        resumable: the function finds and continues its own partial output (checkpoints, a manifest
+            of finished shards), so a retry or rerun after a crash gets the folder back as it was left.
+            False (the default): every attempt starts from an empty output folder (the runner clears
+            it first), so a killed attempt can never leave rows that the next one appends to.
+            `--force` empties the folder of resumable steps too. Runtime-only: not part of the identity.
     """
     if config is not _MISSING:
         return StepHandle(
@@ -358,11 +377,13 @@ def step(
             resources=resources,
             override_output_path=override_output_path,
             description=description,
+            resumable=resumable,
         )
+    kw = {"version": version, "resources": resources, "description": description, "resumable": resumable}
     if callable(name) and fn is None:
-        return StepDef(name, version=version, resources=resources, description=description)
+        return StepDef(name, **kw)
     if name is None and fn is None:
-        return lambda f: StepDef(f, version=version, resources=resources, description=description)
+        return lambda f: StepDef(f, **kw)
     raise TypeError(
         "step() takes (name, fn, config, ...) to build a handle, or is used as a decorator "
         "`@step` / `@step(version=...)`; got name={name!r}, fn={fn!r} and no config"

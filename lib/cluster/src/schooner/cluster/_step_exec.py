@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._lease import Lease
 from ._lower import Step
-from ._records import scrub_any, step_record, write_step_record
+from ._records import read_step_record, scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
 from ._status import META_DIR, StepState, meta_path, read_status, write_status
 from ._step import join_path, resolve_config
-from ._storage import is_local, storage_for
+from ._storage import clear_folder, is_local, list_folder, storage_for
 
 if TYPE_CHECKING:
     from ._client import JobHandle
@@ -32,12 +32,20 @@ class LeaseLostError(RuntimeError):
     """Another runner took this step's lease over while it ran (this runner looked dead to it)."""
 
 
+class ForeignOutputError(RuntimeError):
+    """A step's output folder holds files that no attempt of this step wrote."""
+
+
 class MissingInputError(FileNotFoundError):
     """A `handle / "sub/path"` input names a path its step did not write."""
 
 
-def call_step(fn: Any, config: Any, output_path: str) -> Any:
-    """What runs on a worker (or in the runner): make the local output folder, call `fn`."""
+def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -> Any:
+    """What runs on a worker (or in the runner), once per attempt: make the local output folder, empty it
+    unless the step is resumable (so a killed attempt's partial output never mixes with this one's), call
+    `fn`. The runner's own files (`.schooner/`) stay."""
+    if not resumable:
+        clear_folder(output_path, keep=META_DIR)
     if is_local(output_path) and not os.path.isdir(output_path):
         os.makedirs(output_path, exist_ok=True)
     return fn(config, output_path)
@@ -160,6 +168,7 @@ class StepExecutor:
         t0 = time.time()
         outcome: StepOutcome | None = None
         try:
+            self._prepare_folder(step, out)
             write_step_record(storage, out, record)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
             config = resolve_config(
@@ -198,6 +207,32 @@ class StepExecutor:
         self.progress.finished(outcome)
         return outcome
 
+    def _prepare_folder(self, step: Step, out: str) -> None:
+        """Refuse a folder holding files this step did not write; empty it when the step is forced.
+
+        The runner empties a non-resumable step's folder before every attempt, and a forced step's before
+        it reruns: both must never delete data that is not the step's own (an `override_output_path`
+        pointing at a user's folder).
+        """
+        storage = storage_for(out)
+        forced = step.key in self.forced
+        if step.handle.resumable and not forced:
+            return
+        others = [e for e in list_folder(out) if e != META_DIR]
+        if not others:
+            return
+        rec = read_step_record(storage, out)
+        if rec is None or rec.get("key") != step.key:
+            shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+            raise ForeignOutputError(
+                f"step {step.name!r}: its output folder {out} holds files it did not write ({shown}); "
+                "the runner empties a step's folder before each attempt, so it will not run there: "
+                "remove those files or give the step another override_output_path"
+            )
+        if forced:
+            removed = clear_folder(out, keep=META_DIR)
+            self.progress.note(step, f"--force: emptied {out} ({len(removed)} entries) to rerun from scratch")
+
     def _check_input_paths(self, step: Step) -> None:
         """Every `handle / "sub"` input must exist once its step is done: catch typos before running."""
         for field_path, ref in step.handle.input_paths():
@@ -214,13 +249,13 @@ class StepExecutor:
     def _call(self, step: Step, config: Any, out: str) -> Any:
         h = step.handle
         if h.resources is None:
-            return call_step(h.fn, config, out)
+            return call_step(h.fn, config, out, h.resumable)
         client = self.runner.client
         if client is None:
             from ._current import current_client
 
             client = current_client()
-        job = client.submit(call_step, h.fn, config, out, resources=h.resources, name=h.name)
+        job = client.submit(call_step, h.fn, config, out, h.resumable, resources=h.resources, name=h.name)
         with self._lock:
             self._jobs[step.key] = job
         try:

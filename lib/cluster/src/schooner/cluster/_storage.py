@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import socket
 import threading
 import uuid
 from typing import Any
@@ -44,12 +46,18 @@ class LocalStorage:
             return None
 
     def write_text(self, path: str, text: str) -> None:
-        tmp = self._write_tmp(path, text)
+        self.write_bytes(path, text.encode("utf-8"))
+
+    def write_bytes(self, path: str, data: bytes, *, durable: bool = False) -> None:
+        """Replace `path` atomically; `durable` also fsyncs the file and its folder."""
+        tmp = self._write_tmp(path, data, durable=durable)
         try:
             os.replace(tmp, path)
         except BaseException:
             _unlink(tmp)
             raise
+        if durable:
+            _fsync_dir(os.path.dirname(path) or ".")
 
     def create_exclusive(self, path: str, text: str) -> bool:
         tmp = self._write_tmp(path, text)
@@ -84,22 +92,122 @@ class LocalStorage:
 
         return sorted(glob.glob(pattern, recursive=True))
 
-    def _write_tmp(self, path: str, text: str) -> str:
+    def _write_tmp(self, path: str, data: str | bytes, *, durable: bool = False) -> str:
         """A complete temporary file next to `path` (creating the folder on first use)."""
-        parent = os.path.dirname(path)
-        tmp = os.path.join(parent, f".tmp-{uuid.uuid4().hex[:16]}-{os.path.basename(path)}")
+        parent = os.path.dirname(path) or "."
+        tmp = os.path.join(parent, f".tmp-{_tmp_tag()}-{uuid.uuid4().hex[:12]}-{os.path.basename(path)}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileNotFoundError:
             os.makedirs(parent, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
         except BaseException:
             _unlink(tmp)
             raise
         return tmp
+
+
+def atomic_write(path: str, data: bytes | str) -> None:
+    """Write a whole file so that readers see the old content or the new, never a part; durable on return.
+
+    Local paths: a uniquely named temporary file beside `path` (host, pid and a random part, so writers on
+    several hosts of a shared filesystem never collide), fsync'd, renamed over `path`, and the folder
+    fsync'd so the rename survives a power loss. The folder is created if needed. URLs (`gs://`, `s3://`,
+    `memory://`, ...): one fsspec `pipe_file`, which object stores apply as a single atomic put.
+
+    This is the one atomic write of Schooner's packages: the data and tokenize packages use it too.
+    """
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if not is_local(path):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(path)
+        fs.pipe_file(root, blob)
+        return
+    _LOCAL.write_bytes(path, blob, durable=True)
+
+
+def clear_folder(path: str, keep: str) -> list[str]:
+    """Delete everything in the folder `path` except its entry named `keep`; the names deleted.
+
+    Local folders are emptied with `os`/`shutil`; URLs through fsspec (recursive `rm` per entry).
+    A missing folder is empty.
+    """
+    removed = []
+    if is_local(path):
+        import shutil
+
+        try:
+            entries = list(os.scandir(path))
+        except FileNotFoundError:
+            return []
+        for e in entries:
+            if e.name == keep:
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path)
+            else:
+                _unlink(e.path)
+            removed.append(e.name)
+        return sorted(removed)
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    try:
+        entries = fs.ls(root, detail=False)
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if name == keep:
+            continue
+        fs.rm(entry, recursive=True)
+        removed.append(name)
+    return sorted(removed)
+
+
+def list_folder(path: str) -> list[str]:
+    """The names of the entries of folder `path` (empty when it does not exist)."""
+    if is_local(path):
+        try:
+            return sorted(os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(path)
+    try:
+        return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in fs.ls(root, detail=False))
+    except FileNotFoundError:
+        return []
+
+
+_HOST_TAG = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:24]
+
+
+def _tmp_tag() -> str:
+    """Host and pid for temporary names: unique across the hosts of a shared filesystem (pid read now, so a
+    forked child gets its own)."""
+    return f"{_HOST_TAG}-{os.getpid()}"
+
+
+def _fsync_dir(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # some filesystems do not open folders; the file itself is synced
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _unlink(path: str) -> None:

@@ -193,11 +193,18 @@ def _run_job(msg: tuple) -> tuple:
 
 
 def _watch_parent(parent_pid: int) -> None:
-    # A busy worker cannot notice its socket closing; if the parent is gone, exit so no orphan keeps running.
+    # A busy worker cannot notice its socket closing. When the parent is gone (kill -9 of the driver), kill
+    # this worker's whole process group at once: the job and every process it started, so nothing keeps
+    # writing into a step folder that the next run is about to empty and rerun.
+    import signal
+
     while True:
-        time.sleep(1.0)
+        time.sleep(0.05)
         if os.getppid() != parent_pid:
-            os._exit(1)
+            try:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+            finally:
+                os._exit(1)
 
 
 def main() -> None:

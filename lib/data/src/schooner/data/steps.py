@@ -71,6 +71,7 @@ def source_records(
         version="source-records-v1",
         resources=resources,
         description=f"embedded source {name!r} as records",
+        resumable=True,  # finished shards are kept and skipped (their stats name the plan that wrote them)
     )
 
 
@@ -203,7 +204,10 @@ def transform(
         inputs=inputs, pipeline=function_path(pipeline), params=dict(params or {}), format=format,
         text_field=text_field, id_field=id_field, source=source, on_error=on_error,
     )  # fmt: skip
-    return step(name, _run_transform, config, version=f"transform-{version}", resources=resources)
+    # Resumable: finished shards (listed with their stats) are kept and skipped on a rerun.
+    return step(
+        name, _run_transform, config, version=f"transform-{version}", resources=resources, resumable=True
+    )
 
 
 def import_files(

@@ -258,4 +258,5 @@ def tokenized(
         version="tokenize-v1",
         resources=resources,
         description=f"token cache of {source or paths!r}",
+        resumable=True,  # the cache's ledger of finished shards: a rerun builds only the rest
     )

@@ -156,6 +156,7 @@ def train_lm(
         config,
         version=VERSION,
         resources=resources,
+        resumable=True,  # a rerun resumes from the last checkpoint in the run folder
         description=f"train {type(model).__name__} on {len(datasets)} dataset(s) for "
         f"{num_train_steps if num_train_steps is not None else f'{train_tokens} tokens'} steps",
     )
