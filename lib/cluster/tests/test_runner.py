@@ -423,9 +423,10 @@ def test_the_runner_client_is_current_inside_in_process_steps(tmp_path, local_cl
     ],
 )
 def test_secret_field_names(name: str, secret: bool) -> None:
-    from schooner.cluster._records import is_secret_field, redact_config
+    from schooner.cluster import is_secret_name
+    from schooner.cluster._records import redact_config
 
-    assert is_secret_field(name) is secret
+    assert is_secret_name(name) is secret
     assert (redact_config({name: "value"}, [])[name] == "***") is secret
 
 

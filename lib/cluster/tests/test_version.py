@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schooner.cluster import ConfigError, ResourceConfig, StepRunner, runtime_field, step
+from schooner.cluster import ConfigError, ResourceConfig, is_secret_name, runtime_field, step
 from schooner.cluster._version import canonicalize
 
 scalars = st.one_of(
@@ -33,7 +33,7 @@ json_like = st.recursive(
     scalars,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        st.dictionaries(st.text(max_size=8).filter(lambda k: not is_secret_name(k)), inner, max_size=4),
     ),
     max_leaves=20,
 )
@@ -165,13 +165,86 @@ def test_key_is_sha256_of_the_documented_canonical_json() -> None:
     assert h.dir_name == f"tok/x-{h.key[:8]}"
 
 
-def test_prefix_hostname_and_cwd_do_not_enter_the_key(tmp_path, monkeypatch) -> None:
-    h = step("s", fn, {"v": 1})
-    paths = {StepRunner(prefix=str(tmp_path / p)).output_path(h) for p in ("a", "b")}
-    assert {p.rsplit("/", 1)[-1] for p in paths} == {h.dir_name}
-    monkeypatch.setattr("socket.gethostname", lambda: "another-host.region-b")
-    monkeypatch.chdir(tmp_path)
-    assert step("s", fn, {"v": 1}).key == h.key
+_EXPERIMENT = """
+import sys
+from dataclasses import dataclass
+from schooner.cluster import step
+
+def my_filter(x):
+    return x
+
+def fn(c, o):
+    pass
+
+@dataclass(frozen=True)
+class Cfg:
+    threshold: float
+    pipeline: object
+
+h = step("s", fn, Cfg(threshold=2.0, pipeline=my_filter))
+if __name__ == "__main__":
+    print(h.key)
+"""
+
+
+def _key_of(script: str, cwd: str, *args: str, **env: str) -> str:
+    full = {**os.environ, **env}
+    out = subprocess.run([sys.executable, *args, script], cwd=cwd, env=full, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_where_and_how_an_experiment_is_started_does_not_enter_the_key(tmp_path) -> None:
+    """The same experiment file in two folders, started from different working directories and prefixes,
+    as a script and imported from another file: one key."""
+    keys = set()
+    for folder in ("a/deep/exp", "b"):
+        d = tmp_path / folder
+        d.mkdir(parents=True)
+        (d / "base_exp.py").write_text(_EXPERIMENT)
+        keys.add(_key_of(str(d / "base_exp.py"), str(tmp_path), SCHOONER_PREFIX=str(d / "out")))
+        keys.add(_key_of("base_exp.py", str(d)))
+        (d / "other.py").write_text("from base_exp import h\nprint(h.key)\n")
+        keys.add(_key_of("other.py", str(d)))
+    # In a package: run as a script, and imported under its package name from another experiment.
+    pkg = tmp_path / "c" / "experiments"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base_exp.py").write_text(_EXPERIMENT)
+    (pkg / "exp2.py").write_text("from experiments.base_exp import h\nprint(h.key)\n")
+    in_pkg = {
+        _key_of(str(pkg / "base_exp.py"), str(tmp_path)),
+        _key_of("experiments/exp2.py", str(tmp_path / "c"), PYTHONPATH=str(tmp_path / "c")),
+    }
+    assert len(keys) == 1, keys
+    assert len(in_pkg) == 1, in_pkg
+
+
+def test_equal_values_give_equal_keys() -> None:
+    assert step("o", fn, AdamLike(1)).key == step("o", fn, AdamLike(1.0)).key
+    assert step("o", fn, {"x": [2, -3.0]}).key == step("o", fn, {"x": [2.0, -3]}).key
+    assert step("o", fn, {"x": 1.5}).key != step("o", fn, {"x": 1}).key
+    assert step("o", fn, {"x": 2.0**70}).key != step("o", fn, {"x": 2**70 + 1}).key
+
+
+@dataclass(frozen=True)
+class WithToken:
+    repo: str
+    hf_token: str | None = None
+    extra: Any = None
+
+
+def test_secret_named_fields_are_runtime_only() -> None:
+    a = step("dl", fn, WithToken("org/model", hf_token="hf_aaaa", extra={"api_key": "k1", "n": 1}))
+    b = step("dl", fn, WithToken("org/model", hf_token="hf_bbbb", extra={"api_key": "k2", "n": 1}))
+    assert a.key == b.key  # rotating a token reruns nothing
+    assert b.config.hf_token == "hf_bbbb"  # the step itself still gets it
+    assert step("dl", fn, WithToken("org/other", hf_token="hf_aaaa")).key != a.key
+    assert step("dl", fn, WithToken("org/model", extra={"api_key": "k1", "n": 2})).key != a.key
+    assert (
+        step("dl", fn, WithToken("org/model", extra={"eos_token": "</s>"})).key
+        != step("dl", fn, WithToken("org/model", extra={"eos_token": "<eos>"})).key
+    )
 
 
 def test_key_is_the_same_in_another_process_with_another_hash_seed() -> None:
@@ -204,7 +277,6 @@ def test_handle_keyed_dicts_are_sorted_pairs_independent_of_order() -> None:
 
 def test_types_that_look_alike_have_different_keys() -> None:
     assert step("o", fn, AdamLike(1e-3)).key != step("o", fn, MuonLike(1e-3)).key
-    assert step("o", fn, {"x": 1}).key != step("o", fn, {"x": 1.0}).key
     assert step("o", fn, {"x": 1}).key != step("o", fn, {"x": True}).key
     assert step("o", fn, {"x": "1"}).key != step("o", fn, {"x": 1}).key
     assert step("o", fn, {1: "a"}).key != step("o", fn, {"1": "a"}).key

@@ -20,22 +20,10 @@ import sys
 import time
 from typing import Any
 
-from ._secrets import REDACTED, redact_env, scrub, secret_values
+from ._secrets import REDACTED, is_secret_name, redact_env, scrub, secret_values
 from ._status import meta_path
 from ._storage import Storage
 from ._version import to_jsonable
-
-_SECRET_FIELD = re.compile(
-    r"(password|passwd|secret|api_?key|access_?key|private_?key|credential|auth_?token|authorization|(^|_)auth$|bearer|session_?key|"
-    r"(^|_)token$)",
-    re.IGNORECASE,
-)
-# `*_token` fields that name a vocabulary item, not a credential.
-_VOCAB_TOKEN = re.compile(
-    r"^(eos|bos|pad|unk|mask|sep|cls|start|end|special|image|audio|think|"
-    r"begin|stop|default|sentinel)_token$",
-    re.IGNORECASE,
-)
 
 _PACKAGES = (
     "schooner",
@@ -58,22 +46,13 @@ _PACKAGES = (
 )
 
 
-def is_secret_field(name: str) -> bool:
-    """True for config field names that look like credentials (`hf_token`, `api_key`, `password`).
-
-    Stricter than `is_secret_name` for environment variables: vocabulary fields such as `eos_token`,
-    `max_tokens` or `tokenizer` are not secrets.
-    """
-    return bool(_SECRET_FIELD.search(name)) and not _VOCAB_TOKEN.match(name)
-
-
 def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
     """A copy of a canonical (JSON-able) config with secret-named fields and secret values replaced."""
     secrets = secret_values() if secrets is None else secrets
 
     def go(v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: (REDACTED if is_secret_field(k) and v2 is not None else go(v2)) for k, v2 in v.items()}
+            return {k: (REDACTED if is_secret_name(k) and v2 is not None else go(v2)) for k, v2 in v.items()}
         if isinstance(v, list):
             return [go(x) for x in v]
         if isinstance(v, str) and secrets:

@@ -6,15 +6,32 @@ import re
 from collections.abc import Iterable, Mapping
 
 _SECRET_NAME = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH|SESSION_?KEY|_KEY$|^KEY$)",
+    r"password|passwd|secret|api_?key|access_?key|private_?key|session_?key|signing_?key|credential|"
+    r"auth_?token|authorization|bearer|(^|_)auth$|(^|_)token$|"
+    r"(?-i:(^|_)KEY$)",  # MY_KEY in the environment; not `sort_key` or `key` fields of a config
+    re.IGNORECASE,
+)
+# `*_token` names that name a vocabulary item, not a credential.
+_VOCAB_TOKEN = re.compile(
+    r"^(eos|bos|pad|unk|mask|sep|cls|start|end|special|image|audio|think|begin|stop|default|sentinel)_token$",
     re.IGNORECASE,
 )
 REDACTED = "***"
 
 
 def is_secret_name(name: str) -> bool:
-    """True when an environment variable's name looks like it holds a token, key or password."""
-    return bool(_SECRET_NAME.search(name))
+    """True when a name (an environment variable or a config field) looks like it holds a credential.
+
+    The one secret pattern of Schooner: `HF_TOKEN`, `WANDB_API_KEY`, `MY_KEY`, `hf_token`, `password`,
+    `api_key` are secrets; vocabulary items (`eos_token`, `pad_token`), `max_tokens`, `tokenizer`,
+    `sort_key` or `author` are not. Secret values are scrubbed from logs and records, and config fields
+    with such names are runtime-only (never part of a step's identity).
+
+    Example:
+        >>> is_secret_name("HF_TOKEN"), is_secret_name("eos_token"), is_secret_name("sort_key")
+        (True, False, False)
+    """
+    return bool(_SECRET_NAME.search(name)) and not _VOCAB_TOKEN.match(name)
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:

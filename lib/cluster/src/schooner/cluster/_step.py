@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, overload
 
 from ._resources import ResourceConfig
-from ._version import RUNTIME_META, ConfigError, canonicalize, dumps, version_key
+from ._version import RUNTIME_META, ConfigError, canonicalize, dumps, stable_module_name, version_key
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")
 
@@ -120,8 +120,10 @@ class StepHandle:
         return join_path(prefix, self.dir_name)
 
     def fn_name(self) -> str:
-        """`module:qualname` of the step's function."""
-        return f"{getattr(self.fn, '__module__', '?')}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
+        """`module:qualname` of the step's function (a function of the script run as `__main__` is named
+        by the module that file is imported as)."""
+        module = stable_module_name(getattr(self.fn, "__module__", None) or "?")
+        return f"{module}:{getattr(self.fn, '__qualname__', repr(self.fn))}"
 
     def input_paths(self) -> list[tuple[str, InputPath]]:
         """The (field path, InputPath) of each `handle / "sub"` input in the config."""

@@ -7,16 +7,19 @@ every finished step.
 
 Canonical form, by type (deterministic, independent of dict insertion order):
 
-- `None`, `bool`, `int`, `str`: themselves; finite `float`: itself (shortest round-trip repr);
-  non-finite floats: `{"__float__": "nan" | "inf" | "-inf"}`.
+- `None`, `bool`, `int`, `str`: themselves; finite `float`: itself (shortest round-trip repr), or the
+  equal `int` when it is integral (`1.0` and `1` are one value); non-finite floats:
+  `{"__float__": "nan" | "inf" | "-inf"}`.
 - dataclass instance: `{"__class__": QualName, field: value, ...}` without fields marked runtime-only
-  (see `runtime_field`). The class name (not its module) is kept so that two config classes with the
+  (see `runtime_field`) and without secret-named fields (`hf_token`, `api_key`: see `is_secret_name`),
+  which are runtime-only too: rotating a token never reruns a step. The class name (not its module) is kept so that two config classes with the
   same field names (say `AdamConfig` and `MuonConfig`) never share a key.
-- mapping with only `str` keys: a JSON object; any other mapping (keys that are handles, ints, tuples):
+- mapping with only `str` keys: a JSON object (secret-named keys left out); any other mapping (keys that are handles, ints, tuples):
   `{"__dict__": [[key, value], ...]}` sorted by the key's canonical JSON.
 - list / tuple: a JSON list; set / frozenset: `{"__set__": [...]}` sorted.
 - enum member: `{"__enum__": "Class.NAME"}`; `pathlib` path: its string; numpy scalar: its Python value.
-- module-level function or class: `{"__callable__": "module:qualname"}`.
+- module-level function or class: `{"__callable__": "module:qualname"}`, where a function of the file run
+  as `__main__` is named as that file is imported (see `stable_module_name`).
 - an input (a `StepHandle` or `InputPath`): `{"__step__": key}` or `{"__step__": key, "__path__": "sub"}`.
 - any object with a `__schooner_canonical__()` method: the canonical form of what it returns
   (e.g. a tokenizer object returning its fingerprint).
@@ -31,9 +34,13 @@ import enum
 import hashlib
 import json
 import math
+import os
 import pathlib
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+from ._secrets import is_secret_name
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -101,7 +108,8 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         return value
     if isinstance(value, float):
         if math.isfinite(value):
-            return value
+            # Equal values give equal keys: `lr=1` and `lr=1.0` are one config.
+            return int(value) if value.is_integer() and abs(value) < 2**63 else value
         return {"__float__": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
     ref = getattr(type(value), "__schooner_ref__", None)
     if ref is not None:
@@ -126,7 +134,7 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         active.add(id(value))
         out: dict[str, Any] = {"__class__": type(value).__qualname__}
         for f in dataclasses.fields(value):
-            if f.metadata.get(RUNTIME_META):
+            if f.metadata.get(RUNTIME_META) or is_secret_name(f.name):
                 continue
             out[f.name] = _canon(getattr(value, f.name), step, f"{path}.{f.name}", active)
         active.discard(id(value))
@@ -135,7 +143,11 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         active.add(id(value))
         try:
             if all(isinstance(k, str) for k in value):
-                return {k: _canon(v, step, f"{path}[{k!r}]", active) for k, v in value.items()}
+                return {
+                    k: _canon(v, step, f"{path}[{k!r}]", active)
+                    for k, v in value.items()
+                    if not is_secret_name(k)
+                }
             items = []
             for k, v in value.items():
                 ck = _canon(k, step, f"{path}<key {_describe(k)}>", active)
@@ -156,7 +168,7 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         mod = getattr(value, "__module__", None)
         qual = getattr(value, "__qualname__", None)
         if mod and qual and "<" not in qual:
-            return {"__callable__": f"{mod}:{qual}"}
+            return {"__callable__": f"{stable_module_name(mod)}:{qual}"}
         raise ConfigError(
             f"step {step!r}: config field {path!r} holds {_describe(value)}, a lambda or local function "
             "with no stable name; use a module-level function instead"
@@ -167,6 +179,37 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         "values (str, int, float, bool, None), dataclasses, lists, tuples or dicts, or give the class a "
         "`__schooner_canonical__()` method returning such values"
     )
+
+
+def stable_module_name(module: str) -> str:
+    """The name a module has whichever way its file was started.
+
+    A function defined in an experiment file run as a script (`python exp.py`, `schooner run exp.py`)
+    lives in `__main__`; imported from another experiment it lives in `exp` or `experiments.exp`. For
+    `__main__`, this returns the name the file is imported under: its stem, prefixed by the regular
+    packages (folders with `__init__.py`) that hold it, as Python resolves `import experiments.exp`.
+    Other modules keep their name.
+
+    Example:
+        >>> stable_module_name("schooner.cluster._version")
+        'schooner.cluster._version'
+    """
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return module  # an interactive session: no file to name it by
+    return _importable_name(os.path.abspath(path))
+
+
+def _importable_name(path: str) -> str:
+    folder, stem = os.path.split(os.path.splitext(path)[0])
+    parts = [stem]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder, pkg = os.path.split(folder)
+        parts.insert(0, pkg)
+    return ".".join(parts)
 
 
 def to_jsonable(value: Any) -> Any:
