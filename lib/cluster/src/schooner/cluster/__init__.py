@@ -9,6 +9,7 @@ from ._client import ResourcesUnavailableError as ResourcesUnavailableError
 from ._client import WorkerDiedError as WorkerDiedError
 from ._current import current_client as current_client
 from ._current import using_client as using_client
+from ._files import InputFiles as InputFiles
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
 from ._lower import Step as Step

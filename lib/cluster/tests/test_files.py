@@ -1,0 +1,119 @@
+"""User files as step inputs: keyed by content (names relative to the pattern's root, sizes, hashes)."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import shutil
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from schooner.cluster import InputFiles, StepRunner, step
+
+
+def fn(config: dict, out: str) -> dict:
+    return {"files": len(config["files"].paths)}
+
+
+def _tree(root: Path) -> Path:
+    (root / "sub").mkdir(parents=True)
+    (root / "a.jsonl").write_text('{"text": "a"}\n')
+    (root / "sub" / "b.jsonl").write_text('{"text": "b"}\n')
+    (root / ".hidden").write_text("editor state")
+    return root
+
+
+def _key(pattern: str, **kw) -> str:
+    return step("import", fn, {"files": InputFiles(pattern, **kw)}).key
+
+
+def test_moving_files_keeps_the_key_and_editing_them_changes_it(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "crawl")
+    key = _key(str(src))
+    moved = tmp_path / "elsewhere" / "renamed-root"
+    shutil.copytree(src, moved)
+    assert _key(str(moved)) == key
+    assert _key(str(moved / "**" / "*.jsonl")) == key  # the same files under the same names
+    assert _key(str(moved / "*.jsonl")) != key  # fewer files
+    (moved / ".hidden").write_text("changed editor state")  # hidden files are not inputs
+    assert _key(str(moved)) == key
+    (moved / "sub" / "b.jsonl").write_text('{"text": "B"}\n')  # same size, new content
+    assert _key(str(moved)) != key
+    shutil.copytree(src, tmp_path / "third")
+    (tmp_path / "third" / "sub" / "b.jsonl").rename(tmp_path / "third" / "sub" / "c.jsonl")
+    assert _key(str(tmp_path / "third")) != key
+    (tmp_path / "fourth").mkdir()
+    shutil.copytree(src, tmp_path / "fourth" / "x")
+    (tmp_path / "fourth" / "x" / "new.jsonl").write_text("{}\n")
+    assert _key(str(tmp_path / "fourth" / "x")) != key
+
+
+def test_entries_hold_relative_names_sizes_and_blake2b_of_the_bytes(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "d")
+    files = InputFiles([str(src / "*.jsonl"), str(src / "sub")])
+    expect = [
+        ("a.jsonl", 14, hashlib.blake2b(b'{"text": "a"}\n', digest_size=16).hexdigest()),
+        ("b.jsonl", 14, hashlib.blake2b(b'{"text": "b"}\n', digest_size=16).hexdigest()),
+    ]
+    assert [(e.name, e.size, e.digest) for e in files.entries] == expect
+    assert files.paths == [str(src / "a.jsonl"), str(src / "sub" / "b.jsonl")]
+
+
+def test_large_files_are_hashed_by_size_head_and_tail_unless_asked_for_every_byte(tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    data = bytearray(b"x" * (20 * 2**20))
+    big.write_bytes(data)
+    edges, whole = _key(str(big), full_hash_bytes=2**20), _key(str(big), full_hash_bytes=None)
+    data[10 * 2**20] = ord("y")  # the middle: outside the first and last 8 MiB
+    big.write_bytes(data)
+    assert _key(str(big), full_hash_bytes=2**20) == edges  # the documented trade-off
+    assert _key(str(big), full_hash_bytes=None) != whole
+    data[-1] = ord("z")
+    big.write_bytes(data)
+    assert _key(str(big), full_hash_bytes=2**20) != edges
+
+
+def test_urls_are_fingerprinted_through_fsspec() -> None:
+    root = f"memory://files-{uuid.uuid4().hex}"
+    fs = fsspec.filesystem("memory")
+    fs.pipe(f"{root}/p/one.txt", b"1")
+    fs.pipe(f"{root}/p/two.txt", b"22")
+    files = InputFiles(f"{root}/p/*.txt")
+    assert [(e.name, e.size) for e in files.entries] == [("one.txt", 1), ("two.txt", 2)]
+    assert files.paths == [f"{root}/p/one.txt", f"{root}/p/two.txt"]
+    other = f"memory://files-{uuid.uuid4().hex}"
+    fs.pipe(f"{other}/q/one.txt", b"1")
+    fs.pipe(f"{other}/q/two.txt", b"22")
+    assert _key(f"{other}/q") == _key(f"{root}/p")
+
+
+def test_a_pattern_that_matches_nothing_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"nothing-\*\.jsonl' matches no file"):
+        InputFiles(str(tmp_path / "nothing-*.jsonl"))
+
+
+def test_pickled_input_files_are_not_rehashed_and_stay_immutable(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "d")
+    files = InputFiles(str(src))
+    (src / "a.jsonl").write_text("edited after the experiment was built\n")
+    back = pickle.loads(pickle.dumps(files))
+    assert back == files and back.paths == files.paths
+    with pytest.raises(AttributeError):
+        files.paths = []
+
+
+def test_an_edited_input_file_reruns_its_step_and_a_moved_one_does_not(tmp_path: Path) -> None:
+    src = _tree(tmp_path / "in")
+    prefix = str(tmp_path / "out")
+    h = step("import", fn, {"files": InputFiles(str(src))})
+    assert StepRunner(prefix=prefix, quiet=True).run([h])[h].state == "succeeded"
+    moved = tmp_path / "moved"
+    src.rename(moved)
+    again = step("import", fn, {"files": InputFiles(str(moved))})
+    assert StepRunner(prefix=prefix, quiet=True).run([again])[again].state == "cached"
+    (moved / "a.jsonl").write_text('{"text": "edited"}\n')
+    edited = step("import", fn, {"files": InputFiles(str(moved))})
+    assert StepRunner(prefix=prefix, quiet=True).run([edited])[edited].state == "succeeded"
