@@ -21,10 +21,13 @@ from ._config import config_from_dict as config_from_dict
 from ._config import config_to_dict as config_to_dict
 from ._config import register_config as register_config
 from ._config import resolve_compute_dtype as resolve_compute_dtype
-from ._hf import config_from_hf as config_from_hf
 from ._hf import export_hf as export_hf
+from ._hf import hf_layout as hf_layout
 from ._hf import hf_state_dict as hf_state_dict
 from ._hf import import_hf as import_hf
+from ._hf_config import check_hf_exportable as check_hf_exportable
+from ._hf_config import config_from_hf as config_from_hf
+from ._hf_config import hf_export_problems as hf_export_problems
 from ._io import load_pytree as load_pytree
 from ._io import read_pytree_metadata as read_pytree_metadata
 from ._io import save_pytree as save_pytree

@@ -2,14 +2,20 @@
 
 Format: 8-byte little-endian header length, a JSON header ``{name: {"dtype", "shape", "data_offsets"}}``
 (plus optional ``"__metadata__"``), then the raw little-endian tensor bytes.
+
+Both directions stream: the reader memory-maps the file (a tensor's bytes are read when it is used), and
+:func:`write_safetensors_stream` writes the header from the tensors' shapes and dtypes first and then asks
+for one tensor at a time, so a file is never held in memory whole.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
@@ -29,39 +35,79 @@ _TO_NP = {
 _FROM_NP = {v: k for k, v in _TO_NP.items()}
 
 
-def write_safetensors(
-    path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and dtype of a tensor to write."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+def write_safetensors_stream(
+    path: str | os.PathLike,
+    specs: Sequence[TensorSpec],
+    produce: Callable[[TensorSpec], np.ndarray],
+    metadata: Mapping[str, str] | None = None,
 ) -> None:
-    """Write ``tensors`` to ``path`` atomically (a temp file renamed into place)."""
+    """Write the tensors ``specs`` to ``path``, asking ``produce(spec)`` for each one in order.
+
+    The file is written to a temporary name and renamed into place, so a crash leaves no partial file.
+
+    Raises:
+        TypeError: a dtype safetensors cannot store.
+        ValueError: ``produce`` returned an array of another shape or dtype than its spec.
+    """
     header: dict[str, object] = {}
     if metadata:
         header["__metadata__"] = dict(metadata)
     offset = 0
-    arrays = []
-    for name in sorted(tensors):
-        arr = np.ascontiguousarray(tensors[name])
-        if arr.dtype not in _FROM_NP:
-            raise TypeError(f"safetensors cannot store tensor {name!r} of dtype {arr.dtype}.")
-        header[name] = {
-            "dtype": _FROM_NP[arr.dtype],
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + arr.nbytes],
+    for spec in specs:
+        dtype = np.dtype(spec.dtype)
+        if dtype not in _FROM_NP:
+            raise TypeError(f"safetensors cannot store tensor {spec.name!r} of dtype {dtype}.")
+        header[spec.name] = {
+            "dtype": _FROM_NP[dtype],
+            "shape": list(spec.shape),
+            "data_offsets": [offset, offset + spec.nbytes],
         }
-        offset += arr.nbytes
-        arrays.append(arr)
+        offset += spec.nbytes
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * ((8 - len(blob) % 8) % 8)
     tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)))
-        f.write(blob)
-        for arr in arrays:
-            f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for spec in specs:
+                arr = np.ascontiguousarray(produce(spec))
+                if arr.shape != tuple(spec.shape) or arr.dtype != np.dtype(spec.dtype):
+                    raise ValueError(
+                        f"tensor {spec.name!r}: got {arr.dtype}{list(arr.shape)}, expected "
+                        f"{np.dtype(spec.dtype)}{list(spec.shape)}."
+                    )
+                f.write(arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_safetensors(
+    path: str | os.PathLike, tensors: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None
+) -> None:
+    """Write ``tensors`` (sorted by name) to ``path`` atomically."""
+    arrays = {name: np.asarray(tensors[name]) for name in sorted(tensors)}
+    specs = [TensorSpec(name, tuple(a.shape), a.dtype) for name, a in arrays.items()]
+    write_safetensors_stream(path, specs, lambda spec: arrays[spec.name], metadata)
 
 
 def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """All tensors of a safetensors file (memory-mapped, read-only numpy arrays)."""
+    """All tensors of a safetensors file as memory-mapped, read-only numpy arrays (nothing is read yet)."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))

@@ -1,0 +1,173 @@
+"""HF import and export against real `transformers` (5.x on CPU torch).
+
+The fixtures under `fixtures/hf/` were written by `fixtures/make_hf_fixtures.py` with transformers'
+own classes and `save_pretrained`, with the logits torch computed for fixed token ids; `versions.json` says
+which versions. The default run imports them with Schooner (no torch) and compares logits. The slow tests
+regenerate the fixtures and score Schooner's exports with transformers itself; they need an interpreter
+with torch and transformers: this one, or the one `SCHOONER_HF_PYTHON` names.
+
+Tolerance: both sides compute in float32 with different summation orders; over these two-layer models
+the largest logit difference measured is 7e-6 (logits up to 5.7 in magnitude). `ATOL = 5e-5` leaves
+room for other CPUs' kernels while a wrong RoPE base, scaling rule, router or norm is off by 0.1 to 5.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+from schooner.model import LlamaConfig, MoEConfig, RopeConfig, config_from_hf, export_hf, import_hf, init
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+SCRIPT = Path(__file__).parent / "fixtures" / "make_hf_fixtures.py"
+CASES = sorted(p.name for p in FIXTURES.iterdir() if (p / "reference.npz").exists())
+ATOL = 5e-5
+
+
+@eqx.filter_jit
+def _logits(model, tokens):
+    return model(tokens)
+
+
+def _compare(folder: Path, reference: dict) -> float:
+    model, _ = import_hf(folder)
+    got = np.asarray(_logits(model, np.asarray(reference["tokens"], np.int32)))
+    want = reference["logits"]
+    assert got.shape == want.shape
+    return float(np.abs(got - want).max())
+
+
+def test_the_fixtures_are_there():
+    assert CASES == ["llama-theta5e5", "llama3-rope-scaling-tied", "mixtral", "qwen3", "qwen3-moe"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_import_matches_transformers_logits(name):
+    ref = dict(np.load(FIXTURES / name / "reference.npz"))
+    assert float(np.abs(ref["logits"]).max()) > 1.0  # not a degenerate comparison
+    assert _compare(FIXTURES / name, ref) < ATOL
+
+
+def test_configs_written_by_transformers_5_are_read():
+    read = {name: config_from_hf(json.loads((FIXTURES / name / "config.json").read_text())) for name in CASES}
+    assert read["llama-theta5e5"].rope == RopeConfig(theta=500000.0)
+    assert read["llama3-rope-scaling-tied"].rope == RopeConfig(
+        theta=500000.0,
+        kind="llama3",
+        factor=8.0,
+        low_freq_factor=1.0,
+        high_freq_factor=4.0,
+        original_max_position_embeddings=8,
+    )
+    assert read["llama3-rope-scaling-tied"].tie_embeddings
+    assert read["qwen3"].rope.theta == 1e6 and read["qwen3"].qk_norm and read["qwen3"].head_dim == 12
+    mixtral, qwen_moe = read["mixtral"], read["qwen3-moe"]
+    assert isinstance(mixtral, MoEConfig) and mixtral.num_experts == 4 and mixtral.rope.theta == 1e6
+    assert isinstance(qwen_moe, MoEConfig) and qwen_moe.num_experts == 4 and not qwen_moe.normalize_topk
+
+
+def test_the_older_config_layout_is_read_too():
+    """transformers 4 wrote `rope_theta` / `rope_scaling` and Qwen3-MoE's `num_experts`."""
+    new = json.loads((FIXTURES / "llama3-rope-scaling-tied" / "config.json").read_text())
+    old = {k: v for k, v in new.items() if k != "rope_parameters"}
+    params = dict(new["rope_parameters"])
+    old["rope_theta"] = params.pop("rope_theta")
+    old["rope_scaling"] = params
+    assert config_from_hf(old) == config_from_hf(new)
+    moe = json.loads((FIXTURES / "qwen3-moe" / "config.json").read_text())
+    moe_old = {k: v for k, v in moe.items() if k not in ("rope_parameters", "num_local_experts")}
+    moe_old.update(rope_theta=1e6, rope_scaling=None, num_experts=moe["num_local_experts"])
+    assert config_from_hf(moe_old) == config_from_hf(moe)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"), [("llama-yarn", "yarn"), ("llama-linear", "linear")], ids=["yarn", "linear"]
+)
+def test_unimplemented_rope_types_are_refused(name, kind):
+    hf = json.loads((FIXTURES / "refused" / name / "config.json").read_text())
+    with pytest.raises(
+        ValueError, match=f"rope_parameters.rope_type={kind!r}.*supported: 'default', 'llama3'"
+    ):
+        config_from_hf(hf)
+
+
+def _torch_python() -> str | None:
+    """An interpreter with torch and transformers: this one, or $SCHOONER_HF_PYTHON."""
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        return sys.executable
+    return os.environ.get("SCHOONER_HF_PYTHON") or None
+
+
+needs_torch = pytest.mark.skipif(
+    _torch_python() is None,
+    reason="needs torch + transformers here or an interpreter with them in SCHOONER_HF_PYTHON",
+)
+
+
+@pytest.mark.slow
+@needs_torch
+def test_regenerated_fixtures_match(tmp_path):
+    """Today's transformers writes the same layouts: regenerate every fixture and import it again."""
+    out = tmp_path / "hf"
+    subprocess.run([_torch_python(), str(SCRIPT), "--out", str(out)], check=True, capture_output=True)
+    for name in CASES:
+        assert _compare(out / name, dict(np.load(out / name / "reference.npz"))) < ATOL, name
+    for name in ("llama-yarn", "llama-linear"):
+        with pytest.raises(ValueError, match="rope_type"):
+            config_from_hf(json.loads((out / "refused" / name / "config.json").read_text()))
+
+
+EXPORTS = {
+    "llama-llama3-rope-untied": LlamaConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=40, num_layers=2, num_heads=4, num_kv_heads=2,
+        rope=RopeConfig(theta=500000.0, kind="llama3", factor=8.0, original_max_position_embeddings=8),
+        compute_dtype="float32", initializer_range=0.2,
+    ),
+    "qwen3-tied": LlamaConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=40, num_layers=2, num_heads=4, num_kv_heads=1,
+        head_dim=12, qk_norm=True, tie_embeddings=True, rope=RopeConfig(theta=1e6), compute_dtype="float32",
+        initializer_range=0.2,
+    ),
+    "mixtral": MoEConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=24, num_layers=2, num_heads=4, num_kv_heads=2,
+        num_experts=4, num_experts_per_token=2, load_balancing="aux_loss", compute_dtype="float32",
+        initializer_range=0.2,
+    ),
+    "qwen3-moe": MoEConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=24, num_layers=2, num_heads=4, num_kv_heads=2,
+        qk_norm=True, normalize_topk=False, num_experts=4, num_experts_per_token=2,
+        load_balancing="aux_loss", compute_dtype="float32", initializer_range=0.2,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_torch
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_exports_load_in_transformers_and_match(tmp_path, name):
+    cfg = EXPORTS[name]
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    folder = tmp_path / "hf"
+    export_hf(model, cfg, folder, max_shard_bytes=20_000)  # several shards and an index, as HF writes
+    assert (folder / "model.safetensors.index.json").exists()
+    tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, size=(2, 24))
+    np.save(tmp_path / "tokens.npy", tokens)
+    subprocess.run(
+        [_torch_python(), str(SCRIPT), "--logits", str(folder), "--tokens", str(tmp_path / "tokens.npy"),
+         "--out", str(tmp_path / "logits.npy")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    want = np.load(tmp_path / "logits.npy")
+    got = np.asarray(_logits(model, np.asarray(tokens, np.int32)))
+    assert float(np.abs(got - want).max()) < ATOL
+    shutil.rmtree(folder)
