@@ -30,4 +30,4 @@ model = train_lm(
 )
 
 if __name__ == "__main__":
-    StepRunner().run([lower(model)])
+    StepRunner().main([lower(model)])

@@ -23,7 +23,7 @@ import os
 
 from experiments.models import llama_nano
 from experiments.tokenizers import default_tokenizer
-from schooner.cluster import LocalClient, ResourceConfig, RunResult, StepRunner, current_client, write_report
+from schooner.cluster import ResourceConfig, RunResult, StepRunner, write_report
 from schooner.eval.steps import evaluate
 from schooner.tokenize.steps import tokenized
 from schooner.train import AdamConfig
@@ -89,7 +89,6 @@ def print_summary(result: RunResult) -> None:
 
 
 if __name__ == "__main__":
-    client = current_client()  # local unless `--cluster ray` / SCHOONER_CLUSTER says otherwise
-    if isinstance(client, LocalClient):
-        client.stream_logs = True  # show the training step's progress lines here as it runs
-    print_summary(StepRunner().run([scores]))
+    # `main` reads the command line (`--dry-run`, `--force RE`, `--cluster ray`, `--quiet`, ...) and streams
+    # each step's progress here as it runs.
+    print_summary(StepRunner().main([scores]))

@@ -77,7 +77,9 @@ def test_secret_never_reaches_ray_log_files(ray_client):
 
 def test_existing_connection_is_reused(ray_client):
     again = RayClient()  # ray is initialised in this process: connect to it, do not start another
-    assert again._owns_ray is False
+    assert not again.started  # lazily: nothing happens until it is used
+    assert again.submit(abs, -3).result(timeout=120) == 3
+    assert again.started and again._owns_ray is False
     assert again.submit(abs, -5).result(timeout=60) == 5
     again.shutdown()  # does not stop the shared instance
     assert ray_client.submit(abs, -6).result(timeout=60) == 6
@@ -94,8 +96,9 @@ def test_a_second_process_connects_through_the_environment(ray_client):
         "from schooner.cluster import RayClient, current_client\n"
         "client = current_client()\n"
         "assert isinstance(client, RayClient), client\n"
+        "value = client.submit(abs, -7).result(timeout=120)  # connects (lazily) through the environment\n"
         "import ray\n"
-        "print('gcs', ray.get_runtime_context().gcs_address, 'result', client.submit(abs, -7).result(timeout=120))\n"
+        "print('gcs', ray.get_runtime_context().gcs_address, 'result', value)\n"
         "client.shutdown()\n"
     )
     env = {**os.environ, "SCHOONER_CLUSTER": address}

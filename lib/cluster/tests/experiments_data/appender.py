@@ -19,7 +19,11 @@ DELAY = float(os.environ.get("APP_DELAY", "0.1"))
 WHERE = os.environ.get("APP_WHERE", "cluster")
 CHILD = os.environ.get("APP_CHILD")
 
-_CHILD_CODE = "import sys,time\nwhile True:\n    open(sys.argv[1],'a').write('x\\n'); time.sleep(0.1)\n"
+# A child that, like most tools, dies quietly on SIGINT (Python's default would print a traceback).
+_CHILD_CODE = (
+    "import signal,sys,time\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    "while True:\n    open(sys.argv[1],'a').write('x\\n'); time.sleep(0.1)\n"
+)
 
 
 @dataclass(frozen=True)

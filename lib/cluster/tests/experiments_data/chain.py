@@ -89,4 +89,4 @@ cubes = step("cubes", write_power, PowerConfig(numbers=numbers, power=3))
 report = step("report/total", write_total, TotalConfig(parts={squares: 1.0, cubes: 2.0}))
 
 if __name__ == "__main__":
-    StepRunner().run([lower(report)])
+    StepRunner().main([lower(report)])

@@ -127,6 +127,11 @@ class Client(Protocol):
         """
         ...
 
+    def check(self, resources: ResourceConfig, *, what: str = "job") -> None:
+        """Raise `ResourcesUnavailableError` (naming `what` and the field) when `resources` can never run
+        on this client: the step runner calls it for every step before anything runs."""
+        ...
+
     def shutdown(self) -> None:
         """Release workers and connections. Idempotent."""
         ...

@@ -240,21 +240,8 @@ def explain_step(
                 seen.add(dep.key)
                 explanation.inputs.append(explain_step(dep, prefix, by_key, depth - 1, seen))
     if not explanation.changes:
-        hidden = any(v == "***" for v in _leaves(today))
-        explanation.reason += (
-            "; no visible field differs, so a redacted (secret-named) field changed"
-            if hidden
-            else "; no field differs: the record predates a change of the key format"
-        )
+        explanation.reason += "; no field differs: the record predates a change of the key format"
     return explanation
-
-
-def _leaves(v: Any) -> list[Any]:
-    if isinstance(v, dict):
-        return [x for y in v.values() for x in _leaves(y)]
-    if isinstance(v, list):
-        return [x for y in v for x in _leaves(y)]
-    return [v]
 
 
 def explain_records(prefix: str, name: str) -> Explanation | None:

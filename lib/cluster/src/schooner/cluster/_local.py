@@ -198,6 +198,10 @@ class LocalClient:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    def check(self, resources: ResourceConfig, *, what: str = "job") -> None:
+        """Raise `ResourcesUnavailableError` when `resources` can never run on this client."""
+        self.machine.check(resources, what=what)
+
     # -- jobs --------------------------------------------------------------------------------------------
     def submit(
         self,

@@ -2,9 +2,10 @@
 
 The command line sets `RunOptions` for the duration of the experiment file; every `StepRunner.run` in it
 applies them on top of its own arguments (command-line flags win: they are the later, explicit intent).
-A script run directly (`python exp.py --dry-run`) gets the same flags parsed from `sys.argv` when
-`StepRunner.run` is called from the script's `__main__` module; set `SCHOONER_NO_ARGV=1` to turn that
-off for scripts that parse their own flags.
+The two explicit entry points that read flags are `schooner run EXP.py ...` and `StepRunner().main([...])`
+(for `python EXP.py ...`). `StepRunner.run` never parses `sys.argv`; when it finds flags there that no
+entry point applied, it refuses to run rather than ignore them (`SCHOONER_NO_ARGV=1` turns that check off
+for scripts that parse flags of these names themselves).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ class RunOptions:
     only: tuple[str, ...] = ()
     max_concurrent: int | None = None
     cluster: str | None = None
+    quiet: bool = False
+    """No plan, progress or job output (errors and the interrupt line are still printed)."""
     capture: list[list[Step]] | None = field(default=None, repr=False)
     """When set (by `schooner explain`), `run()` records its lowered steps here and stops the script."""
     runs: int = 0
@@ -58,6 +61,10 @@ def applying(options: RunOptions) -> Iterator[RunOptions]:
         yield options
     finally:
         _current = previous
+
+
+RUN_FLAGS = ("--dry-run", "--force", "--only", "--prefix", "--max-concurrent", "--cluster", "--quiet")
+"""The flags `add_run_flags` defines."""
 
 
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +99,13 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         default=None,
         metavar="SPEC",
-        help="'local', 'ray' or a Ray address (sets SCHOONER_CLUSTER for this run)",
+        help="'local', 'ray' or a Ray address (sets SCHOONER_CLUSTER for this run); Ray is started or "
+        "connected only when a step will run on it",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print no plan, progress or job output (by default every step's output is streamed)",
     )
 
 
@@ -106,6 +119,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         only=tuple(ns.only),
         max_concurrent=ns.max_concurrent,
         cluster=ns.cluster,
+        quiet=ns.quiet,
     )
 
 

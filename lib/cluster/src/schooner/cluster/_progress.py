@@ -18,6 +18,7 @@ _STYLE = {
     "cached": ("green", "cached"),
     "succeeded": ("bold green", "done"),
     "failed": ("bold red", "FAILED"),
+    "interrupted": ("yellow", "stopped"),
     "skipped": ("yellow", "not run"),
     "will_run": ("cyan", "will run"),
     "running": ("cyan", "running"),
@@ -98,6 +99,12 @@ class Progress:
         if self.quiet:
             return
         self.console.print(f"  [yellow]… wait[/]    {step.name} [dim]held by {holder}[/]")
+
+    def message(self, text: str) -> None:
+        """A one-line remark about the whole run."""
+        if self.quiet:
+            return
+        self.console.print(f"  [yellow]! note[/]    [dim]{_escape(text)}[/]")
 
     def note(self, step: Step, text: str) -> None:
         """A one-line remark about a step (e.g. what `--force` removed)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -171,32 +172,55 @@ class RayClient:
         check_resources: bool = True,
         **init_kwargs: Any,
     ) -> None:
-        address = address or _address_from_env() or "local"
-        if address == "local" and "RAY_ENABLE_UV_RUN_RUNTIME_ENV" not in os.environ:
-            # Under `uv run`, Ray would rebuild this project in a fresh venv for every local worker (tens of
-            # seconds); workers on this machine already share our environment.
-            os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
-            local_no_uv_hook = True
-        else:
-            local_no_uv_hook = False
-        import ray
-
-        if local_no_uv_hook:  # in case ray was imported before we set the variable
-            ray._private.ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
-        self._ray = ray
+        self.address = address or _address_from_env() or "local"
         self.check_resources = check_resources
+        self._init_args = (namespace, runtime_env, init_kwargs)
+        self._ray: Any = None
         self._owns_ray = False
-        if not ray.is_initialized():
-            runtime_env = _with_worker_env(runtime_env)
-            ray.init(address=address, namespace=namespace, runtime_env=runtime_env, **init_kwargs)
-            self._owns_ray = True
-        self._job = ray.remote(run_job)
-        self._batch = ray.remote(run_batch)
+        self._connect_lock = threading.Lock()
         self._ids = itertools.count()
         self._nodes: tuple[float, list[dict[str, float]]] = (0.0, [])
         self._closed = False
 
+    @property
+    def started(self) -> bool:
+        """Whether this client has connected to (or started) Ray yet: it does so on first use, so that an
+        experiment whose steps are all cached, or a dry run, never waits for a cluster."""
+        return self._ray is not None
+
+    def connect(self) -> RayClient:
+        """Connect now (start a local Ray when no address is set); idempotent. Every method that needs the
+        cluster calls it."""
+        if self._ray is not None:
+            return self
+        with self._connect_lock:
+            if self._ray is None:
+                self._connect()
+        return self
+
+    def _connect(self) -> None:
+        self._check_open()
+        namespace, runtime_env, init_kwargs = self._init_args
+        local_no_uv_hook = self.address == "local" and "RAY_ENABLE_UV_RUN_RUNTIME_ENV" not in os.environ
+        if local_no_uv_hook:
+            # Under `uv run`, Ray would rebuild this project in a fresh venv for every local worker (tens of
+            # seconds); workers on this machine already share our environment.
+            os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+        import ray
+
+        if local_no_uv_hook:  # in case ray was imported before we set the variable
+            ray._private.ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
+        if not ray.is_initialized():
+            runtime_env = _with_worker_env(runtime_env)
+            ray.init(address=self.address, namespace=namespace, runtime_env=runtime_env, **init_kwargs)
+            self._owns_ray = True
+        self._job = ray.remote(run_job)
+        self._batch = ray.remote(run_batch)
+        self._ray = ray
+
     def __repr__(self) -> str:
+        if not self.started:
+            return f"RayClient(address={self.address!r}, not connected yet)"
         return f"RayClient(nodes={len(self._node_resources())}, owns_ray={self._owns_ray})"
 
     def __enter__(self) -> RayClient:
@@ -207,6 +231,7 @@ class RayClient:
 
     # -- resources ---------------------------------------------------------------------------------------
     def _node_resources(self) -> list[dict[str, float]]:
+        self.connect()
         stamp, nodes = self._nodes
         if time.monotonic() - stamp > 5.0:
             nodes = [n["Resources"] for n in self._ray.nodes() if n.get("Alive")]
@@ -290,6 +315,7 @@ class RayClient:
     ) -> RayJobHandle:
         """Run `fn(*args, **kwargs)` as a Ray task; see `schooner.cluster.Client.submit`."""
         self._check_open()
+        self.connect()
         res = resources if resources is not None else ResourceConfig.with_cpu()
         name = name or f"{getattr(fn, '__name__', 'job')}-{next(self._ids)}"
         self.check(res, what=f"job {name!r}")
@@ -316,6 +342,7 @@ class RayClient:
         """Yield `fn(item)` for every item in order. Items travel in batches sized from the measured time per
         item; at most two batches per worker are in flight, so memory stays bounded on long inputs."""
         self._check_open()
+        self.connect()
         res = resources if resources is not None else ResourceConfig.with_cpu()
         label = name or getattr(fn, "__name__", "map")
         self.check(res, what=f"map {label!r} (per task)")
@@ -383,5 +410,5 @@ class RayClient:
         if self._closed:
             return
         self._closed = True
-        if self._owns_ray and self._ray.is_initialized():
+        if self._owns_ray and self._ray is not None and self._ray.is_initialized():
             self._ray.shutdown()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import inspect
 import json
 import os
 import platform
@@ -159,20 +161,54 @@ def step_record(
 def fn_source_hash(fn: Any) -> str | None:
     """SHA-256 of a step function's source text (None when it has none, e.g. a builtin).
 
-    Not part of the key (moving or reformatting code must not rerun steps); `explain` uses it to warn when a
-    reused step's function changed without a `version` bump.
+    Not part of the key (moving or reformatting code must not rerun steps); plans and `explain` note it
+    when a reused step's function changed without a `version` bump.
     """
-    import hashlib
-    import inspect
-
     try:
-        return hashlib.sha256(inspect.getsource(inspect.unwrap(fn)).encode("utf-8")).hexdigest()
+        return _source_hash(inspect.unwrap(fn))
+    except TypeError:  # unhashable callables: no cache
+        return _source_hash.__wrapped__(inspect.unwrap(fn))
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_hash(fn: Any) -> str | None:
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode("utf-8")).hexdigest()
     except (OSError, TypeError):
         return None
 
 
 def write_step_record(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
     storage.write_text(meta_path(output_path, "step.json"), json.dumps(record, indent=1, sort_keys=True))
+
+
+HISTORY_KEEP = 50
+"""Attempts kept in a step's `history.jsonl` (the oldest are dropped beyond it)."""
+
+
+def append_history(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
+    """Add the end of an attempt (its outcome, times, run, error traceback) to `.schooner/history.jsonl`.
+
+    The status file and `step.json` describe the latest attempt; the history keeps every attempt, so an
+    earlier failure's traceback survives a later success. Rewritten whole (object stores cannot append).
+    """
+    path = meta_path(output_path, "history.jsonl")
+    entry = {
+        k: record.get(k) for k in ("run_id", "owner", "state", "started", "ended", "duration_s", "error")
+    }
+    entry["host"] = (record.get("env") or {}).get("host")
+    lines = (storage.read_text(path) or "").splitlines()
+    lines = [*lines, json.dumps(entry, sort_keys=True)][-HISTORY_KEEP:]
+    storage.write_text(path, "\n".join(lines) + "\n")
+
+
+def read_history(storage: Storage, output_path: str) -> list[dict[str, Any]]:
+    """The attempts of a step, oldest first (unreadable lines skipped)."""
+    out = []
+    for line in (storage.read_text(meta_path(output_path, "history.jsonl")) or "").splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(json.loads(line))
+    return out
 
 
 def read_step_record(storage: Storage, output_path: str) -> dict[str, Any] | None:

@@ -11,9 +11,10 @@ from ._records import read_step_record
 from ._step import InputPath, StepHandle
 from ._storage import storage_for
 
-STATES = ("cached", "succeeded", "failed", "skipped", "will_run")
+STATES = ("cached", "succeeded", "failed", "interrupted", "skipped", "will_run")
 """`cached`: done before (or by a concurrent runner); `succeeded`: ran now; `failed`: raised (or its
-lease was lost); `skipped`: not run because an input failed; `will_run`: dry run only."""
+lease was lost); `interrupted`: stopped by Ctrl-C; `skipped`: not run because an input failed;
+`will_run`: dry run only."""
 
 _UNSET: Any = object()
 
@@ -112,3 +113,17 @@ class StepFailedError(RuntimeError):
         ]
         lines += [f"  {o.name}: {o.error_line()}  [{o.output_path}]" for o in result.failed]
         super().__init__("\n".join(lines))
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised by `StepRunner.run` on Ctrl-C, after the running steps were recorded INTERRUPTED and their
+    jobs (with every process they started) were stopped. `str(err)` is one line: what was interrupted and
+    how a rerun continues."""
+
+    def __init__(self, message: str, result: RunResult | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.result = result
+
+    def __str__(self) -> str:
+        return self.message

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -25,10 +24,17 @@ from ._client import Client
 from ._current import using_client
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
-from ._options import CapturedRun, DryRunStop, current_options, options_from_argv
+from ._options import RUN_FLAGS, CapturedRun, DryRunStop, current_options, options_from_argv
 from ._progress import Progress, make_console
-from ._records import environment, experiment_name, experiment_record_path, scrub_any
-from ._results import RunResult, StepFailedError, StepOutcome
+from ._records import (
+    environment,
+    experiment_name,
+    experiment_record_path,
+    fn_source_hash,
+    read_step_record,
+    scrub_any,
+)
+from ._results import RunInterrupted, RunResult, StepFailedError, StepOutcome
 from ._secrets import secret_values
 from ._status import StepState, read_status
 from ._step_exec import StepExecutor
@@ -128,56 +134,74 @@ class StepRunner:
             raise_on_failure: raise `StepFailedError` (after printing the summary) when a step failed;
                 with False, check `result.ok` instead.
 
-        Command-line flags (`schooner run EXP.py --dry-run ...`, or `python EXP.py --dry-run ...` when
-        called from the script's `__main__`) are applied on top of these arguments.
+        Command-line flags apply on top of these arguments when the experiment is started by
+        `schooner run EXP.py --dry-run ...` or through `StepRunner().main([...])` (`python EXP.py --dry-run`);
+        `run` itself never reads `sys.argv`, and refuses to run when it holds flags nothing applied.
 
         Returns:
             A `RunResult`: `.ok`, `.steps`, and `result[handle]` -> `StepOutcome` (state, output_path,
             result, error).
+
+        Raises:
+            StepFailedError: a step failed (with `raise_on_failure`).
+            RunInterrupted: Ctrl-C; the running steps were recorded INTERRUPTED and their jobs stopped.
+            ResourcesUnavailableError: a step that would run asks for more than the client has (checked
+                before anything runs).
         """
         opts = current_options()
-        own_client = None
-        if opts is None and _called_from_main():
-            opts = options_from_argv(sys.argv[1:])
+        if opts is None:
+            _refuse_unread_flags()
+        quiet = self.quiet
         if opts is not None:
             opts.runs += 1
             dry_run = dry_run or opts.dry_run
             run_only = list(opts.only) or run_only
             force = [*(_as_list(force)), *opts.force]
             max_concurrent = opts.max_concurrent or max_concurrent
-            if opts.cluster and self.client is None and current_options() is None:
-                from ._current import client_from_spec
-
-                own_client = self.client = client_from_spec(opts.cluster)
+            quiet = quiet or opts.quiet
         prefix = resolve_prefix((opts.prefix if opts else None) or self._prefix_arg)
         lowered = lower(steps)
         if opts is not None and opts.capture is not None:
             opts.capture.append(lowered)
             raise CapturedRun()
         if max_concurrent is not None and max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be >= 1 or None, got {max_concurrent}")
-        try:
-            result = self._run(
-                lowered,
-                [h.key for h in _flatten(steps)],
-                prefix,
-                _compile(run_only, "run_only"),
-                _compile(force, "force"),
-                dry_run,
-                max_concurrent or DEFAULT_MAX_CONCURRENT,
-                raise_on_failure,
-            )
-        finally:
-            if own_client is not None:
-                own_client.shutdown()
-                self.client = None
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        result = self._run(
+            lowered,
+            [h.key for h in _flatten(steps)],
+            prefix,
+            _compile(run_only, "run_only"),
+            _compile(force, "force"),
+            dry_run,
+            max_concurrent or DEFAULT_MAX_CONCURRENT,
+            raise_on_failure,
+            quiet,
+        )
         if opts is not None and opts.dry_run:
             # `--dry-run` from the command line: the plan is the whole answer. Stop the script here, since
             # code after run() may need results that a dry run does not produce.
-            if current_options() is opts:
-                raise DryRunStop()
-            raise SystemExit(0)
+            raise DryRunStop()
         return result
+
+    def main(self, steps: Any, argv: list[str] | None = None) -> RunResult:
+        """The entry point of an experiment script: `python exp.py [--dry-run] [--force RE] [--only RE]
+        [--prefix P] [--cluster SPEC] [--max-concurrent N] [--quiet]`.
+
+        Reads the flags from `argv` (default `sys.argv[1:]`; an unknown flag is an error), runs `steps`
+        with them and returns the `RunResult`. Like `schooner run`, it exits the process with status 1 when
+        a step failed, 130 on Ctrl-C (after one line saying what was interrupted), 2 for a bad experiment,
+        and 0 after a dry run's plan. Under `schooner run EXP.py`, the command line's flags apply and
+        `main` is `run`.
+
+        Example:
+            >>> if __name__ == "__main__":          # at the end of an experiment file  # doctest: +SKIP
+            ...     StepRunner().main([model])
+        """
+        from ._entry import run_main
+
+        if current_options() is not None:
+            return self.run(steps)
+        return run_main(self, steps, sys.argv[1:] if argv is None else list(argv))
 
     # ------------------------------------------------------------------------------------------------------
     def _run(
@@ -190,10 +214,11 @@ class StepRunner:
         dry_run: bool,
         max_concurrent: int,
         raise_on_failure: bool,
+        quiet: bool = False,
     ) -> RunResult:
         t0 = time.time()
         run_id = uuid.uuid4().hex[:10]
-        console = self._console or make_console(self.quiet)
+        console = self._console or make_console(quiet)
         progress = Progress(console)
         if only:
             steps = _select(steps, only)
@@ -214,6 +239,7 @@ class StepRunner:
                 )
         forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
         states: dict[str, str] = {}
+        code_changed: list[tuple[Step, str]] = []
         for s in steps:
             out = paths[s.key]
             st = read_status(storage_for(out), out)
@@ -224,6 +250,10 @@ class StepRunner:
                 )
             done = st is not None and st.state is StepState.SUCCESS and s.key not in forced
             states[s.key] = "cached" if done else "will_run"
+            if done and st is not None:
+                note = _code_change(s, out, st)
+                if note:
+                    code_changed.append((s, note))
         # Cached steps downstream of a forced one wait for it: reported cached once it succeeds again,
         # skipped if it fails (never "cached" against an input that is not done).
         behind_forced: set[str] = set()
@@ -231,12 +261,17 @@ class StepRunner:
             if states[s.key] == "cached" and any(d in forced or d in behind_forced for d in s.deps):
                 behind_forced.add(s.key)
         n_run = sum(v == "will_run" for v in states.values())
+        self._check_resources([s for s in steps if states[s.key] == "will_run"], dry_run, progress)
         if dry_run:
             progress.dry_run(steps, states, paths, roots)
+            for s, note in code_changed:
+                progress.note(s, note)
             outcomes = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
             return RunResult(run_id, prefix, outcomes, dry_run=True, duration_s=time.time() - t0)
 
         progress.plan(len(steps), len(steps) - n_run, n_run, prefix, run_id)
+        for s, note in code_changed:
+            progress.note(s, note)
         outcomes = {
             s.key: StepOutcome(s.name, s.key, paths[s.key], "cached")
             for s in steps
@@ -257,6 +292,15 @@ class StepRunner:
                 current = using_client(self.client) if self.client is not None else contextlib.nullcontext()
                 with progress.live(len(todo)), current:
                     self._schedule(todo, by_key, outcomes, executor, max_concurrent)
+            except KeyboardInterrupt:
+                stopped = executor.interrupt()
+                message = "interrupted" + (
+                    f": {'; '.join(stopped)}" if stopped else " before any step started"
+                )
+                exp.update(ended=time.time(), ok=False, interrupted=True, counts=message)
+                with contextlib.suppress(Exception):
+                    _write_json(exp_path, exp)
+                raise RunInterrupted(message) from None
             finally:
                 executor.close()
         ordered = [outcomes[s.key] for s in steps]
@@ -284,6 +328,27 @@ class StepRunner:
         if not result.ok and raise_on_failure:
             raise StepFailedError(result)
         return result
+
+    def _check_resources(self, to_run: list[Step], dry_run: bool, progress: Progress) -> None:
+        """Every step that will run must fit the client: fail before anything runs, not when its turn comes.
+
+        A client that connects lazily (a `RayClient` that has not started) is not started for a dry run.
+        """
+        needs = [s for s in to_run if s.handle.resources is not None]
+        if not needs:
+            return
+        client = self.client
+        if client is None:
+            from ._current import current_client
+
+            client = current_client()
+        if dry_run and getattr(client, "started", True) is False:
+            progress.message(
+                f"resources of {len(needs)} step(s) not checked: {client!r} is not started for a dry run"
+            )
+            return
+        for s in needs:
+            client.check(s.handle.resources, what=f"step {s.name!r}")
 
     def _schedule(
         self,
@@ -319,7 +384,7 @@ class StepRunner:
                     else:
                         self._skip_dependents(key, by_key, dependents, outcomes, executor)
         except BaseException:
-            executor.cancel_all()  # Ctrl-C: stop cluster jobs; in-process steps finish their function
+            # Ctrl-C (or an internal error): nothing new starts; `_run` stops what runs and records it.
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
@@ -369,14 +434,35 @@ def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     return [s for s in steps if s.key in keep]
 
 
-def _called_from_main() -> bool:
-    """True when `StepRunner.run` was called from code in the `__main__` module (a script run directly)."""
-    frame = inspect.currentframe()
-    try:
-        caller = frame.f_back.f_back if frame and frame.f_back else None
-        return bool(caller and caller.f_globals.get("__name__") == "__main__")
-    finally:
-        del frame
+def _refuse_unread_flags() -> None:
+    """`python exp.py --dry-run` whose script calls `StepRunner().run` (not `.main`): the flag would be
+    ignored and everything would run. Refuse instead (`SCHOONER_NO_ARGV=1` for scripts with their own
+    flags of these names)."""
+    opts = options_from_argv(sys.argv[1:])
+    if opts is None:
+        return
+    given = [a for a in sys.argv[1:] if a.split("=", 1)[0] in RUN_FLAGS]
+    script = os.path.basename(sys.argv[0]) or "EXP.py"
+    raise ConfigError(
+        f"the command line has {' '.join(given)}, which StepRunner.run does not read, so it would be ignored; "
+        f"run `schooner run {script} {' '.join(sys.argv[1:])}`, or end the script with "
+        "`StepRunner().main([...])`, which reads them (set SCHOONER_NO_ARGV=1 if the script parses such "
+        "flags itself)"
+    )
+
+
+def _code_change(step: Step, out: str, st: Any) -> str:
+    """A note when a cached step's function source changed since it ran and its version did not."""
+    now = fn_source_hash(step.handle.fn)
+    then = st.fn_sha
+    if not then:  # status files written before the hash was kept there: the record has it
+        then = (read_step_record(storage_for(out), out) or {}).get("fn_source_sha256")
+    if not then or not now or then == now:
+        return ""
+    return (
+        f"reused, but the source of {step.handle.fn_name()} changed since it ran and the step's version "
+        f"did not ({step.handle.version!r}); bump the version (or --force) to rerun it with the new code"
+    )
 
 
 def _experiment_record(name: str, run_id: str, prefix: str, env: dict[str, Any], t0: float) -> dict[str, Any]:

@@ -26,6 +26,8 @@ class StepState(enum.StrEnum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+    """Stopped by Ctrl-C (or SIGTERM) of its runner; a rerun resumes or restarts it."""
 
 
 def meta_path(output_path: str, file: str) -> str:
@@ -46,6 +48,8 @@ class StatusInfo:
     """Unix time it was written."""
     error: str = ""
     """One line: the exception for FAILED."""
+    fn_sha: str = ""
+    """SHA-256 of the step function's source when it ran (a plan notes a change without a version bump)."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -56,6 +60,7 @@ class StatusInfo:
                 "owner": self.owner,
                 "time": self.time,
                 "error": self.error,
+                "fn_sha": self.fn_sha,
             }
         )
 
@@ -74,16 +79,25 @@ def read_status(storage: Storage, output_path: str) -> StatusInfo | None:
             d.get("owner", ""),
             float(d.get("time", 0.0)),
             d.get("error", ""),
+            d.get("fn_sha") or "",
         )
     except (ValueError, KeyError, TypeError):
         return None
 
 
 def write_status(
-    storage: Storage, output_path: str, state: StepState, *, key: str, name: str, owner: str, error: str = ""
+    storage: Storage,
+    output_path: str,
+    state: StepState,
+    *,
+    key: str,
+    name: str,
+    owner: str,
+    error: str = "",
+    fn_sha: str = "",
 ) -> StatusInfo:
     """Atomically replace the status file."""
-    info = StatusInfo(state, key, name, owner, time.time(), error)
+    info = StatusInfo(state, key, name, owner, time.time(), error, fn_sha)
     storage.write_text(meta_path(output_path, "status.json"), info.to_json())
     return info
 

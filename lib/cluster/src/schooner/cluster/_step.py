@@ -40,6 +40,7 @@ class StepHandle:
         "override_output_path",
         "description",
         "resumable",
+        "resume_hint",
         "key",
         "canonical_config",
         "_canonical_text",
@@ -56,6 +57,7 @@ class StepHandle:
         override_output_path: str | None = None,
         description: str = "",
         resumable: bool = False,
+        resume_hint: Callable[[str], str | None] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or ".." in name.split("/"):
             raise ValueError(
@@ -84,6 +86,11 @@ class StepHandle:
         if not isinstance(resumable, bool):
             raise TypeError(f"step {name!r}: resumable must be True or False, got {resumable!r}")
         self.resumable = resumable
+        if resume_hint is not None and not callable(resume_hint):
+            raise TypeError(
+                f"step {name!r}: resume_hint must be a function of the output path, got {resume_hint!r}"
+            )
+        self.resume_hint = resume_hint
         _check_runtime_fields(config, name, "config")
         self.canonical_config = canonicalize(config, step_name=name, field="config")
         self._canonical_text = dumps(self.canonical_config)
@@ -270,6 +277,7 @@ class StepDef:
         resources: ResourceConfig | None = None,
         description: str = "",
         resumable: bool = False,
+        resume_hint: Callable[[str], str | None] | None = None,
     ) -> None:
         if "<" not in getattr(fn, "__qualname__", "<"):
             # `module.name` is now this StepDef; `module.name.fn` finds the function again, so pickle
@@ -279,6 +287,7 @@ class StepDef:
         self.version = version
         self.resources = resources
         self.resumable = resumable
+        self.resume_hint = resume_hint
         self.description = description or (fn.__doc__ or "").strip().split("\n")[0]
         self.__name__ = getattr(fn, "__name__", "step")
         self.__doc__ = fn.__doc__
@@ -301,6 +310,7 @@ class StepDef:
             override_output_path=override_output_path,
             description=self.description if description is None else description,
             resumable=self.resumable,
+            resume_hint=self.resume_hint,
         )
 
     def __repr__(self) -> str:
@@ -321,6 +331,7 @@ def step(
     override_output_path: str | None = None,
     description: str = "",
     resumable: bool = False,
+    resume_hint: Callable[[str], str | None] | None = None,
 ) -> StepHandle: ...
 @overload
 def step(name: Callable[[Any, str], Any]) -> StepDef: ...
@@ -331,6 +342,7 @@ def step(
     resources: ResourceConfig | None = None,
     description: str = "",
     resumable: bool = False,
+    resume_hint: Callable[[str], str | None] | None = None,
 ) -> Callable[[Callable[[Any, str], Any]], StepDef]: ...
 
 
@@ -344,6 +356,7 @@ def step(
     override_output_path: str | None = None,
     description: str = "",
     resumable: bool = False,
+    resume_hint: Callable[[str], str | None] | None = None,
 ) -> Any:
     """Make a lazy step: `fn(resolved_config, output_path)` will run once for this name+config+version.
 
@@ -369,6 +382,8 @@ def step(
             False (the default): every attempt starts from an empty output folder (the runner clears
             it first), so a killed attempt can never leave rows that the next one appends to.
             `--force` empties the folder of resumable steps too. Runtime-only: not part of the identity.
+        resume_hint: for a resumable step, a function of its output path saying where a rerun would
+            resume (e.g. "from checkpoint step-000120"); shown when a run is interrupted.
     """
     if config is not _MISSING:
         return StepHandle(
@@ -380,8 +395,15 @@ def step(
             override_output_path=override_output_path,
             description=description,
             resumable=resumable,
+            resume_hint=resume_hint,
         )
-    kw = {"version": version, "resources": resources, "description": description, "resumable": resumable}
+    kw = {
+        "version": version,
+        "resources": resources,
+        "description": description,
+        "resumable": resumable,
+        "resume_hint": resume_hint,
+    }
     if callable(name) and fn is None:
         return StepDef(name, **kw)
     if name is None and fn is None:

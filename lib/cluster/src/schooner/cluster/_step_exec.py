@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._lease import Lease
 from ._lower import Step
-from ._records import read_step_record, scrub_any, step_record, write_step_record
+from ._records import append_history, read_step_record, scrub_any, step_record, write_step_record
 from ._results import StepOutcome
 from ._secrets import scrub
 from ._status import META_DIR, StepState, meta_path, read_status, write_status
@@ -77,6 +77,8 @@ class StepExecutor:
         self._leases: dict[str, Lease] = {}
         self._jobs: dict[str, JobHandle] = {}
         self._logs: dict[str, str] = {}
+        self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
+        self._interrupted = False
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
         self._beat.start()
@@ -167,6 +169,8 @@ class StepExecutor:
         )
         t0 = time.time()
         outcome: StepOutcome | None = None
+        with self._lock:
+            self._running[step.key] = (step, lease, record, t0)
         try:
             self._prepare_folder(step, out)
             write_step_record(storage, out, record)
@@ -190,7 +194,16 @@ class StepExecutor:
                 result = {"note": f"result too large to record ({len(repr(result))} chars)"}
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             write_step_record(storage, out, record)
-            write_status(storage, out, StepState.SUCCESS, key=step.key, name=step.name, owner=lease.owner)
+            append_history(storage, out, record)
+            write_status(
+                storage,
+                out,
+                StepState.SUCCESS,
+                key=step.key,
+                name=step.name,
+                owner=lease.owner,
+                fn_sha=record.get("fn_source_sha256") or "",
+            )
             outcome = StepOutcome(
                 step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
             )
@@ -202,6 +215,7 @@ class StepExecutor:
             with self._lock:
                 self._leases.pop(step.key, None)
                 self._jobs.pop(step.key, None)
+                self._running.pop(step.key, None)
             lease.release(checked=outcome is not None and outcome.state == "succeeded")
         assert outcome is not None
         self.progress.finished(outcome)
@@ -287,6 +301,11 @@ class StepExecutor:
         text = scrub("".join(traceback.format_exception(type(err), err, tb)), self.secrets)
         logs = self._logs.get(step.key)
         duration = time.time() - t0 if t0 else None
+        if self._interrupted and held is not None:
+            # Ctrl-C: `interrupt()` has recorded this step INTERRUPTED; its job's end is no failure.
+            return StepOutcome(
+                step.name, step.key, out, "interrupted", duration_s=duration, error="interrupted"
+            )
         if held is not None:
             lease, record = held
             record.update(
@@ -300,6 +319,7 @@ class StepExecutor:
             try:
                 if lease.still_held():
                     write_step_record(storage, out, record)
+                    append_history(storage, out, record)
                     write_status(
                         storage,
                         out,
@@ -315,6 +335,35 @@ class StepExecutor:
             step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=type(err).__name__
         )
 
+    def interrupt(self) -> list[str]:
+        """Ctrl-C: record every running step INTERRUPTED, stop its job (the worker and every process it
+        started), release its lease. One phrase per step for the one-line message."""
+        self._interrupted = True
+        with self._lock:
+            running = list(self._running.values())
+            jobs = dict(self._jobs)
+        phrases = []
+        for step, lease, record, t0 in running:
+            job = jobs.get(step.key)
+            if job is not None:
+                with contextlib.suppress(Exception):
+                    job.cancel()
+            out = self.paths[step.key]
+            storage = storage_for(out)
+            record.update(
+                state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
+            )
+            with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
+                if lease.still_held():
+                    write_step_record(storage, out, record)
+                    append_history(storage, out, record)
+                    write_status(
+                        storage, out, StepState.INTERRUPTED, key=step.key, name=step.name, owner=lease.owner
+                    )
+                lease.release()
+            phrases.append(f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})")
+        return phrases
+
     def cancel_all(self) -> None:
         with self._lock:
             jobs = list(self._jobs.values())
@@ -324,3 +373,19 @@ class StepExecutor:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {int(s % 60)} s"
+
+
+def _how_it_continues(step: Step, out: str) -> str:
+    """'a rerun resumes it from checkpoint step-000040' / 'a rerun starts it again'."""
+    h = step.handle
+    if not h.resumable:
+        return "a rerun starts it again from an empty folder"
+    hint = None
+    if h.resume_hint is not None:
+        with contextlib.suppress(Exception):  # a hint must never hide the interrupt itself
+            hint = h.resume_hint(out)
+    return f"a rerun resumes it {hint}" if hint else "a rerun resumes it from its partial output"

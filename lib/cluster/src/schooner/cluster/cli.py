@@ -1,12 +1,12 @@
 """The `schooner` command: run an experiment file, list step outputs, explain why a step (re)runs.
 
-    schooner run EXPERIMENT.py [--dry-run] [--force RE] [--only RE] [--prefix P] [--cluster SPEC]
+    schooner run EXPERIMENT.py [--dry-run] [--force RE] [--only RE] [--prefix P] [--cluster SPEC] [--quiet]
     schooner status [--prefix P] [--name RE]
     schooner explain STEP [EXPERIMENT.py] [--prefix P]
     schooner report [--prefix P] [--out FILE]
 
 Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
-experiment file or bad arguments.
+experiment file, bad arguments or a prefix that does not exist, 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._lower import Step, lower
-from ._options import CapturedRun, DryRunStop, RunOptions, add_run_flags, applying, options_from_args
+from ._options import CapturedRun, RunOptions, add_run_flags, applying, options_from_args
 from ._progress import fmt_age, fmt_duration, make_console
 from ._step import StepHandle
 from ._version import ConfigError
@@ -67,30 +67,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns.script_args = script_args
     try:
         if ns.command == "run":
-            return _cmd_run(ns)
+            code = _cmd_run(ns)
+            if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
+                from ._entry import exit_now
+
+                exit_now(code)
+            return code
         if ns.command == "status":
             return _cmd_status(ns)
         if ns.command == "report":
             return _cmd_report(ns)
         return _cmd_explain(ns)
     except ConfigError as e:
-        where = _experiment_line(e, getattr(ns, "experiment", None))
-        make_console().print(f"[bold red]error:[/] {_esc(str(e))}{where}")
+        make_console().print(f"[bold red]error:[/] {_esc(str(e))}")
         return 2
-
-
-def _experiment_line(err: BaseException, experiment: str | None) -> str:
-    """' (at exp.py:12)': the innermost line of the experiment file in the error's traceback."""
-    if not experiment:
-        return ""
-    target = os.path.abspath(experiment)
-    found = ""
-    tb = err.__traceback__
-    while tb is not None:
-        if os.path.abspath(tb.tb_frame.f_code.co_filename) == target:
-            found = f" (at {experiment}:{tb.tb_lineno})"
-        tb = tb.tb_next
-    return found
 
 
 def _esc(text: str) -> str:
@@ -142,43 +132,27 @@ def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
 
 
 def _cmd_run(ns: argparse.Namespace) -> int:
-    from ._current import client_from_spec, using_client
-    from ._results import StepFailedError
+    from ._entry import EXIT_BAD, execute
     from ._runner import StepRunner
 
     opts = options_from_args(ns)
-    args = ns.script_args
-    client = None
-    if opts.cluster:
-        try:
-            client = client_from_spec(opts.cluster)  # validates the spec before anything runs
-        except ValueError as e:
-            make_console().print(f"[bold red]error:[/] --cluster: {_esc(str(e))}")
-            return 2
-        os.environ["SCHOONER_CLUSTER"] = opts.cluster
-    try:
-        with using_client(client) if client is not None else contextlib.nullcontext():
-            try:
-                globs = _load(ns.experiment, opts, args)
-                if opts.runs == 0:  # the file only declares steps: run all of them
-                    handles = module_handles(globs)
-                    if not handles:
-                        make_console().print(
-                            f"[bold red]error:[/] {ns.experiment} declares no steps and "
-                            "runs none; define step handles at module level or call "
-                            "StepRunner().run([...]) under `if __name__ == '__main__':`"
-                        )
-                        return 2
-                    with applying(opts):
-                        StepRunner().run(handles)
-            except StepFailedError:
-                return 1  # the summary table has been printed
-            except DryRunStop:
-                return 0
-    finally:
-        if client is not None:
-            client.shutdown()
-    return 0
+
+    def body() -> int:
+        globs = _load(ns.experiment, opts, ns.script_args)
+        if opts.runs:
+            return 0
+        handles = module_handles(globs)  # the file only declares steps: run all of them
+        if not handles:
+            make_console().print(
+                f"[bold red]error:[/] {ns.experiment} declares no steps and runs none; define step handles "
+                "at module level or end it with StepRunner().main([...]) under `if __name__ == '__main__':`"
+            )
+            return EXIT_BAD
+        StepRunner().run(handles)
+        return 0
+
+    code, value = execute(opts, body, experiment=ns.experiment)
+    return code or (value or 0)
 
 
 def _cmd_status(ns: argparse.Namespace) -> int:
@@ -192,6 +166,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
+    _require_prefix(prefix, ns.prefix)
     pattern = re.compile(ns.name) if ns.name else None
     table = Table(title=f"steps under {prefix}", title_justify="left")
     for col in ("step", "key", "state", "age", "took", "output"):
@@ -243,9 +218,29 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     from ._report import write_report
     from ._runner import resolve_prefix
 
-    out = write_report(resolve_prefix(ns.prefix), ns.out)
+    prefix = resolve_prefix(ns.prefix)
+    _require_prefix(prefix, ns.prefix)
+    out = write_report(prefix, ns.out)
     print(f"report written to {out}")
     return 0
+
+
+def _require_prefix(prefix: str, given: str | None) -> None:
+    """A prefix that does not exist is a typo or the wrong working directory: say which, create nothing."""
+    from ._runner import PREFIX_ENV
+    from ._storage import storage_for
+
+    if storage_for(prefix).exists(prefix):
+        return
+    source = (
+        f"--prefix {given!r}"
+        if given
+        else (f"${PREFIX_ENV}" if os.environ.get(PREFIX_ENV) else "the default ./schooner-output")
+    )
+    raise ConfigError(
+        f"prefix {prefix} (from {source}, working directory {os.getcwd()}) does not exist: no experiment has "
+        "run there; pass the prefix the experiment used"
+    )
 
 
 def _cmd_explain(ns: argparse.Namespace) -> int:

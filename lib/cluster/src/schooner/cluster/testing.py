@@ -48,7 +48,7 @@ def shared_ray_client() -> RayClient:
                 before = _children()
                 try:
                     with _patient_raylet_wait():
-                        _client = RayClient(address="local", **RAY_TEST_OPTIONS)
+                        _client = RayClient(address="local", **RAY_TEST_OPTIONS).connect()
                     break
                 except Exception as exc:
                     # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine can
