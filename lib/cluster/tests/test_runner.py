@@ -169,6 +169,13 @@ def test_a_failure_stops_its_dependents_only_and_a_rerun_resumes_there(prefix: s
     again = runner.run([g["d"], g["e"]])
     assert again.ok and sorted(calls) == ["b", "d"]
     assert {o.name for o in again.cached} == {"a", "c", "e"}
+    # The status says SUCCESS now; the step's history keeps the earlier failure with its traceback.
+    history = [
+        json.loads(ln) for ln in _read(meta_path(result["b"].output_path, "history.jsonl")).splitlines()
+    ]
+    assert [h["state"] for h in history] == ["FAILED", "SUCCESS"]
+    assert "ValueError: b was told to fail" in history[0]["error"] and history[1]["error"] is None
+    assert history[0]["run_id"] == result.run_id and history[1]["run_id"] == again.run_id
 
 
 def test_run_only_pulls_in_inputs_and_force_reruns_matches(prefix: str, calls: list[str]) -> None:
@@ -302,6 +309,15 @@ def test_experiment_record_lists_the_run(tmp_path) -> None:
         ("c", "succeeded"),
         ("d", "succeeded"),
     ]
+    # Every run keeps its own record: a failed run is not overwritten by the next one.
+    FAIL.add("e")
+    failed = runner.run([g["d"], g["e"]], raise_on_failure=False)
+    FAIL.clear()
+    fixed = runner.run([g["d"], g["e"]])
+    records = [json.loads(_read(r.experiment_record)) for r in (failed, fixed)]
+    assert [r["ok"] for r in records] == [False, True]
+    assert len({failed.experiment_record, fixed.experiment_record, result.experiment_record}) == 3
+    assert all(os.path.exists(r.experiment_record) for r in (result, failed, fixed))
 
 
 def test_prefix_comes_from_argument_env_or_working_directory(tmp_path, monkeypatch) -> None:

@@ -228,5 +228,8 @@ def experiment_name() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "interactive"
 
 
-def experiment_record_path(prefix: str, name: str, key: str) -> str:
-    return f"{prefix.rstrip('/')}/experiments/{name}-{key[:12]}.json"
+def experiment_record_path(prefix: str, name: str, key: str, started: float, run_id: str) -> str:
+    """`{prefix}/experiments/{name}-{key[:12]}/{UTC start}-{run_id}.json`: one record per run, kept, so
+    failed and interrupted runs stay on record beside later ones (sorted by name = by start time)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    return f"{prefix.rstrip('/')}/experiments/{name}-{key[:12]}/{stamp}-{run_id}.json"

@@ -280,7 +280,7 @@ class StepRunner:
         env = environment()
         exp_name = experiment_name()
         exp_key = hashlib.sha256(json.dumps(sorted(roots)).encode()).hexdigest()
-        exp_path = experiment_record_path(prefix, exp_name, exp_key)
+        exp_path = experiment_record_path(prefix, exp_name, exp_key, t0, run_id)
         exp = _experiment_record(exp_name, run_id, prefix, env, t0)
         if n_run:
             _write_json(exp_path, exp)  # early, so a run that dies is on record too
