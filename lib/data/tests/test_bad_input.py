@@ -69,13 +69,6 @@ def test_non_string_text_and_bad_fields(tmp_path) -> None:
     )
 
 
-def test_empty_file(tmp_path) -> None:
-    for name in ("e.jsonl", "e.jsonl.zst", "e.txt"):
-        (tmp_path / name).write_bytes(b"")
-        path = str(tmp_path / name)
-        assert str(_error(path)) == f"{path}: empty file (0 bytes); delete it or write data to it"
-
-
 def _complete_lines(prefix: bytes) -> int:
     return prefix.count(b"\n")
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from schooner.data import (
@@ -31,7 +31,7 @@ from .conftest import make_records
 json_scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.integers()  # any size: integers beyond 64 bits round-trip too
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text()
 )
@@ -53,9 +53,15 @@ records_st = st.lists(
 )
 
 
+_BIG = [
+    {"id": "b", "text": "t", "source": "s", "metadata": {"big": 2**70 + 1, "neg": -(2**65), "l": [2**64]}}
+]
+
+
 @pytest.mark.parametrize("fmt", WRITE_FORMATS)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=records_st, num_shards=st.integers(1, 3))
+@example(records=_BIG, num_shards=1)
 def test_round_trip_every_format(fmt: str, records: list[dict], num_shards: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "out")

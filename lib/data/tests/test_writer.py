@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,11 +70,22 @@ def test_fresh_write_removes_stale_manifest_first(tmp_path) -> None:
     assert read_manifest(str(out)) is None  # the folder no longer claims to be complete
 
 
-def _run(out: Path, mode: str, pause: float) -> None:
+def _run(out: Path, mode: str, pause: float) -> str:
     p = subprocess.run(
-        [sys.executable, _SCRIPT, str(out), mode, str(pause)], capture_output=True, timeout=120
+        [sys.executable, _SCRIPT, str(out), mode, str(pause)], capture_output=True, timeout=300
     )
     assert p.returncode == 0, p.stderr.decode()
+    return p.stderr.decode()
+
+
+def _kill_family(pid: int) -> None:
+    """SIGKILL a process and every process it started (the client's workers), all at once."""
+    import psutil
+
+    family = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    for p in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
 
 
 def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
@@ -82,7 +94,7 @@ def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
     cmd = [sys.executable, _SCRIPT, str(out), "fresh", "0.6"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             names = os.listdir(out) if out.exists() else []
             done = [n for n in names if n.startswith("part-")]
@@ -92,26 +104,30 @@ def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
             time.sleep(0.02)
         else:
             raise AssertionError(f"the writer never got 3 shards in: {names}")
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_family(proc.pid)
     finally:
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     left = os.listdir(out)
     assert "manifest.json" not in left
     assert [n for n in left if ".tmp-" in n], "the kill should land mid-shard"
+    assert [n for n in left if n.startswith(".work-")], (
+        "the shuffle's finished map side is kept for the rerun"
+    )
     # Every shard under its final name is complete: it reads without error.
     for n in sorted(n for n in left if n.startswith("part-")):
         assert sum(1 for _ in read_records(str(out / n))) > 0
-    _run(out, "resume", 0.0)
+    log = _run(out, "resume", 0.0)
+    assert "stage 0 (shuffle): reused 6 of 6 finished tasks" in log  # the map side is not redone
     assert _tree(out) == _tree(ref)
     assert _tree(out / ".shard-stats") == _tree(ref / ".shard-stats")
-    assert not [n for n in os.listdir(out) if ".tmp-" in n]
+    assert not [n for n in os.listdir(out) if ".tmp-" in n or n.startswith(".work-")]
 
 
 def test_finished_write_clears_leftovers_of_killed_runs(tmp_path) -> None:
     out = tmp_path / "o"
     (out / ".work-0123abcd" / "stage-00").mkdir(parents=True)
-    (out / ".work-0123abcd" / "stage-00" / "t-00000.pkl").write_bytes(b"x")
+    (out / ".work-0123abcd" / "stage-00" / "t-00000.spill").write_bytes(b"x")
     (out / ".part-00000-of-00001.jsonl.tmp-1-deadbeef").write_bytes(b"partial")
     write_records(make_records(5), str(out), format="jsonl")
     assert sorted(os.listdir(out)) == [".shard-stats", "manifest.json", "part-00000-of-00001.jsonl"]

@@ -4,7 +4,7 @@ from ._dataset import Dataset as Dataset
 from ._errors import DataError as DataError
 from ._errors import SkipLog as SkipLog
 from ._execute import Execution as Execution
-from ._fs import list_shards as list_shards
+from ._folders import list_shards as list_shards
 from ._readers import detect_format as detect_format
 from ._readers import read_records as read_records
 from ._readers import read_shards as read_shards

@@ -60,5 +60,9 @@ def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
             if out:
                 yield out
             raw = d.unused_data if d.eof else b""
-    if started and not d.eof:
+    if not started:
+        raise StreamError(
+            f"empty file (0 bytes), not a {compression} stream (an empty stream still has a header)"
+        )
+    if not d.eof:
         raise StreamError(f"truncated {compression} stream (the file ends inside a compressed frame)")

@@ -2,52 +2,31 @@
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _fs
-from ._errors import SkipLog, check_on_error
-from ._execute import CountSink, Execution, PartitionSink, SpillSink, Task, WriteSink, execute
-from ._ops import Op, fn_name
+from ._errors import check_on_error
+from ._execute import CountSink, Execution, SpillSink, WriteSink
+from ._fingerprint import fingerprint
+from ._folders import expand_paths
+from ._ops import FilterOp, FlatMapOp, MapOp, MapShardOp, Op, SelectOp, fn_name
+from ._plan import GroupBy, Node, Reshard, ShardTarget, Take, chain_tokens, run_plan, work_folder
 from ._readers import detect_format
-from ._shuffle import keep_first, partition_path, read_spill
-from ._splits import FileSplit, HFSplit, ReadOptions, RecordsSplit, ReduceSplit, SpillSplit, load_hf
-from ._writer import check_write_format, merge_counters, start_write, write_manifest
+from ._shuffle import keep_first
+from ._spill import SpillInfo
+from ._spill import read_records as read_spill
+from ._splits import FileSplit, HFSplit, ReadOptions, RecordsSplit, Split, load_hf
+from ._writer import check_write_format, start_write, write_manifest
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20
-"""Bytes of shuffle data a `group_by` reduce task sorts in memory before spilling sorted runs to disk."""
-
-
-@dataclass(frozen=True)
-class _Take:
-    n: int
-
-
-@dataclass(frozen=True)
-class _Reshard:
-    n: int
-
-
-@dataclass(frozen=True)
-class _GroupBy:
-    key: Callable[[dict], Any]
-    reducer: Callable[[Any, list[dict]], Any]
-    label: str
-    num_partitions: int | None
-    memory_budget: int
-    dedup: bool
-
-
-def _field_key(field: str) -> Callable[[dict], Any]:
-    return _FieldKey(field)
+"""Bytes a shuffle task holds in memory (map-side buffers, reduce-side sorting) before spilling to disk."""
 
 
 @dataclass(frozen=True)
 class _FieldKey:
+    """The key function of `group_by("field")`: a named, fingerprintable `record[field]`."""
+
     field: str
 
     def __call__(self, rec: dict) -> Any:
@@ -75,7 +54,7 @@ class Dataset:
     """
 
     def __init__(
-        self, splits_fn: Callable[[], list[Any]], nodes: tuple[Any, ...] = (), describe: str = ""
+        self, splits_fn: Callable[[], list[Split]], nodes: tuple[Node, ...] = (), describe: str = ""
     ) -> None:
         self._splits_fn = splits_fn
         self._nodes = nodes
@@ -98,9 +77,9 @@ class Dataset:
         on_error: str = "raise",
         split_row_groups: bool = True,
     ) -> Dataset:
-        """Records of files: paths, globs (any fsspec URL) or record folders; one shard per file, or per
-        parquet row group (`split_row_groups`; row groups the `filter` excludes by statistics are skipped).
-        See `read_records` for the other arguments."""
+        """Records of files: paths, globs (any fsspec URL), record folders or folders written by Hugging Face
+        `save_to_disk`; one shard per file, or per parquet row group (`split_row_groups`; row groups the
+        `filter` excludes by statistics are skipped). See `read_records` for the other arguments."""
         check_on_error(on_error)
         opts = ReadOptions(
             text_field=text_field, id_field=id_field, source=source, format=format, compression=compression,
@@ -109,11 +88,11 @@ class Dataset:
         )  # fmt: skip
         plist = [paths] if isinstance(paths, str) else list(paths)
 
-        def splits() -> list[Any]:
+        def splits() -> list[Split]:
             from ._parquet import row_groups
 
-            out: list[Any] = []
-            for path in _fs.expand_paths(plist):
+            out: list[Split] = []
+            for path in expand_paths(plist):
                 fmt = format or detect_format(path)[0]
                 if fmt == "parquet" and split_row_groups:
                     out.extend(FileSplit(path, opts, (rg,)) for rg in row_groups(path, filter))
@@ -160,7 +139,7 @@ class Dataset:
         check_on_error(on_error)
         _check_positive("num_shards", num_shards)
 
-        def splits() -> list[Any]:
+        def splits() -> list[Split]:
             n = len(load_hf(path, split))
             return [
                 HFSplit(
@@ -180,12 +159,12 @@ class Dataset:
 
     # ------------------------------------------------------------------------------------- operations
 
-    def _with(self, node: Any) -> Dataset:
+    def _with(self, node: Node) -> Dataset:
         return Dataset(self._splits_fn, self._nodes + (node,), self._describe)
 
     def _label(self, kind: str, fn: Any, name: str | None) -> str:
         base = name or f"{kind}:{fn_name(fn)}"
-        used = {n.label for n in self._nodes if isinstance(n, Op | _GroupBy)}
+        used = {n.label for n in self._nodes if isinstance(n, Op | GroupBy)}
         label, k = base, 2
         while label in used:
             label, k = f"{base}#{k}", k + 1
@@ -193,40 +172,40 @@ class Dataset:
 
     def map(self, fn: Callable[[dict], dict], *, name: str | None = None) -> Dataset:
         """Replace each record by `fn(record)` (which must not return None; use `filter` to drop)."""
-        return self._with(Op("map", fn, self._label("map", fn, name)))
+        return self._with(MapOp(self._label("map", fn, name), fn))
 
     def filter(
         self, predicate: Callable[[dict], bool], *, reason: str | None = None, name: str | None = None
     ) -> Dataset:
         """Keep records where `predicate(record)` is true; drops count under `dropped.{reason}`."""
         label = self._label("filter", predicate, name)
-        return self._with(Op("filter", predicate, label, reason or label))
+        return self._with(FilterOp(label, predicate, reason or label))
 
     def flat_map(self, fn: Callable[[dict], Iterable[dict]], *, name: str | None = None) -> Dataset:
         """Replace each record by the records of `fn(record)` (zero or more)."""
-        return self._with(Op("flat_map", fn, self._label("flat_map", fn, name)))
+        return self._with(FlatMapOp(self._label("flat_map", fn, name), fn))
 
     def map_shard(
         self, fn: Callable[[Iterator[dict]], Iterable[dict]], *, name: str | None = None
     ) -> Dataset:
         """Replace each shard's record stream by `fn(stream)` (for per-shard state such as a loaded model)."""
-        return self._with(Op("map_shard", fn, self._label("map_shard", fn, name)))
+        return self._with(MapShardOp(self._label("map_shard", fn, name), fn))
 
     def select(self, fields: Sequence[str]) -> Dataset:
         """Keep only `fields` of each record (missing fields are left out)."""
         fields = (fields,) if isinstance(fields, str) else tuple(fields)
-        return self._with(Op("select", fields, self._label("select", None, "select")))
+        return self._with(SelectOp(self._label("select", None, "select"), fields))
 
     def take(self, n: int) -> Dataset:
         """The first `n` records, in shard order."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"take(n) needs an integer n >= 0, got n={n!r}")
-        return self._with(_Take(n))
+        return self._with(Take(n))
 
     def reshard(self, num_shards: int) -> Dataset:
         """Redistribute the records, in order, into `num_shards` equal contiguous shards."""
         _check_positive("num_shards", num_shards)
-        return self._with(_Reshard(num_shards))
+        return self._with(Reshard(num_shards))
 
     def group_by(
         self,
@@ -241,12 +220,12 @@ class Dataset:
         group by `reducer(key, records)` (a record, several, or None). A disk shuffle: map tasks partition
         by key hash to files; one reduce task per partition sorts its part, spilling sorted runs to disk
         past `memory_budget` bytes. Groups arrive in input order; one group must fit in memory."""
-        key_fn = _field_key(key) if isinstance(key, str) else key
+        key_fn = _FieldKey(key) if isinstance(key, str) else key
         if num_partitions is not None:
             _check_positive("num_partitions", num_partitions)
         _check_positive("memory_budget", memory_budget)
         label = self._label("group_by", key_fn, name)
-        return self._with(_GroupBy(key_fn, reducer, label, num_partitions, memory_budget, dedup=False))
+        return self._with(GroupBy(key_fn, reducer, label, num_partitions, memory_budget, dedup=False))
 
     def deduplicate(
         self,
@@ -257,17 +236,16 @@ class Dataset:
         name: str | None = None,
     ) -> Dataset:
         """Keep the first record (in input order) of each `key` value; drops count as `dropped.duplicate`."""
-        key_fn = _field_key(key) if isinstance(key, str) else key
+        key_fn = _FieldKey(key) if isinstance(key, str) else key
+        if num_partitions is not None:
+            _check_positive("num_partitions", num_partitions)
         _check_positive("memory_budget", memory_budget)
         label = self._label("deduplicate", key_fn, name)
-        return self._with(_GroupBy(key_fn, keep_first, label, num_partitions, memory_budget, dedup=True))
+        return self._with(GroupBy(key_fn, keep_first, label, num_partitions, memory_budget, dedup=True))
 
     def explain(self) -> str:
-        """The plan, one stage per line."""
-        lines = [self._describe]
-        for n in self._nodes:
-            lines.append(f"  {n.kind}: {n.label}" if isinstance(n, Op) else f"  {n!r}")
-        return "\n".join(lines)
+        """The plan, one node per line (functions by name; stage boundaries marked)."""
+        return "\n".join([self._describe, *(f"  {n.describe()}" for n in self._nodes)])
 
     # --------------------------------------------------------------------------------------- terminals
 
@@ -278,15 +256,21 @@ class Dataset:
         compression: str | None = "zst",
         compression_level: int = 3,
         skip_existing: bool = False,
+        num_shards: int | None = None,
+        shard_bytes: int | None = None,
         **execution: Any,
     ) -> dict:
-        """Write one shard per task as `part-0000i-of-0000n.jsonl[.zst|.gz]` plus `manifest.json`.
+        """Write `part-0000i-of-0000n.jsonl[.zst|.gz]` shards plus `manifest.json`.
 
         Args:
             path: Output folder (local path or fsspec URL).
             compression: `"zst"` (default), `"gz"` or None.
             compression_level: The zstd level (gzip uses its default).
-            skip_existing: Keep shards an interrupted earlier run of the same pipeline finished.
+            skip_existing: Keep shards an interrupted earlier run of the SAME plan finished (each shard's
+                stats carry the plan's fingerprint: shards of another plan are rewritten, never reused).
+            num_shards: Write this many shards (records redistributed in order), whatever the input's
+                sharding; default: one shard per input shard (or per reduce partition).
+            shard_bytes: Instead of `num_shards`: about this many bytes of JSON records per shard.
             **execution: `Execution` options (client, max_workers, resources, retries, work_dir, progress).
 
         Returns:
@@ -302,21 +286,24 @@ class Dataset:
         if compression not in formats:
             raise ValueError(f"compression must be None, 'zst' or 'gz', got compression={compression!r}")
         kw = (("zstd_level", compression_level),)
-        return self._write(path, formats[compression], skip_existing, kw, Execution(**execution))
+        target = _target(num_shards, shard_bytes)
+        return self._write(path, formats[compression], skip_existing, kw, Execution(**execution), target)
 
     def write_parquet(
         self,
         path: str,
         *,
         skip_existing: bool = False,
+        num_shards: int | None = None,
+        shard_bytes: int | None = None,
         row_group_size: int = 50_000,
         row_group_bytes: int = 64 << 20,
         compression_level: int = 3,
         **execution: Any,
     ) -> dict:
-        """Write one parquet shard per task (record layout, zstd; metadata as JSON text) plus
-        `manifest.json`; arguments as `write_jsonl`, plus the most records per row group and about the most
-        text + metadata characters per row group (row groups are the units readers split work by)."""
+        """Write parquet shards (record layout, zstd; metadata as typed columns, see `docs/formats.md`)
+        plus `manifest.json`; arguments as `write_jsonl`, plus the most records per row group and about the
+        most text + metadata characters per row group (row groups are the units readers split work by)."""
         _check_positive("row_group_size", row_group_size)
         _check_positive("row_group_bytes", row_group_bytes)
         kw = (
@@ -324,11 +311,15 @@ class Dataset:
             ("row_group_bytes", row_group_bytes),
             ("zstd_level", compression_level),
         )
-        return self._write(path, "parquet", skip_existing, kw, Execution(**execution))
+        target = _target(num_shards, shard_bytes)
+        return self._write(path, "parquet", skip_existing, kw, Execution(**execution), target)
 
     def count(self, **execution: Any) -> int:
         """Run the pipeline and count the records it yields."""
-        results, _, _ = self._run(lambda n, work: CountSink(), Execution(**execution), None)
+        exe = Execution(**execution)
+        splits = self._splits()
+        with work_folder(exe, None, None) as work:
+            results, _, _ = run_plan(splits, self._nodes, lambda n, plan: CountSink(), exe, work, None)
         return sum(r["records"] for r in results)
 
     def collect(self, **execution: Any) -> list[dict]:
@@ -338,142 +329,53 @@ class Dataset:
     def iter_records(self, **execution: Any) -> Iterator[dict]:
         """Run the pipeline, then yield its records in shard order from spill files."""
         exe = Execution(**execution)
-        with self._work_dir(exe, None) as work:
-            results, _, _ = self._run(lambda n, w: SpillSink(_fs.join(w, "out")), exe, work)
+        splits = self._splits()
+        chain = chain_tokens(splits, self._nodes) if exe.work_dir is not None else None
+        with work_folder(exe, None, chain) as work:
+            out = f"{work}/out"
+            results, _, _ = run_plan(
+                splits, self._nodes, lambda n, plan: SpillSink(out, plan), exe, work, chain
+            )
             for r in results:
-                yield from read_spill(r["path"])
+                yield from read_spill(SpillInfo.from_dict(r["spill"]))
 
     def __iter__(self) -> Iterator[dict]:
         return self.iter_records()
 
     # -------------------------------------------------------------------------------------- execution
 
-    @contextlib.contextmanager
-    def _work_dir(self, exe: Execution, output: str | None) -> Iterator[str]:
-        if exe.work_dir is not None:
-            work = _fs.join(exe.work_dir, f"schooner-work-{uuid.uuid4().hex[:12]}")
-        elif output is not None:
-            work = _fs.join(output, f".work-{uuid.uuid4().hex[:12]}")
-        else:
-            work = tempfile.mkdtemp(prefix="schooner-data-")
-        _fs.makedirs(work)
-        try:
-            yield work
-        finally:
-            with contextlib.suppress(OSError):
-                _fs.remove_tree(work)
-
-    def _write(self, path: str, fmt: str, skip_existing: bool, writer_kw: tuple, exe: Execution) -> dict:
-        check_write_format(fmt)
-        start_write(path, skip_existing=skip_existing)
-        sinks: list[WriteSink] = []
-
-        def make_sink(n: int, work: str) -> WriteSink:
-            sinks.append(WriteSink(path, fmt, n, skip_existing, writer_kw))
-            return sinks[-1]
-
-        with self._work_dir(exe, path) as work:
-            results, upstream, errors = self._run(make_sink, exe, work)
-        names = [r["shard"] for r in results]
-        return write_manifest(path, names, fmt, counters=upstream, errors=errors)
-
-    def _run(
-        self, make_sink: Callable[[int, str], Any], exe: Execution, work: str | None
-    ) -> tuple[list[dict], dict[str, int], SkipLog]:
-        """Run all stages; returns (final task results, counters of earlier stages, their skipped input)."""
-        if work is None:
-            with self._work_dir(exe, None) as w:
-                return self._run(make_sink, exe, w)
+    def _splits(self) -> list[Split]:
         splits = self._splits_fn()
         if not splits:
             raise ValueError(f"{self._describe}: no input to read")
-        counters: dict[str, int] = {}
-        errors = SkipLog()
-        ops: list[Op] = []
-        stage = 0
-        for node in self._nodes:
-            if isinstance(node, Op):
-                ops.append(node)
-                continue
-            stage_dir = _fs.join(work, f"stage-{stage:02d}")
-            if isinstance(node, _Take | _Reshard):
-                run_ops = ops + ([Op("limit", node.n, f"take[{node.n}]")] if isinstance(node, _Take) else [])
-                results = self._stage(splits, run_ops, SpillSink(stage_dir), exe, f"stage {stage}")
-                splits = (
-                    _take_splits(results, node.n)
-                    if isinstance(node, _Take)
-                    else _reshard_splits(results, node.n)
-                )
-            else:
-                p = node.num_partitions or len(splits)
-                results = self._stage(
-                    splits, ops, PartitionSink(stage_dir, node.key, p), exe, f"stage {stage} (shuffle)"
-                )
-                splits = _reduce_splits(results, node, stage_dir, p)
-            for r in results:
-                merge_counters(counters, r["counters"])
-                errors.merge(r["errors"])
-            ops, stage = [], stage + 1
-        sink = make_sink(len(splits), work)
-        results = self._stage(
-            splits, ops, sink, exe, "write" if isinstance(sink, WriteSink) else f"stage {stage}"
-        )
-        if not isinstance(sink, WriteSink):
-            for r in results:
-                merge_counters(counters, r["counters"])
-                errors.merge(r["errors"])
-        return results, counters, errors
+        return splits
 
-    @staticmethod
-    def _stage(splits: list[Any], ops: list[Op], sink: Any, exe: Execution, label: str) -> list[dict]:
-        tasks = [Task(i, s, tuple(ops), sink) for i, s in enumerate(splits)]
-        return execute(tasks, exe, label)
+    def _write(
+        self, path: str, fmt: str, skip_existing: bool, writer_kw: tuple, exe: Execution, target: ShardTarget
+    ) -> dict:
+        check_write_format(fmt)
+        splits = self._splits()
+        chain = chain_tokens(splits, self._nodes)
+        settings = ["write", fmt, [list(kv) for kv in writer_kw]]
+        start_write(path, skip_existing=skip_existing)
+
+        def make_sink(n: int, plan: str | None) -> WriteSink:
+            return WriteSink(path, fmt, n, skip_existing, plan and fingerprint(plan, settings), writer_kw)
+
+        with work_folder(exe, path, chain) as work:
+            results, upstream, errors = run_plan(splits, self._nodes, make_sink, exe, work, chain, target)
+        names = [r["shard"] for r in results]
+        return write_manifest(path, names, fmt, counters=upstream, errors=errors)
 
 
-def _take_splits(results: list[dict], n: int) -> list[Any]:
-    out, left = [], n
-    for r in results:
-        k = min(r["records"], left)
-        if k > 0:
-            out.append(SpillSplit(((r["path"], 0, k),), len(out)))
-        left -= k
-    return out or [SpillSplit((), 0)]
-
-
-def _reshard_splits(results: list[dict], num_shards: int) -> list[Any]:
-    total = sum(r["records"] for r in results)
-    bounds = [i * total // num_shards for i in range(num_shards + 1)]
-    starts = []
-    pos = 0
-    for r in results:
-        starts.append(pos)
-        pos += r["records"]
-    out = []
-    for j in range(num_shards):
-        lo, hi = bounds[j], bounds[j + 1]
-        pieces = []
-        for r, s in zip(results, starts):
-            a, b = max(lo, s), min(hi, s + r["records"])
-            if a < b:
-                pieces.append((r["path"], a - s, b - s))
-        out.append(SpillSplit(tuple(pieces), j))
-    return out
-
-
-def _reduce_splits(results: list[dict], node: _GroupBy, stage_dir: str, p: int) -> list[Any]:
-    scratch = _fs.join(stage_dir, "runs")
-    _fs.makedirs(scratch)
-    out = []
-    for part in range(p):
-        files = tuple(
-            partition_path(stage_dir, part, t) for t, r in enumerate(results) if r["partitions"][part]
-        )
-        out.append(
-            ReduceSplit(
-                files, node.key, node.reducer, node.label, node.memory_budget, scratch, part, node.dedup
-            )
-        )
-    return out
+def _target(num_shards: int | None, shard_bytes: int | None) -> ShardTarget:
+    if num_shards is not None and shard_bytes is not None:
+        raise ValueError(f"pass num_shards or shard_bytes, not both (got {num_shards=}, {shard_bytes=})")
+    if num_shards is not None:
+        _check_positive("num_shards", num_shards)
+    if shard_bytes is not None:
+        _check_positive("shard_bytes", shard_bytes)
+    return ShardTarget(num_shards, shard_bytes)
 
 
 def _check_positive(name: str, value: Any) -> None:

@@ -6,21 +6,25 @@ import functools
 import logging
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import _fs
+from . import storage
 from ._errors import DataError, SkipLog
 from ._ops import Op, apply_ops
-from ._shuffle import write_partitions, write_spill
-from ._writer import finished_shard, merge_counters, write_shard
+from ._shuffle import PartitionWriter
+from ._spill import SpillError, SpillInfo
+from ._spill import write_records as write_spill
+from ._splits import Split
+from ._writer import finished_shard, merge_counters, shard_name, write_shard
 
 _logger = logging.getLogger("schooner.data")
 
 # Errors a rerun cannot fix (bad input, bugs in user functions): never retried.
 _PERMANENT: tuple[type[BaseException], ...] = (
-    ValueError, TypeError, KeyError, AttributeError, IndexError, NotImplementedError, ImportError,
+    ValueError, TypeError, KeyError, AttributeError, IndexError, NotImplementedError, ImportError, SpillError,
 )  # fmt: skip
 
 
@@ -58,26 +62,49 @@ class Execution:
 
 # -------------------------------------------------------------------------------------------------- sinks
 
+Stats = Callable[[], tuple[dict, SkipLog]]
+"""Reads a task's counters and skipped input so far (call it after the records are consumed)."""
+
+
+class Sink(ABC):
+    """Where a task's records go. `done` may return the result of an identical earlier run of the task
+    (then nothing is read); `commit` persists a finished task's full result when the sink can reuse it."""
+
+    def done(self, index: int) -> dict | None:
+        return None
+
+    @abstractmethod
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        """Drain `records`; returns the task's result (at least `records` and `bytes`)."""
+
+    def commit(self, index: int, result: dict) -> None:
+        return None
+
 
 @dataclass(frozen=True)
-class WriteSink:
-    """Write the task's records as shard `index` of a record folder."""
+class WriteSink(Sink):
+    """Write the task's records as shard `index` of a record folder (its stats carry the plan)."""
 
     folder: str
     format: str
     num_shards: int
     skip_existing: bool
+    plan: str | None
     writer_kw: tuple[tuple[str, Any], ...] = ()
 
     def name(self, index: int) -> str:
-        from ._writer import shard_name
-
         return shard_name(index, self.num_shards, self.format)
 
     def done(self, index: int) -> dict | None:
-        return finished_shard(self.folder, self.name(index)) if self.skip_existing else None
+        if not self.skip_existing:
+            return None
+        prior = finished_shard(self.folder, self.name(index), self.plan)
+        if prior is None:
+            return None
+        return {"shard": self.name(index), "records": prior["records"], "bytes": prior["bytes"],
+                "counters": {}, "errors": SkipLog().to_dict()}  # fmt: skip
 
-    def consume(self, records: Iterator[dict], index: int, stats: Callable[[], tuple[dict, SkipLog]]) -> dict:
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
         name = self.name(index)
         counters: dict[str, int] = {}
         skips = SkipLog()
@@ -89,39 +116,72 @@ class WriteSink:
             skips.merge(s)
 
         out = write_shard(
-            self.folder, name, tracked(), counters=counters, errors=skips, **dict(self.writer_kw)
-        )
+            self.folder, name, tracked(), counters=counters, errors=skips, plan=self.plan,
+            **dict(self.writer_kw),
+        )  # fmt: skip
         return {"shard": name, "records": out["records"], "bytes": out["bytes"]}
 
 
 @dataclass(frozen=True)
-class SpillSink:
+class _StageSink(Sink):
+    """A sink whose output is an intermediate spill file, reusable by a rerun of the same plan: the task's
+    result is saved as `t-NNNNN.json` next to it once the task has finished."""
+
+    stage_dir: str
+    plan: str | None
+
+    def _manifest(self, index: int) -> str:
+        return storage.join(self.stage_dir, f"t-{index:05d}.json")
+
+    def done(self, index: int) -> dict | None:
+        if self.plan is None or not storage.exists(self._manifest(index)):
+            return None
+        try:
+            saved = storage.read_json(self._manifest(index))
+            info = SpillInfo.from_dict(saved["spill"])
+            ok = saved.get("plan") == self.plan and storage.file_size(info.path) == info.size
+        except (OSError, ValueError, KeyError):
+            return None
+        return saved["result"] if ok else None
+
+    def commit(self, index: int, result: dict) -> None:
+        if self.plan is not None:
+            storage.write_json(
+                self._manifest(index), {"plan": self.plan, "spill": result["spill"], "result": result}
+            )
+
+    def _path(self, index: int) -> str:
+        return storage.join(self.stage_dir, f"t-{index:05d}-{storage.unique_tag()}.spill")
+
+
+@dataclass(frozen=True)
+class SpillSink(_StageSink):
     """Write the task's records to an intermediate spill file."""
 
-    stage_dir: str
-
-    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
-        path = _fs.join(self.stage_dir, f"t-{index:05d}.pkl")
-        n, size = write_spill(path, records)
-        return {"path": path, "records": n, "bytes": size}
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        info, n = write_spill(self._path(index), records)
+        return {"spill": info.to_dict(), "records": n, "bytes": info.size}
 
 
 @dataclass(frozen=True)
-class PartitionSink:
-    """Hash-partition the task's records by key into shuffle files (the map side of `group_by`)."""
+class PartitionSink(_StageSink):
+    """Hash-partition the task's records by key into one spill file (the map side of `group_by`)."""
 
-    stage_dir: str
-    key_fn: Callable[[dict], Any]
-    num_partitions: int
+    key_fn: Callable[[dict], Any] = None  # type: ignore[assignment]
+    num_partitions: int = 1
+    memory_budget: int = 1 << 29
+    label: str = "group_by"
 
-    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
-        counts = write_partitions(records, self.key_fn, self.stage_dir, index, self.num_partitions)
-        return {"partitions": counts, "records": sum(counts), "bytes": 0}
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        w = PartitionWriter(self._path(index), self.num_partitions, self.memory_budget, index, self.key_fn,
+                            self.label)  # fmt: skip
+        info = w.write(records)
+        return {"spill": info.to_dict(), "partitions": w.counts, "records": sum(w.counts), "bytes": info.size}
 
 
 @dataclass(frozen=True)
-class CountSink:
-    def consume(self, records: Iterator[dict], index: int, stats: Callable) -> dict:
+class CountSink(Sink):
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
         n = 0
         for _ in records:
             n += 1
@@ -133,10 +193,12 @@ class CountSink:
 
 @dataclass(frozen=True)
 class Task:
+    """One task of a stage: read `split`, apply the fused `ops`, feed `sink`."""
+
     index: int
-    split: Any
+    split: Split
     ops: tuple[Op, ...]
-    sink: Any
+    sink: Sink
 
 
 def _counting_reader(it: Iterator[dict], box: list[int]) -> Iterator[dict]:
@@ -147,14 +209,9 @@ def _counting_reader(it: Iterator[dict], box: list[int]) -> Iterator[dict]:
 
 def run_task(task: Task) -> dict:
     """Read the split, apply the fused ops, feed the sink; returns the sink result plus counters."""
-    done = getattr(task.sink, "done", None)
-    if done is not None:
-        prior = done(task.index)
-        if prior is not None:
-            return {
-                "shard": task.sink.name(task.index), "records": prior["records"], "bytes": prior["bytes"],
-                "counters": {}, "errors": SkipLog().to_dict(), "skipped_existing": True,
-            }  # fmt: skip
+    prior = task.sink.done(task.index)
+    if prior is not None:
+        return {**prior, "reused": True}
     skips = SkipLog()
     split_counters: dict[str, int] = {}
     n_read = [0]
@@ -163,7 +220,7 @@ def run_task(task: Task) -> dict:
 
     def stats() -> tuple[dict, SkipLog]:
         c: dict[str, int] = {}
-        if not isinstance(task.split, _NO_READ_COUNTER):
+        if task.split.reads_input:
             c["read.records"] = n_read[0]
             c["read.skipped"] = skips.skipped
         merge_counters(c, split_counters)
@@ -172,16 +229,9 @@ def run_task(task: Task) -> dict:
 
     result = task.sink.consume(it, task.index, stats)
     counters, skips = stats()
-    return {**result, "counters": counters, "errors": skips.to_dict()}
-
-
-def _no_read_counter_types() -> tuple[type, ...]:
-    from ._splits import ReduceSplit, SpillSplit
-
-    return (ReduceSplit, SpillSplit)
-
-
-_NO_READ_COUNTER = _no_read_counter_types()
+    result = {**result, "counters": counters, "errors": skips.to_dict()}
+    task.sink.commit(task.index, result)
+    return result
 
 
 def run_task_with_retries(task: Task, retries: int) -> dict:

@@ -1,4 +1,11 @@
-"""JSON encoding: orjson for speed, the standard library for what orjson refuses (ints beyond 64 bits)."""
+"""JSON encoding and decoding: orjson for speed, the standard library for integers beyond 64 bits.
+
+orjson refuses to encode integers outside [-2**63, 2**64) and decodes such literals as floats
+(`2**70 + 1` would come back as `1.1805916207174113e+21`). Writers fall back to the standard library for
+what orjson refuses; readers re-parse, with the standard library, every value orjson turned into a float
+that could have been such an integer (an integral float of magnitude >= 2**63), so big integers round-trip
+exactly and ordinary data never leaves the fast path.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,14 @@ from typing import Any
 import orjson
 
 _OPTS = orjson.OPT_APPEND_NEWLINE
+_DIGITS = b"0123456789"
+_BIG = 2.0**63
+LONG_LITERAL = 19
+"""Digits of the shortest integer literal orjson cannot decode exactly (-2**63 - 1 has 19)."""
 
 
 def dumps_json(obj: Any) -> bytes:
-    """Compact UTF-8 JSON of `obj` (no trailing newline).
+    """Compact UTF-8 JSON of `obj` (no trailing newline); integers of any size are kept exact.
 
     Raises:
         TypeError: `obj` holds something JSON cannot represent (bytes, sets, objects, NaN).
@@ -35,3 +46,41 @@ def _fallback(obj: Any) -> bytes:
         return json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as e:  # UnicodeEncodeError (lone surrogates) is a ValueError
         raise TypeError(f"not JSON-serialisable: {e}") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _suspect(obj: Any) -> bool:
+    """Whether a decoded value holds a float that may stand for an integer orjson could not decode."""
+    t = type(obj)
+    if t is float:
+        return abs(obj) >= _BIG and obj.is_integer()
+    if t is dict:
+        return any(type(v) is not str and _suspect(v) for v in obj.values())
+    if t is list:
+        return any(type(v) is not str and _suspect(v) for v in obj)
+    return False
+
+
+def may_hold_long_literal(data: bytes) -> bool:
+    """False when `data` cannot hold an integer literal beyond 64 bits (fewer digits than the shortest)."""
+    return len(data) - len(data.translate(None, _DIGITS)) >= LONG_LITERAL
+
+
+def exact(obj: Any, raw: bytes | str) -> Any:
+    """`obj` (orjson's decoding of `raw`), re-decoded exactly when it may hold integers beyond 64 bits."""
+    if _suspect(obj):
+        return json.loads(raw, parse_constant=_reject_constant)
+    return obj
+
+
+def loads_json(raw: bytes | str) -> Any:
+    """Decode JSON like `orjson.loads`, but integers of any size come back as exact ints.
+
+    Raises:
+        orjson.JSONDecodeError: `raw` is not valid JSON.
+    """
+    obj = orjson.loads(raw)
+    return exact(obj, raw) if may_hold_long_literal(raw if isinstance(raw, bytes) else raw.encode()) else obj

@@ -1,33 +1,22 @@
-"""Per-record operations, fused into one generator chain per shard, each counting records in and out."""
+"""Per-record operations, fused into one generator chain per shard, each counting records in and out.
+
+One small frozen type per operation (`MapOp`, `FilterOp`, `FlatMapOp`, `MapShardOp`, `SelectOp`, `LimitOp`):
+each knows how to run over a stream (`apply`), how to show itself in `Dataset.explain` (`describe`) and
+what identifies it in a plan fingerprint (`token`).
+"""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-OP_KINDS = ("map", "filter", "flat_map", "map_shard", "select", "limit")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One per-record operation of a pipeline.
-
-    `label` names it in the counters (`"{label}.in"`, `"{label}.out"`); a filter's drops also count under
-    `"dropped.{reason}"`.
-    """
-
-    kind: str
-    fn: Any
-    label: str
-    reason: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in OP_KINDS:
-            raise ValueError(f"Op.kind must be one of {OP_KINDS}, got {self.kind!r}")
+from ._fingerprint import token
 
 
 def fn_name(fn: Any) -> str:
+    """A readable name of a function or callable object (`lambda` for lambdas), never a memory address."""
     name = getattr(fn, "__name__", None) or type(fn).__name__
     return "lambda" if name == "<lambda>" else name
 
@@ -39,39 +28,151 @@ class _Count:
         self.n = 0
 
 
-def _describe(rec: Any) -> str:
+def _describe_record(rec: Any) -> str:
     rid = rec.get("id") if isinstance(rec, dict) else None
     return f"record id={rid!r}" if rid is not None else f"record {str(rec)[:80]!r}"
 
 
-def _map(it: Iterator[dict], fn: Callable, label: str, c_in: _Count) -> Iterator[dict]:
-    for r in it:
-        c_in.n += 1
-        out = fn(r)
-        if out is None:
-            raise ValueError(f"map {label!r} returned None for {_describe(r)}; use filter() to drop records")
-        yield out
+@dataclass(frozen=True)
+class Op(ABC):
+    """One per-record operation of a pipeline. `label` names it in the counters (`"{label}.in"`,
+    `"{label}.out"`)."""
+
+    label: str
+
+    @abstractmethod
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        """Run over `it`, counting records in and out."""
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for `Dataset.explain()`."""
+
+    def token(self) -> Any:
+        """What identifies this operation in a plan fingerprint."""
+        return [type(self).__name__, self.label, token(self._identity())]
+
+    def _identity(self) -> Any:
+        return self.fn  # type: ignore[attr-defined]  (every op without one overrides this)
+
+    def extra_counters(self, c_in: _Count, c_out: _Count) -> dict[str, int]:
+        return {}
 
 
-def _filter(it: Iterator[dict], fn: Callable, c_in: _Count, c_out: _Count) -> Iterator[dict]:
-    for r in it:
-        c_in.n += 1
-        if fn(r):
+@dataclass(frozen=True)
+class MapOp(Op):
+    fn: Callable[[dict], dict]
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        fn, label = self.fn, self.label
+        for r in it:
+            c_in.n += 1
+            out = fn(r)
+            if out is None:
+                raise ValueError(
+                    f"map {label!r} returned None for {_describe_record(r)}; use filter() to drop"
+                )
+            c_out.n += 1
+            yield out
+
+    def describe(self) -> str:
+        return f"map {fn_name(self.fn)} (as {self.label!r})"
+
+
+@dataclass(frozen=True)
+class FilterOp(Op):
+    fn: Callable[[dict], bool]
+    reason: str
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        fn = self.fn
+        for r in it:
+            c_in.n += 1
+            if fn(r):
+                c_out.n += 1
+                yield r
+
+    def describe(self) -> str:
+        return f"filter {fn_name(self.fn)} (as {self.label!r}; drops count as dropped.{self.reason})"
+
+    def _identity(self) -> Any:
+        return [self.fn, self.reason]
+
+    def extra_counters(self, c_in: _Count, c_out: _Count) -> dict[str, int]:
+        return {f"dropped.{self.reason}": c_in.n - c_out.n}
+
+
+@dataclass(frozen=True)
+class FlatMapOp(Op):
+    fn: Callable[[dict], Iterable[dict]]
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        fn, label = self.fn, self.label
+        for r in it:
+            c_in.n += 1
+            outs = fn(r)
+            if outs is None:
+                raise ValueError(
+                    f"flat_map {label!r} returned None for {_describe_record(r)}; return [] to drop a record"
+                )
+            for o in outs:
+                c_out.n += 1
+                yield o
+
+    def describe(self) -> str:
+        return f"flat_map {fn_name(self.fn)} (as {self.label!r})"
+
+
+@dataclass(frozen=True)
+class MapShardOp(Op):
+    fn: Callable[[Iterator[dict]], Iterable[dict]]
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        for r in self.fn(_counting(it, c_in)):
             c_out.n += 1
             yield r
 
+    def describe(self) -> str:
+        return f"map_shard {fn_name(self.fn)} (as {self.label!r})"
 
-def _flat_map(it: Iterator[dict], fn: Callable, label: str, c_in: _Count, c_out: _Count) -> Iterator[dict]:
-    for r in it:
-        c_in.n += 1
-        outs = fn(r)
-        if outs is None:
-            raise ValueError(
-                f"flat_map {label!r} returned None for {_describe(r)}; return [] to drop a record"
-            )
-        for o in outs:
+
+@dataclass(frozen=True)
+class SelectOp(Op):
+    fields: tuple[str, ...]
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        fields = self.fields
+        for r in it:
+            c_in.n += 1
             c_out.n += 1
-            yield o
+            yield {k: r[k] for k in fields if k in r}
+
+    def describe(self) -> str:
+        return f"select {list(self.fields)}"
+
+    def _identity(self) -> Any:
+        return list(self.fields)
+
+
+@dataclass(frozen=True)
+class LimitOp(Op):
+    n: int
+
+    def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
+        if self.n <= 0:
+            return
+        for r in it:
+            c_in.n += 1
+            c_out.n += 1
+            yield r
+            if c_in.n >= self.n:
+                return
+
+    def describe(self) -> str:
+        return f"limit {self.n}"
+
+    def _identity(self) -> Any:
+        return self.n
 
 
 def _counting(it: Iterable[dict], c: _Count) -> Iterator[dict]:
@@ -80,57 +181,25 @@ def _counting(it: Iterable[dict], c: _Count) -> Iterator[dict]:
         yield r
 
 
-def _select(it: Iterator[dict], fields: tuple[str, ...], c_in: _Count) -> Iterator[dict]:
-    for r in it:
-        c_in.n += 1
-        yield {k: r[k] for k in fields if k in r}
-
-
-def _limit(it: Iterator[dict], n: int, c_in: _Count) -> Iterator[dict]:
-    if n <= 0:
-        return
-    for r in it:
-        c_in.n += 1
-        yield r
-        if c_in.n >= n:
-            return
-
-
 def apply_ops(
     records: Iterable[dict], ops: Sequence[Op]
 ) -> tuple[Iterator[dict], Callable[[], dict[str, int]]]:
     """Chain `ops` over `records` lazily; returns (iterator, counters()) where `counters()` reads the
     in/out counts so far (call it after the iterator is exhausted)."""
     it: Iterator[dict] = iter(records)
-    tallies: list[tuple[Op, _Count, _Count | None]] = []
+    tallies: list[tuple[Op, _Count, _Count]] = []
     for op in ops:
-        c_in, c_out = _Count(), None
-        if op.kind == "map":
-            it = _map(it, op.fn, op.label, c_in)
-        elif op.kind == "filter":
-            c_out = _Count()
-            it = _filter(it, op.fn, c_in, c_out)
-        elif op.kind == "flat_map":
-            c_out = _Count()
-            it = _flat_map(it, op.fn, op.label, c_in, c_out)
-        elif op.kind == "map_shard":
-            c_out = _Count()
-            it = _counting(op.fn(_counting(it, c_in)), c_out)
-        elif op.kind == "select":
-            it = _select(it, op.fn, c_in)
-        else:
-            it = _limit(it, op.fn, c_in)
+        c_in, c_out = _Count(), _Count()
+        it = op.apply(it, c_in, c_out)
         tallies.append((op, c_in, c_out))
 
     def counters() -> dict[str, int]:
         out: dict[str, int] = {}
         for op, c_in, c_out in tallies:
-            n_out = c_in.n if c_out is None else c_out.n
             out[f"{op.label}.in"] = c_in.n
-            out[f"{op.label}.out"] = n_out
-            if op.kind == "filter":
-                key = f"dropped.{op.reason or op.label}"
-                out[key] = out.get(key, 0) + c_in.n - n_out
+            out[f"{op.label}.out"] = c_out.n
+            for k, v in op.extra_counters(c_in, c_out).items():
+                out[k] = out.get(k, 0) + v
         return out
 
     return it, counters

@@ -1,51 +1,91 @@
-"""Parquet: column selection, row groups as split units, filters pushed down, and the record writer."""
+"""Parquet: column selection, row groups as split units, filters pushed down, and the record reader.
+
+Shards schooner writes (see `_parquet_write`) store `metadata` as a typed struct column plus a JSON column
+for what does not fit it; filters may name metadata fields (`("metadata.lang", "==", "en")` or
+`pc.field("metadata", "lang")`), and a field a shard does not have reads as null there. Other parquet files
+are read row by row, their columns normalised into records (`_arrow_rows` converts Arrow types).
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
-import pyarrow.parquet as pq
 
-from . import _fs
+from . import storage
+from ._arrow_rows import arrow_value_rows
 from ._errors import DataError, SkipLog, handle, record_error
-from ._json import dumps_json
+from ._json import loads_json
 from ._records import BadRecord, normalize
 
 RECORDS_KEY = b"schooner.records"
-"""Schema metadata key marking a parquet file written by schooner (its `metadata` column is JSON text)."""
-
-RECORD_SCHEMA = pa.schema(
-    [("id", pa.string()), ("text", pa.string()), ("source", pa.string()), ("metadata", pa.string())],
-    metadata={RECORDS_KEY: b"1"},
-)
+"""Schema metadata key marking a parquet file written by schooner: `1` (metadata as JSON text) or `2`
+(metadata as a typed struct column plus `metadata_json`)."""
+JSON_KEYS_KEY = b"schooner.metadata_json_keys"
+"""File metadata of version-2 shards: the metadata keys some record of the file holds in `metadata_json`."""
 
 _UNREADABLE_FIX = "check that it is a complete parquet file (not a partial copy) and rewrite it"
+_OPS = {
+    "=": "__eq__",
+    "==": "__eq__",
+    "!=": "__ne__",
+    "<": "__lt__",
+    ">": "__gt__",
+    "<=": "__le__",
+    ">=": "__ge__",
+}
+_FIELD_NAME = re.compile(r"FieldRef\.Name\(([^()]*)\)")
+_METADATA_REF = re.compile(r"FieldRef\.Nested\(FieldRef\.Name\(metadata\) FieldRef\.Name\(([^()]*)\)")
 
 
-def as_expression(filter: Any) -> pds.Expression | None:
-    """A pyarrow Expression from an Expression or a DNF filter list like `[("lang", "==", "en")]`."""
+def as_expression(filter: Any, names: list[str] | None = None) -> pds.Expression | None:
+    """A pyarrow Expression from an Expression or a DNF filter: `[("lang", "==", "en")]` (AND) or a list
+    of such lists (OR). A dotted name (`"metadata.lang"`) that is not a column names a nested field."""
     if filter is None or isinstance(filter, pds.Expression):
         return filter
     try:
-        return pq.filters_to_expression(filter)
-    except (TypeError, ValueError) as e:
+        clauses = filter if filter and isinstance(filter[0], list) else [filter]
+        ors = [_and(clause, names) for clause in clauses]
+    except (TypeError, ValueError, IndexError, KeyError) as e:
         raise ValueError(
             f"filter={filter!r} is not a pyarrow Expression or a DNF list such as [('lang', '==', 'en')]: {e}"
         ) from None
+    out = ors[0]
+    for e in ors[1:]:
+        out = out | e
+    return out
+
+
+def _and(clause: list, names: list[str] | None) -> pds.Expression:
+    out = None
+    for col, op, value in clause:
+        ref = (
+            pc.field(*col.split(".")) if "." in col and (names is None or col not in names) else pc.field(col)
+        )
+        if op in _OPS:
+            e = getattr(ref, _OPS[op])(value)
+        elif op in ("in", "not in"):
+            e = ref.isin(list(value))
+            e = ~e if op == "not in" else e
+        else:
+            raise ValueError(f"unknown operator {op!r} (use one of {sorted(_OPS)}, 'in', 'not in')")
+        out = e if out is None else out & e
+    if out is None:
+        raise ValueError("an empty clause")
+    return out
 
 
 def _filesystem(path: str):
     from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
-    if _fs.is_local(path):
-        return LocalFileSystem(), os.path.abspath(path.removeprefix("file://"))
-
-    fs, p = _fs.url_to_fs(path)
+    if storage.is_local(path):
+        return LocalFileSystem(), os.path.abspath(storage.local_path(path))
+    fs, p = storage.url_to_fs(path)
     return PyFileSystem(FSSpecHandler(fs)), p
 
 
@@ -64,13 +104,82 @@ def open_fragment(path: str, row_groups: list[int] | None = None) -> pds.Parquet
         raise DataError(path, f"not a readable parquet file ({e})", fix=_UNREADABLE_FIX) from None
 
 
+def records_version(schema: pa.Schema) -> int:
+    """0 for foreign files, else the version of schooner's record layout the file was written with."""
+    v = (schema.metadata or {}).get(RECORDS_KEY)
+    return int(v) if v in (b"1", b"2") else 0
+
+
+def _json_keys(frag: pds.ParquetFileFragment) -> set[str]:
+    raw = (frag.metadata.metadata or {}).get(JSON_KEYS_KEY)
+    return set(loads_json(raw)) if raw else set()
+
+
+def _check_filter_keys(path: str, frag: pds.ParquetFileFragment, expr: pds.Expression | None) -> None:
+    if expr is None or records_version(frag.physical_schema) != 2:
+        return
+    hidden = sorted(set(_METADATA_REF.findall(str(expr))) & _json_keys(frag))
+    if hidden:
+        raise DataError(
+            path,
+            f"filter {expr} names metadata {hidden}, but some records of this shard hold values of another type "
+            "under those keys (kept in its metadata_json column), which a pushed-down filter cannot see",
+            fix="read without filter= and select records with Dataset.filter(...) instead",
+        )
+
+
+def _missing_field(path: str, frag: pds.ParquetFileFragment, err: Exception) -> list[str]:
+    """The field path of a 'No match for FieldRef' error, or a DataError naming it."""
+    msg = str(err)
+    head = msg.split(" in ", 1)[0]
+    parts = _FIELD_NAME.findall(head) if "No match for FieldRef" in msg else []
+    if not parts:
+        raise DataError(
+            path, f"cannot apply the filter ({msg.splitlines()[0]})", fix="check the filter"
+        ) from None
+    ours = records_version(frag.physical_schema) == 2
+    if ours and len(parts) == 2 and parts[0] == "metadata":
+        return parts
+    names = ", ".join(frag.physical_schema.names)
+    raise DataError(
+        path,
+        f"the filter names column {'.'.join(parts)!r}, which this file does not have (columns: {names})",
+        fix="name an existing column in filter=, or leave filter= out for files without it",
+    ) from None
+
+
+def _extend(schema: pa.Schema, key: str) -> pa.Schema:
+    """`schema` with a null-typed `metadata.key`: a field a shard does not have reads as null."""
+    i = schema.get_field_index("metadata")
+    if i < 0:
+        return schema.append(pa.field("metadata", pa.struct([pa.field(key, pa.null())])))
+    struct = schema.field(i).type
+    fields = [struct.field(j) for j in range(struct.num_fields)] + [pa.field(key, pa.null())]
+    return schema.set(i, pa.field("metadata", pa.struct(fields)))
+
+
+def _with_schema(path: str, frag: pds.ParquetFileFragment, run: Callable[[pa.Schema], Any]) -> Any:
+    """`run(schema)`, widening the schema with each metadata field the filter names but the file lacks."""
+    schema = frag.physical_schema
+    for _ in range(64):
+        try:
+            return run(schema)
+        except pa.ArrowInvalid as e:
+            if "No match for FieldRef" not in str(e):
+                raise
+            schema = _extend(schema, _missing_field(path, frag, e)[1])
+    raise DataError(path, "the filter names too many fields this file does not have")
+
+
 def row_groups(path: str, filter: Any = None) -> list[int]:
     """The row groups of `path` that may hold rows matching `filter` (by column statistics)."""
     frag = open_fragment(path)
-    expr = as_expression(filter)
+    expr = as_expression(filter, frag.physical_schema.names)
     if expr is None:
         return list(range(frag.num_row_groups))
-    return [f.row_groups[0].id for f in frag.split_by_row_group(expr)]
+    _check_filter_keys(path, frag, expr)
+    split = _with_schema(path, frag, lambda s: frag.split_by_row_group(expr, schema=s))
+    return [f.row_groups[0].id for f in split]
 
 
 def read_parquet_records(
@@ -101,51 +210,68 @@ def read_parquet_records(
         )
         handle(err, on_error, skips)
         return
-    if not (
-        pa.types.is_string(schema.field(text_field).type)
-        or pa.types.is_large_string(schema.field(text_field).type)
-    ):
-        t = schema.field(text_field).type
+    t = schema.field(text_field).type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         handle(DataError(path, f"column {text_field!r} has type {t}, expected string"), on_error, skips)
         return
-    ours = (schema.metadata or {}).get(RECORDS_KEY) == b"1" and text_field == "text" and id_field == "id"
+    version = records_version(schema) if (text_field, id_field) == ("text", "id") else 0
     read_cols = None
     if columns is not None:
         missing = [c for c in columns if c not in names]
         if missing:
             raise ValueError(f"{path}: columns {missing} not in the file (columns: {', '.join(names)})")
-        keep = {text_field, id_field, "source", "metadata"}
+        keep = {text_field, id_field, "source", "metadata", "metadata_json"}
         read_cols = [c for c in names if c in set(columns) or c in keep]
-    expr = as_expression(filter)
+    expr = as_expression(filter, names)
+    _check_filter_keys(path, frag, expr)
     groups = row_groups if row_groups is not None else list(range(frag.num_row_groups))
     for rg in groups:
         if not 0 <= rg < frag.num_row_groups:
             raise ValueError(f"{path}: row group {rg} out of range (the file has {frag.num_row_groups})")
         try:
             # One thread: the pipeline runs one task per CPU it reserved, and parallelism comes from splits.
-            table = _fragment(path, [rg]).to_table(columns=read_cols, filter=expr, use_threads=False)
+            piece = _fragment(path, [rg])
+            table = _with_schema(
+                path,
+                frag,
+                lambda s, piece=piece: piece.to_table(
+                    schema=s, columns=read_cols, filter=expr, use_threads=False
+                ),
+            )
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             handle(DataError(path, f"cannot read ({e})", row_group=rg, fix=_UNREADABLE_FIX), on_error, skips)
             continue
-        if ours:
-            yield from _our_rows(path, rg, table, on_error, skips)
+        if version:
+            yield from _our_rows(path, rg, table, version, on_error, skips)
         else:
             yield from _generic_rows(path, rg, table, text_field, id_field, source, on_error, skips)
 
 
-def _our_rows(path: str, rg: int, table: pa.Table, on_error: str, skips: SkipLog | None) -> Iterator[dict]:
-    cols = [table.column(c).to_pylist() for c in ("id", "text", "source", "metadata")]
-    loads = orjson.loads
-    for i, (rid, text, src, meta) in enumerate(zip(*cols)):
+def _our_rows(
+    path: str, rg: int, table: pa.Table, version: int, on_error: str, skips: SkipLog | None
+) -> Iterator[dict]:
+    ids, texts, sources = (table.column(c).to_pylist() for c in ("id", "text", "source"))
+    n = len(ids)
+    names = table.schema.names
+    typed = table.column("metadata").to_pylist() if version == 2 and "metadata" in names else [None] * n
+    js_col = "metadata_json" if version == 2 else "metadata"
+    js = table.column(js_col).to_pylist() if js_col in names else [None] * n
+    for i in range(n):
+        rid, text, src = ids[i], texts[i], sources[i]
         if text is None or rid is None or src is None:
             which = "text" if text is None else "id" if rid is None else "source"
             handle(record_error(path, f"{which} is null", row_group=rg, row=i), on_error, skips)
             continue
-        try:
-            md = loads(meta) if meta else {}
-        except orjson.JSONDecodeError as e:
-            handle(record_error(path, f"metadata is not JSON ({e})", row_group=rg, row=i), on_error, skips)
-            continue
+        t = typed[i]
+        md = {k: v for k, v in t.items() if v is not None} if t else {}
+        if js[i]:
+            try:
+                md.update(loads_json(js[i]))
+            except ValueError as e:
+                handle(
+                    record_error(path, f"{js_col} is not JSON ({e})", row_group=rg, row=i), on_error, skips
+                )
+                continue
         yield {"id": rid, "text": text, "source": src, "metadata": md}
 
 
@@ -153,65 +279,9 @@ def _generic_rows(
     path: str, rg: int, table: pa.Table, text_field: str, id_field: str, source: str, on_error: str,
     skips: SkipLog | None,
 ) -> Iterator[dict]:  # fmt: skip
-    for i, row in enumerate(table.to_pylist()):
+    # A column records cannot hold is a schema problem, not a bad record: it raises whatever on_error says.
+    for i, row in enumerate(arrow_value_rows(table, path, row_group=rg)):
         try:
             yield normalize(row, text_field, id_field, source)
         except BadRecord as e:
             handle(record_error(path, str(e), row_group=rg, row=i), on_error, skips)
-
-
-class ParquetRecordWriter:
-    """Writes records to a parquet file object in row groups of at most `row_group_size` records and about
-    `row_group_bytes` of text and metadata (characters, counted before encoding), whichever comes first.
-
-    The byte bound keeps long documents from making huge row groups: a row group is the unit readers split
-    work by, and the writer holds one row group in memory.
-    """
-
-    def __init__(
-        self,
-        f: Any,
-        *,
-        row_group_size: int = 50_000,
-        row_group_bytes: int = 64 << 20,
-        compression: str = "zstd",
-        compression_level: int | None = None,
-    ) -> None:
-        # Dictionary encoding and min/max statistics only pay off for the short repetitive columns; on
-        # long unique texts they cost write time and buy nothing.
-        self._writer = pq.ParquetWriter(
-            f,
-            RECORD_SCHEMA,
-            compression=compression,
-            compression_level=compression_level,
-            use_dictionary=["source"],
-            write_statistics=["id", "source"],
-        )
-        self._rows: list[list[Any]] = [[], [], [], []]
-        self._row_group_size = row_group_size
-        self._row_group_bytes = row_group_bytes
-        self._bytes = 0
-
-    def write(self, rec: dict) -> None:
-        ids, texts, sources, metas = self._rows
-        ids.append(rec["id"])
-        texts.append(rec["text"])
-        sources.append(rec["source"])
-        meta = dumps_json(rec["metadata"]).decode() if rec["metadata"] else ""
-        metas.append(meta)
-        self._bytes += len(rec["text"]) + len(meta)
-        if len(ids) >= self._row_group_size or self._bytes >= self._row_group_bytes:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._rows[0]:
-            batch = pa.RecordBatch.from_arrays(
-                [pa.array(c, pa.string()) for c in self._rows], schema=RECORD_SCHEMA
-            )
-            self._writer.write_batch(batch, row_group_size=len(self._rows[0]))
-            self._rows = [[], [], [], []]
-            self._bytes = 0
-
-    def close(self) -> None:
-        self._flush()
-        self._writer.close()

@@ -8,13 +8,14 @@ from typing import Any, Literal
 
 import orjson
 
-from . import _fs
+from . import storage
 from ._compression import StreamError, iter_decompressed, split_compression
 from ._errors import DataError, OnError, SkipLog, check_on_error, handle, record_error
+from ._json import exact, may_hold_long_literal
 from ._records import BadRecord, content_id, normalize
 
-Format = Literal["jsonl", "json", "parquet", "text"]
-FORMATS: tuple[str, ...] = ("jsonl", "json", "parquet", "text")
+Format = Literal["jsonl", "json", "parquet", "arrow", "text"]
+FORMATS: tuple[str, ...] = ("jsonl", "json", "parquet", "arrow", "text")
 
 _TRUNCATED_FIX = "the file is incomplete (an interrupted write or copy); rewrite or re-download it"
 
@@ -33,11 +34,13 @@ def detect_format(path: str) -> tuple[str, str | None]:
         return "json", comp
     if low.endswith(".parquet") and comp is None:
         return "parquet", None
+    if low.endswith(".arrow") and comp is None:
+        return "arrow", None
     if low.endswith((".txt", ".text", ".md")):
         return "text", comp
     raise ValueError(
-        f"{path}: cannot tell the format from the file name; name it *.jsonl[.gz|.zst], *.json, *.parquet or "
-        f"*.txt, or pass format= (one of {', '.join(FORMATS)})"
+        f"{path}: cannot tell the format from the file name; name it *.jsonl[.gz|.zst], *.json, *.parquet, "
+        f"*.arrow or *.txt, or pass format= (one of {', '.join(FORMATS)})"
     )
 
 
@@ -62,9 +65,13 @@ def read_records(
     row_groups: list[int] | None = None,
     text_mode: Literal["file", "lines"] = "file",
     skips: SkipLog | None = None,
-    allow_empty: bool = False,
 ) -> Iterator[dict]:
-    """Yield the records of ONE file (jsonl/json plain, .gz or .zst; parquet; text), normalised.
+    """Yield the records of ONE file (jsonl/json plain, .gz or .zst; parquet; Arrow IPC; text), normalised.
+
+    A file holding no records (a 0-byte `.jsonl`, a valid but empty `.gz`/`.zst` stream, a parquet file
+    without rows) yields nothing; a compressed file that is not a complete stream (including a 0-byte
+    `.gz`/`.zst`) is bad input. Integers of any size come back exact; Arrow types JSON has no value for are
+    converted (timestamps to ISO text, ...) or rejected here, naming the file, column and row.
 
     Args:
         path: A local path or fsspec URL of one file.
@@ -81,14 +88,13 @@ def read_records(
         row_groups: Parquet only: read just these row groups (the split unit of parquet inputs).
         text_mode: Text files: `"file"` (one record per file) or `"lines"` (one per non-empty line).
         skips: Where skipped bad input is counted.
-        allow_empty: Accept a 0-byte file as holding no records (else it is bad input).
 
     Example:
         >>> for rec in read_records("data/part-00000-of-00002.jsonl.zst"):  # doctest: +SKIP
         ...     print(rec["id"], len(rec["text"]))
     """
     check_on_error(on_error)
-    if _fs.is_local(path) and os.path.isdir(path.removeprefix("file://")):
+    if storage.is_local(path) and os.path.isdir(storage.local_path(path)):
         raise IsADirectoryError(
             f"{path} is a folder; read_records reads one file: use read_shards({path!r}) or "
             f"loop over list_shards({path!r})"
@@ -100,13 +106,11 @@ def read_records(
             raise ValueError(f"format must be one of {FORMATS}, got format={format!r}")
         fmt, comp = format, compression
     default_source = source if source is not None else file_stem(path)
-    if fmt != "parquet" and _fs.file_size(path) == 0:
-        if not allow_empty:
-            handle(
-                DataError(path, "empty file (0 bytes)", fix="delete it or write data to it"), on_error, skips
-            )
-        return
-    if fmt == "parquet":
+    if fmt == "arrow":
+        from ._arrow_files import read_arrow_records
+
+        yield from read_arrow_records(path, text_field, id_field, default_source, on_error, skips)
+    elif fmt == "parquet":
         from ._parquet import read_parquet_records
 
         yield from read_parquet_records(
@@ -126,7 +130,9 @@ def read_shards(path_or_glob: str, **kwargs: Any) -> Iterator[dict]:
     Example:
         >>> n = sum(1 for _ in read_shards("out/docs"))  # doctest: +SKIP
     """
-    for shard in _fs.list_shards(path_or_glob):
+    from ._folders import list_shards
+
+    for shard in list_shards(path_or_glob):
         yield from read_records(shard, **kwargs)
 
 
@@ -145,8 +151,9 @@ def _read_json_lines(
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     lineno = 0
-    rest = b""
-    with _fs.open_file(path, "rb") as f:
+    pending: list[bytes] = []  # the start of a line longer than the chunks read so far
+
+    with storage.open_file(path, "rb") as f:
         chunks = iter_decompressed(f, comp)
         try:
             first = next(chunks, b"")
@@ -156,15 +163,22 @@ def _read_json_lines(
                 )
                 return
             for chunk in _chain(first, chunks):
-                data = rest + chunk if rest else chunk
+                cut = chunk.rfind(b"\n")
+                if cut < 0:
+                    pending.append(chunk)
+                    continue
+                data = b"".join([*pending, chunk[: cut + 1]]) if pending else chunk[: cut + 1]
+                pending = [chunk[cut + 1 :]] if cut + 1 < len(chunk) else []
+                check = may_hold_long_literal(data)
                 lines = data.split(b"\n")
-                rest = lines.pop()
+                lines.pop()
                 for line in lines:
                     lineno += 1
                     if not line or line.isspace():
                         continue
                     try:
-                        yield normalize(loads(line), text_field, id_field, source)
+                        obj = loads(line)
+                        yield normalize(exact(obj, line) if check else obj, text_field, id_field, source)
                     except decode_error as e:
                         reason = _utf8_reason(line) or f"malformed JSON ({e})"
                         handle(record_error(path, reason, line=lineno), on_error, skips)
@@ -177,10 +191,11 @@ def _read_json_lines(
                 skips,
             )
             return
+    rest = b"".join(pending)
     if rest and not rest.isspace():
         lineno += 1
         try:
-            yield normalize(loads(rest), text_field, id_field, source)
+            yield normalize(exact(loads(rest), rest), text_field, id_field, source)
         except decode_error as e:
             reason = _utf8_reason(rest) or f"malformed JSON ({e})"
             handle(record_error(path, reason, line=lineno), on_error, skips)
@@ -201,6 +216,7 @@ def _read_json_array(
     data = first + b"".join(chunks)
     try:
         rows = orjson.loads(data)
+        rows = exact(rows, data) if may_hold_long_literal(data) else rows
     except orjson.JSONDecodeError as e:
         reason = _utf8_reason(data) or f"malformed JSON ({e.msg})"
         handle(DataError(path, reason, line=getattr(e, "lineno", None)), on_error, skips)
@@ -223,13 +239,15 @@ def _read_text(
     if text_mode not in ("file", "lines"):
         raise ValueError(f"text_mode must be 'file' or 'lines', got text_mode={text_mode!r}")
     name = os.path.basename(path.rstrip("/"))
-    with _fs.open_file(path, "rb") as f:
+    with storage.open_file(path, "rb") as f:
         try:
             data = b"".join(iter_decompressed(f, comp))
         except StreamError as e:
             handle(DataError(path, str(e), line=None, fix=_TRUNCATED_FIX), on_error, skips)
             return
     if text_mode == "file":
+        if not data:
+            return  # an empty file holds no text, so no record
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:

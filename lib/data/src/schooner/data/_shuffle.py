@@ -1,226 +1,319 @@
-"""The disk shuffle behind `group_by`/`deduplicate`, and the spill files between pipeline stages.
+"""The disk shuffle behind `group_by`/`deduplicate`.
 
-Map side: every record's key is encoded to canonical JSON bytes, hashed (crc32, the same on every machine
-and run) to one of P partitions, and appended to that partition's file for this task. Reduce side: one
-task per partition sorts its items by (key bytes, input order) — in memory when the partition's files fit
-the memory budget, else as an external merge sort of budget-sized sorted runs spilled to disk — and hands
-each group, in input order, to the reducer. Output order is therefore deterministic.
+Map side: every record's key is hashed to 64 bits (blake2b of its canonical bytes; the same on every
+machine and run), which picks one of P partitions. Items `(hash, input order, record JSON)` are buffered
+and written, a bounded number of bytes at a time, as compressed frames of ONE spill file per map task
+(the frame index per partition comes back to the driver with the task's result).
+
+Reduce side: one task per partition sorts its items by (hash, input order): in memory when they fit the
+memory budget, else as an external merge sort of budget-sized sorted runs spilled to the scratch folder
+(names unique per host, process and attempt; every run is checked against what its writer reported).
+Equal hashes are adjacent; within such a group the records' real keys are compared, so two keys that
+share a hash (a collision) are still two groups, handed to the reducer in input order. Output order is
+deterministic: by key hash, then input order.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import heapq
 import itertools
-import os
-import pickle
-import zlib
-from collections.abc import Callable, Iterable, Iterator
-from operator import itemgetter
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import orjson
+import zstandard
 
-from . import _fs
-from ._json import dumps_json
+from . import storage
+from ._json import dumps_json, exact, may_hold_long_literal
+from ._spill import FRAME_BYTES, SpillInfo, SpillWriter, decode_items, encode_items, open_checked, read_frame
 
-_BATCH = 1024
-_SORT_KEY = itemgetter(0, 1)
+ITEM_OVERHEAD = 48
+"""Bytes of bookkeeping per buffered item (index arrays, Python references), counted against the budget."""
+_SEQ_BITS = 40
 
 
 def key_bytes(key: Any) -> bytes:
-    """Canonical bytes of a group key (JSON with sorted object keys)."""
+    """Canonical bytes of a group key: strings and bytes as themselves (type-tagged), anything else as
+    JSON with sorted object keys. Raises `TypeError` for keys JSON cannot represent."""
+    t = type(key)
+    if t is str:
+        return b"s" + key.encode("utf-8", "surrogatepass")
+    if t in (bytes, bytearray, memoryview):
+        return b"b" + bytes(key)
     try:
-        return orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
+        return b"j" + orjson.dumps(key, option=orjson.OPT_SORT_KEYS)
     except TypeError:
-        return dumps_json(key)
+        import json
+
+        return b"j" + json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def partition_of(kb: bytes, num_partitions: int) -> int:
-    return zlib.crc32(kb) % num_partitions
+def key_hash(kb: bytes) -> int:
+    """The 64-bit hash of canonical key bytes (partition = hash % P; reducers sort by it)."""
+    return int.from_bytes(hashlib.blake2b(kb, digest_size=8).digest(), "little")
 
 
-# ------------------------------------------------------------------------------------------- spill files
+def record_key(key_fn: Callable[[dict], Any], rec: dict, label: str) -> bytes:
+    """`key_bytes(key_fn(rec))`, with an error naming the operation, the record and the key."""
+    key = key_fn(rec)
+    try:
+        return key_bytes(key)
+    except (TypeError, ValueError) as e:
+        rid = rec.get("id") if isinstance(rec, dict) else None
+        raise TypeError(
+            f"{label}: the key of record id={rid!r} is {type(key).__name__} {str(key)[:60]!r}, which cannot "
+            f"be a group key ({e}); return a str, bytes, number, bool, None, or lists/dicts of those"
+        ) from None
 
 
-def write_spill(path: str, items: Iterable[Any]) -> tuple[int, int]:
-    """Write items as pickled batches, atomically; returns (count, bytes)."""
-    n = 0
-    with _fs.atomic_open(path) as f:
-        batch: list[Any] = []
-        for x in items:
-            batch.append(x)
-            if len(batch) >= _BATCH:
-                pickle.dump(batch, f, protocol=pickle.HIGHEST_PROTOCOL)
-                n += len(batch)
-                batch = []
-        if batch:
-            pickle.dump(batch, f, protocol=pickle.HIGHEST_PROTOCOL)
-            n += len(batch)
-        size = f.tell()
-    return n, size
+def encode_record(rec: Any, label: str) -> bytes:
+    try:
+        return dumps_json(rec)
+    except TypeError as e:
+        rid = rec.get("id") if isinstance(rec, dict) else None
+        raise TypeError(
+            f"{label}: record id={rid!r} cannot be shuffled ({e}); records hold JSON values (str, int, "
+            "float, bool, None, lists and dicts): convert other values in a map() first"
+        ) from None
 
 
-def iter_spill_batches(path: str) -> Iterator[list[Any]]:
-    for batch, _ in iter_sized_batches(path):
-        yield batch
-
-
-def iter_sized_batches(path: str) -> Iterator[tuple[list[Any], int]]:
-    """(batch, its pickled size in bytes) for each batch of a spill file."""
-    with _fs.open_file(path, "rb") as f:
-        pos = 0
-        while True:
-            try:
-                batch = pickle.load(f)
-            except EOFError:
-                return
-            end = f.tell()
-            yield batch, end - pos
-            pos = end
-
-
-def read_spill(path: str, start: int = 0, stop: int | None = None) -> Iterator[Any]:
-    """Items `start:stop` of a spill file."""
-    pos = 0
-    for batch in iter_spill_batches(path):
-        end = pos + len(batch)
-        if end > start:
-            lo = max(0, start - pos)
-            hi = len(batch) if stop is None else min(len(batch), stop - pos)
-            yield from batch[lo:hi]
-        pos = end
-        if stop is not None and pos >= stop:
-            return
+def decode_record(payload: bytes) -> dict:
+    obj = orjson.loads(payload)
+    return exact(obj, payload) if may_hold_long_literal(payload) else obj
 
 
 # --------------------------------------------------------------------------------------------- map side
 
 
-def partition_path(stage_dir: str, partition: int, task: int) -> str:
-    return _fs.join(stage_dir, f"p-{partition:05d}", f"t-{task:05d}.pkl")
+class PartitionWriter:
+    """Hash-partitions one map task's records into one spill file, holding at most about
+    `memory_budget / 2` bytes of items before writing them out as frames."""
 
+    def __init__(
+        self, path: str, num_partitions: int, memory_budget: int, task: int, key_fn: Callable, label: str
+    ) -> None:
+        self.num_partitions, self.task, self.key_fn, self.label = num_partitions, task, key_fn, label
+        self._flush_at = max(memory_budget // 2, 1 << 16)
+        self._frame_at = max(1 << 12, min(FRAME_BYTES, self._flush_at // 4))
+        self._buf: list[tuple[list[int], list[int], list[bytes]]] = [
+            ([], [], []) for _ in range(num_partitions)
+        ]
+        self._sizes = [0] * num_partitions
+        self._buffered = 0
+        self.counts = [0] * num_partitions
+        self._writer = SpillWriter(path)
 
-def write_partitions(
-    records: Iterable[dict], key_fn: Callable[[dict], Any], stage_dir: str, task: int, num_partitions: int
-) -> list[int]:
-    """Hash-partition `records` into one file per non-empty partition; returns items per partition.
+    def write(self, records: Iterator[dict]) -> SpillInfo:
+        seq0 = self.task << _SEQ_BITS
+        try:
+            for i, rec in enumerate(records):
+                h = key_hash(record_key(self.key_fn, rec, self.label))
+                p = h % self.num_partitions
+                payload = encode_record(rec, self.label)
+                hs, ss, ps = self._buf[p]
+                hs.append(h)
+                ss.append(seq0 | i)
+                ps.append(payload)
+                size = len(payload) + ITEM_OVERHEAD
+                self._sizes[p] += size
+                self._buffered += size
+                self.counts[p] += 1
+                if self._sizes[p] >= self._frame_at:
+                    self._flush(p)
+                if self._buffered >= self._flush_at:
+                    for q in range(self.num_partitions):
+                        self._flush(q)
+            for q in range(self.num_partitions):
+                self._flush(q)
+        except BaseException as e:
+            self._writer.abort(e)
+            raise
+        return self._writer.close()
 
-    Each file is written under a temp name and renamed at the end, so a retried task replaces its files.
-    """
-    buffers: list[list[tuple]] = [[] for _ in range(num_partitions)]
-    counts = [0] * num_partitions
-    files: dict[int, Any] = {}
-    cms: dict[int, Any] = {}
-    buffered = 0
-    try:
-        for seq, rec in enumerate(records):
-            kb = key_bytes(key_fn(rec))
-            p = zlib.crc32(kb) % num_partitions
-            buffers[p].append((kb, (task << 40) | seq, rec))
-            counts[p] += 1
-            buffered += 1
-            if buffered >= 16 * _BATCH:
-                _flush_all(buffers, files, cms, stage_dir, task)
-                buffered = 0
-        _flush_all(buffers, files, cms, stage_dir, task)
-    except BaseException as e:
-        for cm in cms.values():
-            with contextlib.suppress(BaseException):
-                cm.__exit__(type(e), e, e.__traceback__)
-        raise
-    for cm in cms.values():
-        cm.__exit__(None, None, None)
-    return counts
-
-
-def _flush_all(buffers: list[list[tuple]], files: dict, cms: dict, stage_dir: str, task: int) -> None:
-    for p, buf in enumerate(buffers):
-        if not buf:
-            continue
-        if p not in files:
-            cms[p] = _fs.atomic_open(partition_path(stage_dir, p, task))
-            files[p] = cms[p].__enter__()
-        for i in range(0, len(buf), _BATCH):
-            pickle.dump(buf[i : i + _BATCH], files[p], protocol=pickle.HIGHEST_PROTOCOL)
-        buffers[p] = []
+    def _flush(self, p: int) -> None:
+        hs, ss, ps = self._buf[p]
+        if ps:
+            self._writer.add_frame(encode_items(hs, ss, ps), len(ps), partition=p)
+            self._buf[p] = ([], [], [])
+            self._buffered -= self._sizes[p]
+            self._sizes[p] = 0
 
 
 # ------------------------------------------------------------------------------------------ reduce side
 
 
-def _iter_items(files: list[str]) -> Iterator[tuple]:
-    for path in files:
-        for batch in iter_spill_batches(path):
-            yield from batch
+class _Run:
+    """Items held in memory: decoded frames plus index arrays, sortable by (hash, input order)."""
+
+    def __init__(self) -> None:
+        self.hashes: list[np.ndarray] = []
+        self.seqs: list[np.ndarray] = []
+        self.frames: list[tuple[np.ndarray, memoryview]] = []
+        self.bytes = 0
+        self.items = 0
+
+    def add(self, raw: bytes, n: int) -> None:
+        h, s, offsets, blob = decode_items(raw, n)
+        self.hashes.append(h)
+        self.seqs.append(s)
+        self.frames.append((offsets, blob))
+        self.bytes += len(raw) + ITEM_OVERHEAD * n
+        self.items += n
+
+    def sorted(self) -> Iterator[tuple[int, int, bytes]]:
+        """Yield (hash, seq, payload) in (hash, seq) order, releasing the buffers as it goes."""
+        if not self.items:
+            return
+        hashes, seqs = np.concatenate(self.hashes), np.concatenate(self.seqs)
+        frame_of = np.repeat(np.arange(len(self.frames), dtype=np.int32), [h.size for h in self.hashes])
+        index_in = np.concatenate([np.arange(h.size, dtype=np.int64) for h in self.hashes])
+        self.hashes, self.seqs = [], []
+        order = np.lexsort((seqs, hashes))
+        frames = self.frames
+        for k in range(0, order.size, 4096):
+            idx = order[k : k + 4096]
+            for h, s, f, i in zip(hashes[idx].tolist(), seqs[idx].tolist(), frame_of[idx].tolist(),
+                                  index_in[idx].tolist()):  # fmt: skip
+                offsets, blob = frames[f]
+                yield h, s, bytes(blob[offsets[i] : offsets[i + 1]])
+        self.frames = []
+
+
+def _iter_partition(inputs: list[SpillInfo], partition: int) -> Iterator[tuple[bytes, int]]:
+    """The raw frames (uncompressed bytes, items) of `partition` in every input, checked as they are read."""
+    dctx = zstandard.ZstdDecompressor()
+    for info in inputs:
+        frames = info.frames.get(partition, [])
+        if not frames:
+            continue
+        with open_checked(info) as f:
+            for frame in frames:
+                yield read_frame(f, info, frame, dctx), frame[2]
+
+
+def _write_run(items: Iterator[tuple[int, int, bytes]], path: str) -> SpillInfo:
+    w = SpillWriter(path)
+    hs: list[int] = []
+    ss: list[int] = []
+    ps: list[bytes] = []
+    size = 0
+    try:
+        for h, s, p in items:
+            hs.append(h)
+            ss.append(s)
+            ps.append(p)
+            size += len(p) + 20
+            if size >= _RUN_FRAME:
+                w.add_frame(encode_items(hs, ss, ps), len(ps))
+                hs, ss, ps, size = [], [], [], 0
+        w.add_frame(encode_items(hs, ss, ps), len(ps))
+    except BaseException as e:
+        w.abort(e)
+        raise
+    return w.close()
+
+
+_RUN_FRAME = 256 << 10
+
+
+def _read_run(info: SpillInfo) -> Iterator[tuple[int, int, bytes]]:
+    for raw, n in _iter_partition([info], 0):
+        h, s, offsets, blob = decode_items(raw, n)
+        for j, (hh, ss) in enumerate(zip(h.tolist(), s.tolist())):
+            yield hh, ss, bytes(blob[offsets[j] : offsets[j + 1]])
 
 
 def sorted_items(
-    files: list[str], memory_budget: int, scratch_dir: str, stats: dict[str, int]
-) -> Iterator[tuple]:
-    """All (key bytes, seq, record) items of `files` sorted by (key bytes, seq).
+    inputs: list[SpillInfo], partition: int, memory_budget: int, scratch_dir: str, stats: dict[str, int]
+) -> Iterator[tuple[int, int, bytes]]:
+    """All (hash, seq, record JSON) items of `partition` sorted by (hash, seq).
 
-    When the files exceed `memory_budget` bytes, sorts budget-sized runs, spills each to `scratch_dir`,
-    and merges them (counted in `stats["spilled_runs"]`).
+    When they exceed `memory_budget` bytes (their uncompressed size plus bookkeeping), sorts runs of half
+    the budget, spills each to `scratch_dir` and merges them, in several passes when there are more runs
+    than the budget can read at once (counted in `stats["spilled_runs"]`).
     """
-    total = sum(_fs.file_size(f) for f in files)
+    total = sum(i.raw_bytes(partition) + ITEM_OVERHEAD * i.items(partition) for i in inputs)
     if total <= memory_budget:
-        items = list(_iter_items(files))
-        items.sort(key=_SORT_KEY)
-        yield from items
+        run = _Run()
+        for raw, n in _iter_partition(inputs, partition):
+            run.add(raw, n)
+        yield from run.sorted()
         return
-    runs: list[str] = []
-    run: list[tuple] = []
-    run_bytes = 0.0
-    for path in files:
-        for batch, size in iter_sized_batches(path):
-            per_item = size / max(len(batch), 1)  # the pickled size stands for the items' footprint
-            for item in batch:
-                run.append(item)
-                run_bytes += per_item
-                if run_bytes >= memory_budget:
-                    runs.append(_spill_run(run, scratch_dir, len(runs)))
-                    run, run_bytes = [], 0
-    if run:
-        runs.append(_spill_run(run, scratch_dir, len(runs)))
-        run = []
-    stats["spilled_runs"] = stats.get("spilled_runs", 0) + len(runs)
+    tag = storage.unique_tag()
+    names = (storage.join(scratch_dir, f"r-{partition:05d}-{tag}-{i:05d}.spill") for i in itertools.count())
+    runs: list[SpillInfo] = []
     try:
-        yield from heapq.merge(*(read_spill(r) for r in runs), key=_SORT_KEY)
+        run = _Run()
+        for raw, n in _iter_partition(inputs, partition):
+            run.add(raw, n)
+            if run.bytes >= memory_budget // 2:
+                runs.append(_write_run(run.sorted(), next(names)))
+                run = _Run()
+        if run.items:
+            runs.append(_write_run(run.sorted(), next(names)))
+        stats["spilled_runs"] = stats.get("spilled_runs", 0) + len(runs)
+        # Each open run holds about one decoded frame (plus its items); merge as many at once as fit.
+        fan_in = max(2, memory_budget // (4 * _RUN_FRAME))
+        while len(runs) > fan_in:
+            group, runs = runs[:fan_in], runs[fan_in:]
+            runs.append(_write_run(heapq.merge(*map(_read_run, group)), next(names)))
+            for r in group:
+                storage.remove(r.path)
+        yield from heapq.merge(*map(_read_run, runs))
     finally:
         for r in runs:
-            with contextlib.suppress(OSError):
-                _fs.url_to_fs(r)[0].rm(_fs.url_to_fs(r)[1])
-
-
-def _spill_run(run: list[tuple], scratch_dir: str, i: int) -> str:
-    run.sort(key=_SORT_KEY)
-    path = _fs.join(scratch_dir, f"run-{os.getpid()}-{i:05d}.pkl")
-    write_spill(path, run)
-    run.clear()
-    return path
+            storage.remove(r.path)
 
 
 def reduce_groups(
-    items: Iterator[tuple], key_fn: Callable[[dict], Any], reducer: Callable[[Any, list[dict]], Any],
-    label: str, stats: dict[str, int],
+    items: Iterator[tuple[int, int, bytes]], key_fn: Callable[[dict], Any],
+    reducer: Callable[[Any, list[dict]], Any], label: str, stats: dict[str, int], *, keep_first: bool = False,
 ) -> Iterator[dict]:  # fmt: skip
-    """Apply `reducer(key, records_in_input_order)` per group; it returns a record, records, or None."""
-    groups = 0
-    n_in = 0
-    for _, grp in itertools.groupby(items, key=itemgetter(0)):
-        recs = [x[2] for x in grp]
-        groups += 1
-        n_in += len(recs)
-        out = reducer(key_fn(recs[0]), recs)
-        if out is None:
-            continue
-        if isinstance(out, dict):
-            yield out
-        else:
-            yield from out
+    """Apply `reducer(key, records_in_input_order)` per group; it returns a record, records, or None.
+
+    Items of one hash are split by their real key bytes (a hash collision makes two groups, counted in
+    `stats["hash_collisions"]`). With `keep_first` (deduplication) only the first record of each key is
+    kept in memory, however many duplicates it has.
+    """
+    groups = n_in = collisions = 0
+    for _, grp in itertools.groupby(items, key=_hash_of):
+        by_key: dict[bytes, list[dict]] = {}
+        first = True
+        for _, _, payload in grp:
+            n_in += 1
+            rec = decode_record(payload)
+            if first:
+                first = False
+                single = rec
+                continue
+            if not by_key:
+                by_key[record_key(key_fn, single, label)] = [single]
+            kb = record_key(key_fn, rec, label)
+            got = by_key.get(kb)
+            if got is None:
+                by_key[kb] = [rec]
+            elif not keep_first:
+                got.append(rec)
+        subgroups = list(by_key.values()) if by_key else [[single]]
+        collisions += len(subgroups) - 1
+        for recs in subgroups:
+            groups += 1
+            out = reducer(key_fn(recs[0]), recs)
+            if out is None:
+                continue
+            if isinstance(out, dict):
+                yield out
+            else:
+                yield from out
     stats["groups"] = groups
     stats["in"] = n_in
+    stats["hash_collisions"] = collisions
+
+
+def _hash_of(item: tuple[int, int, bytes]) -> int:
+    return item[0]
 
 
 def keep_first(key: Any, records: list[dict]) -> dict:

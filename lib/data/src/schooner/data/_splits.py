@@ -1,15 +1,47 @@
-"""Split units: what one task reads (a file or parquet row group, records, a HF range, spill, a partition)."""
+"""Split units: what one task reads (a file or parquet row group, records, a HF range, spill, a partition).
+
+Every split is a small frozen type implementing `Split`: a `label` for messages and progress, `iterate`
+over its records, and a `token` identifying its content in a plan fingerprint. Splits that read the
+output of an earlier stage (`SpillSplit`, `ReduceSplit`) carry the token of the plan that produced it,
+never the physical names of the files (those differ from run to run).
+"""
 
 from __future__ import annotations
 
+import hashlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from . import storage
 from ._errors import DataError, SkipLog, handle, record_error
+from ._json import dumps_json
 from ._readers import read_records
 from ._records import BadRecord, normalize
-from ._shuffle import read_spill, reduce_groups, sorted_items
+from ._shuffle import reduce_groups, sorted_items
+from ._spill import SpillInfo
+from ._spill import read_records as read_spill
+
+
+class Split(ABC):
+    """What one task reads."""
+
+    reads_input: bool = True
+    """Whether the split reads pipeline input (counted as `read.records` / `read.skipped`)."""
+
+    @property
+    @abstractmethod
+    def label(self) -> str:
+        """A short description for messages and progress."""
+
+    @abstractmethod
+    def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
+        """The records; bad input is counted in `skips`, other tallies go to `counters`."""
+
+    @abstractmethod
+    def token(self) -> Any:
+        """What identifies the split's content in a plan fingerprint (JSON-able)."""
 
 
 @dataclass(frozen=True)
@@ -26,9 +58,14 @@ class ReadOptions:
     text_mode: str = "file"
     on_error: str = "raise"
 
+    def token(self) -> Any:
+        return [self.text_field, self.id_field, self.source, self.format, self.compression,
+                list(self.columns) if self.columns is not None else None,
+                None if self.filter is None else str(self.filter), self.text_mode, self.on_error]  # fmt: skip
+
 
 @dataclass(frozen=True)
-class FileSplit:
+class FileSplit(Split):
     """One file, or some row groups of a parquet file."""
 
     path: str
@@ -50,9 +87,13 @@ class FileSplit:
             text_mode=o.text_mode, skips=skips,
         )  # fmt: skip
 
+    def token(self) -> Any:
+        rgs = list(self.row_groups) if self.row_groups is not None else None
+        return ["file", self.path, storage.file_identity(self.path), self.options.token(), rgs]
+
 
 @dataclass(frozen=True)
-class RecordsSplit:
+class RecordsSplit(Split):
     """Records held in the task itself (from `Dataset.from_records`)."""
 
     records: tuple[dict, ...]
@@ -65,9 +106,21 @@ class RecordsSplit:
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
         return iter(self.records)
 
+    def token(self) -> Any:
+        h = hashlib.sha256()
+        for r in self.records:
+            try:
+                h.update(dumps_json(r))
+            except TypeError:
+                from ._fingerprint import Unfingerprintable
+
+                raise Unfingerprintable(f"record {str(r)[:60]!r} is not JSON") from None
+            h.update(b"\n")
+        return ["records", self.index, h.hexdigest()]
+
 
 @dataclass(frozen=True)
-class HFSplit:
+class HFSplit(Split):
     """Rows `start:stop` of a Hugging Face dataset saved with `save_to_disk` (or a hub id)."""
 
     path: str
@@ -84,16 +137,25 @@ class HFSplit:
         return f"{self.path}[{self.start}:{self.stop}]"
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
+        from ._arrow_rows import arrow_value_rows
+
         table = load_hf(self.path, self.split).with_format("arrow")
         source = self.source if self.source is not None else hf_name(self.path, self.split)
         step = 8192
         for lo in range(self.start, self.stop, step):
-            rows = table[lo : min(lo + step, self.stop)].to_pylist()
-            for i, row in enumerate(rows, start=lo):
+            batch = table[lo : min(lo + step, self.stop)]
+            for i, row in enumerate(arrow_value_rows(batch, self.path, lo), start=lo):
                 try:
                     yield normalize(row, self.text_field, self.id_field, source)
                 except BadRecord as e:
                     handle(record_error(self.path, str(e), row=i), self.on_error, skips)
+
+    def token(self) -> Any:
+        from ._folders import hf_fingerprint
+
+        fp = hf_fingerprint(self.path) if storage.exists(self.path) else None
+        return ["hf", self.path, fp, self.split, self.start, self.stop, self.text_field, self.id_field,
+                self.source, self.on_error]  # fmt: skip
 
 
 def hf_name(path: str, split: str | None) -> str:
@@ -114,11 +176,10 @@ def load_hf(path: str, split: str | None) -> Any:
         import datasets
     except ImportError as e:
         raise ImportError(
-            "reading Hugging Face datasets needs `datasets`: pip install 'schooner-data[hf]'"
+            "reading Hugging Face datasets needs `datasets`: pip install 'schooner-data[hf]' (a folder saved "
+            "with save_to_disk is also readable without it: Dataset.from_files(folder))"
         ) from e
-    from . import _fs
-
-    if _fs.exists(path):
+    if storage.exists(path):
         ds = datasets.load_from_disk(path)
     else:  # a hub id: needs network access (never in tests)
         ds = datasets.load_dataset(path, split=split)
@@ -130,33 +191,40 @@ def load_hf(path: str, split: str | None) -> Any:
 
 
 @dataclass(frozen=True)
-class SpillSplit:
-    """Slices of intermediate spill files (after `take` or `reshard`)."""
+class SpillSplit(Split):
+    """Slices `(spill file, start, stop)` of an earlier stage's spill files (after `take` or `reshard`)."""
 
-    pieces: tuple[tuple[str, int, int], ...]
-    index: int = 0
+    pieces: tuple[tuple[dict, int, int], ...]
+    index: int
+    plan: Any
+    reads_input = False
 
     @property
     def label(self) -> str:
         return f"spill[{self.index}]"
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
-        for path, start, stop in self.pieces:
-            yield from read_spill(path, start, stop)
+        for info, start, stop in self.pieces:
+            yield from read_spill(SpillInfo.from_dict(info), start, stop)
+
+    def token(self) -> Any:
+        return ["spill", self.plan, self.index]
 
 
 @dataclass(frozen=True)
-class ReduceSplit:
-    """One shuffle partition: its map-side files, reduced group by group."""
+class ReduceSplit(Split):
+    """One shuffle partition: its frames in every map task's spill file, reduced group by group."""
 
-    files: tuple[str, ...]
+    inputs: tuple[dict, ...]
+    partition: int
     key_fn: Callable[[dict], Any]
     reducer: Callable[[Any, list[dict]], Any]
     label_: str
     memory_budget: int
     scratch_dir: str
-    partition: int
+    plan: Any
     dedup: bool = False
+    reads_input = False
 
     @property
     def label(self) -> str:
@@ -164,18 +232,19 @@ class ReduceSplit:
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
         stats: dict[str, int] = {}
-        items = sorted_items(list(self.files), self.memory_budget, self.scratch_dir, stats)
+        inputs = [SpillInfo.from_dict(d) for d in self.inputs]
+        items = sorted_items(inputs, self.partition, self.memory_budget, self.scratch_dir, stats)
         n_out = 0
-        for rec in reduce_groups(items, self.key_fn, self.reducer, self.label_, stats):
+        for rec in reduce_groups(items, self.key_fn, self.reducer, self.label_, stats, keep_first=self.dedup):
             n_out += 1
             yield rec
         lab = self.label_
-        counters[f"{lab}.in"] = counters.get(f"{lab}.in", 0) + stats.get("in", 0)
-        counters[f"{lab}.groups"] = counters.get(f"{lab}.groups", 0) + stats.get("groups", 0)
-        counters[f"{lab}.out"] = counters.get(f"{lab}.out", 0) + n_out
-        counters[f"{lab}.spilled_runs"] = counters.get(f"{lab}.spilled_runs", 0) + stats.get(
-            "spilled_runs", 0
-        )
+        add = {"in": stats.get("in", 0), "groups": stats.get("groups", 0), "out": n_out,
+               "spilled_runs": stats.get("spilled_runs", 0), "hash_collisions": stats.get("hash_collisions", 0)}  # fmt: skip
+        for k, v in add.items():
+            counters[f"{lab}.{k}"] = counters.get(f"{lab}.{k}", 0) + v
         if self.dedup:
-            key = "dropped.duplicate"
-            counters[key] = counters.get(key, 0) + stats.get("in", 0) - n_out
+            counters["dropped.duplicate"] = counters.get("dropped.duplicate", 0) + stats.get("in", 0) - n_out
+
+    def token(self) -> Any:
+        return ["reduce", self.plan, self.partition]

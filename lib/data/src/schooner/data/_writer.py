@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 import zstandard
 
-from . import _fs
+from . import storage
 from ._errors import SkipLog
-from ._json import dumps_line
+from ._fingerprint import fingerprint, records_digest
+from ._folders import MANIFEST, STATS_DIR, finish_folder
+from ._json import dumps_json, dumps_line
 from ._records import check_record
 
 WRITE_FORMATS: tuple[str, ...] = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet")
@@ -31,6 +35,39 @@ def shard_name(index: int, num_shards: int, format: str) -> str:
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} out of range for num_shards={num_shards}")
     return f"part-{index:05d}-of-{num_shards:05d}.{format}"
+
+
+class _HashingFile:
+    """A write-only file that keeps the sha256 and size of everything written through it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.sha = hashlib.sha256()
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.sha.update(data)
+        self.size += len(data) if isinstance(data, bytes) else memoryview(data).nbytes
+        return self.raw.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readable(self) -> bool:
+        return False
 
 
 class ShardWriter:
@@ -62,6 +99,7 @@ class ShardWriter:
         self.format = format
         self.records = 0
         self.bytes = 0
+        self.sha256 = ""
         self._zstd_level = zstd_level
         self._row_group_size = row_group_size
         self._row_group_bytes = row_group_bytes
@@ -79,8 +117,8 @@ class ShardWriter:
             self.abort(exc_type, exc, tb)
 
     def open(self) -> None:
-        self._cm = _fs.atomic_open(self.path)
-        self._raw = self._cm.__enter__()
+        self._cm = storage.atomic_open(self.path)
+        self._raw = _HashingFile(self._cm.__enter__())
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._parquet = None
@@ -93,10 +131,11 @@ class ShardWriter:
         elif self.format == "jsonl":
             self._sink = self._raw
         else:
-            from ._parquet import ParquetRecordWriter
+            from ._parquet_write import ParquetRecordWriter
 
             self._parquet = ParquetRecordWriter(
                 self._raw,
+                self.path,
                 row_group_size=self._row_group_size,
                 row_group_bytes=self._row_group_bytes,
                 compression_level=self._zstd_level,
@@ -108,7 +147,7 @@ class ShardWriter:
             problem = check_record(rec)
             if problem:
                 raise ValueError(f"{self.path}: record {self.records}: {problem}")
-            self._parquet.write(rec)
+            self._parquet.write(rec, self.records)
         else:
             if type(rec) is not dict:
                 raise ValueError(
@@ -151,7 +190,8 @@ class ShardWriter:
                     if isinstance(self._sink, zstandard.ZstdCompressionWriter):
                         self._sink.flush(zstandard.FLUSH_FRAME)
                     self._sink.close()
-            self.bytes = self._raw.tell()
+            self.bytes = self._raw.size
+            self.sha256 = self._raw.sha.hexdigest()
         except BaseException as e:
             self._cm.__exit__(type(e), e, e.__traceback__)
             raise
@@ -178,23 +218,31 @@ class ShardWriter:
 
 
 def _stats_path(folder: str, name: str) -> str:
-    return _fs.join(folder, _fs.STATS_DIR, name + ".json")
+    return storage.join(folder, STATS_DIR, name + ".json")
 
 
 def write_shard_stats(folder: str, name: str, stats: Mapping[str, Any]) -> None:
     """Record a finished shard's statistics; written right after the shard is renamed into place."""
-    from ._json import dumps_json
-
-    _fs.write_bytes_atomic(_stats_path(folder, name), dumps_json(dict(stats)))
+    storage.write_bytes(_stats_path(folder, name), dumps_json(dict(stats)))
 
 
-def finished_shard(folder: str, name: str) -> dict | None:
-    """The stats of shard `name` in `folder` when both the shard and its stats exist, else None."""
-    path = _fs.join(folder, name)
-    stats_path = _stats_path(folder, name)
-    if not (_fs.exists(path) and _fs.exists(stats_path)):
+def finished_shard(folder: str, name: str, plan: str | None) -> dict | None:
+    """The stats of shard `name` in `folder` when the shard is finished AND was written by `plan` (the
+    fingerprint of what produced it), else None: a shard of another plan is rewritten, never reused, and
+    nothing is reused when the plan has no fingerprint."""
+    if plan is None:
         return None
-    return _fs.read_json(stats_path)
+    path = storage.join(folder, name)
+    stats_path = _stats_path(folder, name)
+    if not (storage.exists(path) and storage.exists(stats_path)):
+        return None
+    try:
+        stats = storage.read_json(stats_path)
+    except ValueError:
+        return None
+    if stats.get("plan") != plan or storage.file_size(path) != stats.get("bytes"):
+        return None
+    return stats
 
 
 def merge_counters(into: dict[str, int], other: Mapping[str, int]) -> dict[str, int]:
@@ -212,20 +260,21 @@ def write_manifest(
     counters: Mapping[str, int] | None = None,
     errors: SkipLog | None = None,
 ) -> dict:
-    """Write `manifest.json` (last, atomically) from the shards' stats; returns the manifest.
+    """Write `manifest.json` (last, atomically) from the shards' stats; returns the manifest. Afterwards the
+    folder holds only what the manifest lists: older shards, temp files and work folders are removed.
 
-    Layout: `{"format", "shards": [{"path", "records", "bytes"}], "records", "bytes", "counters",
-    "errors": {"skipped", "examples"}}` plus `extra`. No timestamps: equal inputs give equal manifests.
-    `counters`/`errors` of earlier pipeline stages are added to the shards' own.
+    Layout: `{"format", "num_shards", "records", "bytes", "shards": [{"path", "records", "bytes",
+    "sha256"}], "counters", "errors": {"skipped", "examples"}}` plus `extra`. No timestamps: equal inputs
+    give equal manifests. `counters`/`errors` of earlier pipeline stages are added to the shards' own.
     """
-    from ._json import dumps_json
-
     shards: list[dict] = []
     counters = merge_counters({}, counters or {})
     errors = _copy_log(errors)
     for name in names:
-        st = _fs.read_json(_stats_path(folder, name))
-        shards.append({"path": name, "records": st["records"], "bytes": st["bytes"]})
+        st = storage.read_json(_stats_path(folder, name))
+        shards.append(
+            {"path": name, "records": st["records"], "bytes": st["bytes"], "sha256": st.get("sha256")}
+        )
         merge_counters(counters, st.get("counters", {}))
         errors.merge(st.get("errors", {}))
     manifest = {
@@ -238,8 +287,8 @@ def write_manifest(
         "errors": errors.to_dict(),
         **(dict(extra) if extra else {}),
     }
-    _fs.write_bytes_atomic(_fs.join(folder, _fs.MANIFEST), dumps_json(manifest) + b"\n")
-    _fs.remove_temp_files(folder)
+    storage.write_bytes(storage.join(folder, MANIFEST), dumps_json(manifest) + b"\n")
+    finish_folder(folder, list(names))
     return manifest
 
 
@@ -252,28 +301,25 @@ def _copy_log(log: SkipLog | None) -> SkipLog:
 
 def read_manifest(folder: str) -> dict | None:
     """The manifest of a finished record folder, or None when there is none (unfinished or foreign)."""
-    path = _fs.join(folder, _fs.MANIFEST)
-    return _fs.read_json(path) if _fs.exists(path) else None
+    path = storage.join(folder, MANIFEST)
+    return storage.read_json(path) if storage.exists(path) else None
 
 
 def start_write(folder: str, *, skip_existing: bool) -> None:
-    """Prepare `folder`: a fresh write removes an old manifest first, so a half-rewritten folder never
-    looks finished."""
-    _fs.makedirs(folder)
-    if not skip_existing:
-        path = _fs.join(folder, _fs.MANIFEST)
-        if _fs.exists(path):
-            fs, p = _fs.url_to_fs(path)
-            fs.rm(p)
+    """Prepare `folder`: the old manifest goes first, so a half-rewritten folder never looks finished
+    (finished shards stay for `skip_existing` to reuse when their plan matches)."""
+    storage.makedirs(folder)
+    storage.remove(storage.join(folder, MANIFEST))
 
 
 def write_shard(
     folder: str, name: str, records: Iterable[dict], *, counters: Mapping[str, int] | None = None,
-    errors: SkipLog | None = None, **writer_kw: Any,
+    errors: SkipLog | None = None, plan: str | None = None, **writer_kw: Any,
 ) -> dict:  # fmt: skip
-    """Write one shard of `folder` atomically, then its stats; returns the stats."""
+    """Write one shard of `folder` atomically, then its stats (with `plan`, the fingerprint of what wrote
+    it, and the file's sha256); returns the stats."""
     format = next(f for f in sorted(WRITE_FORMATS, key=len, reverse=True) if name.endswith("." + f))
-    w = ShardWriter(_fs.join(folder, name), format, **writer_kw)
+    w = ShardWriter(storage.join(folder, name), format, **writer_kw)
     w.open()
     try:
         w.write_many(records)
@@ -286,6 +332,8 @@ def write_shard(
     stats = {
         "records": w.records,
         "bytes": w.bytes,
+        "sha256": w.sha256,
+        "plan": plan,
         "counters": dict(counters or {}),
         "errors": (errors or SkipLog()).to_dict(),
     }
@@ -293,26 +341,50 @@ def write_shard(
     return stats
 
 
+def plan_shards(num_shards: int | None, shard_bytes: int | None, sizes: Sequence[int]) -> int:
+    """How many output shards: `num_shards`, or enough that each holds about `shard_bytes` of the items'
+    `sizes` (at least one), or one per input when neither is given (`sizes` then has one entry per input).
+
+    Raises:
+        ValueError: both or invalid values given.
+    """
+    if num_shards is not None and shard_bytes is not None:
+        raise ValueError(f"pass num_shards or shard_bytes, not both (got {num_shards=}, {shard_bytes=})")
+    for name, v in (("num_shards", num_shards), ("shard_bytes", shard_bytes)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name} must be an integer >= 1, got {name}={v!r}")
+    if num_shards is not None:
+        return num_shards
+    if shard_bytes is not None:
+        return max(1, math.ceil(sum(sizes) / shard_bytes))
+    return max(1, len(sizes))
+
+
 def write_records(
     records: Iterable[dict],
     path: str,
     *,
     format: str = "jsonl.zst",
-    num_shards: int = 1,
+    num_shards: int | None = None,
+    shard_bytes: int | None = None,
     skip_existing: bool = False,
     counters: Mapping[str, int] | None = None,
     extra_manifest: Mapping[str, Any] | None = None,
+    **writer_kw: Any,
 ) -> dict:
-    """Write records as a record folder of `num_shards` contiguous shards plus `manifest.json`.
+    """Write records as a record folder of contiguous shards plus `manifest.json`.
 
     Args:
-        records: Records (a sequence, or any iterable, which is materialised when `num_shards > 1`).
+        records: Records (materialised first: for large data use `Dataset.write_jsonl`/`write_parquet`).
         path: The output folder (local or fsspec URL).
         format: One of `WRITE_FORMATS`.
-        num_shards: How many shards to split the records into (contiguously, in order).
-        skip_existing: Keep shards already finished by an interrupted earlier write of the same data.
+        num_shards: How many shards to split the records into (contiguously, in order; default 1).
+        shard_bytes: Instead of `num_shards`: about this many bytes of JSON records per shard.
+        skip_existing: Keep shards an interrupted earlier write of the SAME records finished (each shard's
+            stats hold a fingerprint of its records and settings; a shard that differs is rewritten).
         counters: Counters to put in the manifest.
         extra_manifest: More manifest fields.
+        **writer_kw: `ShardWriter` options (`zstd_level`, `row_group_size`, `row_group_bytes`).
 
     Returns:
         The manifest (also written to `path/manifest.json`).
@@ -322,19 +394,44 @@ def write_records(
         1
     """
     check_write_format(format)
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards must be an integer >= 1, got num_shards={num_shards!r}")
-    start_write(path, skip_existing=skip_existing)
-    if num_shards > 1 and not isinstance(records, Sequence):
-        records = list(records)
-    names = [shard_name(i, num_shards, format) for i in range(num_shards)]
+    start_write(
+        path, skip_existing=skip_existing
+    )  # first: a write that fails never leaves a "finished" folder
+    records = list(records)
+    if shard_bytes is not None:
+        sizes = [len(dumps_json(r)) for r in records]
+        bounds = _byte_bounds(sizes, plan_shards(None, shard_bytes, sizes))
+    else:
+        n_shards = plan_shards(num_shards or 1, None, [])
+        bounds = [i * len(records) // n_shards for i in range(n_shards + 1)]
+    names = [shard_name(i, len(bounds) - 1, format) for i in range(len(bounds) - 1)]
+    settings = [format, len(names), sorted(writer_kw.items())]
     for i, name in enumerate(names):
-        if skip_existing and finished_shard(path, name) is not None:
+        part = records[bounds[i] : bounds[i + 1]]
+        # The shard's plan: its records and the settings, so a later `skip_existing` write reuses it only
+        # for the same data (a crash, a deleted shard), never for other records.
+        digest = records_digest(part)
+        plan = (
+            None
+            if digest is None
+            else fingerprint(settings, i, digest, dict(counters or {}) if i == 0 else {})
+        )
+        if skip_existing and finished_shard(path, name, plan) is not None:
             continue
-        if num_shards == 1:
-            part: Iterable[dict] = records
-        else:
-            n = len(records)  # type: ignore[arg-type]
-            part = records[i * n // num_shards : (i + 1) * n // num_shards]  # type: ignore[index]
-        write_shard(path, name, part, counters=counters if i == 0 else None)
+        write_shard(path, name, part, counters=counters if i == 0 else None, plan=plan, **writer_kw)
     return write_manifest(path, names, format, extra_manifest)
+
+
+def _byte_bounds(sizes: list[int], n_shards: int) -> list[int]:
+    """Contiguous cut points splitting items of `sizes` into `n_shards` parts of about equal bytes."""
+    total = sum(sizes)
+    bounds, acc, k = [0], 0, 1
+    for i, s in enumerate(sizes):
+        acc += s
+        while k < n_shards and acc >= k * total / n_shards:
+            bounds.append(i + 1)
+            k += 1
+    while len(bounds) < n_shards:
+        bounds.append(len(sizes))
+    bounds.append(len(sizes))
+    return bounds

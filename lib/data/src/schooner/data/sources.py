@@ -150,13 +150,13 @@ def _load_cache(path: str | None) -> tuple[tuple[dict, ...], dict] | None:
 def _store_cache(path: str | None, records: list[dict], report: dict) -> None:
     if path is None:
         return
-    from . import _fs
+    from . import storage
 
     try:
         blob = zstandard.ZstdCompressor(level=3).compress(
             orjson.dumps({"records": records, "report": report})
         )
-        _fs.write_bytes_atomic(path, blob)
+        storage.write_bytes(path, blob)
     except OSError:
         pass  # e.g. a read-only home folder: build each time instead
 

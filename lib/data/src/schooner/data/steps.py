@@ -165,12 +165,24 @@ class TransformConfig:
     """`source` of input rows that carry none (default: each file's stem)."""
     on_error: str = "raise"
     """Bad input: 'raise' or 'skip' (skips are counted in the manifest)."""
+    num_shards: int | None = None
+    """Output shards (records redistributed in order); None: one per input shard or reduce partition."""
+    shard_bytes: int | None = None
+    """Instead of `num_shards`: about this many bytes of JSON records per output shard."""
 
     def __post_init__(self) -> None:
         if self.format not in WRITE_FORMATS:
             raise ValueError(f"TransformConfig.format={self.format!r}; use one of {WRITE_FORMATS}")
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"TransformConfig.on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        if self.num_shards is not None and self.shard_bytes is not None:
+            raise ValueError(
+                f"TransformConfig: pass num_shards or shard_bytes, not both (got {self.num_shards=}, {self.shard_bytes=})"
+            )
+        for name in ("num_shards", "shard_bytes"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"TransformConfig.{name} must be None or an integer >= 1, got {name}={v!r}")
         function_path(self.pipeline)
 
 
@@ -186,12 +198,16 @@ def transform(
     id_field: str = "id",
     source: str | None = None,
     on_error: str = "raise",
+    num_shards: int | None = None,
+    shard_bytes: int | None = None,
     resources: ResourceConfig | None = None,
 ) -> StepHandle:
     """A step that reads `inputs`, applies `pipeline(dataset, **params)` and writes a record folder.
 
     The pipeline is stored by name, so bump `version` when its code changes. The write resumes at shard
-    granularity when a run is interrupted. The step record holds the manifest's counters.
+    granularity when a run is interrupted (each shard's stats carry the fingerprint of the plan, code
+    included, that wrote it: a shard of another plan is rewritten). `num_shards` / `shard_bytes` set the
+    output sharding (default: one shard per input shard). The step record holds the manifest's counters.
 
     Example:
         >>> def long_docs(ds, min_chars):   # in an importable module
@@ -202,7 +218,8 @@ def transform(
     inputs = list(inputs) if isinstance(inputs, Sequence) and not isinstance(inputs, str) else [inputs]
     config = TransformConfig(
         inputs=inputs, pipeline=function_path(pipeline), params=dict(params or {}), format=format,
-        text_field=text_field, id_field=id_field, source=source, on_error=on_error,
+        text_field=text_field, id_field=id_field, source=source, on_error=on_error, num_shards=num_shards,
+        shard_bytes=shard_bytes,
     )  # fmt: skip
     # Resumable: finished shards (listed with their stats) are kept and skipped on a rerun.
     return step(
@@ -219,12 +236,17 @@ def import_files(
     id_field: str = "id",
     source: str | None = None,
     on_error: str = "raise",
+    num_shards: int | None = None,
+    shard_bytes: int | None = None,
     resources: ResourceConfig | None = None,
 ) -> StepHandle:
-    """A step that normalises files (any readable format, globs, fsspec URLs) into a record folder."""
+    """A step that normalises files (any readable format, globs, fsspec URLs, Hugging Face `save_to_disk`
+    folders) into a record folder of `num_shards` shards or shards of about `shard_bytes` (default: one
+    shard per input file)."""
     return transform(
         name, paths, _identity, format=format, text_field=text_field, id_field=id_field, source=source,
-        on_error=on_error, resources=resources, version="import-v1",
+        on_error=on_error, num_shards=num_shards, shard_bytes=shard_bytes, resources=resources,
+        version="import-v1",
     )  # fmt: skip
 
 
@@ -236,11 +258,12 @@ def _run_transform(config: TransformConfig, output_path: str) -> dict:
     out = resolve_function(config.pipeline)(ds, **dict(config.params))
     if not isinstance(out, Dataset):
         raise TypeError(f"pipeline {config.pipeline} returned {type(out).__name__}, expected a Dataset")
+    shards = {"num_shards": config.num_shards, "shard_bytes": config.shard_bytes}
     if config.format == "parquet":
-        manifest = out.write_parquet(output_path, skip_existing=True)
+        manifest = out.write_parquet(output_path, skip_existing=True, **shards)
     else:
         compression = {"jsonl": None, "jsonl.gz": "gz", "jsonl.zst": "zst"}[config.format]
-        manifest = out.write_jsonl(output_path, compression=compression, skip_existing=True)
+        manifest = out.write_jsonl(output_path, compression=compression, skip_existing=True, **shards)
     return {
         "records": manifest["records"],
         "bytes": manifest["bytes"],
