@@ -36,6 +36,8 @@ from ._loss import scalar_metrics as scalar_metrics
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._scoring import StreamScorer as StreamScorer
+from ._scoring import token_nll as token_nll
 from ._sharding import activation_sharding as activation_sharding
 from ._sharding import batch_sharding as batch_sharding
 from ._sharding import compute_axis_mapping as compute_axis_mapping
@@ -49,3 +51,7 @@ from ._state import update_router_bias as update_router_bias
 from ._transformer import Block as Block
 from ._transformer import Transformer as Transformer
 from ._transformer import init as init
+from ._windows import TokenStream as TokenStream
+from ._windows import WindowBatch as WindowBatch
+from ._windows import iter_window_batches as iter_window_batches
+from ._windows import num_windows as num_windows

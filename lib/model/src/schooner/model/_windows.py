@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -60,6 +61,21 @@ class TokenStream:
         if not parts:
             return TokenStream(np.zeros(0, np.int32), np.zeros(0, np.int64))
         return TokenStream(np.concatenate(parts), np.concatenate(ids))
+
+    @staticmethod
+    def from_cache(cache: Any, max_tokens: int | None = None) -> TokenStream:
+        """A token cache's documents in order (the first ``max_tokens`` tokens when given).
+
+        ``cache`` is a ``schooner.tokenize.TokenCache`` or anything with ``num_tokens``, ``offsets()`` (the
+        start of every document) and ``tokens(start, stop)``.
+        """
+        total = int(cache.num_tokens)
+        stop = total if max_tokens is None else min(total, max_tokens)
+        offsets = np.asarray(cache.offsets(), dtype=np.int64)
+        tokens = np.asarray(cache.tokens(0, stop), dtype=np.int32)
+        # the document of every token: the last document start at or before it
+        doc_ids = np.searchsorted(offsets, np.arange(stop, dtype=np.int64), side="right") - 1
+        return TokenStream(tokens, doc_ids.astype(np.int64))
 
     @property
     def num_tokens(self) -> int:
