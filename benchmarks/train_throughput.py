@@ -11,7 +11,7 @@ Targets (2-core CPU): fp32 >= 0.55 of the fp32 ceiling; bf16 compute >= 0.4 of t
 done within 10 s of process start on a repeat run (persistent compilation cache); checkpointing every 10
 steps costs < 5% of throughput.
 
-Each child starts the way schooner's workers start (`schooner.cluster.worker_env_defaults()`: glibc huge
+Each child starts the way `train_lm`'s jobs start (`schooner.train.malloc_env()`: glibc huge
 pages for large allocations); `--configs dense-fp32-4k-pages,dense-bf16-4k-pages` adds the same runs with
 glibc's defaults and prints the ratio.
 
@@ -225,8 +225,7 @@ def main() -> None:
 
     import jax
 
-    from schooner.cluster import worker_env_defaults
-    from schooner.train import matmul_ceiling
+    from schooner.train import malloc_env, matmul_ceiling
 
     kinds = [k for k in args.configs.split(",") if k]
     unknown = sorted(set(kinds) - set(CONFIGS) - set(GPU_CONFIGS) - set(EXTRA_CONFIGS))
@@ -236,8 +235,8 @@ def main() -> None:
     print(f"{args.steps} timed steps after {args.warmup} warm-up steps per run")
     work = tempfile.mkdtemp(prefix="schooner-bench-")
     data = make_data(os.path.join(work, "data"))
-    # Children start the way schooner's workers do (glibc huge pages; see worker_env_defaults).
-    base_env = {**os.environ, **worker_env_defaults()}
+    # Children start the way train_lm's jobs do (glibc huge pages; see schooner.train.malloc_env).
+    base_env = {**os.environ, **malloc_env()}
     print(f"children start with GLIBC_TUNABLES={base_env.get('GLIBC_TUNABLES', '')!r}")
     # Other processes share this machine: repeat the configurations interleaved (with fresh ceiling
     # measurements) and keep the best of each, the least disturbed figure.

@@ -45,6 +45,7 @@ model = train_lm(
     seq_len=SEQ_LEN,
     num_train_steps=NUM_TRAIN_STEPS,
     eval_every=max(NUM_TRAIN_STEPS // 3, 1),
+    eval_max_tokens=40_000,  # as the evaluation below: the final train-time eval and it give the same numbers
     checkpoint_every=None,  # one checkpoint, at the end
     resources=ResourceConfig.with_cpu(),  # runtime only: not part of the step's identity
 )

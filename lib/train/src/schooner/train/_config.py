@@ -40,8 +40,10 @@ class DataConfig:
     """Mixture weights by step: `[(start_step, {component: weight}), ...]` (see MixtureDataset)."""
     block_size: int = 1024
     """Sequences per mixture sampling block."""
-    eval_max_sequences: int = 64
-    """At most this many sequences of each validation cache per evaluation (the first ones, fixed)."""
+    eval_max_tokens: int | None = 65_536
+    """Score the first this many tokens of each validation cache at each evaluation (fixed, so numbers
+    compare across steps and runs; `schooner.eval.evaluate_lm` with the same `max_tokens` and `seq_len` gives
+    the same numbers). None: every token."""
 
     def __post_init__(self) -> None:
         if not self.components:
@@ -57,9 +59,13 @@ class DataConfig:
             )
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
             raise ValueError(f"DataConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")
-        if not isinstance(self.eval_max_sequences, int) or self.eval_max_sequences < 1:
+        if self.eval_max_tokens is not None and (
+            isinstance(self.eval_max_tokens, bool)
+            or not isinstance(self.eval_max_tokens, int)
+            or self.eval_max_tokens < 2
+        ):
             raise ValueError(
-                f"DataConfig.eval_max_sequences must be a positive int, got {self.eval_max_sequences!r}"
+                f"DataConfig.eval_max_tokens must be an int >= 2 or None (all), got {self.eval_max_tokens!r}"
             )
 
 
@@ -111,7 +117,7 @@ class TrainConfig:
     data: DataConfig
     """Training mixture and validation caches."""
     output_path: str
-    """Run folder: checkpoints `step-NNNNNN/`, `metrics.jsonl`, `loss.png`, `hf/`."""
+    """Run folder: checkpoints `step-NNNNNN/`, `metrics.jsonl`, `loss.png`, `run.json`."""
     batch_size: int | BatchSchedule = 8
     """Sequences per optimizer step (global, over all devices), or a schedule by step."""
     num_train_steps: int | None = None
@@ -138,13 +144,11 @@ class TrainConfig:
     trackers: TrackerConfig = field(default_factory=TrackerConfig)
     """Metric sinks and progress frequency."""
     tokenizer: str | None = None
-    """Tokenizer folder/file: byte lengths for bits-per-byte and files for the HF export. None: the one
-    the caches record, when it can be found."""
+    """Tokenizer folder/file: byte lengths for bits-per-byte. None: the one the caches record, when it can
+    be found."""
     fit_vocab: bool = False
     """Raise the model's `vocab_size` to the caches' tokenizer vocabulary when it is smaller (a preset's
     vocab rarely matches your tokenizer). False: a smaller model vocab is an error."""
-    export_hf: bool = False
-    """Export the final model to `<output>/hf` in the Hugging Face layout."""
     name: str = "train"
     """Run name (trackers, logs)."""
 

@@ -1,10 +1,10 @@
 """Evaluation during training: loss and bits-per-byte on each validation cache, and their average.
 
-Each validation cache contributes its first `max_sequences` consecutive `seq_len` windows (fixed, so the
-numbers are comparable across steps and runs). Loss is the mean next-token cross-entropy (nats) over
-targets within a document; bits-per-byte divides the summed loss (in bits) by the UTF-8 bytes those
-target tokens stand for (`Tokenizer.token_byte_lengths`), which makes runs with different tokenizers
-comparable.
+The scorer is `schooner.model.StreamScorer`, shared with `schooner.eval.evaluate_lm` (the trainer does not
+import `schooner.eval`): each cache's first `max_tokens` tokens cut into `seq_len` windows overlapping by one
+token, scored with the fused loss. Loss is the mean next-token cross-entropy (nats) over targets within a
+document; bits-per-byte divides the summed loss (in bits) by the UTF-8 bytes those target tokens stand for
+(`Tokenizer.token_byte_lengths`), which makes runs with different tokenizers comparable.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 logger = logging.getLogger("schooner.train")
@@ -50,15 +48,19 @@ def default_validation(components: Mapping[str, float]) -> dict[str, str]:
 
 
 class Evaluator:
-    """Scores a model on fixed windows of several validation caches.
+    """Scores a model on the first `max_tokens` tokens of several validation caches, with the scorer
+    `schooner.eval` uses (`schooner.model.StreamScorer`): the same numbers as `evaluate_lm` for the same
+    checkpoint, caches, `seq_len` and `max_tokens`.
 
     Args:
         caches: name -> validation cache folder.
         seq_len: window length.
-        batch_size: sequences per eval batch (a multiple of the data-parallel size).
-        max_sequences: windows per cache (the first ones).
+        batch_size: windows per device call (a multiple of the data-parallel size).
+        max_tokens: tokens of each cache (the first ones, fixed: numbers comparable across steps and runs);
+            None: all of them.
         byte_lengths: int32[vocab] bytes per token id for bits-per-byte, or None to skip bits-per-byte.
         sharding: sharding of the [B, T] batches.
+        tokenizer: the run's tokenizer (or its fingerprint); every cache must have been built with it.
     """
 
     def __init__(
@@ -67,75 +69,45 @@ class Evaluator:
         *,
         seq_len: int,
         batch_size: int,
-        max_sequences: int,
+        max_tokens: int | None,
         byte_lengths: np.ndarray | None,
         sharding: Any = None,
+        tokenizer: Any = None,
     ) -> None:
-        from schooner.tokenize import TokenCache, TokenSequences
+        from schooner.model import StreamScorer, TokenStream
+        from schooner.tokenize import TokenCache
 
-        self.batch_size = batch_size
-        self.sharding = sharding
-        self.byte_lengths = None if byte_lengths is None else jnp.asarray(byte_lengths, jnp.int32)
-        self.sets: dict[str, list[dict[str, np.ndarray]]] = {}
+        streams = {}
         for name, path in caches.items():
-            seqs = TokenSequences(TokenCache.open(path), seq_len)
-            n = min(len(seqs), max_sequences)
-            if n == 0:
-                logger.warning(
-                    f"validation cache {name!r} ({path}) has fewer than seq_len={seq_len} tokens; skipped"
-                )
+            cache = TokenCache.open(path)
+            if tokenizer is not None:
+                cache.check_tokenizer(tokenizer)
+            stream = TokenStream.from_cache(cache, max_tokens)
+            if stream.num_tokens < 2 or stream.num_documents == stream.num_tokens:
+                logger.warning(f"validation cache {name!r} ({path}) has no token to score; skipped")
                 continue
-            full = seqs.batch(np.arange(n))
-            batches = []
-            for start in range(0, n, batch_size):
-                b = {k: v[start : start + batch_size] for k, v in full.items()}
-                rows = b["tokens"].shape[0]
-                # Pad the last batch to a static shape; padded rows get weight 0.
-                valid = np.zeros((batch_size,), np.float32)
-                valid[:rows] = 1.0
-                if rows < batch_size:
-                    b = {
-                        k: np.concatenate([v, np.zeros((batch_size - rows, seq_len), v.dtype)])
-                        for k, v in b.items()
-                    }
-                b["valid"] = valid
-                batches.append(b)
-            self.sets[name] = batches
-        self._step = jax.jit(self._sums)
+            streams[name] = stream
+        self.scorer = StreamScorer(
+            streams, seq_len=seq_len, batch_size=batch_size, byte_lengths=byte_lengths, sharding=sharding
+        )
 
-    def _sums(self, model: Any, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-        from schooner.model import target_weights, token_losses
-
-        tokens, segs = batch["tokens"], batch["segment_ids"]
-        nll = token_losses(model, tokens, segs)
-        w = target_weights(tokens, segs, None) * batch["valid"][:, None]
-        out = {"nll": jnp.sum(nll * w), "count": jnp.sum(w)}
-        if self.byte_lengths is not None:
-            out["bytes"] = jnp.sum(self.byte_lengths[tokens[:, 1:]].astype(jnp.float32) * w)
-        return out
+    @property
+    def names(self) -> list[str]:
+        """The validation sets scored."""
+        return list(self.scorer.streams)
 
     def __call__(self, model: Any) -> dict[str, float]:
         """`eval/<name>/loss`, `eval/<name>/bpb` per cache, and `eval/loss`, `eval/bpb` averaged over caches."""
         metrics: dict[str, float] = {}
         losses, bpbs = [], []
-        for name, batches in self.sets.items():
-            tot = {"nll": 0.0, "count": 0.0, "bytes": 0.0}
-            for b in batches:
-                placed = {
-                    k: jax.device_put(v, self.sharding) if self.sharding is not None and k != "valid" else v
-                    for k, v in b.items()
-                }
-                for k, v in jax.device_get(self._step(model, placed)).items():
-                    tot[k] += float(v)
-            loss = tot["nll"] / max(tot["count"], 1.0)
-            metrics[f"eval/{name}/loss"] = loss
-            losses.append(loss)
-            if self.byte_lengths is not None and tot["bytes"] > 0:
-                bpb = tot["nll"] / math.log(2) / tot["bytes"]
-                metrics[f"eval/{name}/bpb"] = bpb
-                bpbs.append(bpb)
+        for name, scores in self.scorer(model).items():
+            metrics[f"eval/{name}/loss"] = scores["loss"]
+            losses.append(scores["loss"])
+            if "bpb" in scores and math.isfinite(scores["bpb"]):
+                metrics[f"eval/{name}/bpb"] = scores["bpb"]
+                bpbs.append(scores["bpb"])
         if losses:
-            metrics["eval/loss"] = sum(losses) / len(losses)
+            metrics["eval/loss"] = math.fsum(losses) / len(losses)
         if bpbs:
-            metrics["eval/bpb"] = sum(bpbs) / len(bpbs)
+            metrics["eval/bpb"] = math.fsum(bpbs) / len(bpbs)
         return metrics

@@ -21,6 +21,7 @@ import numpy as np
 
 from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
 from ._config import BatchSchedule, TrainConfig, check_run
+from ._malloc import malloc_env
 from ._mesh import make_mesh, replicated
 from ._progress import Progress
 from ._run_info import (
@@ -84,7 +85,7 @@ class _Run:
 
     # -- setup ---------------------------------------------------------------------------------------
     def _setup_data(self) -> None:
-        from schooner.tokenize import MixtureDataset, TokenCache
+        from schooner.tokenize import MixtureDataset, TokenCache, load_tokenizer
 
         cfg = self.config
         caches = {p: TokenCache.open(p) for p in cfg.data.components}
@@ -103,24 +104,36 @@ class _Run:
             num_devices=len(jax.devices()),
             cache_vocab_sizes=vocab_sizes,
         )
+        # Every cache (training and validation) must come from one tokenizer: the run's `tokenizer` when
+        # given, else the one the first training cache was built with. Checkpoints record its fingerprint.
+        self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
+        expected = self.tokenizer or next(iter(caches.values())).tokenizer_fingerprint
         self.dataset = MixtureDataset(
             {p: w for p, w in cfg.data.components.items()},
             seq_len=cfg.data.seq_len,
             seed=cfg.seed,
             weight_schedule=cfg.data.weight_schedule,
             block_size=cfg.data.block_size,
+            tokenizer=expected,
             vocab_size=self.model_config.vocab_size,
         )
+        for cache in val_caches.values():
+            cache.check_tokenizer(expected)
+        self.tokenizer_fingerprint = next(iter(caches.values())).tokenizer_fingerprint
         self.caches = caches
 
     def _tokenizer_path(self) -> str | None:
+        """The run's tokenizer (file or folder): the given one, else a `tokenizer.json` next to a training
+        cache that matches the caches' fingerprint."""
+        from schooner.tokenize import load_tokenizer
+
         from ._evaluate import find_tokenizer_file
 
         if self.config.tokenizer:
             return self.config.tokenizer
         for p in self.config.data.components:
             found = find_tokenizer_file(p)
-            if found:
+            if found and load_tokenizer(found).fingerprint == self.tokenizer_fingerprint:
                 return found
         return None
 
@@ -250,7 +263,7 @@ class _Run:
         )
 
     def run(self) -> dict[str, Any]:
-        from schooner.model import flops_per_token
+        from schooner.model import flops_per_token, resolve_compute_dtype
         from schooner.tokenize import DataLoader
 
         from ._mfu import peak_flops
@@ -268,6 +281,7 @@ class _Run:
             "versions": package_versions(),
             "devices": [str(d) for d in jax.devices()],
             "mesh": cfg.mesh.shape(len(jax.devices())),
+            "tokenizer_fingerprint": self.tokenizer_fingerprint,
         }
         with (
             open(os.path.join(self.root, "run.json"), "w")
@@ -285,22 +299,14 @@ class _Run:
         ckpt = CheckpointManager(self.root, cfg.checkpoint, log=logger.info)
         evaluator = self._make_evaluator()
         fpt = flops_per_token(self.model_config, cfg.data.seq_len)
-        dtype = np.dtype(
-            jnp.dtype(
-                self.model_config.compute_dtype
-                if self.model_config.compute_dtype != "auto"
-                else ("float32" if jax.default_backend() == "cpu" else "bfloat16")
-            )
-        ).name
+        dtype = np.dtype(resolve_compute_dtype(self.model_config)).name
         peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
-        from schooner.cluster import worker_env_defaults
-
-        # Non-empty exactly when this process was started without any glibc malloc tuning.
-        if jax.default_backend() == "cpu" and worker_env_defaults():
+        # Non-empty exactly when this process was started without any glibc malloc tuning (or opt-out).
+        if jax.default_backend() == "cpu" and malloc_env(base=os.environ):
             logger.info(
                 "this process started without GLIBC_TUNABLES=glibc.malloc.hugetlb=1, so XLA's per-step "
-                "buffers page-fault on every step (about 20%% of a CPU step); schooner's workers set it, or "
+                "buffers page-fault on every step (about 20% of a CPU step); train_lm's jobs start with it, or "
                 "export it before starting python (SCHOONER_MALLOC_TUNING=0 hides this)"
             )
         progress = Progress(
@@ -378,7 +384,12 @@ class _Run:
                         trackers.log(self._evaluate(evaluator), n)
                     if do_ckpt:
                         snapshot = jax.tree.map(jnp.copy, self.state)  # the loop donates self.state next step
-                        meta = {"tokens": self.tokens_before(n), "metrics": last, "seed": cfg.seed}
+                        meta = {
+                            "tokens": self.tokens_before(n),
+                            "metrics": last,
+                            "seed": cfg.seed,
+                            "tokenizer_fingerprint": self.tokenizer_fingerprint,
+                        }
                         ckpt.save(n, snapshot, self._write_checkpoint, meta)
             if pending is not None:
                 finish(pending)
@@ -403,8 +414,6 @@ class _Run:
             mfu=(float(np.median(tps)) * fpt / peak) if tps else None,
             checkpoint_write_seconds=list(ckpt.write_seconds),
         )
-        if cfg.export_hf:
-            summary["hf"] = self._export_hf()
         return summary
 
     def _make_evaluator(self) -> Any:
@@ -430,9 +439,10 @@ class _Run:
             self.validation,
             seq_len=self.config.data.seq_len,
             batch_size=eval_bs,
-            max_sequences=self.config.data.eval_max_sequences,
+            max_tokens=self.config.data.eval_max_tokens,
             byte_lengths=byte_lengths,
             sharding=self.batch_sharding,
+            tokenizer=self.tokenizer_fingerprint,
         )
 
     def _evaluate(self, evaluator: Any) -> dict[str, float]:
@@ -442,17 +452,6 @@ class _Run:
             ev = evaluator(self.state.model)
         logger.info("eval: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
         return ev
-
-    def _export_hf(self) -> str:
-        from schooner.model import export_hf
-
-        folder = f"{self.root}/hf"
-        tok = self._tokenizer_path()
-        model = jax.device_get(self.state.model)
-        files = None if tok is None else (tok if os.path.isdir(tok) else [tok])
-        export_hf(model, self.model_config, folder, tokenizer_files=files)
-        logger.info(f"exported the final model to {folder} (Hugging Face layout)")
-        return folder
 
 
 def _fs_open(path: str) -> Any:

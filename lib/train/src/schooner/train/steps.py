@@ -13,8 +13,13 @@ Example:
     >>> StepRunner().run([lower(model)])                                                       # doctest: +SKIP
 
 The step's output folder holds `step-000200/` checkpoints (each loadable with
-`schooner.model.load_model(folder)`), `metrics.jsonl`, `loss.png`, `run.json`, `train.log` and, with
-`export_hf=True`, `hf/`. Resources are runtime-only; everything else is part of the step's identity.
+`schooner.model.load_model(folder)`), `metrics.jsonl`, `loss.png`, `run.json` and `train.log`.
+`export_hf(model)` is a step of its own that writes a checkpoint in the Hugging Face layout: adding it to a
+finished run exports without training again.
+
+Identity: what can change the trained model is part of the step's key (model, optimizer, data, lengths,
+seed, precision, mesh, evaluation); what cannot is runtime-only (resources, checkpoint cadence and
+retention, trackers, logging and progress), so changing it reuses a finished run.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.cluster import ResourceConfig, StepHandle, runtime_field, step
 
 from ._checkpoint import CheckpointConfig
+from ._export import export_hf as export_hf
+from ._malloc import malloc_env
 from ._mesh import MeshConfig
 from ._optim import AdamConfig, OptimizerConfig
 from ._tracking import TrackerConfig
@@ -53,13 +60,14 @@ class TrainLmConfig:
     tokenizer: Any = None
     seed: int = 0
     eval_every: int | None = None
-    eval_max_sequences: int = 64
+    eval_max_tokens: int | None = 65_536
     microbatches: int = 1
     compute_dtype: str | None = None
     mesh: MeshConfig = field(default_factory=MeshConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    trackers: TrackerConfig = field(default_factory=TrackerConfig)
-    export_hf: bool = False
+    checkpoint: CheckpointConfig = runtime_field(default_factory=CheckpointConfig)
+    """When checkpoints are written and which are kept: cannot change the trained model (runtime-only)."""
+    trackers: TrackerConfig = runtime_field(default_factory=TrackerConfig)
+    """Where metrics go and how often progress is logged (runtime-only)."""
     name: str = "train"
 
 
@@ -79,6 +87,7 @@ def train_lm(
     tokenizer: Any = None,
     seed: int = 0,
     eval_every: int | None = None,
+    eval_max_tokens: int | None = 65_536,
     checkpoint_every: int | None = 1000,
     keep_checkpoints: int = 2,
     keep_every: int | None = None,
@@ -86,7 +95,6 @@ def train_lm(
     compute_dtype: str | None = None,
     mesh: MeshConfig | None = None,
     trackers: TrackerConfig | None = None,
-    export_hf: bool = False,
     resources: ResourceConfig | None = _CPU,
 ) -> StepHandle:
     """A lazy step that trains a language model on a mixture of token caches.
@@ -108,16 +116,20 @@ def train_lm(
         tokenizer: tokenizer folder/handle for bits-per-byte and HF export; None = the datasets' own.
         seed: initialization, data order and per-step RNG seed.
         eval_every: evaluate every N steps (and at the end).
-        checkpoint_every: checkpoint every N steps (and at the end).
+        eval_max_tokens: score the first N tokens of each validation cache (None: all), with the scorer of
+            `schooner.eval.steps.evaluate`: the same `max_tokens` and `seq_len` there give the same numbers.
+        checkpoint_every: checkpoint every N steps (and at the end). Runtime-only, like `keep_checkpoints`,
+            `keep_every` and `trackers`: changing them does not retrain a finished run.
         keep_checkpoints: how many recent checkpoints to keep.
         keep_every: also keep checkpoints at multiples of this step for good.
         microbatches: gradient accumulation factor.
         compute_dtype: "bfloat16" for mixed precision (params stay float32); None = the model's setting.
         mesh: device mesh (default: pure data parallel over all devices).
         trackers: W&B / TensorBoard / progress settings (JSONL metrics are always written).
-        export_hf: also write the final model to `<output>/hf` in the Hugging Face layout.
         resources: where it runs (runtime-only, not part of the identity); None runs it in the runner's
-            own process.
+            own process. On Linux the job's environment gets glibc's huge-page malloc tunable (see
+            `schooner.train._malloc`; `SCHOONER_MALLOC_TUNING=0` or an explicit `glibc.malloc.*` setting in
+            `GLIBC_TUNABLES` opts out).
 
     Returns:
         The step handle; its output folder is the run folder with the checkpoints.
@@ -138,6 +150,7 @@ def train_lm(
         tokenizer=tokenizer,
         seed=seed,
         eval_every=eval_every,
+        eval_max_tokens=eval_max_tokens,
         microbatches=microbatches,
         compute_dtype=compute_dtype,
         mesh=mesh or MeshConfig(),
@@ -145,11 +158,13 @@ def train_lm(
             every=checkpoint_every, keep_last=keep_checkpoints, keep_every=keep_every
         ),
         trackers=trackers or TrackerConfig(),
-        export_hf=export_hf,
         name=name,
     )
     # Validate now (fail while building the experiment, not an hour later on a worker).
     _to_train_config(config, output_path="<not yet known>", paths_known=False)
+    if resources is not None:
+        # glibc reads its tunables when the worker process starts: they travel in the job's environment.
+        resources = dataclasses.replace(resources, env={**resources.env, **malloc_env(resources.env)})
     return step(
         name,
         _run_train_lm,
@@ -183,7 +198,7 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
             components=components,
             seq_len=config.seq_len,
             validation=validation,
-            eval_max_sequences=config.eval_max_sequences,
+            eval_max_tokens=config.eval_max_tokens,
         ),
         output_path=output_path,
         batch_size=bsz,
@@ -200,7 +215,6 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
         trackers=config.trackers,
         tokenizer=config.tokenizer,
         fit_vocab=True,
-        export_hf=config.export_hf,
         name=config.name,
     )
 

@@ -1,0 +1,221 @@
+"""The `export_hf` step: one checkpoint of a training run written in the Hugging Face layout.
+
+A step of its own (not a flag of `train_lm`), so adding it to a finished run exports without training
+again. What cannot be exported (quantile balancing's router bias, sigmoid routers, shared experts...) is
+refused when the step is built, from the run's model config, naming the field.
+
+Output folder: `config.json`, `generation_config.json`, `model.safetensors` (or shards with an index),
+the tokenizer's files, and `export.json` (which checkpoint, which step, the tokenizer's fingerprint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle
+from schooner.cluster import step as make_step
+
+VERSION = "export-hf-v1"
+_DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ExportHfConfig:
+    """What the `export_hf` step exports (inputs are resolved to their folders when it runs)."""
+
+    run: Any
+    """The `train_lm` step (or a run folder / checkpoint folder path)."""
+    step: int | None = None
+    """The checkpoint's step; None: the latest complete checkpoint."""
+    tokenizer: Any = None
+    """Tokenizer folder/file or step to copy (None: the run's own tokenizer, found from `tokenizer_sources`)."""
+    tokenizer_sources: tuple = ()
+    """Where the run's tokenizer can be found: its `tokenizer` and its datasets, in order."""
+    dtype: str = "float32"
+    """Tensor dtype of the export: "float32" or "bfloat16"."""
+    max_shard_bytes: int = 5 * 10**9
+    """Largest safetensors file; larger models are sharded with an index (as HF does)."""
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"export_hf: dtype must be one of {_DTYPES}, got dtype={self.dtype!r}")
+        if self.step is not None and (
+            isinstance(self.step, bool) or not isinstance(self.step, int) or self.step < 1
+        ):
+            raise ValueError(
+                f"export_hf: step must be a positive int or None (the latest), got step={self.step!r}"
+            )
+        if not isinstance(self.max_shard_bytes, int) or self.max_shard_bytes < 1:
+            raise ValueError(
+                f"export_hf: max_shard_bytes must be a positive int, got {self.max_shard_bytes!r}"
+            )
+
+
+def train_lm_model_config(handle: StepHandle) -> Any:
+    """The model config of a `train_lm` handle (None for other handles)."""
+    from .steps import _run_train_lm
+
+    return handle.config.model if handle.fn is _run_train_lm else None
+
+
+def export_hf(
+    checkpoint: StepHandle | str,
+    name: str | None = None,
+    *,
+    step: int | None = None,
+    tokenizer: Any = None,
+    dtype: str = "float32",
+    max_shard_bytes: int = 5 * 10**9,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step that writes a training run's checkpoint as a Hugging Face model folder.
+
+    Args:
+        checkpoint: the `train_lm` step handle (or a run folder or checkpoint folder path).
+        name: the step's name; default `hf/<the train step's name>`.
+        step: which checkpoint (its step number); None: the latest complete one.
+        tokenizer: the tokenizer to ship (folder, file or step); None: the run's own (its `tokenizer`, else
+            the one its datasets were tokenized with).
+        dtype: "float32" or "bfloat16" tensors.
+        max_shard_bytes: largest safetensors file (bigger models are sharded with an index).
+        resources: where it runs (runtime-only); None: in the runner's process.
+
+    Returns:
+        The step handle; its output folder loads with `transformers.AutoModelForCausalLM.from_pretrained`
+        and with `schooner.model.import_hf`.
+
+    Raises:
+        ValueError: the run's model cannot be represented in an HF layout (the message names the field,
+            e.g. `load_balancing='quantile'`), or a bad argument.
+
+    Example:
+        >>> model = train_lm("checkpoints/nano", ...)                            # doctest: +SKIP
+        >>> hf = export_hf(model)                                               # doctest: +SKIP
+        >>> StepRunner().run([lower(hf)])  # trains if needed, then exports       # doctest: +SKIP
+    """
+    from schooner.model import hf_export_problems
+
+    sources: tuple = ()
+    if isinstance(checkpoint, StepHandle):
+        model_config = train_lm_model_config(checkpoint)
+        if model_config is None:
+            raise TypeError(
+                f"export_hf: {checkpoint.name!r} is not a train_lm step; pass a train_lm handle or a path"
+            )
+        problems = hf_export_problems(model_config)
+        if problems:
+            raise ValueError(
+                f"export_hf({checkpoint.name!r}): the run's model has no Hugging Face layout: "
+                + "; ".join(problems)
+                + "."
+            )
+        tc = checkpoint.config
+        sources = tuple(x for x in (tc.tokenizer, *(d["input"] for d in tc.datasets)) if x is not None)
+        default_name = f"hf/{checkpoint.name}"
+    elif isinstance(checkpoint, str | os.PathLike):
+        checkpoint = os.fspath(checkpoint)
+        default_name = "hf/" + os.path.basename(checkpoint.rstrip("/"))
+    else:
+        raise TypeError(f"export_hf: checkpoint must be a train_lm handle or a path, got {checkpoint!r}")
+    config = ExportHfConfig(
+        run=checkpoint,
+        step=step,
+        tokenizer=tokenizer,
+        tokenizer_sources=sources,
+        dtype=dtype,
+        max_shard_bytes=max_shard_bytes,
+    )
+    return make_step(
+        name or default_name,
+        _run_export_hf,
+        config,
+        version=VERSION,
+        resources=resources,
+        description=f"export {'the latest' if step is None else f'step {step}'} checkpoint in the HF layout",
+    )
+
+
+def find_checkpoint(run: str, step: int | None) -> str:
+    """The folder of checkpoint `step` (None: the latest) of the run folder `run` (or `run` itself when it
+    is a checkpoint folder)."""
+    from ._checkpoint import complete_checkpoints, step_dir_name
+
+    if os.path.exists(os.path.join(run, "config.json")):
+        return run
+    found = complete_checkpoints(run)
+    if not found:
+        raise FileNotFoundError(
+            f"export_hf: no complete checkpoint in {run!r}; did the training step finish?"
+        )
+    if step is None:
+        return found[-1][1]
+    by_step = dict(found)
+    if step not in by_step:
+        raise FileNotFoundError(
+            f"export_hf: the run {run!r} has no complete checkpoint {step_dir_name(step)}; it has steps "
+            f"{sorted(by_step)} (keep_every= keeps chosen steps for good)"
+        )
+    return by_step[step]
+
+
+def _tokenizer_folder(config: ExportHfConfig) -> str | None:
+    from ._evaluate import find_tokenizer_file
+
+    if config.tokenizer is not None:
+        return os.fspath(config.tokenizer)
+    for source in config.tokenizer_sources:
+        path = os.fspath(source)
+        if os.path.isfile(path) or os.path.exists(os.path.join(path, "tokenizer.json")):
+            return path
+        for sub in ("", "train"):
+            found = find_tokenizer_file(os.path.join(path, sub) if sub else path)
+            if found:
+                return found
+    return None
+
+
+def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
+    from schooner.model import export_hf as write_hf
+    from schooner.model import load_model
+    from schooner.tokenize import load_tokenizer
+
+    from ._checkpoint import read_marker
+
+    folder = find_checkpoint(os.fspath(config.run), config.step)
+    model, model_config = load_model(folder)
+    tok_path = _tokenizer_folder(config)
+    ids: dict[str, int | None] = {}
+    files: list[str] | None = None
+    fingerprint = None
+    if tok_path is not None:
+        tok = load_tokenizer(tok_path)
+        ids = {"bos_token_id": tok.bos_id, "eos_token_id": tok.eos_id, "pad_token_id": tok.pad_id}
+        fingerprint = tok.fingerprint
+        tok_dir = tok_path if os.path.isdir(tok_path) else os.path.dirname(tok_path)
+        files = [os.path.join(tok_dir, n) for n in ("tokenizer.json", "tokenizer_config.json")]
+        files = [f for f in files if os.path.exists(f)]
+    os.makedirs(output_path, exist_ok=True)
+    write_hf(
+        model,
+        model_config,
+        output_path,
+        tokenizer_files=files,
+        dtype=config.dtype,
+        max_shard_bytes=config.max_shard_bytes,
+        **{k: v for k, v in ids.items() if v is not None},
+    )
+    marker = os.path.join(folder, "checkpoint.json")
+    record = {
+        "checkpoint": folder,
+        "step": read_marker(folder)["step"] if os.path.exists(marker) else None,
+        "tokenizer": tok_path,
+        "tokenizer_fingerprint": fingerprint,
+        "dtype": config.dtype,
+    }
+    with open(os.path.join(output_path, "export.json"), "w") as f:
+        json.dump(record, f, indent=2)
+        f.write("\n")
+    return record
