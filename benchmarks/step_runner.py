@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
-from schooner.cluster._step import resolve_config
+from schooner.cluster.runner._step import resolve_config
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ def test_steps_with_resources_go_through_the_cluster_given_on_the_command_line(t
 
 
 def test_script_flags_leave_the_scripts_own_flags_alone(monkeypatch) -> None:
-    from schooner.cluster._options import options_from_argv
+    from schooner.cluster.runner._options import options_from_argv
 
     assert options_from_argv(["--pre", "x", "-f", "kernel.json"]) is None  # no abbreviations, no -f
     opts = options_from_argv(["--steps", "3", "--dry-run", "--only", "a", "--force", "b", "--force", "c"])

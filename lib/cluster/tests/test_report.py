@@ -18,7 +18,7 @@ from urllib.parse import unquote
 import pytest
 
 from schooner.cluster import StepRunner, step
-from schooner.cluster._report import collect, render_report, write_report
+from schooner.cluster.cli._report import collect, render_report, write_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 

@@ -26,7 +26,7 @@ from schooner.cluster import (
     step,
     using_client,
 )
-from schooner.cluster._status import meta_path
+from schooner.cluster.runner._status import meta_path
 
 CALLS: list[str] = []
 FAIL: set[str] = set()
@@ -440,14 +440,14 @@ def test_the_runner_client_is_current_inside_in_process_steps(tmp_path, local_cl
 )
 def test_secret_field_names(name: str, secret: bool) -> None:
     from schooner.cluster import is_secret_name
-    from schooner.cluster._records import redact_config
+    from schooner.cluster.runner._records import redact_config
 
     assert is_secret_name(name) is secret
     assert (redact_config({name: "value"}, [])[name] == "***") is secret
 
 
 def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:
-    from schooner.cluster._status import scan_prefix
+    from schooner.cluster.runner._status import scan_prefix
 
     g = graph()
     FAIL.clear()

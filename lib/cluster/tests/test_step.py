@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from schooner.cluster import ConfigError, InputPath, ResourceConfig, Step, StepDef, StepHandle, lower, step
-from schooner.cluster._step import resolve_config
+from schooner.cluster.runner._step import resolve_config
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schooner.cluster import step
-from schooner.cluster._explain import diff_configs
-from schooner.cluster._version import canonicalize
+from schooner.cluster.runner._explain import diff_configs
+from schooner.cluster.runner._version import canonicalize
 
 
 @dataclass(frozen=True)

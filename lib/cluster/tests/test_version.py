@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schooner.cluster import ConfigError, ResourceConfig, is_secret_name, runtime_field, step
-from schooner.cluster._version import canonicalize
+from schooner.cluster.runner._version import canonicalize
 
 scalars = st.one_of(
     st.none(),

@@ -1,4 +1,9 @@
-"""schooner.cluster: resources, clients (local and Ray) and the step runner."""
+"""schooner.cluster: resources and clients (local and Ray), and the step runner.
+
+Three groups of modules: resources and clients here (`ResourceConfig`, `Client`, `LocalClient`,
+`RayClient`), the step runner in `schooner.cluster.runner` (`step`, `StepRunner`, ...; its public names
+are exported here too), and the `schooner` command with its report in `schooner.cluster.cli`.
+"""
 
 from ._client import Client as Client
 from ._client import JobCancelledError as JobCancelledError
@@ -9,28 +14,29 @@ from ._client import ResourcesUnavailableError as ResourcesUnavailableError
 from ._client import WorkerDiedError as WorkerDiedError
 from ._current import current_client as current_client
 from ._current import using_client as using_client
-from ._files import InputFiles as InputFiles
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
-from ._lower import Step as Step
-from ._lower import lower as lower
 from ._process_env import malloc_tuned as malloc_tuned
 from ._process_env import worker_env_defaults as worker_env_defaults
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
-from ._report import write_report as write_report
 from ._resources import ResourceConfig as ResourceConfig
-from ._results import RunResult as RunResult
-from ._results import StepFailedError as StepFailedError
-from ._results import StepOutcome as StepOutcome
-from ._runner import StepRunner as StepRunner
-from ._runner import resolve_prefix as resolve_prefix
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
-from ._step import InputPath as InputPath
-from ._step import StepDef as StepDef
-from ._step import StepHandle as StepHandle
-from ._step import step as step
 from ._storage import atomic_write as atomic_write
-from ._version import ConfigError as ConfigError
-from ._version import runtime_field as runtime_field
+from .cli._report import write_report as write_report
+from .runner import ConfigError as ConfigError
+from .runner import InputFiles as InputFiles
+from .runner import InputPath as InputPath
+from .runner import RunInterrupted as RunInterrupted
+from .runner import RunResult as RunResult
+from .runner import Step as Step
+from .runner import StepDef as StepDef
+from .runner import StepFailedError as StepFailedError
+from .runner import StepHandle as StepHandle
+from .runner import StepOutcome as StepOutcome
+from .runner import StepRunner as StepRunner
+from .runner import lower as lower
+from .runner import resolve_prefix as resolve_prefix
+from .runner import runtime_field as runtime_field
+from .runner import step as step

@@ -20,8 +20,11 @@ from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from ._client import Client
-from ._current import using_client
+from schooner.cluster._client import Client
+from schooner.cluster._current import using_client
+from schooner.cluster._secrets import secret_values
+from schooner.cluster._storage import normalize_prefix, storage_for
+
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
 from ._options import RUN_FLAGS, CapturedRun, DryRunStop, current_options, options_from_argv
@@ -35,10 +38,8 @@ from ._records import (
     scrub_any,
 )
 from ._results import RunInterrupted, RunResult, StepFailedError, StepOutcome
-from ._secrets import secret_values
 from ._status import StepState, read_status
 from ._step_exec import StepExecutor
-from ._storage import normalize_prefix, storage_for
 from ._version import ConfigError
 
 PREFIX_ENV = "SCHOONER_PREFIX"
@@ -339,7 +340,7 @@ class StepRunner:
             return
         client = self.client
         if client is None:
-            from ._current import current_client
+            from schooner.cluster._current import current_client
 
             client = current_client()
         if dry_run and getattr(client, "started", True) is False:

@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ._secrets import is_secret_name
+from schooner.cluster._secrets import is_secret_name
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -191,8 +191,8 @@ def stable_module_name(module: str) -> str:
     Other modules keep their name.
 
     Example:
-        >>> stable_module_name("schooner.cluster._version")
-        'schooner.cluster._version'
+        >>> stable_module_name("schooner.cluster.runner._version")
+        'schooner.cluster.runner._version'
     """
     if module != "__main__":
         return module

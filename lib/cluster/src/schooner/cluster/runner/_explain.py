@@ -12,12 +12,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from schooner.cluster._storage import storage_for
+
 from ._lease import parse_lease
 from ._lower import Step
 from ._records import fn_source_hash, read_step_record, redact_config
-from ._status import StepState, meta_path, read_status
+from ._status import StepState, meta_path, read_status, scan_prefix
 from ._step import join_path
-from ._storage import is_local, storage_for
 
 
 @dataclass(frozen=True)
@@ -138,22 +139,17 @@ def _diff_pairs(old: list, new: list, path: str, names: dict[str, str]) -> list[
 def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
     """Records of every output folder of steps named `name` under `prefix`, newest first."""
     storage = storage_for(prefix)
-    base = join_path(prefix, name)
-    parent, stem = base.rsplit("/", 1)
-    pattern = f"{parent}/{stem}-*"
-    if is_local(prefix):
-        import glob
-
-        folders = [p for p in glob.glob(glob.escape(parent) + f"/{glob.escape(stem)}-*") if p[-9:-8] == "-"]
-    else:
-        folders = [p.rsplit("/", 2)[0] for p in storage.glob(f"{pattern}/.schooner/step.json")]
+    parent, stem = join_path(prefix, name).rsplit("/", 1)
     records = []
-    for folder in folders:
+    for found in scan_prefix(parent) if storage.exists(parent) else []:
+        folder = found.output_path
+        tail = folder[len(parent) + 1 :]
+        if not (tail.startswith(f"{stem}-") and len(tail) == len(stem) + 9):  # `{stem}-{key[:8]}`
+            continue
         rec = read_step_record(storage, folder)
         if rec is not None and rec.get("name") == name:
             rec["_folder"] = folder
-            st = read_status(storage, folder)
-            rec["_status"] = st.state.value if st is not None else None
+            rec["_status"] = found.status.state.value if found.status is not None else None
             records.append(rec)
     records.sort(
         key=lambda r: (r.get("_status") == "SUCCESS", r.get("ended") or r.get("started") or 0), reverse=True

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
-from ._resources import ResourceConfig
+from schooner.cluster._resources import ResourceConfig
+
 from ._version import RUNTIME_META, ConfigError, canonicalize, dumps, stable_module_name, version_key
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")

@@ -22,9 +22,10 @@ import sys
 import time
 from typing import Any
 
-from ._secrets import REDACTED, is_secret_name, redact_env, scrub, secret_values
+from schooner.cluster._secrets import REDACTED, is_secret_name, redact_env, scrub, secret_values
+from schooner.cluster._storage import Storage
+
 from ._status import meta_path
-from ._storage import Storage
 from ._version import to_jsonable
 
 _PACKAGES = (

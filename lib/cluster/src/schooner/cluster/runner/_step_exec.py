@@ -10,17 +10,19 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from schooner.cluster._secrets import scrub
+from schooner.cluster._storage import clear_folder, is_local, list_folder, storage_for
+
 from ._lease import Lease
 from ._lower import Step
 from ._records import append_history, read_step_record, scrub_any, step_record, write_step_record
 from ._results import StepOutcome
-from ._secrets import scrub
 from ._status import META_DIR, StepState, meta_path, read_status, write_status
 from ._step import join_path, resolve_config
-from ._storage import clear_folder, is_local, list_folder, storage_for
 
 if TYPE_CHECKING:
-    from ._client import JobHandle
+    from schooner.cluster._client import JobHandle
+
     from ._progress import Progress
     from ._runner import StepRunner
 
@@ -266,7 +268,7 @@ class StepExecutor:
             return call_step(h.fn, config, out, h.resumable)
         client = self.runner.client
         if client is None:
-            from ._current import current_client
+            from schooner.cluster._current import current_client
 
             client = current_client()
         job = client.submit(call_step, h.fn, config, out, h.resumable, resources=h.resources, name=h.name)

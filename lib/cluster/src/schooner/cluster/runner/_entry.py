@@ -14,8 +14,9 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._client import Client, ResourcesUnavailableError
-from ._current import CLUSTER_ENV, client_from_spec, using_client
+from schooner.cluster._client import Client, ResourcesUnavailableError
+from schooner.cluster._current import CLUSTER_ENV, client_from_spec, using_client
+
 from ._options import DryRunStop, RunOptions, add_run_flags, applying, options_from_args
 from ._progress import make_console
 from ._results import RunInterrupted, StepFailedError

@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from schooner.cluster._storage import Storage
+
 from ._step import join_path
-from ._storage import Storage
 
 META_DIR = ".schooner"
 """Folder inside every step output that holds the runner's own files (status, lease, record)."""
@@ -112,26 +113,28 @@ class FoundStep:
 
 
 def scan_prefix(prefix: str) -> list[FoundStep]:
-    """Every step output folder under `prefix` (folders holding `.schooner/`), sorted by path.
+    """Every step output folder under `prefix` (a folder holding `.schooner/`), sorted by path.
 
-    Locally the walk does not descend into step folders (which may hold many files); through fsspec it
-    globs `**/.schooner/status.json`.
+    The one scanner of a prefix (`schooner status`, the report and `explain` use it). Locally the walk does
+    not descend into step folders (which may hold many files), nor into hidden folders or the prefix's
+    `experiments/` records; through fsspec it globs `**/.schooner/{status,step}.json`.
     """
-    from ._storage import is_local, storage_for
+    from schooner.cluster._storage import is_local, storage_for
 
     storage = storage_for(prefix)
-    found = []
+    folders: list[str] = []
     if is_local(prefix):
         import os
 
         for root, dirs, _files in os.walk(prefix):
             if META_DIR in dirs:
-                found.append(FoundStep(root, read_status(storage, root)))
+                folders.append(root)
                 dirs[:] = []
             else:
-                dirs[:] = sorted(d for d in dirs if not (root == prefix and d == "experiments"))
+                dirs[:] = sorted(
+                    d for d in dirs if not d.startswith(".") and not (root == prefix and d == "experiments")
+                )
     else:
-        for path in storage.glob(join_path(prefix, f"**/{META_DIR}/status.json")):
-            out = path.rsplit("/", 2)[0]
-            found.append(FoundStep(out, read_status(storage, out)))
-    return sorted(found, key=lambda f: f.output_path)
+        for file in ("status.json", "step.json"):
+            folders += [p.rsplit("/", 2)[0] for p in storage.glob(join_path(prefix, f"**/{META_DIR}/{file}"))]
+    return [FoundStep(f, read_status(storage, f)) for f in sorted(set(folders))]

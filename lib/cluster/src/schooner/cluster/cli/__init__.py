@@ -22,11 +22,17 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ._lower import Step, lower
-from ._options import CapturedRun, RunOptions, add_run_flags, applying, options_from_args
-from ._progress import fmt_age, fmt_duration, make_console
-from ._step import StepHandle
-from ._version import ConfigError
+from schooner.cluster.runner._lower import Step, lower
+from schooner.cluster.runner._options import (
+    CapturedRun,
+    RunOptions,
+    add_run_flags,
+    applying,
+    options_from_args,
+)
+from schooner.cluster.runner._progress import fmt_age, fmt_duration, make_console
+from schooner.cluster.runner._step import StepHandle
+from schooner.cluster.runner._version import ConfigError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -69,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "run":
             code = _cmd_run(ns)
             if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
-                from ._entry import exit_now
+                from schooner.cluster.runner._entry import exit_now
 
                 exit_now(code)
             return code
@@ -132,8 +138,8 @@ def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
 
 
 def _cmd_run(ns: argparse.Namespace) -> int:
-    from ._entry import EXIT_BAD, execute
-    from ._runner import StepRunner
+    from schooner.cluster.runner._entry import EXIT_BAD, execute
+    from schooner.cluster.runner._runner import StepRunner
 
     opts = options_from_args(ns)
 
@@ -158,11 +164,11 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _cmd_status(ns: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from ._lease import parse_lease
-    from ._records import read_step_record
-    from ._runner import resolve_prefix
-    from ._status import StepState, meta_path, scan_prefix
-    from ._storage import storage_for
+    from schooner.cluster._storage import storage_for
+    from schooner.cluster.runner._lease import parse_lease
+    from schooner.cluster.runner._records import read_step_record
+    from schooner.cluster.runner._runner import resolve_prefix
+    from schooner.cluster.runner._status import StepState, meta_path, scan_prefix
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
@@ -215,8 +221,9 @@ def _cmd_status(ns: argparse.Namespace) -> int:
 
 
 def _cmd_report(ns: argparse.Namespace) -> int:
+    from schooner.cluster.runner._runner import resolve_prefix
+
     from ._report import write_report
-    from ._runner import resolve_prefix
 
     prefix = resolve_prefix(ns.prefix)
     _require_prefix(prefix, ns.prefix)
@@ -227,8 +234,8 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 
 def _require_prefix(prefix: str, given: str | None) -> None:
     """A prefix that does not exist is a typo or the wrong working directory: say which, create nothing."""
-    from ._runner import PREFIX_ENV
-    from ._storage import storage_for
+    from schooner.cluster._storage import storage_for
+    from schooner.cluster.runner._runner import PREFIX_ENV
 
     if storage_for(prefix).exists(prefix):
         return
@@ -244,8 +251,8 @@ def _require_prefix(prefix: str, given: str | None) -> None:
 
 
 def _cmd_explain(ns: argparse.Namespace) -> int:
-    from ._explain import explain_records, explain_step
-    from ._runner import resolve_prefix
+    from schooner.cluster.runner._explain import explain_records, explain_step
+    from schooner.cluster.runner._runner import resolve_prefix
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()

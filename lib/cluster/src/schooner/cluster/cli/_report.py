@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from ._status import META_DIR, read_status
-from ._storage import is_local, normalize_prefix, storage_for
+from schooner.cluster._storage import is_local, normalize_prefix, storage_for
+from schooner.cluster.runner._status import META_DIR, read_status, scan_prefix
 
 MAX_EMBED_BYTES = 3 * 1024 * 1024
 """PNGs larger than this are linked, not embedded."""
@@ -82,34 +82,17 @@ def _read_json(storage: Any, path: str) -> Any:
 # --------------------------------------------------------------------------------------------------------
 # Collecting records
 # --------------------------------------------------------------------------------------------------------
-def _local_step_folders(prefix: str) -> list[str]:
-    """Step output folders under a local prefix (a folder holding `.schooner/`); step folders are not entered."""
-    found = []
-    for root, dirs, _files in os.walk(prefix):
-        if META_DIR in dirs:
-            found.append(root)
-            dirs[:] = []
-            continue
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-    return sorted(found)
-
-
 def collect(prefix: str) -> dict[str, Any]:
     """Everything the report shows: `{"prefix", "experiments": [...], "steps": [...]}` (records as written)."""
     prefix = normalize_prefix(prefix)
     storage = storage_for(prefix)
     experiments = []
-    for path in storage.glob(f"{prefix}/experiments/*.json"):
+    for path in storage.glob(f"{prefix}/experiments/**/*.json"):
         record = _read_json(storage, path)
         if isinstance(record, dict):
             experiments.append({**record, "_path": path})
     experiments.sort(key=lambda e: e.get("started") or 0, reverse=True)
-    if is_local(prefix):
-        folders = _local_step_folders(prefix) if os.path.isdir(prefix) else []
-    else:
-        folders = [
-            p[: -len(f"/{META_DIR}/step.json")] for p in storage.glob(f"{prefix}/**/{META_DIR}/step.json")
-        ]
+    folders = [f.output_path for f in scan_prefix(prefix)] if storage.exists(prefix) else []
     # steps written outside the prefix (override_output_path) are known from the experiment records
     for exp in experiments:
         for s in exp.get("steps") or []:
@@ -166,7 +149,7 @@ def _state_of(step: dict[str, Any]) -> str:
     if status is None:
         return str(step["record"].get("state") or "UNKNOWN")
     if status.state.value == "RUNNING":
-        from ._lease import parse_lease
+        from schooner.cluster.runner._lease import parse_lease
 
         lease = parse_lease(storage_for(step["folder"]).read_text(f"{step['folder']}/{META_DIR}/lease.json"))
         if lease is None or lease.is_stale():

@@ -6,10 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from schooner.cluster._storage import storage_for
+
 from ._lower import Step
 from ._records import read_step_record
 from ._step import InputPath, StepHandle
-from ._storage import storage_for
 
 STATES = ("cached", "succeeded", "failed", "interrupted", "skipped", "will_run")
 """`cached`: done before (or by a concurrent runner); `succeeded`: ran now; `failed`: raised (or its

@@ -1,0 +1,22 @@
+"""schooner.cluster.runner: experiments as graphs of cached, versioned steps.
+
+Handles (`step`, `StepHandle`, `InputPath`) and their keys, lowering a graph (`lower`), running it
+(`StepRunner`) with leases, status files and records, and explaining why a step reruns. The names users
+write are also exported by `schooner.cluster`.
+"""
+
+from ._files import InputFiles as InputFiles
+from ._lower import Step as Step
+from ._lower import lower as lower
+from ._results import RunInterrupted as RunInterrupted
+from ._results import RunResult as RunResult
+from ._results import StepFailedError as StepFailedError
+from ._results import StepOutcome as StepOutcome
+from ._runner import StepRunner as StepRunner
+from ._runner import resolve_prefix as resolve_prefix
+from ._step import InputPath as InputPath
+from ._step import StepDef as StepDef
+from ._step import StepHandle as StepHandle
+from ._step import step as step
+from ._version import ConfigError as ConfigError
+from ._version import runtime_field as runtime_field
