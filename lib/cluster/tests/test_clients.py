@@ -94,8 +94,60 @@ def _wait_for_file(path: Path, timeout: float = 60) -> str:
     raise AssertionError(f"{path} did not appear within {timeout} s")
 
 
-def test_implements_protocol(client):
-    assert isinstance(client, Client)
+def test_every_protocol_method_has_the_documented_signature(client):
+    """`isinstance` against a runtime_checkable Protocol only checks that names exist; compare the
+    signatures of what the runner and the steps call."""
+    import inspect
+
+    for name in ("submit", "map", "check", "shutdown"):
+        want = inspect.signature(getattr(Client, name))
+        have = inspect.signature(getattr(type(client), name))
+        assert list(have.parameters) == list(want.parameters), (name, have, want)
+        for p, q in zip(have.parameters.values(), want.parameters.values(), strict=True):
+            assert p.kind == q.kind, (name, p, q)
+
+
+def note_attempt(path: str) -> int:
+    with open(path, "a") as f:
+        f.write("attempt\n")
+    with open(path) as f:
+        return len(f.read().splitlines())
+
+
+def always_fail(path: str) -> None:
+    n = note_attempt(path)
+    raise RuntimeError(f"attempt {n} fails")
+
+
+def fail_item(item: tuple[int, str]) -> int:
+    x, folder = item
+    note_attempt(os.path.join(folder, f"item-{x}"))
+    raise RuntimeError(f"item {x} fails")
+
+
+def die_every_time(path: str) -> None:
+    note_attempt(path)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+def test_failure_retries_make_exactly_one_plus_retries_attempts(client, tmp_path, retries):
+    res = ResourceConfig.with_cpu(max_retries_failure=retries, max_retries_preemption=3)
+    attempts = tmp_path / "attempts"
+    with pytest.raises(JobError, match="fails"):
+        client.submit(always_fail, str(attempts), resources=res).result(timeout=120)
+    assert len(attempts.read_text().splitlines()) == 1 + retries
+    with pytest.raises(JobError, match="item 0 fails"):
+        list(client.map(fail_item, [(0, str(tmp_path))], resources=res))
+    assert len((tmp_path / "item-0").read_text().splitlines()) == 1 + retries
+
+
+def test_preemption_retries_make_exactly_one_plus_retries_starts(client, tmp_path):
+    res = ResourceConfig.with_cpu(max_retries_failure=2, max_retries_preemption=1)
+    attempts = tmp_path / "attempts"
+    with pytest.raises(WorkerDiedError):
+        client.submit(die_every_time, str(attempts), resources=res).result(timeout=180)
+    assert len(attempts.read_text().splitlines()) == 2  # a death is not a failure: failure retries unused
 
 
 def test_submit_returns_result(client):

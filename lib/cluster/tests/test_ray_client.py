@@ -14,22 +14,30 @@ pytestmark = [pytest.mark.ray, pytest.mark.xdist_group("ray")]
 SECRET = "rk-live-77c1d0a9b8e2f3"
 
 
-def test_resource_mapping(ray_client):
-    opts = ray_client._options(ResourceConfig.with_cpu(cpu=2, ram="1GiB", max_retries_preemption=5), "j")
-    assert opts["num_cpus"] == 2.0
-    assert opts["memory"] == 2**30
-    assert opts["max_retries"] == 5
-    assert opts["retry_exceptions"] is False
-    gpu = ray_client._options(ResourceConfig.with_gpu("H100", count=8), "j")
-    assert (gpu["num_gpus"], gpu["accelerator_type"]) == (8, "H100")
-    tpu = ray_client._options(ResourceConfig.with_tpu("v5p-8"), "j")
-    assert tpu["resources"] == {"TPU-v5p-8-head": 1.0, "TPU": 4.0}
-    big = ray_client._options(ResourceConfig.with_tpu("v5p-64"), "j")
-    assert big["resources"] == {"TPU-v5p-64-head": 1.0}
-    retried = ray_client._options(
-        ResourceConfig.with_cpu(max_retries_failure=2, max_retries_preemption=1), "j", max_retries_failure=2
+def assigned_resources() -> dict:
+    import ray
+
+    return dict(ray.get_runtime_context().get_assigned_resources())
+
+
+def test_resources_reach_ray_as_the_task_sees_them(ray_client):
+    """Ray's own view from inside the task: what the scheduler reserved for it."""
+    got = ray_client.submit(
+        assigned_resources, resources=ResourceConfig.with_cpu(cpu=2, ram="256MiB")
+    ).result(timeout=120)
+    assert got["CPU"] == 2.0 and got["memory"] == 256 * 2**20
+    half = ray_client.submit(assigned_resources, resources=ResourceConfig.with_cpu(cpu=0.5)).result(
+        timeout=120
     )
-    assert retried["max_retries"] == 3 and retried["retry_exceptions"]
+    assert half["CPU"] == 0.5 and "memory" not in half
+
+
+def test_accelerators_are_requested_under_rays_names(ray_client):
+    """No GPU or TPU here: the refusal names the Ray resource the request maps to."""
+    with pytest.raises(ResourcesUnavailableError, match="'TPU-v5p-8-head'"):
+        ray_client.submit(abs, 1, resources=ResourceConfig.with_tpu("v5p-8"))
+    with pytest.raises(ResourcesUnavailableError, match="device_count=2 GPUs"):
+        ray_client.submit(abs, 1, resources=ResourceConfig.with_gpu("H100", count=2))
 
 
 def test_secrets_travel_outside_runtime_env(ray_client):

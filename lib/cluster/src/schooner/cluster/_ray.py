@@ -10,7 +10,9 @@ Example:
 How `ResourceConfig` maps onto Ray: `cpu` -> `num_cpus`, `ram` -> `memory` (bytes), a GPU -> `num_gpus` plus
 `accelerator_type`, a TPU slice -> the custom resource `TPU-{kind}-head` (one per slice, on its first
 host) plus `TPU` chips for a single-host slice; `disk` has no Ray counterpart and is ignored.
-`max_retries_preemption` -> `max_retries` (worker or node death), `max_retries_failure` -> `retry_exceptions`.
+`max_retries_preemption` -> `max_retries` (worker or node death); `max_retries_failure` reruns a raising
+function inside its task, as the LocalClient's worker does, so both clients make exactly
+`1 + max_retries_failure` attempts per start and `1 + max_retries_preemption` starts.
 Environment variables with secret-looking names travel inside the task's arguments and are set by the
 task itself, never through `runtime_env` (which Ray shows in its state API and logs); the others use
 `runtime_env={"env_vars": ...}`, so they are in place when the worker process starts.
@@ -249,8 +251,9 @@ class RayClient:
             req[f"TPU-{res.device_kind}-head"] = 1.0
         return req
 
-    def check(self, res: ResourceConfig, *, what: str) -> None:
-        """Raise `ResourcesUnavailableError` when no live node could ever run `res`."""
+    def check(self, resources: ResourceConfig, *, what: str = "job") -> None:
+        """Raise `ResourcesUnavailableError` when no live node could ever run `resources`."""
+        res = resources
         if res.device == "tpu" and res.slices > 1:
             raise ResourcesUnavailableError(
                 f"{what} asks for slices={res.slices} TPU slices; RayClient schedules one task on one slice's "
@@ -279,16 +282,16 @@ class RayClient:
                 f"{what} asks for {req} but no single node has all of it; lower the request or add a larger node"
             )
 
-    def _options(self, res: ResourceConfig, name: str, *, max_retries_failure: int | None = None) -> dict:
+    def _options(self, res: ResourceConfig, name: str) -> dict:
+        # Ray retries only deaths (of the worker or node); a raising function is rerun inside the task
+        # (`run_job`, `run_batch`), so `max_retries_failure` means the same on both clients. Ray's own
+        # `retry_exceptions` would spend `max_retries` on both kinds alike.
         opts: dict[str, Any] = {
             "name": name,
             "num_cpus": res.cpu,
             "max_retries": res.max_retries_preemption,
-            "retry_exceptions": [RemoteFailure] if (max_retries_failure or 0) > 0 else False,
+            "retry_exceptions": False,
         }
-        if max_retries_failure:
-            # Ray counts both kinds of retry against max_retries; give room for both.
-            opts["max_retries"] = res.max_retries_preemption + max_retries_failure
         if res.ram:
             opts["memory"] = res.ram
         if res.device == "gpu":
@@ -325,8 +328,8 @@ class RayClient:
             self._ray.cloudpickle.register_pickle_by_value,
         )
         secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
-        opts = self._options(res, name, max_retries_failure=res.max_retries_failure)
-        ref = self._job.options(**opts).remote(fn, args, kwargs, secrets)
+        opts = self._options(res, name)
+        ref = self._job.options(**opts).remote(fn, args, kwargs, secrets, res.max_retries_failure)
         return RayJobHandle(self, name, ref)
 
     # -- map ---------------------------------------------------------------------------------------------

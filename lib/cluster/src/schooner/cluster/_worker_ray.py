@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._secrets import scrub, secret_values
-from ._worker import _call_with_retries, _Env, error_info
+from ._worker import _call_with_retries, _Env
 
 _LOG_CAP = 16 * 2**20
 
@@ -84,15 +84,14 @@ def _captured_output() -> Iterator[Callable[[], str]]:
             os.unlink(path)
 
 
-def run_job(fn: Callable[..., Any], args: tuple, kwargs: dict, secret_env: dict[str, str]) -> tuple[Any, str]:
-    """Run one job; return (value, logs) or raise `RemoteFailure` (which Ray may retry)."""
+def run_job(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, secret_env: dict[str, str], retries: int = 0
+) -> tuple[Any, str]:
+    """Run one job, rerunning it here up to `retries` times when it raises (exactly as the LocalClient's
+    worker does: Ray itself retries only a worker's death); return (value, logs) or raise `RemoteFailure`."""
     with _Env(secret_env), _captured_output() as logs:
-        try:
-            value = fn(*args, **kwargs)
-        except Exception as exc:
-            failure = RemoteFailure(error_info(exc), "")
-        else:
-            failure = None
+        status, value = _call_with_retries(fn, args, kwargs, retries)
+        failure = RemoteFailure(value, "") if status != "ok" else None
         out = logs()
     if failure is not None:
         failure.logs = out

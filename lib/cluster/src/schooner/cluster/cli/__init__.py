@@ -4,6 +4,7 @@
     schooner status [--prefix P] [--name RE]
     schooner explain STEP [EXPERIMENT.py] [--prefix P]
     schooner report [--prefix P] [--out FILE]
+    schooner compare A [B ...] [--prefix P] [--plot OUT.png] [--metric RE]
 
 Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
 experiment file, bad arguments or a prefix that does not exist, 130 when interrupted (Ctrl-C).
@@ -64,6 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_report.add_argument(
         "--out", default=None, metavar="FILE", help="where to write it (default PREFIX/report.html)"
     )
+    p_compare = sub.add_parser(
+        "compare", help="versions of steps side by side: config differences, results, metrics"
+    )
+    p_compare.add_argument(
+        "steps",
+        nargs="+",
+        metavar="STEP",
+        help="output folders, NAME@KEY-PREFIX, or step names (latest version; a name alone: its two latest)",
+    )
+    p_compare.add_argument("--prefix", default=None)
+    p_compare.add_argument("--plot", default=None, metavar="OUT.png", help="also write the metrics overlaid")
+    p_compare.add_argument("--metric", default=None, metavar="RE", help="plot only the metrics matching RE")
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if "--" in argv:
@@ -83,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_status(ns)
         if ns.command == "report":
             return _cmd_report(ns)
+        if ns.command == "compare":
+            from schooner.cluster.runner._runner import resolve_prefix
+
+            from ._compare import cmd_compare
+
+            return cmd_compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
         return _cmd_explain(ns)
     except ConfigError as e:
         make_console().print(f"[bold red]error:[/] {_esc(str(e))}")
