@@ -331,3 +331,19 @@ def test_cluster_spec_from_environment():
         client.shutdown()
     with pytest.raises(ValueError, match="SCHOONER_CLUSTER='kubernetes' is not a cluster spec"):
         client_from_spec("kubernetes")
+
+
+def test_errors_name_the_public_classes(client):
+    import pickle
+    import traceback
+
+    with pytest.raises(ResourcesUnavailableError) as err:
+        client.submit(add, 1, resources=ResourceConfig.with_cpu(cpu=64))
+    line = traceback.format_exception_only(type(err.value), err.value)[-1]
+    assert line.startswith("schooner.cluster.ResourcesUnavailableError: ")
+    assert type(pickle.loads(pickle.dumps(err.value))) is ResourcesUnavailableError
+    with pytest.raises(JobError) as job_err:
+        client.submit(raise_custom).result(timeout=60)
+    assert traceback.format_exception_only(type(job_err.value), job_err.value)[-1].startswith(
+        "schooner.cluster.JobError: "
+    )

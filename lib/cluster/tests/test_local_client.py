@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,6 +73,15 @@ def test_constructor_validates():
         LocalClient(max_workers=0)
     with pytest.raises(ValueError, match="memory"):
         LocalClient(memory="lots")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    physical = psutil.virtual_memory().total
+    with pytest.raises(ValueError, match=rf"max_workers={cores + 62}\) is more than the [0-9.]+ cores"):
+        LocalClient(max_workers=cores + 62)
+    too_much = f"{physical * 4 // 2**30}GiB"
+    with pytest.raises(ValueError, match=rf"memory='{too_much}'\) is more than this machine's"):
+        LocalClient(memory=too_much)
+    with LocalClient(max_workers=cores + 2, memory=too_much, oversubscribe=True) as client:
+        assert client.machine.cpus == cores + 2
 
 
 def test_cancel_pending_job_never_runs(tmp_path):

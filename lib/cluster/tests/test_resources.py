@@ -13,8 +13,14 @@ from schooner.cluster._resources import GPU_KINDS
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"cpu": -1}, "cpu must be a number >= 0, got cpu=-1"),
-        ({"cpu": True}, "cpu must be a number"),
+        ({"cpu": -1}, "cpu must be a finite number >= 0, got cpu=-1"),
+        ({"cpu": True}, "cpu must be a finite number"),
+        ({"cpu": float("nan")}, "cpu must be a finite number >= 0, got cpu=nan"),
+        ({"cpu": float("inf")}, "cpu must be a finite number >= 0, got cpu=inf"),
+        ({"ram": float("nan")}, "ram must be a finite size, got nan"),
+        ({"ram": float("inf")}, "ram must be a finite size, got inf"),
+        ({"ram": "4ib"}, "ram: cannot parse size '4ib'"),
+        ({"disk": "2xb"}, "disk: cannot parse size '2xb'"),
         (
             {"device_count": -2, "device": "gpu", "device_kind": "H100"},
             "device_count must be an integer >= 0",

@@ -40,3 +40,15 @@ from .runner import lower as lower
 from .runner import resolve_prefix as resolve_prefix
 from .runner import runtime_field as runtime_field
 from .runner import step as step
+
+
+def _publish() -> None:
+    """Name the public classes by their public module, so tracebacks and reprs say
+    `schooner.cluster.ResourcesUnavailableError`, not `schooner.cluster._client.ResourcesUnavailableError`
+    (pickling by reference follows: `schooner.cluster` exports each of them)."""
+    for value in list(globals().values()):
+        if isinstance(value, type) and value.__module__.startswith(f"{__name__}."):
+            value.__module__ = __name__
+
+
+_publish()

@@ -153,6 +153,9 @@ class LocalClient:
         stream_logs: also print each job's output here as it runs, each line prefixed with `[job name]`.
         enforce_memory: kill a job whose processes hold more resident memory than its `ResourceConfig.ram`
             (checked every 0.2 s; jobs without `ram` are not watched), so one job cannot starve the others.
+        oversubscribe: allow `max_workers` above this machine's cores and `memory` above its physical
+            memory (for I/O-bound jobs); without it such a client is refused, since it would admit jobs
+            that cannot all run at full speed or fit.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class LocalClient:
         *,
         stream_logs: bool = False,
         enforce_memory: bool = True,
+        oversubscribe: bool = False,
     ):
         machine = detect_machine()
         cpus = machine.cpus
@@ -171,14 +175,27 @@ class LocalClient:
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
                 raise ValueError(f"LocalClient(max_workers=...) must be an integer >= 1, got {max_workers!r}")
+            if max_workers > machine.cpus and not oversubscribe:
+                raise ValueError(
+                    f"LocalClient(max_workers={max_workers}) is more than the {machine.cpus:g} cores this process "
+                    "may use; lower it, or pass oversubscribe=True for I/O-bound jobs"
+                )
             cpus = float(max_workers)
         mem = machine.memory
         if memory is not None:
             from ._resources import parse_bytes
 
-            mem = parse_bytes(memory, field_name="memory") or 0
+            try:
+                mem = parse_bytes(memory, field_name="memory") or 0
+            except ValueError as e:
+                raise ValueError(f"LocalClient(memory={memory!r}): {e}") from None
             if mem <= 0:
                 raise ValueError(f"LocalClient(memory=...) must be > 0, got {memory!r}")
+            if mem > machine.memory and not oversubscribe:
+                raise ValueError(
+                    f"LocalClient(memory={memory!r}) is more than this machine's {machine.memory / 2**30:.1f} GiB "
+                    "of memory; lower it, or pass oversubscribe=True"
+                )
         self.machine = dataclasses.replace(machine, cpus=cpus, memory=mem)
         self.stream_logs = stream_logs
         self.enforce_memory = enforce_memory

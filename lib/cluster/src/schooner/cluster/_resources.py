@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -61,12 +62,15 @@ def parse_bytes(value: int | float | str | None, *, field_name: str) -> int | No
         n = float(value)
     else:
         m = _SIZE.match(str(value))
-        if not m:
+        unit = (m.group(2) or "").lower().removesuffix("b") if m else ""
+        if not m or unit not in _UNITS:
             raise ValueError(
-                f"ResourceConfig.{field_name}: cannot parse size {value!r}; use bytes or a size like '512MiB', '4GB'"
+                f"ResourceConfig.{field_name}: cannot parse size {value!r}; use bytes or a size like '512MiB', "
+                "'4GB', '1.5GiB' (units: B, kB/KiB, MB/MiB, GB/GiB, TB/TiB, PB/PiB)"
             )
-        unit = (m.group(2) or "").lower().removesuffix("b")
         n = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(n):
+        raise ValueError(f"ResourceConfig.{field_name} must be a finite size, got {value!r}")
     if n < 0:
         raise ValueError(f"ResourceConfig.{field_name} must be >= 0, got {value!r}")
     return int(n)
@@ -105,8 +109,13 @@ class ResourceConfig:
     """How often to rerun a job whose worker or node died (SIGKILL, OOM kill, preemption)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.cpu, bool) or not isinstance(self.cpu, int | float) or self.cpu < 0:
-            raise ValueError(f"ResourceConfig.cpu must be a number >= 0, got cpu={self.cpu!r}")
+        if (
+            isinstance(self.cpu, bool)
+            or not isinstance(self.cpu, int | float)
+            or not math.isfinite(self.cpu)
+            or self.cpu < 0
+        ):
+            raise ValueError(f"ResourceConfig.cpu must be a finite number >= 0, got cpu={self.cpu!r}")
         object.__setattr__(self, "cpu", float(self.cpu))
         object.__setattr__(self, "ram", parse_bytes(self.ram, field_name="ram"))
         object.__setattr__(self, "disk", parse_bytes(self.disk, field_name="disk"))
