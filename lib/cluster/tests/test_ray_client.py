@@ -114,3 +114,46 @@ def test_a_second_process_connects_through_the_environment(ray_client):
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"gcs {address} result 7" in out.stdout  # it joined the running cluster, not a new local one
+
+
+_TWO_NODES = """
+import sys
+from ray.cluster_utils import Cluster
+from schooner.cluster import ConfigError, RayClient, ResourceConfig, StepRunner, step
+
+def write(config, out):
+    open(out + "/x.txt", "w").write("x")
+    return 1
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+cluster.add_node(num_cpus=1)
+try:
+    client = RayClient(address=cluster.address)
+    h = step("w", write, {"n": 1}, resources=ResourceConfig.with_cpu())
+    try:
+        StepRunner(prefix=sys.argv[1], client=client, quiet=True).run([h])
+        print("NOT REFUSED")
+    except ConfigError as e:
+        print("REFUSED", e)
+    result = StepRunner(prefix=sys.argv[1], client=client, quiet=True, shared_prefix=True).run([h])
+    print("SHARED", result[h].state)
+    client.shutdown()
+finally:
+    cluster.shutdown()
+"""
+
+
+@pytest.mark.slow
+def test_a_local_prefix_is_refused_on_a_cluster_of_several_nodes(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    env.pop("RAY_ADDRESS", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _TWO_NODES, str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=400,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "REFUSED" in out.stdout and "the Ray cluster has 2 nodes" in out.stdout, out.stdout
+    assert "SHARED succeeded" in out.stdout

@@ -232,6 +232,10 @@ class RayClient:
         self.shutdown()
 
     # -- resources ---------------------------------------------------------------------------------------
+    def nodes(self) -> list[dict[str, float]]:
+        """The resources of each live node of the cluster (connects first)."""
+        return list(self._node_resources())
+
     def _node_resources(self) -> list[dict[str, float]]:
         self.connect()
         stamp, nodes = self._nodes

@@ -31,6 +31,8 @@ class RunOptions:
     cluster: str | None = None
     quiet: bool = False
     """No plan, progress or job output (errors and the interrupt line are still printed)."""
+    shared_prefix: bool = False
+    """A local-looking prefix is on storage every node sees (see `StepRunner(shared_prefix=...)`)."""
     capture: list[list[Step]] | None = field(default=None, repr=False)
     """When set (by `schooner explain`), `run()` records its lowered steps here and stops the script."""
     runs: int = 0
@@ -63,7 +65,16 @@ def applying(options: RunOptions) -> Iterator[RunOptions]:
         _current = previous
 
 
-RUN_FLAGS = ("--dry-run", "--force", "--only", "--prefix", "--max-concurrent", "--cluster", "--quiet")
+RUN_FLAGS = (
+    "--dry-run",
+    "--force",
+    "--only",
+    "--prefix",
+    "--max-concurrent",
+    "--cluster",
+    "--quiet",
+    "--shared-prefix",
+)
 """The flags `add_run_flags` defines."""
 
 
@@ -103,6 +114,11 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         "connected only when a step will run on it",
     )
     parser.add_argument(
+        "--shared-prefix",
+        action="store_true",
+        help="the (local-looking) prefix is shared by every node of the cluster, e.g. an NFS mount",
+    )
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="print no plan, progress or job output (by default every step's output is streamed)",
@@ -120,6 +136,7 @@ def options_from_args(ns: argparse.Namespace) -> RunOptions:
         max_concurrent=ns.max_concurrent,
         cluster=ns.cluster,
         quiet=ns.quiet,
+        shared_prefix=ns.shared_prefix,
     )
 
 

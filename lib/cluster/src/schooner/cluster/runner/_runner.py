@@ -23,7 +23,7 @@ from typing import Any
 from schooner.cluster._client import Client
 from schooner.cluster._current import using_client
 from schooner.cluster._secrets import secret_values
-from schooner.cluster._storage import normalize_prefix, storage_for
+from schooner.cluster._storage import is_local, normalize_prefix, storage_for
 
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
@@ -46,6 +46,8 @@ PREFIX_ENV = "SCHOONER_PREFIX"
 DEFAULT_PREFIX = "schooner-output"
 """Used when neither `prefix=`/`--prefix` nor $SCHOONER_PREFIX is given (relative to the working dir)."""
 DEFAULT_MAX_CONCURRENT = 32
+SHARED_PREFIX_ENV = "SCHOONER_SHARED_PREFIX"
+"""Set to 1 when a local-looking prefix is shared by every node of the cluster (NFS, a mounted bucket)."""
 
 
 def resolve_prefix(prefix: str | None = None) -> str:
@@ -78,6 +80,9 @@ class StepRunner:
             (default $SCHOONER_LEASE_TTL or 60). Leases of dead processes on this host are stale at once.
         heartbeat_s: seconds between lease heartbeats (default ttl/12, at most 5).
         quiet: print nothing.
+        shared_prefix: a local-looking prefix is on storage every node of the cluster sees (NFS, a
+            mounted bucket). Without it, a local prefix is refused when steps would run on a Ray cluster
+            of several nodes: each node would write to its own disk. Default: $SCHOONER_SHARED_PREFIX=1.
     """
 
     def __init__(
@@ -89,9 +94,13 @@ class StepRunner:
         heartbeat_s: float | None = None,
         quiet: bool = False,
         console: Any = None,
+        shared_prefix: bool | None = None,
     ) -> None:
         self._prefix_arg = prefix
         self.client = client
+        self.shared_prefix = (
+            shared_prefix if shared_prefix is not None else os.environ.get(SHARED_PREFIX_ENV, "") == "1"
+        )
         ttl = (
             lease_ttl if lease_ttl is not None else float(os.environ.get("SCHOONER_LEASE_TTL", DEFAULT_TTL_S))
         )
@@ -152,7 +161,7 @@ class StepRunner:
         opts = current_options()
         if opts is None:
             _refuse_unread_flags()
-        quiet = self.quiet
+        quiet, shared = self.quiet, self.shared_prefix
         if opts is not None:
             opts.runs += 1
             dry_run = dry_run or opts.dry_run
@@ -160,6 +169,7 @@ class StepRunner:
             force = [*(_as_list(force)), *opts.force]
             max_concurrent = opts.max_concurrent or max_concurrent
             quiet = quiet or opts.quiet
+            shared = shared or opts.shared_prefix
         prefix = resolve_prefix((opts.prefix if opts else None) or self._prefix_arg)
         lowered = lower(steps)
         if opts is not None and opts.capture is not None:
@@ -177,6 +187,7 @@ class StepRunner:
             max_concurrent or DEFAULT_MAX_CONCURRENT,
             raise_on_failure,
             quiet,
+            shared,
         )
         if opts is not None and opts.dry_run:
             # `--dry-run` from the command line: the plan is the whole answer. Stop the script here, since
@@ -216,6 +227,7 @@ class StepRunner:
         max_concurrent: int,
         raise_on_failure: bool,
         quiet: bool = False,
+        shared_prefix: bool = False,
     ) -> RunResult:
         t0 = time.time()
         run_id = uuid.uuid4().hex[:10]
@@ -262,7 +274,8 @@ class StepRunner:
             if states[s.key] == "cached" and any(d in forced or d in behind_forced for d in s.deps):
                 behind_forced.add(s.key)
         n_run = sum(v == "will_run" for v in states.values())
-        self._check_resources([s for s in steps if states[s.key] == "will_run"], dry_run, progress)
+        will_run = [s for s in steps if states[s.key] == "will_run"]
+        self._check_resources(will_run, prefix, dry_run, progress, shared_prefix)
         if dry_run:
             progress.dry_run(steps, states, paths, roots)
             for s, note in code_changed:
@@ -330,8 +343,11 @@ class StepRunner:
             raise StepFailedError(result)
         return result
 
-    def _check_resources(self, to_run: list[Step], dry_run: bool, progress: Progress) -> None:
-        """Every step that will run must fit the client: fail before anything runs, not when its turn comes.
+    def _check_resources(
+        self, to_run: list[Step], prefix: str, dry_run: bool, progress: Progress, shared_prefix: bool
+    ) -> None:
+        """Every step that will run must fit the client, and its output must be where every node sees it:
+        fail before anything runs, not when a step's turn comes.
 
         A client that connects lazily (a `RayClient` that has not started) is not started for a dry run.
         """
@@ -350,6 +366,16 @@ class StepRunner:
             return
         for s in needs:
             client.check(s.handle.resources, what=f"step {s.name!r}")
+        nodes = getattr(client, "nodes", None)
+        local = [s for s in needs if is_local(s.handle.output_path(prefix))]
+        if local and nodes is not None and not shared_prefix and len(nodes()) > 1:
+            raise ConfigError(
+                f"the output of step {local[0].name!r} ({local[0].handle.output_path(prefix)}) is on a local path, "
+                f"but the Ray cluster has {len(nodes())} nodes: each would write to its own disk and outputs would "
+                "be split between them silently; use a prefix every node sees (gs://, s3://, NFS) and, for a "
+                "shared local-looking path, say so with --shared-prefix, StepRunner(shared_prefix=True) or "
+                f"{SHARED_PREFIX_ENV}=1"
+            )
 
     def _schedule(
         self,
