@@ -1,0 +1,220 @@
+"""The report's card for one step output folder: what ran, how it ended, what it wrote.
+
+Generic for any step: its record (function, version, times, inputs, resources, result), every attempt from
+its history (tracebacks collapsed), every numeric series of its `metrics.jsonl` (one chart per family),
+every PNG at the top of its folder (embedded) and a listing of its files.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from schooner.cluster._storage import is_local
+from schooner.cluster.runner._status import META_DIR
+
+from ._html import (
+    anchor,
+    badge,
+    duration,
+    error_block,
+    esc,
+    flatten_scalars,
+    fmt,
+    href,
+    kv_table,
+    pre_json,
+    table,
+    when,
+)
+from ._metrics import families, numeric_series, read_metrics, summarize
+from ._svg import line_chart
+from ._versions import Version
+
+MAX_EMBED_BYTES = 3 * 1024 * 1024
+"""PNGs larger than this are linked, not embedded."""
+MAX_FILES_LISTED = 40
+MAX_RESULT_ROWS = 40
+NOT_HEADLINE = ("config", "versions", "env", "packages")
+"""Result keys left out of the result tables (still in the JSON view): copies of config and environment."""
+
+
+def headline_result(result: Any) -> list[tuple[str, Any]]:
+    """The result's numbers and short strings as `(dotted.path, value)`, without copies of config/env."""
+    if isinstance(result, dict):
+        result = {k: v for k, v in result.items() if k not in NOT_HEADLINE}
+    return flatten_scalars(result) if result is not None else []
+
+
+def list_outputs(folder: str) -> list[tuple[str, int | None, bool]]:
+    """(name, size or None, is_dir) of the top-level entries of an output folder, without runner files."""
+    try:
+        if is_local(folder):
+            entries = []
+            for name in sorted(os.listdir(folder)):
+                full = os.path.join(folder, name)
+                is_dir = os.path.isdir(full)
+                entries.append((name, None if is_dir else os.path.getsize(full), is_dir))
+        else:
+            import fsspec
+
+            fs, root = fsspec.core.url_to_fs(folder)
+            entries = [
+                (e["name"].rstrip("/").rsplit("/", 1)[-1], e.get("size"), e.get("type") == "directory")
+                for e in fs.ls(root, detail=True)
+            ]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [e for e in sorted(entries) if e[0] != META_DIR and not e[0].startswith(".tmp")]
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        if is_local(path):
+            with open(path, "rb") as f:
+                return f.read()
+        import fsspec
+
+        with fsspec.open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _summary_row(name: str, points: list[tuple[float, float]]) -> list[str]:
+    s = summarize(points)
+    return [esc(name), f'<span class="num">{fmt(s.final)}</span>', f"{fmt(s.final_step)}",
+            f'<span class="num">{fmt(s.minimum)}</span>', f"{fmt(s.min_step)}", str(s.count)]  # fmt: skip
+
+
+def metrics_section(folder: str) -> str:
+    """A table of every numeric series of `metrics.jsonl` (final, minimum) and one chart per family."""
+    rows = read_metrics(folder)
+    series = numeric_series(rows)
+    if not series:
+        return ""
+    summary = table(
+        ["series", "final", "at step", "min", "at step", "points"],
+        (_summary_row(name, pts) for name, pts in series.items()),
+        cls="metrics",
+    )
+    charts = "".join(
+        line_chart([(n, series[n]) for n in names], title=family) for family, names in families(list(series))
+    )
+    return (
+        f'<h4>Metrics <span class="muted">({len(rows)} rows of metrics.jsonl)</span></h4>{summary}'
+        f'<div class="charts">{charts}</div>'
+    )
+
+
+def plots_section(folder: str, outputs: list[tuple[str, int | None, bool]], out_dir: str | None) -> str:
+    """Every PNG at the top of the folder, embedded as a data URI (linked when too large)."""
+    parts = []
+    for fname, size, is_dir in outputs:
+        if is_dir or not fname.lower().endswith(".png"):
+            continue
+        link = href(f"{folder}/{fname}", out_dir)
+        data = _read_bytes(f"{folder}/{fname}") if size is not None and size <= MAX_EMBED_BYTES else None
+        if data is not None and data.startswith(b"\x89PNG"):
+            src = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+            parts.append(
+                f'<a href="{link}"><img class="plot" alt="{esc(fname)}" title="{esc(fname)}" src="{src}"></a>'
+            )
+        else:
+            parts.append(f'<p><a href="{link}">{esc(fname)}</a> (not embedded)</p>')
+    return "".join(parts)
+
+
+def files_section(folder: str, outputs: list[tuple[str, int | None, bool]], out_dir: str | None) -> str:
+    """The folder's top-level files, linked, collapsed."""
+    if not outputs:
+        return ""
+    items = "".join(
+        f'<li><a href="{href(f"{folder}/{n}", out_dir)}">{esc(n)}{"/" if d else ""}</a>'
+        f"{'' if s is None else f' <span class=muted>({s:,} bytes)</span>'}</li>"
+        for n, s, d in outputs[:MAX_FILES_LISTED]
+    )
+    more = f"<li>… {len(outputs) - MAX_FILES_LISTED} more</li>" if len(outputs) > MAX_FILES_LISTED else ""
+    return f"<details><summary>Files ({len(outputs)})</summary><ul>{items}{more}</ul></details>"
+
+
+def history_section(version: Version) -> str:
+    """Every attempt at this folder (run, outcome, times, host), each error's traceback collapsed."""
+    attempts = version.history()
+    if not attempts:
+        return ""
+    rows = [
+        [esc(a.get("run_id") or "—"), badge(a.get("state") or "UNKNOWN"), esc(when(a.get("started"))),
+         esc(duration(a.get("duration_s"))), esc(a.get("host") or "—"), error_block(a.get("error") or "")]
+        for a in attempts
+    ]  # fmt: skip
+    return f"<h4>Attempts ({len(attempts)})</h4>{table(['run', 'outcome', 'started', 'took', 'host', 'error'], rows, cls='history')}"
+
+
+def _record_rows(version: Version, names: dict[str, str], out_dir: str | None) -> list[tuple[str, str]]:
+    record, folder = version.record, version.folder
+    inputs = [
+        f'<a href="#{anchor(i.get("key", ""))}">{esc(names.get(i.get("key", ""), i.get("key", "")[:8]))}</a> '
+        f'<span class="muted">({esc(i.get("field"))})</span>'
+        for i in record.get("inputs") or []
+    ]
+    env = record.get("env") or {}
+    rows = [
+        ("output", f'<a href="{href(folder, out_dir)}">{esc(folder)}</a>'),
+        ("function", esc(record.get("fn", "—"))),
+        ("version", esc(record.get("version") or "—")),
+        ("started", esc(when(record.get("started")))),
+        ("ended", esc(when(record.get("ended")))),
+        ("duration", esc(duration(record.get("duration_s")))),
+        ("inputs", ", ".join(inputs) or "—"),
+        ("run", esc(f"{record.get('run_id', '—')} on {env.get('host', '?')}")),
+    ]
+    git = env.get("git") or {}
+    if git:
+        rows.append(("code", esc(f"{git.get('commit', '')[:12]}{' (dirty)' if git.get('dirty') else ''}")))
+    if record.get("resources"):
+        res = {k: v for k, v in record["resources"].items() if v not in (None, {}, [], 0)}
+        rows.append(("resources", esc(json.dumps(res, sort_keys=True))))
+    return rows
+
+
+def render_step(version: Version, names: dict[str, str], out_dir: str | None) -> str:
+    """The card of one step output folder; `names` maps step keys to names (for its inputs)."""
+    record, folder = version.record, version.folder
+    parts = [
+        f'<section class="card step" id="{anchor(version.key)}">',
+        f'<h3>{esc(version.name)} {badge(version.state)} <span class="muted key">{esc(version.key[:8])}</span></h3>',
+    ]
+    if record.get("description"):
+        parts.append(f"<p>{esc(record['description'])}</p>")
+    parts.append(kv_table(_record_rows(version, names, out_dir)))
+    error = record.get("error") or (version.status.error if version.status else "")
+    if error and version.state != "SUCCESS":
+        parts.append(error_block(error))
+    scalars = headline_result(record.get("result"))
+    if scalars:
+        body = "".join(
+            f'<tr><td>{esc(k)}</td><td class="num">{fmt(v)}</td></tr>' for k, v in scalars[:MAX_RESULT_ROWS]
+        )
+        more = len(scalars) - MAX_RESULT_ROWS
+        tail = f'<p class="muted">… {more} more in the JSON below</p>' if more > 0 else ""
+        parts.append(f'<h4>Result</h4><table class="result">{body}</table>{tail}')
+    outputs = list_outputs(folder)
+    parts += [
+        metrics_section(folder),
+        plots_section(folder, outputs, out_dir),
+        history_section(version),
+        files_section(folder, outputs, out_dir),
+    ]
+    if record.get("logs_tail"):
+        parts.append(
+            f"<details><summary>Output (tail)</summary><pre>{esc(record['logs_tail'])}</pre></details>"
+        )
+    if record.get("config") is not None:
+        parts.append(f"<details><summary>Config</summary>{pre_json(record['config'])}</details>")
+    if record.get("result") is not None:
+        parts.append(f"<details><summary>Result (JSON)</summary>{pre_json(record['result'])}</details>")
+    parts.append("</section>")
+    return "\n".join(p for p in parts if p)
