@@ -8,11 +8,13 @@ python .ci/guards.py wheels   each package builds a wheel that installs with its
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import tomllib
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -126,6 +128,9 @@ def _wheels(dist: Path, name: str) -> list[Path]:
     return [next(dist.glob(n.replace("-", "_") + "-*.whl")) for n in sorted(_siblings(name))]
 
 
+_TEST_ONLY = re.compile(r"(^|/)(tests?|conftest\.py|pytest_fixtures\.py|testing\.py)(/|$)")
+
+
 def check_wheels() -> int:
     """Build every library's wheel; install each alone (plus its declared siblings, from the built wheels) in a
     fresh venv and import it."""
@@ -135,6 +140,11 @@ def check_wheels() -> int:
     for name in names:
         if _run(["uv", "build", "--package", name, "--wheel", "--out-dir", str(dist), "-q"]) != 0:
             failed.append(f"{name} (build)")
+    for wheel in dist.glob("*.whl"):  # test scaffolding stays in the source tree
+        shipped = [n for n in zipfile.ZipFile(wheel).namelist() if _TEST_ONLY.search(n)]
+        if shipped:
+            print(f"wheel guard: {wheel.name} ships test-only files: {shipped}")
+            failed.append(f"{wheel.name} (test files)")
     for name in names:
         venv = dist / f"venv-{name}"
         module = "schooner." + name.removeprefix("schooner-")
