@@ -1,8 +1,7 @@
 """`LocalClient.map`: items in adaptive batches over warm workers, results yielded in input order.
 
-Tiny tasks are dominated by per-message overhead, so items travel in batches sized from the measured time
-per item (aiming at ~20 ms of work per batch, never more than a fair share of what is left, so the tail stays
-balanced), and each worker keeps up to two batches queued so it never waits for a round trip. Slow tasks get
+Items travel in batches sized by `BatchSizer` (~20 ms of work per batch), and each worker keeps up to two
+batches queued so it never waits for a round trip. Slow tasks get
 batches of one. At most `window` results wait for an earlier slow item, which bounds memory on long inputs.
 """
 
@@ -10,20 +9,19 @@ from __future__ import annotations
 
 import collections
 import itertools
-import math
 import pickle
 import selectors
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
+from ._batching import BatchSizer
 from ._client import WorkerDiedError, error_from_info
 from ._pool import Pool, Reservation, WorkerProcess
 from ._resources import ResourceConfig
 from ._worker_pickle import dumps
 
 _TARGET_BATCH_SECONDS = 0.02
-_MAX_BATCH = 4096
 
 
 class _Item:
@@ -60,7 +58,7 @@ def local_map(
     next_yield = 0
     pulled = 0
     exhausted = False
-    per_item = 0.0  # seconds per item, exponential average; 0 until the first batch is back
+    sizer = BatchSizer(_TARGET_BATCH_SECONDS, total=total)
     batch_ids = itertools.count()
     sel = selectors.DefaultSelector()
     window = 4096
@@ -83,12 +81,7 @@ def local_map(
         return out
 
     def batch_size(nworkers: int) -> int:
-        if per_item <= 0:
-            return 1
-        size = int(_TARGET_BATCH_SECONDS / per_item) if per_item > 1e-7 else _MAX_BATCH
-        if total is not None:  # leave every worker a share of the remainder, for a balanced tail
-            size = min(size, math.ceil((total - pulled + len(retry)) / (2 * nworkers)))
-        return max(1, min(size, _MAX_BATCH))
+        return sizer.size(nworkers, pulled, len(retry))
 
     def dispatch(w: WorkerProcess) -> bool:
         batch = take(batch_size(len(inflight)))
@@ -149,7 +142,7 @@ def local_map(
             for w, queue in inflight.items():
                 # Queue a second batch only for quick items: a slow one queued behind another would wait
                 # there while a different worker sits idle. Until the first batch is back, assume slow.
-                depth = 2 if 0 < per_item * batch_size(len(inflight)) < 0.05 else 1
+                depth = 2 if 0 < sizer.per_item * batch_size(len(inflight)) < 0.05 else 1
                 while len(queue) < depth and dispatch(w):
                     pass
             while next_yield in results:
@@ -178,8 +171,7 @@ def local_map(
                 head_bid, batch = inflight[w].popleft()
                 assert head_bid == bid, "worker replies out of order"
                 out = pickle.loads(blob)
-                sample = seconds / len(batch)
-                per_item = sample if per_item <= 0 else 0.7 * per_item + 0.3 * sample
+                sizer.observe(seconds, len(batch))
                 for it, (status, value) in zip(batch, out, strict=True):
                     results[it.index] = (status, value)
     finally:

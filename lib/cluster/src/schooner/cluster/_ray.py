@@ -29,6 +29,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
 
+from ._batching import BatchSizer
 from ._client import (
     JobCancelledError,
     JobError,
@@ -43,8 +44,7 @@ from ._secrets import is_secret_name
 from ._worker_pickle import register_for
 from ._worker_ray import RemoteFailure, run_batch, run_job
 
-_TARGET_BATCH_SECONDS = 0.05
-_MAX_BATCH = 4096
+_TARGET_BATCH_SECONDS = 0.05  # Ray's per-task overhead is higher than a local worker's round trip
 
 
 def _address_from_env() -> str | None:
@@ -373,17 +373,12 @@ class RayClient:
         secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
         task = self._batch.options(**self._options(res, label))
         inflight: deque[tuple[Any, int, int]] = deque()  # (ref, first index, count)
-        pulled, per_item, exhausted = 0, 0.0, False
+        pulled, exhausted = 0, False
+        sizer = BatchSizer(_TARGET_BATCH_SECONDS, total=total)
         try:
             while True:
                 while not exhausted and len(inflight) < 2 * workers:
-                    size = 1
-                    if per_item > 0:
-                        size = int(_TARGET_BATCH_SECONDS / per_item) if per_item > 1e-7 else _MAX_BATCH
-                        if total is not None:
-                            size = min(size, math.ceil((total - pulled) / (2 * workers)))
-                        size = max(1, min(size, _MAX_BATCH))
-                    batch = list(itertools.islice(source, size))
+                    batch = list(itertools.islice(source, sizer.size(workers, pulled)))
                     if not batch:
                         exhausted = True
                         break
@@ -397,8 +392,7 @@ class RayClient:
                     out, seconds = ray.get(ref)
                 except BaseException as exc:  # noqa: BLE001
                     raise translate_error(ray, f"{label}[{first}:{first + count}]", exc) from None
-                sample = seconds / count
-                per_item = sample if per_item <= 0 else 0.7 * per_item + 0.3 * sample
+                sizer.observe(seconds, count)
                 for offset, (status, value) in enumerate(out):
                     if status != "ok":
                         raise error_from_info(f"{label}[{first + offset}]", value)
