@@ -2,7 +2,8 @@
 Dataset pipeline, next to bare loops over the same files measured in the same run.
 
 Peers named by the issue (targets: pipeline >= 0.7x the bare loop; >= 1.6x going from 1 to 2 workers):
-  * jsonl.zst: a bare `zstandard` streaming decompress + stdlib `json.loads` per line (read only).
+  * jsonl.zst: a bare `zstandard` streaming decompress + `orjson.loads` per line (read only); the stdlib
+    `json.loads` loop, which flatters the pipeline, is printed for reference only.
   * parquet:   a bare `pyarrow.parquet.read_table` of each file (read only, multi-threaded C++).
 A rewrite also encodes: its output compression alone (zstd level 3 here, the zstd default) runs slower than
 the read-only peers decode, so a rewrite cannot reach 0.7x of them when the encoder is slower than that. The
@@ -13,15 +14,21 @@ Rows:
                 against the read-only peer: the same work.
   * "rewrite" : the pipeline's `write_jsonl`/`write_parquet` (atomic shards + manifest, zstd level 3)
                 against the read-only peer, and against a bare read + rewrite loop doing the same encoding
-                (`json.dumps` + `zstandard` level 3 / `pq.write_table` zstd) in one process.
+                (`orjson` + `zstandard` level 3 / `pq.write_table` zstd) in one process.
+  * "dedup"   : `deduplicate("text")` over >= 300 MB of records (the corpus repeated, so most are
+                duplicates), written as jsonl.zst, with 2 workers, at memory budgets of 64 and 512 MiB,
+                against a bare single-process hash-set dedup of the same files (read, keep the first of each
+                text by its blake2b hash, write); plus the peak RSS of each worker against its budget
+                (goal: within 1.5x the budget + 200 MiB).
 MB/s are of the uncompressed JSON text read.
 
-Run: `uv run python benchmarks/data_io.py [--mb 200] [--shards 8]`.
+Run: `uv run python benchmarks/data_io.py [--mb 200] [--shards 8] [--dedup-mb 300]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -114,9 +121,84 @@ def bare_parquet_rewrite(paths: list[str], out_dir: str) -> int:
     return n
 
 
-def timed(fn, *args):
+def bare_dedup(paths: list[str], out_path: str) -> int:
+    """Keep the first record of each text (by its blake2b hash), in one process: read, hash, write."""
+    seen: set[bytes] = set()
+    dctx = zstandard.ZstdDecompressor()
+    kept = 0
+    with open(out_path, "wb") as g, zstandard.ZstdCompressor(level=3).stream_writer(g) as w:
+        for p in paths:
+            with open(p, "rb") as f, dctx.stream_reader(f, read_across_frames=True) as r:
+                buf = []
+                for line in io.BufferedReader(r, buffer_size=1 << 20):
+                    if not line.strip():
+                        continue
+                    rec = orjson.loads(line)
+                    h = hashlib.blake2b(rec["text"].encode(), digest_size=8).digest()
+                    if h not in seen:
+                        seen.add(h)
+                        buf.append(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE))
+                        kept += 1
+                        if len(buf) >= 256:
+                            w.write(b"".join(buf))
+                            buf = []
+                w.write(b"".join(buf))
+    os.remove(out_path)
+    return kept
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(x for x in f if x.startswith(field + ":")).split()[1]) * 1024
+
+
+def _reset_peak(_: int) -> tuple[int, int]:
+    """(pid, RSS now) of a worker, resetting its peak (VmHWM). ru_maxrss would not do: a worker keeps the
+    peak of the process it was forked from, before its exec."""
+    time.sleep(0.5)  # long enough that the two calls land on the two workers
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return os.getpid(), _status("VmRSS")
+
+
+def _worker_peak(_: int) -> tuple[int, int]:
+    time.sleep(0.5)
+    return os.getpid(), _status("VmHWM")
+
+
+def bench_dedup(tmp: str, target_mb: float, shards: int) -> None:
+    records, nbytes = make_records(target_mb)
+    write_records(records, f"{tmp}/dedup-in", format="jsonl.zst", num_shards=shards)
+    del records
+    paths = list_shards(f"{tmp}/dedup-in")
+    mb = nbytes / 1e6
+    t_bare, kept = timed(bare_dedup, paths, f"{tmp}/bare-dedup.jsonl.zst")
+    print(f"\ndedup: {mb:.1f} MB of JSON lines, {shards} shards, {kept:,} distinct texts kept; bare hash-set "
+          f"dedup in one process: {mb / t_bare:.1f} MB/s")  # fmt: skip
+    for budget_mib in (64, 512):
+        budget = budget_mib << 20
+        with LocalClient(max_workers=2) as client:
+            before = dict(client.map(_reset_peak, [0, 1], max_workers=2))
+            # Two partitions: 150 MB each, so at 64 MiB the reducers sort and merge runs on disk.
+            ds = Dataset.from_files(f"{tmp}/dedup-in").deduplicate(
+                "text", num_partitions=2, memory_budget=budget
+            )
+            t, m = timed(ds.write_jsonl, f"{tmp}/dedup-out", client=client, progress=False)
+            after = dict(client.map(_worker_peak, [0, 1], max_workers=2))
+        assert m["records"] == kept, (m["records"], kept)
+        shutil.rmtree(f"{tmp}/dedup-out", ignore_errors=True)
+        peak = max(after.values())
+        bound = 1.5 * budget + (200 << 20)
+        runs = m["counters"].get("deduplicate:text.spilled_runs", 0)
+        mib = lambda d: ", ".join(f"{v / 2**20:.0f}" for v in d.values())  # noqa: E731
+        print(f"  budget {budget_mib:>3} MiB, 2 workers: {mb / t:6.1f} MB/s = {t_bare / t:.2f}x the bare dedup; "
+              f"peak RSS per worker {mib(after)} MiB (RSS before the run: {mib(before)}) = {peak / bound:.2f} of "
+              f"1.5x budget + 200 MiB; {runs} spilled runs")  # fmt: skip
+
+
+def timed(fn, *args, **kwargs):
     t = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     return time.perf_counter() - t, out
 
 
@@ -125,6 +207,7 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=200.0, help="uncompressed MB of records (default 200)")
     ap.add_argument("--shards", type=int, default=8, help="input shards (default 8)")
     ap.add_argument("--repeats", type=int, default=3, help="best of this many runs per measurement")
+    ap.add_argument("--dedup-mb", type=float, default=300.0, help="MB of records to deduplicate (0: skip)")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="schooner-bench-")
     client = LocalClient(max_workers=2)
@@ -183,18 +266,18 @@ def main() -> None:
                 )
         peers = {
             "jsonl": (
-                best(bare_jsonl, jsonl_in, json.loads),
-                best(bare_jsonl_rewrite, jsonl_in, f"{tmp}/bare-j"),
+                best(bare_jsonl, jsonl_in, orjson.loads),
+                best(bare_jsonl_rewrite, jsonl_in, f"{tmp}/bare-j", _orjson_line),
             ),
             "parquet": (
                 best(bare_parquet, parquet_in),
                 best(bare_parquet_rewrite, parquet_in, f"{tmp}/bare-p"),
             ),
         }
-        t_bare_orjson = best(bare_jsonl, jsonl_in, orjson.loads)
+        t_bare_std = best(bare_jsonl, jsonl_in, json.loads)
         # The fastest bare rewrite in one process (orjson both ways + zstd-3): with perfect scaling, two of
         # them bound what any 2-worker rewrite can reach against the read-only peer.
-        t_bare_rw_orjson = best(bare_jsonl_rewrite, jsonl_in, f"{tmp}/bare-jo", _orjson_line)
+        t_bare_rw_orjson = peers["jsonl"][1]
         ceilings = {
             "jsonl": 2 * peers["jsonl"][0] / t_bare_rw_orjson,
             "parquet": 2 * peers["parquet"][0] / peers["parquet"][1],
@@ -216,15 +299,17 @@ def main() -> None:
             t2 = pipeline(fmt, 2, True, level=1)
             print(f"{fmt:<8} rewrite at zstd level 1, 2 workers: {mb / t2:.1f} MB/s = {peers[fmt][0] / t2:.2f}x the "
                   f"peer; output {out_mb[fmt, 1]:.1f} MB vs {out_mb[fmt, 3]:.1f} MB at level 3")  # fmt: skip
-        print(f"peers: jsonl = bare zstandard+json.loads, parquet = bare pq.read_table; bare r+w = the same read "
-              f"plus json.dumps+zstd-3 / pq.write_table in one process; bare zstandard+orjson: "
-              f"{mb / t_bare_orjson:.1f} MB/s")  # fmt: skip
+        print(f"peers: jsonl = bare zstandard+orjson, parquet = bare pq.read_table; bare r+w = the same read "
+              f"plus orjson+zstd-3 / pq.write_table in one process; for reference, bare zstandard+json.loads "
+              f"(stdlib): {mb / t_bare_std:.1f} MB/s (the orjson peer: {mb / peers['jsonl'][0]:.1f} MB/s)")  # fmt: skip
         print(
             f"rewrite ceilings (2 bare read+rewrite loops at perfect scaling, vs the read-only peer): "
             f"jsonl {ceilings['jsonl']:.2f}x (orjson+zstd-3, {mb / t_bare_rw_orjson:.1f} MB/s per process), "
             f"parquet {ceilings['parquet']:.2f}x (pq.read_table+pq.write_table zstd-3)"
         )
         print("targets: pipeline >= 0.70x its peer; 2 workers >= 1.60x 1 worker")
+        if args.dedup_mb > 0:
+            bench_dedup(tmp, args.dedup_mb, args.shards)
     finally:
         client.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import gzip
 import json
 import os
@@ -272,3 +274,38 @@ def test_read_shards_and_folder_errors(tmp_path) -> None:
         IsADirectoryError, match=r"o is a folder; read_records reads one file: use read_shards\("
     ):
         list(read_records(str(tmp_path / "o")))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    stamps=st.lists(
+        st.datetimes(min_value=datetime.datetime(1900, 1, 1)) | st.none(), min_size=1, max_size=8
+    ),
+    amounts=st.lists(st.decimals(min_value=-(10**12), max_value=10**12, places=3), min_size=1, max_size=8),
+    counts=st.lists(st.integers(-(2**100), 2**100), min_size=1, max_size=8),
+)
+def test_arrow_types_of_foreign_parquet_round_trip_as_json_values(stamps, amounts, counts) -> None:
+    # Expected values are derived here from the Python values, independently of the reader's conversion.
+    n = min(len(stamps), len(amounts), len(counts))
+    table = pa.table({
+        "text": [f"row {i}" for i in range(n)],
+        "at": pa.array(stamps[:n], pa.timestamp("us")),
+        "amount": pa.array(amounts[:n], pa.decimal128(16, 3)),
+        "count": pa.array([decimal.Decimal(c) for c in counts[:n]], pa.decimal256(40, 0)),
+    })  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        pq.write_table(table, os.path.join(d, "t.parquet"))
+        recs = list(read_records(os.path.join(d, "t.parquet")))
+        want = [
+            {
+                "at": None if t is None else f"{t:%Y-%m-%dT%H:%M:%S}.{t.microsecond:06d}",
+                "amount": f"{a + 0:.3f}",
+                "count": c,
+            }
+            for t, a, c in zip(stamps[:n], amounts[:n], counts[:n])
+        ]
+        assert [r["metadata"] for r in recs] == want
+        # and they survive a rewrite in every format
+        for fmt in WRITE_FORMATS:
+            write_records(recs, os.path.join(d, fmt), format=fmt)
+            assert [r for s in list_shards(os.path.join(d, fmt)) for r in read_records(s)] == recs

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import os
-import resource
 from pathlib import Path
 
 import pytest
@@ -21,24 +20,44 @@ MiB = 2**20
 # ------------------------------------------------------------------------------------ shared helpers
 
 
+def _status(field: str) -> int:
+    """A memory figure of this process from /proc/self/status, in bytes."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith(field + ":"))
+    return int(line.split()[1]) * 1024
+
+
+def _worker_rss(_: int) -> tuple[int, int]:
+    """(pid, resident bytes now) of the worker process running this function; it also resets the process's
+    peak (VmHWM), so `_worker_peak` afterwards measures only what follows. getrusage's ru_maxrss would not
+    do: it keeps the peak of the process the worker was forked from, before its exec."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return os.getpid(), _status("VmRSS")
+
+
 def _worker_peak(_: int) -> tuple[int, int]:
-    """(pid, peak resident bytes) of the worker process running this function."""
-    return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """(pid, peak resident bytes since the last `_worker_rss`) of the worker process running this."""
+    return os.getpid(), _status("VmHWM")
 
 
 def _corpus(target_bytes: int, *, copies: int = 2) -> list[dict]:
-    """Real text (the stdlib's source), ~40 KB documents, each document `copies` times, ~target_bytes."""
+    """Real text (the stdlib's source), ~40 KB documents, each `copies` times, ~target_bytes in all. The
+    copies come a whole pass apart, so no map task still remembers a key when its repeat arrives."""
     from schooner.data.sources import iter_source
 
     code = [r["text"] for r in iter_source("python-code")]
-    out, size, k = [], 0, 0
+    texts, size, k = [], 0, 0
     while size < target_bytes:
         text = f"# doc {k}\n" + "\n".join(code[(k * 7 + j) % len(code)] for j in range(3))[:40_000]
-        for c in range(copies):
-            out.append({"id": f"d{k}-{c}", "text": text, "source": "code", "metadata": {"k": k, "copy": c}})
-            size += len(text)
+        texts.append(text)
+        size += copies * len(text)
         k += 1
-    return out
+    return [
+        {"id": f"d{k}-{c}", "text": t, "source": "code", "metadata": {"k": k, "copy": c}}
+        for c in range(copies)
+        for k, t in enumerate(texts)
+    ]
 
 
 def _pretend_pid_4242(rec: dict) -> dict:
@@ -133,7 +152,7 @@ def test_map_and_reduce_memory_stay_within_the_budget(tmp_path) -> None:
         kw = {"client": client, "progress": False}
         # Warm the worker (imports, first allocations) on the same pipeline, then read its peak so far.
         Dataset.from_files(str(tmp_path / "warm")).deduplicate("text", memory_budget=budget).count(**kw)
-        pid, base = next(client.map(_worker_peak, [0]))
+        pid, base = next(client.map(_worker_rss, [0]))
         m = (
             Dataset.from_files(str(tmp_path / "in"))
             .deduplicate("text", num_partitions=2, memory_budget=budget)
@@ -142,6 +161,7 @@ def test_map_and_reduce_memory_stay_within_the_budget(tmp_path) -> None:
         pid2, peak = next(client.map(_worker_peak, [0]))
     assert pid2 == pid, "the measurement must come from the worker that ran the shuffle"
     assert m["records"] == len(recs) // 2 and m["counters"]["dropped.duplicate"] == len(recs) // 2
+    assert m["counters"]["deduplicate:text.in"] > len(recs) * 0.9  # nearly every record was shuffled
     grew = peak - base
     # The input (40 MB of text) is 2.5x the budget; a worker that held it would grow by far more.
     assert grew <= 1.5 * budget + 32 * MiB, (
@@ -278,7 +298,7 @@ def test_dedup_of_200_megabytes_within_a_64_mib_budget(tmp_path) -> None:
     del recs
     with LocalClient(max_workers=1) as client:
         kw = {"client": client, "progress": False}
-        pid, base = next(client.map(_worker_peak, [0]))
+        pid, base = next(client.map(_worker_rss, [0]))
         m = (
             Dataset.from_files(str(tmp_path / "in"))
             .deduplicate("text", memory_budget=budget)

@@ -22,7 +22,6 @@ import decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ._errors import DataError
 
@@ -33,6 +32,8 @@ _UNSUPPORTED_FIX = (
 
 def _convert(arr: pa.Array | pa.ChunkedArray, path: str, column: str, where: dict) -> Any:
     """An Arrow array whose `to_pylist()` is JSON values, or a ready Python list."""
+    import pyarrow.compute as pc  # only for the types it converts; importing it takes seconds
+
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode() if isinstance(arr, pa.Array) else pa.chunked_array(

@@ -8,8 +8,8 @@ from typing import IO
 
 import zstandard
 
-CHUNK = 1 << 20
-"""Bytes read from the file per step."""
+CHUNK = 1 << 18
+"""Bytes read from the file per step (a compressed chunk can decode to several times as many)."""
 
 _COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
 

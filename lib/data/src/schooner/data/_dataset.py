@@ -89,12 +89,12 @@ class Dataset:
         plist = [paths] if isinstance(paths, str) else list(paths)
 
         def splits() -> list[Split]:
-            from ._parquet import row_groups
-
             out: list[Split] = []
             for path in expand_paths(plist):
                 fmt = format or detect_format(path)[0]
                 if fmt == "parquet" and split_row_groups:
+                    from ._parquet import row_groups
+
                     out.extend(FileSplit(path, opts, (rg,)) for rg in row_groups(path, filter))
                 else:
                     out.append(FileSplit(path, opts))

@@ -171,12 +171,19 @@ class PartitionSink(_StageSink):
     num_partitions: int = 1
     memory_budget: int = 1 << 29
     label: str = "group_by"
+    keep_first: bool = False
 
     def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
         w = PartitionWriter(self._path(index), self.num_partitions, self.memory_budget, index, self.key_fn,
-                            self.label)  # fmt: skip
+                            self.label, keep_first=self.keep_first)  # fmt: skip
         info = w.write(records)
-        return {"spill": info.to_dict(), "partitions": w.counts, "records": sum(w.counts), "bytes": info.size}
+        extra = (
+            {f"{self.label}.dropped_early": w.dropped, "dropped.duplicate": w.dropped}
+            if self.keep_first
+            else {}
+        )
+        return {"spill": info.to_dict(), "partitions": w.counts, "records": sum(w.counts), "bytes": info.size,
+                "extra_counters": extra}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -229,6 +236,7 @@ def run_task(task: Task) -> dict:
 
     result = task.sink.consume(it, task.index, stats)
     counters, skips = stats()
+    merge_counters(counters, result.pop("extra_counters", {}))
     result = {**result, "counters": counters, "errors": skips.to_dict()}
     task.sink.commit(task.index, result)
     return result

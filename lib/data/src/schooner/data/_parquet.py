@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pds
 
 from . import storage
@@ -62,6 +61,8 @@ def as_expression(filter: Any, names: list[str] | None = None) -> pds.Expression
 
 
 def _and(clause: list, names: list[str] | None) -> pds.Expression:
+    import pyarrow.compute as pc  # not at import time: it takes seconds to build its functions
+
     out = None
     for col, op, value in clause:
         ref = (

@@ -160,7 +160,8 @@ def run_plan(
                       else _reshard_splits(results, node.n, plan))  # fmt: skip
         else:
             p = node.num_partitions or len(splits)
-            sink = PartitionSink(stage_dir, _fp(chain, k + 1, p), node.key, p, node.memory_budget, node.label)
+            sink = PartitionSink(stage_dir, _fp(chain, k + 1, p), node.key, p, node.memory_budget, node.label,
+                                 node.dedup)  # fmt: skip
             results = _stage(splits, ops, sink, exe, f"stage {stage} (shuffle)")
             splits = _reduce_splits(results, node, stage_dir, p, sink.plan)
         boundary(results)

@@ -89,13 +89,25 @@ def decode_record(payload: bytes) -> dict:
 
 class PartitionWriter:
     """Hash-partitions one map task's records into one spill file, holding at most about
-    `memory_budget / 2` bytes of items before writing them out as frames."""
+    `memory_budget / 2` bytes of items before writing them out as frames.
+
+    With `keep_first` (deduplication) it also drops, exactly, the repeats of keys it has already written
+    in this task (a key's first record in the task goes out; the reducer keeps the first of those across
+    tasks): it remembers the key bytes of up to `memory_budget / 4` bytes of keys, forgetting them all when
+    that fills up, so data with many duplicates shuffles a fraction of its bytes.
+    """
 
     def __init__(
-        self, path: str, num_partitions: int, memory_budget: int, task: int, key_fn: Callable, label: str
-    ) -> None:
+        self, path: str, num_partitions: int, memory_budget: int, task: int, key_fn: Callable, label: str,
+        *, keep_first: bool = False,
+    ) -> None:  # fmt: skip
         self.num_partitions, self.task, self.key_fn, self.label = num_partitions, task, key_fn, label
-        self._flush_at = max(memory_budget // 2, 1 << 16)
+        self.keep_first = keep_first
+        self.dropped = 0
+        self._seen: dict[int, bytes] = {}
+        self._seen_bytes = 0
+        self._seen_cap = memory_budget // 4
+        self._flush_at = max((memory_budget // 4) if keep_first else (memory_budget // 2), 1 << 16)
         self._frame_at = max(1 << 12, min(FRAME_BYTES, self._flush_at // 4))
         self._buf: list[tuple[list[int], list[int], list[bytes]]] = [
             ([], [], []) for _ in range(num_partitions)
@@ -109,7 +121,10 @@ class PartitionWriter:
         seq0 = self.task << _SEQ_BITS
         try:
             for i, rec in enumerate(records):
-                h = key_hash(record_key(self.key_fn, rec, self.label))
+                kb = record_key(self.key_fn, rec, self.label)
+                h = key_hash(kb)
+                if self.keep_first and self._repeat(h, kb):
+                    continue
                 p = h % self.num_partitions
                 payload = encode_record(rec, self.label)
                 hs, ss, ps = self._buf[p]
@@ -131,6 +146,21 @@ class PartitionWriter:
             self._writer.abort(e)
             raise
         return self._writer.close()
+
+    def _repeat(self, h: int, kb: bytes) -> bool:
+        """Whether this task already wrote a record with key bytes `kb` (compared exactly)."""
+        prev = self._seen.get(h)
+        if prev is None:
+            if self._seen_bytes + len(kb) > self._seen_cap:
+                self._seen.clear()
+                self._seen_bytes = 0
+            self._seen[h] = kb
+            self._seen_bytes += len(kb) + ITEM_OVERHEAD
+            return False
+        if prev == kb:
+            self.dropped += 1
+            return True
+        return False  # another key with the same hash: the reducer tells them apart
 
     def _flush(self, p: int) -> None:
         hs, ss, ps = self._buf[p]
