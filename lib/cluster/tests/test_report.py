@@ -331,6 +331,17 @@ def test_versions_of_a_step_side_by_side_with_config_diff(prefix: Prefix, doc: N
         assert_points_close(overlaid[next(lb for lb in labels if lb.startswith(h.key[:8]))], want, h.key[:8])
 
 
+def test_many_versions_compare_the_newest_eight(tmp_path):
+    runner = StepRunner(prefix=str(tmp_path), quiet=True)
+    handles = [step("many", _write_text, WriteConfig(f"v{i}")) for i in range(10)]
+    for h in handles:  # one run each: start times order them
+        runner.run([h])
+    card = parse(render_report(str(tmp_path))).one("section", "versions")
+    assert table_rows(card.one("table", "versions"))[0][1:] == [h.key[:8] for h in handles[2:]]
+    assert "2 older versions are not compared here" in card.text()
+    assert table_rows(card.one("table", "config-diff"))[1] == ["text", *(f'"v{i}"' for i in range(2, 10))]
+
+
 def test_attempts_keep_the_failed_one_with_its_traceback(prefix: Prefix, doc: Node):
     card = card_of(doc, prefix.handles["flaky"].key)
     history = card.one("table", "history")

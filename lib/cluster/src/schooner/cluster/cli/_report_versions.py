@@ -17,6 +17,8 @@ from ._versions import Version, config_rows, short_labels
 CHARTS_SHOWN = 4
 """Overlaid metric charts shown open; the rest are collapsed under "more metrics"."""
 MAX_RESULT_ROWS = 20
+MAX_VERSIONS = 8
+"""Versions compared side by side at most: the newest ones (each still has its own card)."""
 
 
 def _metric_cell(points: list[tuple[float, float]] | None) -> str:
@@ -44,15 +46,21 @@ def _overview(versions: list[Version], series: list[dict[str, list[tuple[float, 
 
 
 def render_versions(name: str, versions: list[Version]) -> str:
-    """The comparison card of the versions (oldest first) of the step `name`."""
+    """The comparison card of the versions (oldest first) of the step `name` (the newest `MAX_VERSIONS`)."""
+    older = versions[:-MAX_VERSIONS]
+    versions = versions[-MAX_VERSIONS:]
     series = [numeric_series(read_metrics(v.folder)) for v in versions]
     diff = config_rows(versions)
     labels = short_labels(versions, diff)
     parts = [
         f'<section class="card versions" id="versions-{esc(name)}">',
-        f'<h3>{esc(name)} <span class="muted">{len(versions)} versions</span></h3>',
+        f'<h3>{esc(name)} <span class="muted">{len(versions) + len(older)} versions</span></h3>',
         _overview(versions, series),
     ]
+    if older:
+        parts.insert(
+            2, f'<p class="muted">{len(older)} older versions are not compared here (see their cards).</p>'
+        )
     if diff:
         head = ["field", *(v.key[:8] for v in versions)]
         rows = [[esc(r.field), *(f"<code>{esc(x)}</code>" for x in r.values)] for r in diff]
