@@ -2,7 +2,8 @@
 
 1. Cache build (records -> `train/`+`validation/` tensorstore caches, end to end on a 2-worker
    LocalClient: read .jsonl.zst shards, encode, split, write parts, merge) in tokens/s, next to bare
-   `tokenizers` `encode_batch` on the same texts in this process (Rayon, all cores). Target: >= 0.8x.
+   `tokenizers` `encode_batch` on the same texts in this process (Rayon, all cores). Wall-clock ratios
+   depend on how busy the machine is; tokens per CPU-second do not. Target: >= 0.9x per CPU-second.
 2. `DataLoader` batches/s (MixtureDataset over two caches, prefetch threads, device placement) for the
    tutorial's training shape, next to the training steps/s that shape allows (a jitted fwd+bwd+Adam step
    of `llama_nano`). Target: >= 20x.
@@ -92,11 +93,12 @@ def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
     print(
         f"cache build, end to end      : {build_tps / 1e6:7.3f} M tokens/s  ({build_s:.1f} s, {args.workers} workers)"
     )
-    print(f"build / bare ratio           : {build_tps / bare_tps:7.2f}x   (target >= 0.8x)")
+    print(f"build / bare ratio (wall)    : {build_tps / bare_tps:7.2f}x")
     # CPU seconds per token do not depend on how busy the machine is; wall-clock ratios do.
     print(
         f"tokens per CPU-second        : bare {n_bare / bare_cpu / 1e6:.3f} M, build {n_bare / build_cpu / 1e6:.3f} M "
-        f"(build / bare {bare_cpu / build_cpu:.2f}x); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"(build / bare {bare_cpu / build_cpu:.2f}x, target >= 0.9x); load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores"
     )
     return out, TokenCache.open(os.path.join(out, "train"))
 

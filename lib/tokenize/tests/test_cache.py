@@ -1,6 +1,7 @@
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -125,7 +126,7 @@ import sys
 from schooner.cluster import JobError, LocalClient
 from schooner.tokenize import build_cache
 client = LocalClient(max_workers=1)
-build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, encode_batch_size=4)
+build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, batch_chars=1024, piece_chars=1024)
 """
 
 
@@ -151,9 +152,10 @@ def test_sigkill_mid_build_then_rerun_gives_identical_cache(tokenizer_path, loca
     assert not Path(killed, "train", "manifest.json").exists()
     with pytest.raises(CacheError, match="no manifest.json"):
         TokenCache.open(f"{killed}/train")
-    summary = build_cache(src, killed, tokenizer_path, validation_fraction=0.1, client=local_client)
+    small = {"batch_chars": 1024, "piece_chars": 1024}  # as the killed build: many batches and cut documents
+    summary = build_cache(src, killed, tokenizer_path, validation_fraction=0.1, client=local_client, **small)
     assert summary["shards_redone"] <= 16 - 2
-    build_cache(src, straight, tokenizer_path, validation_fraction=0.1, client=local_client)
+    build_cache(src, straight, tokenizer_path, validation_fraction=0.1, client=local_client, **small)
     assert _snapshot(killed) == _snapshot(straight)
 
 
@@ -176,8 +178,6 @@ def test_bad_inputs(records_dir, tokenizer: Tokenizer, tokenizer_path: str, loca
         build_cache(path, str(tmp_path / "o3"), no_eos)
     out = str(tmp_path / "o4")
     build_cache(path, out, tokenizer_path, client=local_client)
-    with pytest.raises(ValueError, match=r"different plan \(fields differ: \['split_seed'\]\)"):
-        build_cache(path, out, tokenizer_path, split_seed=3, client=local_client)
     other = train_bpe(["other text entirely " * 20], vocab_size=300)
     with pytest.raises(TokenizerMismatchError, match=rf"token cache '{out}/train' was built with tokenizer"):
         TokenCache.open(f"{out}/train", tokenizer=other)
@@ -217,3 +217,24 @@ def test_bad_records_raise_or_are_counted(tokenizer_path: str, local_client, tmp
     bad = cache.manifest["skipped_bad"]
     assert bad["skipped"] == 2 and any("line 2" in e for e in bad["examples"])
     assert any("line 4" in e and "must be a string" in e for e in bad["examples"])
+
+
+def test_a_build_of_another_plan_or_changed_inputs_is_rebuilt(tokenizer_path, local_client, tmp_path) -> None:
+    src, out, fresh = str(tmp_path / "recs"), str(tmp_path / "out"), str(tmp_path / "fresh")
+    recs = _records(12)
+    write_records(recs, src, format="jsonl", num_shards=3)
+    build_cache(src, out, tokenizer_path, validation_fraction=0.2, client=local_client)
+    # The same folder, another split seed: rebuilt, never the old split.
+    build_cache(src, out, tokenizer_path, validation_fraction=0.2, split_seed=3, client=local_client)
+    build_cache(src, fresh, tokenizer_path, validation_fraction=0.2, split_seed=3, client=local_client)
+    assert _snapshot(out) == _snapshot(fresh)
+    # The inputs rewritten with other text of the same size (as a forced upstream step would): rebuilt.
+    changed = [{**r, "text": r["text"].swapcase()} for r in recs]
+    write_records(changed, src, format="jsonl", num_shards=3)
+    summary = build_cache(
+        src, out, tokenizer_path, validation_fraction=0.2, split_seed=3, client=local_client
+    )
+    assert summary["shards_redone"] == 3
+    shutil.rmtree(fresh)
+    build_cache(src, fresh, tokenizer_path, validation_fraction=0.2, split_seed=3, client=local_client)
+    assert _snapshot(out) == _snapshot(fresh)

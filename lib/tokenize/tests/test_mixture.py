@@ -18,7 +18,6 @@ from schooner.tokenize import (
     TokenCache,
     Tokenizer,
     TokenizerMismatchError,
-    largest_remainder,
     train_bpe,
     write_cache,
 )
@@ -121,15 +120,19 @@ def test_exact_counts_per_block_and_bounded_deviation(caches, weights, block_siz
         return  # such a mixture is rejected (tested elsewhere)
     ds = MixtureDataset(dict(zip(paths, weights)), seq_len=8, seed=seed, block_size=block_size)
     bs = block_size  # one step per block
-    counts = largest_remainder(np.array(weights), block_size)
-    for step in range(3):
-        comp, _, _ = ds.sequence_ids(step, bs)
-        assert np.bincount(comp, minlength=len(paths)).tolist() == counts.tolist()
+    counts = [np.bincount(ds.sequence_ids(step, bs)[0], minlength=len(paths)) for step in range(3)]
+    # Every block holds the same exact counts: each is its weight's share rounded down or up, and they fill
+    # the block (expectations from the weights alone, not from the code's own rounding).
+    share = w * block_size
+    for c in counts:
+        assert c.tolist() == counts[0].tolist()
+        assert c.sum() == block_size
+        assert np.all(c >= np.floor(share - 1e-9)) and np.all(c <= np.ceil(share + 1e-9))
     # any window of a block: a random sample without replacement of its slots (hypergeometric bound)
     window = max(1, block_size // 4)
     comp, _, _ = ds.sequence_ids(1, window)
     for c in range(len(paths)):
-        p = counts[c] / block_size
+        p = counts[0][c] / block_size
         sd = np.sqrt(window * p * (1 - p) * (block_size - window) / max(1, block_size - 1))
         assert abs((comp == c).sum() - window * p) <= 5 * sd + 1
 
@@ -233,11 +236,17 @@ def test_tokenizer_mismatch_and_vocab(caches: dict[str, str], tokenizer: Tokeniz
     write_cache(alien, [[20, 30, 40] * 10], other)
     with pytest.raises(MixtureError, match=r"component '.*alien' \(cache .*\) was built with tokenizer"):
         MixtureDataset({caches["a"]: 1.0, alien: 1.0}, seq_len=8)
+    both = rf"\(fingerprint {tokenizer.fingerprint}\) but is read with tokenizer .*\(fingerprint {other.fingerprint}\)"
     with pytest.raises(
-        TokenizerMismatchError, match=r"token cache '.*/a' was built with tokenizer .* but is read with"
+        TokenizerMismatchError, match=rf"token cache '.*/a' was built with tokenizer .*{both}"
     ):
         MixtureDataset({caches["a"]: 1.0}, seq_len=8, tokenizer=other)
-    MixtureDataset({caches["a"]: 1.0}, seq_len=8, tokenizer=tokenizer)  # the right one passes
+    fp_only = rf"\(fingerprint {tokenizer.fingerprint}\) but is read with tokenizer fingerprint {other.fingerprint};"
+    with pytest.raises(TokenizerMismatchError, match=rf"token cache '.*/a' .*{fp_only}"):
+        MixtureDataset({caches["a"]: 1.0, caches["b"]: 1.0}, seq_len=8).check_tokenizer(other.fingerprint)
+    ds = MixtureDataset({caches["a"]: 1.0}, seq_len=8, tokenizer=tokenizer)  # the right one passes
+    assert ds.tokenizer_fingerprint == tokenizer.fingerprint
+    ds.check_tokenizer(tokenizer)
     with pytest.raises(CacheError, match=r"token cache '.*/a': token id \d+ is beyond vocab_size=100"):
         MixtureDataset({caches["a"]: 1.0}, seq_len=8, vocab_size=100)
 
@@ -311,3 +320,22 @@ def test_token_ids_beyond_the_vocab_are_refused(tokenizer: Tokenizer, tmp_path: 
         CacheError, match=rf"token cache '{path}': holds token id 900 but its tokenizer has only"
     ):
         TokenCache.open(str(path))
+
+
+def test_repetition_beyond_a_threshold_is_reported_and_logged(caches: dict[str, str], caplog) -> None:
+    ds = MixtureDataset({caches["a"]: 0.5, caches["c"]: 0.5}, seq_len=16, seed=0, block_size=64)
+    n_a, n_c = (len(s) for s in ds.sequences)
+    steps, bs = 10_000_000, 8  # a long run over small components
+    with caplog.at_level("WARNING", logger="schooner.tokenize"):
+        report = ds.repetition(steps, bs, max_epochs=4.0)
+    drawn = steps * bs / 2  # each component gets half of every block
+    assert report["epochs"] == {
+        caches["a"]: pytest.approx(drawn / n_a),
+        caches["c"]: pytest.approx(drawn / n_c),
+    }
+    assert len(report["warnings"]) == 2 and all("more than max_epochs=4" in w for w in report["warnings"])
+    assert f"mixture component {caches['c']!r} is repeated {drawn / n_c:,.1f} times" in caplog.text
+    quiet = ds.repetition(1, 4, max_epochs=4.0)  # one step repeats nothing
+    assert quiet["warnings"] == [] and max(quiet["epochs"].values()) < 1
+    with pytest.raises(ValueError, match="num_steps must be an int >= 1"):
+        ds.repetition(0, 4)

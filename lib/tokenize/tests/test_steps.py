@@ -80,3 +80,18 @@ def test_bad_step_arguments(records: str) -> None:
         train_tokenizer("x", paths=records, vocab_size=10)
     with pytest.raises(ValueError, match="validation_fraction"):
         tokenized("x", paths=records, tokenizer=train_tokenizer("t", paths=records), validation_fraction=2.0)
+
+
+def test_tokenized_takes_on_error(records: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    good = [json.dumps({"id": f"d{i}", "text": t}) for i, t in enumerate(stdlib_texts(3))]
+    (bad / "part-00000-of-00001.jsonl").write_text("\n".join([good[0], "{not json", good[1], good[2]]) + "\n")
+    tok = train_tokenizer("tokenizers/tiny", paths=records, vocab_size=600, max_chars=200_000)
+    docs = tokenized(
+        "tokenized/lenient", paths=[str(bad)], tokenizer=tok, on_error="skip", validation_fraction=0.0
+    )
+    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([docs])[docs]
+    assert result.result["skipped_bad"] == 1 and result.result["train_documents"] == 3
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got on_error='ignore'"):
+        tokenized("x", paths=[str(bad)], tokenizer=tok, on_error="ignore")

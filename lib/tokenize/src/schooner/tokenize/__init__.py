@@ -4,7 +4,6 @@
 """
 
 from ._build import build_cache as build_cache
-from ._build import split_of as split_of
 from ._build import write_cache as write_cache
 from ._cache import CacheError as CacheError
 from ._cache import TokenCache as TokenCache
@@ -16,6 +15,7 @@ from ._chat import ChatTemplate as ChatTemplate
 from ._chat import RenderedChat as RenderedChat
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
+from ._encode import split_of as split_of
 from ._loader import DataLoader as DataLoader
 from ._mixture import MixtureDataset as MixtureDataset
 from ._mixture import MixtureError as MixtureError

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _store
+from schooner.data import storage
+
+from . import _arrays
 
 MANIFEST = "manifest.json"
 FORMAT = "schooner-token-cache"
@@ -37,13 +39,13 @@ class TokenizerMismatchError(CacheError):
 def _fingerprint_of(tokenizer: Any) -> tuple[str, str]:
     """(fingerprint, description) of a Tokenizer or a fingerprint string."""
     if isinstance(tokenizer, str):
-        return tokenizer, f"fingerprint {tokenizer[:12]}"
+        return tokenizer, f"fingerprint {tokenizer}"
     fp = getattr(tokenizer, "fingerprint", None)
     if not isinstance(fp, str):
         raise TypeError(
             f"tokenizer must be a schooner Tokenizer or a fingerprint string, got {type(tokenizer).__name__}"
         )
-    return fp, f"{getattr(tokenizer, 'source', '?')} (fingerprint {fp[:12]})"
+    return fp, f"{getattr(tokenizer, 'source', '?')} (fingerprint {fp})"
 
 
 class TokenCache:
@@ -81,19 +83,19 @@ class TokenCache:
             TokenizerMismatchError: the cache was built with a different tokenizer.
         """
         path = os.fspath(path)
-        _store.check_supported(path)
-        mpath = _store.join(path, MANIFEST)
-        if not _store.exists(mpath):
-            if _store.exists(_store.join(path, "train", MANIFEST)):
-                return cls.open(_store.join(path, "train"), tokenizer=tokenizer, vocab_size=vocab_size)
+        _arrays.check_supported(path)
+        mpath = storage.join(path, MANIFEST)
+        if not storage.exists(mpath):
+            if storage.exists(storage.join(path, "train", MANIFEST)):
+                return cls.open(storage.join(path, "train"), tokenizer=tokenizer, vocab_size=vocab_size)
             hint = (
                 "the build was interrupted; rerun it to resume"
-                if _store.exists(_store.join(path, "parts")) or _store.exists(_store.join(path, "tokens"))
+                if storage.exists(storage.join(path, "parts")) or storage.exists(storage.join(path, "tokens"))
                 else "build it with schooner.tokenize.build_cache or the tokenized(...) step"
             )
             raise CacheError(f"token cache {path!r}: no {MANIFEST} (not a finished cache); {hint}")
         try:
-            manifest = _store.read_json(mpath)
+            manifest = storage.read_json(mpath)
         except ValueError as e:
             raise CacheError(
                 f"token cache {path!r}: {MANIFEST} is not valid JSON ({e}); rebuild the cache"
@@ -121,7 +123,7 @@ class TokenCache:
         if fp != self.tokenizer_fingerprint:
             raise TokenizerMismatchError(
                 f"token cache {self.path!r} was built with tokenizer {self.manifest.get('tokenizer_source', '?')} "
-                f"(fingerprint {self.tokenizer_fingerprint[:12]}) but is read with tokenizer {desc}; rebuild the "
+                f"(fingerprint {self.tokenizer_fingerprint}) but is read with tokenizer {desc}; rebuild the "
                 "cache with this tokenizer, or load the tokenizer the cache was built with"
             )
 
@@ -172,13 +174,13 @@ class TokenCache:
     @property
     def _tok(self):
         if self._tokens is None:
-            self._tokens = _store.open_array(_store.join(self.path, "tokens"))
+            self._tokens = _arrays.open_array(storage.join(self.path, "tokens"))
         return self._tokens
 
     @property
     def _off(self):
         if self._offsets is None:
-            self._offsets = _store.open_array(_store.join(self.path, "offsets"))
+            self._offsets = _arrays.open_array(storage.join(self.path, "offsets"))
         return self._offsets
 
     def __getstate__(self) -> dict:  # tensorstore handles are reopened lazily after unpickling

@@ -11,6 +11,7 @@ is pure, any process computes the same batch, and resuming at a step replays not
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -25,6 +26,12 @@ from ._permute import Permutation, derive_key
 from ._sequences import TokenSequences, segment_ids_from_eos
 
 BatchSize = int | Callable[[int], int]
+logger = logging.getLogger("schooner.tokenize")
+
+DEFAULT_MAX_EPOCHS = 4.0
+"""Repetitions of a component beyond which `MixtureDataset.repetition` warns. Up to about 4 epochs,
+repeated tokens are worth nearly as much as new ones; beyond that their value falls fast (Muennighoff et
+al., "Scaling Data-Constrained Language Models", 2023)."""
 
 
 class MixtureError(ValueError):
@@ -82,7 +89,8 @@ class MixtureDataset:
             those weights hold (components not named get 0). Takes effect at the first block that starts
             at or after the step's first sequence.
         block_size: sequences per sampling block; per-block component counts are exact.
-        tokenizer: a `Tokenizer` or fingerprint every cache must have been built with.
+        tokenizer: a `Tokenizer` or fingerprint every cache must have been built with (a mismatch raises
+            `TokenizerMismatchError` naming the cache and both fingerprints).
         vocab_size: the model's vocabulary; every cached token id must be below it.
 
     Example:
@@ -315,6 +323,55 @@ class MixtureDataset:
             c = np.searchsorted(stage.starts, slots, side="right") - 1
             drawn += np.bincount(c, minlength=len(self.names))
         return {n: float(d / len(s)) if len(s) else 0.0 for n, d, s in zip(self.names, drawn, self.sequences)}
+
+    def repetition(
+        self, num_steps: int, batch_size: BatchSize, *, max_epochs: float = DEFAULT_MAX_EPOCHS
+    ) -> dict[str, Any]:
+        """How often each component is repeated by the end of `num_steps` steps, with a warning (logged on
+        the `schooner.tokenize` logger, and returned for a step record) for every component repeated more
+        than `max_epochs` times.
+
+        Returns:
+            `{"num_steps", "max_epochs", "epochs": {component: epochs}, "warnings": [message, ...]}`.
+
+        Example:
+            >>> report = ds.repetition(num_steps=10_000_000, batch_size=8)       # doctest: +SKIP
+            >>> report["warnings"]                                                 # doctest: +SKIP
+            ["mixture component 'out/docs' is repeated 228,695.2 times over 10,000,000 steps ..."]
+        """
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int | np.integer) or num_steps < 1:
+            raise ValueError(f"num_steps must be an int >= 1, got num_steps={num_steps!r}")
+        if not (isinstance(max_epochs, int | float) and max_epochs > 0 and math.isfinite(max_epochs)):
+            raise ValueError(f"max_epochs must be a finite number > 0, got max_epochs={max_epochs!r}")
+        epochs = self.epochs_at(int(num_steps) - 1, batch_size)
+        warnings = []
+        for (name, e), seqs in zip(epochs.items(), self.sequences):
+            if e > max_epochs:
+                msg = (
+                    f"mixture component {name!r} is repeated {e:,.1f} times over {num_steps:,} steps (more than "
+                    f"max_epochs={max_epochs:g}): its cache holds {len(seqs):,} sequences of {self.seq_len} "
+                    "tokens; add data to it, lower its weight, or train for fewer steps"
+                )
+                logger.warning("%s", msg)
+                warnings.append(msg)
+        return {
+            "num_steps": int(num_steps),
+            "max_epochs": float(max_epochs),
+            "epochs": epochs,
+            "warnings": warnings,
+        }
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """The fingerprint of the tokenizer every component's cache was built with (they all agree; a
+        checkpoint records it so the model is never paired with another tokenizer)."""
+        return self.caches[0].tokenizer_fingerprint
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """Raise `TokenizerMismatchError` (naming the cache and both fingerprints) unless every component's
+        cache was built with `tokenizer` (a `Tokenizer` or its fingerprint)."""
+        for cache in self.caches:
+            cache.check_tokenizer(tokenizer)
 
     def weights_at(self, step: int) -> dict[str, float]:
         """The normalised weights the schedule gives at `step`."""

@@ -192,10 +192,12 @@ class Tokenizer:
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> str:
-        """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder`; return the folder."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / TOKENIZER_FILE, self._json)
+        """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder` (a local path or an
+        fsspec URL), each atomically; return the folder."""
+        from schooner.data import storage
+
+        folder = os.fspath(folder)
+        storage.write_bytes(storage.join(folder, TOKENIZER_FILE), self._json)
         cfg = {
             "tokenizer_class": "PreTrainedTokenizerFast",
             "bos_token": self.bos_token,
@@ -205,8 +207,8 @@ class Tokenizer:
         }
         if self.chat_template is not None:
             cfg["schooner_chat_template"] = self.chat_template
-        _atomic_write(folder / CONFIG_FILE, json.dumps(cfg, indent=2) + "\n")
-        return str(folder)
+        storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
+        return folder
 
     def __repr__(self) -> str:
         return (
@@ -243,12 +245,6 @@ def _uses(component: dict | None, type_name: str) -> bool:
     return any(
         _uses(c, type_name) for c in component.get("pretokenizers", component.get("decoders", [])) or []
     )
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _read_config(folder: Path) -> dict:

@@ -14,7 +14,6 @@ Example:
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,17 +92,7 @@ def _run_train_tokenizer(config: TrainTokenizerConfig, output_path: str) -> dict
     counts = {"documents": 0, "chars": 0}
     tok = train_bpe(_training_texts(config, counts), config.bpe)
     tok.source = output_path
-    if "://" in output_path and not output_path.startswith("file://"):
-        import fsspec  # remote prefix: write locally, then copy both files up
-
-        with tempfile.TemporaryDirectory() as tmp:
-            tok.save(tmp)
-            fs, p = fsspec.core.url_to_fs(output_path)
-            fs.makedirs(p, exist_ok=True)
-            for f in os.listdir(tmp):
-                fs.put_file(os.path.join(tmp, f), f"{p}/{f}")
-    else:
-        tok.save(output_path.removeprefix("file://"))
+    tok.save(output_path)  # local folders and object-store URLs alike, each file written atomically
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, **counts}
 
 
@@ -175,11 +164,17 @@ class TokenizeConfig:
     """Start every document with BOS (EOS is always appended)."""
     text_field: str = "text"
     """The record field holding the text."""
+    on_error: str = "raise"
+    """Bad records: 'raise' (naming file and line) or 'skip' (counted, with examples, in the manifests)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation_fraction < 1.0:
             raise ValueError(
                 f"TokenizeConfig.validation_fraction must be in [0, 1), got {self.validation_fraction!r}"
+            )
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(
+                f"TokenizeConfig.on_error must be 'raise' or 'skip', got on_error={self.on_error!r}"
             )
 
 
@@ -198,6 +193,7 @@ def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
         split_seed=config.split_seed,
         prepend_bos=config.prepend_bos,
         text_field=config.text_field,
+        on_error=config.on_error,
     )
 
 
@@ -211,6 +207,7 @@ def tokenized(
     split_seed: int = 0,
     prepend_bos: bool = False,
     text_field: str = "text",
+    on_error: str = "raise",
     resources: ResourceConfig | None = None,
 ) -> StepHandle:
     """A step tokenizing records into `train/` and `validation/` token caches (its output folder).
@@ -225,6 +222,8 @@ def tokenized(
         validation_fraction: share of documents routed to `validation/` by a hash of their id.
         split_seed: seed of that hash.
         prepend_bos: start every document with BOS (EOS always ends it).
+        text_field: the record field holding the text.
+        on_error: bad records raise ("raise", naming file and line) or are skipped and counted ("skip").
         resources: where the driver runs (default: the runner process; the shard tasks always go to the
             current client).
 
@@ -250,6 +249,7 @@ def tokenized(
         split_seed=split_seed,
         prepend_bos=prepend_bos,
         text_field=text_field,
+        on_error=on_error,
     )
     return step(
         name,

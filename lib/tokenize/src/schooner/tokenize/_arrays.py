@@ -1,15 +1,15 @@
-"""Storage helpers shared by the cache writer and reader: paths, atomic JSON, tensorstore specs.
+"""The token arrays of a cache: tensorstore zarr3 specs, creation, reads and aligned writes.
 
-Local paths (and `file://` URLs) are the tested case. Other URLs (`gs://`, `s3://`) go to fsspec for the
-JSON files and to tensorstore's kvstore URL syntax for the arrays; both stores must see the same bytes, so
-`memory://` (process-local in both libraries, but two different memories) is refused.
+Everything else a cache holds (manifests, the build's ledger and part files) goes through the storage
+layer of schooner-data (`schooner.data.storage`). Local paths (and `file://` URLs) are the tested case.
+Other URLs (`gs://`, `s3://`) go to fsspec for files and to tensorstore's kvstore URL syntax for the
+arrays; both must see the same bytes, so `memory://` (process-local in both libraries, but two different
+memories) is refused.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from typing import Any
 
 import numpy as np
@@ -26,72 +26,12 @@ def _is_url(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-def local(path: str) -> str:
-    """`path` without a `file://` prefix."""
-    return path[len("file://") :] if path.startswith("file://") else path
-
-
 def check_supported(path: str) -> None:
     if path.startswith("memory://"):
         raise ValueError(
             f"token cache path {path!r}: memory:// is not shared between fsspec and tensorstore; "
             "use a local folder (or gs:// / s3://)"
         )
-
-
-def join(path: str, *parts: str) -> str:
-    if _is_url(path):
-        return "/".join([path.rstrip("/"), *parts])
-    return os.path.join(local(path), *parts)
-
-
-def exists(path: str) -> bool:
-    if _is_url(path):
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(path)
-        return fs.exists(p)
-    return os.path.exists(local(path))
-
-
-def read_json(path: str) -> Any:
-    if _is_url(path):
-        import fsspec
-
-        with fsspec.open(path, "r") as f:
-            return json.load(f)
-    with open(local(path), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def write_json(path: str, obj: Any) -> None:
-    """Write JSON so readers see the old file or the new one, never half of one."""
-    text = json.dumps(obj, indent=1, sort_keys=True) + "\n"
-    if _is_url(path):
-        import fsspec
-
-        with fsspec.open(path, "w") as f:  # object stores publish a whole object at close
-            f.write(text)
-        return
-    path = local(path)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def remove_tree(path: str) -> None:
-    if _is_url(path):
-        import fsspec
-
-        fs, p = fsspec.core.url_to_fs(path)
-        if fs.exists(p):
-            fs.rm(p, recursive=True)
-        return
-    shutil.rmtree(local(path), ignore_errors=True)
 
 
 def context() -> ts.Context:
@@ -105,7 +45,7 @@ def context() -> ts.Context:
 def _kvstore(path: str) -> Any:
     if _is_url(path):
         return path.rstrip("/") + "/"
-    return {"driver": "file", "path": os.path.abspath(local(path))}
+    return {"driver": "file", "path": os.path.abspath(path.removeprefix("file://"))}
 
 
 def create_array(path: str, n: int, dtype: str) -> ts.TensorStore:

@@ -1,0 +1,124 @@
+"""Very long documents: encoded in pieces with bounded memory, to exactly the tokens of the whole document."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
+
+from schooner.cluster import LocalClient
+from schooner.data import make_record, write_records
+from schooner.data.sources import iter_source
+from schooner.tokenize import TokenCache, Tokenizer, build_cache, train_bpe
+
+GiB = 2**30
+
+
+def _corpus_texts() -> list[str]:
+    return [r["text"] for name in ("python-docs", "python-code") for r in iter_source(name)]
+
+
+def long_document(n_chars: int) -> tuple[str, list[str]]:
+    """One document of about `n_chars` characters of real text: corpus records joined by blank lines
+    (repeated as often as needed); also returns the records it joins."""
+    texts = _corpus_texts()
+    parts, size, k = [], 0, 0
+    while size < n_chars:
+        t = texts[k % len(texts)]
+        parts.append(t)
+        size += len(t) + 2
+        k += 1
+    return "\n\n".join(parts), parts
+
+
+def joined_reference(tok: Tokenizer, parts: list[str], dtype: str) -> np.ndarray:
+    """The tokens of `"\\n\\n".join(parts)`, computed record by record: "A\\n" and "\\nB" split at the blank
+    line between records, a boundary of this tokenizer's pre-tokenizer (checked against encoding the
+    whole document in `test_long_document_equals_whole_encoding`)."""
+    out = []
+    for i, p in enumerate(parts):
+        piece = ("\n" if i else "") + p + ("\n" if i < len(parts) - 1 else "")
+        out.append(np.asarray(tok.encode(piece), dtype=dtype))
+    return np.concatenate(out)
+
+
+@pytest.fixture(scope="module")
+def code_tokenizer() -> Tokenizer:
+    return train_bpe(_corpus_texts()[:400], vocab_size=2048)
+
+
+def test_long_document_equals_whole_encoding(code_tokenizer: Tokenizer, tmp_path) -> None:
+    doc, parts = long_document(2_500_000)
+    whole = code_tokenizer.encode(doc)
+    assert np.array_equal(joined_reference(code_tokenizer, parts, "int64"), whole)  # validates the reference
+    write_records([make_record(doc, source="long", id="long")], str(tmp_path / "recs"))
+    with LocalClient(max_workers=1) as client:  # 2.5 MB in pieces of 16 Ki characters: ~150 cuts
+        summary = build_cache(str(tmp_path / "recs"), str(tmp_path / "cache"), code_tokenizer, client=client,
+                              piece_chars=1 << 14)  # fmt: skip
+    cache = TokenCache.open(str(tmp_path / "cache"))
+    assert (
+        cache.num_documents == 1 and summary["long_documents"] == 1 and summary["long_documents_uncut"] == 0
+    )
+    assert cache.document(0).tolist() == whole + [code_tokenizer.eos_id]
+
+
+def _stripping_tokenizer() -> Tokenizer:
+    """A byte-level BPE that strips whitespace at both ends of what it encodes: no cut at whitespace is
+    exact for it (a piece starting with a space would lose it)."""
+    hf = tokenizers.Tokenizer(models.BPE())
+    hf.normalizer = normalizers.Strip()
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    hf.train_from_iterator(_corpus_texts()[:200], trainer)
+    return Tokenizer(hf, eos_token="<eos>")
+
+
+def test_a_tokenizer_without_exact_cuts_encodes_long_documents_whole(tmp_path) -> None:
+    tok = _stripping_tokenizer()
+    doc, _ = long_document(200_000)
+    write_records([make_record(doc, source="long", id="long")], str(tmp_path / "recs"))
+    with LocalClient(max_workers=1) as client:
+        summary = build_cache(str(tmp_path / "recs"), str(tmp_path / "cache"), tok, client=client,
+                              piece_chars=1 << 14)  # fmt: skip
+    assert summary["long_documents_uncut"] == 1  # detected and counted, never cut wrongly
+    assert TokenCache.open(str(tmp_path / "cache")).document(0).tolist() == tok.encode(doc) + [tok.eos_id]
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(x for x in f if x.startswith(field + ":")).split()[1]) * 1024
+
+
+def _reset_peak(_: int) -> int:
+    """Reset this worker's peak RSS (VmHWM; ru_maxrss would keep the peak of the process it was forked
+    from), so the next `_worker_peak` measures only what follows."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return os.getpid()
+
+
+def _worker_peak(_: int) -> tuple[int, int]:
+    return os.getpid(), _status("VmHWM")
+
+
+@pytest.mark.slow
+def test_a_53_megabyte_document_in_under_a_gibibyte(code_tokenizer: Tokenizer, tmp_path) -> None:
+    doc, parts = long_document(53_000_000)
+    write_records([make_record(doc, source="long", id="long")], str(tmp_path / "recs"))
+    del doc
+    with LocalClient(max_workers=1) as client:
+        pid = next(client.map(_reset_peak, [0]))
+        summary = build_cache(str(tmp_path / "recs"), str(tmp_path / "cache"), code_tokenizer, client=client)
+        pid2, peak = next(client.map(_worker_peak, [0]))
+    assert pid2 == pid, "the measurement must come from the worker that tokenized"
+    assert peak < GiB, f"the worker peaked at {peak / GiB:.2f} GiB"
+    cache = TokenCache.open(str(tmp_path / "cache"))
+    expect = joined_reference(code_tokenizer, parts, cache.manifest["dtype"])
+    assert summary["train_tokens"] == expect.size + 1 > 10_000_000
+    got = cache.tokens(0, cache.num_tokens)
+    assert np.array_equal(got[:-1], expect) and got[-1] == code_tokenizer.eos_id
