@@ -287,20 +287,23 @@ def test_env_reaches_job_and_secrets_stay_out_of_logs(client):
     assert SECRET not in repr(ResourceConfig.with_cpu(env=env))
 
 
-def start_environment() -> str:
-    """GLIBC_TUNABLES as the process had it at exec (what glibc read), not as os.environ has it now."""
+def start_environment(name: str) -> str:
+    """A variable as the process had it at exec (what e.g. glibc reads once), not as os.environ has it now."""
     with open("/proc/self/environ", "rb") as f:
         entries = f.read().split(b"\0")
-    return next((e.decode().split("=", 1)[1] for e in entries if e.startswith(b"GLIBC_TUNABLES=")), "")
+    prefix = f"{name}=".encode()
+    return next((e.decode().split("=", 1)[1] for e in entries if e.startswith(prefix)), "")
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/environ"), reason="needs Linux /proc")
-def test_workers_start_with_huge_pages_for_large_allocations(client, monkeypatch):
-    # The tunable must be there when the worker process starts: glibc reads it once, at exec.
-    assert "glibc.malloc.hugetlb=1" in client.submit(start_environment).result(timeout=60).split(":")
-    assert all(
-        "glibc.malloc.hugetlb=1" in t.split(":") for t in client.map(lambda _: start_environment(), [0, 1])
-    )
+def test_resource_env_is_in_place_when_the_worker_process_starts(client):
+    """What settings read once at process start (glibc tunables, XLA flags) rely on: the training step puts
+    its GLIBC_TUNABLES into its ResourceConfig.env."""
+    res = ResourceConfig.with_cpu(env={"SCHOONER_TEST_AT_START": "from-exec"})
+    name = "SCHOONER_TEST_AT_START"
+    assert client.submit(start_environment, name, resources=res).result(timeout=60) == "from-exec"
+    assert list(client.map(start_environment, [name, name], resources=res)) == ["from-exec"] * 2
+    assert client.submit(start_environment, name).result(timeout=60) == ""  # not for other jobs
 
 
 def test_partial_functions_travel(client):

@@ -245,3 +245,22 @@ def test_a_folder_holding_foreign_files_is_refused_and_left_alone(tmp_path: Path
     assert result[h].state == "failed" and "holds files it did not write (precious.txt)" in result[h].error
     assert (mine / "precious.txt").read_text() == "do not delete"
     assert not (mine / "rows.txt").exists()
+
+
+def interrupt_myself(config: dict, out: str) -> None:
+    with open(os.path.join(out, "partial.txt"), "w") as f:
+        f.write("half")
+    raise KeyboardInterrupt
+
+
+def test_a_keyboard_interrupt_inside_a_step_records_it_interrupted(tmp_path: Path) -> None:
+    from schooner.cluster import RunInterrupted
+
+    h = step("stops", interrupt_myself, {"n": 1})
+    with pytest.raises(RunInterrupted) as err:
+        _run(tmp_path / "out", [h])
+    assert "stops after" in str(err.value) and "a rerun starts it again" in str(err.value)
+    folder = next((tmp_path / "out").glob("stops-*"))
+    assert _status(folder)["status"] == "INTERRUPTED"
+    history = [json.loads(x) for x in (folder / ".schooner" / "history.jsonl").read_text().splitlines()]
+    assert [e["state"] for e in history] == ["INTERRUPTED"]

@@ -28,7 +28,8 @@ def _log(what: str, name: str) -> None:
 
 
 def _write_parts(name: str, out: str, values: list[int]) -> None:
-    """Two part files; the sleep sits between them, so a kill leaves partial output behind."""
+    """Two part files, appended to value by value (one JSON line each); the sleep sits between them, so a
+    kill leaves partial output behind that a rerun appending to it would corrupt."""
     _log("start", name)
     gate = os.environ.get("EXP_GATE")
     while name == "numbers" and gate and not os.path.exists(gate):
@@ -36,16 +37,25 @@ def _write_parts(name: str, out: str, values: list[int]) -> None:
     if name in FAIL:
         raise RuntimeError(f"{name} failed on purpose (EXP_FAIL)")
     half = len(values) // 2
-    with open(os.path.join(out, "part-0.json"), "w") as f:
-        json.dump(values[:half], f)
+    _append(os.path.join(out, "part-0.json"), values[:half])
     time.sleep(SLEEP.get(name, 0.0))
-    with open(os.path.join(out, "part-1.json"), "w") as f:
-        json.dump(values[half:], f)
+    _append(os.path.join(out, "part-1.json"), values[half:])
     _log("end", name)
 
 
+def _append(path: str, values: list[int]) -> None:
+    open(path, "a").close()  # the part exists even when it holds no value
+    for v in values:
+        with open(path, "a") as f:
+            f.write(json.dumps(v) + "\n")
+
+
 def _read_parts(folder: str) -> list[int]:
-    return [v for i in (0, 1) for v in json.load(open(os.path.join(folder, f"part-{i}.json")))]
+    out = []
+    for i in (0, 1):
+        with open(os.path.join(folder, f"part-{i}.json")) as f:
+            out += [json.loads(line) for line in f]
+    return out
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,6 @@ from ._current import current_client as current_client
 from ._current import using_client as using_client
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
-from ._process_env import malloc_tuned as malloc_tuned
-from ._process_env import worker_env_defaults as worker_env_defaults
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig

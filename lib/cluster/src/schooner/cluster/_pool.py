@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from . import _worker
 from ._local_machine import Machine, gpu_matches
-from ._process_env import worker_env_defaults
 from ._resources import ResourceConfig
 from ._secrets import scrub, secret_values
 
@@ -36,8 +35,7 @@ class WorkerProcess:
     def __init__(self, relay: _Relay, env: dict[str, str] | None = None) -> None:
         ours, theirs = socket.socketpair()
         self.env = env or {}
-        self.defaults = worker_env_defaults()  # process-start settings (see _process_env), kept for its life
-        self.base_env = {**os.environ, **self.defaults, **self.env}  # the environment it started with
+        self.base_env = {**os.environ, **self.env}  # the environment it started with
         self.proc = subprocess.Popen(
             [sys.executable, "-u", WORKER_FILE, str(theirs.fileno()), str(os.getpid())],
             pass_fds=(theirs.fileno(),),
@@ -63,17 +61,9 @@ class WorkerProcess:
         """What to set (None: unset) so the worker sees `caller_env`, the caller's environment when it submitted
         the work, plus the variables the worker was started with for its job (those win)."""
         changes: dict[str, str | None] = {
-            k: v
-            for k, v in caller_env.items()
-            if k not in self.env and k not in self.defaults and self.base_env.get(k) != v
+            k: v for k, v in caller_env.items() if k not in self.env and self.base_env.get(k) != v
         }
-        changes.update(
-            {
-                k: None
-                for k in self.base_env
-                if k not in caller_env and k not in self.env and k not in self.defaults
-            }
-        )
+        changes.update({k: None for k in self.base_env if k not in caller_env and k not in self.env})
         return changes
 
     def send(self, msg: tuple) -> bool:

@@ -38,7 +38,6 @@ from ._client import (
     WorkerDiedError,
     error_from_info,
 )
-from ._process_env import worker_env_defaults
 from ._resources import ResourceConfig
 from ._secrets import is_secret_name
 from ._worker_pickle import register_for
@@ -141,16 +140,6 @@ def translate_error(ray: Any, name: str, exc: BaseException, *, cancelled: bool 
     raise exc
 
 
-def _with_worker_env(runtime_env: dict | None) -> dict | None:
-    """The job-wide runtime env plus the process-start defaults (`_process_env`); the caller's values win."""
-    defaults = worker_env_defaults()
-    if not defaults:
-        return runtime_env
-    env = dict(runtime_env or {})
-    env["env_vars"] = {**defaults, **(env.get("env_vars") or {})}
-    return env
-
-
 class RayClient:
     """Runs jobs as tasks on a Ray cluster.
 
@@ -213,7 +202,6 @@ class RayClient:
         if local_no_uv_hook:  # in case ray was imported before we set the variable
             ray._private.ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
         if not ray.is_initialized():
-            runtime_env = _with_worker_env(runtime_env)
             ray.init(address=self.address, namespace=namespace, runtime_env=runtime_env, **init_kwargs)
             self._owns_ray = True
         self._job = ray.remote(run_job)

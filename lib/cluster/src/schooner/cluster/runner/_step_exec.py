@@ -81,6 +81,8 @@ class StepExecutor:
         self._logs: dict[str, str] = {}
         self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
         self._interrupted = False
+        self._stopped: list[str] = []
+        """Steps that raised KeyboardInterrupt themselves (already recorded INTERRUPTED)."""
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
         self._beat.start()
@@ -209,6 +211,10 @@ class StepExecutor:
             outcome = StepOutcome(
                 step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
             )
+        except KeyboardInterrupt:  # raised inside an in-process step: the run stops here, recorded as such
+            self._stopped.append(self._record_interrupted(step, lease, record, t0))
+            outcome = StepOutcome(step.name, step.key, out, "interrupted", duration_s=time.time() - t0)
+            raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
             outcome = self._failed(step, out, e, (lease, record), t0)
             if not isinstance(e, Exception):
@@ -344,27 +350,31 @@ class StepExecutor:
         with self._lock:
             running = list(self._running.values())
             jobs = dict(self._jobs)
-        phrases = []
+        phrases = list(self._stopped)
         for step, lease, record, t0 in running:
             job = jobs.get(step.key)
             if job is not None:
                 with contextlib.suppress(Exception):
                     job.cancel()
-            out = self.paths[step.key]
-            storage = storage_for(out)
-            record.update(
-                state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
-            )
-            with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
-                if lease.still_held():
-                    write_step_record(storage, out, record)
-                    append_history(storage, out, record)
-                    write_status(
-                        storage, out, StepState.INTERRUPTED, key=step.key, name=step.name, owner=lease.owner
-                    )
-                lease.release()
-            phrases.append(f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})")
+            phrases.append(self._record_interrupted(step, lease, record, t0))
         return phrases
+
+    def _record_interrupted(self, step: Step, lease: Lease, record: dict, t0: float) -> str:
+        """Write INTERRUPTED (status, record, history), release the lease; the phrase for the message."""
+        out = self.paths[step.key]
+        storage = storage_for(out)
+        record.update(
+            state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
+        )
+        with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
+            if lease.still_held():
+                write_step_record(storage, out, record)
+                append_history(storage, out, record)
+                write_status(
+                    storage, out, StepState.INTERRUPTED, key=step.key, name=step.name, owner=lease.owner
+                )
+            lease.release()
+        return f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})"
 
     def cancel_all(self) -> None:
         with self._lock:
