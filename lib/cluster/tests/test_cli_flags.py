@@ -162,3 +162,21 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_the_prefix_is_absolute_in_the_plan_the_status_and_the_records(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    full = {**os.environ, "COLUMNS": "250"}
+    full.pop("SCHOONER_PREFIX", None)
+    cli = [sys.executable, "-m", "schooner.cluster.cli"]
+    proc = subprocess.run([*cli, "run", CHAIN, "--prefix", "rel/out"], cwd=elsewhere, env=full,
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    absolute = str(elsewhere / "rel" / "out")
+    assert proc.returncode == 0, proc.stderr
+    assert f"under {absolute}" in proc.stdout
+    status = subprocess.run([*cli, "status", "--prefix", "rel/out"], cwd=elsewhere, env=full,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert f"steps under {absolute}" in status.stdout
+    record = json.loads(next((elsewhere / "rel" / "out" / "experiments").rglob("*.json")).read_text())
+    assert record["prefix"] == absolute
