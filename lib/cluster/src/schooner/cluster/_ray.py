@@ -220,8 +220,10 @@ class RayClient:
         self.shutdown()
 
     # -- resources ---------------------------------------------------------------------------------------
-    def nodes(self) -> list[dict[str, float]]:
-        """The resources of each live node of the cluster (connects first)."""
+    def nodes(self, *, refresh: bool = False) -> list[dict[str, float]]:
+        """The resources of each live node of the cluster (connects first; cached for 5 s unless `refresh`)."""
+        if refresh:
+            self._nodes = (0.0, [])
         return list(self._node_resources())
 
     def _node_resources(self) -> list[dict[str, float]]:

@@ -41,15 +41,15 @@ def _captured_output() -> Iterator[Callable[[], str]]:
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     fd, path = tempfile.mkstemp(prefix="schooner-ray-job-", suffix=".log")
+    os.unlink(path)  # read through `fd` only: nothing is left behind even when the worker is killed
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     stop = threading.Event()
     pos = [0]
 
     def pump(final: bool = False) -> None:
-        with open(path, "rb") as f:
-            f.seek(pos[0])
-            data = f.read()
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, size - pos[0], pos[0]) if size > pos[0] else b""
         cut = len(data) if final else data.rfind(b"\n") + 1
         if cut:
             os.write(saved[0], scrub(data[:cut].decode("utf-8", "replace"), secrets).encode())
@@ -63,9 +63,9 @@ def _captured_output() -> Iterator[Callable[[], str]]:
     tail.start()
 
     def text() -> str:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - _LOG_CAP))
-            return scrub(f.read().decode("utf-8", "replace"), secrets)
+        size = os.fstat(fd).st_size
+        start = max(0, size - _LOG_CAP)
+        return scrub(os.pread(fd, size - start, start).decode("utf-8", "replace"), secrets)
 
     try:
         yield text
@@ -80,8 +80,6 @@ def _captured_output() -> Iterator[Callable[[], str]]:
         os.close(saved[0])
         os.close(saved[1])
         os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
 
 
 def run_job(

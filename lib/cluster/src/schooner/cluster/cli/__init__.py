@@ -4,6 +4,7 @@
     schooner status [--prefix P] [--name RE]
     schooner explain STEP [EXPERIMENT.py] [--prefix P]
     schooner report [--prefix P] [--out FILE]
+    schooner cluster up --local-nodes N | status | kill-node NAME | down
     schooner compare A [B ...] [--prefix P] [--plot OUT.png] [--metric RE]
 
 Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
@@ -77,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_compare.add_argument("--prefix", default=None)
     p_compare.add_argument("--plot", default=None, metavar="OUT.png", help="also write the metrics overlaid")
     p_compare.add_argument("--metric", default=None, metavar="RE", help="plot only the metrics matching RE")
+    from ._cluster_cmd import add_cluster_parser
+
+    add_cluster_parser(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if "--" in argv:
@@ -102,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._compare import cmd_compare
 
             return cmd_compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
+        if ns.command == "cluster":
+            from ._cluster_cmd import cmd_cluster
+
+            return cmd_cluster(ns, make_console())
         return _cmd_explain(ns)
     except ConfigError as e:
         make_console().print(f"[bold red]error:[/] {_esc(str(e))}")
