@@ -15,10 +15,7 @@ from typing import Any
 import orjson
 
 _OPTS = orjson.OPT_APPEND_NEWLINE
-_DIGITS = b"0123456789"
 _BIG = 2.0**63
-LONG_LITERAL = 19
-"""Digits of the shortest integer literal orjson cannot decode exactly (-2**63 - 1 has 19)."""
 
 
 def dumps_json(obj: Any) -> bytes:
@@ -53,20 +50,29 @@ def _reject_constant(name: str) -> Any:
 
 
 def _suspect(obj: Any) -> bool:
-    """Whether a decoded value holds a float that may stand for an integer orjson could not decode."""
+    """Whether a decoded value holds a float that may stand for an integer orjson could not decode.
+
+    A plain loop (no generators): it runs on every record read, so it must cost next to nothing for the
+    usual records, whose numbers are small and whose bulk is strings."""
     t = type(obj)
-    if t is float:
-        return abs(obj) >= _BIG and obj.is_integer()
     if t is dict:
-        return any(type(v) is not str and _suspect(v) for v in obj.values())
-    if t is list:
-        return any(type(v) is not str and _suspect(v) for v in obj)
+        values: Any = obj.values()
+    elif t is list:
+        values = obj
+    elif t is float:
+        return abs(obj) >= _BIG and obj.is_integer()
+    else:
+        return False
+    for v in values:
+        tv = type(v)
+        if tv is str or tv is int or tv is bool or v is None:
+            continue
+        if tv is float:
+            if abs(v) >= _BIG and v.is_integer():
+                return True
+        elif _suspect(v):
+            return True
     return False
-
-
-def may_hold_long_literal(data: bytes) -> bool:
-    """False when `data` cannot hold an integer literal beyond 64 bits (fewer digits than the shortest)."""
-    return len(data) - len(data.translate(None, _DIGITS)) >= LONG_LITERAL
 
 
 def exact(obj: Any, raw: bytes | str) -> Any:
@@ -82,5 +88,4 @@ def loads_json(raw: bytes | str) -> Any:
     Raises:
         orjson.JSONDecodeError: `raw` is not valid JSON.
     """
-    obj = orjson.loads(raw)
-    return exact(obj, raw) if may_hold_long_literal(raw if isinstance(raw, bytes) else raw.encode()) else obj
+    return exact(orjson.loads(raw), raw)

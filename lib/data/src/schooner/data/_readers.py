@@ -11,7 +11,7 @@ import orjson
 from . import storage
 from ._compression import StreamError, iter_decompressed, split_compression
 from ._errors import DataError, OnError, SkipLog, check_on_error, handle, record_error
-from ._json import exact, may_hold_long_literal
+from ._json import exact
 from ._records import BadRecord, content_id, normalize
 
 Format = Literal["jsonl", "json", "parquet", "arrow", "text"]
@@ -169,7 +169,6 @@ def _read_json_lines(
                     continue
                 data = b"".join([*pending, chunk[: cut + 1]]) if pending else chunk[: cut + 1]
                 pending = [chunk[cut + 1 :]] if cut + 1 < len(chunk) else []
-                check = may_hold_long_literal(data)
                 lines = data.split(b"\n")
                 lines.pop()
                 for line in lines:
@@ -178,7 +177,7 @@ def _read_json_lines(
                         continue
                     try:
                         obj = loads(line)
-                        yield normalize(exact(obj, line) if check else obj, text_field, id_field, source)
+                        yield normalize(exact(obj, line), text_field, id_field, source)
                     except decode_error as e:
                         reason = _utf8_reason(line) or f"malformed JSON ({e})"
                         handle(record_error(path, reason, line=lineno), on_error, skips)
@@ -216,7 +215,7 @@ def _read_json_array(
     data = first + b"".join(chunks)
     try:
         rows = orjson.loads(data)
-        rows = exact(rows, data) if may_hold_long_literal(data) else rows
+        rows = exact(rows, data)
     except orjson.JSONDecodeError as e:
         reason = _utf8_reason(data) or f"malformed JSON ({e.msg})"
         handle(DataError(path, reason, line=getattr(e, "lineno", None)), on_error, skips)

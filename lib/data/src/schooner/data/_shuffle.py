@@ -26,7 +26,7 @@ import orjson
 import zstandard
 
 from . import storage
-from ._json import dumps_json, exact, may_hold_long_literal
+from ._json import dumps_json, exact
 from ._spill import FRAME_BYTES, SpillInfo, SpillWriter, decode_items, encode_items, open_checked, read_frame
 
 ITEM_OVERHEAD = 48
@@ -80,8 +80,7 @@ def encode_record(rec: Any, label: str) -> bytes:
 
 
 def decode_record(payload: bytes) -> dict:
-    obj = orjson.loads(payload)
-    return exact(obj, payload) if may_hold_long_literal(payload) else obj
+    return exact(orjson.loads(payload), payload)
 
 
 # --------------------------------------------------------------------------------------------- map side

@@ -27,7 +27,7 @@ import orjson
 import zstandard
 
 from . import storage
-from ._json import dumps_line, exact, may_hold_long_literal
+from ._json import dumps_line, exact
 
 MAGIC = b"SCHSPILL"
 FRAME_BYTES = 1 << 20
@@ -204,9 +204,7 @@ def decode_lines(raw: bytes) -> list[dict]:
     lines = raw.split(b"\n")
     lines.pop()
     loads = orjson.loads
-    if may_hold_long_literal(raw):
-        return [exact(loads(x), x) for x in lines]
-    return [loads(x) for x in lines]
+    return [exact(loads(x), x) for x in lines]
 
 
 def read_records(info: SpillInfo, start: int = 0, stop: int | None = None) -> Iterator[dict]:
