@@ -95,8 +95,8 @@ def bare_jsonl_rewrite(paths: list[str], out_dir: str, line_fn=_std_line) -> int
         ):
             buf = []
             for line in io.BufferedReader(r, buffer_size=1 << 20):
-                if line.strip():
-                    buf.append(line_fn(line))
+                if line.strip() and (out := line_fn(line)) is not None:
+                    buf.append(out)
                     n += 1
                     if len(buf) >= 256:
                         w.write(b"".join(buf))
@@ -121,30 +121,25 @@ def bare_parquet_rewrite(paths: list[str], out_dir: str) -> int:
     return n
 
 
-def bare_dedup(paths: list[str], out_path: str) -> int:
-    """Keep the first record of each text (by its blake2b hash), in one process: read, hash, write."""
-    seen: set[bytes] = set()
-    dctx = zstandard.ZstdDecompressor()
-    kept = 0
-    with open(out_path, "wb") as g, zstandard.ZstdCompressor(level=3).stream_writer(g) as w:
-        for p in paths:
-            with open(p, "rb") as f, dctx.stream_reader(f, read_across_frames=True) as r:
-                buf = []
-                for line in io.BufferedReader(r, buffer_size=1 << 20):
-                    if not line.strip():
-                        continue
-                    rec = orjson.loads(line)
-                    h = hashlib.blake2b(rec["text"].encode(), digest_size=8).digest()
-                    if h not in seen:
-                        seen.add(h)
-                        buf.append(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE))
-                        kept += 1
-                        if len(buf) >= 256:
-                            w.write(b"".join(buf))
-                            buf = []
-                w.write(b"".join(buf))
-    os.remove(out_path)
-    return kept
+class _KeepFirstText:
+    """A line function for `bare_jsonl_rewrite`: the record's line the first time its text is seen (by its
+    blake2b hash, in an in-memory set), else None."""
+
+    def __init__(self) -> None:
+        self.seen: set[bytes] = set()
+
+    def __call__(self, line: bytes) -> bytes | None:
+        rec = orjson.loads(line)
+        h = hashlib.blake2b(rec["text"].encode(), digest_size=8).digest()
+        if h in self.seen:
+            return None
+        self.seen.add(h)
+        return orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def bare_dedup(paths: list[str], out_dir: str) -> int:
+    """Keep the first record of each text in one process: read, hash, write (a hash set in memory)."""
+    return bare_jsonl_rewrite(paths, out_dir, _KeepFirstText())
 
 
 def _status(field: str) -> int:
@@ -190,7 +185,7 @@ def bench_dedup(tmp: str, target_mb: float, shards: int) -> None:
     del records
     paths = list_shards(f"{tmp}/dedup-in")
     mb = nbytes / 1e6
-    t_bare, kept = timed(bare_dedup, paths, f"{tmp}/bare-dedup.jsonl.zst")
+    t_bare, kept = timed(bare_dedup, paths, f"{tmp}/bare-dedup")
     print(f"\ndedup: {mb:.1f} MB of JSON lines, {shards} shards, every text twice, {kept:,} kept; bare hash-set "
           f"dedup in one process: {mb / t_bare:.1f} MB/s")  # fmt: skip
     for budget_mib in (64, 512):

@@ -26,8 +26,17 @@ import orjson
 import zstandard
 
 from . import storage
-from ._json import dumps_json, exact
-from ._spill import FRAME_BYTES, SpillInfo, SpillWriter, decode_items, encode_items, open_checked, read_frame
+from ._json import exact
+from ._spill import (
+    FRAME_BYTES,
+    SpillInfo,
+    SpillWriter,
+    decode_items,
+    encode_items,
+    open_checked,
+    read_frame,
+    record_json,
+)
 
 ITEM_OVERHEAD = 48
 """Bytes of bookkeeping per buffered item (index arrays, Python references), counted against the budget."""
@@ -65,17 +74,6 @@ def record_key(key_fn: Callable[[dict], Any], rec: dict, label: str) -> bytes:
         raise TypeError(
             f"{label}: the key of record id={rid!r} is {type(key).__name__} {str(key)[:60]!r}, which cannot "
             f"be a group key ({e}); return a str, bytes, number, bool, None, or lists/dicts of those"
-        ) from None
-
-
-def encode_record(rec: Any, label: str) -> bytes:
-    try:
-        return dumps_json(rec)
-    except TypeError as e:
-        rid = rec.get("id") if isinstance(rec, dict) else None
-        raise TypeError(
-            f"{label}: record id={rid!r} cannot be shuffled ({e}); records hold JSON values (str, int, "
-            "float, bool, None, lists and dicts): convert other values in a map() first"
         ) from None
 
 
@@ -125,7 +123,7 @@ class PartitionWriter:
                 if self.keep_first and self._repeat(h, kb):
                     continue
                 p = h % self.num_partitions
-                payload = encode_record(rec, self.label)
+                payload = record_json(rec, self.label)
                 hs, ss, ps = self._buf[p]
                 hs.append(h)
                 ss.append(seq0 | i)

@@ -27,7 +27,7 @@ import orjson
 import zstandard
 
 from . import storage
-from ._json import dumps_line, exact
+from ._json import dumps_json, dumps_line, exact
 
 MAGIC = b"SCHSPILL"
 FRAME_BYTES = 1 << 20
@@ -118,7 +118,7 @@ def write_records(path: str, records: Iterable[dict]) -> tuple[SpillInfo, int]:
         lines: list[bytes] = []
         size = 0
         for rec in records:
-            line = _record_line(rec)
+            line = record_json(rec, "a spill file", newline=True)
             lines.append(line)
             size += len(line)
             n += 1
@@ -132,14 +132,15 @@ def write_records(path: str, records: Iterable[dict]) -> tuple[SpillInfo, int]:
     return w.close(), n
 
 
-def _record_line(rec: Any) -> bytes:
+def record_json(rec: Any, where: str, *, newline: bool = False) -> bytes:
+    """A record as JSON (a line with `newline`), or a `TypeError` naming `where`, the record and the fix."""
     try:
-        return dumps_line(rec)
+        return dumps_line(rec) if newline else dumps_json(rec)
     except TypeError as e:
         rid = rec.get("id") if isinstance(rec, dict) else None
         raise TypeError(
-            f"record id={rid!r} cannot be passed between pipeline stages ({e}); records hold JSON values "
-            "(str, int, float, bool, None, lists and dicts): convert other values in a map() first"
+            f"{where}: record id={rid!r} cannot be passed between pipeline stages ({e}); records hold JSON "
+            "values (str, int, float, bool, None, lists and dicts): convert other values in a map() first"
         ) from None
 
 
