@@ -40,7 +40,9 @@ class Execution:
         retries: Reruns of a task that failed with a transient error (I/O, a lost worker); bad input and
             errors in user functions fail at once.
         work_dir: Folder (local or fsspec URL, reachable from all workers) for shuffle and spill files;
-            None: a hidden folder inside the output folder, or a local temp folder.
+            None: a hidden folder inside the output folder (`.work-*`), or a local temp folder. For a
+            fingerprinted plan the folder survives a failure, so a rerun reuses the stage tasks that
+            finished; it is removed once the plan succeeds.
         progress: Report progress while running (a live line on a terminal, else log lines).
     """
 
