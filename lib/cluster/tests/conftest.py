@@ -8,6 +8,8 @@ import pytest
 
 from schooner.cluster.pytest_fixtures import local_client as local_client
 from schooner.cluster.pytest_fixtures import ray_client as ray_client
+from schooner.cluster.pytest_fixtures import s3_prefix as s3_prefix
+from schooner.cluster.pytest_fixtures import s3_server as s3_server
 
 
 @pytest.fixture(params=["local", "ray"])

@@ -30,3 +30,32 @@ def ray_client() -> Iterator[RayClient]:
 
     yield shared_ray_client()
     shutdown_shared_ray()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """A real S3 API server (moto, its own process) for the session; its `env()` is put into os.environ so
+    every fsspec/s3fs client in the tests and in worker processes started afterwards reaches it."""
+    import os
+
+    from .testing import S3Server
+
+    with S3Server() as server:
+        old = {k: os.environ.get(k) for k in server.env()}
+        os.environ.update(server.env())
+        try:
+            yield server
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture
+def s3_prefix(s3_server) -> str:
+    """A fresh bucket on the test S3 server, as a prefix `s3://bucket`."""
+    import uuid
+
+    return s3_server.bucket(f"test-{uuid.uuid4().hex[:12]}")

@@ -132,3 +132,71 @@ def shutdown_shared_ray() -> None:
         if _client is not None:
             _client.shutdown()
             _client = None
+
+
+class S3Server:
+    """A real S3 API server for tests: moto's server mode in its own process, on a free local port.
+
+    `env()` is what clients need (endpoint, fake credentials, region): botocore, s3fs and fsspec honour
+    `AWS_ENDPOINT_URL`. Used as a context manager; `bucket(name)` creates a bucket and returns `s3://name`.
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import sys
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self._proc: subprocess.Popen | None = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "schooner-test",
+            "AWS_SECRET_ACCESS_KEY": "schooner-test-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def start(self) -> S3Server:
+        import urllib.request
+
+        self._proc = subprocess.Popen(
+            self._cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=2).close()
+                return self
+            except OSError:
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(
+                        f"the S3 test server ({' '.join(self._cmd)}) did not come up"
+                    ) from None
+                time.sleep(0.2)
+
+    def bucket(self, name: str) -> str:
+        import fsspec
+
+        fs = fsspec.filesystem(
+            "s3", endpoint_url=self.endpoint, key="schooner-test", secret="schooner-test-secret"
+        )
+        fs.mkdir(name)
+        return f"s3://{name}"
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, 9)
+            self._proc.wait(timeout=10)
+            self._proc = None
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -117,7 +117,7 @@ def scan_prefix(prefix: str) -> list[FoundStep]:
 
     The one scanner of a prefix (`schooner status`, the report and `explain` use it). Locally the walk does
     not descend into step folders (which may hold many files), nor into hidden folders or the prefix's
-    `experiments/` records; through fsspec it globs `**/.schooner/{status,step}.json`.
+    `experiments/` records; on an object store it lists folder by folder the same way (`_walk_url`).
     """
     from schooner.cluster._storage import is_local, storage_for
 
@@ -135,6 +135,31 @@ def scan_prefix(prefix: str) -> list[FoundStep]:
                     d for d in dirs if not d.startswith(".") and not (root == prefix and d == "experiments")
                 )
     else:
-        for file in ("status.json", "step.json"):
-            folders += [p.rsplit("/", 2)[0] for p in storage.glob(join_path(prefix, f"**/{META_DIR}/{file}"))]
+        folders = _walk_url(prefix)
     return [FoundStep(f, read_status(storage, f)) for f in sorted(set(folders))]
+
+
+def _walk_url(prefix: str) -> list[str]:
+    """Step folders under an object-store prefix, found level by level with delimited listings (one request
+    per folder level), never descending into a step folder: a step's thousands of shards are never listed."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(prefix)
+    proto = prefix.split("://", 1)[0]
+    top = root.rstrip("/")
+    found, todo = [], [top]
+    while todo:
+        folder = todo.pop()
+        try:
+            entries = fs.ls(folder, detail=True, refresh=True)
+        except FileNotFoundError:
+            continue
+        subdirs = [e["name"].rstrip("/") for e in entries if e.get("type") == "directory"]
+        if any(d.rsplit("/", 1)[-1] == META_DIR for d in subdirs):
+            found.append(f"{proto}://{folder.lstrip('/')}")
+            continue
+        for d in subdirs:
+            name = d.rsplit("/", 1)[-1]
+            if not name.startswith(".") and not (folder == top and name == "experiments"):
+                todo.append(d)
+    return found
