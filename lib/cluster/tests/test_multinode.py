@@ -108,3 +108,18 @@ def test_the_cluster_command_starts_inspects_breaks_and_stops_a_cluster(tmp_path
         down = run("down")
     assert down.returncode == 0 and "stopped" in down.stdout
     assert run("status").returncode == 2  # nothing recorded any more
+
+
+def test_a_gang_spreads_over_nodes_computes_as_one_process_and_restarts_whole(
+    cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    full = {**os.environ, **cluster.env()}
+    proc = subprocess.run([sys.executable, str(HERE / "gang_driver.py"), str(tmp_path)], env=full,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert out["sum"] == [28.0, 28.0, 0.0, 2.0]  # 8 devices in 2 processes: the sum of one 8-device process
+    assert out["starts"] == 2  # process 1 was killed once: the whole gang started again
+    starts1 = (tmp_path / "starts-1").read_text().split()
+    assert len(set(starts1)) == 2 and (tmp_path / "starts-0").read_text().split()[-1] == starts1[-1]
+    assert out["node"] in {"head", "tpu-a", "tpu-b"}

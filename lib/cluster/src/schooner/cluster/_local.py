@@ -234,6 +234,8 @@ class LocalClient:
         res = resources if resources is not None else ResourceConfig.with_cpu()
         job_id = next(self._ids)
         name = name or f"{getattr(fn, '__name__', 'job')}-{job_id}"
+        if res.hosts > 1:  # a gang: its processes run as fresh children of one worker holding all they need
+            fn, args, kwargs, res = _as_local_gang(fn, args, kwargs, res, what=f"job {name!r}")
         self.machine.check(res, what=f"job {name!r}")
         try:
             payload = dumps((fn, args, kwargs))  # pickling errors surface here, in the caller
@@ -388,6 +390,8 @@ class LocalClient:
             raise RuntimeError("LocalClient was shut down; create a new client")
         res = resources if resources is not None else ResourceConfig.with_cpu()
         label = name or getattr(fn, "__name__", "map")
+        if res.hosts > 1:
+            raise ValueError(f"map {label!r}: hosts={res.hosts} makes a gang, which is one job: use submit()")
         self.machine.check(res, what=f"map {label!r} (per worker)")
         if max_workers is not None and (
             isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1
@@ -414,6 +418,29 @@ class LocalClient:
         if self._logdir is not None:
             shutil.rmtree(self._logdir, ignore_errors=True)
         _live_clients.discard(self)
+
+
+def _as_local_gang(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, res: ResourceConfig, *, what: str
+) -> tuple[Callable[..., Any], tuple, dict, ResourceConfig]:
+    """A gang job as one job: `run_local_gang` in a worker that reserves the CPUs and memory of every process
+    (restarts of the gang happen inside it, within the job's retry budgets)."""
+    from ._client import ResourcesUnavailableError
+    from ._gang import run_local_gang
+
+    if res.device != "cpu":
+        raise ResourcesUnavailableError(
+            f"{what} asks for a gang of hosts={res.hosts} with device={res.device!r}: the LocalClient runs "
+            "gangs of CPU processes on this machine only; use a RayClient for accelerator gangs"
+        )
+    whole = res.replace(
+        cpu=res.cpu * res.hosts,
+        ram=None if res.ram is None else res.ram * res.hosts,
+        hosts=1,
+        max_retries_failure=0,
+    )
+    gang_args = (fn, args, kwargs, res.hosts, res.max_retries_failure, res.max_retries_preemption)
+    return run_local_gang, gang_args, {}, whole
 
 
 def _tree_rss(pid: int) -> int:

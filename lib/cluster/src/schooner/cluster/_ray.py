@@ -20,11 +20,13 @@ task itself, never through `runtime_env` (which Ray shows in its state API and l
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any
@@ -38,6 +40,7 @@ from ._client import (
     WorkerDiedError,
     error_from_info,
 )
+from ._gang import GangInfo, coordinator_address
 from ._resources import ResourceConfig
 from ._secrets import is_secret_name
 from ._worker_pickle import register_for
@@ -119,6 +122,123 @@ class RayJobHandle:
                 self._logs = exc.cause.logs
         self._error = error
         self._status = JobStatus.CANCELLED if isinstance(error, JobCancelledError) else JobStatus.FAILED
+
+
+class RayGangHandle:
+    """A gang (`ResourceConfig.hosts > 1`) on Ray: a placement group of one bundle per process spread over
+    distinct nodes (`STRICT_SPREAD`), one task per bundle in a fresh worker (a runtime env of its own per
+    start), process 0's coordinator address handed to every process. The first process to fail or die makes
+    the handle cancel the others at once and restart the whole gang within the retry budgets; the value is
+    process 0's. Same interface as `RayJobHandle`."""
+
+    def __init__(self, client: RayClient, name: str, job: tuple, res: ResourceConfig) -> None:
+        self.name = name
+        self._client, self._job, self._res = client, job, res
+        self._status = JobStatus.RUNNING
+        self._value: Any = None
+        self._error: JobError | None = None
+        self._logs = ""
+        self._cancelled = False
+        self._refs: list[Any] = []
+        self._done = threading.Event()
+        self.starts = 0
+        """How often the gang was started (1 + restarts)."""
+        threading.Thread(target=self._drive, name=f"schooner-gang-{name}", daemon=True).start()
+
+    def __repr__(self) -> str:
+        return f"RayGangHandle(name={self.name!r}, hosts={self._res.hosts}, status={self._status.value})"
+
+    def status(self) -> JobStatus:
+        return self._status
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        self._done.wait(timeout)
+        return self._status
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job {self.name!r} is still {self._status.value} after {timeout} s")
+        if self._status is JobStatus.SUCCEEDED:
+            return self._value
+        assert self._error is not None
+        raise self._error
+
+    def cancel(self) -> None:
+        if self._done.is_set():
+            return
+        self._cancelled = True
+        for ref in list(self._refs):
+            with contextlib.suppress(Exception):
+                self._client._ray.cancel(ref, force=True)
+
+    def logs(self) -> str:
+        """Process 0's output (scrubbed), once the gang finished."""
+        return self._logs
+
+    def _drive(self) -> None:
+        failures = deaths = 0
+        try:
+            while True:
+                self.starts += 1
+                error = self._attempt()
+                if error is None:
+                    self._status = JobStatus.SUCCEEDED
+                    return
+                if self._cancelled or isinstance(error, JobCancelledError):
+                    self._error, self._status = JobCancelledError(self.name, "cancelled"), JobStatus.CANCELLED
+                    return
+                died = isinstance(error, WorkerDiedError)
+                deaths, failures = deaths + died, failures + (not died)
+                if deaths > self._res.max_retries_preemption or failures > self._res.max_retries_failure:
+                    self._error, self._status = error, JobStatus.FAILED
+                    return
+        except BaseException as exc:  # noqa: BLE001 - never leave the handle hanging
+            self._error, self._status = JobError(self.name, f"gang driver error: {exc!r}"), JobStatus.FAILED
+        finally:
+            self._done.set()
+
+    def _attempt(self) -> JobError | None:
+        """One start of the gang; None when every process succeeded, else the first error."""
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as InGroup
+
+        ray, res, client = self._client._ray, self._res, self._client
+        fn, args, kwargs, secrets = self._job
+        bundle = client._request(res)
+        bundle = {k: v for k, v in bundle.items() if not k.startswith("accelerator_type")}
+        pg = placement_group([bundle] * res.hosts, strategy="STRICT_SPREAD", name=f"{self.name}-gang")
+        try:
+            ray.get(pg.ready())
+            where = ray.remote(coordinator_address).options(
+                num_cpus=0, scheduling_strategy=InGroup(pg, placement_group_bundle_index=0)
+            )
+            coordinator = ray.get(where.remote())
+            attempt = uuid.uuid4().hex[:12]
+            plain = {k: v for k, v in res.env.items() if not is_secret_name(k)}
+            self._refs = []
+            for i in range(res.hosts):
+                opts = client._options(res, f"{self.name}[{i}]")
+                opts.update(max_retries=0, scheduling_strategy=InGroup(pg, placement_group_bundle_index=i))
+                gang_env = GangInfo(i, res.hosts, coordinator, attempt).env()
+                opts["runtime_env"] = {"env_vars": {**plain, **gang_env}}  # a fresh worker per start
+                self._refs.append(client._job.options(**opts).remote(fn, args, kwargs, secrets, 0))
+            pending = list(self._refs)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                try:
+                    value, logs = ray.get(ready[0])
+                except BaseException as exc:  # noqa: BLE001 - the first failure stops the gang
+                    for ref in pending:
+                        with contextlib.suppress(Exception):
+                            ray.cancel(ref, force=True)
+                    index = self._refs.index(ready[0])
+                    return translate_error(ray, f"{self.name}[{index}]", exc, cancelled=self._cancelled)
+                if ready[0] is self._refs[0]:
+                    self._value, self._logs = value, logs
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                remove_placement_group(pg)
 
 
 def translate_error(ray: Any, name: str, exc: BaseException, *, cancelled: bool = False) -> JobError:
@@ -248,6 +368,12 @@ class RayClient:
     def check(self, resources: ResourceConfig, *, what: str = "job") -> None:
         """Raise `ResourcesUnavailableError` when no live node could ever run `resources`."""
         res = resources
+        if res.device == "tpu" and res.hosts > 1:
+            raise ResourcesUnavailableError(
+                f"{what} asks for a gang of hosts={res.hosts} on TPU {res.device_kind!r}: the hosts of one TPU slice "
+                "need slice-aware placement, which RayClient does not do yet; run TPU pods with one job per slice "
+                "host group outside the gang mechanism, or use CPU/GPU hosts"
+            )
         if res.device == "tpu" and res.slices > 1:
             raise ResourcesUnavailableError(
                 f"{what} asks for slices={res.slices} TPU slices; RayClient schedules one task on one slice's "
@@ -271,9 +397,15 @@ class RayClient:
                     f"{best:g} {key}; lower the request, add such nodes, or pass check_resources=False to "
                     f"RayClient on an autoscaling cluster"
                 )
-        if not any(all(n.get(k, 0.0) + 1e-9 >= v for k, v in req.items()) for n in nodes):
+        fitting = sum(all(n.get(k, 0.0) + 1e-9 >= v for k, v in req.items()) for n in nodes)
+        if not fitting:
             raise ResourcesUnavailableError(
                 f"{what} asks for {req} but no single node has all of it; lower the request or add a larger node"
+            )
+        if res.hosts > fitting:
+            raise ResourcesUnavailableError(
+                f"{what} asks for a gang of hosts={res.hosts} processes on distinct nodes each holding {req}, "
+                f"but only {fitting} of the cluster's {len(nodes)} live node(s) can; add nodes or lower hosts"
             )
 
     def _options(self, res: ResourceConfig, name: str) -> dict:
@@ -321,10 +453,18 @@ class RayClient:
             self._ray.cloudpickle.CloudPickler,
             self._ray.cloudpickle.register_pickle_by_value,
         )
+        if res.hosts > 1:
+            return self._submit_gang(fn, args, kwargs, res, name)
         secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
         opts = self._options(res, name)
         ref = self._job.options(**opts).remote(fn, args, kwargs, secrets, res.max_retries_failure)
         return RayJobHandle(self, name, ref)
+
+    def _submit_gang(
+        self, fn: Callable[..., Any], args: tuple, kwargs: dict, res: ResourceConfig, name: str
+    ) -> RayGangHandle:
+        secrets = {k: v for k, v in res.env.items() if is_secret_name(k)}
+        return RayGangHandle(self, name, (fn, args, kwargs, secrets), res)
 
     # -- map ---------------------------------------------------------------------------------------------
     def map(
@@ -342,6 +482,8 @@ class RayClient:
         self.connect()
         res = resources if resources is not None else ResourceConfig.with_cpu()
         label = name or getattr(fn, "__name__", "map")
+        if res.hosts > 1:
+            raise ValueError(f"map {label!r}: hosts={res.hosts} makes a gang, which is one job: use submit()")
         self.check(res, what=f"map {label!r} (per task)")
         if max_workers is not None and (
             isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1

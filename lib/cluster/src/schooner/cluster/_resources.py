@@ -107,6 +107,9 @@ class ResourceConfig:
     """How often to rerun a job whose function raised."""
     max_retries_preemption: int = 3
     """How often to rerun a job whose worker or node died (SIGKILL, OOM kill, preemption)."""
+    hosts: int = 1
+    """Processes of one job, one per host, started together or not at all (a gang, for multi-host
+    training: see `current_gang`); `cpu`, `ram` and devices are per process. A gang restarts whole."""
 
     def __post_init__(self) -> None:
         if (
@@ -123,7 +126,7 @@ class ResourceConfig:
             raise ValueError(
                 f"ResourceConfig.device must be one of 'cpu', 'gpu', 'tpu', got device={self.device!r}"
             )
-        for name in ("device_count", "slices", "max_retries_failure", "max_retries_preemption"):
+        for name in ("device_count", "slices", "max_retries_failure", "max_retries_preemption", "hosts"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"ResourceConfig.{name} must be an integer >= 0, got {name}={v!r}")
@@ -154,6 +157,8 @@ class ResourceConfig:
         ):
             raise ValueError("ResourceConfig.env must map str to str, got " + _redacted_env_repr(self.env))
         object.__setattr__(self, "env", dict(self.env))
+        if self.hosts < 1:
+            raise ValueError(f"ResourceConfig.hosts must be >= 1, got hosts={self.hosts}")
 
     @staticmethod
     def with_cpu(
@@ -201,6 +206,8 @@ class ResourceConfig:
             )
         if self.env:
             parts.append("env=" + _redacted_env_repr(self.env))
+        if self.hosts != 1:
+            parts.append(f"hosts={self.hosts}")
         parts.append(f"max_retries_failure={self.max_retries_failure}")
         parts.append(f"max_retries_preemption={self.max_retries_preemption}")
         return f"ResourceConfig({', '.join(parts)})"

@@ -10,6 +10,7 @@ import traceback
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from schooner.cluster._gang import current_gang
 from schooner.cluster._secrets import scrub
 from schooner.cluster._storage import clear_folder, is_local, list_folder, storage_for
 
@@ -45,12 +46,43 @@ class MissingInputError(FileNotFoundError):
 def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -> Any:
     """What runs on a worker (or in the runner), once per attempt: make the local output folder, empty it
     unless the step is resumable (so a killed attempt's partial output never mixes with this one's), call
-    `fn`. The runner's own files (`.schooner/`) stay."""
+    `fn`. The runner's own files (`.schooner/`) stay.
+
+    In a gang (a step with `hosts > 1`), process 0 prepares the folder and the others wait for it, so no
+    process writes into a folder that is about to be emptied."""
+    gang = current_gang()
+    if gang is not None and gang.num_processes > 1:
+        _gang_prepare(output_path, resumable, gang.process_id, gang.attempt)
+        return fn(config, output_path)
     if not resumable:
         clear_folder(output_path, keep=META_DIR)
     if is_local(output_path) and not os.path.isdir(output_path):
         os.makedirs(output_path, exist_ok=True)
     return fn(config, output_path)
+
+
+GANG_READY_TIMEOUT_S = 600.0
+
+
+def _gang_prepare(output_path: str, resumable: bool, process_id: int, attempt: str) -> None:
+    storage = storage_for(output_path)
+    marker = meta_path(output_path, f"gang-{attempt}.ready")
+    if process_id == 0:
+        if not resumable:
+            clear_folder(output_path, keep=META_DIR)
+        for old in storage.glob(meta_path(output_path, "gang-*.ready")):
+            storage.remove(old)
+        storage.makedirs(output_path)
+        storage.write_text(marker, attempt)
+        return
+    deadline = time.monotonic() + GANG_READY_TIMEOUT_S
+    while not storage.exists(marker):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"gang process {process_id}: process 0 did not prepare {output_path} within "
+                f"{GANG_READY_TIMEOUT_S:g} s (is the prefix shared by every host?)"
+            )
+        time.sleep(0.05)
 
 
 class StepExecutor:
