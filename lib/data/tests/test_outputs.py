@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from schooner.cluster import StepRunner
 from schooner.data import DataError, Dataset, list_shards, read_shards, write_records
 
 from .conftest import make_records
@@ -137,3 +138,20 @@ def test_a_real_datasets_folder_without_the_datasets_reader(tmp_path) -> None:
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "hf"))
     recs = list(read_shards(str(tmp_path / "hf"), on_error="skip"))
     assert [(r["text"], r["metadata"]["score"]) for r in recs] == list(zip(rows["text"], rows["score"]))
+
+
+def test_import_files_keys_user_files_by_content(tmp_path) -> None:
+    from schooner.data.steps import import_files
+
+    src = tmp_path / "crawl"
+    src.mkdir()
+    (src / "a.jsonl").write_text('{"id": "1", "text": "alpha"}\n{"id": "2", "text": "beta"}\n')
+    h = import_files("data/crawl", str(src / "*.jsonl"))
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(src, moved)
+    assert import_files("data/crawl", str(moved / "*.jsonl")).key == h.key
+    (moved / "a.jsonl").write_text('{"id": "1", "text": "alpha"}\n{"id": "2", "text": "gamma"}\n')
+    edited = import_files("data/crawl", str(moved / "*.jsonl"))
+    assert edited.key != h.key
+    out = StepRunner(prefix=str(tmp_path / "out"), quiet=True).run([edited])[edited].output_path
+    assert sorted(r["text"] for r in read_shards(out)) == ["alpha", "gamma"]

@@ -95,3 +95,26 @@ def test_tokenized_takes_on_error(records: str, tmp_path: Path) -> None:
     assert result.result["skipped_bad"] == 1 and result.result["train_documents"] == 3
     with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got on_error='ignore'"):
         tokenized("x", paths=[str(bad)], tokenizer=tok, on_error="ignore")
+
+
+def test_user_files_are_keyed_by_content_not_by_where_they_sit(records: str, tmp_path: Path) -> None:
+    import shutil
+
+    tok = train_tokenizer("tok", paths=records, vocab_size=600)
+    moved = tmp_path / "moved" / "recs"
+    shutil.copytree(records, moved)
+    assert train_tokenizer("tok", paths=str(moved), vocab_size=600).key == tok.key  # moving reruns nothing
+    a = tokenized("tk", paths=[records], tokenizer=tok)
+    assert tokenized("tk", paths=[str(moved)], tokenizer=tok).key == a.key
+    shard = sorted(moved.glob("part-*"))[0]
+    shard.write_bytes(shard.read_bytes() + b"")  # same bytes: same key
+    assert tokenized("tk", paths=[str(moved)], tokenizer=tok).key == a.key
+    write_records(
+        [make_record(t, source="stdlib") for t in stdlib_texts(30, start=11)], str(moved), num_shards=3
+    )
+    assert tokenized("tk", paths=[str(moved)], tokenizer=tok).key != a.key  # edited content reruns
+    # The step reads the folder where it sits today.
+    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run(
+        [tokenized("tk", paths=[str(moved)], tokenizer=tok)]
+    )
+    assert result.ok

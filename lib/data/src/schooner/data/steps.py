@@ -10,12 +10,13 @@ Example:
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.cluster import InputFiles, InputPath, ResourceConfig, StepHandle, step
 
 from ._dataset import Dataset
 from ._writer import WRITE_FORMATS, write_records
@@ -145,12 +146,39 @@ def exact_dedup(ds: Dataset, key: str = "text") -> Dataset:
     return ds.deduplicate(key)
 
 
+def as_step_inputs(items: Any, *, what: str = "inputs") -> list[Any]:
+    """Step inputs from what a user passes: handles (and `handle / "sub"`) stay, paths, globs and URLs become
+    `InputFiles`, keyed by their content (relative names, sizes, hashes), never by where they sit: moving a
+    folder reruns nothing, editing a file reruns the steps that read it.
+
+    Example:
+        >>> as_step_inputs([])
+        Traceback (most recent call last):
+        ...
+        ValueError: inputs is empty; give record folders, files, globs, URLs or step handles
+    """
+    if isinstance(items, str | StepHandle | InputPath | InputFiles) or not isinstance(items, Sequence):
+        items = [items]
+    if not items:
+        raise ValueError(f"{what} is empty; give record folders, files, globs, URLs or step handles")
+    return [InputFiles(x) if isinstance(x, str | os.PathLike) else x for x in items]
+
+
+def input_locations(inputs: Sequence[Any]) -> list[str]:
+    """The paths a running step reads: its inputs as resolved by the runner, `InputFiles` as the patterns
+    they were given (absolute), so a record folder is read as a folder."""
+    out: list[str] = []
+    for x in inputs:
+        out.extend(x.patterns if isinstance(x, InputFiles) else [x])
+    return out
+
+
 @dataclass(frozen=True)
 class TransformConfig:
     """Config of `transform`/`import_files`: inputs, the pipeline function and the output format."""
 
     inputs: Any
-    """Record folders, files or globs: StepHandles / InputPaths at build time, paths when the step runs."""
+    """Step handles / InputPaths (paths when the step runs) and `InputFiles` (user files keyed by content)."""
     pipeline: str = "schooner.data.steps:_identity"
     """`module:function` taking a `Dataset` (and `params`) and returning the `Dataset` to write."""
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -215,7 +243,7 @@ def transform(
         >>> docs = source_records("python-docs")
         >>> long = transform("data/long-docs", docs, long_docs, params={"min_chars": 500})  # doctest: +SKIP
     """
-    inputs = list(inputs) if isinstance(inputs, Sequence) and not isinstance(inputs, str) else [inputs]
+    inputs = as_step_inputs(inputs, what=f"transform({name!r}) inputs")
     config = TransformConfig(
         inputs=inputs, pipeline=function_path(pipeline), params=dict(params or {}), format=format,
         text_field=text_field, id_field=id_field, source=source, on_error=on_error, num_shards=num_shards,
@@ -252,7 +280,7 @@ def import_files(
 
 def _run_transform(config: TransformConfig, output_path: str) -> dict:
     ds = Dataset.from_files(
-        list(config.inputs), text_field=config.text_field, id_field=config.id_field, source=config.source,
+        input_locations(config.inputs), text_field=config.text_field, id_field=config.id_field, source=config.source,
         on_error=config.on_error,
     )  # fmt: skip
     out = resolve_function(config.pipeline)(ds, **dict(config.params))

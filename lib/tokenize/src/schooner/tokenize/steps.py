@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.data.steps import as_step_inputs, input_locations
 
 from ._build import build_cache, resolve_shards
 from ._tokenizer import load_tokenizer
@@ -35,11 +36,7 @@ def _inputs(source: str | None, paths: Any, what: str) -> list[Any]:
         from schooner.data.steps import source_records
 
         return [source_records(source)]
-    if isinstance(paths, str | StepHandle) or not isinstance(paths, Sequence):
-        paths = [paths]
-    if not paths:
-        raise ValueError(f"{what}: paths= is empty; give record folders, files, globs or step handles")
-    return list(paths)
+    return as_step_inputs(paths, what=f"{what}: paths=")
 
 
 # -- train_tokenizer -------------------------------------------------------------------------------
@@ -50,7 +47,7 @@ class TrainTokenizerConfig:
     """Config of the `train_tokenizer` step."""
 
     inputs: list
-    """Record folders / files / globs (step handles at build time, paths when the step runs)."""
+    """Step handles (paths when the step runs) and `InputFiles` (user files keyed by content)."""
     bpe: BPEConfig
     """Vocabulary size, special tokens and merge limits."""
     max_documents: int | None = None
@@ -73,7 +70,7 @@ def _training_texts(config: TrainTokenizerConfig, counts: dict) -> Iterator[str]
     from schooner.data import read_records
 
     chars = 0
-    for shard in resolve_shards(config.inputs):
+    for shard in resolve_shards(input_locations(config.inputs)):
         for rec in read_records(shard, text_field=config.text_field):
             if config.max_documents is not None and counts["documents"] >= config.max_documents:
                 return
@@ -151,7 +148,7 @@ class TokenizeConfig:
     """Config of the `tokenized` step."""
 
     inputs: list
-    """Record folders / files / globs (step handles at build time, paths when the step runs)."""
+    """Step handles (paths when the step runs) and `InputFiles` (user files keyed by content)."""
     tokenizer: Any
     """A tokenizer step handle (its folder), a tokenizer file/folder path, or a hub id."""
     tokenizer_fingerprint: str | None = None
@@ -186,7 +183,7 @@ def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
             f"{tok.fingerprint[:12]}, was {config.tokenizer_fingerprint[:12]}); rebuild the experiment graph"
         )
     return build_cache(
-        config.inputs,
+        input_locations(config.inputs),
         output_path,
         tok,
         validation_fraction=config.validation_fraction,
