@@ -23,7 +23,10 @@ from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
+from ._storage import atomic_open as atomic_open
 from ._storage import atomic_write as atomic_write
+from ._storage import is_temp_name as is_temp_name
+from ._storage import unique_tag as unique_tag
 from .cli._report import write_report as write_report
 from .runner import ConfigError as ConfigError
 from .runner import InputFiles as InputFiles

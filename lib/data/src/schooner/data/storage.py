@@ -7,9 +7,10 @@ through fsspec. Every write is atomic and durable:
 - whole files (`write_bytes`, `write_json`) are `schooner.cluster.atomic_write`: a uniquely named
   temporary file (host, pid and a random part), fsync'd, renamed over the target, and the folder fsync'd;
   on object stores one put of the whole object;
-- streamed files (`atomic_open`, used for shards and spill files too large to hold in memory) follow the
-  same protocol, writing the temporary file as they go; on object stores the object is published when the
-  stream closes, so a failed writer leaves nothing under the final name.
+- streamed files (`atomic_open`, used for shards and spill files too large to hold in memory) are
+  `schooner.cluster.atomic_open`: the same protocol, writing the temporary file as they go; on object
+  stores the object is published when the stream closes, so a failed writer leaves nothing under the final
+  name. `is_temp_name` tells such a temporary file from data.
 
 Example:
     >>> from schooner.data import storage
@@ -22,20 +23,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
-import socket
-import uuid
-from collections.abc import Iterator
 from typing import IO, Any
 
 import fsspec
 import orjson
 
+from schooner.cluster import atomic_open as _atomic_open
+from schooner.cluster import atomic_write
+from schooner.cluster import is_temp_name as is_temp_name
+from schooner.cluster import unique_tag as unique_tag
+
 from ._json import dumps_json, loads_json
 
 _GLOB_CHARS = ("*", "?", "[")
-_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:24]
 
 
 def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -63,12 +64,6 @@ def join(base: str, *parts: str) -> str:
 
 def has_glob(path: str) -> bool:
     return any(c in path for c in _GLOB_CHARS)
-
-
-def unique_tag() -> str:
-    """`host-pid-random`: unique across the hosts of a shared filesystem, processes and attempts (the pid is
-    read now, so a forked child gets its own; the random part separates processes that report one pid)."""
-    return f"{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:10]}"
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -145,8 +140,6 @@ def list_dir(url: str) -> list[str]:
 
 def write_bytes(url: str, data: bytes | str) -> None:
     """Replace the file at `url` atomically and durably (`schooner.cluster.atomic_write`)."""
-    from schooner.cluster import atomic_write
-
     atomic_write(local_path(url) if is_local(url) else url, data)
 
 
@@ -162,75 +155,6 @@ def write_json(url: str, obj: Any, *, pretty: bool = False) -> None:
     else:
         data = dumps_json(obj)
     write_bytes(url, data + b"\n")
-
-
-def temp_name(final: str) -> str:
-    """A hidden temporary name beside `final`, unique across hosts, processes and attempts."""
-    head, _, name = final.rpartition("/")
-    tmp = f".{name}.tmp-{unique_tag()}"
-    return f"{head}/{tmp}" if head else tmp
-
-
-def is_temp_name(name: str) -> bool:
-    return name.startswith(".") and ".tmp-" in name
-
-
-@contextlib.contextmanager
-def atomic_open(final: str) -> Iterator[IO[bytes]]:
-    """A binary file to write `final` through: it appears under its final name, complete and fsync'd, only
-    when the block succeeds. A crash (even SIGKILL) leaves at most a hidden temporary file beside it.
-
-    On other filesystems (object stores) the stream goes to a local temporary file that is uploaded with
-    one `put_file` when the block succeeds: the store's own atomic put.
-    """
-    if not is_local(final):
-        yield from _remote_atomic_open(final)
-        return
-    final_local = local_path(final)
-    folder = os.path.dirname(final_local) or "."
-    tmp = temp_name(final_local)
-    try:
-        f = open(tmp, "wb")  # noqa: SIM115 (closed before the rename)
-    except FileNotFoundError:
-        os.makedirs(folder, exist_ok=True)
-        f = open(tmp, "wb")  # noqa: SIM115
-    try:
-        yield f
-        f.flush()
-        os.fsync(f.fileno())
-        f.close()
-        os.replace(tmp, final_local)
-    except BaseException:
-        f.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(folder)
-
-
-def _remote_atomic_open(final: str) -> Iterator[IO[bytes]]:
-    import tempfile
-
-    fs, fp = url_to_fs(final)
-    with tempfile.NamedTemporaryFile(prefix="schooner-upload-") as f:
-        yield f
-        f.flush()
-        with contextlib.suppress(Exception):
-            fs.makedirs(fs._parent(fp), exist_ok=True)
-        fs.put_file(f.name, fp)
-
-
-def _fsync_dir(folder: str) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return  # some filesystems do not open folders; the file itself is synced
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def makedirs(url: str) -> None:
@@ -260,3 +184,8 @@ def remove_tree(url: str) -> None:
     fs, p = url_to_fs(url)
     if fs.exists(p):
         fs.rm(p, recursive=True)
+
+
+def atomic_open(final: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+    """A binary file to write `final` through, seen whole or not at all (`schooner.cluster.atomic_open`)."""
+    return _atomic_open(local_path(final) if is_local(final) else final)
