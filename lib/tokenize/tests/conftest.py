@@ -29,3 +29,7 @@ def tokenizer(texts: list[str]) -> Tokenizer:
 @pytest.fixture(scope="session")
 def tokenizer_path(tokenizer: Tokenizer, tmp_path_factory: pytest.TempPathFactory) -> str:
     return tokenizer.save(tmp_path_factory.mktemp("tok"))
+
+
+from schooner.cluster.pytest_fixtures import s3_prefix as s3_prefix  # noqa: E402
+from schooner.cluster.pytest_fixtures import s3_server as s3_server  # noqa: E402

@@ -43,9 +43,27 @@ def context() -> ts.Context:
 
 
 def _kvstore(path: str) -> Any:
+    if path.startswith("s3://"):
+        return s3_kvstore(path)
     if _is_url(path):
         return path.rstrip("/") + "/"
     return {"driver": "file", "path": os.path.abspath(path.removeprefix("file://"))}
+
+
+def s3_kvstore(url: str) -> dict[str, Any]:
+    """tensorstore's S3 kvstore spec for `s3://bucket/path`, honouring the endpoint and region that
+    botocore and s3fs read from the environment (`AWS_ENDPOINT_URL[_S3]`, `AWS_REGION`/`AWS_DEFAULT_REGION`),
+    which tensorstore's URL form ignores: an S3-compatible store (MinIO, a local server) works for the token
+    arrays exactly as it does for the files beside them."""
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    spec: dict[str, Any] = {"driver": "s3", "bucket": bucket, "path": key.rstrip("/") + "/" if key else ""}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        spec["endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        spec["aws_region"] = region
+    return spec
 
 
 def create_array(path: str, n: int, dtype: str) -> ts.TensorStore:

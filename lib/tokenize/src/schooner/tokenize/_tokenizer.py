@@ -247,12 +247,20 @@ def _uses(component: dict | None, type_name: str) -> bool:
     )
 
 
-def _read_config(folder: Path) -> dict:
-    cfg_path = folder / CONFIG_FILE
-    if not cfg_path.is_file():
-        return {}
+def _read_config(folder: Path | str) -> dict:
+    cfg_path = f"{folder}/{CONFIG_FILE}"
+    if isinstance(folder, Path):
+        if not (folder / CONFIG_FILE).is_file():
+            return {}
+        text = (folder / CONFIG_FILE).read_text(encoding="utf-8")
+    else:  # a URL: through the storage layer
+        from schooner.data import storage
+
+        if not storage.exists(cfg_path):
+            return {}
+        text = storage.read_bytes(cfg_path).decode("utf-8")
     try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{cfg_path}: not valid JSON ({e}); fix or delete the file") from e
     out = {}
@@ -294,7 +302,9 @@ def load_tokenizer(
         ValueError: the file is not a tokenizers JSON.
     """
     raw = os.fspath(path_or_hub_id)
-    path = Path(raw).expanduser()
+    if "://" in raw and not raw.startswith("file://"):
+        return _from_url(raw, bos_token=bos_token, eos_token=eos_token, pad_token=pad_token)
+    path = Path(raw.removeprefix("file://")).expanduser()
     if path.is_dir():
         cfg = _read_config(path)
         path = path / TOKENIZER_FILE
@@ -322,6 +332,31 @@ def load_tokenizer(
         pad_token=pad_token if pad_token is not None else cfg.get("pad_token"),
         chat_template=cfg.get("chat_template"),
         source=raw,
+    )
+
+
+def _from_url(url: str, **special: str | None) -> Tokenizer:
+    """A tokenizer file or folder on an object store (`gs://`, `s3://`, ...), read through the storage layer."""
+    from schooner.data import storage
+
+    folder_file = f"{url.rstrip('/')}/{TOKENIZER_FILE}"
+    if storage.exists(folder_file):
+        file, cfg = folder_file, _read_config(url.rstrip("/"))
+    elif storage.exists(url) and not storage.isdir(url):
+        file, cfg = url, _read_config(url.rsplit("/", 1)[0])
+    else:
+        raise FileNotFoundError(f"tokenizer {url!r}: no such file, and no {TOKENIZER_FILE} in such a folder")
+    try:
+        hf = tokenizers.Tokenizer.from_str(storage.read_bytes(file).decode("utf-8"))
+    except Exception as e:  # tokenizers raises a bare Exception with a serde message
+        raise ValueError(f"{file}: not a Hugging Face tokenizers JSON file ({e})") from e
+    return Tokenizer(
+        hf,
+        bos_token=special["bos_token"] if special["bos_token"] is not None else cfg.get("bos_token"),
+        eos_token=special["eos_token"] if special["eos_token"] is not None else cfg.get("eos_token"),
+        pad_token=special["pad_token"] if special["pad_token"] is not None else cfg.get("pad_token"),
+        chat_template=cfg.get("chat_template"),
+        source=url,
     )
 
 
