@@ -76,28 +76,31 @@ class Dataset:
         text_mode: str = "file",
         on_error: str = "raise",
         split_row_groups: bool = True,
+        locate: bool = False,
     ) -> Dataset:
         """Records of files: paths, globs (any fsspec URL), record folders or folders written by Hugging Face
         `save_to_disk`; one shard per file, or per parquet row group (`split_row_groups`; row groups the
-        `filter` excludes by statistics are skipped). See `read_records` for the other arguments."""
+        `filter` excludes by statistics are skipped). With `locate`, each record gets
+        `"_loc": [file index, record index in the file]` (one shard per file: row groups are not split).
+        See `read_records` for the other arguments."""
         check_on_error(on_error)
         opts = ReadOptions(
             text_field=text_field, id_field=id_field, source=source, format=format, compression=compression,
             columns=tuple(columns) if columns is not None else None, filter=filter, text_mode=text_mode,
-            on_error=on_error,
+            on_error=on_error, locate=locate,
         )  # fmt: skip
         plist = [paths] if isinstance(paths, str) else list(paths)
 
         def splits() -> list[Split]:
             out: list[Split] = []
-            for path in expand_paths(plist):
+            for i, path in enumerate(expand_paths(plist)):
                 fmt = format or detect_format(path)[0]
-                if fmt == "parquet" and split_row_groups:
+                if fmt == "parquet" and split_row_groups and not locate:
                     from ._parquet import row_groups
 
                     out.extend(FileSplit(path, opts, (rg,)) for rg in row_groups(path, filter))
                 else:
-                    out.append(FileSplit(path, opts))
+                    out.append(FileSplit(path, opts, index=i))
             return out
 
         return Dataset(splits, describe=f"from_files({plist!r})")
@@ -186,10 +189,12 @@ class Dataset:
         return self._with(FlatMapOp(self._label("flat_map", fn, name), fn))
 
     def map_shard(
-        self, fn: Callable[[Iterator[dict]], Iterable[dict]], *, name: str | None = None
+        self, fn: Callable[..., Iterable[dict]], *, name: str | None = None, with_counters: bool = False
     ) -> Dataset:
-        """Replace each shard's record stream by `fn(stream)` (for per-shard state such as a loaded model)."""
-        return self._with(MapShardOp(self._label("map_shard", fn, name), fn))
+        """Replace each shard's record stream by `fn(stream)` (for per-shard state such as a loaded model).
+        With `with_counters`, `fn(stream, counters)` also gets a dict whose integer counts are added to the
+        pipeline's counters (e.g. `counters["dropped.spam"] += 1`)."""
+        return self._with(MapShardOp(self._label("map_shard", fn, name), fn, with_counters))
 
     def select(self, fields: Sequence[str]) -> Dataset:
         """Keep only `fields` of each record (missing fields are left out)."""

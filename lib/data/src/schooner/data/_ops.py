@@ -22,10 +22,11 @@ def fn_name(fn: Any) -> str:
 
 
 class _Count:
-    __slots__ = ("n",)
+    __slots__ = ("extra", "n")
 
     def __init__(self) -> None:
         self.n = 0
+        self.extra: dict[str, int] = {}
 
 
 def _describe_record(rec: Any) -> str:
@@ -125,15 +126,24 @@ class FlatMapOp(Op):
 
 @dataclass(frozen=True)
 class MapShardOp(Op):
-    fn: Callable[[Iterator[dict]], Iterable[dict]]
+    fn: Callable[..., Iterable[dict]]
+    with_counters: bool = False
 
     def apply(self, it: Iterator[dict], c_in: _Count, c_out: _Count) -> Iterator[dict]:
-        for r in self.fn(_counting(it, c_in)):
+        stream = _counting(it, c_in)
+        out = self.fn(stream, c_out.extra) if self.with_counters else self.fn(stream)
+        for r in out:
             c_out.n += 1
             yield r
 
     def describe(self) -> str:
         return f"map_shard {fn_name(self.fn)} (as {self.label!r})"
+
+    def _identity(self) -> Any:
+        return [self.fn, self.with_counters]
+
+    def extra_counters(self, c_in: _Count, c_out: _Count) -> dict[str, int]:
+        return dict(c_out.extra)
 
 
 @dataclass(frozen=True)

@@ -57,11 +57,15 @@ class ReadOptions:
     filter: Any = None
     text_mode: str = "file"
     on_error: str = "raise"
+    locate: bool = False
+    """Add `record["_loc"] = [file index, record index in the file]` (what co-partitioned attributes and
+    deduplication marks are keyed by: ids need not be unique)."""
 
     def token(self) -> Any:
         return [self.text_field, self.id_field, self.source, self.format, self.compression,
                 list(self.columns) if self.columns is not None else None,
-                None if self.filter is None else str(self.filter), self.text_mode, self.on_error]  # fmt: skip
+                None if self.filter is None else str(self.filter), self.text_mode, self.on_error,
+                self.locate]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ class FileSplit(Split):
     path: str
     options: ReadOptions
     row_groups: tuple[int, ...] | None = None
+    index: int = 0
+    """The file's place among the pipeline's input files (for `ReadOptions.locate`)."""
 
     @property
     def label(self) -> str:
@@ -80,16 +86,24 @@ class FileSplit(Split):
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
         o = self.options
-        return read_records(
+        it = read_records(
             self.path, text_field=o.text_field, id_field=o.id_field, on_error=o.on_error, source=o.source,
             format=o.format, compression=o.compression, columns=list(o.columns) if o.columns else None,
             filter=o.filter, row_groups=list(self.row_groups) if self.row_groups is not None else None,
             text_mode=o.text_mode, skips=skips,
         )  # fmt: skip
+        return _located(it, self.index) if o.locate else it
 
     def token(self) -> Any:
         rgs = list(self.row_groups) if self.row_groups is not None else None
-        return ["file", self.path, storage.file_identity(self.path), self.options.token(), rgs]
+        where = [self.index] if self.options.locate else []
+        return ["file", self.path, storage.file_identity(self.path), self.options.token(), rgs, *where]
+
+
+def _located(records: Iterator[dict], index: int) -> Iterator[dict]:
+    for i, rec in enumerate(records):
+        rec["_loc"] = [index, i]
+        yield rec
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,237 @@
+"""Consolidation: apply filters and span removals, read from attribute folders, to a source folder.
+
+Filters (`Keep`) are small frozen objects over a record's merged attributes, applied in order: a record
+is dropped by the first that rejects it, and counted as `dropped.<filter name>`. Span attributes named in
+`remove` are cut out of the kept texts (`removed.<attribute>.spans` / `.chars`); a text left empty is
+dropped as `dropped.empty_after_removal`. A sample of the dropped records of every reason is written
+beside the output (`dropped/`), with the reason and their attributes, so a filter can be inspected before
+it is trusted (`schooner browse`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._text import remove_spans
+
+
+class Keep(ABC):
+    """A filter over a record's attributes: `keep(attrs) -> bool`; `name` is its drop reason."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str: ...
+
+    @abstractmethod
+    def __call__(self, attrs: dict) -> bool: ...
+
+    def needs(self) -> tuple[str, ...]:
+        """The attribute names it reads."""
+        return ()
+
+
+def _get(attrs: dict, key: str, who: str) -> Any:
+    if key not in attrs:
+        raise KeyError(
+            f"{who} needs attribute {key!r}, which the attribute folders do not hold (they hold "
+            f"{sorted(attrs)}); add the folder that computes it to `attributes`"
+        )
+    return attrs[key]
+
+
+@dataclass(frozen=True)
+class LangIs(Keep):
+    lang: str
+    min_score: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"lang_not_{self.lang}"
+
+    def __call__(self, attrs: dict) -> bool:
+        return (
+            _get(attrs, "lang", self.name) == self.lang
+            and float(attrs.get("lang_score", 0)) >= self.min_score
+        )
+
+    def needs(self) -> tuple[str, ...]:
+        return ("lang", "lang_score")
+
+
+@dataclass(frozen=True)
+class Passes(Keep):
+    ruleset: str
+    ignore: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.ruleset
+
+    def __call__(self, attrs: dict) -> bool:
+        return not [r for r in _get(attrs, self.ruleset, self.name) if r not in self.ignore]
+
+    def needs(self) -> tuple[str, ...]:
+        return (self.ruleset,)
+
+
+@dataclass(frozen=True)
+class ScoreAtLeast(Keep):
+    key: str
+    threshold: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}_below_threshold"
+
+    def __call__(self, attrs: dict) -> bool:
+        return float(_get(attrs, self.key, self.name)) >= self.threshold
+
+    def needs(self) -> tuple[str, ...]:
+        return (self.key,)
+
+
+@dataclass(frozen=True)
+class TopFraction(Keep):
+    """Keep the records whose `key` score is in the top `fraction`; resolved by `consolidate` into a
+    `ScoreAtLeast` at the quantile of the scores (ties at the threshold are all kept)."""
+
+    key: str
+    fraction: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fraction <= 1:
+            raise ValueError(f"top_fraction needs 0 < fraction <= 1, got fraction={self.fraction}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.key}_not_top_{self.fraction:g}"
+
+    def __call__(self, attrs: dict) -> bool:
+        raise RuntimeError("TopFraction must be resolved against the scores first (consolidate does)")
+
+    def needs(self) -> tuple[str, ...]:
+        return (self.key,)
+
+
+@dataclass(frozen=True)
+class NotFlag(Keep):
+    """Drop records whose attribute `key` is truthy (a duplicate mark, contaminated spans)."""
+
+    key: str
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.reason
+
+    def __call__(self, attrs: dict) -> bool:
+        return not _get(attrs, self.key, self.name)
+
+    def needs(self) -> tuple[str, ...]:
+        return (self.key,)
+
+
+def lang_is(lang: str, min_score: float = 0.0) -> Keep:
+    """Keep records whose language id is `lang` with a score of at least `min_score` (FineWeb keeps English
+    at fastText score >= 0.65)."""
+    return LangIs(lang, float(min_score))
+
+
+def passes(ruleset: str, ignore: Sequence[str] = ()) -> Keep:
+    """Keep records that fail no rule of `ruleset` ("gopher_quality", "gopher_repetition", "c4",
+    "fineweb"), except the rules named in `ignore`."""
+    return Passes(ruleset, tuple(ignore))
+
+
+def score_at_least(key: str, threshold: float) -> Keep:
+    """Keep records whose score attribute `key` is at least `threshold`."""
+    return ScoreAtLeast(key, float(threshold))
+
+
+def top_fraction(key: str, fraction: float) -> Keep:
+    """Keep the top `fraction` of records by score attribute `key`."""
+    return TopFraction(key, float(fraction))
+
+
+def not_dup(kind: str = "fuzzy") -> Keep:
+    """Drop the records a deduplication marked as duplicates: kind "exact" or "fuzzy" (the kept
+    representative of each cluster passes)."""
+    if kind not in ("exact", "fuzzy"):
+        raise ValueError(f"not_dup(kind={kind!r}): use 'exact' or 'fuzzy'")
+    return NotFlag(f"{kind}_dup", f"{kind}_duplicate")
+
+
+def not_contaminated() -> Keep:
+    """Drop whole records with any paragraph flagged by decontamination (instead of removing the spans)."""
+    return NotFlag("contaminated", "contaminated")
+
+
+def resolve_top_fraction(keep: Keep, scores: list[float]) -> Keep:
+    """`TopFraction` as a `ScoreAtLeast` at the `1 - fraction` quantile of `scores`; other filters as is."""
+    if not isinstance(keep, TopFraction):
+        return keep
+    if not scores:
+        return ScoreAtLeast(keep.key, float("-inf"))
+    ordered = sorted(scores, reverse=True)
+    k = max(1, int(round(keep.fraction * len(ordered))))
+    return ScoreAtLeast(keep.key, ordered[k - 1])
+
+
+@dataclass(frozen=True)
+class Consolidator:
+    """The per-shard work of `consolidate`: kept records out (mode "kept"), or a sample of the dropped
+    ones (mode "dropped", at most `sample` per reason per shard)."""
+
+    keep: tuple[Keep, ...]
+    remove: tuple[str, ...] = ()
+    attach: bool = True
+    mode: str = "kept"
+    sample: int = 20
+
+    @property
+    def __name__(self) -> str:
+        return "consolidate" if self.mode == "kept" else "dropped_sample"
+
+    def decide(self, rec: dict) -> tuple[str | None, dict, dict[str, tuple[int, int]]]:
+        attrs = rec.get("_attrs", {})
+        for k in self.keep:
+            if not k(attrs):
+                return k.name, attrs, {}
+        spans: list[tuple[int, int]] = []
+        removed: dict[str, tuple[int, int]] = {}
+        for key in self.remove:
+            got = [(int(s[0]), int(s[1])) for s in _get(attrs, key, f"remove={key!r}") or []]
+            if got:
+                spans.extend(got)
+                removed[key] = (len(got), sum(e - s for s, e in got))
+        if spans:
+            rec["text"] = remove_spans(rec["text"], spans)
+            if not rec["text"].strip():
+                return "empty_after_removal", attrs, removed
+        return None, attrs, removed
+
+    def __call__(self, records: Iterator[dict], counters: dict[str, int]) -> Iterator[dict]:
+        seen: dict[str, int] = {}
+        for rec in records:
+            original = rec["text"]
+            reason, attrs, removed = self.decide(rec)
+            rec.pop("_attrs", None)
+            rec.pop("_loc", None)
+            if self.mode == "kept":
+                if reason is not None:
+                    counters[f"dropped.{reason}"] = counters.get(f"dropped.{reason}", 0) + 1
+                    continue
+                for key, (n, chars) in removed.items():
+                    counters[f"removed.{key}.spans"] = counters.get(f"removed.{key}.spans", 0) + n
+                    counters[f"removed.{key}.chars"] = counters.get(f"removed.{key}.chars", 0) + chars
+                if self.attach:
+                    rec["metadata"] = {**rec["metadata"], "attributes": attrs}
+                yield rec
+            elif reason is not None and seen.get(reason, 0) < self.sample:
+                seen[reason] = seen.get(reason, 0) + 1
+                rec["text"] = original
+                rec["metadata"] = {**rec["metadata"], "drop_reason": reason, "attributes": attrs}
+                yield rec

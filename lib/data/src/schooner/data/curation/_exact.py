@@ -1,0 +1,102 @@
+"""Exact deduplication as attributes, on the disk shuffle.
+
+- Documents: records with the same text (blake2b of its bytes); all but the first in input order get
+  `exact_dup` (with `exact_dup_of`, the kept record's id, and `exact_group_size`).
+- Paragraphs (lines, as Dolma and Marin split them): a non-blank line seen before, anywhere in the
+  corpus, is marked for removal in every later record (`paragraph_dups`, spans `[start, end]` that include
+  the line's newline, so removing them keeps the rest of the document's structure). Lines shorter than
+  `min_chars` (after stripping) are never marked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.data import storage
+from schooner.data._dataset import Dataset
+
+from ._marks import loc_key, write_marks_as_attributes
+from ._text import line_spans
+
+EXACT_DEFAULTS = {"exact_dup": False, "exact_dup_of": None, "exact_group_size": 1}
+PARAGRAPH_DEFAULTS: dict[str, Any] = {"paragraph_dups": []}
+
+
+def _h(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _doc_item(rec: dict) -> dict:
+    return {"k": _h(rec["text"]), "l": rec["_loc"], "id": rec["id"]}
+
+
+def _doc_groups(key: Any, items: list[dict]) -> list[dict]:
+    if len(items) < 2:
+        return []
+    first = items[0]
+    return [{"l": it["l"], "exact_dup": True, "exact_dup_of": first["id"], "exact_group_size": len(items)}
+            for it in items[1:]] + [{"l": first["l"], "exact_dup": False, "exact_dup_of": None,
+                                     "exact_group_size": len(items)}]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ParagraphItems:
+    min_chars: int = 1
+
+    @property
+    def __name__(self) -> str:
+        return "paragraph_items"
+
+    def __call__(self, rec: dict) -> Iterator[dict]:
+        for start, end, line in line_spans(rec["text"]):
+            s = line.strip()
+            if len(s) >= max(self.min_chars, 1):
+                yield {"k": _h(s), "l": rec["_loc"], "s": start, "e": end}
+
+
+def _paragraph_groups(key: Any, items: list[dict]) -> list[dict]:
+    # items arrive in input order; within one record, in text order
+    return items[1:]
+
+
+def exact_dedup_attributes(source: str, output: str, *, work: str, **execution: Any) -> dict[str, Any]:
+    """Exact document duplicates of `source` as attribute folder `output`; returns counters."""
+    storage.makedirs(work)
+    base = Dataset.from_files(source, split_row_groups=False, locate=True)
+    groups = base.map(_doc_item, name="text_hash").group_by("k", _doc_groups, name="exact_groups")
+    marks = {loc_key(m.pop("l")): m for m in groups.iter_records(**execution)}
+    manifest = write_marks_as_attributes(
+        source, output, marks, EXACT_DEFAULTS, name="exact", work=work, **execution
+    )
+    dups = sum(1 for m in marks.values() if m["exact_dup"])
+    return {"documents": manifest["records"], "duplicates": dups,
+            "groups": sum(1 for m in marks.values() if not m["exact_dup"]), "counters": manifest["counters"]}  # fmt: skip
+
+
+def paragraph_dedup_attributes(
+    source: str, output: str, *, min_chars: int = 1, work: str, **execution: Any
+) -> dict[str, Any]:
+    """Repeated paragraphs (lines) of `source` as span attributes in folder `output`; returns counters."""
+    storage.makedirs(work)
+    base = Dataset.from_files(source, split_row_groups=False, locate=True)
+    repeats = base.flat_map(ParagraphItems(min_chars), name="paragraphs").group_by(
+        "k", _paragraph_groups, name="paragraph_groups"
+    )
+    marks: dict[str, dict] = {}
+    chars = 0
+    for it in repeats.iter_records(**execution):
+        marks.setdefault(loc_key(it["l"]), {"paragraph_dups": []})["paragraph_dups"].append(
+            [it["s"], it["e"]]
+        )
+        chars += it["e"] - it["s"]
+    for m in marks.values():
+        m["paragraph_dups"].sort()
+    manifest = write_marks_as_attributes(
+        source, output, marks, PARAGRAPH_DEFAULTS, name="paragraphs", work=work, **execution
+    )
+    return {"documents": manifest["records"], "documents_with_repeats": len(marks),
+            "paragraphs_marked": sum(len(m["paragraph_dups"]) for m in marks.values()), "chars_marked": chars,
+            "counters": manifest["counters"]}  # fmt: skip

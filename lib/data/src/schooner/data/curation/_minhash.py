@@ -1,0 +1,107 @@
+"""MinHash signatures and LSH band buckets (Broder 1997; Leskovec et al., "Mining of Massive Datasets",
+ch. 3), computed by Marin's Rust kernels (`marin-dupekit`), imported only here.
+
+Defaults are Marin's: text normalised (lower case, punctuation removed, whitespace collapsed), character
+5-grams, 286 permutations in 26 bands of 11 rows (pairs above Jaccard ~0.74 = (1/26)^(1/11) become
+candidates), documents capped at 500,000 characters. Candidates are verified against the text: the exact
+Jaccard similarity of the two documents' 5-gram sets must reach `threshold` (0.8, the near-duplicate
+threshold of Lee et al. 2022, "Deduplicating Training Data Makes Language Models Better").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MinHashConfig:
+    """MinHash + LSH + verification settings."""
+
+    num_perms: int = 286
+    num_bands: int = 26
+    ngram: int = 5
+    """Character n-grams of the normalised text."""
+    max_chars: int = 500_000
+    """Characters of a document hashed (and verified)."""
+    seed: int = 42
+    threshold: float = 0.8
+    """Exact 5-gram Jaccard a candidate pair must reach to count as near duplicates."""
+    verify: bool = True
+    """Verify candidates against the text (False: every LSH candidate counts, as Marin does)."""
+    batch_size: int = 512
+    """Documents per kernel call."""
+
+    def __post_init__(self) -> None:
+        if self.num_perms % self.num_bands:
+            raise ValueError(
+                f"MinHashConfig: num_perms={self.num_perms} must be a multiple of num_bands={self.num_bands}"
+            )
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"MinHashConfig.threshold must be in (0, 1], got {self.threshold}")
+        if self.ngram < 1 or self.max_chars < 1 or self.batch_size < 1:
+            raise ValueError(f"MinHashConfig: ngram, max_chars and batch_size must be >= 1, got {self}")
+
+    @property
+    def rows(self) -> int:
+        return self.num_perms // self.num_bands
+
+    @property
+    def lsh_threshold(self) -> float:
+        """The Jaccard similarity at which a pair becomes a candidate with probability ~1/2."""
+        return (1 / self.num_bands) ** (1 / self.rows)
+
+
+def _kernels():  # noqa: ANN202
+    try:
+        import dupekit
+    except ImportError as e:
+        raise ImportError("fuzzy dedup needs marin-dupekit: pip install 'schooner-data[curation]'") from e
+    return dupekit
+
+
+def normalize_texts(texts: Sequence[str], max_chars: int = 500_000) -> list[str]:
+    """The kernels' normalisation (lower case, punctuation removed, whitespace collapsed)."""
+    import pyarrow as pa
+
+    dk = _kernels()
+    batch = pa.RecordBatch.from_pydict({"t": [t[:max_chars] for t in texts]})
+    out = dk.transform(batch, [dk.Transformation.CleanText(input_col="t", output_col="c")])
+    return out["c"].to_pylist()
+
+
+def signatures_and_buckets(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`(signatures uint64 [n, num_perms], buckets uint64 [n, num_bands])` of texts (one kernel call)."""
+    import pyarrow as pa
+
+    dk = _kernels()
+    T = dk.Transformation
+    batch = pa.RecordBatch.from_pydict({"t": [t[: config.max_chars] for t in texts]})
+    out = dk.transform(batch, [
+        T.CleanText(input_col="t", output_col="c"),
+        T.MinHash(input_col="c", output_col="sig", num_perms=config.num_perms, ngram_size=config.ngram,
+                  seed=config.seed),
+        T.MinHashLSH(input_col="sig", output_col="b", num_bands=config.num_bands),
+        T.SelectColumns(columns=["sig", "b"]),
+    ])  # fmt: skip
+    n = len(texts)
+    sig = out["sig"].values.to_numpy(zero_copy_only=False).reshape(n, config.num_perms)
+    buckets = out["b"].values.to_numpy(zero_copy_only=False).reshape(n, config.num_bands)
+    return sig, buckets
+
+
+def shingles(normalized: str, n: int = 5) -> set[str]:
+    """Character n-grams of a normalised text (the whole text when it is shorter than n)."""
+    if len(normalized) <= n:
+        return {normalized} if normalized else set()
+    return {normalized[i : i + n] for i in range(len(normalized) - n + 1)}
+
+
+def jaccard(a: set[str], b: set[str]) -> float:
+    """Exact Jaccard similarity of two sets (1.0 for two empty sets)."""
+    if not a and not b:
+        return 1.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)

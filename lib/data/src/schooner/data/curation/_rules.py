@@ -1,0 +1,273 @@
+"""Heuristic quality rules: Gopher quality and repetition, C4, FineWeb. Each rule set is a frozen config
+with the paper's thresholds as defaults; `check(text)` returns the names of every rule the text fails
+(empty: it passes), so the step record can count drops per rule.
+
+Sources (thresholds as datatrove implements them):
+- Gopher quality and repetition: Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights
+  from Training Gopher", appendix A1 and table A1.
+- C4: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+  Transformer", section 2.2, plus the line rules of its reference code (policy lines, long words).
+- FineWeb: Penedo et al. 2024, "The FineWeb Datasets", section 3.3 (custom filters).
+Words are regex tokens (`_text.words`) where datatrove uses NLTK's tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ._text import is_punct, line_spans, words
+
+STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
+"""Gopher's stop words: a document needs at least two of them."""
+POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+"""C4's policy phrases: lines holding one are removed."""
+_CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
+_TERMINAL = (".", "?", "!", '"', "'")
+_SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
+
+
+def _dups(items: list[str]) -> tuple[int, int]:
+    seen: set[str] = set()
+    n = chars = 0
+    for x in items:
+        if x in seen:
+            n += 1
+            chars += len(x)
+        else:
+            seen.add(x)
+    return n, chars
+
+
+@dataclass(frozen=True)
+class GopherQuality:
+    """Gopher quality rules (Rae et al. 2021, A1)."""
+
+    min_words: int = 50
+    max_words: int = 100_000
+    min_mean_word_length: float = 3
+    max_mean_word_length: float = 10
+    max_symbol_word_ratio: float = 0.1
+    """Hashes, and ellipses, per word."""
+    max_bullet_lines: float = 0.9
+    max_ellipsis_lines: float = 0.3
+    min_alpha_words: float = 0.8
+    """Fraction of words holding an alphabetic character."""
+    min_stop_words: int = 2
+    stop_words: tuple[str, ...] = STOP_WORDS
+
+    def check(self, text: str) -> list[str]:
+        toks = words(text)
+        ws = [w for w in toks if not is_punct(w)]
+        n = len(ws)
+        failed: list[str] = []
+        if n < self.min_words:
+            failed.append("too_few_words")
+        if n > self.max_words:
+            failed.append("too_many_words")
+        if n == 0:
+            return failed + ["no_alpha_words"]
+        mean = sum(map(len, ws)) / n
+        if not self.min_mean_word_length <= mean <= self.max_mean_word_length:
+            failed.append("mean_word_length")
+        if text.count("#") / n > self.max_symbol_word_ratio:
+            failed.append("hash_ratio")
+        if (text.count("...") + text.count("…")) / n > self.max_symbol_word_ratio:
+            failed.append("ellipsis_ratio")
+        lines = text.splitlines() or [""]
+        if (
+            sum(ln.lstrip().startswith(("•", "-", "*", "·")) for ln in lines) / len(lines)
+            > self.max_bullet_lines
+        ):
+            failed.append("bullet_lines")
+        if sum(ln.rstrip().endswith(("...", "…")) for ln in lines) / len(lines) > self.max_ellipsis_lines:
+            failed.append("ellipsis_lines")
+        if sum(any(c.isalpha() for c in w) for w in ws) / n < self.min_alpha_words:
+            failed.append("alpha_words")
+        stops = set(self.stop_words)
+        if sum(w.lower() in stops for w in ws) < self.min_stop_words:
+            failed.append("stop_words")
+        return failed
+
+
+@dataclass(frozen=True)
+class GopherRepetition:
+    """Gopher repetition rules (Rae et al. 2021, table A1)."""
+
+    dup_line_frac: float = 0.30
+    dup_para_frac: float = 0.30
+    dup_line_char_frac: float = 0.20
+    dup_para_char_frac: float = 0.20
+    top_ngrams: tuple[tuple[int, float], ...] = ((2, 0.20), (3, 0.18), (4, 0.16))
+    """(n, most frequent n-gram's character fraction)."""
+    dup_ngrams: tuple[tuple[int, float], ...] = (
+        (5, 0.15),
+        (6, 0.14),
+        (7, 0.13),
+        (8, 0.12),
+        (9, 0.11),
+        (10, 0.10),
+    )
+    """(n, duplicated n-grams' character fraction)."""
+
+    def check(self, text: str) -> list[str]:
+        if not text.strip():
+            return ["empty"]
+        failed: list[str] = []
+        size = len(text)
+        paras = re.split(r"\n{2,}", text.strip())
+        n, chars = _dups(paras)
+        if n / len(paras) > self.dup_para_frac:
+            failed.append("dup_para_frac")
+        if chars / size > self.dup_para_char_frac:
+            failed.append("dup_para_char_frac")
+        lines = text.splitlines()
+        n, chars = _dups(lines)
+        if n / len(lines) > self.dup_line_frac:
+            failed.append("dup_line_frac")
+        if chars / size > self.dup_line_char_frac:
+            failed.append("dup_line_char_frac")
+        ws = words(text)
+        for k, frac in self.top_ngrams:
+            grams = [" ".join(ws[i : i + k]) for i in range(len(ws) - k + 1)]
+            if grams:
+                gram, count = Counter(grams).most_common(1)[0]
+                if len(gram) * count / size > frac:
+                    failed.append(f"top_{k}_gram")
+        for k, frac in self.dup_ngrams:
+            if _dup_ngram_chars(ws, k) / size > frac:
+                failed.append(f"dup_{k}_grams")
+        return failed
+
+
+def _dup_ngram_chars(ws: list[str], k: int) -> int:
+    seen: set[tuple[str, ...]] = set()
+    chars, i = 0, 0
+    while i <= len(ws) - k:
+        g = tuple(ws[i : i + k])
+        if g in seen:
+            chars += sum(map(len, g)) + k - 1
+            i += k
+        else:
+            seen.add(g)
+            i += 1
+    return chars
+
+
+@dataclass(frozen=True)
+class C4Rules:
+    """C4's rules (Raffel et al. 2020): line rules remove lines (spans), page rules drop the page."""
+
+    min_words_per_line: int = 3
+    max_word_length: int = 1000
+    min_sentences: int = 5
+    terminal_punctuation: bool = True
+    javascript_lines: bool = True
+    policy_lines: bool = True
+    lorem_ipsum: bool = True
+    curly_bracket: bool = True
+    bad_words: tuple[str, ...] = field(default=())
+    """Optional list of bad words (the LDNOOBW list C4 used is not bundled: pass your own)."""
+
+    def check_lines(self, text: str) -> tuple[list[str], list[list]]:
+        """(page rules failed, line spans removed `[start, end, rule]`)."""
+        failed: list[str] = []
+        spans: list[list] = []
+        sentences = 0
+        low = text.lower()
+        if self.lorem_ipsum and "lorem ipsum" in low:
+            failed.append("lorem_ipsum")
+        if self.curly_bracket and "{" in text:
+            failed.append("curly_bracket")
+        if self.bad_words:
+            bad = re.compile(r"(?:\W|^)(" + "|".join(map(re.escape, self.bad_words)) + r")(?:\W|$)")
+            if bad.search(low):
+                failed.append("bad_words")
+        for start, end, line in line_spans(text):
+            ln = _CITATION.sub("", line.strip())
+            ws = ln.split()
+            if not ws:
+                continue
+            rule = None
+            if any(len(w) > self.max_word_length for w in ws):
+                rule = "long_word"
+            elif self.terminal_punctuation and (not ln.endswith(_TERMINAL) or ln.endswith("...")):
+                rule = "no_terminal_punctuation"
+            elif len(ws) < self.min_words_per_line:
+                rule = "too_few_words"
+            elif self.javascript_lines and "javascript" in ln.lower():
+                rule = "javascript"
+            elif self.policy_lines and any(p in ln.lower() for p in POLICY):
+                rule = "policy"
+            if rule:
+                spans.append([start, end, rule])
+            else:
+                sentences += max(1, len(_SENTENCE.findall(ln)))
+        if sentences < self.min_sentences:
+            failed.append("too_few_sentences")
+        return failed, spans
+
+    def check(self, text: str) -> list[str]:
+        return self.check_lines(text)[0]
+
+
+@dataclass(frozen=True)
+class FineWebRules:
+    """FineWeb's additional rules (Penedo et al. 2024, 3.3)."""
+
+    line_punct_thr: float = 0.12
+    """Drop when at most this fraction of lines ends in punctuation."""
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float = 0.67
+    """Drop when at least this fraction of lines is short."""
+    short_line_length: int = 30
+    char_duplicates_ratio: float = 0.01
+    """Drop when this fraction of characters (or more) sits in duplicated lines."""
+    new_line_ratio: float = 0.3
+    """Drop when newlines per word exceed this (list-like pages)."""
+
+    def check(self, text: str) -> list[str]:
+        if not text.strip():
+            return ["empty"]
+        failed: list[str] = []
+        lines = text.split("\n")
+        ratio = sum(ln.endswith((".", "'", '"', "!", "?")) for ln in lines) / len(lines)
+        if ratio <= self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
+            failed.append("line_punct_ratio")
+        if sum(len(ln) <= self.short_line_length for ln in lines) / len(lines) >= self.short_line_thr:
+            failed.append("short_line_ratio")
+        nonempty = [ln for ln in lines if ln.strip()]
+        body = len(text.replace("\n", "")) or 1
+        if _dups(nonempty)[1] / body >= self.char_duplicates_ratio:
+            failed.append("char_dup_ratio")
+        n_words = len(words(text)) or 1
+        if text.count("\n") / n_words > self.new_line_ratio:
+            failed.append("list_ratio")
+        return failed
+
+
+RULE_SETS = {"gopher_quality": GopherQuality, "gopher_repetition": GopherRepetition, "c4": C4Rules,
+             "fineweb": FineWebRules}  # fmt: skip
+"""Rule set names `quality_rules` knows, and their configs."""
+
+
+@dataclass(frozen=True)
+class RuleAttributes:
+    """Per record: for each rule set, the list of rules failed (and `c4_lines`, C4's removed line spans)."""
+
+    rulesets: tuple[tuple[str, object], ...]
+
+    @property
+    def __name__(self) -> str:
+        return "quality_rules"
+
+    def __call__(self, rec: dict) -> dict:
+        text = rec["text"]
+        out: dict = {}
+        for name, rules in self.rulesets:
+            if isinstance(rules, C4Rules):
+                out[name], out[f"{name}_lines"] = rules.check_lines(text)
+            else:
+                out[name] = rules.check(text)  # type: ignore[attr-defined]
+        return out

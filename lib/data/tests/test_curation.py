@@ -1,0 +1,244 @@
+"""Curation operators on a real offline crawl (WARC files written by fastwarc, pydoc HTML, the lite fastText
+language model, worker processes). Expected values come from the crawl's truth (planted duplicates, known
+main text, known languages) or from independent references (Python sets, datasketch), never from the code
+under test."""
+
+from __future__ import annotations
+
+import gzip
+import re
+
+import pytest
+
+pytest.importorskip("resiliparse")
+
+from schooner.data import DataError, SkipLog, read_shards
+from schooner.data.curation import (
+    C4Rules,
+    DecontamConfig,
+    ExtractConfig,
+    FineWebRules,
+    GopherQuality,
+    GopherRepetition,
+    MinHashConfig,
+    build_index,
+    contaminated_spans,
+    exact_dedup_attributes,
+    fuzzy_dedup_attributes,
+    iter_attributes,
+    load_eval_items,
+    paragraph_dedup_attributes,
+    predict_languages,
+    signatures_and_buckets,
+    warc_dataset,
+)
+from schooner.data.curation._text import remove_spans
+from schooner.data.curation._warc import iter_pages
+from schooner.data.curation.crawl import CrawlConfig, build_crawl, read_truth
+
+
+@pytest.fixture(scope="module")
+def crawl(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("crawl")
+    info = build_crawl(str(folder), CrawlConfig(num_pages=30, num_files=3))
+    pages = str(folder / "pages")
+    manifest = warc_dataset(info["warc_files"]).write_jsonl(pages, progress=False)
+    return {"info": info, "folder": str(folder), "pages": pages, "manifest": manifest,
+            "truth": {t["url"]: t for t in read_truth(str(folder))}}  # fmt: skip
+
+
+def _tokens(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def _f1(pred: str, gold: str) -> float:
+    from collections import Counter
+
+    p, g = Counter(_tokens(pred)), Counter(_tokens(gold))
+    common = sum((p & g).values())
+    if not common:
+        return 0.0
+    prec, rec = common / sum(p.values()), common / sum(g.values())
+    return 2 * prec * rec / (prec + rec)
+
+
+def test_extraction_counts_and_names_bad_input(crawl):
+    m = crawl["manifest"]
+    # the truth: bad_binary, bad_empty, bad_too_large, bad_truncated are bad input; 404 and image/png skipped
+    assert m["errors"]["skipped"] == 4
+    assert m["counters"]["warc.skipped_status"] == 1 and m["counters"]["warc.skipped_content_type"] == 1
+    text = "\n".join(m["errors"]["examples"])
+    for reason in ("binary body", "empty body", "over max_bytes", "truncated record"):
+        assert reason in text
+    assert all(
+        re.search(r"crawl-\d+\.warc\.gz: WARC record at byte offset \d+", e) for e in m["errors"]["examples"]
+    )
+
+
+def test_extraction_raises_with_on_error_raise(crawl):
+    with pytest.raises(DataError, match="WARC record at byte offset"):
+        for f in crawl["info"]["warc_files"]:
+            list(iter_pages(f, ExtractConfig(), on_error="raise", skips=SkipLog(), counters={}))
+
+
+def test_extracted_main_text_matches_the_known_main_text_and_drops_chrome(crawl):
+    recs = list(read_shards(crawl["pages"]))
+    originals = [r for r in recs if crawl["truth"][r["metadata"]["url"]]["kind"] == "original"]
+    assert len(originals) == 30
+    f1 = [_f1(r["text"], crawl["truth"][r["metadata"]["url"]]["main_text"]) for r in originals]
+    assert sum(f1) / len(f1) > 0.9, sorted(f1)[:5]
+    for r in originals:
+        assert "We use cookies" not in r["text"] and "All rights reserved" not in r["text"]
+        assert r["metadata"]["title"].endswith("Python documentation")
+    # charsets: undeclared (detected) and wrongly declared (fallback) both decode the accents
+    by_kind = {crawl["truth"][r["metadata"]["url"]]["kind"]: r for r in recs}
+    assert "Café" in by_kind["charset_undeclared"]["text"] and "Café" in by_kind["charset_wrong"]["text"]
+
+
+def test_language_id_with_the_bundled_lite_model(crawl):
+    recs = list(read_shards(crawl["pages"]))
+    langs = predict_languages([r["text"] for r in recs])
+    for r, (lang, score) in zip(recs, langs):
+        truth = crawl["truth"][r["metadata"]["url"]]
+        if truth["kind"] == "foreign":
+            assert lang == truth["lang"] and score > 0.5
+        if truth["kind"] == "original":
+            assert lang == "en"
+
+
+def test_minhash_estimate_agrees_with_exact_jaccard_and_datasketch():
+    import random
+
+    from datasketch import MinHash
+
+    from schooner.data.curation._minhash import normalize_texts
+
+    rnd = random.Random(1)
+    vocab = [f"w{i}" for i in range(300)]
+    base = [rnd.choice(vocab) for _ in range(400)]
+    texts = [" ".join(base)]
+    for k in (5, 40, 120, 300):
+        ws = list(base)
+        for _ in range(k):
+            ws[rnd.randrange(len(ws))] = rnd.choice(vocab)
+        texts.append(" ".join(ws))
+    cfg = MinHashConfig()
+    sig, _ = signatures_and_buckets(texts, cfg)
+    norm = normalize_texts(texts)
+    grams = [{t[i : i + 5] for i in range(len(t) - 4)} for t in norm]
+    for i in range(1, len(texts)):
+        exact = len(grams[0] & grams[i]) / len(grams[0] | grams[i])
+        ours = float((sig[0] == sig[i]).mean())
+        a, b = MinHash(num_perm=286, seed=1), MinHash(num_perm=286, seed=1)
+        a.update_batch([g.encode() for g in grams[0]])
+        b.update_batch([g.encode() for g in grams[i]])
+        # standard error of a 286-permutation estimate is at most 0.5/sqrt(286) = 0.03; allow 4 sigma
+        assert abs(ours - exact) < 0.12 and abs(a.jaccard(b) - exact) < 0.12
+
+
+def test_fuzzy_and_exact_dedup_find_the_planted_duplicates(crawl, tmp_path):
+    recs = list(read_shards(crawl["pages"]))
+    truth = crawl["truth"]
+    fz = list(iter_attributes(_fuzzy(crawl, tmp_path)))
+    ex_out = str(tmp_path / "exact")
+    exact_dedup_attributes(crawl["pages"], ex_out, work=str(tmp_path / "w2"), progress=False)
+    ex = list(iter_attributes(ex_out))
+    cluster_of = {}
+    for r, a in zip(recs, fz):
+        cluster_of[r["metadata"]["url"]] = a["fuzzy_cluster"] or r["id"]
+    planted = [(u, t["dup_of"]) for u, t in truth.items() if t["dup_of"] and u in cluster_of]
+    assert planted
+    found = sum(cluster_of[u] == cluster_of[d] for u, d in planted)
+    assert found / len(planted) >= 0.95
+    # precision: every pair put in one cluster is a planted pair
+    groups: dict[str, list[str]] = {}
+    for u, c in cluster_of.items():
+        groups.setdefault(c, []).append(u)
+    true_pairs = {frozenset(p) for p in planted}
+    for members in groups.values():
+        for i in range(len(members)):
+            for j in range(i + 1, len(members)):
+                assert frozenset((members[i], members[j])) in true_pairs, members
+    # exact: the byte-identical copies, and only them, minus the first of each group
+    exact_pairs = [(u, t["dup_of"]) for u, t in truth.items() if t["kind"] in ("exact_dup", "charset_wrong")]
+    assert sum(a["exact_dup"] for a in ex) == len(exact_pairs)
+    dup_urls = {r["metadata"]["url"] for r, a in zip(recs, ex) if a["exact_dup"]}
+    assert all((u in dup_urls) != (d in dup_urls) for u, d in exact_pairs)
+
+
+def _fuzzy(crawl, tmp_path) -> str:
+    out = str(tmp_path / "fuzzy")
+    fuzzy_dedup_attributes(crawl["pages"], out, MinHashConfig(), work=str(tmp_path / "w"), progress=False)
+    return out
+
+
+def test_paragraph_dedup_keeps_first_occurrences_and_structure(tmp_path):
+    from schooner.data import make_record, write_records
+
+    a = "intro line one\nshared boilerplate paragraph\nunique to a\n"
+    b = "other intro\nshared boilerplate paragraph\nunique to b"
+    write_records(
+        [make_record(a, source="t"), make_record(b, source="t")], str(tmp_path / "src"), num_shards=1
+    )
+    paragraph_dedup_attributes(
+        str(tmp_path / "src"), str(tmp_path / "p"), work=str(tmp_path / "w"), progress=False
+    )
+    spans = [x["paragraph_dups"] for x in iter_attributes(str(tmp_path / "p"))]
+    assert spans[0] == []
+    assert remove_spans(b, [tuple(s) for s in spans[1]]) == "other intro\nunique to b"
+
+
+def test_rules_follow_the_papers_thresholds():
+    prose = (
+        "The quick brown fox jumps over the lazy dog and runs to the forest with a friend. " * 10
+    ).strip()
+    assert GopherQuality().check(prose) == []
+    assert "too_few_words" in GopherQuality().check("the cat and the dog")
+    assert "stop_words" in GopherQuality().check(" ".join(["lorem"] * 80))
+    rep = "\n".join(["the same line repeated here"] * 20)
+    assert {"dup_line_frac", "dup_line_char_frac"} <= set(GopherRepetition().check(rep))
+    failed, spans = C4Rules().check_lines("Some code { x }.\nlorem ipsum dolor sit.\nno punctuation here")
+    assert {"curly_bracket", "lorem_ipsum", "too_few_sentences"} <= set(failed)
+    assert [s[2] for s in spans] == ["no_terminal_punctuation"]
+    assert "list_ratio" in FineWebRules().check("\n".join(f"item {i}." for i in range(50)))
+
+
+def test_decontamination_flags_planted_paragraphs_and_names_the_item(tmp_path):
+    item = "the quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill above"
+    (tmp_path / "task.jsonl").write_text(
+        '{"question": "What does the fox do?", "choices": ["sleeps", "jumps"], "answer": 1}\n'
+        f'{{"id": "story-1", "text": "{item}"}}\n'
+    )
+    items = load_eval_items(str(tmp_path / "task.jsonl"))
+    assert [i["id"] for i in items] == ["task/0", "story-1"]
+    assert items[0]["text"] == "What does the fox do? jumps"
+    built = build_index(items, str(tmp_path / "index"))
+    assert built["indexed"] == 1 and built["too_short"] == 1  # 6 words < min_words=8
+    doc = "An unrelated opening line about gardens and weather today.\n" + item.upper() + "!\nA closing line."
+    spans = contaminated_spans(doc, str(tmp_path / "index"), DecontamConfig())
+    assert (
+        len(spans) == 1
+        and spans[0][2] == "story-1"
+        and doc[spans[0][0] : spans[0][1]].startswith("THE QUICK")
+    )
+    assert (
+        contaminated_spans(
+            "nothing to see here in this line of ordinary words at all", str(tmp_path / "index")
+        )
+        == []
+    )
+
+
+def test_truncated_gzip_member_is_named(tmp_path):
+    from schooner.data.curation import WarcPage, write_warc
+
+    path = tmp_path / "x.warc.gz"
+    write_warc(
+        str(path),
+        [WarcPage("https://a.example/", b"<html><body><p>" + b"word " * 500 + b"</p></body></html>")],
+    )
+    data = path.read_bytes()
+    path.write_bytes(data + gzip.compress(data)[: len(data) // 3])
+    skips = SkipLog()
+    recs = list(iter_pages(str(path), ExtractConfig(), on_error="skip", skips=skips, counters={}))
+    assert len(recs) == 1 and skips.skipped == 1 and str(path) in skips.examples[0]
