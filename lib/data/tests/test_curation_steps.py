@@ -1,0 +1,85 @@
+"""The curation steps end to end on a small offline crawl (real worker processes, the step runner), and
+the browse page of a consolidated folder in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("resiliparse")
+
+from schooner.cluster import StepRunner
+from schooner.data import read_shards
+from schooner.data.curation import lang_is, not_dup, passes
+from schooner.data.curation.crawl import CrawlConfig, read_truth
+from schooner.data.curation.steps import (
+    consolidate,
+    exact_dedup,
+    extract_warc,
+    fuzzy_dedup,
+    language_id,
+    offline_crawl,
+    quality_rules,
+)
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    prefix = tmp_path_factory.mktemp("prefix")
+    crawl = offline_crawl("data/crawl", CrawlConfig(num_pages=20, num_files=2))
+    pages = extract_warc("data/pages", crawl)
+    langs = language_id("attributes/lang", pages)
+    rules = quality_rules("attributes/rules", pages, rules=("gopher_quality", "c4"))
+    exact = exact_dedup("attributes/exact", pages)
+    fuzzy = fuzzy_dedup("attributes/fuzzy", pages)
+    clean = consolidate("data/clean", pages, [langs, rules, exact, fuzzy],
+                        keep=[lang_is("en", 0.3), passes("gopher_quality"), not_dup("exact"), not_dup("fuzzy")])  # fmt: skip
+    result = StepRunner(prefix=str(prefix)).run([clean])
+    assert result.ok
+    return {"result": result, "handles": locals()}
+
+
+def test_consolidate_counts_every_drop_by_reason(run):
+    result, h = run["result"], run["handles"]
+    out = result[h["clean"]].result
+    truth = read_truth(result[h["crawl"]].output_path)
+    foreign = sum(1 for t in truth if t["kind"] == "foreign")
+    assert out["dropped"]["lang_not_en"] >= foreign
+    assert out["input_records"] == out["records"] + sum(out["dropped"].values())
+    kept = list(read_shards(result[h["clean"]].output_path))
+    assert all(r["metadata"]["attributes"]["lang"] == "en" for r in kept)
+    urls = {r["metadata"]["url"] for r in kept}
+    # no planted duplicate survives with its original
+    assert not [t for t in truth if t["dup_of"] and t["url"] in urls and t["dup_of"] in urls]
+    rules = result[h["rules"]].result["failures"]
+    assert rules["gopher_quality.failed"] >= 1 and any(k.startswith("gopher_quality.") for k in rules)
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run does)"
+)
+def test_browse_page_shows_samples_and_dropped_records_in_chromium(run, tmp_path):
+    result, h = run["result"], run["handles"]
+    folder = result[h["clean"]].output_path
+    out = tmp_path / "browse.html"
+    proc = subprocess.run([sys.executable, "-m", "schooner.cluster.cli", "browse", folder, "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0", "--dump-dom", out.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert dom.returncode == 0
+    assert [ln for ln in dom.stderr.splitlines() if ":CONSOLE" in ln] == []
+    assert "Dropped records (samples)" in dom.stdout and "lang_not_en" in dom.stdout
+    kept = next(read_shards(folder))
+    assert json.dumps(kept["id"])[1:-1] in dom.stdout
+    assert os.path.getsize(out) > 1000
