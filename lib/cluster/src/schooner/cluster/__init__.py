@@ -18,6 +18,8 @@ from ._gang import GangInfo as GangInfo
 from ._gang import current_gang as current_gang
 from ._local import LocalClient as LocalClient
 from ._local import LocalJobHandle as LocalJobHandle
+from ._local_ray import LocalNode as LocalNode
+from ._local_ray import LocalRayCluster as LocalRayCluster
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
