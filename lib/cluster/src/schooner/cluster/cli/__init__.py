@@ -6,7 +6,8 @@
     schooner report [--prefix P] [--out FILE]
     schooner cluster up --local-nodes N | status | kill-node NAME | down
     schooner compare A [B ...] [--prefix P] [--plot OUT.png] [--metric RE]
-    schooner browse PATH [--out FILE] [--sample N]     (a record folder's page; needs schooner-data)
+    schooner browse PATH [--out FILE] [--sample N]     (from schooner-data: subcommands of other packages
+                                                      are found through the `schooner.commands` entry points)
 
 Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
 experiment file, bad arguments or a prefix that does not exist, 130 when interrupted (Ctrl-C).
@@ -79,13 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_compare.add_argument("--prefix", default=None)
     p_compare.add_argument("--plot", default=None, metavar="OUT.png", help="also write the metrics overlaid")
     p_compare.add_argument("--metric", default=None, metavar="RE", help="plot only the metrics matching RE")
-    p_browse = sub.add_parser("browse", help="a static HTML page of a record folder (needs schooner-data)")
-    p_browse.add_argument("path")
-    p_browse.add_argument("--out", default=None, metavar="FILE")
-    p_browse.add_argument("--sample", type=int, default=25)
     from ._cluster_cmd import add_cluster_parser
+    from ._plugins import add_plugin_parsers
 
     add_cluster_parser(sub)
+    plugins = add_plugin_parsers(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
     script_args: list[str] = []
     if "--" in argv:
@@ -111,13 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._compare import cmd_compare
 
             return cmd_compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
-        if ns.command == "browse":  # schooner-data renders it; imported only here (no hard dependency)
-            try:
-                from schooner.data.curation.browse import write_browse
-            except ImportError:
-                raise ConfigError("schooner browse needs schooner-data: pip install schooner-data") from None
-            print(f"page written to {write_browse(ns.path, ns.out, sample=ns.sample)}")
-            return 0
+        if ns.command in plugins:
+            return plugins[ns.command].run(ns)
         if ns.command == "cluster":
             from ._cluster_cmd import cmd_cluster
 
