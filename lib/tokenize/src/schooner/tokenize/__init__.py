@@ -5,6 +5,7 @@
 
 from ._build import build_cache as build_cache
 from ._build import write_cache as write_cache
+from ._cache import KINDS as KINDS
 from ._cache import CacheError as CacheError
 from ._cache import TokenCache as TokenCache
 from ._cache import TokenizerMismatchError as TokenizerMismatchError
@@ -15,13 +16,18 @@ from ._chat import ChatTemplate as ChatTemplate
 from ._chat import RenderedChat as RenderedChat
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
+from ._documents import chat_record as chat_record
+from ._documents import preference_record as preference_record
 from ._encode import split_of as split_of
 from ._loader import DataLoader as DataLoader
 from ._mixture import MixtureDataset as MixtureDataset
 from ._mixture import MixtureError as MixtureError
 from ._mixture import largest_remainder as largest_remainder
+from ._packing import AllMaskedError as AllMaskedError
+from ._packing import PackedSequences as PackedSequences
 from ._permute import Permutation as Permutation
 from ._permute import derive_key as derive_key
+from ._preferences import PreferenceDataset as PreferenceDataset
 from ._sequences import TokenSequences as TokenSequences
 from ._sequences import segment_ids_from_eos as segment_ids_from_eos
 from ._tokenizer import Tokenizer as Tokenizer

@@ -17,7 +17,9 @@ reused).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -28,8 +30,10 @@ import numpy as np
 from schooner.data import storage
 
 from . import _arrays
-from ._cache import FORMAT, FORMAT_VERSION, MANIFEST, TokenCache
+from ._cache import FORMAT, FORMAT_VERSION, KINDS, MANIFEST, TokenCache
+from ._chat import resolve_template
 from ._encode import SPLITS, encode_shard
+from ._merge import merge_split
 from ._tokenizer import TOKENIZER_FILE, Tokenizer, load_tokenizer
 
 logger = logging.getLogger("schooner.tokenize")
@@ -67,111 +71,6 @@ def input_identities(inputs: Sequence[str], shards: Sequence[str]) -> list[Any]:
     return [{"sha256": listed[s]} if s in listed else storage.file_identity(s) for s in shards]
 
 
-class _AlignedWriter:
-    """Appends 1-D arrays to a tensorstore array, writing whole stored chunks so none is rewritten."""
-
-    def __init__(self, arr, chunk: int, dtype: str) -> None:
-        self.arr, self.chunk, self.dtype = arr, chunk, dtype
-        self.pos = 0
-        self.buf: list[np.ndarray] = []
-        self.buffered = 0
-
-    def append(self, x: np.ndarray) -> None:
-        self.buf.append(x.astype(self.dtype, copy=False))
-        self.buffered += x.size
-        if self.buffered >= self.chunk:
-            data = np.concatenate(self.buf)
-            n = (data.size // self.chunk) * self.chunk
-            _arrays.write_all(self.arr, data[:n], self.pos)
-            self.pos += n
-            self.buf = [data[n:]]
-            self.buffered = data.size - n
-
-    def close(self) -> None:
-        if self.buffered:
-            _arrays.write_all(self.arr, np.concatenate(self.buf), self.pos)
-            self.pos += self.buffered
-            self.buf, self.buffered = [], 0
-
-
-def _read_part(path: str, dtype: str, chunk: int) -> Iterable[np.ndarray]:
-    """A raw little-endian part file in arrays of at most `chunk` elements."""
-    dt = np.dtype(dtype).newbyteorder("<")
-    with storage.open_file(path, "rb") as f:
-        while data := f.read(chunk * dt.itemsize):
-            yield np.frombuffer(data, dtype=dt)
-
-
-def _merge(output: str, split: str, plan: dict, ledgers: list[dict], tok: Tokenizer) -> dict:
-    """Concatenate the parts of one split into `output/split` and write its manifest last."""
-    dest = storage.join(output, split)
-    n_tok = sum(lg["splits"][split]["tokens"] for lg in ledgers)
-    n_doc = sum(lg["splits"][split]["documents"] for lg in ledgers)
-    chunk = _arrays.WRITE_CHUNK
-    tokens = _AlignedWriter(_arrays.create_array(storage.join(dest, "tokens"), n_tok, plan["dtype"]), chunk,
-                            plan["dtype"])  # fmt: skip
-    offsets = _AlignedWriter(_arrays.create_array(storage.join(dest, "offsets"), n_doc + 1, "int64"), chunk,
-                             "int64")  # fmt: skip
-    offsets.append(np.zeros(1, np.int64))
-    shards, doc_base = [], 0
-    for lg in ledgers:
-        s = lg["splits"][split]
-        part = storage.join(output, "parts", lg["folder"])
-        token_base = tokens.pos + tokens.buffered
-        if s["tokens"]:
-            for piece in _read_part(storage.join(part, f"{split}.tokens"), plan["dtype"], chunk):
-                tokens.append(piece)
-            end = token_base
-            for lengths in _read_part(storage.join(part, f"{split}.offsets"), "int64", chunk):
-                ends = np.cumsum(lengths, dtype=np.int64) + end
-                offsets.append(ends)
-                end = int(ends[-1])
-        shards.append({
-            "path": lg["shard"], "documents": s["documents"], "tokens": s["tokens"], "document_start": doc_base,
-            "token_start": token_base, "sha256": s["sha256"], "skipped_empty": lg["skipped_empty"],
-        })  # fmt: skip
-        doc_base += s["documents"]
-    tokens.close()
-    offsets.close()
-    train = split == "train"
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "split": split,
-        "tokenizer_fingerprint": tok.fingerprint,
-        "tokenizer_source": plan["tokenizer_source"],
-        "vocab_size": tok.vocab_size,
-        "bos_id": tok.bos_id,
-        "eos_id": tok.eos_id,
-        "pad_id": tok.pad_id,
-        "prepend_bos": plan["prepend_bos"],
-        "dtype": plan["dtype"],
-        "num_documents": n_doc,
-        "num_tokens": n_tok,
-        "max_token_id": max((lg["splits"][split]["max_token_id"] for lg in ledgers), default=-1),
-        "skipped_empty": sum(lg["skipped_empty"] for lg in ledgers) if train else 0,
-        "skipped_bad": _merged_skips(ledgers) if train else {"skipped": 0, "examples": []},
-        "long_documents": sum(lg.get("long_documents", 0) for lg in ledgers) if train else 0,
-        "long_documents_uncut": sum(lg.get("long_documents_uncut", 0) for lg in ledgers) if train else 0,
-        "validation_fraction": plan["validation_fraction"],
-        "split_rule": f"blake2b('{{split_seed}}:{{record id}}') < validation_fraction * 2**64, split_seed={plan['split_seed']}",
-        "sources": plan["inputs"],
-        "shards": shards,
-        "content_sha256": hashlib.sha256("".join(s["sha256"] for s in shards).encode()).hexdigest(),
-    }
-    storage.write_json(storage.join(dest, MANIFEST), manifest, pretty=True)
-    return manifest
-
-
-def _merged_skips(ledgers: list[dict]) -> dict:
-    from schooner.data import SkipLog
-
-    log = SkipLog()
-    for lg in ledgers:
-        log.merge(lg["skipped_bad"])
-    return log.to_dict()
-
-
 def _start_fresh(output: str) -> None:
     """Remove a build of another plan (or of changed inputs) before building here."""
     for name in ("parts", *SPLITS):
@@ -191,6 +90,9 @@ def build_cache(
     on_error: str = "raise",
     batch_chars: int = BATCH_CHARS,
     piece_chars: int = PIECE_CHARS,
+    kind: str = "text",
+    chat_template: Any = None,
+    max_length: int | None = None,
     client: Any = None,
     max_workers: int | None = None,
 ) -> dict:
@@ -207,6 +109,12 @@ def build_cache(
     bad records raise a `DataError` naming the file and line, or with `on_error="skip"` are counted with
     examples in the manifest's `skipped_bad`.
 
+    `kind="chat"` reads chat records (`messages`) and `kind="preference"` preference records (`prompt`,
+    `chosen`, `rejected`; two documents per record, chosen then rejected), rendered with `chat_template`
+    (default: the tokenizer's), into caches with a per-token loss mask; `max_length` cuts each document
+    (a record left without a target token is bad input: raised naming file and line, or skipped and
+    counted). See `schooner.tokenize.steps.tokenized_chat`.
+
     Returns:
         A summary: documents/tokens per split, shards total and redone, seconds.
 
@@ -217,6 +125,14 @@ def build_cache(
     t0 = time.perf_counter()
     if not 0.0 <= validation_fraction < 1.0:
         raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction!r}")
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got kind={kind!r}")
+    if max_length is not None and (
+        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2
+    ):
+        raise ValueError(f"max_length must be an int >= 2 or None, got max_length={max_length!r}")
+    if kind == "text" and (chat_template is not None or max_length is not None):
+        raise ValueError("chat_template= and max_length= apply to kind='chat' or 'preference' builds only")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
     for name, v in (("batch_chars", batch_chars), ("piece_chars", piece_chars)):
@@ -247,7 +163,13 @@ def build_cache(
         "text_field": text_field,
         "on_error": on_error,
         "dtype": _arrays.token_dtype(tok.vocab_size),
+        "kind": kind,
     }
+    template = None
+    if kind != "text":
+        template = resolve_template(tok, chat_template)
+        plan |= {"template": dataclasses.asdict(template), "max_length": max_length}
+    plan = json.loads(json.dumps(plan))  # as build.json will hold it (tuples become lists), to compare
     build_path = storage.join(output, BUILD_FILE)
     if storage.exists(build_path):
         prev = storage.read_json(build_path)
@@ -278,6 +200,7 @@ def build_cache(
             "validation_fraction": float(validation_fraction), "split_seed": int(split_seed),
             "prepend_bos": bool(prepend_bos), "text_field": text_field, "on_error": on_error,
             "batch_chars": int(batch_chars), "piece_chars": int(piece_chars), "dtype": plan["dtype"],
+            "kind": kind, "template": template, "max_length": max_length,
         })  # fmt: skip
     logger.info("token cache %s: %d shards, %d already done", output, len(shards), len(ledgers))
     if todo:
@@ -293,7 +216,7 @@ def build_cache(
         ):  # fmt: skip
             ledgers[lg["index"]] = lg
     ordered = [ledgers[i] for i in range(len(shards))]
-    manifests = {split: _merge(output, split, plan, ordered, tok) for split in SPLITS}
+    manifests = {split: merge_split(output, split, plan, ordered, tok) for split in SPLITS}
     train = manifests["train"]
     summary = {
         "shards": len(shards),
@@ -319,10 +242,21 @@ def write_cache(
     *,
     append_eos: bool = True,
     source: str = "<memory>",
+    loss_masks: Iterable[Sequence[int] | np.ndarray] | None = None,
+    infos: Iterable[dict] | None = None,
+    kind: str | None = None,
 ) -> TokenCache:
     """Write in-memory token documents as a cache at `path` (held in memory once: for small caches,
-    tests and derived sets; use `build_cache` for corpora). Returns the opened cache."""
+    tests and derived sets; use `build_cache` for corpora). Returns the opened cache.
+
+    With `loss_masks` (one 0/1 array per document, its length) the cache is a `kind="chat"` cache (or
+    `"preference"`: documents 2i and 2i+1 are pair i's chosen and rejected); the appended EOS is not a
+    target. `infos` gives each document's `{"id", "source", ...}` (default: its index and `source`).
+    """
     _arrays.check_supported(path)
+    kind = kind or ("text" if loss_masks is None else "chat")
+    if kind not in KINDS or (kind == "text") != (loss_masks is None):
+        raise ValueError(f"write_cache: kind={kind!r} needs loss_masks exactly when it is not 'text'")
     dtype = _arrays.token_dtype(tokenizer.vocab_size)
     eos = [tokenizer.eos_id] if append_eos else []
     if append_eos and tokenizer.eos_id is None:
@@ -338,17 +272,40 @@ def write_cache(
             f"write_cache {path!r}: token id {bad} is outside [0, vocab_size={tokenizer.vocab_size})"
         )
     offsets = np.concatenate([[0], np.cumsum([d.size for d in docs], dtype=np.int64)]).astype(np.int64)
-    _arrays.write_all(
-        _arrays.create_array(storage.join(path, "tokens"), tokens.size, dtype), tokens.astype(dtype)
-    )
-    _arrays.write_all(_arrays.create_array(storage.join(path, "offsets"), offsets.size, "int64"), offsets)
+    arrays: dict[str, tuple[np.ndarray, str]] = {"tokens": (tokens, dtype), "offsets": (offsets, "int64")}
+    extra: dict[str, Any] = {}
+    if loss_masks is not None:
+        masks = _document_masks(path, loss_masks, docs, len(eos))
+        info_list = (
+            list(infos) if infos is not None else [{"id": str(i), "source": source} for i in range(len(docs))]
+        )
+        if len(info_list) != len(docs):
+            raise ValueError(f"write_cache {path!r}: {len(info_list)} infos for {len(docs)} documents")
+        lines = [json.dumps(x, ensure_ascii=False, sort_keys=True).encode("utf-8") for x in info_list]
+        mask = np.concatenate(masks) if masks else np.zeros(0, np.uint8)
+        arrays |= {
+            "loss_mask": (mask, "uint8"),
+            "first_target": (np.array([int(np.argmax(m[1:])) + 1 for m in masks], dtype=np.int64), "int64"),
+            "info": (np.frombuffer(b"".join(lines), dtype=np.uint8), "uint8"),
+            "info_offsets": (
+                np.concatenate([[0], np.cumsum([len(x) for x in lines])]).astype(np.int64),
+                "int64",
+            ),
+        }
+        extra = {"chat_template": None, "max_length": None, "target_tokens": int(mask.sum()),
+                 "loss_mask_sha256": hashlib.sha256(mask.tobytes()).hexdigest()}  # fmt: skip
+    for name, (data, dt) in arrays.items():
+        _arrays.write_all(_arrays.create_array(storage.join(path, name), data.size, dt), data.astype(dt))
     sha = hashlib.sha256(tokens.astype("<i4").tobytes()).hexdigest()
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "has_loss_mask": loss_masks is not None,
         "split": "train",
         "tokenizer_fingerprint": tokenizer.fingerprint,
         "tokenizer_source": tokenizer.source,
+        "encoder": None,
         "vocab_size": tokenizer.vocab_size,
         "bos_id": tokenizer.bos_id,
         "eos_id": tokenizer.eos_id,
@@ -375,6 +332,29 @@ def write_cache(
             }
         ],  # fmt: skip
         "content_sha256": hashlib.sha256(sha.encode()).hexdigest(),
+        **extra,
     }
     storage.write_json(storage.join(path, MANIFEST), manifest, pretty=True)
     return TokenCache.open(path)
+
+
+def _document_masks(path: str, loss_masks: Iterable, docs: list[np.ndarray], n_eos: int) -> list[np.ndarray]:
+    """Each document's mask with the EOS (not a target) appended; every document needs a target after
+    its first token (the first token of a segment is predicted by nothing)."""
+    masks = [
+        np.concatenate([np.asarray(m, dtype=np.uint8).reshape(-1), np.zeros(n_eos, np.uint8)])
+        for m in loss_masks
+    ]
+    if len(masks) != len(docs):
+        raise ValueError(f"write_cache {path!r}: {len(masks)} loss masks for {len(docs)} documents")
+    for i, (m, d) in enumerate(zip(masks, docs)):
+        if m.size != d.size or not np.isin(m, (0, 1)).all():
+            raise ValueError(
+                f"write_cache {path!r}: loss mask {i} must be 0/1 of its document's length {d.size - n_eos}"
+            )
+        if not m[1:].any():
+            raise ValueError(
+                f"write_cache {path!r}: document {i} has no target token after its first (loss mask all 0 there); "
+                "a document must have something to train on"
+            )
+    return masks

@@ -7,12 +7,22 @@ A cache folder holds:
 - `tokens/`: every document's token ids (EOS-terminated), concatenated, 1-D.
 - `offsets/`: int64 `[num_documents + 1]`; document `i` is `tokens[offsets[i]:offsets[i+1]]`.
 
+Format 2 adds, for caches whose `kind` is `"chat"` or `"preference"` (`has_loss_mask` in the manifest):
+
+- `loss_mask/`: uint8 `[num_tokens]`, 1 where the token is a training target (the assistant's tokens).
+- `first_target/`: int64 `[num_documents]`, the position of each document's first target inside it.
+- `info/` + `info_offsets/`: uint8 bytes and int64 `[num_documents + 1]` offsets of one JSON object per
+  document (`{"id", "source"}`, and `"role"` in preference caches), so errors can name a document.
+
+Format 1 caches (token ids only) are still read, as caches without masks.
+
 Nothing is read until asked for, so a cache much larger than memory is fine.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +35,11 @@ from . import _arrays
 
 MANIFEST = "manifest.json"
 FORMAT = "schooner-token-cache"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Format versions this package reads: 1 (ids only), 2 (adds `kind`, and loss masks for chat/preference)."""
+KINDS = ("text", "chat", "preference")
+"""What a cache holds: plain documents, rendered conversations (SFT), or chosen/rejected pairs (DPO)."""
 
 
 class CacheError(ValueError):
@@ -65,6 +79,7 @@ class TokenCache:
         """The parsed manifest.json."""
         self._tokens = None
         self._offsets = None
+        self._arrays: dict[str, Any] = {}
 
     # -- opening -------------------------------------------------------------------------------------
     @classmethod
@@ -100,10 +115,11 @@ class TokenCache:
             raise CacheError(
                 f"token cache {path!r}: {MANIFEST} is not valid JSON ({e}); rebuild the cache"
             ) from e
-        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        if manifest.get("format") != FORMAT or manifest.get("format_version") not in READABLE_VERSIONS:
             raise CacheError(
                 f"token cache {path!r}: manifest format {manifest.get('format')!r} v{manifest.get('format_version')!r} "
-                f"is not {FORMAT!r} v{FORMAT_VERSION}; rebuild it with this version of schooner-tokenize"
+                f"is not {FORMAT!r} v{' or v'.join(map(str, READABLE_VERSIONS))}; it was written by another "
+                "version of schooner-tokenize: rebuild it with this one (or read it with the version that wrote it)"
             )
         cache = cls(path, manifest)
         if tokenizer is not None:
@@ -161,6 +177,22 @@ class TokenCache:
     def max_token_id(self) -> int:
         return int(self.manifest["max_token_id"])
 
+    @property
+    def kind(self) -> str:
+        """`"text"`, `"chat"` or `"preference"` (format 1 caches are `"text"`)."""
+        return str(self.manifest.get("kind", "text"))
+
+    @property
+    def has_loss_mask(self) -> bool:
+        """Whether the cache stores a per-token loss mask (chat and preference caches)."""
+        return bool(self.manifest.get("has_loss_mask", False))
+
+    @property
+    def pad_id(self) -> int | None:
+        """The tokenizer's padding id, or None."""
+        pad = self.manifest.get("pad_id")
+        return None if pad is None else int(pad)
+
     def __len__(self) -> int:
         return self.num_documents
 
@@ -182,6 +214,50 @@ class TokenCache:
         if self._offsets is None:
             self._offsets = _arrays.open_array(storage.join(self.path, "offsets"))
         return self._offsets
+
+    def _array(self, name: str) -> Any:
+        if name not in self._arrays:
+            self._arrays[name] = _arrays.open_array(storage.join(self.path, name))
+        return self._arrays[name]
+
+    def _need_masks(self, what: str) -> None:
+        if not self.has_loss_mask:
+            raise CacheError(
+                f"token cache {self.path!r} ({self.kind} cache) has no {what}; only chat and preference caches "
+                "(tokenized_chat / tokenized_preferences) do"
+            )
+
+    def loss_mask(self, start: int, stop: int) -> np.ndarray:
+        """Loss mask of tokens `[start, stop)` as uint8 (1: a training target); all ones without masks."""
+        if not (0 <= start <= stop <= self.num_tokens):
+            raise IndexError(
+                f"token cache {self.path!r}: token range [{start}, {stop}) is outside [0, {self.num_tokens}]"
+            )
+        if not self.has_loss_mask:
+            return np.ones(stop - start, dtype=np.uint8)
+        return self._array("loss_mask")[start:stop].read().result()
+
+    def first_targets(self) -> np.ndarray:
+        """int64 `[num_documents]`: where each document's first target token is, counted from its start."""
+        self._need_masks("first_target array")
+        return self._array("first_target").read().result()
+
+    def document_info(self, index: int) -> dict[str, Any]:
+        """`{"id", "source"}` of document `index` (and `"role"`: chosen/rejected in preference caches)."""
+        self._need_masks("per-document info")
+        n = self.num_documents
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"token cache {self.path!r}: document {index} is outside [0, {n})")
+        lo, hi = self._array("info_offsets")[i : i + 2].read().result().tolist()
+        return json.loads(self._array("info")[lo:hi].read().result().tobytes())
+
+    def describe_document(self, index: int) -> str:
+        """`document 12 (id 'abc', source 'chats') of token cache '...'`, for error messages."""
+        if not self.has_loss_mask:
+            return f"document {index} of token cache {self.path!r}"
+        info = self.document_info(index)
+        return f"document {index} (id {info.get('id')!r}, source {info.get('source')!r}) of token cache {self.path!r}"
 
     def __getstate__(self) -> dict:  # tensorstore handles are reopened lazily after unpickling
         return {"path": self.path, "manifest": self.manifest}
@@ -214,6 +290,19 @@ class TokenCache:
         for i, f in enumerate(futures):
             out[i] = f.result()
         return out
+
+    def ranges(self, starts: np.ndarray, stops: np.ndarray, *, masks: bool = False) -> list[np.ndarray]:
+        """Token ids (int32), or with `masks=True` loss masks (uint8), of every range `[starts[i], stops[i])`,
+        read together (the reads overlap)."""
+        starts, stops = np.asarray(starts, dtype=np.int64), np.asarray(stops, dtype=np.int64)
+        if starts.size and (starts.min() < 0 or stops.max() > self.num_tokens or np.any(stops < starts)):
+            raise IndexError(f"token cache {self.path!r}: ranges reach outside [0, {self.num_tokens}]")
+        if masks and not self.has_loss_mask:
+            return [np.ones(int(b - a), dtype=np.uint8) for a, b in zip(starts, stops)]
+        arr = self._array("loss_mask") if masks else self._tok
+        futures = [arr[int(a) : int(b)].read() for a, b in zip(starts, stops)]
+        out = [f.result() for f in futures]
+        return out if masks else [o.astype(np.int32, copy=False) for o in out]
 
     def document_bounds(self, index: int) -> tuple[int, int]:
         """Token range `[start, stop)` of document `index` (its EOS included)."""
@@ -261,4 +350,24 @@ class TokenCache:
         if ends.size and not np.all(self._tok.oindex[ends].read().result() == self.eos_id):
             raise CacheError(
                 f"token cache {self.path!r}: a document does not end with EOS ({self.eos_id}); rebuild it"
+            )
+        if self.has_loss_mask:
+            self._verify_masks(offsets, chunk_tokens)
+
+    def _verify_masks(self, offsets: np.ndarray, chunk_tokens: int) -> None:
+        h = hashlib.sha256()
+        for lo in range(0, self.num_tokens, chunk_tokens):
+            h.update(self.loss_mask(lo, min(self.num_tokens, lo + chunk_tokens)).tobytes())
+        if h.hexdigest() != self.manifest.get("loss_mask_sha256"):
+            raise CacheError(
+                f"token cache {self.path!r}: the loss mask does not match the sha256 recorded when it was "
+                "written; the cache is corrupt, rebuild it"
+            )
+        first = self.first_targets()
+        lengths = np.diff(offsets)
+        bad = np.flatnonzero((first < 1) | (first >= lengths))
+        if bad.size:
+            raise CacheError(
+                f"token cache {self.path!r}: {self.describe_document(int(bad[0]))} has first target "
+                f"{int(first[bad[0]])}, outside [1, {int(lengths[bad[0]])}); rebuild the cache"
             )

@@ -76,18 +76,41 @@ class RenderedChat:
     loss_mask: np.ndarray
 
 
-def _check_messages(messages: Sequence[Mapping[str, str]]) -> None:
+def check_messages(messages: Sequence[Mapping[str, str]], what: str = "render_chat") -> None:
+    """Raise `ValueError` (prefixed with `what`) unless `messages` is a non-empty list of role/content turns."""
     if not messages:
-        raise ValueError("render_chat: messages is empty; pass at least one {'role': ..., 'content': ...}")
+        raise ValueError(f"{what}: messages is empty; pass at least one {{'role': ..., 'content': ...}}")
     for i, m in enumerate(messages):
         if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
             raise ValueError(
-                f"render_chat: messages[{i}] must be a mapping with 'role' and 'content', got {m!r:.120}"
+                f"{what}: messages[{i}] must be a mapping with 'role' and 'content', got {m!r:.120}"
             )
         if m["role"] not in ROLES:
-            raise ValueError(f"render_chat: messages[{i}] has role {m['role']!r}; use one of {ROLES}")
+            raise ValueError(f"{what}: messages[{i}] has role {m['role']!r}; use one of {ROLES}")
         if not isinstance(m["content"], str):
-            raise ValueError(f"render_chat: messages[{i}] content is {type(m['content']).__name__}, not str")
+            raise ValueError(f"{what}: messages[{i}] content is {type(m['content']).__name__}, not str")
+
+
+def resolve_template(tokenizer: Tokenizer, template: ChatTemplate | str | dict | None) -> ChatTemplate:
+    """The `ChatTemplate` named by `template` (a name, a template, its `asdict`, or None: the tokenizer's own,
+    else "schooner"), checked to have every token it needs in `tokenizer`."""
+    if template is None:
+        template = tokenizer.chat_template or "schooner"
+    if isinstance(template, dict):
+        template = ChatTemplate(**{**template, "required_tokens": tuple(template.get("required_tokens", ()))})
+    if isinstance(template, str):
+        if template not in CHAT_TEMPLATES:
+            raise ValueError(
+                f"unknown chat template {template!r}; use one of {sorted(CHAT_TEMPLATES)} or a ChatTemplate"
+            )
+        template = CHAT_TEMPLATES[template]
+    missing = [t for t in template.required_tokens if tokenizer.token_to_id(t) is None]
+    if missing:
+        raise ValueError(
+            f"chat template {template.name!r} needs tokens {missing} that tokenizer {tokenizer.source} lacks; "
+            "train one with those special tokens or choose another template"
+        )
+    return template
 
 
 def render_chat(
@@ -113,21 +136,8 @@ def render_chat(
         >>> tok.decode(r.ids[r.loss_mask == 1])                                                          # doctest: +SKIP
         'hello<|end_of_turn|>'
     """
-    if template is None:
-        template = tokenizer.chat_template or "schooner"
-    if isinstance(template, str):
-        if template not in CHAT_TEMPLATES:
-            raise ValueError(
-                f"unknown chat template {template!r}; use one of {sorted(CHAT_TEMPLATES)} or a ChatTemplate"
-            )
-        template = CHAT_TEMPLATES[template]
-    missing = [t for t in template.required_tokens if tokenizer.token_to_id(t) is None]
-    if missing:
-        raise ValueError(
-            f"chat template {template.name!r} needs tokens {missing} that tokenizer {tokenizer.source} lacks; "
-            "train one with those special tokens or choose another template"
-        )
-    _check_messages(messages)
+    template = resolve_template(tokenizer, template)
+    check_messages(messages)
     ids: list[int] = []
     mask: list[int] = []
 

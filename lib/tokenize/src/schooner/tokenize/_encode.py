@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterator
@@ -60,21 +61,30 @@ def _tokenizer_for(path: str, fingerprint: str) -> Tokenizer:
 
 
 class _PartWriter:
-    """One split of a part: tokens streamed to a raw file, document lengths, sha256 and largest id."""
+    """One split of a part: tokens streamed to a raw file, document lengths, sha256 and largest id; with
+    `masks`, the loss mask streamed beside them, each document's first target and its info (JSON)."""
 
-    def __init__(self, folder: str, split: str, dtype: str) -> None:
+    def __init__(self, folder: str, split: str, dtype: str, masks: bool = False) -> None:
         self.dtype = np.dtype(dtype).newbyteorder("<")
-        self._cm = storage.atomic_open(storage.join(folder, f"{split}.tokens"))
-        self._f = self._cm.__enter__()
-        self.folder, self.split = folder, split
+        self._cms = {"tokens": storage.atomic_open(storage.join(folder, f"{split}.tokens"))}
+        if masks:
+            self._cms["mask"] = storage.atomic_open(storage.join(folder, f"{split}.mask"))
+            self._cms["info"] = storage.atomic_open(storage.join(folder, f"{split}.info"))
+        self._f = {k: cm.__enter__() for k, cm in self._cms.items()}
+        self.folder, self.split, self.masks = folder, split, masks
         self.lengths: list[int] = []
+        self.first_targets: list[int] = []
+        self.info_lengths: list[int] = []
         self.sha = hashlib.sha256()
+        self.mask_sha = hashlib.sha256()
         self.max_id = -1
         self.tokens = 0
+        self.targets = 0
         self._buf: list[np.ndarray] = []
+        self._mask_buf: list[np.ndarray] = []
         self._buffered = 0
 
-    def add(self, pieces: list[np.ndarray]) -> None:
+    def add(self, pieces: list[np.ndarray], mask: np.ndarray | None = None, info: dict | None = None) -> None:
         n = 0
         for a in pieces:
             if a.size:
@@ -83,27 +93,50 @@ class _PartWriter:
                 n += a.size
                 self.max_id = max(self.max_id, int(a.max()))
         self.lengths.append(n)
+        if self.masks:
+            assert mask is not None and mask.size == n and info is not None
+            self._mask_buf.append(mask.astype(np.uint8, copy=False))
+            self.first_targets.append(int(np.argmax(mask[1:])) + 1)  # position 0 is predicted by nothing
+            self.targets += int(mask.sum())
+            line = json.dumps(info, ensure_ascii=False, sort_keys=True).encode("utf-8")
+            self._f["info"].write(line)
+            self.info_lengths.append(len(line))
         if self._buffered >= _WRITE_BYTES:
             self._flush()
 
     def _flush(self) -> None:
         if self._buf:
             data = np.concatenate(self._buf).astype(self.dtype, copy=False)
-            self._f.write(data.tobytes())
+            self._f["tokens"].write(data.tobytes())
             self.sha.update(data.astype("<i4").tobytes())
             self.tokens += data.size
             self._buf, self._buffered = [], 0
+        if self._mask_buf:
+            m = np.concatenate(self._mask_buf).tobytes()
+            self._f["mask"].write(m)
+            self.mask_sha.update(m)
+            self._mask_buf = []
 
     def close(self) -> dict:
         self._flush()
-        self._cm.__exit__(None, None, None)
-        storage.write_bytes(storage.join(self.folder, f"{self.split}.offsets"),
-                            np.asarray(self.lengths, dtype="<i8").tobytes())  # fmt: skip
-        return {"documents": len(self.lengths), "tokens": self.tokens, "max_token_id": self.max_id,
-                "sha256": self.sha.hexdigest()}  # fmt: skip
+        for cm in self._cms.values():
+            cm.__exit__(None, None, None)
+        arrays = {"offsets": self.lengths}
+        if self.masks:
+            arrays |= {"first_target": self.first_targets, "info_lengths": self.info_lengths}
+        for name, values in arrays.items():
+            storage.write_bytes(storage.join(self.folder, f"{self.split}.{name}"),
+                                np.asarray(values, dtype="<i8").tobytes())  # fmt: skip
+        out = {"documents": len(self.lengths), "tokens": self.tokens, "max_token_id": self.max_id,
+               "sha256": self.sha.hexdigest()}  # fmt: skip
+        if self.masks:
+            out |= {"mask_sha256": self.mask_sha.hexdigest(), "target_tokens": self.targets,
+                    "info_bytes": sum(self.info_lengths)}  # fmt: skip
+        return out
 
     def abort(self, exc: BaseException) -> None:
-        self._cm.__exit__(type(exc), exc, exc.__traceback__)
+        for cm in self._cms.values():
+            cm.__exit__(type(exc), exc, exc.__traceback__)
 
 
 def _records(task: dict, skips: Any) -> Iterator[tuple[str, str]]:
@@ -190,7 +223,67 @@ def _serial_tokenizers() -> Iterator[None]:
 def encode_shard(task: dict) -> dict:
     """Tokenize one input shard into `parts/part-NNNNN-<attempt>/`; return its ledger entry. Idempotent."""
     with _serial_tokenizers():
-        return _encode_shard(task)
+        if task.get("kind", "text") == "text":
+            return _encode_shard(task)
+        return _encode_documents_shard(task)
+
+
+def _where(task: dict, i: int, reader_skips: int) -> dict:
+    """Location of record `i` of a shard for a `DataError`: its line in a JSON-lines file while the reader
+    has skipped no line, else its record index."""
+    jsonl = ".jsonl" in os.path.basename(task["shard"]) or ".ndjson" in os.path.basename(task["shard"])
+    return {"line": i + 1} if jsonl and reader_skips == 0 else {"row": i}
+
+
+def _encode_documents_shard(task: dict) -> dict:
+    """A shard of chat or preference records: each record becomes one document (chat) or two (chosen then
+    rejected), with its loss mask and info; bad records raise naming file and line, or are counted."""
+    from schooner.data import DataError, SkipLog, read_records
+
+    from ._documents import BadDocument, chat_documents, preference_documents
+
+    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"])
+    dtype = np.dtype(task["dtype"])
+    folder_name = f"part-{task['index']:05d}-{storage.unique_tag()}"
+    folder = storage.join(task["output"], "parts", folder_name)
+    writers = {s: _PartWriter(folder, s, task["dtype"], masks=True) for s in SPLITS}
+    skips = SkipLog()
+    name = os.path.basename(task["shard"])
+    own = 0  # records skipped here (not by the reader)
+    try:
+        records = read_records(
+            task["shard"], text_field=task["text_field"], on_error=task["on_error"], skips=skips
+        )
+        for i, rec in enumerate(records):
+            try:
+                if task["kind"] == "chat":
+                    docs = chat_documents(rec, tok, task["template"], task["max_length"])
+                else:
+                    docs = preference_documents(
+                        rec, tok, task["template"], task["max_length"], task["prepend_bos"]
+                    )
+            except BadDocument as e:
+                err = DataError(
+                    task["shard"],
+                    f"record {i} (id={rec.get('id')!r}): {e}",
+                    **_where(task, i, skips.to_dict()["skipped"] - own),
+                )
+                if task["on_error"] != "skip":
+                    raise err from None
+                skips.add(err)
+                own += 1
+                continue
+            split = split_of(
+                str(rec.get("id") or f"{name}:{i}"), task["validation_fraction"], task["split_seed"]
+            )
+            for d in docs:
+                writers[split].add([d.ids.astype(dtype)], d.mask, d.info)
+        ledger_splits = {s: w.close() for s, w in writers.items()}
+    except BaseException as e:
+        for w in writers.values():
+            w.abort(e)
+        raise
+    return _finish_ledger(task, tok, folder_name, ledger_splits, skips, {"skipped_empty": 0})
 
 
 def _encode_shard(task: dict) -> dict:
@@ -228,6 +321,13 @@ def _encode_shard(task: dict) -> dict:
         for w in writers.values():
             w.abort(e)
         raise
+    return _finish_ledger(task, tok, folder_name, ledger_splits, skips, stats)
+
+
+def _finish_ledger(
+    task: dict, tok: Tokenizer, folder_name: str, ledger_splits: dict, skips: Any, stats: dict
+) -> dict:
+    """Check the part's ids, write its ledger entry (last: it marks the part finished) and return it."""
     for entry in ledger_splits.values():
         if entry["max_token_id"] >= tok.vocab_size:  # a tokenizer bug or a corrupt JSON; never write it
             raise ValueError(
@@ -239,8 +339,8 @@ def _encode_shard(task: dict) -> dict:
         "shard": task["shard"],
         "input": task["input"],
         "skipped_empty": stats["skipped_empty"],
-        "long_documents": stats["long_documents"],
-        "long_documents_uncut": stats["long_documents_uncut"],
+        "long_documents": stats.get("long_documents", 0),
+        "long_documents_uncut": stats.get("long_documents_uncut", 0),
         "skipped_bad": skips.to_dict(),
         "splits": ledger_splits,
     }

@@ -82,10 +82,23 @@ class DataLoader:
 
         if jax.process_count() == 1 and not self.host_local:
             return step, {
-                k: jax.device_put(v, self.sharding)
+                k: jax.device_put(v, self._sharding_for(v.ndim))
                 for k, v in self.dataset.batch(step, self.batch_size).items()
             }
         return step, self._host_local(step)
+
+    def _sharding_for(self, ndim: int) -> Any:
+        """`sharding` for `[B, T]` arrays; for `[B]` ones (e.g. `pair_index`), the same split of the batch."""
+        if ndim == 2:
+            return self.sharding
+        import jax
+
+        spec = getattr(self.sharding, "spec", None)
+        if ndim != 1 or spec is None:
+            raise ValueError(f"DataLoader: cannot place a {ndim}-D batch array with {self.sharding}")
+        return jax.sharding.NamedSharding(
+            self.sharding.mesh, jax.sharding.PartitionSpec(spec[0] if spec else None)
+        )
 
     def _host_local(self, step: int) -> dict[str, Any]:
         """Compute only the rows this process's devices hold, and assemble the global arrays from them."""
@@ -101,9 +114,9 @@ class DataLoader:
         def part(array: np.ndarray) -> Any:
             def cb(index: tuple) -> np.ndarray:
                 picked = [position[r] for r in range(size)[index[0]]]
-                return array[picked][:, index[1]]
+                return array[picked][:, index[1]] if array.ndim == 2 else array[picked]
 
-            return jax.make_array_from_callback(shape, self.sharding, cb)
+            return jax.make_array_from_callback(shape[: array.ndim], self._sharding_for(array.ndim), cb)
 
         return {k: part(v) for k, v in local.items()}
 

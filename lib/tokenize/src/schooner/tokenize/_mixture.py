@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from ._cache import CacheError, TokenCache
+from ._packing import AllMaskedError, PackedSequences
 from ._permute import Permutation, derive_key
-from ._sequences import TokenSequences, segment_ids_from_eos
+from ._sequences import TokenSequences
 
 BatchSize = int | Callable[[int], int]
 logger = logging.getLogger("schooner.tokenize")
@@ -128,7 +129,10 @@ class MixtureDataset:
             stages.append(self._schedule_entry(i, entry, stages[-1][0] if i else -1))
         self._schedule = stages
         self._check_caches(tokenizer, vocab_size)
-        self.sequences = [TokenSequences(c, seq_len) for c in self.caches]
+        self.sequences = [
+            PackedSequences(c, seq_len) if c.has_loss_mask else TokenSequences(c, seq_len)
+            for c in self.caches
+        ]
         self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
         self._perms: dict[tuple, Permutation] = {}
 
@@ -186,12 +190,17 @@ class MixtureDataset:
                 )
             if vocab_size is not None:
                 cache.check_vocab(vocab_size)
+            if cache.kind == "preference":
+                raise MixtureError(
+                    f"MixtureDataset: component {name!r} (cache {cache.path!r}) is a preference cache; read it "
+                    "with PreferenceDataset (pairs for DPO), or use a chat cache for SFT"
+                )
             if cache.num_tokens == 0:
                 raise MixtureError(
                     f"MixtureDataset: component {name!r} (cache {cache.path!r}) is empty: "
                     f"{cache.num_documents} documents, 0 tokens; drop it or rebuild it from non-empty records"
                 )
-            if in_use and cache.num_tokens < self.seq_len:
+            if in_use and not cache.has_loss_mask and cache.num_tokens < self.seq_len:
                 raise MixtureError(
                     f"MixtureDataset: seq_len={self.seq_len} is longer than component {name!r} (cache "
                     f"{cache.path!r}), which holds only {cache.num_tokens} tokens; use seq_len <= "
@@ -295,21 +304,40 @@ class MixtureDataset:
     def batch(
         self, step: int, batch_size: BatchSize, rows: np.ndarray | None = None
     ) -> dict[str, np.ndarray]:
-        """Batch `step`: `{"tokens", "segment_ids"}`, int32 `[batch_size, seq_len]`, pure in (seed, step).
+        """Batch `step`: `{"tokens", "loss_mask", "segment_ids"}`, int32 `[batch_size, seq_len]`, pure in
+        (seed, step).
 
-        `batch_size` is an int, or a function step -> int (then batch `step` starts after the sequences
-        of all earlier steps). `rows` (indices into the batch) computes only those rows, in that order:
-        what one host of many needs for its own devices.
+        `loss_mask[b, t] == 1` where token `tokens[b, t]` is a training target: everywhere for plain
+        caches, the assistant tokens of chat caches (whose rows hold whole conversations, one segment
+        each, then padding with mask 0). The model's per-prediction mask is
+        `schooner.model.target_mask_to_loss_mask(loss_mask)` (`loss_mask[:, 1:]`). `batch_size` is an int,
+        or a function step -> int (then batch `step` starts after the sequences of all earlier steps).
+        `rows` (indices into the batch) computes only those rows, in that order: what one host of many
+        needs for its own devices.
+
+        Raises:
+            AllMaskedError: a row holds no target token (naming its documents); never a silent zero loss.
         """
         comp, _, seq = self.sequence_ids(step, batch_size, rows)
-        tokens = np.empty((comp.size, self.seq_len), dtype=np.int32)
-        segs = np.empty_like(tokens)
+        out = {
+            k: np.empty((comp.size, self.seq_len), dtype=np.int32)
+            for k in ("tokens", "loss_mask", "segment_ids")
+        }
         for c in np.unique(comp):
             sel = comp == c
-            tok = self.sequences[c].tokens(seq[sel])
-            tokens[sel] = tok
-            segs[sel] = segment_ids_from_eos(tok, self.caches[c].eos_id)
-        return {"tokens": tokens, "segment_ids": segs}
+            part = self.sequences[c].batch(seq[sel])
+            for k, v in out.items():
+                v[sel] = part[k]
+        trained = (out["loss_mask"][:, 1:] * (out["segment_ids"][:, 1:] == out["segment_ids"][:, :-1])).any(
+            axis=1
+        )
+        if not trained.all():
+            r = int(np.flatnonzero(~trained)[0])
+            raise AllMaskedError(
+                f"MixtureDataset batch {step}, row {r}: no target token ({self.sequences[comp[r]].describe(int(seq[r]))}); "
+                "every row must have something to train on"
+            )
+        return out
 
     def epochs_at(self, step: int, batch_size: BatchSize) -> dict[str, float]:
         """Epochs of each component consumed by the end of batch `step` (e.g. 2.5: half into the third)."""

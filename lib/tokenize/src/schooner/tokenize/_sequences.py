@@ -52,7 +52,16 @@ class TokenSequences:
             )
         return self.cache.token_windows(idx * self.seq_len, self.seq_len)
 
+    def describe(self, index: int) -> str:
+        """Sequence `index`, for error messages."""
+        return f"sequence {index} (tokens {index * self.seq_len}..{(index + 1) * self.seq_len}) of token cache {self.cache.path!r}"
+
     def batch(self, indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
-        """`{"tokens", "segment_ids"}` (int32 `[B, seq_len]`) of the given sequences."""
+        """`{"tokens", "loss_mask", "segment_ids"}` (int32 `[B, seq_len]`) of the given sequences; the loss
+        mask is all ones (every token of a plain cache is a target)."""
         tokens = self.tokens(indices)
-        return {"tokens": tokens, "segment_ids": segment_ids_from_eos(tokens, self.cache.eos_id)}
+        return {
+            "tokens": tokens,
+            "loss_mask": np.ones_like(tokens),
+            "segment_ids": segment_ids_from_eos(tokens, self.cache.eos_id),
+        }

@@ -22,6 +22,7 @@ from schooner.cluster import ResourceConfig, StepHandle, step
 from schooner.data.steps import as_step_inputs, input_locations
 
 from ._build import build_cache, resolve_shards
+from ._chat import CHAT_TEMPLATES, ChatTemplate
 from ._tokenizer import load_tokenizer
 from ._train import DEFAULT_SPECIAL_TOKENS, BPEConfig, train_bpe
 
@@ -175,13 +176,18 @@ class TokenizeConfig:
             )
 
 
-def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
-    tok = load_tokenizer(config.tokenizer)
-    if config.tokenizer_fingerprint is not None and tok.fingerprint != config.tokenizer_fingerprint:
+def _load_checked(tokenizer: Any, fingerprint: str | None) -> Any:
+    tok = load_tokenizer(tokenizer)
+    if fingerprint is not None and tok.fingerprint != fingerprint:
         raise ValueError(
-            f"tokenizer {config.tokenizer!r} changed since the step was defined (fingerprint "
-            f"{tok.fingerprint[:12]}, was {config.tokenizer_fingerprint[:12]}); rebuild the experiment graph"
+            f"tokenizer {tokenizer!r} changed since the step was defined (fingerprint "
+            f"{tok.fingerprint[:12]}, was {fingerprint[:12]}); rebuild the experiment graph"
         )
+    return tok
+
+
+def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
+    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint)
     return build_cache(
         input_locations(config.inputs),
         output_path,
@@ -229,15 +235,7 @@ def tokenized(
         >>> train_lm(..., datasets={docs: 0.7, code: 0.3})                                  # doctest: +SKIP
     """
     inputs = _inputs(source, paths, "tokenized")
-    fingerprint = None
-    if isinstance(tokenizer, str | os.PathLike):
-        tokenizer = os.fspath(tokenizer)
-        fingerprint = load_tokenizer(tokenizer).fingerprint
-    elif not isinstance(tokenizer, StepHandle) and not hasattr(tokenizer, "__schooner_ref__"):
-        raise TypeError(
-            f"tokenized: tokenizer must be a train_tokenizer step handle, a path or a hub id, got "
-            f"{type(tokenizer).__name__}; save a Tokenizer with .save(folder) and pass the folder"
-        )
+    tokenizer, fingerprint = _tokenizer_ref(tokenizer, "tokenized")
     config = TokenizeConfig(
         inputs=inputs,
         tokenizer=tokenizer,
@@ -257,3 +255,169 @@ def tokenized(
         description=f"token cache of {source or paths!r}",
         resumable=True,  # the cache's ledger of finished shards: a rerun builds only the rest
     )
+
+
+# -- tokenized_chat / tokenized_preferences --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatTokenizeConfig:
+    """Config of the `tokenized_chat` and `tokenized_preferences` steps."""
+
+    inputs: list
+    """Step handles (paths when the step runs) and `InputFiles` (user files keyed by content)."""
+    tokenizer: Any
+    """A tokenizer step handle (its folder), a tokenizer file/folder path, or a hub id."""
+    kind: str
+    """`"chat"` (records with `messages`) or `"preference"` (records with prompt/chosen/rejected)."""
+    tokenizer_fingerprint: str | None = None
+    """For a path or hub id: its fingerprint when the step was built, so the identity follows content."""
+    chat_template: ChatTemplate | str | None = None
+    """A `ChatTemplate` or its name; None: the tokenizer's own (else "schooner")."""
+    max_length: int | None = None
+    """Cut every document to this many tokens (one left with no target token is a bad record)."""
+    prepend_bos: bool = True
+    """Preference records of plain strings: start each sequence with BOS (when the tokenizer has one)."""
+    validation_fraction: float = 0.02
+    """Fraction of records (by id hash) in the validation cache; a pair's two sequences stay together."""
+    split_seed: int = 0
+    """Seed of the split hash."""
+    on_error: str = "raise"
+    """Bad records (no target, bad messages): 'raise' naming file and line, or 'skip' (counted)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("chat", "preference"):
+            raise ValueError(f"ChatTokenizeConfig.kind must be 'chat' or 'preference', got {self.kind!r}")
+        if not 0.0 <= self.validation_fraction < 1.0:
+            raise ValueError(
+                f"ChatTokenizeConfig.validation_fraction must be in [0, 1), got {self.validation_fraction!r}"
+            )
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"ChatTokenizeConfig.on_error must be 'raise' or 'skip', got {self.on_error!r}")
+        m = self.max_length
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 2):
+            raise ValueError(f"ChatTokenizeConfig.max_length must be an int >= 2 or None, got {m!r}")
+        if isinstance(self.chat_template, str) and self.chat_template not in CHAT_TEMPLATES:
+            raise ValueError(
+                f"ChatTokenizeConfig.chat_template {self.chat_template!r} is not one of {sorted(CHAT_TEMPLATES)}; "
+                "pass a ChatTemplate for another layout"
+            )
+
+
+def _run_tokenize_chat(config: ChatTokenizeConfig, output_path: str) -> dict:
+    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint)
+    return build_cache(
+        input_locations(config.inputs),
+        output_path,
+        tok,
+        kind=config.kind,
+        chat_template=config.chat_template,
+        max_length=config.max_length,
+        validation_fraction=config.validation_fraction,
+        split_seed=config.split_seed,
+        prepend_bos=config.prepend_bos if config.kind == "preference" else False,
+        on_error=config.on_error,
+    )
+
+
+def _tokenizer_ref(tokenizer: Any, what: str) -> tuple[Any, str | None]:
+    """(the tokenizer as a step input, its fingerprint when it is a path or hub id)."""
+    if isinstance(tokenizer, str | os.PathLike):
+        tokenizer = os.fspath(tokenizer)
+        return tokenizer, load_tokenizer(tokenizer).fingerprint
+    if not isinstance(tokenizer, StepHandle) and not hasattr(tokenizer, "__schooner_ref__"):
+        raise TypeError(
+            f"{what}: tokenizer must be a train_tokenizer step handle, a path or a hub id, got "
+            f"{type(tokenizer).__name__}; save a Tokenizer with .save(folder) and pass the folder"
+        )
+    return tokenizer, None
+
+
+def _documents_step(
+    name: str, kind: str, source: Any, tokenizer: Any, resources: Any, **options: Any
+) -> StepHandle:
+    what = "tokenized_chat" if kind == "chat" else "tokenized_preferences"
+    if source is None:
+        raise ValueError(f"{what}: source= is required (record folders, files, globs or step handles)")
+    tok, fingerprint = _tokenizer_ref(tokenizer, what)
+    config = ChatTokenizeConfig(
+        inputs=as_step_inputs(source, what=f"{what}: source="),
+        tokenizer=tok,
+        kind=kind,
+        tokenizer_fingerprint=fingerprint,
+        **options,
+    )
+    return step(
+        name,
+        _run_tokenize_chat,
+        config,
+        version=f"tokenize-{kind}-v1",
+        resources=resources,
+        description=f"{kind} token cache of {source!r}",
+        resumable=True,  # the cache's ledger of finished shards: a rerun builds only the rest
+    )
+
+
+def tokenized_chat(
+    name: str,
+    *,
+    source: Any,
+    tokenizer: Any,
+    chat_template: ChatTemplate | str | None = None,
+    max_length: int | None = None,
+    validation_fraction: float = 0.02,
+    split_seed: int = 0,
+    on_error: str = "raise",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step rendering chat records into `train/` and `validation/` caches with assistant-only loss masks.
+
+    Records hold `messages` (`[{"role": "system"|"user"|"assistant"|"tool", "content": str}, ...]`, top
+    level or in `metadata`; `schooner.tokenize.chat_record` builds them). Each conversation is one
+    document, rendered with `chat_template` and ended with EOS (not a target). Resumable like `tokenized`.
+    Read it for SFT with `MixtureDataset({out: w, ...}, seq_len)`, which packs whole conversations per row.
+
+    Args:
+        name: step name (and output folder name).
+        source: record folders / files / globs / step handles holding chat records.
+        tokenizer: a `train_tokenizer` step handle, a tokenizer file or folder, or a hub id.
+        chat_template: a `ChatTemplate` or name ("schooner", "chatml"); default: the tokenizer's.
+        max_length: cut each conversation to this many tokens (None: keep whole).
+        validation_fraction, split_seed: the validation split, by a hash of the record id.
+        on_error: a conversation with no assistant token (within `max_length`) or bad messages raises
+            naming file and line ("raise"), or is skipped and counted in the manifest ("skip").
+        resources: where the driver runs (the shard tasks go to the current client).
+    """
+    return _documents_step(
+        name, "chat", source, tokenizer, resources, chat_template=chat_template, max_length=max_length,
+        validation_fraction=validation_fraction, split_seed=split_seed, on_error=on_error,
+    )  # fmt: skip
+
+
+def tokenized_preferences(
+    name: str,
+    *,
+    source: Any,
+    tokenizer: Any,
+    chat_template: ChatTemplate | str | None = None,
+    max_length: int | None = None,
+    prepend_bos: bool = True,
+    validation_fraction: float = 0.02,
+    split_seed: int = 0,
+    on_error: str = "raise",
+    resources: ResourceConfig | None = None,
+) -> StepHandle:
+    """A step tokenizing preference records into `train/` and `validation/` preference caches for DPO.
+
+    Records hold `prompt`, `chosen`, `rejected` (strings; or message lists, `prompt` optional when
+    `chosen` and `rejected` share their first messages; `schooner.tokenize.preference_record` builds
+    them). Each becomes two documents, chosen then rejected, with the loss mask on the answer only; prompt
+    and answer are encoded apart, so no token spans the boundary and both sequences share the prompt's
+    tokens. Read it with `PreferenceDataset(out, seq_len)`. Arguments as for `tokenized_chat`;
+    `prepend_bos` starts plain-string pairs with BOS.
+    """
+    return _documents_step(
+        name, "preference", source, tokenizer, resources, chat_template=chat_template, max_length=max_length,
+        prepend_bos=prepend_bos, validation_fraction=validation_fraction, split_seed=split_seed,
+        on_error=on_error,
+    )  # fmt: skip
