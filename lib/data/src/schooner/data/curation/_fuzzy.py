@@ -1,122 +1,136 @@
-"""Fuzzy deduplication on the disk shuffle: MinHash + LSH candidates, connected components, verification.
+"""Fuzzy deduplication: MinHash + LSH candidates, connected components, verification against the text.
 
-1. Map: every document's 26 band buckets (`_minhash`), as small items `{"k": band:bucket, "l": place}`.
-2. Shuffle by bucket (`Dataset.group_by`): a bucket holding several documents gives candidate edges.
-3. Connected components of the candidate graph (union-find; the graph holds only candidate documents).
-4. Verification (second shuffle, by component): in input order, each member is compared with the
-   component's representatives so far by the exact Jaccard of its 5-gram set; at `threshold` or above it
-   is a duplicate of the most similar one, else it becomes a representative itself. LSH false positives
-   are never removed.
-5. Attributes, co-partitioned with the source: `fuzzy_dup` (drop me), `fuzzy_cluster` (the id of the
-   kept representative), `fuzzy_cluster_size` (documents in that cluster), `fuzzy_jaccard` (with it).
+Four passes, none of them a shuffle of per-band items:
+
+1. Signatures (one task per source shard): the kernels (`_minhash`) normalise each text and compute its
+   band keys in batches; the task writes two files to `work`: the shard's band keys (`uint64 [bands, n]`,
+   one contiguous row per band) and an Arrow file of ids and normalised texts.
+2. Candidates (here, vectorised, `_lsh`): per band, documents sharing a key are linked (a stable sort,
+   equal neighbours); the unique pairs become connected components. Only the band keys are in memory
+   (8 bytes per band and document, a group of bands at a time when they do not fit `memory_budget`).
+3. Verification (tasks over groups of components): in input order, each member is compared with the
+   component's representatives so far by the exact Jaccard of its character n-gram set (from the
+   normalised texts of pass 1); at `threshold` or above it is a duplicate of the most similar one, else it
+   becomes a representative itself. LSH false positives are never removed.
+4. Attributes (one task per shard, from the ids of pass 1: the source is not read again), co-partitioned
+   with the source: `fuzzy_dup` (drop me), `fuzzy_cluster` (the id of the kept representative),
+   `fuzzy_cluster_size` (documents in that cluster), `fuzzy_jaccard` (with it).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+import numpy as np
 
 from schooner.data import storage
 from schooner.data._dataset import Dataset
+from schooner.data._errors import SkipLog
+from schooner.data._execute import Execution, Sink, Stats, Task, execute
+from schooner.data._splits import Split
 
-from ._marks import UnionFind, loc_key, write_marks_as_attributes
-from ._minhash import MinHashConfig, jaccard, normalize_texts, shingles, signatures_and_buckets
+from ._lsh import candidate_pairs, component_groups, connected_components
+from ._marks import CollectSink, MarkedIdsSplit, read_arrow
+from ._minhash import MinHashConfig, jaccard, kernel_batch, ngram_codes, shingles
 
 FUZZY_DEFAULTS = {"fuzzy_dup": False, "fuzzy_cluster": None, "fuzzy_cluster_size": 1, "fuzzy_jaccard": None}
 
 
 @dataclass(frozen=True)
-class BandItems:
-    """Map side: `{"k": "band:bucket", "l": [file, record]}` for every band of every document."""
+class SignatureSink(Sink):
+    """Pass 1: the band keys (`.npy`) and ids + normalised texts (`.arrow`) of one source shard."""
 
+    work: str
     config: MinHashConfig
 
-    @property
-    def __name__(self) -> str:
-        return "minhash_bands"
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        import pyarrow as pa
 
-    def __call__(self, records: Iterator[dict], counters: dict[str, int]) -> Iterator[dict]:
-        batch: list[dict] = []
-        for rec in records:
-            batch.append(rec)
-            if len(batch) >= self.config.batch_size:
-                yield from self._flush(batch, counters)
-                batch = []
-        if batch:
-            yield from self._flush(batch, counters)
+        tag = storage.unique_tag()
+        text_path = storage.join(self.work, f"norm-{index:05d}-{tag}.arrow")
+        bands: list[np.ndarray] = []
+        schema = pa.schema([("id", pa.string()), ("norm", pa.string())])
+        n = nbytes = 0
+        with storage.open_file(text_path, "wb") as f, pa.ipc.new_file(f, schema) as w:
+            ids: list[str] = []
+            texts: list[str] = []
+            for rec in records:
+                ids.append(rec["id"])
+                texts.append(rec["text"])
+                nbytes += len(rec["text"])
+                if len(ids) >= self.config.batch_size:
+                    bands.append(self._flush(ids, texts, w))
+                    n += len(ids)
+                    ids, texts = [], []
+            if ids or not bands:
+                bands.append(self._flush(ids, texts, w))
+                n += len(ids)
+        band_path = storage.join(self.work, f"bands-{index:05d}-{tag}.npy")
+        with storage.open_file(band_path, "wb") as f:
+            np.save(f, np.ascontiguousarray(np.concatenate(bands, axis=0).T))
+        return {"records": n, "bytes": nbytes, "texts": text_path, "bands": band_path}
 
-    def _flush(self, batch: list[dict], counters: dict[str, int]) -> Iterator[dict]:
-        _, buckets = signatures_and_buckets([r["text"] for r in batch], self.config)
-        counters["fuzzy.documents"] = counters.get("fuzzy.documents", 0) + len(batch)
-        for rec, row in zip(batch, buckets.tolist()):
-            loc = rec["_loc"]
-            for band, b in enumerate(row):
-                yield {"k": f"{band}:{b}", "l": loc}
+    def _flush(self, ids: list[str], texts: list[str], writer: Any) -> np.ndarray:
+        norm, bands = kernel_batch(texts, self.config)
+        import pyarrow as pa
 
-
-def bucket_edges(key: Any, items: list[dict]) -> list[dict]:
-    """Reduce side: a bucket of several documents links each to the first (a star: same components)."""
-    if len(items) < 2:
-        return []
-    first = items[0]["l"]
-    return [{"a": first, "b": it["l"]} for it in items[1:] if it["l"] != first]
-
-
-@functools.lru_cache(maxsize=4)
-def _candidates(path: str) -> dict[str, str]:
-    with storage.open_file(path, "rb") as f:
-        return orjson.loads(f.read())
-
-
-@dataclass(frozen=True)
-class InCandidates:
-    path: str
-
-    @property
-    def __name__(self) -> str:
-        return "in_candidates"
-
-    def __call__(self, rec: dict) -> bool:
-        return loc_key(rec["_loc"]) in _candidates(self.path)
+        writer.write_batch(pa.RecordBatch.from_arrays([pa.array(ids, pa.string()), norm],
+                                                      names=["id", "norm"]))  # fmt: skip
+        return bands
 
 
 @dataclass(frozen=True)
-class ToMember:
-    path: str
-    max_chars: int
+class VerifySplit(Split):
+    """Pass 3: verify some candidate components (each a tuple of global document indices, ascending)."""
 
-    @property
-    def __name__(self) -> str:
-        return "to_member"
-
-    def __call__(self, rec: dict) -> dict:
-        return {"c": _candidates(self.path)[loc_key(rec["_loc"])], "l": rec["_loc"], "id": rec["id"],
-                "t": rec["text"][: self.max_chars]}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Verify:
-    """Reduce side of the verification: one candidate component, members in input order."""
-
+    components: tuple[tuple[int, ...], ...]
+    text_files: tuple[str, ...]
+    offsets: tuple[int, ...]
     config: MinHashConfig
+    index: int = 0
+    reads_input = False
 
     @property
-    def __name__(self) -> str:
-        return "verify"
+    def label(self) -> str:
+        return f"verify[{self.index}]: {len(self.components)} components"
 
-    def __call__(self, key: Any, members: list[dict]) -> list[dict]:
-        members = sorted(members, key=lambda m: m["l"])
+    def token(self) -> Any:
+        return None
+
+    def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
+        ids, texts = self._read_members()
+        for members in self.components:
+            yield from self._verify(members, ids, texts)
+
+    def _read_members(self) -> tuple[dict[int, str], dict[int, str]]:
+        import pyarrow as pa
+
+        wanted = np.sort(np.fromiter((g for c in self.components for g in c), dtype=np.int64))
+        files = np.searchsorted(np.asarray(self.offsets), wanted, side="right") - 1
+        ids: dict[int, str] = {}
+        texts: dict[int, str] = {}
+        for f in np.unique(files):
+            g = wanted[files == f]
+            table = read_arrow(self.text_files[f])
+            rows = pa.array(g - self.offsets[f])
+            for k, i, t in zip(
+                g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist()
+            ):
+                ids[k] = i
+                texts[k] = t
+        return ids, texts
+
+    def _verify(self, members: Sequence[int], ids: dict[int, str], texts: dict[int, str]) -> Iterator[dict]:
         if not self.config.verify:
-            rep = members[0]
-            return [_mark(m, rep, len(members), None, m is not rep) for m in members]
-        sets = [
-            shingles(t, self.config.ngram)
-            for t in normalize_texts([m["t"] for m in members], self.config.max_chars)
-        ]
+            for k, g in enumerate(members):
+                yield _mark(g, ids[members[0]], len(members), None, k > 0)
+            return
+        n = self.config.ngram
+        codes = [ngram_codes(texts[g], n) for g in members]
+        sets = codes if all(c is not None for c in codes) else [shingles(texts[g], n) for g in members]
         reps: list[int] = []
         owner: list[tuple[int, float | None]] = []
         for i in range(len(members)):
@@ -133,64 +147,88 @@ class Verify:
         sizes: dict[int, int] = {}
         for r, _ in owner:
             sizes[r] = sizes.get(r, 0) + 1
-        return [
-            _mark(m, members[r], sizes[r], j, r != i) for i, (m, (r, j)) in enumerate(zip(members, owner))
-        ]
+        for i, (r, j) in enumerate(owner):
+            yield _mark(members[i], ids[members[r]], sizes[r], j, r != i)
 
 
-def _mark(m: dict, rep: dict, size: int, j: float | None, dup: bool) -> dict:
-    return {"l": m["l"], "fuzzy_dup": dup, "fuzzy_cluster": rep["id"], "fuzzy_cluster_size": size,
+def _mark(g: int, rep_id: str, size: int, j: float | None, dup: bool) -> dict:
+    return {"g": g, "fuzzy_dup": dup, "fuzzy_cluster": rep_id, "fuzzy_cluster_size": size,
             "fuzzy_jaccard": None if j is None else round(j, 4)}  # fmt: skip
 
 
 def fuzzy_dedup_attributes(
-    source: str, output: str, config: MinHashConfig | None = None, *, work: str, **execution: Any
-) -> dict[str, Any]:
+    source: str, output: str, config: MinHashConfig | None = None, *, work: str, memory_budget: int = 1 << 30,
+    **execution: Any,
+) -> dict[str, Any]:  # fmt: skip
     """Compute the fuzzy-duplicate attributes of `source` into attribute folder `output` (`work`: a folder
-    for the intermediate files). Returns counters: documents, candidate pairs and components, verified
-    duplicates, LSH false positives, clusters and their sizes."""
+    for the intermediate files; `memory_budget`: bytes of band keys held at once here). Returns counters:
+    documents, candidate pairs and components, verified duplicates, LSH false positives, clusters and
+    their sizes, seconds per pass."""
     config = config or MinHashConfig()
+    exe = Execution(**execution)
     storage.makedirs(work)
-    base = Dataset.from_files(source, split_row_groups=False, locate=True)
-    bands = base.map_shard(BandItems(config), with_counters=True, name="minhash").group_by(
-        "k", bucket_edges, name="lsh_buckets"
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    splits = Dataset.from_files(source, split_row_groups=False)._splits()
+    sink = SignatureSink(work, config)
+    sig = execute([Task(i, s, (), sink) for i, s in enumerate(splits)], exe, "minhash")
+    offsets = np.cumsum([0] + [r["records"] for r in sig]).tolist()
+    t1 = time.perf_counter()
+    seconds["signatures"] = t1 - t0
+
+    pairs = candidate_pairs([r["bands"] for r in sig], config.num_bands, offsets[-1], memory_budget)
+    labels = connected_components(offsets[-1], pairs)
+    comps = component_groups(labels, pairs)
+    t2 = time.perf_counter()
+    seconds["candidates"] = t2 - t1
+
+    marks: dict[int, dict] = {}
+    if comps:
+        groups = _balance(comps, max(1, len(splits)))
+        texts = tuple(r["texts"] for r in sig)
+        tasks = [Task(i, VerifySplit(g, texts, tuple(offsets), config, i), (), CollectSink())
+                 for i, g in enumerate(groups)]  # fmt: skip
+        for r in execute(tasks, exe, "verify"):
+            for m in r["items"]:
+                marks[m.pop("g")] = m
+    t3 = time.perf_counter()
+    seconds["verify"] = t3 - t2
+
+    by_shard: list[dict[int, dict]] = [{} for _ in sig]
+    for g, m in marks.items():
+        f = int(np.searchsorted(offsets, g, side="right")) - 1
+        by_shard[f][g - offsets[f]] = m
+    attr_splits = [MarkedIdsSplit(r["texts"], tuple(sorted(by_shard[i].items())), tuple(FUZZY_DEFAULTS.items()), i)
+                   for i, r in enumerate(sig)]  # fmt: skip
+    manifest = Dataset(lambda: list(attr_splits), describe="fuzzy attributes").write_jsonl(
+        output, **execution
     )
-    uf = UnionFind()
-    n_edges = 0
-    for e in bands.iter_records(**execution):
-        uf.union(tuple(e["a"]), tuple(e["b"]))
-        n_edges += 1
-    comps = {r: m for r, m in uf.components().items() if len(m) > 1}
-    cand = {loc_key(list(x)): loc_key(list(min(m))) for m in comps.values() for x in m}
-    path = storage.join(work, "candidates.json")
-    storage.write_bytes(path, orjson.dumps(cand, option=orjson.OPT_SORT_KEYS))
-    marks: dict[str, dict] = {}
-    if cand:
-        verified = (
-            base.filter(InCandidates(path), reason="not_candidate")
-            .map(ToMember(path, config.max_chars))
-            .group_by("c", Verify(config), name="verify")
-        )
-        for m in verified.iter_records(**execution):
-            marks[loc_key(m.pop("l"))] = m
-    manifest = write_marks_as_attributes(
-        source, output, marks, FUZZY_DEFAULTS, name="fuzzy", work=work, **execution
-    )
-    dups = sum(1 for m in marks.values() if m["fuzzy_dup"])
-    clusters = {m["fuzzy_cluster"] for m in marks.values() if m["fuzzy_dup"]}
+    seconds["attributes"] = time.perf_counter() - t3
+    storage.remove_tree(work)
+
+    dups = [m for m in marks.values() if m["fuzzy_dup"]]
     sizes = sorted((m["fuzzy_cluster_size"] for m in marks.values() if not m["fuzzy_dup"] and m["fuzzy_cluster_size"] > 1), reverse=True)  # fmt: skip
-    candidates_dropped_by_verification = sum(
-        1 for m in marks.values() if not m["fuzzy_dup"] and m["fuzzy_cluster_size"] == 1
-    )
     return {
         "documents": manifest["records"],
-        "candidate_pairs": n_edges,
+        "candidate_pairs": len(pairs),
         "candidate_components": len(comps),
-        "candidate_documents": len(cand),
-        "duplicates": dups,
-        "clusters": len(clusters),
+        "candidate_documents": len(marks),
+        "duplicates": len(dups),
+        "clusters": len({m["fuzzy_cluster"] for m in dups}),
         "largest_clusters": sizes[:10],
-        "unverified_candidates": candidates_dropped_by_verification,
+        "unverified_candidates": sum(1 for m in marks.values() if not m["fuzzy_dup"] and m["fuzzy_cluster_size"] == 1),
         "lsh_threshold": round(config.lsh_threshold, 4),
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "counters": manifest["counters"],
-    }
+    }  # fmt: skip
+
+
+def _balance(comps: list[tuple[int, ...]], k: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Components in `k` groups of about equal member counts (largest first, each to the lightest group)."""
+    groups: list[list[tuple[int, ...]]] = [[] for _ in range(min(k, len(comps)))]
+    load = [0] * len(groups)
+    for c in sorted(comps, key=len, reverse=True):
+        i = load.index(min(load))
+        groups[i].append(c)
+        load[i] += len(c)
+    return [tuple(sorted(g)) for g in groups]

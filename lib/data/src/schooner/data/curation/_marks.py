@@ -5,6 +5,8 @@ attribute folder where every other record gets the default attributes."""
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +14,11 @@ import orjson
 import zstandard
 
 from schooner.data import storage
+from schooner.data._errors import SkipLog
+from schooner.data._execute import Sink, Stats
+from schooner.data._splits import Split
 
-from ._attributes import attribute_dataset
+from ._attributes import attribute_dataset, attribute_record
 
 
 def loc_key(loc: list[int]) -> str:
@@ -62,36 +67,46 @@ def write_marks_as_attributes(
     return attribute_dataset(source, per_record=lookup, locate=True).write_jsonl(output, **execution)
 
 
-class UnionFind:
-    """Connected components over hashable nodes (path halving, union by size)."""
+def read_arrow(path: str) -> Any:
+    """The table of an Arrow IPC file (memory-mapped when local)."""
+    import pyarrow as pa
 
-    def __init__(self) -> None:
-        self.parent: dict[Any, Any] = {}
-        self.size: dict[Any, int] = {}
+    if storage.is_local(path):
+        return pa.ipc.open_file(pa.memory_map(storage.local_path(path))).read_all()
+    return pa.ipc.open_file(pa.BufferReader(storage.read_bytes(path))).read_all()
 
-    def find(self, x: Any) -> Any:
-        p = self.parent
-        if x not in p:
-            p[x] = x
-            self.size[x] = 1
-            return x
-        while p[x] != x:
-            p[x] = p[p[x]]
-            x = p[x]
-        return x
 
-    def union(self, a: Any, b: Any) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return
-        if self.size[ra] < self.size[rb]:
-            ra, rb = rb, ra
-        self.parent[rb] = ra
-        self.size[ra] += self.size[rb]
+@dataclass(frozen=True)
+class MarkedIdsSplit(Split):
+    """The attribute records of one source shard from the `id` column of an Arrow file written from it (the
+    source is not read again): `default` attributes, updated by `marks` (`(row, attributes)`, by row)."""
 
-    def components(self) -> dict[Any, list[Any]]:
-        """root -> members (sorted), for every node seen."""
-        out: dict[Any, list[Any]] = {}
-        for x in self.parent:
-            out.setdefault(self.find(x), []).append(x)
-        return {r: sorted(m) for r, m in out.items()}
+    path: str
+    marks: tuple[tuple[int, dict], ...]
+    default: tuple[tuple[str, Any], ...]
+    index: int = 0
+    reads_input = False
+
+    @property
+    def label(self) -> str:
+        return self.path
+
+    def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
+        marks = dict(self.marks)
+        default = dict(self.default)
+        for row, rid in enumerate(read_arrow(self.path)["id"].to_pylist()):
+            m = marks.get(row)
+            yield attribute_record({"id": rid}, dict(default) if m is None else {**default, **m})
+
+    def token(self) -> Any:
+        digest = hashlib.sha256(orjson.dumps([list(self.marks), list(self.default)])).hexdigest()
+        return ["marked_ids", self.path, self.index, digest]
+
+
+@dataclass(frozen=True)
+class CollectSink(Sink):
+    """Hand a task's records back in its result (`items`): for the few records of a verification."""
+
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        items = list(records)
+        return {"records": len(items), "bytes": 0, "items": items}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -92,6 +93,28 @@ def signatures_and_buckets(texts: Sequence[str], config: MinHashConfig) -> tuple
     return sig, buckets
 
 
+def kernel_batch(texts: Sequence[str], config: MinHashConfig) -> tuple[Any, np.ndarray]:
+    """`(normalised texts as an Arrow string array, band keys uint64 [n, num_bands])` of texts (capped at
+    `max_chars`), in one kernel call; the signatures never leave the kernels."""
+    import pyarrow as pa
+
+    if not texts:
+        return pa.array([], pa.string()), np.empty((0, config.num_bands), dtype=np.uint64)
+    dk = _kernels()
+    T = dk.Transformation
+    cap = config.max_chars
+    batch = pa.RecordBatch.from_pydict({"t": [t if len(t) <= cap else t[:cap] for t in texts]})
+    out = dk.transform(batch, [
+        T.CleanText(input_col="t", output_col="c"),
+        T.MinHash(input_col="c", output_col="sig", num_perms=config.num_perms, ngram_size=config.ngram,
+                  seed=config.seed),
+        T.MinHashLSH(input_col="sig", output_col="b", num_bands=config.num_bands),
+        T.SelectColumns(columns=["c", "b"]),
+    ])  # fmt: skip
+    bands = out["b"].values.to_numpy(zero_copy_only=False).reshape(len(texts), config.num_bands)
+    return out["c"], bands
+
+
 def shingles(normalized: str, n: int = 5) -> set[str]:
     """Character n-grams of a normalised text (the whole text when it is shorter than n)."""
     if len(normalized) <= n:
@@ -99,9 +122,36 @@ def shingles(normalized: str, n: int = 5) -> set[str]:
     return {normalized[i : i + n] for i in range(len(normalized) - n + 1)}
 
 
-def jaccard(a: set[str], b: set[str]) -> float:
-    """Exact Jaccard similarity of two sets (1.0 for two empty sets)."""
-    if not a and not b:
+def ngram_codes(normalized: str, n: int = 5) -> np.ndarray | None:
+    """The distinct character n-grams of a normalised text, each packed exactly (injectively) into a
+    uint64, sorted: `64 // n` bits per character (12 for 5-grams), so None when a character's code point
+    does not fit (then use `shingles`). A text shorter than n is one n-gram, as in `shingles`."""
+    bits = 64 // n
+    cp = np.frombuffer(normalized.encode("utf-32-le"), dtype=np.uint32).astype(np.uint64) + 1
+    if not len(cp):
+        return np.empty(0, dtype=np.uint64)
+    if int(cp.max()) >= 1 << bits:
+        return None
+    m = max(1, len(cp) - n + 1)
+    code = cp[:m].copy()
+    for k in range(1, min(n, len(cp))):
+        code |= cp[k : k + m] << np.uint64(bits * k)
+    code.sort()  # sort + neighbours: np.unique costs several times more on arrays this small
+    keep = np.empty(m, dtype=bool)
+    keep[0] = True
+    np.not_equal(code[1:], code[:-1], out=keep[1:])
+    return code[keep]
+
+
+def jaccard(a: set[str] | np.ndarray, b: set[str] | np.ndarray) -> float:
+    """Exact Jaccard similarity of two sets, or of two sorted arrays of distinct codes (1.0 for two empty)."""
+    if not len(a) and not len(b):
         return 1.0
-    inter = len(a & b)
+    if isinstance(a, np.ndarray):
+        if not len(a) or not len(b):
+            return 0.0
+        at = np.searchsorted(b, a)  # both sorted and distinct
+        inter = int(np.count_nonzero(b[np.minimum(at, len(b) - 1)] == a))
+    else:
+        inter = len(a & b)  # type: ignore[operator]
     return inter / (len(a) + len(b) - inter)
