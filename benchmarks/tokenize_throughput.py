@@ -1,14 +1,15 @@
 """Token cache and loader throughput, each next to its peer measured in the same run.
 
 1. Cache build (records -> `train/`+`validation/` tensorstore caches, end to end on a 2-worker
-   LocalClient: read .jsonl.zst shards, encode, split, write parts, merge) in tokens/s, next to bare
-   `tokenizers` `encode_batch` on the same texts in this process (Rayon, all cores). Wall-clock ratios
-   depend on how busy the machine is; tokens per CPU-second do not. Target: >= 0.9x per CPU-second.
+   LocalClient: read .jsonl.zst shards, encode, split, write parts, merge) with each encoder (HF
+   `tokenizers` and the tiktoken fast path), next to bare HF `encode_batch` and bare tiktoken on the same
+   texts, one thread each, in MB of text per CPU-second (per core; independent of how busy the machine
+   is). Goals: build with tiktoken >= 3x bare HF and >= 0.9x bare tiktoken; both caches byte-identical.
 2. `DataLoader` batches/s (MixtureDataset over two caches, prefetch threads, device placement) for the
    tutorial's training shape, next to the training steps/s that shape allows (a jitted fwd+bwd+Adam step
    of `llama_nano`). Target: >= 20x.
 
-Usage: uv run python benchmarks/tokenize_throughput.py [--mb 100] [--workers 2] [--out /tmp/bench]
+Usage: uv run python benchmarks/tokenize_throughput.py [--mb 100] [--workers 2] [--out /tmp/bench] [--no-loader]
 """
 
 from __future__ import annotations
@@ -49,10 +50,44 @@ def corpus(target_bytes: int) -> list[dict]:
     return out
 
 
-def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
+def _build(src: str, out: str, tok, encoder: str, workers: int) -> tuple[dict, float, float]:
     from schooner.cluster import LocalClient
+    from schooner.tokenize import build_cache
+
+    client = LocalClient(max_workers=workers)
+    t, c = time.perf_counter(), _cpu(children=True)
+    try:
+        summary = build_cache(src, out, tok, validation_fraction=0.01, client=client, encoder=encoder)
+        wall = time.perf_counter() - t
+    finally:
+        client.shutdown()  # waits for the workers, so their CPU time lands in RUSAGE_CHILDREN
+    return summary, wall, _cpu(children=True) - c
+
+
+def _arrays_equal(a: str, b: str) -> bool:
+    """Whether two builds hold byte-identical caches (every array file and every manifest field but the
+    encoder choice)."""
+    import json
+
+    for split in ("train", "validation"):
+        for root, _, names in os.walk(os.path.join(a, split)):
+            for n in names:
+                pa = os.path.join(root, n)
+                pb = os.path.join(b, os.path.relpath(pa, a))
+                with open(pa, "rb") as fa, open(pb, "rb") as fb:
+                    da, db = fa.read(), fb.read()
+                if n == "manifest.json":
+                    ma, mb = json.loads(da), json.loads(db)
+                    ma.pop("encoder"), mb.pop("encoder")
+                    da, db = json.dumps(ma).encode(), json.dumps(mb).encode()
+                if da != db:
+                    return False
+    return True
+
+
+def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
     from schooner.data import write_records
-    from schooner.tokenize import TokenCache, build_cache, train_bpe
+    from schooner.tokenize import TokenCache, train_bpe
 
     records = corpus(int(args.mb * 1e6))
     n_bytes = sum(len(r["text"].encode("utf-8")) for r in records)
@@ -61,46 +96,47 @@ def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
     texts = [r["text"] for r in records]
     tok = train_bpe(texts[:1200], vocab_size=4096)
     print(
-        f"corpus: {len(records)} documents, {n_bytes / 1e6:.1f} MB of text, {args.shards} shards; vocab 4096"
+        f"corpus: {len(records)} documents, {n_bytes / 1e6:.1f} MB of text, {args.shards} shards; vocab 4096; "
+        f"fast path: {tok.encoder_choice.reason}"
     )
+    mb = n_bytes / 1e6
 
-    # Bare encoder: the same texts, this process, encode_batch over all cores (Rayon), ids materialised.
-    t, c = time.perf_counter(), _cpu()
+    # Bare encoders on this process, one thread each (per core), ids materialised.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    c = _cpu()
     n_bare = 0
     for i in range(0, len(texts), 512):
-        batch = tok.hf.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
+        batch = tok._hf_plain.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
         n_bare += sum(len(e.ids) for e in batch)
-    bare_s, bare_cpu = time.perf_counter() - t, _cpu() - c
+    hf_cpu = _cpu() - c
+    core = tok._fast._core if tok._fast is not None else None
+    c = _cpu()
+    n_tt = sum(len(core.encode_ordinary(t)) for t in texts)
+    tt_cpu = _cpu() - c
+    assert n_tt == n_bare, (n_tt, n_bare)
     del texts, records
 
-    out = os.path.join(work, "cache")
-    client = LocalClient(max_workers=args.workers)
-    t, c = time.perf_counter(), _cpu(children=True)
-    try:
-        summary = build_cache(src, out, tok, validation_fraction=0.01, client=client)
-        build_s = time.perf_counter() - t
-    finally:
-        client.shutdown()  # waits for the workers, so their CPU time lands in RUSAGE_CHILDREN
-    build_cpu = _cpu(children=True) - c
-    n_built = summary["train_tokens"] + summary["validation_tokens"]
-    n_docs = summary["train_documents"] + summary["validation_documents"]
-    # the cache holds exactly the encoder's ids plus one EOS per document
-    assert n_built == n_bare + n_docs, (n_built, n_bare, n_docs)
-    bare_tps, build_tps = n_bare / bare_s, n_bare / build_s
+    rates = {"bare HF encode_batch": mb / hf_cpu, "bare tiktoken": mb / tt_cpu}
+    outs = {}
+    for enc in ("hf", "tiktoken"):
+        out = os.path.join(work, f"cache-{enc}")
+        summary, wall, cpu = _build(src, out, tok, enc, args.workers)
+        n_docs = summary["train_documents"] + summary["validation_documents"]
+        assert summary["train_tokens"] + summary["validation_tokens"] == n_bare + n_docs
+        rates[f"cache build, {enc} encoder"] = mb / cpu
+        outs[enc] = out
+        print(f"cache build ({enc}): {wall:.1f} s wall, {cpu:.1f} CPU-s, {args.workers} workers")
+    for name, r in rates.items():
+        print(f"{name:32s}: {r:7.2f} MB per CPU-second")
+    fast = rates["cache build, tiktoken encoder"]
     print(
-        f"bare tokenizers encode_batch : {bare_tps / 1e6:7.3f} M tokens/s  ({n_bare} tokens in {bare_s:.1f} s)"
+        f"cache build (tiktoken) / bare HF : {fast / rates['bare HF encode_batch']:.2f}x (goal >= 3x)\n"
+        f"cache build (tiktoken) / bare tiktoken: {fast / rates['bare tiktoken']:.2f}x (goal >= 0.9x)\n"
+        f"cache build (hf) / bare HF         : {rates['cache build, hf encoder'] / rates['bare HF encode_batch']:.2f}x\n"
+        f"caches byte-identical: {_arrays_equal(outs['hf'], outs['tiktoken'])}; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (CPU-seconds do not depend on the load; wall clock does)"
     )
-    print(
-        f"cache build, end to end      : {build_tps / 1e6:7.3f} M tokens/s  ({build_s:.1f} s, {args.workers} workers)"
-    )
-    print(f"build / bare ratio (wall)    : {build_tps / bare_tps:7.2f}x")
-    # CPU seconds per token do not depend on how busy the machine is; wall-clock ratios do.
-    print(
-        f"tokens per CPU-second        : bare {n_bare / bare_cpu / 1e6:.3f} M, build {n_bare / build_cpu / 1e6:.3f} M "
-        f"(build / bare {bare_cpu / build_cpu:.2f}x, target >= 0.9x); load average {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} cores"
-    )
-    return out, TokenCache.open(os.path.join(out, "train"))
+    return outs["tiktoken"], TokenCache.open(os.path.join(outs["tiktoken"], "train"))
 
 
 def bench_loader(cache_path: str, args: argparse.Namespace) -> None:
@@ -178,11 +214,13 @@ def main() -> None:
     p.add_argument("--loader-batches", type=int, default=400)
     p.add_argument("--train-steps", type=int, default=20)
     p.add_argument("--out", default=None, help="work folder (default: a temporary one, removed)")
+    p.add_argument("--no-loader", action="store_true", help="only the tokenization part")
     args = p.parse_args()
     work = args.out or tempfile.mkdtemp(prefix="schooner-bench-")
     try:
         cache, _ = bench_build(args, work)
-        bench_loader(cache, args)
+        if not args.no_loader:
+            bench_loader(cache, args)
     finally:
         if args.out is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import pickle
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -93,6 +94,7 @@ def build_cache(
     kind: str = "text",
     chat_template: Any = None,
     max_length: int | None = None,
+    encoder: str | None = None,
     client: Any = None,
     max_workers: int | None = None,
 ) -> dict:
@@ -114,6 +116,10 @@ def build_cache(
     (default: the tokenizer's), into caches with a per-token loss mask; `max_length` cuts each document
     (a record left without a target token is bad input: raised naming file and line, or skipped and
     counted). See `schooner.tokenize.steps.tokenized_chat`.
+
+    `encoder` ("auto", "hf", "tiktoken"; default: the tokenizer's own setting) chooses how text is encoded:
+    tiktoken where it provably gives HF's ids, else HF `tokenizers`. The choice is logged, recorded in the
+    manifests (`encoder`), and part of the plan (switching rebuilds); the caches are the same either way.
 
     Returns:
         A summary: documents/tokens per split, shards total and redone, seconds.
@@ -139,7 +145,12 @@ def build_cache(
         if isinstance(v, bool) or not isinstance(v, int) or v < 1024:
             raise ValueError(f"{name} must be an integer >= 1024, got {name}={v!r}")
     _arrays.check_supported(output)
-    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer)
+    tok = tokenizer if isinstance(tokenizer, Tokenizer) else load_tokenizer(tokenizer, encoder=encoder)
+    if encoder is not None and tok._encoder_request != encoder:
+        tok = pickle.loads(pickle.dumps(tok))
+        tok._encoder_request = encoder
+    choice = tok.encoder_choice
+    logger.info("token cache %s: encoder %s (%s)", output, choice.encoder, choice.reason)
     if tok.eos_id is None:
         raise ValueError(
             f"tokenizer {tok.source}: has no EOS token, which every cached document ends with; "
@@ -164,6 +175,7 @@ def build_cache(
         "on_error": on_error,
         "dtype": _arrays.token_dtype(tok.vocab_size),
         "kind": kind,
+        "encoder": choice.to_dict(),
     }
     template = None
     if kind != "text":
@@ -200,7 +212,7 @@ def build_cache(
             "validation_fraction": float(validation_fraction), "split_seed": int(split_seed),
             "prepend_bos": bool(prepend_bos), "text_field": text_field, "on_error": on_error,
             "batch_chars": int(batch_chars), "piece_chars": int(piece_chars), "dtype": plan["dtype"],
-            "kind": kind, "template": template, "max_length": max_length,
+            "kind": kind, "template": template, "max_length": max_length, "encoder": choice.encoder,
         })  # fmt: skip
     logger.info("token cache %s: %d shards, %d already done", output, len(shards), len(ledgers))
     if todo:

@@ -30,7 +30,7 @@ from ._tokenizer import Tokenizer, load_tokenizer
 logger = logging.getLogger("schooner.tokenize")
 
 SPLITS = ("train", "validation")
-_TOKENIZERS: dict[tuple[str, str], Tokenizer] = {}
+_TOKENIZERS: dict[tuple[str, str, str | None], Tokenizer] = {}
 _WRITE_BYTES = 4 << 20
 
 
@@ -46,17 +46,17 @@ def split_of(doc_key: str, validation_fraction: float, split_seed: int) -> str:
     return "validation" if int.from_bytes(h, "little") < validation_fraction * 2.0**64 else "train"
 
 
-def _tokenizer_for(path: str, fingerprint: str) -> Tokenizer:
+def _tokenizer_for(path: str, fingerprint: str, encoder: str | None = None) -> Tokenizer:
     # Keyed by content too: a warm worker may see the same output folder rebuilt with another tokenizer.
-    tok = _TOKENIZERS.get((path, fingerprint))
+    tok = _TOKENIZERS.get((path, fingerprint, encoder))
     if tok is None:
-        tok = load_tokenizer(path)
+        tok = load_tokenizer(path, encoder=encoder)
         if tok.fingerprint != fingerprint:
             raise ValueError(
                 f"{path}: tokenizer fingerprint {tok.fingerprint[:12]} is not the build's {fingerprint[:12]}; "
                 "another build wrote into the same output folder"
             )
-        _TOKENIZERS[(path, fingerprint)] = tok
+        _TOKENIZERS[(path, fingerprint, encoder)] = tok
     return tok
 
 
@@ -242,7 +242,7 @@ def _encode_documents_shard(task: dict) -> dict:
 
     from ._documents import BadDocument, chat_documents, preference_documents
 
-    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"])
+    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"], task.get("encoder"))
     dtype = np.dtype(task["dtype"])
     folder_name = f"part-{task['index']:05d}-{storage.unique_tag()}"
     folder = storage.join(task["output"], "parts", folder_name)
@@ -289,7 +289,7 @@ def _encode_documents_shard(task: dict) -> dict:
 def _encode_shard(task: dict) -> dict:
     from schooner.data import SkipLog
 
-    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"])
+    tok = _tokenizer_for(task["tokenizer"], task["fingerprint"], task.get("encoder"))
     dtype = np.dtype(task["dtype"])
     eos = np.array([tok.eos_id], dtype=dtype)
     bos = np.array([tok.bos_id], dtype=dtype) if task["prepend_bos"] else None

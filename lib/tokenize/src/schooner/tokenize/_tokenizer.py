@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tokenizers
 
+logger = logging.getLogger("schooner.tokenize")
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 
@@ -71,8 +74,12 @@ class Tokenizer:
         pad_token: str | None = None,
         chat_template: str | None = None,
         source: str = "<memory>",
+        encoder: str | None = None,
     ) -> None:
         self.hf = hf
+        self._encoder_request = encoder
+        self._fast: Any = None
+        self._choice: Any = None
         # A second instance that reads special-token strings in text as plain text, so a document that
         # merely mentions "<|end_of_text|>" cannot inject an EOS (and split itself) in the cache.
         self._hf_plain = tokenizers.Tokenizer.from_str(hf.to_str())
@@ -135,6 +142,22 @@ class Tokenizer:
         return self._json
 
     # -- encode / decode -----------------------------------------------------------------------------
+    @property
+    def encoder_choice(self) -> Any:
+        """Which encoder `encode` / `encode_batch` use (`.encoder`: "tiktoken" or "hf") and why (`.reason`).
+
+        The tiktoken fast path is taken only where it provably gives HF's ids (see `schooner.tokenize._fast`);
+        force either with `encoder=` at load or `$SCHOONER_TOKENIZER_ENCODER` (`hf`, `tiktoken`, `auto`).
+        """
+        if self._choice is None:
+            from ._fast import FastEncoder
+
+            self._fast, self._choice = FastEncoder.for_tokenizer(self.hf, self._encoder_request)
+            logger.info(
+                "tokenizer %s: encoder %s (%s)", self.source, self._choice.encoder, self._choice.reason
+            )
+        return self._choice
+
     def encode(
         self, text: str, *, add_special_tokens: bool = False, parse_special: bool = False
     ) -> list[int]:
@@ -145,6 +168,8 @@ class Tokenizer:
             parse_special: read special-token strings in `text` (e.g. "<|user|>") as the special tokens;
                 by default they are ordinary text, so untrusted documents cannot forge control tokens.
         """
+        if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
+            return self._fast.encode(text, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
         return hf.encode(text, add_special_tokens=add_special_tokens).ids
 
@@ -152,6 +177,8 @@ class Tokenizer:
         self, texts: Sequence[str], *, add_special_tokens: bool = False, parse_special: bool = False
     ) -> list[list[int]]:
         """Token ids of each text (parallel inside `tokenizers`); arguments as for `encode`."""
+        if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
+            return self._fast.encode_batch(texts, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
         return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
 
@@ -219,12 +246,21 @@ class Tokenizer:
     def __reduce__(self):  # pickled by JSON: `tokenizers.Tokenizer` pickles, but this keeps it explicit
         return (
             _from_json,
-            (self._json, self.bos_token, self.eos_token, self.pad_token, self.chat_template, self.source),
-        )
+            (
+                self._json, self.bos_token, self.eos_token, self.pad_token, self.chat_template, self.source,
+                self._encoder_request,
+            ),
+        )  # fmt: skip
 
 
 def _from_json(
-    js: str, bos: str | None, eos: str | None, pad: str | None, chat: str | None, source: str
+    js: str,
+    bos: str | None,
+    eos: str | None,
+    pad: str | None,
+    chat: str | None,
+    source: str,
+    encoder: str | None = None,
 ) -> Tokenizer:
     return Tokenizer(
         tokenizers.Tokenizer.from_str(js),
@@ -233,6 +269,7 @@ def _from_json(
         pad_token=pad,
         chat_template=chat,
         source=source,
+        encoder=encoder,
     )
 
 
@@ -283,6 +320,7 @@ def load_tokenizer(
     bos_token: str | None = None,
     eos_token: str | None = None,
     pad_token: str | None = None,
+    encoder: str | None = None,
 ) -> Tokenizer:
     """Load a tokenizer from a `tokenizer.json` file, a folder holding one, or a Hugging Face Hub id.
 
@@ -296,6 +334,8 @@ def load_tokenizer(
         revision: hub branch, tag or commit (hub ids only).
         cache_dir: hub cache folder (hub ids only; default: the huggingface_hub default).
         bos_token / eos_token / pad_token: override the special tokens.
+        encoder: "auto" (default; also `$SCHOONER_TOKENIZER_ENCODER`): tiktoken where it provably gives
+            HF's ids, else HF `tokenizers`; "hf" or "tiktoken" force one (see `Tokenizer.encoder_choice`).
 
     Raises:
         FileNotFoundError: the path does not exist and is not a hub id, or the folder has no tokenizer.json.
@@ -303,7 +343,9 @@ def load_tokenizer(
     """
     raw = os.fspath(path_or_hub_id)
     if "://" in raw and not raw.startswith("file://"):
-        return _from_url(raw, bos_token=bos_token, eos_token=eos_token, pad_token=pad_token)
+        tok = _from_url(raw, bos_token=bos_token, eos_token=eos_token, pad_token=pad_token)
+        tok._encoder_request = encoder
+        return tok
     path = Path(raw.removeprefix("file://")).expanduser()
     if path.is_dir():
         cfg = _read_config(path)
@@ -332,6 +374,7 @@ def load_tokenizer(
         pad_token=pad_token if pad_token is not None else cfg.get("pad_token"),
         chat_template=cfg.get("chat_template"),
         source=raw,
+        encoder=encoder,
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.cluster import ResourceConfig, StepHandle, runtime_field, step
 from schooner.data.steps import as_step_inputs, input_locations
 
 from ._build import build_cache, resolve_shards
@@ -164,6 +164,9 @@ class TokenizeConfig:
     """The record field holding the text."""
     on_error: str = "raise"
     """Bad records: 'raise' (naming file and line) or 'skip' (counted, with examples, in the manifests)."""
+    encoder: str | None = runtime_field(None)
+    """"auto", "hf" or "tiktoken" (None: the tokenizer's setting); not part of the identity: the ids are
+    the same either way."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.validation_fraction < 1.0:
@@ -197,6 +200,7 @@ def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
         prepend_bos=config.prepend_bos,
         text_field=config.text_field,
         on_error=config.on_error,
+        encoder=config.encoder,
     )
 
 
@@ -211,6 +215,7 @@ def tokenized(
     prepend_bos: bool = False,
     text_field: str = "text",
     on_error: str = "raise",
+    encoder: str | None = None,
     resources: ResourceConfig | None = None,
 ) -> StepHandle:
     """A step tokenizing records into `train/` and `validation/` token caches (its output folder).
@@ -227,6 +232,8 @@ def tokenized(
         prepend_bos: start every document with BOS (EOS always ends it).
         text_field: the record field holding the text.
         on_error: bad records raise ("raise", naming file and line) or are skipped and counted ("skip").
+        encoder: force "hf" or "tiktoken" (default: tiktoken where it provably gives HF's ids); the
+            caches are the same either way, so this is not part of the step's identity.
         resources: where the driver runs (default: the runner process; the shard tasks always go to the
             current client).
 
@@ -245,6 +252,7 @@ def tokenized(
         prepend_bos=prepend_bos,
         text_field=text_field,
         on_error=on_error,
+        encoder=encoder,
     )
     return step(
         name,
