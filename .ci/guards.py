@@ -3,6 +3,8 @@
 python .ci/guards.py ranges   every sibling dependency range admits the sibling's current version
 python .ci/guards.py exact    each package's tests pass in an environment holding only what it declares
 python .ci/guards.py wheels   each package builds a wheel that installs with its declared siblings and imports
+python .ci/guards.py compat   each package's tests pass against the oldest sibling versions its ranges admit
+python .ci/guards.py types    mypy over each package's public API (tools/mypy.ini; not in .ci/run until clean)
 """
 
 from __future__ import annotations
@@ -168,12 +170,34 @@ def check_wheels() -> int:
     return 1 if failed else 0
 
 
+def check_compat(only: list[str]) -> int:
+    """The compatibility matrix (tools/compat.py): built wheels of the oldest admitted sibling versions."""
+    sys.path.insert(0, str(ROOT))
+    from tools import compat
+
+    return compat.main(only)
+
+
+def check_types(only: list[str]) -> int:
+    """mypy over each package's public API (tools/typecheck.py)."""
+    sys.path.insert(0, str(ROOT))
+    from tools import typecheck
+
+    return typecheck.main(only)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("ranges", "exact", "wheels"):
+    commands = {
+        "ranges": lambda rest: check_ranges(),
+        "exact": check_exact,
+        "wheels": lambda rest: check_wheels(),
+        "compat": check_compat,
+        "types": check_types,
+    }
+    if not argv or argv[0] not in commands:
         print(__doc__)
         return 2
-    cmd, rest = argv[0], argv[1:]
-    return {"ranges": check_ranges, "exact": lambda: check_exact(rest), "wheels": check_wheels}[cmd]()
+    return commands[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":
