@@ -212,3 +212,11 @@ def test_fuzzy_dedup_at_marins_parameters_on_several_shards(corpus, tmp_path):
     assert not (tmp_path / "w").exists()  # intermediate files removed
     # the attribute folder pairs with the source shard by shard, the empty shard included
     assert len(list_shards(out)) == len(list_shards(corpus["folder"])) == 5
+
+
+def test_arrow_arrays_for_the_kernels_keep_ids_exactly():
+    from schooner.data.curation._minhash import string_array
+
+    texts = ["plain", "", "ünïcödé ✓", "lone \ud800 surrogate"]
+    assert [b.decode("utf-8", "surrogatepass") for b in string_array(texts, binary=True).to_pylist()] == texts
+    assert string_array(texts).to_pylist() == ["plain", "", "ünïcödé ✓", "lone ? surrogate"]

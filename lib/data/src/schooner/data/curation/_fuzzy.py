@@ -34,7 +34,7 @@ from schooner.data._splits import Split
 
 from ._lsh import candidate_pairs, component_groups, connected_components
 from ._marks import CollectSink, MarkedIdsSplit, read_arrow
-from ._minhash import MinHashConfig, jaccard, kernel_batch, ngram_codes, shingles
+from ._minhash import MinHashConfig, jaccard, kernel_batch, ngram_codes, shingles, string_array
 
 FUZZY_DEFAULTS = {"fuzzy_dup": False, "fuzzy_cluster": None, "fuzzy_cluster_size": 1, "fuzzy_jaccard": None}
 
@@ -52,7 +52,7 @@ class SignatureSink(Sink):
         tag = storage.unique_tag()
         text_path = storage.join(self.work, f"norm-{index:05d}-{tag}.arrow")
         bands: list[np.ndarray] = []
-        schema = pa.schema([("id", pa.string()), ("norm", pa.string())])
+        schema = pa.schema([("id", pa.binary()), ("norm", pa.string())])
         n = nbytes = 0
         with storage.open_file(text_path, "wb") as f, pa.ipc.new_file(f, schema) as w:
             ids: list[str] = []
@@ -77,7 +77,7 @@ class SignatureSink(Sink):
         norm, bands = kernel_batch(texts, self.config)
         import pyarrow as pa
 
-        writer.write_batch(pa.RecordBatch.from_arrays([pa.array(ids, pa.string()), norm],
+        writer.write_batch(pa.RecordBatch.from_arrays([string_array(ids, binary=True), norm],
                                                       names=["id", "norm"]))  # fmt: skip
         return bands
 
@@ -115,11 +115,14 @@ class VerifySplit(Split):
         for f in np.unique(files):
             g = wanted[files == f]
             table = read_arrow(self.text_files[f])
-            rows = pa.array(g - self.offsets[f])
+            rows = np.ascontiguousarray(g - self.offsets[f], dtype=np.int64)
+            rows = pa.Array.from_buffers(
+                pa.int64(), len(rows), [None, pa.py_buffer(rows)]
+            )  # not pa.array: pandas
             for k, i, t in zip(
                 g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist()
             ):
-                ids[k] = i
+                ids[k] = i.decode("utf-8", "surrogatepass")
                 texts[k] = t
         return ids, texts
 

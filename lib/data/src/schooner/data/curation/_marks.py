@@ -78,8 +78,8 @@ def read_arrow(path: str) -> Any:
 
 @dataclass(frozen=True)
 class MarkedIdsSplit(Split):
-    """The attribute records of one source shard from the `id` column of an Arrow file written from it (the
-    source is not read again): `default` attributes, updated by `marks` (`(row, attributes)`, by row)."""
+    """The attribute records of one source shard from the `id` column (UTF-8 bytes, lone surrogates kept) of
+    an Arrow file written from it (the source is not read again): `default` attributes, updated by `marks` (`(row, attributes)`, by row)."""
 
     path: str
     marks: tuple[tuple[int, dict], ...]
@@ -96,7 +96,8 @@ class MarkedIdsSplit(Split):
         default = dict(self.default)
         for row, rid in enumerate(read_arrow(self.path)["id"].to_pylist()):
             m = marks.get(row)
-            yield attribute_record({"id": rid}, dict(default) if m is None else {**default, **m})
+            attrs = dict(default) if m is None else {**default, **m}
+            yield attribute_record({"id": rid.decode("utf-8", "surrogatepass")}, attrs)
 
     def token(self) -> Any:
         digest = hashlib.sha256(orjson.dumps([list(self.marks), list(self.default)])).hexdigest()

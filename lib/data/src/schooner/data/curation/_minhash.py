@@ -93,6 +93,27 @@ def signatures_and_buckets(texts: Sequence[str], config: MinHashConfig) -> tuple
     return sig, buckets
 
 
+def string_array(texts: Sequence[str], *, binary: bool = False) -> Any:
+    """An Arrow array of `texts` built from one buffer (`pa.array` on a list imports pandas, which costs a
+    cold worker seconds, only to ask whether the list is a pandas object): UTF-8 strings, a lone surrogate
+    (JSON allows one) replaced; or, with `binary`, bytes that keep it (decode with "surrogatepass")."""
+    import pyarrow as pa
+
+    errors = "surrogatepass" if binary else "replace"
+    data = [t.encode("utf-8", errors) for t in texts]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    small = offsets[-1] < 2**31
+    if binary:
+        kind = pa.binary() if small else pa.large_binary()
+    else:
+        kind = pa.string() if small else pa.large_string()
+    width = np.int32 if small else np.int64
+    return pa.Array.from_buffers(
+        kind, len(data), [None, pa.py_buffer(offsets.astype(width)), pa.py_buffer(b"".join(data))]
+    )
+
+
 def kernel_batch(texts: Sequence[str], config: MinHashConfig) -> tuple[Any, np.ndarray]:
     """`(normalised texts as an Arrow string array, band keys uint64 [n, num_bands])` of texts (capped at
     `max_chars`), in one kernel call; the signatures never leave the kernels."""
@@ -103,7 +124,9 @@ def kernel_batch(texts: Sequence[str], config: MinHashConfig) -> tuple[Any, np.n
     dk = _kernels()
     T = dk.Transformation
     cap = config.max_chars
-    batch = pa.RecordBatch.from_pydict({"t": [t if len(t) <= cap else t[:cap] for t in texts]})
+    batch = pa.RecordBatch.from_arrays(
+        [string_array([t if len(t) <= cap else t[:cap] for t in texts])], ["t"]
+    )
     out = dk.transform(batch, [
         T.CleanText(input_col="t", output_col="c"),
         T.MinHash(input_col="c", output_col="sig", num_perms=config.num_perms, ngram_size=config.ngram,
@@ -111,7 +134,10 @@ def kernel_batch(texts: Sequence[str], config: MinHashConfig) -> tuple[Any, np.n
         T.MinHashLSH(input_col="sig", output_col="b", num_bands=config.num_bands),
         T.SelectColumns(columns=["c", "b"]),
     ])  # fmt: skip
-    bands = out["b"].values.to_numpy(zero_copy_only=False).reshape(len(texts), config.num_bands)
+    # uint64 without nulls, read from its buffer (Arrow's to_numpy imports pandas)
+    flat = out["b"].flatten()
+    keys = np.frombuffer(flat.buffers()[1], dtype=np.uint64, count=len(flat), offset=flat.offset * 8)
+    bands = keys.reshape(len(texts), config.num_bands)
     return out["c"], bands
 
 
