@@ -8,7 +8,11 @@ this machine can actually do (target for the ~30M config: >= 0.35).
 The machine may be shared, so load changes during a run: each round times one matmul and one train step
 back to back, and the best of each is kept, so both are compared under the same conditions.
 
-Run:  uv run python benchmarks/model_throughput.py [--rounds 8] [--only llama_30m]
+`--compare-kernels` instead times the two kernel paths of the backend switch (`LlamaConfig.kernels`:
+"cpu", tuned for XLA:CPU, and "xla", the plain GPU/TPU path) on this machine, in float32 and bfloat16,
+alternating them round by round, and prints what the CPU path saves.
+
+Run:  uv run python benchmarks/model_throughput.py [--rounds 8] [--only llama_30m] [--compare-kernels]
 """
 
 from __future__ import annotations
@@ -53,6 +57,32 @@ def measure(config, batch: int, seq_len: int, matmul_size: int, rounds: int) -> 
     return best_step, best_matmul
 
 
+def compare_kernels(runs: dict, rounds: int) -> None:
+    """Step time of kernels="cpu" against kernels="xla", per config and compute dtype, interleaved."""
+    for name, (config, batch, seq_len) in runs.items():
+        for dtype in ("float32", "bfloat16"):
+            steps = {}
+            for kernels in ("cpu", "xla"):
+                cfg = dataclasses.replace(config, compute_dtype=dtype, kernels=kernels)
+                model = init(cfg, key=jax.random.PRNGKey(0))
+                tokens = jax.random.randint(jax.random.PRNGKey(1), (batch, seq_len), 0, cfg.vocab_size)
+                segs = jnp.zeros((batch, seq_len), jnp.int32)
+                fn = eqx.filter_jit(
+                    lambda m, t, s: jax.value_and_grad(lambda mm: loss_fn(mm, t, segment_ids=s)[0])(m)
+                )
+                jax.block_until_ready(fn(model, tokens, segs))  # compile + warm up
+                steps[kernels] = (fn, model, tokens, segs)
+            best = {k: float("inf") for k in steps}
+            for _ in range(rounds):
+                for k, (fn, *args) in steps.items():
+                    best[k] = min(best[k], _time_once(fn, *args))
+            print(
+                f"{name} {dtype}: kernels='cpu' {best['cpu'] * 1e3:7.1f} ms, kernels='xla' {best['xla'] * 1e3:7.1f} "
+                f"ms per fwd+bwd (batch {batch} x {seq_len}); the CPU path takes {best['cpu'] / best['xla']:.2f}x "
+                "the time of the plain path"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -60,6 +90,7 @@ def main() -> None:
     )
     parser.add_argument("--matmul-size", type=int, default=2048)
     parser.add_argument("--only", choices=["llama_nano", "llama_30m"], default=None)
+    parser.add_argument("--compare-kernels", action="store_true", help="time kernels='cpu' against 'xla'")
     args = parser.parse_args()
 
     runs = {
@@ -70,6 +101,10 @@ def main() -> None:
         f"backend={jax.default_backend()} devices={jax.device_count()} cpus={os.cpu_count()} "
         f"loadavg(1m)={os.getloadavg()[0]:.1f}"
     )
+    if args.compare_kernels:
+        compare_kernels({k: v for k, v in runs.items() if not args.only or k == args.only}, args.rounds)
+        print(f"loadavg(1m) at end={os.getloadavg()[0]:.1f} (other processes share the cores)")
+        return
     for name, (config, batch, seq_len) in runs.items():
         if args.only and name != args.only:
             continue

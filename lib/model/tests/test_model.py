@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from schooner.model import RopeConfig, attention, blocked_attention, init, reference_attention
-from schooner.model._layers import matmul, named_dot, rope_inv_freq
+from schooner.model._layers import rope_inv_freq
+from schooner.model._matmul import matmul, named_dot
 
 
 @eqx.filter_jit
@@ -229,22 +230,26 @@ def test_bad_inputs_are_rejected(tiny_dense, tokens):
         init({"type": "llama"}, key=jax.random.PRNGKey(0))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("kernels", ["cpu", "xla"])
 @pytest.mark.parametrize("transpose_b", [False, True])
-def test_bf16_matmul_accumulates_in_f32_and_its_gradients_stay_bf16(transpose_b):
+def test_bf16_matmul_accumulates_in_f32_and_its_gradients_stay_bf16(transpose_b, kernels):
     ks = jax.random.split(jax.random.PRNGKey(5), 3)
     a = jax.random.normal(ks[0], (6, 300))
     b = jax.random.normal(ks[1], (5, 300) if transpose_b else (300, 5))
     g = jax.random.normal(ks[2], (6, 5))
     exact = a @ (b.T if transpose_b else b)
     a16, b16 = a.astype(jnp.bfloat16), b.astype(jnp.bfloat16)
-    out = matmul(a16, b16, transpose_b=transpose_b, out_dtype=jnp.float32)
+    out = matmul(a16, b16, transpose_b=transpose_b, out_dtype=jnp.float32, kernels=kernels)
     assert out.dtype == jnp.float32
     # Products of bf16-rounded inputs summed in float32: far closer than a bf16 running sum would be.
     exact16 = a16.astype(jnp.float32) @ (b16.T if transpose_b else b16).astype(jnp.float32)
     np.testing.assert_allclose(out, exact16, rtol=1e-5, atol=1e-4)
     assert float(jnp.abs(out - exact).max()) < 0.5
     da, db = jax.grad(
-        lambda x, y: jnp.sum(matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32) * g), argnums=(0, 1)
+        lambda x, y: jnp.sum(
+            matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32, kernels=kernels) * g
+        ),
+        argnums=(0, 1),
     )(a16, b16)
     assert da.dtype == db.dtype == jnp.bfloat16
     ea, eb = jax.grad(lambda x, y: jnp.sum(x @ (y.T if transpose_b else y) * g), argnums=(0, 1))(a, b)
@@ -262,7 +267,7 @@ def test_bf16_matmul_gradients_compile_to_canonical_products_on_cpu(transpose_b)
     b = jnp.ones((48, 32) if transpose_b else (32, 48), jnp.bfloat16)
 
     def loss(x, y):
-        return jnp.sum(matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32))
+        return jnp.sum(matmul(x, y, transpose_b=transpose_b, out_dtype=jnp.float32, kernels="cpu"))
 
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(a, b).compile().as_text()
     dots = [line for line in hlo.splitlines() if " dot(" in line]
@@ -270,7 +275,8 @@ def test_bf16_matmul_gradients_compile_to_canonical_products_on_cpu(transpose_b)
     assert not [d for d in dots if "lhs_contracting_dims={0}" in d], dots
 
 
-def test_named_dot_flattens_to_one_product_and_matches_einsum():
+@pytest.mark.parametrize("kernels", ["cpu", "xla"])
+def test_named_dot_matches_einsum_on_both_kernel_paths(kernels):
     import haliax as hax
 
     B, T, E, N, H = (
@@ -285,14 +291,14 @@ def test_named_dot_flattens_to_one_product_and_matches_einsum():
     w_first = hax.random.normal(ks[1], (N, H, E))  # contracted axis last in w
     w_mid = hax.random.normal(ks[2], (N, E, H))  # contracted axis in the middle: rearranged
     for w in (w_first, w_mid):
-        got = named_dot(x, w, "embed")
+        got = named_dot(x, w, "embed", kernels=kernels)
         assert [a.name for a in got.axes] == ["batch", "position", "heads", "head_dim"]
         spec = "bte,nhe->btnh" if w is w_first else "bte,neh->btnh"
         np.testing.assert_allclose(got.array, jnp.einsum(spec, x.array, w.array), rtol=1e-6, atol=1e-6)
     # Two contracted axes (the output projection), x's order differing from w's.
     o = hax.random.normal(ks[0], (B, T, N, H))
     wo = hax.random.normal(ks[1], (E, H, N))
-    got = named_dot(o, wo, ("heads", "head_dim"))
+    got = named_dot(o, wo, ("heads", "head_dim"), kernels=kernels)
     np.testing.assert_allclose(
         got.array, jnp.einsum("btnh,ehn->bte", o.array, wo.array), rtol=1e-5, atol=1e-5
     )

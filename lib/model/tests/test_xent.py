@@ -37,18 +37,24 @@ def _inputs(dtype=jnp.float32, scale=1.0, seed=0):
     return hidden, head, targets, w_nll, w_lse
 
 
+KERNELS = pytest.mark.parametrize("kernels", ["cpu", "xla"])
+
+
+@KERNELS
 @pytest.mark.parametrize("keep_probs", [True, False])
 @pytest.mark.parametrize("chunk", [None, 1, 3, T])
-def test_values_and_gradients_match_autodiff_in_float32(keep_probs, chunk):
+def test_values_and_gradients_match_autodiff_in_float32(keep_probs, chunk, kernels):
     hidden, head, targets, w_nll, w_lse = _inputs()
     got_nll, got_lse = output_cross_entropy(
-        hidden, head, targets, chunk_positions=chunk, keep_probs=keep_probs
+        hidden, head, targets, chunk_positions=chunk, keep_probs=keep_probs, kernels=kernels
     )
     want_nll, want_lse = _reference(hidden, head, targets)
     np.testing.assert_allclose(got_nll, want_nll, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_lse, want_lse, rtol=1e-5, atol=1e-6)
 
-    fused = lambda h, w: output_cross_entropy(h, w, targets, chunk_positions=chunk, keep_probs=keep_probs)  # noqa: E731
+    fused = lambda h, w: output_cross_entropy(  # noqa: E731
+        h, w, targets, chunk_positions=chunk, keep_probs=keep_probs, kernels=kernels
+    )
     (v1, (gh1, gw1)) = jax.jit(_weighted(fused, w_nll, w_lse))(hidden, head)
     (v2, (gh2, gw2)) = jax.jit(_weighted(lambda h, w: _reference(h, w, targets), w_nll, w_lse))(hidden, head)
     np.testing.assert_allclose(v1, v2, rtol=1e-5)
@@ -62,8 +68,9 @@ def _rel_err(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
+@KERNELS
 @pytest.mark.parametrize("keep_probs", [True, False])
-def test_bf16_gradients_keep_their_precision_when_the_model_is_confident(keep_probs):
+def test_bf16_gradients_keep_their_precision_when_the_model_is_confident(keep_probs, kernels):
     # Orthonormal output embeddings and hidden states alpha * e(target): every logit is 0 except the
     # target's alpha, so p(target) = 0.995 exactly and d logits at the target is the small p_t - 1 = -0.005.
     # Taking it from a bf16-rounded probability (0.99609375) would be 20% off and dominate the gradient.
@@ -78,7 +85,9 @@ def test_bf16_gradients_keep_their_precision_when_the_model_is_confident(keep_pr
     nll, _ = _reference(hidden, head, targets)
     np.testing.assert_allclose(np.exp(-nll), 0.995, atol=2e-3)
 
-    fused = lambda h, w: output_cross_entropy(h, w, targets, chunk_positions=3, keep_probs=keep_probs)  # noqa: E731
+    fused = lambda h, w: output_cross_entropy(  # noqa: E731
+        h, w, targets, chunk_positions=3, keep_probs=keep_probs, kernels=kernels
+    )
     (_, (gh1, gw1)) = jax.jit(_weighted(fused, w_nll, w_lse))(hidden, head)
     ref = jax.jit(_weighted(lambda h, w: _reference(h, w, targets), w_nll, w_lse))
     (_, (gh2, gw2)) = ref(hidden.astype(jnp.float32), head)
@@ -88,13 +97,16 @@ def test_bf16_gradients_keep_their_precision_when_the_model_is_confident(keep_pr
     assert _rel_err(gh1, gh2) < 2e-2
 
 
+@KERNELS
 @pytest.mark.parametrize("keep_probs", [True, False])
 @pytest.mark.parametrize("chunk", [None, 1, 3])
-def test_bf16_gradients_match_the_float32_reference_on_random_inputs(keep_probs, chunk):
+def test_bf16_gradients_match_the_float32_reference_on_random_inputs(keep_probs, chunk, kernels):
     # chunk=None is a single chunk: XLA inlines the one-trip loops, which must still compile to products
     # XLA:CPU can run in bf16.
     hidden, head, targets, w_nll, w_lse = _inputs(jnp.bfloat16, scale=3.0)
-    fused = lambda h, w: output_cross_entropy(h, w, targets, chunk_positions=chunk, keep_probs=keep_probs)  # noqa: E731
+    fused = lambda h, w: output_cross_entropy(  # noqa: E731
+        h, w, targets, chunk_positions=chunk, keep_probs=keep_probs, kernels=kernels
+    )
     (v1, (gh1, gw1)) = jax.jit(_weighted(fused, w_nll, w_lse))(hidden, head)
     ref = jax.jit(_weighted(lambda h, w: _reference(h, w, targets), w_nll, w_lse))
     (v2, (gh2, gw2)) = ref(hidden.astype(jnp.float32), head)
@@ -109,9 +121,12 @@ def test_without_keep_probs_no_tokens_by_vocab_array_is_held():
     head = jnp.ones((v, d), jnp.float32)
     targets = jnp.zeros((b, t), jnp.int32)
 
-    def temp_bytes(keep_probs):
+    def temp_bytes(keep_probs, kernels="cpu"):
         def f(h, w):
-            return jnp.sum(output_cross_entropy(h, w, targets, chunk_positions=16, keep_probs=keep_probs)[0])
+            nll, _ = output_cross_entropy(
+                h, w, targets, chunk_positions=16, keep_probs=keep_probs, kernels=kernels
+            )
+            return jnp.sum(nll)
 
         return (
             jax.jit(jax.grad(f, argnums=(0, 1)))
@@ -126,6 +141,8 @@ def test_without_keep_probs_no_tokens_by_vocab_array_is_held():
     assert temp_bytes(True) >= full_logits // 2
     # ...without it only a chunk of 16 positions (1/16 of the logits) is ever live, plus small arrays.
     assert temp_bytes(False) < full_logits // 4
+    # The plain ("xla") path always recomputes each chunk's logits in the backward.
+    assert temp_bytes(True, "xla") < full_logits // 4
 
 
 def test_automatic_chunks_are_balanced_and_bounded(monkeypatch):
@@ -153,11 +170,14 @@ def test_automatic_chunks_are_balanced_and_bounded(monkeypatch):
     np.testing.assert_allclose(gw1, gw2, rtol=1e-4, atol=1e-6)
 
 
-def test_edge_cases():
+@KERNELS
+def test_edge_cases(kernels):
     hidden, head, targets, _, _ = _inputs()
-    nll, lse = output_cross_entropy(hidden, head, targets, chunk_positions=10 * T)  # chunk beyond T
+    nll, lse = output_cross_entropy(
+        hidden, head, targets, chunk_positions=10 * T, kernels=kernels
+    )  # chunk > T
     np.testing.assert_allclose(nll, _reference(hidden, head, targets)[0], rtol=1e-5, atol=1e-6)
-    nll, lse = output_cross_entropy(hidden[:, :0], head, targets[:, :0])  # no positions at all
+    nll, lse = output_cross_entropy(hidden[:, :0], head, targets[:, :0], kernels=kernels)  # no positions
     assert nll.shape == lse.shape == (B, 0)
     for bad in (0, -3, 2.5):
         with pytest.raises(ValueError, match="chunk_positions must be an int >= 1"):

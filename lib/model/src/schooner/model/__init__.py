@@ -9,6 +9,8 @@ from ._accounting import num_parameters as num_parameters
 from ._attention import attention as attention
 from ._attention import blocked_attention as blocked_attention
 from ._attention import reference_attention as reference_attention
+from ._balancing import BalanceStats as BalanceStats
+from ._balancing import balance_router as balance_router
 from ._checkpoint import load_model as load_model
 from ._checkpoint import model_shapes as model_shapes
 from ._checkpoint import read_config as read_config
@@ -21,6 +23,10 @@ from ._config import config_from_dict as config_from_dict
 from ._config import config_to_dict as config_to_dict
 from ._config import register_config as register_config
 from ._config import resolve_compute_dtype as resolve_compute_dtype
+from ._groups import STACKED_AXES as STACKED_AXES
+from ._groups import ParamGroup as ParamGroup
+from ._groups import parameter_groups as parameter_groups
+from ._groups import trainable_mask as trainable_mask
 from ._hf import export_hf as export_hf
 from ._hf import hf_layout as hf_layout
 from ._hf import hf_state_dict as hf_state_dict
@@ -31,8 +37,8 @@ from ._hf_config import hf_export_problems as hf_export_problems
 from ._io import load_pytree as load_pytree
 from ._io import read_pytree_metadata as read_pytree_metadata
 from ._io import save_pytree as save_pytree
+from ._loss import loss_and_balance as loss_and_balance
 from ._loss import loss_fn as loss_fn
-from ._loss import scalar_metrics as scalar_metrics
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
@@ -46,8 +52,6 @@ from ._sharding import model_shardings as model_shardings
 from ._sharding import param_axis_mapping as param_axis_mapping
 from ._sharding import pspec_for_named as pspec_for_named
 from ._sharding import shard_model as shard_model
-from ._state import trainable_mask as trainable_mask
-from ._state import update_router_bias as update_router_bias
 from ._transformer import Block as Block
 from ._transformer import Transformer as Transformer
 from ._transformer import init as init

@@ -19,10 +19,10 @@ from ._layers import (
     ParamFactory,
     apply_rope,
     axes_for,
-    named_dot,
     ones,
     rms_norm,
 )
+from ._matmul import named_dot
 
 
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
@@ -50,13 +50,13 @@ def attention(
         v: [B, T, K, H] values.
         segment_ids: int[B, T] or None (one document per row).
         implementation: ``"blocked"`` (:func:`blocked_attention`), or ``"xla"`` / ``"cudnn"`` for
-            ``jax.nn.dot_product_attention``. ``None`` picks ``"blocked"`` on CPU and lets jax choose
-            elsewhere (cuDNN flash attention on GPU when it can).
+            ``jax.nn.dot_product_attention``; ``None`` lets jax choose (cuDNN flash attention on GPU when it
+            can). The model passes ``"blocked"`` on its CPU kernel path (``LlamaConfig.kernels``).
 
     Returns:
         [B, T, N, H] attention outputs in q's dtype.
     """
-    if implementation == "blocked" or (implementation is None and jax.default_backend() == "cpu"):
+    if implementation == "blocked":
         return blocked_attention(q, k, v, segment_ids)
     mask = None if segment_ids is None else segment_mask(segment_ids)
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
@@ -147,12 +147,13 @@ class Attention(eqx.Module):
         sin: jax.Array,
         segment_ids: jax.Array | None,
         *,
+        kernels: str,
         reference: bool = False,
     ) -> NamedArray:
         dtype = x.dtype
-        q = named_dot(x, self.q_proj.astype(dtype), EMBED)
-        k = named_dot(x, self.k_proj.astype(dtype), EMBED)
-        v = named_dot(x, self.v_proj.astype(dtype), EMBED)
+        q = named_dot(x, self.q_proj.astype(dtype), EMBED, kernels=kernels)
+        k = named_dot(x, self.k_proj.astype(dtype), EMBED, kernels=kernels)
+        v = named_dot(x, self.v_proj.astype(dtype), EMBED, kernels=kernels)
         if self.q_norm is not None and self.k_norm is not None:
             q = rms_norm(q, self.q_norm, HEAD_DIM, self.norm_eps)
             k = rms_norm(k, self.k_norm, HEAD_DIM, self.norm_eps)
@@ -164,8 +165,9 @@ class Attention(eqx.Module):
         if reference:
             out = reference_attention(q_raw, k_raw, v_raw, segment_ids)
         else:
-            out = attention(q_raw, k_raw, v_raw, segment_ids, implementation=self.implementation)
+            impl = self.implementation or ("blocked" if kernels == "cpu" else None)
+            out = attention(q_raw, k_raw, v_raw, segment_ids, implementation=impl)
         out_named = hax.named(
             out, (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
         )
-        return named_dot(out_named, self.o_proj.astype(dtype), (HEADS, HEAD_DIM))
+        return named_dot(out_named, self.o_proj.astype(dtype), (HEADS, HEAD_DIM), kernels=kernels)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from ._kernels import KERNELS, platform
+
 _COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _ROPE_KINDS = ("default", "llama3")
 _CHECKPOINTING = ("none", "full", "offload", "save_carries", "nested")
@@ -90,11 +92,16 @@ class LlamaConfig:
             (pure-JAX causal attention by query blocks, skipping keys past each block; see
             ``blocked_attention``), or, passed to ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"``
             (cuDNN flash attention on NVIDIA GPUs; needs a bf16/fp16 compute dtype).
-        loss_chunk_tokens: 0 (default): the output projection + cross-entropy keeps the softmax in the
-            compute dtype for the backward (one [tokens, vocab] array) and works on chunks of about 128 MiB
-            of float32 logits (at most 8 chunks). N > 0: chunks of N // batch positions (at least one
-            position, i.e. batch tokens) whose logits are recomputed in the backward, so nothing of size
-            [tokens, vocab] is ever held (one more vocab-sized matmul).
+        loss_chunk_tokens: 0 (default): the output projection + cross-entropy works on chunks of about
+            128 MiB of float32 logits (at most 8 chunks); on the CPU kernel path it keeps the softmax in the
+            compute dtype for the backward (one [tokens, vocab] array). N > 0: chunks of N // batch positions
+            (at least one position, i.e. batch tokens) whose logits are recomputed in the backward, so
+            nothing of size [tokens, vocab] is ever held (one more vocab-sized matmul; the "xla" kernel path
+            always recomputes).
+        kernels: ``"auto"`` (``"cpu"`` on the CPU backend, ``"xla"`` elsewhere), ``"cpu"`` (kernels tuned
+            for XLA:CPU) or ``"xla"`` (the plain path for GPU/TPU: ``preferred_element_type`` products and
+            plain autodiff); the one backend switch, see ``schooner.model._kernels``. Same model and
+            parameters either way; results differ by float rounding only.
         type: registry key (``"llama"``); do not change.
     """
 
@@ -116,6 +123,7 @@ class LlamaConfig:
     gradient_checkpointing: str = "none"
     attention_implementation: str | None = None
     loss_chunk_tokens: int = 0
+    kernels: str = "auto"
     type: str = "llama"
 
     config_type: ClassVar[str] = "llama"
@@ -168,6 +176,11 @@ class LlamaConfig:
             raise ValueError(
                 "attention_implementation='cudnn' needs a bfloat16/float16 compute dtype; got "
                 f"{self.compute_dtype=!r}. Set compute_dtype='bfloat16' (or 'auto' on GPU)."
+            )
+        if self.kernels not in KERNELS:
+            raise ValueError(
+                f"kernels must be one of {KERNELS} ('auto': 'cpu' on the CPU backend, 'xla' elsewhere); got "
+                f"{self.kernels=!r}."
             )
         if not isinstance(self.loss_chunk_tokens, int) or self.loss_chunk_tokens < 0:
             raise ValueError(
@@ -317,12 +330,11 @@ def config_from_dict(data: Mapping[str, Any]) -> LlamaConfig:
 
 def resolve_compute_dtype(config: LlamaConfig) -> Any:
     """The jnp dtype activations use: ``compute_dtype``, with ``"auto"`` = bf16 on GPU/TPU, fp32 on CPU."""
-    import jax
     import jax.numpy as jnp
 
     name = config.compute_dtype
     if name == "auto":
-        name = "float32" if jax.default_backend() == "cpu" else "bfloat16"
+        name = "float32" if platform() == "cpu" else "bfloat16"
     return jnp.dtype(name)
 
 

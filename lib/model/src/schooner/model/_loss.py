@@ -27,13 +27,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from ._balancing import BalanceStats
 from ._config import MoEConfig
+from ._kernels import resolve_kernels
 from ._layers import BATCH, EMBED, POSITION
+from ._moe import moe_loss_terms
 from ._transformer import Transformer
 from ._xent import output_cross_entropy
-
-AUX_PREFIX = "aux/"
-ROUTER_QUANTILES = "aux/router_quantiles"
 
 
 def target_weights(
@@ -73,6 +73,7 @@ def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | Non
         tokens[:, 1:],
         chunk_positions=max(1, chunk // b) if chunk else None,
         keep_probs=chunk == 0,
+        kernels=resolve_kernels(model.config.kernels),
     )
     return nll, lse, aux
 
@@ -84,6 +85,47 @@ def token_losses(model: Transformer, tokens: jax.Array, segment_ids: jax.Array |
     """
     nll, _, _ = _nll_lse(model, jnp.asarray(tokens), segment_ids)
     return nll
+
+
+def loss_and_balance(
+    model: Transformer,
+    tokens: jax.Array,
+    *,
+    segment_ids: jax.Array | None = None,
+    loss_mask: jax.Array | None = None,
+    z_loss_weight: float = 0.0,
+    key: jax.Array | None = None,
+) -> tuple[jax.Array, tuple[dict[str, jax.Array], BalanceStats | None]]:
+    """:func:`loss_fn`, and what the batch asks of quantile load balancing.
+
+    Returns:
+        ``(loss, (metrics, balance))``: ``balance`` is the batch's :class:`BalanceStats` for a MoE model with
+        ``load_balancing="quantile"`` (apply it after the optimizer step with :func:`balance_router`), else
+        None. Differentiable in ``model`` (``balance`` carries no gradient).
+    """
+    del key
+    tokens = jnp.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"loss_fn needs tokens [B, T] with T >= 2; got shape {tuple(tokens.shape)}.")
+    nll, lse, aux = _nll_lse(model, tokens, segment_ids)
+    w = target_weights(tokens, segment_ids, loss_mask)
+    count = jnp.sum(w)
+    denom = jnp.maximum(count, 1.0)
+    ce = jnp.sum(w * nll) / denom
+    z_loss = jnp.sum(w * lse * lse) / denom
+    total = ce + z_loss_weight * z_loss
+    metrics: dict[str, Any] = {"ce_loss": ce, "z_loss": z_loss, "token_count": count}
+    cfg = model.config
+    balance = None
+    if cfg.is_moe:
+        assert isinstance(cfg, MoEConfig)
+        extra, moe_metrics = moe_loss_terms(cfg, aux)
+        total = total + extra
+        metrics.update(moe_metrics)
+        if cfg.load_balancing == "quantile":
+            balance = BalanceStats(shift=aux["balance_shift"], input_mean=aux["router_input_mean"])
+    metrics["loss"] = total
+    return total, (metrics, balance)
 
 
 def loss_fn(
@@ -106,49 +148,11 @@ def loss_fn(
         key: reserved for stochastic layers (the decoder has none); accepted and unused.
 
     Returns:
-        ``(loss, metrics)``. ``metrics`` holds scalars ``"loss"`` (total), ``"ce_loss"``, ``"z_loss"``,
-        ``"token_count"`` and, for MoE models, ``"moe/..."`` scalars. MoE models with quantile balancing
-        also return the array ``metrics["aux/router_quantiles"]`` (float32[layers, experts]): pass the
-        metrics to :func:`update_router_bias` after the optimizer step, and drop ``"aux/"`` keys before
-        logging (:func:`scalar_metrics`).
+        ``(loss, metrics)``: float32 scalars ``"loss"`` (total), ``"ce_loss"``, ``"z_loss"``,
+        ``"token_count"`` and, for MoE models, ``"moe/..."``. Training a MoE model with quantile balancing
+        needs :func:`loss_and_balance` instead (the trainer uses it).
     """
-    del key
-    tokens = jnp.asarray(tokens)
-    if tokens.ndim != 2 or tokens.shape[1] < 2:
-        raise ValueError(f"loss_fn needs tokens [B, T] with T >= 2; got shape {tuple(tokens.shape)}.")
-    nll, lse, aux = _nll_lse(model, tokens, segment_ids)
-    w = target_weights(tokens, segment_ids, loss_mask)
-    count = jnp.sum(w)
-    denom = jnp.maximum(count, 1.0)
-    ce = jnp.sum(w * nll) / denom
-    z_loss = jnp.sum(w * lse * lse) / denom
-    total = ce + z_loss_weight * z_loss
-    metrics: dict[str, Any] = {"ce_loss": ce, "z_loss": z_loss, "token_count": count}
-    cfg = model.config
-    if isinstance(cfg, MoEConfig):
-        router_z = jnp.mean(aux["router_z_loss"])
-        aux_loss = jnp.mean(aux["aux_loss"])
-        total = total + cfg.router_z_loss_weight * router_z
-        if cfg.load_balancing == "aux_loss":
-            total = total + cfg.aux_loss_weight * aux_loss
-        load = aux["load"]  # [layers, experts]
-        metrics.update(
-            {
-                "moe/aux_loss": aux_loss,
-                "moe/router_z_loss": router_z,
-                "moe/max_load_ratio": jnp.max(load) * cfg.num_experts,
-                "moe/mean_max_load_ratio": jnp.mean(jnp.max(load, axis=-1)) * cfg.num_experts,
-                "moe/min_load_ratio": jnp.min(load) * cfg.num_experts,
-                "moe/router_entropy": jnp.mean(aux["router_entropy"]),
-                "moe/dropped_fraction": jnp.mean(aux["dropped_fraction"]),
-            }
-        )
-        if cfg.load_balancing == "quantile":
-            metrics[ROUTER_QUANTILES] = jax.lax.stop_gradient(aux["router_quantiles"])
-    metrics["loss"] = total
-    return total, metrics
-
-
-def scalar_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """``metrics`` without the ``"aux/"`` arrays (what to log)."""
-    return {k: v for k, v in metrics.items() if not k.startswith(AUX_PREFIX)}
+    loss, (metrics, _) = loss_and_balance(
+        model, tokens, segment_ids=segment_ids, loss_mask=loss_mask, z_loss_weight=z_loss_weight, key=key
+    )
+    return loss, metrics

@@ -1,24 +1,20 @@
 """Mixture-of-experts MLP: top-k routing, dropless grouped matmuls (or capacity mode), load balancing.
 
 Routing. Router logits are computed in float32. Scores are ``softmax(logits)`` or ``sigmoid(logits)``.
-Experts are chosen by ``top_k(scores + router_bias)``; the combine weights are the UNBIASED scores of the
+Experts are chosen by ``top_k(logits + router_bias)``; the combine weights are the UNBIASED scores of the
 chosen experts (renormalised to sum to 1 when ``normalize_topk``), so the bias steers load without
-changing what the gradient sees (DeepSeek-V3's auxiliary-loss-free balancing).
-
-Quantile balancing. ``router_bias`` is NOT trained by gradients (it is read through ``stop_gradient``
-and ``trainable_mask`` marks it False so optimizers leave it alone). A token picks expert ``j`` iff its
-biased score beats the k-th largest biased score of the other experts; call the difference the token's
-margin for ``j``. Each forward pass returns, per layer, the ``1 - k/E`` quantile over the batch's tokens of
-every expert's margin (``aux["router_quantiles"]``, float32[layers, experts]). Lowering ``bias[j]`` by that
-quantile would make exactly the target share ``k/E`` of the batch pick ``j`` (the others held fixed), so
-``update_router_bias`` moves each bias by ``-rate * (q_j - mean(q))`` (the mean is removed because a
-common shift changes no selection). Repeated every step this drives every expert's load to ``k/E``.
-The trainer calls it once per step with the metrics of that step's forward pass.
+changing what the gradient sees. ``router_bias`` is not trained by gradients (read through
+``stop_gradient``; its parameter group is "balancing", which optimizers leave alone): with
+``load_balancing="quantile"`` it is set after every step by :func:`balance_router` (see ``_balancing.py``)
+from the statistics each forward pass returns; otherwise it stays 0.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
 ``jax.lax.ragged_dot`` grouped matmuls, so no token is ever dropped. With ``capacity_factor`` set, each
 expert takes at most ``ceil(capacity_factor * tokens * k / E)`` assignments (earlier tokens first) in a
 dense [experts, capacity, embed] buffer; the overflow is dropped and reported in ``moe/dropped_fraction``.
+
+Losses. :func:`moe_loss_terms` turns the per-layer statistics into the router z-loss, the auxiliary
+balancing loss (``load_balancing="aux_loss"``) and the ``moe/...`` metrics.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from haliax import Axis, NamedArray
 
+from ._balancing import balancing_shift
 from ._config import MoEConfig
 from ._layers import EMBED, EXPERTS, MLP, ParamFactory, SwiGLU, axes_for
 
@@ -66,7 +63,7 @@ class MoE(eqx.Module):
             config=config,
         )
 
-    def __call__(self, x: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
+    def __call__(self, x: NamedArray, *, kernels: str = "xla") -> tuple[NamedArray, dict[str, jax.Array]]:
         cfg = self.config
         dtype = x.dtype
         embed = x.resolve_axis(EMBED)
@@ -74,15 +71,14 @@ class MoE(eqx.Module):
         xf = x.rearrange((*lead, embed)).array.reshape(-1, embed.size)
         n, e, k = xf.shape[0], cfg.num_experts, cfg.num_experts_per_token
 
-        logits = xf.astype(jnp.float32) @ self.router.array.T  # router in fp32 always
+        x32 = xf.astype(jnp.float32)
+        logits = x32 @ self.router.array.T  # router in fp32 always
         scores = (
             jax.nn.softmax(logits, axis=-1) if cfg.router_activation == "softmax" else jax.nn.sigmoid(logits)
         )
-        select = scores
-        if cfg.load_balancing == "quantile":
-            select = scores + jax.lax.stop_gradient(self.router_bias.array)[None, :]
-        top_vals, top_idx = jax.lax.top_k(select, min(k + 1, e))
-        idx = top_idx[:, :k]  # [n, k]
+        # Both activations are increasing, so the top-k of the logits is the top-k of the scores.
+        select = jax.lax.stop_gradient(logits + self.router_bias.array[None, :])
+        _, idx = jax.lax.top_k(select, k)  # [n, k]
         weights = jnp.take_along_axis(scores, idx, axis=-1)
         if cfg.normalize_topk:
             weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-9)
@@ -106,9 +102,12 @@ class MoE(eqx.Module):
         out = jnp.sum(y * weights.astype(dtype)[:, :, None], axis=1)
         out_named = hax.named(out.reshape(*(a.size for a in lead), embed.size), (*lead, embed))
         if self.shared is not None:
-            out_named = out_named + self.shared(x.rearrange((*lead, embed)))
+            out_named = out_named + self.shared(x.rearrange((*lead, embed)), kernels=kernels)
 
-        stats = _routing_stats(logits, scores, select, top_vals, idx, group_sizes, kept[inverse], cfg, n)
+        stats = _routing_stats(logits, scores, group_sizes, kept[inverse], cfg, n)
+        if cfg.load_balancing == "quantile":
+            stats["balance_shift"] = balancing_shift(select, k)
+            stats["router_input_mean"] = jax.lax.stop_gradient(jnp.mean(x32, axis=0))
         return out_named, stats
 
 
@@ -127,9 +126,7 @@ def _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg
     return ys, kept
 
 
-def _routing_stats(
-    logits, scores, select, top_vals, idx, group_sizes, kept, cfg: MoEConfig, n: int
-) -> dict[str, jax.Array]:
+def _routing_stats(logits, scores, group_sizes, kept, cfg: MoEConfig, n: int) -> dict[str, jax.Array]:
     """Per-layer router statistics and losses (all float32; arrays are stacked over layers by the scan)."""
     e, k = cfg.num_experts, cfg.num_experts_per_token
     load = group_sizes.astype(jnp.float32) / (n * k)  # fraction of assignments per expert; sums to 1
@@ -138,10 +135,8 @@ def _routing_stats(
     aux_loss = e * jnp.sum(jax.lax.stop_gradient(load) * mean_prob)
     z = jax.nn.logsumexp(logits, axis=-1)
     entropy = -jnp.mean(jnp.sum(probs * jnp.log(probs + 1e-9), axis=-1))
-    quantiles = _margin_quantiles(jax.lax.stop_gradient(select), jax.lax.stop_gradient(top_vals), idx, k, e)
     return {
         "load": load,
-        "router_quantiles": quantiles.astype(jnp.float32),
         "aux_loss": aux_loss,
         "router_z_loss": jnp.mean(z * z),
         "router_entropy": entropy,
@@ -149,22 +144,22 @@ def _routing_stats(
     }
 
 
-def _margin_quantiles(select: jax.Array, top_vals: jax.Array, idx: jax.Array, k: int, e: int) -> jax.Array:
-    """Per expert, the ``1 - k/E`` quantile over tokens of its selection margin.
-
-    A token picks expert ``j`` iff ``select[t, j]`` beats the k-th largest biased score among the OTHER
-    experts: that is the (k+1)-th largest overall when ``j`` is picked, the k-th largest otherwise. The
-    margin is the difference; shifting ``bias[j]`` by minus its ``1 - k/E`` quantile makes exactly the
-    target share ``k/E`` of this batch's tokens pick ``j`` (others held fixed).
-    """
-    if k >= e:  # every expert is always picked: nothing to balance
-        return jnp.zeros((e,), jnp.float32)
-    chosen = jnp.any(jax.nn.one_hot(idx, e, dtype=jnp.bool_), axis=1)  # [n, e]
-    threshold = jnp.where(chosen, top_vals[:, k : k + 1], top_vals[:, k - 1 : k])
-    return jnp.quantile(select - threshold, 1.0 - k / e, axis=0)
-
-
-def bias_update(bias: jax.Array, quantiles: jax.Array, rate: float) -> jax.Array:
-    """One quantile-balancing step: ``bias - rate * (q - mean(q))`` along the last (experts) axis."""
-    centred = quantiles - jnp.mean(quantiles, axis=-1, keepdims=True)
-    return bias - rate * centred
+def moe_loss_terms(config: MoEConfig, aux: dict[str, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """The MoE part of the loss (router z-loss, and the auxiliary loss when ``load_balancing="aux_loss"``)
+    and the ``moe/...`` metrics, from the per-layer statistics ``aux`` of a forward pass."""
+    router_z = jnp.mean(aux["router_z_loss"])
+    aux_loss = jnp.mean(aux["aux_loss"])
+    extra = config.router_z_loss_weight * router_z
+    if config.load_balancing == "aux_loss":
+        extra = extra + config.aux_loss_weight * aux_loss
+    load = aux["load"]  # [layers, experts]
+    metrics = {
+        "moe/aux_loss": aux_loss,
+        "moe/router_z_loss": router_z,
+        "moe/max_load_ratio": jnp.max(load) * config.num_experts,
+        "moe/mean_max_load_ratio": jnp.mean(jnp.max(load, axis=-1)) * config.num_experts,
+        "moe/min_load_ratio": jnp.min(load) * config.num_experts,
+        "moe/router_entropy": jnp.mean(aux["router_entropy"]),
+        "moe/dropped_fraction": jnp.mean(aux["dropped_fraction"]),
+    }
+    return extra, metrics

@@ -13,6 +13,7 @@ from haliax import NamedArray, ScanCheckpointPolicy
 
 from ._attention import Attention
 from ._config import LlamaConfig, MoEConfig, resolve_compute_dtype
+from ._kernels import resolve_kernels
 from ._layers import (
     BATCH,
     EMBED,
@@ -23,11 +24,11 @@ from ._layers import (
     ParamFactory,
     SwiGLU,
     axes_for,
-    named_dot,
     ones,
     rms_norm,
     rope_cos_sin,
 )
+from ._matmul import named_dot
 from ._moe import MoE
 from ._sharding import constrain
 
@@ -54,7 +55,8 @@ class Block(eqx.Module):
         """A block's parameters, each with the ``lead`` axes in front (``(layers,)`` for the stack)."""
         ax = axes_for(config)
         attn = Attention.init(config, params, lead=lead)
-        if isinstance(config, MoEConfig):
+        if config.is_moe:
+            assert isinstance(config, MoEConfig)
             mlp: SwiGLU | MoE = MoE.init(config, params, lead=lead)
         else:
             std = config.initializer_range
@@ -69,17 +71,23 @@ class Block(eqx.Module):
         )
 
     def __call__(
-        self, x: NamedArray, cos: jax.Array, sin: jax.Array, segment_ids: jax.Array | None, reference: bool
+        self,
+        x: NamedArray,
+        cos: jax.Array,
+        sin: jax.Array,
+        segment_ids: jax.Array | None,
+        *,
+        kernels: str,
+        reference: bool = False,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
-        h = self.attn(
-            rms_norm(x, self.attn_norm, EMBED, self.norm_eps), cos, sin, segment_ids, reference=reference
-        )
+        normed = rms_norm(x, self.attn_norm, EMBED, self.norm_eps)
+        h = self.attn(normed, cos, sin, segment_ids, kernels=kernels, reference=reference)
         x = constrain(x + h)
         normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps)
         if isinstance(self.mlp, MoE):
-            h, stats = self.mlp(normed)
+            h, stats = self.mlp(normed, kernels=kernels)
         else:
-            h, stats = self.mlp(normed), {}
+            h, stats = self.mlp(normed, kernels=kernels), {}
         return constrain(x + h), stats
 
 
@@ -107,8 +115,10 @@ class Transformer(eqx.Module):
     ) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Logits float32[B, T, V] and the per-layer aux arrays (MoE router stats; empty for dense)."""
         h, aux = self.hidden_states(tokens, segment_ids=segment_ids)
-        logits = named_dot(h, self.output_embedding().astype(h.dtype), EMBED)
-        return logits.rearrange((BATCH, POSITION, VOCAB)).array.astype(jnp.float32), aux
+        head = self.output_embedding().astype(h.dtype)
+        kernels = resolve_kernels(self.config.kernels)
+        logits = named_dot(h, head, EMBED, kernels=kernels, out_dtype=jnp.float32)
+        return logits.rearrange((BATCH, POSITION, VOCAB)).array, aux
 
     def output_embedding(self) -> NamedArray:
         """The (vocab, embed) output projection (the input embedding when tied)."""
@@ -137,8 +147,10 @@ class Transformer(eqx.Module):
         x = constrain(hax.named(x, (batch, position, self.embed.axes[1])))
         cos, sin = rope_cos_sin(t, cfg.resolved_head_dim, cfg.rope)
 
+        kernels = resolve_kernels(cfg.kernels)  # the one backend decision of this trace
+
         def run_block(block: Block, carry: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
-            return block(carry, cos, sin, segment_ids, reference_attention)
+            return block(carry, cos, sin, segment_ids, kernels=kernels, reference=reference_attention)
 
         if cfg.scan_layers:
             x, aux = self.layers.scan_via(run_block)(x)

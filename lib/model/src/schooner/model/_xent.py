@@ -1,5 +1,6 @@
-"""The output projection fused with the cross-entropy: ``(nll, lse)`` of ``hidden @ head.T``, with a hand-written
-backward that never materialises the full float32 logits.
+"""The output projection fused with the cross-entropy: ``(nll, lse)`` of ``hidden @ head.T``, by chunks, never
+materialising the full float32 logits. On the CPU kernel path (``kernels="cpu"``) the backward is hand-written
+(below); on the plain path it is autodiff of chunks whose logits are recomputed.
 
 The plain autodiff of ``logsumexp(h @ W.T)`` holds the float32 logits [tokens, vocab] for the backward and
 then builds ``softmax - onehot`` in float32, scales it, and (for 16-bit compute) converts it: several passes
@@ -28,7 +29,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from ._layers import cpu_barrier, matmul
+from ._matmul import barrier, matmul
 
 # Automatic chunking: chunks of about this many bytes of float32 logits (for the whole batch), but never
 # more than _MAX_AUTO_CHUNKS of them: each chunk adds a read-modify-write of the float32 [D, V] weight
@@ -84,7 +85,7 @@ def _load(x: jax.Array, dtype: jnp.dtype) -> jax.Array:
 
 def _logits(h: jax.Array, head: jax.Array) -> jax.Array:
     """float32 logits [rows, V] of a chunk h [..., D] (all leading axes flattened) against head [V, D]."""
-    return matmul(h.reshape(-1, h.shape[-1]), head, transpose_b=True, out_dtype=jnp.float32)
+    return matmul(h.reshape(-1, h.shape[-1]), head, transpose_b=True, out_dtype=jnp.float32, kernels="cpu")
 
 
 def _chunk_stats(h: jax.Array, head: jax.Array, tgt: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -133,7 +134,7 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
     h_c = _to_chunks(hidden, chunk).reshape(-1, b * chunk, d)
     # On CPU the barriers keep XLA from folding these transposes into the products when the loop has a
     # single trip and is inlined: XLA:CPU has no fallback for a transposed bf16 x bf16 -> f32 product.
-    ht_c = cpu_barrier(jnp.swapaxes(h_c, 1, 2))
+    ht_c = barrier(jnp.swapaxes(h_c, 1, 2))
     tgt_c = _to_chunks(targets, chunk).reshape(-1, b * chunk)
 
     def body(dw_t, xs):
@@ -147,17 +148,34 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
         coef = gn + gl
         onehot = jnp.arange(p.shape[-1], dtype=jnp.int32)[None, :] == tgt.astype(jnp.int32)[:, None]
         dlogits = jnp.where(onehot, (coef * p_t - gn)[:, None], coef[:, None] * p).astype(dtype)
-        dh = matmul(dlogits, head_c, out_dtype=dtype)
-        dw_t = dw_t + matmul(ht, dlogits, out_dtype=jnp.float32)
+        dh = matmul(dlogits, head_c, out_dtype=dtype, kernels="cpu")
+        dw_t = dw_t + matmul(ht, dlogits, out_dtype=jnp.float32, kernels="cpu")
         return dw_t, _store(dh.reshape(b, chunk, d))
 
     xs = (_store(ht_c), tgt_c, g_nll_c, g_lse_c, lse_c)
     xs = (*xs, p_c, pt_c) if keep_probs else (*xs, _store(h_c))
     dw_t, dh = jax.lax.scan(body, jnp.zeros((d, head.shape[0]), jnp.float32), xs)
-    return _from_chunks(_load(dh, dtype), t), cpu_barrier(dw_t).T.astype(head.dtype), None
+    return _from_chunks(_load(dh, dtype), t), barrier(dw_t).T.astype(head.dtype), None
 
 
 _xent.defvjp(_xent_fwd, _xent_bwd)
+
+
+def _plain_xent(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int):
+    """The "xla" kernel path: chunks by ``lax.map``, plain autodiff, each chunk's logits recomputed in the
+    backward (``jax.checkpoint``), so nothing of size [tokens, vocab] outlives a chunk."""
+    b, t, d = hidden.shape
+
+    @jax.checkpoint
+    def one(xs: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        h, tgt = xs
+        # The head is cast inside the chunk, so its gradient is accumulated across chunks in its own dtype.
+        logits = matmul(h.reshape(-1, d), head.astype(h.dtype), transpose_b=True, out_dtype=jnp.float32)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        return lse - jnp.take_along_axis(logits, tgt.reshape(-1, 1), axis=-1)[:, 0], lse
+
+    nll, lse = jax.lax.map(one, (_to_chunks(hidden, chunk), _to_chunks(targets, chunk)))
+    return _from_chunks(nll.reshape(-1, b, chunk), t), _from_chunks(lse.reshape(-1, b, chunk), t)
 
 
 def output_cross_entropy(
@@ -167,6 +185,7 @@ def output_cross_entropy(
     *,
     chunk_positions: int | None = None,
     keep_probs: bool = True,
+    kernels: str = "xla",
 ) -> tuple[jax.Array, jax.Array]:
     """Negative log-likelihoods and log-partitions, float32[B, T], of ``targets`` under ``hidden @ head.T``.
 
@@ -178,7 +197,9 @@ def output_cross_entropy(
         chunk_positions: positions per chunk (all batch rows together), evened out so the last chunk is not
             mostly padding; None: chunks of about 128 MiB of float32 logits for the whole batch, at most 8.
         keep_probs: keep the softmax (compute dtype) for the backward; False recomputes each chunk's logits
-            in the backward instead, so no [B*T, V] array is ever held.
+            in the backward instead, so no [B*T, V] array is ever held. The "xla" path always recomputes.
+        kernels: ``"cpu"``: the hand-written backward described in the module docstring; ``"xla"``: plain
+            autodiff of chunked, rematerialised logits (see ``schooner.model._kernels``).
     """
     b, t, _ = hidden.shape
     if chunk_positions is not None and (not isinstance(chunk_positions, int) or chunk_positions < 1):
@@ -187,4 +208,7 @@ def output_cross_entropy(
         empty = jnp.zeros((b, 0), jnp.float32)
         return empty, empty
     chunk = auto_chunk_positions(b, t, head.shape[0]) if chunk_positions is None else chunk_positions
-    return _xent(hidden, head, targets, balanced_chunk(t, chunk), keep_probs)
+    chunk = balanced_chunk(t, chunk)
+    if kernels == "cpu":
+        return _xent(hidden, head, targets, chunk, keep_probs)
+    return _plain_xent(hidden, head, targets, chunk)

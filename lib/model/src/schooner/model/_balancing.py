@@ -1,0 +1,102 @@
+"""Quantile load balancing of MoE routers: a gradient-free router bias that keeps every expert at its share.
+
+Selection. A token picks the ``k`` experts with the largest ``router logit + bias`` (the combine weights
+come from the unbiased scores, so the bias steers load without changing what the gradient sees; DeepSeek-V3's
+auxiliary-loss-free balancing). The bias lives in logit space: the softmax squashes large score differences
+towards 0 and 1, where a bias on probabilities flips whole groups of tokens at once.
+
+The batch's balancing shift. A token picks expert ``j`` iff its biased logit beats the k-th largest biased
+logit of the other experts; the difference is its margin for ``j``, and lowering ``bias[j]`` by the
+``1 - k/E`` quantile of its margins over the batch would give ``j`` exactly its share ``k/E`` of the batch,
+the other experts held fixed. Moving every expert at once by its quantile overshoots (the experts trade
+tokens), so :func:`balancing_shift` iterates a damped version of that step on the batch's own logits until
+the shift balances the batch jointly (``SOLVER_STEPS`` steps of ``SOLVER_DAMPING``).
+
+Keeping up with training. The shift balances the batch the model has just seen, but the optimizer step that
+follows moves the router, and with AdamW a step moves every expert's logits, for all tokens alike, by up to
+``learning_rate`` times the L1 norm of the router input: a router trained this way drifts faster than a
+lagging bias can follow. That common part of the move is known after the step: ``x_mean . (W' - W)`` for
+expert ``e``, with ``x_mean`` the batch's mean router input. :func:`balance_router` therefore sets
+
+    bias <- bias + rate * shift - (x_mean . (W' - W) - its mean over experts)
+
+(the common offset over experts changes no selection), so what reaches the next batch is only the router's
+token-specific change and the batch-to-batch variation of the data.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+SOLVER_STEPS = 8
+SOLVER_DAMPING = 0.5
+
+
+def margin_quantiles(select: jax.Array, k: int) -> jax.Array:
+    """float32[E]: per expert, the ``1 - k/E`` quantile over tokens of its selection margin.
+
+    ``select`` is float32[tokens, E] (biased logits). A token picks expert ``j`` iff ``select[t, j]`` beats
+    the k-th largest of the OTHER experts: that is the (k+1)-th largest overall when ``j`` is picked, the
+    k-th largest otherwise; the margin is the difference.
+    """
+    e = select.shape[-1]
+    if k >= e:  # every expert is always picked: nothing to balance
+        return jnp.zeros((e,), jnp.float32)
+    top_vals, top_idx = jax.lax.top_k(select, k + 1)
+    chosen = jnp.any(jax.nn.one_hot(top_idx[:, :k], e, dtype=jnp.bool_), axis=1)  # [n, e]
+    threshold = jnp.where(chosen, top_vals[:, k : k + 1], top_vals[:, k - 1 : k])
+    return jnp.quantile(select - threshold, 1.0 - k / e, axis=0)
+
+
+def balancing_shift(select: jax.Array, k: int) -> jax.Array:
+    """float32[E], mean 0: the bias shift under which ``top_k(select + shift)`` gives every expert its share
+    of these tokens (see the module docstring). ``select``: float32[tokens, E], biased logits."""
+    select = jax.lax.stop_gradient(select.astype(jnp.float32))
+
+    def step(_: int, shift: jax.Array) -> jax.Array:
+        q = margin_quantiles(select + shift[None, :], k)
+        return shift - SOLVER_DAMPING * (q - jnp.mean(q))
+
+    return jax.lax.fori_loop(0, SOLVER_STEPS, step, jnp.zeros((select.shape[-1],), jnp.float32))
+
+
+class BalanceStats(eqx.Module):
+    """What quantile balancing takes from one batch, per MoE layer: the balancing ``shift``
+    float32[layers, experts] and the mean router input ``input_mean`` float32[layers, embed].
+
+    Returned by :func:`schooner.model.loss_and_balance` next to the loss, averaged over microbatches by
+    token count like a gradient, and applied after the optimizer step with :func:`balance_router`.
+    """
+
+    shift: jax.Array
+    input_mean: jax.Array
+
+
+def balance_router(before: eqx.Module, after: eqx.Module, stats: BalanceStats | None) -> eqx.Module:
+    """``after`` with every MoE layer's router bias moved to balance the next batch (see the module docstring).
+
+    Args:
+        before: the model that produced ``stats`` (its router is the one before the optimizer step).
+        after: the model after the optimizer step.
+        stats: the batch's :class:`BalanceStats`; None (a dense model, or balancing other than
+            ``"quantile"``) returns ``after`` unchanged.
+
+    Raises:
+        ValueError: ``stats`` of another shape than the model's router bias.
+    """
+    if stats is None:
+        return after
+    cfg = after.config
+    mlp_before, mlp_after = before.layers.stacked.mlp, after.layers.stacked.mlp
+    bias = mlp_after.router_bias.array
+    if stats.shift.shape != bias.shape:
+        raise ValueError(
+            f"balancing shift of shape {stats.shift.shape}; the model's router bias is {bias.shape}."
+        )
+    moved = jnp.einsum("ld,led->le", stats.input_mean, mlp_after.router.array - mlp_before.router.array)
+    moved = moved - jnp.mean(moved, axis=-1, keepdims=True)
+    shift = stats.shift - jnp.mean(stats.shift, axis=-1, keepdims=True)
+    new_bias = bias + cfg.router_bias_rate * shift - jax.lax.stop_gradient(moved)
+    return eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, after, new_bias)

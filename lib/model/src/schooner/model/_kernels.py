@@ -1,0 +1,38 @@
+"""The one backend switch of the model's kernels: ``LlamaConfig.kernels``.
+
+Two code paths compute the same model:
+
+- ``"xla"``, the plain path, for GPUs and TPUs: ``hax.dot`` products with ``preferred_element_type``
+  (float32 logits from 16-bit operands), plain autodiff everywhere, ``jax.nn.dot_product_attention``
+  (cuDNN flash attention on NVIDIA when it applies), and an output cross-entropy computed by chunks whose
+  logits the backward recomputes (``jax.checkpoint``), so nothing of size [tokens, vocab] is held.
+- ``"cpu"``, tuned for XLA:CPU and measured there (see the model README): matrix products flattened to 2-D
+  GEMMs with a hand-written 16-bit backward that keeps the transposed operand (XLA:CPU's fast bf16 kernels
+  take only canonical [M, K] x [K, N] products), optimization barriers that stop XLA folding transposes back
+  into products, float32 accumulation of 16-bit GEMMs, blocked causal attention in float32, and the fused
+  output cross-entropy with a hand-written backward that keeps the softmax in the compute dtype.
+
+``"auto"`` (the default) picks ``"cpu"`` on the CPU backend and ``"xla"`` elsewhere. This module is the only
+place that asks jax which backend it runs on; the choice is made once per trace, in
+:meth:`Transformer.hidden_states`, and passed down explicitly.
+"""
+
+from __future__ import annotations
+
+KERNELS = ("auto", "cpu", "xla")
+
+
+def platform() -> str:
+    """The default jax backend (``"cpu"``, ``"gpu"``, ``"tpu"``...)."""
+    import jax
+
+    return jax.default_backend()
+
+
+def resolve_kernels(kernels: str) -> str:
+    """``"cpu"`` or ``"xla"``: ``kernels`` itself, or for ``"auto"`` the path of the default backend."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}; got {kernels=!r}.")
+    if kernels == "auto":
+        return "cpu" if platform() == "cpu" else "xla"
+    return kernels
