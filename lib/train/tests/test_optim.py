@@ -10,7 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from schooner.train import AdamConfig, MuonConfig, build_optimizer, describe_param_groups
+from schooner.train import (
+    AdamConfig,
+    MuonConfig,
+    build_optimizer,
+    describe_param_groups,
+    muon_dimension_numbers,
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +46,47 @@ def test_groups_and_decay_mask(model) -> None:
         and rows[".embed"]["rule"] == "adamw"
         and rows[".embed"]["decay"]
     )
-    assert rows[".final_norm"]["kind"] == "vector" and not rows[".final_norm"]["decay"]
-    assert not rows[".layers.stacked.attn_norm"]["decay"]  # stacked norm: [layers, embed] is still a vector
+    assert rows[".final_norm"]["kind"] == "norm" and not rows[".final_norm"]["decay"]
+    assert not rows[".layers.stacked.attn_norm"]["decay"]  # stacked norm: [layers, embed]
     for name in ("attn.q_proj", "attn.o_proj", "mlp.gate", "mlp.down"):
         r = rows[f".layers.stacked.{name}"]
         assert r["kind"] == "matrix" and r["rule"] == "muon" and r["decay"]
     rows = {r["path"]: r for r in describe_param_groups(model, AdamConfig(decay_norms_and_biases=True))}
     assert rows[".final_norm"]["decay"] and all(r["rule"] == "adamw" for r in rows.values())
+
+
+def test_muon_axes_come_from_the_declared_groups(model) -> None:
+    """Input (reduction) axes of each matrix as the model declares them; layers are batch axes."""
+    from optax.contrib import MuonDimensionNumbers
+
+    dims = {  # keyed by the parameter: "[<flat index 0>]" is the NamedArray's array
+        jax.tree_util.keystr(p).split("[")[0]: d
+        for p, d in jax.tree_util.tree_flatten_with_path(
+            muon_dimension_numbers(model), is_leaf=lambda x: isinstance(x, MuonDimensionNumbers)
+        )[0]
+        if isinstance(d, MuonDimensionNumbers)
+    }
+    # q_proj [layers, heads, head_dim, embed] reads embed; o_proj [layers, embed, heads, head_dim] writes it.
+    assert dims[".layers.stacked.attn.q_proj"] == MuonDimensionNumbers((3,), (1, 2))
+    assert dims[".layers.stacked.attn.o_proj"] == MuonDimensionNumbers((2, 3), (1,))
+    assert dims[".layers.stacked.mlp.gate"] == MuonDimensionNumbers((2,), (1,))  # [layers, mlp, embed]
+    assert dims[".layers.stacked.mlp.down"] == MuonDimensionNumbers((2,), (1,))  # [layers, embed, mlp]
+    assert not any("norm" in k or k.split(".")[1] == "embed" for k in dims)
+
+
+def test_shape_scaling_follows_the_published_rules() -> None:
+    import optax
+
+    from schooner.train._optim import Fans, scale_by_shape
+
+    u = {"a": jax.numpy.ones((3,)), "b": jax.numpy.ones((2,))}
+    fans = {"a": Fans(64, 256), "b": Fans(512, 128)}
+    rms, _ = scale_by_shape(fans, 0.2).update(u, optax.EmptyState())
+    np.testing.assert_allclose(rms["a"], 0.2 * np.sqrt(256.0))  # consistent RMS: rms * sqrt(max fan)
+    np.testing.assert_allclose(rms["b"], 0.2 * np.sqrt(512.0))
+    width, _ = scale_by_shape(fans, None).update(u, optax.EmptyState())
+    np.testing.assert_allclose(width["a"], 2.0)  # sqrt(max(1, fan_out / fan_in))
+    np.testing.assert_allclose(width["b"], 1.0)
 
 
 def test_adamw_first_step_matches_numpy(model) -> None:
@@ -110,7 +150,7 @@ def test_muon_updates_are_orthogonalized(model) -> None:
     assert np.allclose(np.abs(u[".final_norm"]), 1.0, atol=1e-4)
 
 
-def test_frozen_router_bias_gets_no_update(nano) -> None:
+def test_moe_groups_router_and_frozen_bias(nano) -> None:
     from schooner.model import MoEConfig, init
 
     cfg = MoEConfig(
@@ -119,13 +159,25 @@ def test_frozen_router_bias_gets_no_update(nano) -> None:
         num_experts_per_token=2,
     )
     moe = init(cfg, key=jax.random.PRNGKey(0))
-    for opt in (AdamConfig(warmup=0, weight_decay=0.1), MuonConfig(warmup=0, weight_decay=0.1)):
+    lr = 0.01
+    for opt in (
+        AdamConfig(learning_rate=lr, warmup=0, schedule="constant", weight_decay=0.0, max_grad_norm=None),
+        MuonConfig(learning_rate=lr, warmup=0, schedule="constant", weight_decay=0.0, max_grad_norm=None),
+    ):
+        rows = {r["path"]: r for r in describe_param_groups(moe, opt)}
+        assert rows[".layers.stacked.mlp.router_bias"]["rule"] == "frozen"
+        assert rows[".layers.stacked.mlp.router"]["kind"] == "router"
+        assert rows[".layers.stacked.mlp.router"]["rule"] == "adamw"  # under Muon too
         tx = build_optimizer(opt, moe, 10)
-        updates, _ = jax.jit(tx.update)(_grads(moe), tx.init(moe), moe)
+        g = _grads(moe)
+        updates, _ = jax.jit(tx.update)(g, tx.init(moe), moe)
         u = _by_path(moe, updates)
         assert np.all(u[".layers.stacked.mlp.router_bias"] == 0.0)
-        assert np.any(u[".layers.stacked.mlp.w_up"] != 0.0) if ".layers.stacked.mlp.w_up" in u else True
-        assert sum(np.count_nonzero(x) for x in u.values()) > 0
+        # AdamW's first step is -lr * sign(g) per entry: the router takes it under both optimizers.
+        sign = -lr * np.sign(_by_path(moe, g)[".layers.stacked.mlp.router"])
+        np.testing.assert_allclose(u[".layers.stacked.mlp.router"], sign, rtol=1e-4)
+        for name in ("gate", "up", "down"):  # the experts: [layers, experts, ...], all updated
+            assert np.all(np.abs(u[f".layers.stacked.mlp.{name}"]).reshape(cfg.num_layers, 4, -1).max(-1) > 0)
 
 
 @pytest.mark.parametrize(

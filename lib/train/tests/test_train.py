@@ -183,3 +183,31 @@ def test_a_tokenizer_other_than_the_caches_is_refused_before_training(nano, data
     with pytest.raises(TokenizerMismatchError, match="built with tokenizer"):
         train(cfg)
     assert latest_checkpoint(str(tmp_path / "run")) is None
+
+
+def test_non_finite_updated_parameters_are_not_applied(nano) -> None:
+    """A finite loss and gradient with an update that makes the parameters Inf/NaN: the step keeps the old
+    state and reports it (before, such a state was taken, and checkpointed as good)."""
+    import equinox as eqx
+    import optax
+
+    from schooner.model import init
+    from schooner.train import init_state, make_train_step
+
+    model = init(nano(), key=jax.random.PRNGKey(0))
+    tx = optax.scale(float("inf"))  # every update infinite (or NaN where a gradient is 0)
+    state = init_state(model, tx, jax.random.PRNGKey(1))
+    step = jax.jit(make_train_step(tx, z_loss_weight=0.0, microbatches=1, lr_schedule=lambda s: 1.0))
+    tokens = jax.random.randint(jax.random.PRNGKey(2), (2, 16), 0, 320)
+    new, metrics = step(state, {"tokens": tokens, "segment_ids": jax.numpy.zeros_like(tokens)})
+    assert np.isfinite(metrics["loss"]) and np.isfinite(metrics["grad_norm"])
+    assert not np.isfinite(metrics["param_norm"]) and metrics["finite"] == 0.0
+    for a, b in zip(
+        jax.tree.leaves(eqx.filter(new.model, eqx.is_array)), jax.tree.leaves(model), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_learning_rate_that_overflows_float32_is_refused() -> None:
+    with pytest.raises(ValueError, match="learning_rate=1e\\+39 overflows float32"):
+        AdamConfig(learning_rate=1e39)

@@ -38,7 +38,8 @@ _T0 = time.perf_counter()  # import time of this module: the "process start" the
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The loss or the gradient became NaN/Inf; the run stopped without applying that update."""
+    """The loss, the gradient or the updated parameters became NaN/Inf; the run stopped without applying
+    that update (every checkpoint holds a state that passed the check)."""
 
 
 def resolve_model_config(config: TrainConfig, cache_vocab: int) -> Any:
@@ -236,7 +237,7 @@ class _Run:
 
         self.step_fn = jax.jit(
             wrapped,
-            in_shardings=(self.state_sharding, {"tokens": bs, "segment_ids": bs}),
+            in_shardings=(self.state_sharding, bs),  # every array of the batch: tokens, segment ids, masks
             out_shardings=(self.state_sharding, replicated(self.mesh)),
             donate_argnums=(0,),
         )
@@ -348,8 +349,9 @@ class _Run:
                 ckpt.wait()
                 good = latest_checkpoint(self.root)
                 raise NonFiniteLossError(
-                    f"step {n}: the loss or gradient is not finite (loss={m.get('train/loss')}, "
-                    f"grad_norm={m.get('train/grad_norm')}); training stopped without applying that update. "
+                    f"step {n}: the loss, gradient or updated parameters are not finite "
+                    f"(loss={m.get('train/loss')}, grad_norm={m.get('train/grad_norm')}, "
+                    f"param_norm={m.get('train/param_norm')}); training stopped without applying that update. "
                     f"Last good checkpoint: {good[1] if good else 'none'}. Lower the learning rate, add "
                     "warmup or gradient clipping, or check the data."
                 )

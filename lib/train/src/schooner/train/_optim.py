@@ -1,12 +1,17 @@
 """Optimizers: AdamW, and Muon for matrices with AdamW for the rest; gradient clipping; weight-decay masks.
 
-Parameters are classified leaf by leaf from their (named) axes, so the rules work on any model pytree:
+Parameters are grouped by what the model declares (``schooner.model.parameter_groups``), never guessed from
+names or shapes:
 
-- "vector": at most one axis once the stacked `layers` (and per-expert `experts`) axes are set aside:
-  norms' scales and biases. No weight decay by default, AdamW under Muon.
-- "embedding": a leaf with a `vocab` axis (token embeddings, the output head). Decayed; AdamW under Muon
-  (Muon is meant for hidden matrices, not for lookup tables or the classifier).
-- "matrix": everything else. Decayed; Muon under `MuonConfig`.
+- "embedding" / "head": token embeddings and the output head. Decayed (``decay_embeddings``); AdamW under
+  Muon (Muon is meant for hidden matrices, not for lookup tables or the classifier).
+- "norm": RMSNorm scales. No weight decay by default (``decay_norms_and_biases``); AdamW.
+- "matrix": hidden projections. Decayed; Muon under ``MuonConfig``, its input and output axes from the
+  model's declaration (``fan_in``), stacked layers and experts orthogonalized one by one.
+- "router": the MoE router. Decayed like a matrix, but AdamW under Muon too: its few rows decide which
+  experts a token reaches, and Muon's orthogonalized updates would move every expert's logits by the same
+  amount each step whatever its gradient, the opposite of what load balancing needs to keep up with.
+- "balancing": the MoE router bias. Not touched by the optimizer (zero updates): load balancing sets it.
 """
 
 from __future__ import annotations
@@ -17,16 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import optax
 from optax.contrib import MuonDimensionNumbers
 
 from ._schedule import SCHEDULE_KINDS, build_schedule
 
-# Axes that stack independent weights; Muon orthogonalizes each slice on its own.
-_BATCH_AXES = ("layers", "layer", "experts", "expert")
-_VOCAB_AXES = ("vocab",)
-_EMBED_AXES = ("embed", "hidden")
-_OUTPUT_PROJECTIONS = ("o_proj", "down", "out_proj", "wo", "w2", "c_proj")
+_F32_MAX = float(jnp.finfo(jnp.float32).max)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,11 @@ class OptimizerConfig:
             raise ValueError(f"{name}.learning_rate must be a finite number, got {self.learning_rate!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"{name}.learning_rate must be > 0, got learning_rate={self.learning_rate!r}")
+        if self.learning_rate > _F32_MAX:
+            raise ValueError(
+                f"{name}.learning_rate={self.learning_rate!r} overflows float32 (max {_F32_MAX:.3g}): every "
+                "update would be infinite; learning rates are usually below 1"
+            )
         if self.weight_decay < 0:
             raise ValueError(f"{name}.weight_decay must be >= 0, got weight_decay={self.weight_decay!r}")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
@@ -91,7 +98,8 @@ class OptimizerConfig:
         )
 
     def build(self, params: Any, num_steps: int) -> optax.GradientTransformation:
-        """Build the optax transformation for `params` (used only for leaf classification)."""
+        """The optax transformation for `params`, a `schooner.model` model (or its shapes): its declared
+        parameter groups decide weight decay, the Muon/AdamW split and which leaves stay untouched."""
         raise NotImplementedError(
             f"{type(self).__name__} does not define build(); use AdamConfig or MuonConfig"
         )
@@ -123,17 +131,18 @@ class AdamConfig(OptimizerConfig):
             raise ValueError(f"AdamConfig.eps must be > 0, got eps={self.eps!r}")
 
     def build(self, params: Any, num_steps: int) -> optax.GradientTransformation:
-        sched = self.lr_schedule(num_steps)
-        mask = decay_mask(params, self)
+        groups = _groups(params)
+        labels = _per_leaf(groups, params, lambda g: "adam" if g.trainable else "frozen")
+        in_adam = lambda g: g.trainable  # noqa: E731
         adamw = optax.adamw(
-            sched,
+            self.lr_schedule(num_steps),
             b1=self.beta1,
             b2=self.beta2,
             eps=self.eps,
             weight_decay=self.weight_decay,
-            mask=_const(mask),
+            mask=_const(_per_leaf(groups, params, _branch(in_adam, lambda g: _decays(g, self)))),
         )
-        return _with_clipping(adamw, self.max_grad_norm)
+        return _with_clipping(_partition({"adam": adamw}, labels), self.max_grad_norm)
 
 
 @dataclass(frozen=True)
@@ -175,46 +184,48 @@ class MuonConfig(OptimizerConfig):
             raise ValueError(f"MuonConfig.consistent_rms must be > 0 or None, got {self.consistent_rms!r}")
 
     def build(self, params: Any, num_steps: int) -> optax.GradientTransformation:
-        sched = self.lr_schedule(num_steps)
         adam_lr = self.adam_learning_rate or self.learning_rate
         adam_sched = dataclasses.replace(self, learning_rate=adam_lr, adam_learning_rate=None).lr_schedule(
             num_steps
         )
-        mask = decay_mask(params, self)
-        infos, treedef = leaf_infos(params)
-        dim_list = [_muon_dims(i) for i in infos]
-        labels = treedef.unflatten(["muon" if d is not None else "adam" for d in dim_list])
-        # Inside optax.partition each branch sees MaskedNode at the other branch's leaves; the static
-        # dimension tree must match that structure.
-        muon_dims = treedef.unflatten([d if d is not None else optax.MaskedNode() for d in dim_list])
+        groups = _groups(params)
+        labels = _per_leaf(groups, params, _rule)
+        in_muon = lambda g: _rule(g) == "muon"  # noqa: E731
+        in_adam = lambda g: _rule(g) == "adam"  # noqa: E731
+        dims = _dimension_numbers(groups, params, in_muon)
         # Our own partition rather than optax.contrib.muon: the latter decays every AdamW-group leaf
-        # (norms and biases included) because it passes no mask to its AdamW branch.
-        muon = optax.partition(
-            {
-                "muon": optax.chain(
-                    optax.contrib.scale_by_muon(
-                        ns_steps=self.ns_steps,
-                        beta=self.momentum,
-                        eps=self.eps,
-                        nesterov=self.nesterov,
-                        weight_dimension_numbers=_const(muon_dims),
+        # (norms included) because it passes no mask to its AdamW branch.
+        return _with_clipping(
+            _partition(
+                {
+                    "muon": optax.chain(
+                        optax.contrib.scale_by_muon(
+                            ns_steps=self.ns_steps,
+                            beta=self.momentum,
+                            eps=self.eps,
+                            nesterov=self.nesterov,
+                            weight_dimension_numbers=_const(dims),
+                        ),
+                        scale_by_shape(_fans(groups, params, in_muon), self.consistent_rms),
+                        optax.add_decayed_weights(
+                            self.weight_decay,
+                            _const(_per_leaf(groups, params, _branch(in_muon, lambda g: _decays(g, self)))),
+                        ),
+                        optax.scale_by_learning_rate(self.lr_schedule(num_steps)),
                     ),
-                    _muon_shape_scaling(_const(muon_dims), self.consistent_rms),
-                    optax.add_decayed_weights(self.weight_decay, _const(mask)),
-                    optax.scale_by_learning_rate(sched),
-                ),
-                "adam": optax.adamw(
-                    adam_sched,
-                    b1=self.beta1,
-                    b2=self.beta2,
-                    eps=self.eps,
-                    weight_decay=self.weight_decay,
-                    mask=_const(mask),
-                ),
-            },
-            _const(labels),
+                    "adam": optax.adamw(
+                        adam_sched,
+                        b1=self.beta1,
+                        b2=self.beta2,
+                        eps=self.eps,
+                        weight_decay=self.weight_decay,
+                        mask=_const(_per_leaf(groups, params, _branch(in_adam, lambda g: _decays(g, self)))),
+                    ),
+                },
+                labels,
+            ),
+            self.max_grad_norm,
         )
-        return _with_clipping(muon, self.max_grad_norm)
 
 
 def _const(tree: Any) -> Any:
@@ -225,123 +236,150 @@ def _const(tree: Any) -> Any:
     return lambda _: tree
 
 
-def _muon_shape_scaling(dims: Any, consistent_rms: float | None) -> optax.GradientTransformation:
-    """optax's Muon shape scaling (consistent RMS or width transfer), from its only (contrib) home."""
-    from optax.contrib._muon import scale_by_shape
-
-    return scale_by_shape(weight_dimension_numbers=dims, consistent_rms=consistent_rms)
-
-
 def _with_clipping(tx: optax.GradientTransformation, max_norm: float | None) -> optax.GradientTransformation:
     return tx if max_norm is None else optax.chain(optax.clip_by_global_norm(max_norm), tx)
 
 
+def _partition(
+    branches: dict[str, optax.GradientTransformation], labels: Any
+) -> optax.GradientTransformation:
+    """`optax.partition` with a "frozen" branch that never changes its leaves (the router bias)."""
+    return optax.partition({**branches, "frozen": optax.set_to_zero()}, _const(labels))
+
+
+# -- parameter groups ----------------------------------------------------------------------------------
+def _is_group(x: Any) -> bool:
+    from schooner.model import ParamGroup
+
+    return isinstance(x, ParamGroup)
+
+
+def _groups(params: Any) -> Any:
+    from schooner.model import parameter_groups
+
+    try:
+        return parameter_groups(params)
+    except (AttributeError, ValueError) as e:
+        raise TypeError(
+            f"the optimizer needs a schooner.model model (its declared parameter groups); got "
+            f"{type(params).__name__}: {e}"
+        ) from None
+
+
+def _per_leaf(groups: Any, params: Any, fn: Any) -> Any:
+    """A tree like `params` with `fn(group)` at every array leaf of each parameter."""
+    return jax.tree.map(lambda g, x: jax.tree.map(lambda _: fn(g), x), groups, params, is_leaf=_is_group)
+
+
+def _branch(member: Any, fn: Any) -> Any:
+    """`fn(group)` for the branch's own leaves, `MaskedNode` for the others (what optax.partition passes)."""
+    return lambda g: fn(g) if member(g) else optax.MaskedNode()
+
+
+def _decays(group: Any, config: OptimizerConfig) -> bool:
+    if group.kind == "norm":
+        return config.decay_norms_and_biases
+    if group.kind in ("embedding", "head"):
+        return config.decay_embeddings
+    return group.kind in ("matrix", "router")
+
+
+def _rule(group: Any) -> str:
+    """The Muon optimizer's rule for a group: "muon" (hidden matrices), "adam", or "frozen"."""
+    if not group.trainable:
+        return "frozen"
+    return "muon" if group.kind == "matrix" else "adam"
+
+
+def _axes(group: Any, x: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(input, output) axis indices of a named parameter from its declared `fan_in`."""
+    from schooner.model import STACKED_AXES
+
+    names = [a.name for a in x.axes]
+    missing = [a for a in group.fan_in if a not in names]
+    if missing or not group.fan_in:
+        raise ValueError(f"a matrix parameter with axes {names} declares fan_in={group.fan_in}")
+    fan_in = tuple(i for i, n in enumerate(names) if n in group.fan_in)
+    fan_out = tuple(i for i, n in enumerate(names) if n not in group.fan_in and n not in STACKED_AXES)
+    return fan_in, fan_out
+
+
+def _dimension_numbers(groups: Any, params: Any, member: Any) -> Any:
+    def one(g: Any, x: Any) -> Any:
+        if not member(g):
+            return jax.tree.map(lambda _: optax.MaskedNode(), x)
+        fan_in, fan_out = _axes(g, x)
+        return jax.tree.map(lambda _: MuonDimensionNumbers(reduction_axis=fan_in, output_axis=fan_out), x)
+
+    return jax.tree.map(one, groups, params, is_leaf=_is_group)
+
+
 @dataclass(frozen=True)
-class LeafInfo:
-    """What the optimizer needs to know about one parameter array."""
+class Fans:
+    """Input and output sizes of one matrix (what Muon's shape scaling needs)."""
 
-    path: str
-    shape: tuple[int, ...]
-    axes: tuple[str, ...] | None
-    """Axis names when the leaf is a haliax NamedArray, else None."""
-
-    @property
-    def kind(self) -> str:
-        """'vector', 'embedding' or 'matrix' (see the module docstring)."""
-        core = self.core_axes()
-        if len(core) <= 1:
-            return "vector"
-        if self.axes is not None and any(a in _VOCAB_AXES for a in self.axes):
-            return "embedding"
-        if self.axes is None and any(k in self.path.lower() for k in ("embed", "lm_head", "unembed", "wte")):
-            return "embedding"
-        return "matrix"
-
-    def core_axes(self) -> tuple[int, ...]:
-        """Indices of the axes that are not stacking axes (layers, experts)."""
-        if self.axes is not None:
-            return tuple(i for i, a in enumerate(self.axes) if a not in _BATCH_AXES)
-        # Unnamed: treat leading dims beyond the last two as stacking dims (scan over layers).
-        return tuple(range(max(0, len(self.shape) - 2), len(self.shape)))
+    fan_in: int
+    fan_out: int
 
 
-def _is_named(x: Any) -> bool:
-    import haliax as hax
+def _fans(groups: Any, params: Any, member: Any) -> Any:
+    def one(g: Any, x: Any) -> Any:
+        if not member(g):
+            return jax.tree.map(lambda _: optax.MaskedNode(), x)
+        fan_in, fan_out = _axes(g, x)
+        fans = Fans(math.prod(x.axes[i].size for i in fan_in), math.prod(x.axes[i].size for i in fan_out))
+        return jax.tree.map(lambda _: fans, x)
 
-    return isinstance(x, hax.NamedArray)
+    return jax.tree.map(one, groups, params, is_leaf=_is_group)
 
 
-def leaf_infos(params: Any) -> tuple[list[LeafInfo], Any]:
-    """Classify every array leaf of `params`; returns the infos in flatten order and the full treedef."""
-    leaves, treedef = jax.tree.flatten(params)
-    infos: list[LeafInfo] = []
-    for path, leaf in jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_named)[0]:
-        p = jax.tree_util.keystr(path)
-        if _is_named(leaf):
-            if leaf.array is None or isinstance(leaf.array, optax.MaskedNode):
-                continue
-            infos.append(LeafInfo(p, tuple(leaf.array.shape), tuple(a.name for a in leaf.axes)))
-        else:
-            infos.append(LeafInfo(p, tuple(getattr(leaf, "shape", ())), None))
-    if len(infos) != len(leaves):
-        raise ValueError(f"could not classify parameters: {len(infos)} named leaves vs {len(leaves)} arrays")
-    return infos, treedef
+def scale_by_shape(fans: Any, consistent_rms: float | None) -> optax.GradientTransformation:
+    """Muon's shape scaling of each matrix update (the rule of optax's Muon, from its declared fans).
+
+    `consistent_rms` set: `consistent_rms * sqrt(max(fan_in, fan_out))`, which gives Muon's updates the RMS
+    of AdamW's (Liu et al. 2025); None: `sqrt(max(1, fan_out / fan_in))` (Keller Jordan's width scaling).
+    """
+
+    def factor(f: Fans) -> float:
+        if consistent_rms is not None:
+            return consistent_rms * math.sqrt(max(f.fan_in, f.fan_out))
+        return math.sqrt(max(1.0, f.fan_out / f.fan_in))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        del params
+        scaled = jax.tree.map(lambda u, f: u * jnp.asarray(factor(f), u.dtype), updates, fans)
+        return scaled, state
+
+    return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 
 def decay_mask(params: Any, config: OptimizerConfig) -> Any:
-    """A pytree of bools like `params`: True where weight decay applies."""
-    infos, treedef = leaf_infos(params)
-
-    def decays(info: LeafInfo) -> bool:
-        kind = info.kind
-        if kind == "vector":
-            return config.decay_norms_and_biases
-        if kind == "embedding":
-            return config.decay_embeddings
-        return True
-
-    return treedef.unflatten([decays(i) for i in infos])
+    """A pytree of bools like `params`: True where weight decay applies (frozen leaves: False)."""
+    return _per_leaf(_groups(params), params, lambda g: g.trainable and _decays(g, config))
 
 
 def muon_dimension_numbers(params: Any) -> Any:
-    """A pytree like `params`: MuonDimensionNumbers for hidden matrices, None for the AdamW group.
-
-    With named axes the reduction side is the `embed` axis for input projections (q/k/v, gate/up) and the
-    other axes for output projections (o_proj, down); Newton-Schulz does not depend on this choice, only
-    optax's width scaling (`consistent_rms=None`) does.
-    """
-    infos, treedef = leaf_infos(params)
-    return treedef.unflatten([_muon_dims(i) for i in infos])
-
-
-def _muon_dims(info: LeafInfo) -> MuonDimensionNumbers | None:
-    if info.kind != "matrix":
-        return None
-    core = info.core_axes()
-    if info.axes is not None:
-        embed = [i for i in core if info.axes[i] in _EMBED_AXES]
-        if embed:
-            e = embed[0]
-            rest = tuple(i for i in core if i != e)
-            # Named axes do not say which way a matrix maps; projections back into the residual stream
-            # (o_proj, down) have `embed` as their output, all others read from it.
-            name = info.path.rsplit(".", 1)[-1].lower()
-            if any(k in name for k in _OUTPUT_PROJECTIONS):
-                return MuonDimensionNumbers(reduction_axis=rest, output_axis=(e,))
-            return MuonDimensionNumbers(reduction_axis=(e,), output_axis=rest)
-    return MuonDimensionNumbers(reduction_axis=tuple(core[:-1]), output_axis=(core[-1],))
+    """A pytree like `params`: `MuonDimensionNumbers` (input axes from the model's declared `fan_in`, the
+    stacked layers/experts axes as batch axes) for hidden matrices, `MaskedNode` for the other leaves."""
+    return _dimension_numbers(_groups(params), params, lambda g: _rule(g) == "muon")
 
 
 def describe_param_groups(params: Any, config: OptimizerConfig) -> list[dict[str, Any]]:
-    """One row per parameter: path, shape, kind, whether it decays and (for Muon) its update rule."""
-    infos, _ = leaf_infos(params)
-    mask = jax.tree.leaves(decay_mask(params, config))
+    """One row per parameter: path, shape, kind, whether it decays and its update rule."""
+    from haliax import NamedArray
+
+    groups = jax.tree.leaves(_groups(params), is_leaf=_is_group)
+    named = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, NamedArray))[0]
     rows = []
-    for info, d in zip(infos, mask):
-        rule = "adamw"
-        if isinstance(config, MuonConfig) and info.kind == "matrix":
-            rule = "muon"
+    for g, (path, x) in zip(groups, named, strict=True):
+        rule = _rule(g) if isinstance(config, MuonConfig) else ("adam" if g.trainable else "frozen")
         rows.append(
-            {"path": info.path, "shape": info.shape, "kind": info.kind, "decay": bool(d), "rule": rule}
+            {
+                "path": jax.tree_util.keystr(path),
+                "shape": tuple(x.array.shape),
+                "kind": g.kind,
+                "decay": g.trainable and _decays(g, config),
+                "rule": "adamw" if rule == "adam" else rule,
+            }
         )
     return rows

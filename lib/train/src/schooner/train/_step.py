@@ -1,9 +1,11 @@
 """The train state and the pure train step: `train_step(state, batch) -> (state, metrics)`.
 
-The step computes the loss and gradients (over microbatches when accumulating), checks them for NaN/Inf,
-applies the optimizer, and applies the MoE router-bias update. A non-finite loss or gradient leaves the
-state unchanged (the update is selected away on device) and reports `finite = 0`, so the host can stop
-with the step named while the last good state and checkpoint stay intact.
+The step computes the loss, gradients and MoE balancing statistics (over microbatches when accumulating),
+applies the optimizer and then the state's non-gradient transition (MoE router biases set by quantile
+balancing, `schooner.model.balance_router`), and checks the loss, the gradient and the updated parameters for NaN/Inf. A
+non-finite one leaves the state unchanged (the update is selected away on device) and reports `finite = 0`,
+so the host can stop with the step named while the last good state and checkpoint stay intact: a
+checkpoint only ever holds a state whose step passed this check.
 """
 
 from __future__ import annotations
@@ -32,23 +34,9 @@ class TrainState(eqx.Module):
 
 
 def build_optimizer(optimizer_config: Any, model: Any, num_steps: int) -> optax.GradientTransformation:
-    """The optax transformation for `model`: the configured optimizer, frozen leaves held fixed."""
-    from schooner.model import trainable_mask
-
-    trainable = trainable_mask(model)
-    if all(jax.tree.leaves(trainable)):
-        return optimizer_config.build(model, num_steps)
-    # Rebuild on the trainable leaves only so Muon/AdamW never see the frozen ones.
-    return _masked_build(optimizer_config, model, trainable, num_steps)
-
-
-def _masked_build(
-    optimizer_config: Any, model: Any, trainable: Any, num_steps: int
-) -> optax.GradientTransformation:
-    labels = jax.tree.map(lambda t: "train" if t else "frozen", trainable)
-    train_view = jax.tree.map(lambda x, t: x if t else optax.MaskedNode(), model, trainable)
-    inner = optimizer_config.build(train_view, num_steps)
-    return optax.partition({"train": inner, "frozen": optax.set_to_zero()}, lambda _: labels)
+    """The optax transformation for `model` (the model's declared parameter groups decide decay, Muon's
+    matrices and the leaves no optimizer touches: the MoE router bias, set by load balancing)."""
+    return optimizer_config.build(model, num_steps)
 
 
 def init_state(model: Any, tx: optax.GradientTransformation, key: jax.Array) -> TrainState:
@@ -78,54 +66,74 @@ def make_train_step(
         constrain_batch: applied to each microbatch (sharding constraint) inside the step.
 
     Returns:
-        `train_step(state, batch) -> (state, metrics)`; metrics are float32 scalars.
+        `train_step(state, batch) -> (state, metrics)`; `batch` holds int `"tokens"` [B, T] and optionally
+        `"segment_ids"` and `"loss_mask"` (1 where the token is a target, as the data loader gives it);
+        metrics are float32 scalars.
     """
-    from schooner.model import loss_fn, scalar_metrics, update_router_bias
+    from schooner.model import balance_router, loss_and_balance, target_mask_to_loss_mask
 
-    def loss_of(model: Any, mb: dict[str, jax.Array], key: jax.Array) -> tuple[jax.Array, dict]:
-        return loss_fn(
-            model, mb["tokens"], segment_ids=mb.get("segment_ids"), z_loss_weight=z_loss_weight, key=key
+    def loss_of(model: Any, mb: dict[str, jax.Array], key: jax.Array) -> tuple[jax.Array, tuple]:
+        # A batch's "loss_mask" marks the tokens that are targets (the data loader's convention).
+        mask = mb.get("loss_mask")
+        return loss_and_balance(
+            model,
+            mb["tokens"],
+            segment_ids=mb.get("segment_ids"),
+            loss_mask=None if mask is None else target_mask_to_loss_mask(mask),
+            z_loss_weight=z_loss_weight,
+            key=key,
         )
 
     grad_fn = eqx.filter_value_and_grad(loss_of, has_aux=True)
 
-    def grads_and_metrics(model: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict]:
+    def grads_and_aux(model: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict, Any]:
+        """Gradients, metrics and balancing statistics of the batch (token-weighted over microbatches)."""
         if microbatches == 1:
             mb = constrain_batch(batch) if constrain_batch else batch
-            (_, metrics), grads = grad_fn(model, mb, key)
-            return grads, metrics
+            (_, (metrics, balance)), grads = grad_fn(model, mb, key)
+            return grads, metrics, balance
         mbs = _split_microbatches(batch, microbatches)
 
-        def one(carry: tuple[Any, dict], xs: tuple[dict, jax.Array]) -> tuple[tuple[Any, dict], None]:
-            acc_g, acc_m = carry
+        def one(carry: tuple, xs: tuple[dict, jax.Array]) -> tuple[tuple, None]:
+            acc_g, acc_m, acc_b = carry
             mb, i = xs
             mb = constrain_batch(mb) if constrain_batch else mb
-            (_, m), g = grad_fn(model, mb, jax.random.fold_in(key, i))
+            (_, (m, b)), g = grad_fn(model, mb, jax.random.fold_in(key, i))
             # Token-weighted sums so the accumulated loss and gradient equal the full batch's token mean.
             w = m["token_count"]
-            acc_g = jax.tree.map(lambda a, b: a + w * b, acc_g, g)
-            acc_m = jax.tree.map(lambda a, b: a + w * b, acc_m, m)
+            acc_g, acc_m, acc_b = (
+                jax.tree.map(lambda a, x: a + w * x, acc, new)
+                for acc, new in ((acc_g, g), (acc_m, m), (acc_b, b))
+            )
             acc_m["token_count"] = carry[1]["token_count"] + w
-            return (acc_g, acc_m), None
+            return (acc_g, acc_m, acc_b), None
 
         zero_g = jax.tree.map(jnp.zeros_like, eqx.filter(model, eqx.is_inexact_array))
         first = jax.tree.map(lambda x: x[0], mbs)
-        m_shape = jax.eval_shape(lambda: grad_fn(model, first, key)[0][1])
-        zero_m = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), m_shape)
-        (g_sum, m_sum), _ = jax.lax.scan(one, (zero_g, zero_m), (mbs, jnp.arange(microbatches)))
+        m_shape, b_shape = jax.eval_shape(lambda: grad_fn(model, first, key)[0][1])
+        zeros = lambda shapes: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)  # noqa: E731
+        init = (zero_g, zeros(m_shape), zeros(b_shape))
+        (g_sum, m_sum, b_sum), _ = jax.lax.scan(one, init, (mbs, jnp.arange(microbatches)))
         total = jnp.maximum(m_sum["token_count"], 1.0)
-        grads = jax.tree.map(lambda g: g / total, g_sum)
+        grads, balance = (jax.tree.map(lambda x: x / total, t) for t in (g_sum, b_sum))
         metrics = {k: (v if k == "token_count" else v / total) for k, v in m_sum.items()}
-        return grads, metrics
+        return grads, metrics, balance
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(state.key, state.step)
-        grads, metrics = grads_and_metrics(state.model, batch, key)
+        grads, metrics, balance = grads_and_aux(state.model, batch, key)
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
         updates, new_opt = tx.update(grads, state.opt_state, state.model)
         new_model = eqx.apply_updates(state.model, updates)
-        new_model = update_router_bias(new_model, metrics)
+        # The state transition's non-gradient part: MoE router biases set to balance the next batch.
+        new_model = balance_router(state.model, new_model, balance)
+        # The updated parameters too: a finite loss and gradient can still give Inf/NaN parameters (an
+        # overflowing learning rate or update). The largest |parameter| is finite exactly when all are (max
+        # propagates NaN) and, unlike a norm, cannot overflow: one reduction per leaf, no copy.
+        params = jax.tree.leaves(eqx.filter(new_model, eqx.is_inexact_array))
+        params_finite = jnp.all(jnp.stack([jnp.isfinite(jnp.max(jnp.abs(p))) for p in params]))
+        param_norm = optax.tree.norm(params)  # logged
+        finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm) & params_finite
         # On NaN/Inf keep the old state: the host stops the run and the last good state stays intact.
         keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
         new_state = TrainState(
@@ -134,8 +142,9 @@ def make_train_step(
             opt_state=keep(new_opt, state.opt_state),
             key=state.key,
         )
-        out = {k: jnp.asarray(v, jnp.float32) for k, v in scalar_metrics(metrics).items()}
+        out = {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
         out["grad_norm"] = grad_norm.astype(jnp.float32)
+        out["param_norm"] = param_norm.astype(jnp.float32)
         out["learning_rate"] = jnp.asarray(lr_schedule(state.step), jnp.float32)
         out["finite"] = finite.astype(jnp.float32)
         return new_state, out
