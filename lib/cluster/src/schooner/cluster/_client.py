@@ -69,6 +69,32 @@ class ResourcesUnavailableError(ValueError):
     """A job asks for more than the cluster can ever give (e.g. 64 CPUs on a 2-core machine)."""
 
 
+class EventJobHandle:
+    """What `LocalJobHandle` and `RayGangHandle` share: a job finished by a thread of the client, which sets
+    `_status`, `_value` or `_error`, then `_done`."""
+
+    name: str
+    _status: JobStatus
+    _value: Any
+    _error: JobError | None
+    _done: Any  # threading.Event
+
+    def status(self) -> JobStatus:
+        return self._status
+
+    def wait(self, timeout: float | None = None) -> JobStatus:
+        self._done.wait(timeout)
+        return self._status
+
+    def result(self, timeout: float | None = None) -> Any:
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job {self.name!r} is still {self._status.value} after {timeout} s")
+        if self._status is JobStatus.SUCCEEDED:
+            return self._value
+        assert self._error is not None
+        raise self._error
+
+
 @runtime_checkable
 class JobHandle(Protocol):
     """A submitted job."""

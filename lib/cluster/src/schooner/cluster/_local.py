@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._client import JobCancelledError, JobError, JobStatus, WorkerDiedError, error_from_info
+from ._client import EventJobHandle, JobCancelledError, JobError, JobStatus, WorkerDiedError, error_from_info
 from ._local_machine import detect_machine
 from ._local_map import local_map
 from ._pool import Pool, Reservation, Waiter, WorkerProcess
@@ -42,7 +42,7 @@ LOCAL_CPUS_ENV = "SCHOONER_LOCAL_CPUS"
 _LOG_CAP = 16 * 2**20  # keep at most the last 16 MiB of a job's log in memory
 
 
-class LocalJobHandle:
+class LocalJobHandle(EventJobHandle):
     """A job submitted to a `LocalClient` (see `schooner.cluster.JobHandle`)."""
 
     def __init__(self, client: LocalClient, name: str, resources: ResourceConfig, log_path: str) -> None:
@@ -69,21 +69,6 @@ class LocalJobHandle:
 
     def __repr__(self) -> str:
         return f"LocalJobHandle(name={self.name!r}, status={self._status.value})"
-
-    def status(self) -> JobStatus:
-        return self._status
-
-    def wait(self, timeout: float | None = None) -> JobStatus:
-        self._done.wait(timeout)
-        return self._status
-
-    def result(self, timeout: float | None = None) -> Any:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"job {self.name!r} is still {self._status.value} after {timeout} s")
-        if self._status is JobStatus.SUCCEEDED:
-            return self._value
-        assert self._error is not None
-        raise self._error
 
     def cancel(self) -> None:
         with self._lock:

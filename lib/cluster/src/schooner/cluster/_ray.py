@@ -33,6 +33,7 @@ from typing import Any
 
 from ._batching import BatchSizer
 from ._client import (
+    EventJobHandle,
     JobCancelledError,
     JobError,
     JobStatus,
@@ -124,7 +125,7 @@ class RayJobHandle:
         self._status = JobStatus.CANCELLED if isinstance(error, JobCancelledError) else JobStatus.FAILED
 
 
-class RayGangHandle:
+class RayGangHandle(EventJobHandle):
     """A gang (`ResourceConfig.hosts > 1`) on Ray: a placement group of one bundle per process spread over
     distinct nodes (`STRICT_SPREAD`), one task per bundle in a fresh worker (a runtime env of its own per
     start), process 0's coordinator address handed to every process. The first process to fail or die makes
@@ -147,21 +148,6 @@ class RayGangHandle:
 
     def __repr__(self) -> str:
         return f"RayGangHandle(name={self.name!r}, hosts={self._res.hosts}, status={self._status.value})"
-
-    def status(self) -> JobStatus:
-        return self._status
-
-    def wait(self, timeout: float | None = None) -> JobStatus:
-        self._done.wait(timeout)
-        return self._status
-
-    def result(self, timeout: float | None = None) -> Any:
-        if not self._done.wait(timeout):
-            raise TimeoutError(f"job {self.name!r} is still {self._status.value} after {timeout} s")
-        if self._status is JobStatus.SUCCEEDED:
-            return self._value
-        assert self._error is not None
-        raise self._error
 
     def cancel(self) -> None:
         if self._done.is_set():

@@ -11,12 +11,12 @@ inline CSS only, so the page opens from disk, from an object store, or as an e-m
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any
 
 from schooner.cluster._storage import is_local, normalize_prefix, storage_for
+from schooner.cluster.runner._records import read_json
 from schooner.cluster.runner._status import scan_prefix
 
 from ._html import anchor, badge, duration, error_block, esc, kv_table, table, when
@@ -61,7 +61,7 @@ def collect(prefix: str) -> dict[str, Any]:
     storage = storage_for(prefix)
     experiments = []
     for path in storage.glob(f"{prefix}/experiments/**/*.json"):
-        record = _read_json(storage, path)
+        record = read_json(storage, path)
         if isinstance(record, dict):
             experiments.append({**record, "_path": path})
     experiments.sort(key=lambda e: e.get("started") or 0, reverse=True)
@@ -74,16 +74,6 @@ def collect(prefix: str) -> dict[str, Any]:
     steps = [v for v in map(load_version, dict.fromkeys(folders)) if v is not None]
     steps.sort(key=lambda v: (v.started, v.folder))
     return {"prefix": prefix, "experiments": experiments, "steps": steps}
-
-
-def _read_json(storage: Any, path: str) -> Any:
-    text = storage.read_text(path)
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 def outcome(exp: dict[str, Any]) -> str:

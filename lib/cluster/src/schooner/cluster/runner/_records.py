@@ -212,14 +212,20 @@ def read_history(storage: Storage, output_path: str) -> list[dict[str, Any]]:
     return out
 
 
-def read_step_record(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    text = storage.read_text(meta_path(output_path, "step.json"))
+def read_json(storage: Storage, path: str) -> Any:
+    """The JSON value of a small file, or None when it is missing, empty or unreadable."""
+    text = storage.read_text(path)
     if not text:
         return None
     try:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def read_step_record(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    record = read_json(storage, meta_path(output_path, "step.json"))
+    return record if isinstance(record, dict) else None
 
 
 def experiment_name() -> str:

@@ -229,17 +229,8 @@ class StepExecutor:
             if len(repr(result)) > MAX_RESULT_CHARS:
                 result = {"note": f"result too large to record ({len(repr(result))} chars)"}
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
-            write_step_record(storage, out, record)
-            append_history(storage, out, record)
-            write_status(
-                storage,
-                out,
-                StepState.SUCCESS,
-                key=step.key,
-                name=step.name,
-                owner=lease.owner,
-                fn_sha=record.get("fn_source_sha256") or "",
-            )
+            fn_sha = record.get("fn_source_sha256") or ""
+            _record_end(step, out, record, lease, StepState.SUCCESS, fn_sha=fn_sha)
             outcome = StepOutcome(
                 step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
             )
@@ -355,20 +346,10 @@ class StepExecutor:
                 error=text,
                 logs_tail=scrub(logs, self.secrets) if logs else None,
             )
-            storage = storage_for(out)
             try:
                 if lease.still_held():
-                    write_step_record(storage, out, record)
-                    append_history(storage, out, record)
-                    write_status(
-                        storage,
-                        out,
-                        StepState.FAILED,
-                        key=step.key,
-                        name=step.name,
-                        owner=lease.owner,
-                        error=scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500],
-                    )
+                    error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
+                    _record_end(step, out, record, lease, StepState.FAILED, error=error)
             except OSError:
                 pass  # the status stays RUNNING with a dead lease: the next run retries the step
         return StepOutcome(
@@ -394,17 +375,12 @@ class StepExecutor:
     def _record_interrupted(self, step: Step, lease: Lease, record: dict, t0: float) -> str:
         """Write INTERRUPTED (status, record, history), release the lease; the phrase for the message."""
         out = self.paths[step.key]
-        storage = storage_for(out)
         record.update(
             state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
         )
         with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
             if lease.still_held():
-                write_step_record(storage, out, record)
-                append_history(storage, out, record)
-                write_status(
-                    storage, out, StepState.INTERRUPTED, key=step.key, name=step.name, owner=lease.owner
-                )
+                _record_end(step, out, record, lease, StepState.INTERRUPTED)
             lease.release()
         return f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})"
 
@@ -417,6 +393,18 @@ class StepExecutor:
 
     def close(self) -> None:
         self._stop.set()
+
+
+def _record_end(
+    step: Step, out: str, record: dict, lease: Lease, state: StepState, *, error: str = "", fn_sha: str = ""
+) -> None:
+    """The end of an attempt, in order: its record, its line in the history, then the status (last)."""
+    storage = storage_for(out)
+    write_step_record(storage, out, record)
+    append_history(storage, out, record)
+    write_status(
+        storage, out, state, key=step.key, name=step.name, owner=lease.owner, error=error, fn_sha=fn_sha
+    )
 
 
 def _seconds(s: float) -> str:
