@@ -1,33 +1,43 @@
 """Tutorial: curate a web crawl into clean training text, then train a tiny model on it, offline.
 
-    uv run schooner run experiments/tutorials/curate_web.py     # a few minutes on 2 cores
+    uv run schooner run experiments/tutorials/curate_web.py     # 2-3 minutes on 2 cores
 
 The crawl is built on the spot (no network): WARC files of the standard library's documentation pages,
-rendered by pydoc, wrapped in site chrome, with planted duplicates, spam, thin pages, other languages,
-bad records, and a few pages that copy held-out documentation (the text the model is evaluated on).
+rendered by pydoc, wrapped in site chrome, with planted duplicates, keyword spam, fluent spam (sentences
+that pass every heuristic rule), thin pages, other languages, bad records, and a few pages that copy
+held-out documentation (the text the model is evaluated on). The crawl knows what every page is, so the
+summary can say what each stage removed.
 
 1. `data/heldout-docs`: 40 held-out documents of Python's docs: the evaluation text, and what the crawl
    must be decontaminated against (the project ships no benchmark tasks yet; a task jsonl of
    question/choices/answer rows works the same way).
 2. `data/crawl-warc`: the crawl; `data/crawl-text`: main text extracted from its HTML (resiliparse).
 3. Attributes, each computed once: language (fastText lid.176 lite), heuristic rules (Gopher quality and
-   repetition, C4, FineWeb), a fastText quality classifier trained on Python's docs against the crawl's
-   spam, exact and fuzzy (MinHash + LSH + verification) duplicates, repeated paragraphs, contamination.
+   repetition, C4, FineWeb), a fastText quality classifier trained on Python's docs (positive) against
+   junk (negative: spam, fluent spam, thin pages and site boilerplate from the crawl's generators with
+   another seed, a stand-in for the labelled low-quality web text real pipelines sample), exact and fuzzy
+   (MinHash + LSH + verification) duplicates, repeated paragraphs, contamination.
 4. `data/crawl-filtered` then `data/crawl-clean`: `consolidate` applies the filters and removals, counting
-   every drop by reason (samples of dropped pages in each output's `dropped/`).
+   every drop by reason (the dropped pages, with their attributes, in each output's `dropped/`).
 5. `tokenized/crawl-clean`, `checkpoints/curate-web-nano`, `eval/curate-web-nano`: a short training run on
    the clean text, evaluated on the held-out documentation.
 Look at any record folder with `schooner browse PATH`.
+
+Rule sets computed but not used as filters here (Gopher repetition, C4, FineWeb) are reported with what
+they would remove: on API documentation they flag the documentation itself (pydoc repeats each class's
+inherited methods; code holds braces), and nothing they flag is junk the other filters keep.
 """
 
 import dataclasses
 import os
+from collections import Counter
 
 from experiments.models import llama_nano
 from experiments.tokenizers import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner
-from schooner.data.curation import lang_is, not_dup, passes, top_fraction
-from schooner.data.curation.crawl import CrawlConfig
+from schooner.data import read_shards
+from schooner.data.curation import ClassifierConfig, iter_attributes, lang_is, not_dup, passes, score_at_least
+from schooner.data.curation.crawl import CrawlConfig, read_truth
 from schooner.data.curation.steps import (
     consolidate,
     decontaminate,
@@ -37,6 +47,7 @@ from schooner.data.curation.steps import (
     held_out_docs,
     language_id,
     offline_crawl,
+    offline_junk,
     paragraph_dedup,
     quality_rules,
     quality_scores,
@@ -52,19 +63,27 @@ NUM_TRAIN_STEPS = int(os.environ.get("SCHOONER_TUTORIAL_STEPS", "60"))
 SEQ_LEN = 128
 
 heldout = held_out_docs("data/heldout-docs", count=40)
-crawl = offline_crawl("data/crawl-warc", CrawlConfig(num_pages=100, num_files=4), plant_from=heldout, plant=3)
+crawl = offline_crawl("data/crawl-warc", CrawlConfig(num_pages=100, num_files=4, seo_spam_pages=8),
+                      plant_from=heldout, plant=3)  # fmt: skip
 pages = extract_warc("data/crawl-text", crawl)
 
 # Attributes of every page, computed once.
 langs = language_id("attributes/crawl-lang", pages)
 rules = quality_rules("attributes/crawl-rules", pages)
-classifier = train_quality_classifier("classifiers/docs-vs-crawl", positives=source_records("python-docs"),
-                                      negatives=pages)  # fmt: skip
+junk = offline_junk("data/junk", count=400, seed=1)
+# fastText's tutorial settings for a small training set (its defaults, 5 epochs at lr 0.1, underfit here)
+classifier = train_quality_classifier("classifiers/docs-vs-junk", positives=source_records("python-docs"),
+                                      negatives=junk, config=ClassifierConfig(epoch=25, lr=0.5))  # fmt: skip
 scores = quality_scores("attributes/crawl-quality", pages, classifier)
 
+# English at fastText score >= 0.3, not FineWeb's 0.65 (chosen for web prose): API reference pages
+# (signatures, identifiers) score 0.4-1.0 as English here, while every page in another language scores
+# >= 0.97 for its own; 0.65 would drop a quarter of the documentation (the summary counts them).
+MIN_EN_SCORE = 0.3
 filtered = consolidate(
     "data/crawl-filtered", pages, [langs, rules, scores],
-    keep=[lang_is("en", 0.65), passes("gopher_quality"), top_fraction("quality", 0.9)],
+    keep=[lang_is("en", MIN_EN_SCORE), passes("gopher_quality"), score_at_least("quality", 0.5)],
+    dropped_samples=10_000,
 )  # fmt: skip
 
 # Deduplication and decontamination of what passed the filters.
@@ -74,7 +93,7 @@ paragraphs = paragraph_dedup("attributes/filtered-paragraphs", filtered, min_cha
 decon = decontaminate("attributes/filtered-decon", filtered, against=heldout)
 clean = consolidate(
     "data/crawl-clean", filtered, [exact, fuzzy, paragraphs, decon],
-    keep=[not_dup("exact"), not_dup("fuzzy")], remove=["paragraph_dups", "contaminated"],
+    keep=[not_dup("exact"), not_dup("fuzzy")], remove=["paragraph_dups", "contaminated"], dropped_samples=10_000,
 )  # fmt: skip
 
 docs = tokenized("tokenized/crawl-clean", paths=clean, tokenizer=default_tokenizer)
@@ -98,31 +117,77 @@ scores_eval = evaluate(
 )  # fmt: skip
 
 
+def _print_drops(result: RunResult, handle, kind_of: dict[str, str]) -> None:
+    """Per filter of a consolidate step, in order: the kinds of the pages it dropped (from the crawl's
+    truth) and, for a rule set, the rules they failed."""
+    kinds: dict[str, Counter] = {}
+    rules_failed: dict[str, Counter] = {}
+    for rec in read_shards(f"{result[handle].output_path}/dropped"):
+        reason = rec["metadata"]["drop_reason"]
+        kinds.setdefault(reason, Counter())[kind_of[rec["metadata"]["url"]]] += 1
+        rules_failed.setdefault(reason, Counter()).update(rec["metadata"]["attributes"].get(reason) or [])
+    r = result[handle].result
+    print(f"   {r['input_records']} -> {r['records']} pages")
+    for reason in r["filters"]:
+        if reason in kinds:
+            why = f"; rules failed {dict(rules_failed[reason])}" if rules_failed[reason] else ""
+            print(f"   dropped by {reason}: {sum(kinds[reason].values())} {dict(kinds[reason])}{why}")
+
+
+def _unused_rule_sets(result: RunResult, kind_of: dict[str, str]) -> None:
+    """What the rule sets that are not filters here flag: pages the filters dropped anyway, and among the
+    pages they kept (by kind), what they would remove."""
+    kept = {r["metadata"]["url"] for r in read_shards(result[filtered].output_path)}
+    urls = [r["metadata"]["url"] for r in read_shards(result[pages].output_path)]
+    for ruleset in ("gopher_repetition", "c4", "fineweb"):
+        flagged = [(u, a[ruleset]) for u, a in zip(urls, iter_attributes(result[rules].output_path, [ruleset]))
+                   if a[ruleset]]  # fmt: skip
+        would = [(u, f) for u, f in flagged if u in kept]
+        top = Counter(rule for _, failed in would for rule in failed).most_common(3)
+        print(f"   {ruleset}: flags {len(flagged)} pages, {len(flagged) - len(would)} of them dropped by the "
+              f"filters anyway; would remove {len(would)} of the {len(kept)} kept: "
+              f"{dict(Counter(kind_of[u] for u, _ in would))}, most failed rules {dict(top)}")  # fmt: skip
+
+
 def print_summary(result: RunResult) -> None:
     """What each stage removed and why (works on a cached rerun too)."""
     if result.dry_run or scores_eval.key not in {o.key for o in result.steps}:
         return
+    kind_of = {t["url"]: t["kind"] for t in read_truth(result[crawl].output_path)}
     ex = result[pages].result
-    print("\nExtraction:", f"{ex['records']} pages;", "bad input skipped:", ex["errors"]["skipped"],
-          {k: v for k, v in ex["counters"].items() if k.startswith(("warc.skipped", "dropped", "extract."))})  # fmt: skip
-    print("Languages:", result[langs].result["languages"])
-    print(
-        "Rule failures:", {k: v for k, v in result[rules].result["failures"].items() if k.endswith(".failed")}
+    print("\n1. Extraction:", f"{ex['records']} pages from {len(kind_of)} WARC records;",
+          {k: v for k, v in ex["counters"].items() if k.startswith(("warc.skipped", "extract."))})  # fmt: skip
+    for e in ex["errors"]["examples"][:4]:
+        print("   skipped:", e)
+    print("2. Languages:", result[langs].result["languages"])
+    urls = [r["metadata"]["url"] for r in read_shards(result[pages].output_path)]
+    lang = list(iter_attributes(result[langs].output_path, ["lang", "lang_score"]))
+    fineweb = Counter(
+        kind_of[u] for u, a in zip(urls, lang) if a["lang"] == "en" and MIN_EN_SCORE <= a["lang_score"] < 0.65
     )
-    print("Classifier (held out):", {k: result[classifier].result[k] for k in ("precision", "recall", "f1")})
-    for name, h in (("filtered", filtered), ("clean", clean)):
-        r = result[h].result
-        print(
-            f"{name}: {r['input_records']} -> {r['records']} records; dropped {r['dropped']}; removed {r['removed']}"
-        )
+    print(
+        f"   English at score >= {MIN_EN_SCORE} kept; FineWeb's 0.65 would also drop {sum(fineweb.values())}: {dict(fineweb)}"
+    )
+    print("   Classifier (held out):", {k: result[classifier].result[k] for k in ("precision", "recall", "f1")},
+          "score quantiles", result[scores].result["quantiles"])  # fmt: skip
+    for label, h in (("3. Filters", filtered), ("4. Dedup and decontamination", clean)):
+        print(f"{label}:")
+        _print_drops(result, h, kind_of)
     fz = result[fuzzy].result
-    print("Fuzzy dedup:", {k: fz[k] for k in ("candidate_pairs", "candidate_documents", "duplicates",
-                                               "unverified_candidates", "largest_clusters")})  # fmt: skip
+    print("   fuzzy dedup:", {k: fz[k] for k in ("candidate_pairs", "candidate_documents", "duplicates",
+                                                "unverified_candidates", "seconds")})  # fmt: skip
+    removed = result[clean].result["removed"]
+    print(f"   repeated paragraphs removed: {removed.get('paragraph_dups.spans', 0)} lines, "
+          f"{removed.get('paragraph_dups.chars', 0)} characters")  # fmt: skip
     dc = result[decon].result
-    print("Decontamination:", dc["contaminated_paragraphs"], "paragraphs in", dc["contaminated_documents"],
-          "documents;", [(e["url"], e["eval_item"]) for e in dc["examples"][:3]])  # fmt: skip
+    print(f"   contamination removed: {dc['contaminated_paragraphs']} paragraphs ({removed.get('contaminated.chars', 0)} "
+          f"characters) in {dc['contaminated_documents']} pages, e.g.",
+          [(e["url"], e["eval_item"]) for e in dc["examples"][:2]])  # fmt: skip
+    print("5. Rule sets computed but not filters here (among the kept pages they flag documentation only):")
+    _unused_rule_sets(result, kind_of)
     ev = result[scores_eval].result
-    print("Held-out docs:", {n: round(d["bpb"], 3) for n, d in ev["datasets"].items()}, "bits/byte")
+    print("6. Held-out docs:", {n: round(d["bpb"], 3) for n, d in ev["datasets"].items()}, "bits/byte;",
+          f"this run took {result.duration_s:.0f} s")  # fmt: skip
     print(f"Browse: schooner browse {result[clean].output_path}")
 
 

@@ -109,9 +109,11 @@ def train_classifier(
 
 
 def _positive_probability(model: Any, line: str) -> float:
-    # the list form: floret's single-line form calls np.array(copy=False), which numpy 2 refuses
-    labels, probs = model.predict([line], k=2)
-    for lab, p in zip(labels[0], probs[0]):
+    # floret's own `predict` is broken twice under numpy 2: its single-line form calls np.array(copy=False),
+    # which numpy 2 refuses, and its list form repeats the top probability for every label (so the
+    # high-quality probability of a page the model calls junk came out ~1). The binding underneath
+    # returns (probability, label) pairs as they are.
+    for p, lab in model.f.predict(line + "\n", len(LABELS), 0.0, "strict"):
         if lab == LABELS[0]:
             return float(min(p, 1.0))
     return 0.0
@@ -141,4 +143,5 @@ class QualityScores:
         model = load_classifier(self.model_path)
         for rec in records:
             line = _line(rec["text"], self.max_chars)
-            yield {self.key: round(_positive_probability(model, line), 4) if line else 0.0}
+            # 6 digits: coarser rounding makes ties of scores the model tells apart
+            yield {self.key: round(_positive_probability(model, line), 6) if line else 0.0}

@@ -10,6 +10,7 @@ it is trusted (`schooner browse`).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ class Keep(ABC):
 
     @abstractmethod
     def __call__(self, attrs: dict) -> bool: ...
+
+    def check(self, attrs: dict, loc: Sequence[int] | None) -> bool:
+        """Whether the record at `loc` (`[shard, row]` of the source) with `attrs` is kept."""
+        return self(attrs)
 
     def needs(self) -> tuple[str, ...]:
         """The attribute names it reads."""
@@ -95,11 +100,15 @@ class ScoreAtLeast(Keep):
 
 @dataclass(frozen=True)
 class TopFraction(Keep):
-    """Keep the records whose `key` score is in the top `fraction`; resolved by `consolidate` into a
-    `ScoreAtLeast` at the quantile of the scores (ties at the threshold are all kept)."""
+    """Keep the top `fraction` of the records by score `key`: exactly `round(fraction * n)` (at least one)
+    of the `n` scored records. `consolidate` resolves it against the scores (`resolve_top_fraction`):
+    scores above `threshold` pass; of the records scoring exactly `threshold`, those before `cut` (the
+    `(shard, row)` of the first tied record left out; None: all of them), so ties go by input order."""
 
     key: str
     fraction: float
+    threshold: float | None = None
+    cut: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -110,7 +119,17 @@ class TopFraction(Keep):
         return f"{self.key}_not_top_{self.fraction:g}"
 
     def __call__(self, attrs: dict) -> bool:
-        raise RuntimeError("TopFraction must be resolved against the scores first (consolidate does)")
+        raise RuntimeError("TopFraction needs the record's place: consolidate calls check(attrs, loc)")
+
+    def check(self, attrs: dict, loc: Sequence[int] | None) -> bool:
+        if self.threshold is None:
+            raise RuntimeError("TopFraction must be resolved against the scores first (consolidate does)")
+        s = float(_get(attrs, self.key, self.name))
+        if s != self.threshold or self.cut is None:
+            return s >= self.threshold
+        if loc is None:
+            raise ValueError("TopFraction needs the record's place: read the source with locate=True")
+        return tuple(loc) < self.cut
 
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
@@ -169,15 +188,19 @@ def not_contaminated() -> Keep:
     return NotFlag("contaminated", "contaminated")
 
 
-def resolve_top_fraction(keep: Keep, scores: list[float]) -> Keep:
-    """`TopFraction` as a `ScoreAtLeast` at the `1 - fraction` quantile of `scores`; other filters as is."""
-    if not isinstance(keep, TopFraction):
+def resolve_top_fraction(keep: Keep, scored: Sequence[tuple[float, tuple[int, int]]]) -> Keep:
+    """A `TopFraction` with its threshold and cut set from the scored records `(score, (shard, row))`:
+    the highest scores, ties at the threshold broken by input order (earlier first). Other filters, and
+    a `TopFraction` already resolved, come back as they are."""
+    if not isinstance(keep, TopFraction) or keep.threshold is not None:
         return keep
-    if not scores:
+    if not scored:
         return ScoreAtLeast(keep.key, float("-inf"))
-    ordered = sorted(scores, reverse=True)
+    ordered = sorted(scored, key=lambda s: (-s[0], s[1]))
     k = max(1, int(round(keep.fraction * len(ordered))))
-    return ScoreAtLeast(keep.key, ordered[k - 1])
+    threshold = ordered[k - 1][0]
+    cut = tuple(ordered[k][1]) if k < len(ordered) and ordered[k][0] == threshold else None
+    return dataclasses.replace(keep, threshold=threshold, cut=cut)
 
 
 @dataclass(frozen=True)
@@ -197,8 +220,9 @@ class Consolidator:
 
     def decide(self, rec: dict) -> tuple[str | None, dict, dict[str, tuple[int, int]]]:
         attrs = rec.get("_attrs", {})
+        loc = rec.get("_loc")
         for k in self.keep:
-            if not k(attrs):
+            if not k.check(attrs, loc):
                 return k.name, attrs, {}
         spans: list[tuple[int, int]] = []
         removed: dict[str, tuple[int, int]] = {}

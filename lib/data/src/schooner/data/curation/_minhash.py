@@ -75,22 +75,8 @@ def normalize_texts(texts: Sequence[str], max_chars: int = 500_000) -> list[str]
 
 def signatures_and_buckets(texts: Sequence[str], config: MinHashConfig) -> tuple[np.ndarray, np.ndarray]:
     """`(signatures uint64 [n, num_perms], buckets uint64 [n, num_bands])` of texts (one kernel call)."""
-    import pyarrow as pa
-
-    dk = _kernels()
-    T = dk.Transformation
-    batch = pa.RecordBatch.from_pydict({"t": [t[: config.max_chars] for t in texts]})
-    out = dk.transform(batch, [
-        T.CleanText(input_col="t", output_col="c"),
-        T.MinHash(input_col="c", output_col="sig", num_perms=config.num_perms, ngram_size=config.ngram,
-                  seed=config.seed),
-        T.MinHashLSH(input_col="sig", output_col="b", num_bands=config.num_bands),
-        T.SelectColumns(columns=["sig", "b"]),
-    ])  # fmt: skip
-    n = len(texts)
-    sig = out["sig"].values.to_numpy(zero_copy_only=False).reshape(n, config.num_perms)
-    buckets = out["b"].values.to_numpy(zero_copy_only=False).reshape(n, config.num_bands)
-    return sig, buckets
+    out = _run_kernels(texts, config, ["sig", "b"])
+    return _uint64_rows(out["sig"], config.num_perms), _uint64_rows(out["b"], config.num_bands)
 
 
 def string_array(texts: Sequence[str], *, binary: bool = False) -> Any:
@@ -117,28 +103,37 @@ def string_array(texts: Sequence[str], *, binary: bool = False) -> Any:
 def kernel_batch(texts: Sequence[str], config: MinHashConfig) -> tuple[Any, np.ndarray]:
     """`(normalised texts as an Arrow string array, band keys uint64 [n, num_bands])` of texts (capped at
     `max_chars`), in one kernel call; the signatures never leave the kernels."""
+    if not texts:
+        return string_array([]), np.empty((0, config.num_bands), dtype=np.uint64)
+    out = _run_kernels(texts, config, ["c", "b"])
+    return out["c"], _uint64_rows(out["b"], config.num_bands)
+
+
+def _run_kernels(texts: Sequence[str], config: MinHashConfig, columns: list[str]) -> Any:
+    """The kernels over texts capped at `max_chars`: normalised text `c`, signatures `sig`, band keys `b`."""
     import pyarrow as pa
 
-    if not texts:
-        return pa.array([], pa.string()), np.empty((0, config.num_bands), dtype=np.uint64)
     dk = _kernels()
     T = dk.Transformation
     cap = config.max_chars
     batch = pa.RecordBatch.from_arrays(
         [string_array([t if len(t) <= cap else t[:cap] for t in texts])], ["t"]
     )
-    out = dk.transform(batch, [
+    return dk.transform(batch, [
         T.CleanText(input_col="t", output_col="c"),
         T.MinHash(input_col="c", output_col="sig", num_perms=config.num_perms, ngram_size=config.ngram,
                   seed=config.seed),
         T.MinHashLSH(input_col="sig", output_col="b", num_bands=config.num_bands),
-        T.SelectColumns(columns=["c", "b"]),
+        T.SelectColumns(columns=columns),
     ])  # fmt: skip
-    # uint64 without nulls, read from its buffer (Arrow's to_numpy imports pandas)
-    flat = out["b"].flatten()
+
+
+def _uint64_rows(column: Any, width: int) -> np.ndarray:
+    """A list<uint64> column without nulls as `uint64 [n, width]`, read from its buffer (Arrow's to_numpy
+    imports pandas)."""
+    flat = column.flatten()
     keys = np.frombuffer(flat.buffers()[1], dtype=np.uint64, count=len(flat), offset=flat.offset * 8)
-    bands = keys.reshape(len(texts), config.num_bands)
-    return out["c"], bands
+    return keys.reshape(-1, width)
 
 
 def shingles(normalized: str, n: int = 5) -> set[str]:

@@ -26,6 +26,7 @@ POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "us
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _TERMINAL = (".", "?", "!", '"', "'")
 _SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
+_LINES = re.compile("\n+")
 
 
 def _dups(items: list[str]) -> tuple[int, int]:
@@ -122,7 +123,8 @@ class GopherRepetition:
             failed.append("dup_para_frac")
         if chars / size > self.dup_para_char_frac:
             failed.append("dup_para_char_frac")
-        lines = text.splitlines()
+        # lines split on runs of newlines, as datatrove does: blank lines are not repeated lines
+        lines = _LINES.split(text)
         n, chars = _dups(lines)
         if n / len(lines) > self.dup_line_frac:
             failed.append("dup_line_frac")

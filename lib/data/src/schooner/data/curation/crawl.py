@@ -31,6 +31,7 @@ from typing import Any
 
 from schooner.data import storage
 
+from ._junk import chrome, low_quality_page, seo_spam_page, spam_page
 from ._warc import WarcPage, warc_response, write_warc
 
 MODULES = [
@@ -166,57 +167,6 @@ FOREIGN = {
 }
 """A paragraph per language, written for the crawl (pages in other languages repeat and vary it)."""
 
-_SPAM = [
-    "cheap",
-    "pills",
-    "best",
-    "price",
-    "buy",
-    "now",
-    "free",
-    "shipping",
-    "casino",
-    "bonus",
-    "win",
-    "money",
-    "fast",
-    "click",
-    "here",
-    "discount",
-    "deal",
-    "offer",
-    "limited",
-    "sale",
-    "promo",
-    "code",
-    "luxury",
-    "watches",
-    "replica",
-    "cash",
-    "loans",
-    "credit",
-    "instant",
-    "approval",
-    "weight",
-    "loss",
-    "miracle",
-    "cure",
-    "crypto",
-    "profit",
-    "guaranteed",
-    "jackpot",
-    "lottery",
-    "prize",
-    "winner",
-    "exclusive",
-    "vip",
-    "hot",
-    "singles",
-    "dating",
-    "online",
-    "pharmacy",
-]
-
 
 @dataclass(frozen=True)
 class CrawlConfig:
@@ -230,6 +180,8 @@ class CrawlConfig:
     """Fraction of originals also served with small edits and reordered boilerplate."""
     spam_pages: int = 6
     """Keyword-stuffed pages."""
+    seo_spam_pages: int = 0
+    """Fluent spam: spam in grammatical sentences, which passes the heuristic rules (kind "seo_spam")."""
     low_quality_pages: int = 6
     """Short, bullet-only, lorem-ipsum and symbol pages."""
     foreign_pages: int = 5
@@ -300,6 +252,7 @@ def pydoc_fragment(module: str, max_chars: int) -> str:
         mod = importlib.import_module(module)
         body = pydoc.HTMLDoc().document(mod)
     body = re.sub(r'<a href="file:[^"]*">[^<]*</a><br>', "", body)
+    body = re.sub(r"(?: |&nbsp;)at(?: |&nbsp;)0x[0-9a-f]+", "", body)  # addresses differ from run to run
     if len(body) > max_chars:
         cut = body.find('<table class="section">', max_chars // 2)
         body = body[: cut if 0 < cut <= max_chars else max_chars]
@@ -308,25 +261,6 @@ def pydoc_fragment(module: str, max_chars: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- chrome
-
-
-def _chrome(rng: random.Random, site: int) -> dict[str, str]:
-    links = "".join(f'<li><a href="/{w}">{w.title()}</a></li>' for w in rng.sample(
-        ["home", "docs", "blog", "news", "about", "contact", "download", "community", "events", "jobs"], 6))  # fmt: skip
-    related = "".join(f'<li><a href="/m/{m}.html">{m}</a></li>' for m in rng.sample(MODULES, 8))
-    return {
-        "nav": f'<header class="site-header"><div class="logo">PyDocs Mirror {site}</div>'
-        f'<nav class="navbar menu"><ul>{links}</ul></nav></header>',
-        "sidebar": f'<aside class="sidebar"><h3>Related modules</h3><ul>{related}</ul></aside>',
-        "cookie": '<div id="cookie-banner" class="cookie-consent banner">We use cookies to improve your '
-        "experience. By continuing to browse this site you agree to our use of cookies. "
-        '<a href="/privacy">Privacy policy</a> <button>Accept all</button></div>',
-        "ad": f'<div class="ad advertisement sponsored">Sponsored: {" ".join(rng.sample(_SPAM, 6))}! '
-        '<a href="http://ads.example/">Learn more</a></div>',
-        "footer": f'<footer class="site-footer"><p>© 2024 PyDocs Mirror {site}. All rights reserved.</p>'
-        '<p><a href="/terms">Terms of use</a> · <a href="/privacy">Privacy policy</a> · '
-        '<a href="/contact">Contact</a></p></footer>',
-    }
 
 
 def page_html(
@@ -360,31 +294,6 @@ def _edit(fragment: str, rng: random.Random) -> str:
     return "".join(pieces) + "<p>This page was mirrored from the official documentation.</p>"
 
 
-def _spam(rng: random.Random, i: int) -> str:
-    vocab = rng.sample(_SPAM, 12)
-    words = [rng.choice(vocab) for _ in range(400)]
-    return (
-        "<h1>BEST DEALS "
-        + str(i)
-        + "</h1>"
-        + "".join(f"<p>{' '.join(words[k : k + 20])}</p>" for k in range(0, 400, 20))
-    )
-
-
-def _low_quality(rng: random.Random, i: int) -> str:
-    kind = i % 4
-    if kind == 0:
-        return f"<p>Click here for page {i}.</p>"
-    if kind == 1:
-        return "<ul>" + "".join(f"<li>• item {k * (i + 1)}</li>" for k in range(40)) + "</ul>"
-    if kind == 2:
-        lorem = (
-            f"Lorem ipsum dolor sit amet {i}, consectetur adipiscing elit, sed do eiusmod tempor incididunt. "
-        )
-        return "".join(f"<p>{lorem * 2}</p>" for _ in range(8))
-    return "<p>" + " ".join(rng.choice(["#", "###", "...", "|", "$$", "%%"]) for _ in range(300)) + "</p>"
-
-
 def _foreign(lang: str, rng: random.Random) -> str:
     sentences = FOREIGN[lang].split(". ")
     paras = []
@@ -411,49 +320,53 @@ def build_crawl(folder: str, config: CrawlConfig = CrawlConfig()) -> dict[str, A
     originals = []
     for i, mod in enumerate(modules):
         site = i % 5
-        chrome = _chrome(rng, site)
+        site_chrome = chrome(rng, site, MODULES)
         main = f"<h1>Module {mod}</h1>" + pydoc_fragment(mod, config.max_page_chars)
         url = f"https://mirror{site}.example/library/{mod}.html"
-        html = page_html(f"{mod} — Python documentation", main, chrome, _ORDER)
+        html = page_html(f"{mod} — Python documentation", main, site_chrome, _ORDER)
         add(
             url,
             html.encode(),
             {"kind": "original", "lang": "en", "dup_of": None, "main_text": visible_text(main)},
         )
-        originals.append((url, main, chrome, mod))
+        originals.append((url, main, site_chrome, mod))
     n_exact = round(config.exact_dups * len(originals))
     n_near = round(config.near_dups * len(originals))
     picks = rng.sample(range(len(originals)), min(len(originals), n_exact + n_near))
     for k, idx in enumerate(picks):
-        url, main, chrome, mod = originals[idx]
+        url, main, site_chrome, mod = originals[idx]
         if k < n_exact:
-            html = page_html(f"{mod} — Python documentation", main, chrome, _ORDER)
+            html = page_html(f"{mod} — Python documentation", main, site_chrome, _ORDER)
             add(f"https://copy{k}.example/{mod}.html", html.encode(),
                 {"kind": "exact_dup", "lang": "en", "dup_of": url, "main_text": visible_text(main)})  # fmt: skip
         else:
             edited = _edit(main, rng)
-            html = page_html(f"{mod} | docs mirror", edited, _chrome(rng, 9), _ORDER_2)
+            html = page_html(f"{mod} | docs mirror", edited, chrome(rng, 9, MODULES), _ORDER_2)
             add(f"https://near{k}.example/docs/{mod}", html.encode(),
                 {"kind": "near_dup", "lang": "en", "dup_of": url, "main_text": visible_text(edited)})  # fmt: skip
     for i in range(config.spam_pages):
-        main = _spam(rng, i)
-        add(f"https://deals{i}.example/", page_html("BEST DEALS", main, _chrome(rng, 7), _ORDER).encode(),
+        main = spam_page(rng, i)
+        add(f"https://deals{i}.example/", page_html("BEST DEALS", main, chrome(rng, 7, MODULES), _ORDER).encode(),
             {"kind": "spam", "lang": "en", "dup_of": None, "main_text": visible_text(main)})  # fmt: skip
+    for i in range(config.seo_spam_pages):
+        main = seo_spam_page(rng, i)
+        add(f"https://offers{i}.example/blog", page_html("Offers", main, chrome(rng, 7, MODULES), _ORDER).encode(),
+            {"kind": "seo_spam", "lang": "en", "dup_of": None, "main_text": visible_text(main)})  # fmt: skip
     for i in range(config.low_quality_pages):
-        main = _low_quality(rng, i)
+        main = low_quality_page(rng, i)
         # the same thin template again is a near duplicate of its first page (all but the bullet lists)
         dup = f"https://thin{i % 4}.example/page" if i >= 4 and i % 4 != 1 else None
-        add(f"https://thin{i}.example/page", page_html("Page", main, _chrome(rng, 8), _ORDER).encode(),
+        add(f"https://thin{i}.example/page", page_html("Page", main, chrome(rng, 8, MODULES), _ORDER).encode(),
             {"kind": "low_quality", "lang": "en", "dup_of": dup, "main_text": visible_text(main)})  # fmt: skip
     for i in range(config.foreign_pages):
         lang = sorted(FOREIGN)[i % len(FOREIGN)]
         main = f"<h1>Python ({lang})</h1>" + _foreign(lang, rng)
-        add(f"https://{lang}.example/python/{i}", page_html("Python", main, _chrome(rng, 6), _ORDER).encode(),
+        add(f"https://{lang}.example/python/{i}", page_html("Python", main, chrome(rng, 6, MODULES), _ORDER).encode(),
             {"kind": "foreign", "lang": lang, "dup_of": None, "main_text": visible_text(main)})  # fmt: skip
     for k, text in enumerate(config.plant):
         paras = "".join(f"<p>{htmllib.escape(p)}</p>" for p in text.split("\n") if p.strip())
         main = f"<h1>Study notes {k}</h1><p>I copied this from somewhere for my own notes.</p>{paras}"
-        add(f"https://notes.example/{k}", page_html("Study notes", main, _chrome(rng, 4), _ORDER).encode(),
+        add(f"https://notes.example/{k}", page_html("Study notes", main, chrome(rng, 4, MODULES), _ORDER).encode(),
             {"kind": "contaminated", "lang": "en", "dup_of": None, "planted": k, "main_text": visible_text(main)})  # fmt: skip
     if config.bad_input:
         _add_bad(add, rng)
@@ -465,7 +378,7 @@ def _add_bad(add: Any, rng: random.Random) -> None:
     accented = (
         "<h1>Café résumé</h1><p>" + "Une page écrite en français, à côté de la documentation. " * 8 + "</p>"
     )
-    cp1252 = page_html("Café", accented, _chrome(rng, 3), _ORDER, charset="").encode("cp1252")
+    cp1252 = page_html("Café", accented, chrome(rng, 3, MODULES), _ORDER, charset="").encode("cp1252")
     add("https://charset.example/undeclared", cp1252, {"kind": "charset_undeclared", "lang": "fr", "dup_of": None,
         "main_text": visible_text(accented)}, content_type="text/html")  # fmt: skip
     add("https://charset.example/wrong", cp1252, {"kind": "charset_wrong", "lang": "fr",

@@ -21,7 +21,8 @@ from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle, step
 from schooner.data import storage
-from schooner.data._readers import read_shards
+from schooner.data._folders import list_shards
+from schooner.data._readers import read_records, read_shards
 from schooner.data.steps import as_step_inputs, input_locations
 
 from ._attributes import attribute_dataset, iter_attributes, with_attributes
@@ -144,6 +145,31 @@ def _run_crawl(config: CrawlStepConfig, output_path: str) -> dict:
     return {k: v for k, v in info.items() if k != "config"}
 
 
+@dataclass(frozen=True)
+class JunkConfig:
+    count: int = 400
+    seed: int = 1
+
+
+def _offline_junk(config: JunkConfig, output_path: str) -> dict:
+    from schooner.data import write_records
+
+    from ._junk import junk_records
+
+    recs = junk_records(config.count, config.seed)
+    manifest = write_records(recs, output_path, format="jsonl", num_shards=1)
+    kinds: dict[str, int] = {}
+    for r in recs:
+        kinds[r["metadata"]["kind"]] = kinds.get(r["metadata"]["kind"], 0) + 1
+    return {"records": manifest["records"], "kinds": kinds}
+
+
+def offline_junk(name: str, *, count: int = 400, seed: int = 1) -> StepHandle:
+    """`count` junk texts (keyword spam, fluent spam, thin pages, site boilerplate) from the crawl's
+    generators with a seed of their own: negatives for `train_quality_classifier` offline."""
+    return step(name, _offline_junk, JunkConfig(count, seed), version="junk-v1", description="junk texts")
+
+
 def offline_crawl(name: str, config: Any = None, *, plant_from: Any = None, plant: int = 0) -> StepHandle:
     """The offline web crawl of `schooner.data.curation.crawl` as a step (WARC files and `truth.jsonl`),
     with the start of the first `plant` records of `plant_from` copied into pages (contamination)."""
@@ -152,7 +178,7 @@ def offline_crawl(name: str, config: Any = None, *, plant_from: Any = None, plan
     cfg = CrawlStepConfig(
         config or CrawlConfig(), as_step_inputs(plant_from) if plant_from is not None else (), plant
     )
-    return step(name, _run_crawl, cfg, version="crawl-v1", description="offline test crawl (WARC)")
+    return step(name, _run_crawl, cfg, version="crawl-v2", description="offline test crawl (WARC)")
 
 
 # ------------------------------------------------------------------------------------ attribute steps
@@ -244,7 +270,7 @@ def quality_rules(
             raise ValueError(f"quality_rules: unknown rule set {r!r}; use some of {sorted(RULE_SETS)}")
         RULE_SETS[r](**kw)  # validates the overrides now, not on a worker
     params = tuple((r, tuple(sorted(kw.items()))) for r, kw in spec.items())
-    return _attribute_step(name, records, "quality_rules", params, "v1", resources)
+    return _attribute_step(name, records, "quality_rules", params, "v2", resources)
 
 
 def quality_scores(
@@ -258,7 +284,7 @@ def quality_scores(
     """Attribute `key`: the probability the trained `classifier` gives the high-quality class. Filter with
     `score_at_least(key, t)` or `top_fraction(key, f)`."""
     return _attribute_step(
-        name, records, "quality_scores", key, "v1", resources, extra=as_step_inputs(classifier)
+        name, records, "quality_scores", key, "v2", resources, extra=as_step_inputs(classifier)
     )
 
 
@@ -286,7 +312,7 @@ def fuzzy_dedup(
     """Attributes `fuzzy_dup`, `fuzzy_cluster`, `fuzzy_cluster_size`, `fuzzy_jaccard` (MinHash + LSH at
     Marin's parameters, connected components, verification against the text). The step record holds
     candidate and verified counts and the largest clusters. Filter with `not_dup("fuzzy")`."""
-    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v1", resources)
+    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v2", resources)
 
 
 # -------------------------------------------------------------------------------------- classifier
@@ -385,24 +411,25 @@ class ConsolidateConfig:
     extra: dict = field(default_factory=dict)
 
 
+def _scored(folders: Sequence[str], key: str) -> list[tuple[float, tuple[int, int]]]:
+    """`(score, (shard, row))` of every record with a score `key` in the attribute folders."""
+    out = []
+    for folder in folders:
+        for i, shard in enumerate(list_shards(folder)):
+            for j, rec in enumerate(read_records(shard)):
+                v = rec["metadata"].get(key)
+                if v is not None:
+                    out.append((float(v), (i, j)))
+    return out
+
+
 def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     src = _one(config.inputs, "consolidate")
     folders = input_locations(config.attributes)
-    keep = []
-    for k in config.keep:
-        if isinstance(k, TopFraction):
-            k = resolve_top_fraction(
-                k,
-                [
-                    float(a[k.key])
-                    for f in folders
-                    for a in iter_attributes(f, [k.key])
-                    if a[k.key] is not None
-                ],
-            )
-        keep.append(k)
+    keep = [resolve_top_fraction(k, _scored(folders, k.key)) if isinstance(k, TopFraction) else k
+            for k in config.keep]  # fmt: skip
     c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes)
-    ds = with_attributes(src, folders)
+    ds = with_attributes(src, folders, locate=True)
     manifest = ds.map_shard(c, with_counters=True, name="consolidate").write_jsonl(
         output_path, skip_existing=True, num_shards=config.num_shards
     )
@@ -416,7 +443,8 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
     return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
             "removed": removed, "filters": [k.name for k in keep],
-            "thresholds": {k.name: getattr(k, "threshold", None) for k in keep}}  # fmt: skip
+            "thresholds": {k.name: getattr(k, "threshold", None) for k in keep},
+            "ties_cut_at": {k.name: list(k.cut) for k in keep if isinstance(k, TopFraction) and k.cut}}  # fmt: skip
 
 
 def consolidate(
@@ -431,5 +459,5 @@ def consolidate(
     cfg = ConsolidateConfig(as_step_inputs(records, what="consolidate records"),
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
                             tuple(remove), attach_attributes, dropped_samples, num_shards)  # fmt: skip
-    return step(name, _run_consolidate, cfg, version="consolidate-v1", resources=resources, resumable=True,
+    return step(name, _run_consolidate, cfg, version="consolidate-v2", resources=resources, resumable=True,
                 description="consolidate: filters and span removals")  # fmt: skip
