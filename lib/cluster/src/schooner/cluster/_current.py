@@ -6,6 +6,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from ._client import Client
 
@@ -31,7 +32,7 @@ def client_from_spec(spec: str | None, *, quiet: bool = False) -> Client:
     if spec == "ray" or spec.startswith("ray://") or spec == "auto" or ":" in spec:
         from ._ray import RayClient
 
-        kw = {"log_to_driver": False} if quiet else {}
+        kw: dict[str, Any] = {"log_to_driver": False} if quiet else {}
         return RayClient(address=None if spec == "ray" else spec, **kw)
     raise ValueError(
         f"{CLUSTER_ENV}={spec!r} is not a cluster spec; use 'local', 'ray', 'auto' or a Ray address like 'ray://host:10001'"

@@ -164,7 +164,9 @@ def _supervise(procs: list[subprocess.Popen], folder: str) -> Any:
                 i = failed[0]
                 path = os.path.join(folder, f"result-{i}.pkl")
                 error = GangMemberFailed if os.path.exists(path) else GangMemberDied
-                raise error(_failure_text(i, codes[i], path))
+                code = codes[i]
+                assert code is not None  # `failed` holds only members that exited
+                raise error(_failure_text(i, code, path))
             if all(c == 0 for c in codes):
                 return _read_result(os.path.join(folder, "result-0.pkl"))[1]
             time.sleep(0.05)

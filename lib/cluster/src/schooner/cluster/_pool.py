@@ -81,7 +81,7 @@ class WorkerProcess:
         msg = _worker.recv_frame(self.sock)
         if msg is None:
             self.dead = True
-        return msg  # type: ignore[return-value]
+        return msg
 
     def death_reason(self) -> str:
         """How the worker ended, e.g. 'killed by SIGKILL' (waits briefly for its exit status)."""

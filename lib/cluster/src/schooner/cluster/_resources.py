@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 GPU_KINDS: tuple[str, ...] = (
     "A10",
@@ -162,21 +162,21 @@ class ResourceConfig:
 
     @staticmethod
     def with_cpu(
-        cpu: float = 1, *, ram: int | str | None = None, disk: int | str | None = None, **kw
+        cpu: float = 1, *, ram: int | str | None = None, disk: int | str | None = None, **kw: Any
     ) -> ResourceConfig:
         """A CPU-only job."""
         return ResourceConfig(cpu=cpu, ram=ram, disk=disk, **kw)
 
     @staticmethod
     def with_gpu(
-        kind: str = "H100", count: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw
+        kind: str = "H100", count: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw: Any
     ) -> ResourceConfig:
         """A job on `count` GPUs of model `kind` (one of GPU_KINDS)."""
         return ResourceConfig(cpu=cpu, ram=ram, device="gpu", device_kind=kind, device_count=count, **kw)
 
     @staticmethod
     def with_tpu(
-        kind: str, slices: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw
+        kind: str, slices: int = 1, *, cpu: float = 1, ram: int | str | None = None, **kw: Any
     ) -> ResourceConfig:
         """A job on `slices` TPU slices of type `kind` (e.g. 'v5p-8')."""
         return ResourceConfig(cpu=cpu, ram=ram, device="tpu", device_kind=kind, slices=slices, **kw)
@@ -189,7 +189,7 @@ class ResourceConfig:
         m = _TPU_KIND.match(self.device_kind or "")
         return max(1, int(m.group(2)) // _CORES_PER_CHIP[m.group(1)]) if m else 0
 
-    def replace(self, **changes) -> ResourceConfig:
+    def replace(self, **changes: Any) -> ResourceConfig:
         """`dataclasses.replace` for convenience."""
         return dataclasses.replace(self, **changes)
 

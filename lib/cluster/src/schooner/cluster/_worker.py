@@ -26,6 +26,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
 
 _HEADER = struct.Struct("!Q")
 _SMALL = 1 << 16
@@ -53,7 +55,7 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray | None:
     return buf
 
 
-def recv_frame(sock: socket.socket) -> object | None:
+def recv_frame(sock: socket.socket) -> Any:
     """The next frame's object, or None when the other side closed (or died)."""
     try:
         head = _recv_exact(sock, _HEADER.size)
@@ -95,7 +97,7 @@ def _dumps(obj: object) -> bytes:
 class _Env:
     """Apply environment variables for one job or batch (None unsets one) and put the old values back after."""
 
-    def __init__(self, env: dict[str, str | None] | None) -> None:
+    def __init__(self, env: Mapping[str, str | None] | None) -> None:
         self.env = env or {}
         self.saved: dict[str, str | None] = {}
 
@@ -115,7 +117,7 @@ class _Env:
                 os.environ[k] = old
 
 
-def _call_with_retries(fn, args, kwargs, retries: int):
+def _call_with_retries(fn: Callable[..., Any], args: tuple, kwargs: dict, retries: int) -> Any:
     for attempt in range(retries + 1):
         try:
             return "ok", fn(*args, **kwargs)
@@ -166,6 +168,7 @@ def _run_job(msg: tuple) -> tuple:
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
     os.close(log_fd)
+    value: Any  # the result, then its pickle; or error_info(...) when the job failed
     try:
         with _Env(env):
             try:

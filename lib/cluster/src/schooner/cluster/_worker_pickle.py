@@ -49,7 +49,7 @@ def _spy_dump(obj: Any, pickler_cls: type) -> tuple[bytes, set[str]]:
     """Pickle `obj` with `pickler_cls`, noting the module of every class and function it holds."""
     seen: set[str] = set()
 
-    class Spy(pickler_cls):  # type: ignore[misc, valid-type]
+    class Spy(pickler_cls):
         def reducer_override(self, o: Any) -> Any:
             if isinstance(o, type | types.FunctionType):
                 seen.add(getattr(o, "__module__", None) or "")

@@ -7,11 +7,15 @@ Only test code imports this module (it imports pytest).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ._local import LocalClient
 from ._ray import RayClient
+
+if TYPE_CHECKING:
+    from .testing import S3Server
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +58,7 @@ def s3_server() -> Iterator[object]:
 
 
 @pytest.fixture
-def s3_prefix(s3_server) -> str:
+def s3_prefix(s3_server: S3Server) -> str:
     """A fresh bucket on the test S3 server, as a prefix `s3://bucket`."""
     import uuid
 

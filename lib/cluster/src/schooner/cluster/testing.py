@@ -21,10 +21,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from ._ray import RayClient
 
-RAY_TEST_OPTIONS = {
+RAY_TEST_OPTIONS: dict[str, Any] = {
     "num_cpus": 2,
     "include_dashboard": False,
     "object_store_memory": 300 * 10**6,

@@ -8,7 +8,8 @@ against the newest version.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from schooner.cluster._storage import storage_for
@@ -84,7 +85,7 @@ class DiffRow:
 
     field: str
     """The field's path, e.g. `optimizer.learning_rate` (`config.` dropped), or `version` for the code version."""
-    values: list[str] = field(default_factory=list)
+    values: list[str] = dataclasses.field(default_factory=list)  # `field` is a field's name here
 
 
 def input_names(versions: list[Version]) -> dict[str, str]:

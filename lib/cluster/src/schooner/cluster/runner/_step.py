@@ -398,7 +398,7 @@ def step(
             resumable=resumable,
             resume_hint=resume_hint,
         )
-    kw = {
+    kw: dict[str, Any] = {
         "version": version,
         "resources": resources,
         "description": description,
