@@ -207,7 +207,9 @@ def test_publish_model_and_install_it_alone(tmp_path: Path) -> None:
     with PackageIndex(tmp_path / "index") as index:
         wheel = _publish(repo, index, "model")
         python = _fresh_install(tmp_path / "venv", index, "schooner-model", repo)
+        downloads = [line for line in index.log.read_text().splitlines() if "/packages/" in line]
     _assert_installed_from(python, [wheel])
+    assert any(wheel.name in d for d in downloads), downloads
     probe = subprocess.run(
         [str(python), "-c", MODEL_PROBE],
         cwd=tmp_path,

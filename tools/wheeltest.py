@@ -41,7 +41,10 @@ def pytest_configure(config):
     import pytest
 
     for module in os.environ["SCHOONER_WHEEL_MODULES"].split(","):
-        m = importlib.import_module(module)
+        try:
+            m = importlib.import_module(module)
+        except ImportError as e:
+            raise pytest.UsageError(f"{module} does not import against these wheels: {e}") from None
         if not m.__file__.startswith(sys.prefix + os.sep):
             raise pytest.UsageError(f"{module} comes from {m.__file__}, not from the test venv {sys.prefix}")
     import schooner
@@ -97,7 +100,7 @@ def install(python: Path, package: Package, wheels: list[Wheel], constraints: Pa
     for w in wheels:
         extras = f"[{','.join(package.extras)}]" if w.name == package.name and package.extras else ""
         reqs.append(f"{w.name}{extras} @ {w.path.resolve().as_uri()}")
-    cmd = ["uv", "pip", "install", "-q", "--python", python, *reqs, *package.dev_group]
+    cmd: list[str | Path] = ["uv", "pip", "install", "-q", "--python", python, *reqs, *package.dev_group]
     if constraints is not None:
         cmd += ["--constraints", constraints]
     run(cmd, python.parent.parent, env=_clean_env())

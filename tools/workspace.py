@@ -9,6 +9,7 @@ import sys
 import tarfile
 import tempfile
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,15 +111,11 @@ def git(root: Path, *args: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def run(cmd: list[str], cwd: Path, *, env: dict | None = None, quiet: bool = False) -> None:
-    """Run a command, echoing it; its output goes to ours unless `quiet`. A failure raises ToolError."""
+def run(cmd: Sequence[str | Path], cwd: Path, *, env: dict | None = None) -> None:
+    """Run a command, echoing it, its output going to ours. A failure raises ToolError."""
     print("+", " ".join(map(str, cmd)), flush=True)
-    proc = subprocess.run(list(map(str, cmd)), cwd=cwd, env=env, capture_output=quiet, text=True)
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout or "").strip()[-4000:] if quiet else ""
-        raise ToolError(
-            f"`{' '.join(map(str, cmd))}` exited {proc.returncode}" + (f":\n{detail}" if detail else "")
-        )
+    if subprocess.run(list(map(str, cmd)), cwd=cwd, env=env).returncode != 0:
+        raise ToolError(f"`{' '.join(map(str, cmd))}` failed (its output is above)")
 
 
 def tag_name(name: str, version: Version | str) -> str:
