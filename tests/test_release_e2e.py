@@ -269,35 +269,27 @@ def test_compat_fails_a_range_that_claims_too_much(tmp_path: Path) -> None:
     (tests / "test_probe.py").write_text(
         "from schooner.cluster import release_probe\n\n\ndef test_probe():\n    assert release_probe() == 42\n"
     )
-    data = repo / "lib/data/pyproject.toml"
-    dtext = data.read_text()
-    data.write_text(re.sub(r'"schooner-cluster(\[ray\])?[^"]*"', r'"schooner-cluster\1>=0.5,<0.6"', dtext))
-    commit(repo, "data: uses release_probe, claims cluster>=0.5")
+    data_text = (repo / "lib/data/pyproject.toml").read_text()
 
-    proc = subprocess.run(
-        [sys.executable, ".ci/guards.py", "compat", "schooner-data"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
-    print(proc.stdout, proc.stderr)
-    assert proc.returncode == 1
-    assert f"FAIL schooner-data against schooner-cluster 0.5.0 (set in {a[:10]})" in proc.stdout
-    assert "cannot import name 'release_probe'" in proc.stdout
+    def claim(spec: str) -> subprocess.CompletedProcess:
+        """Commit data's range on cluster as `spec`, then run the compat guard for data."""
+        data = repo / "lib/data/pyproject.toml"
+        data.write_text(
+            re.sub(r'"schooner-cluster(\[ray\])?[^"]*"', rf'"schooner-cluster\1{spec}"', data_text)
+        )
+        commit(repo, f"data: claims schooner-cluster{spec}")
+        cmd = [sys.executable, ".ci/guards.py", "compat", "schooner-data"]
+        proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, env=env())
+        print(proc.stdout, proc.stderr)
+        return proc
 
-    data.write_text(re.sub(r'"schooner-cluster(\[ray\])?[^"]*"', r'"schooner-cluster\1>=0.5.1,<0.6"', dtext))
-    commit(repo, "data: claims cluster>=0.5.1")
-    proc = subprocess.run(
-        [sys.executable, ".ci/guards.py", "compat", "schooner-data"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        env=env(),
-    )
-    print(proc.stdout, proc.stderr)
-    assert proc.returncode == 0
-    assert f"ok   schooner-data against schooner-cluster 0.5.1 (set in {b[:10]}): 1 passed" in proc.stdout
+    too_much = claim(">=0.5,<0.6")
+    assert too_much.returncode == 1
+    assert f"FAIL schooner-data against schooner-cluster 0.5.0 (set in {a[:10]})" in too_much.stdout
+    assert "cannot import name 'release_probe'" in too_much.stdout
+    right = claim(">=0.5.1,<0.6")
+    assert right.returncode == 0
+    assert f"ok   schooner-data against schooner-cluster 0.5.1 (set in {b[:10]}): 1 passed" in right.stdout
 
 
 def test_pre_commit_runs_ruff_and_the_fast_guards(tmp_path: Path) -> None:
