@@ -229,6 +229,25 @@ def test_decontamination_flags_planted_paragraphs_and_names_the_item(tmp_path):
     )
 
 
+def test_decontamination_flags_hard_wrapped_copies_line_by_line(tmp_path):
+    item = (
+        "binary arithmetic operations have the conventional priority levels and some of these operations "
+        "also apply to certain non numeric types apart from the power operator there are only two levels"
+    )
+    build_index([{"id": "ref/1", "task": "ref", "text": item}], str(tmp_path / "index"))
+    words = item.split()
+    wrapped = [" ".join(words[i : i + 6]) for i in range(0, len(words), 6)]  # lines of 6 words, under 13
+    wrapped.insert(2, "")  # a blank line inside the copy is not a paragraph
+    before = ["Study notes from a course I took last spring about gardening and weather.", ""]
+    after = ["", "My own summary follows in the next section with a few unrelated remarks."]
+    doc = "\n".join(before + wrapped + after)
+    spans = contaminated_spans(doc, str(tmp_path / "index"))
+    assert [doc[s:e].rstrip("\n") for s, e, _, _ in spans] == [w for w in wrapped if w]
+    assert {item_id for _, _, item_id, _ in spans} == {"ref/1"}
+    # one wrapped line alone (6 words) is under min_words: too little to say anything
+    assert contaminated_spans(wrapped[1], str(tmp_path / "index")) == []
+
+
 def test_truncated_gzip_member_is_named(tmp_path):
     from schooner.data.curation import WarcPage, write_warc
 

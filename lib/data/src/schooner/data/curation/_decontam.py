@@ -5,9 +5,11 @@ Eval texts are normalised to lower-case words (punctuation dropped), cut into 13
 choice, Brown et al. 2020, appendix C; Dolma's decontamination uses the same with a Bloom filter, Soldaini
 et al. 2024) and stored as 128-bit blake2b hashes in an `rbloom` Bloom filter (saved with that stable hash,
 so a saved filter means the same on every machine) plus an exact table from n-gram hash to eval items (to
-name what matched). A training paragraph (line) is flagged when at least half of its n-grams hit
-(`threshold`, Dolma's paragraph rule); a text shorter than `ngram` words is one n-gram of all its words,
-and texts under `min_words` words are neither indexed nor checked.
+name what matched). A training paragraph (line) is flagged when at least half of its words (`threshold`,
+Dolma's paragraph rule, counted in words) lie in n-grams that hit. The n-grams of a training text run over
+its whole word stream, across line breaks, so a hard-wrapped line shorter than 13 words is judged by the
+text around it (n-grams cut at each line could never match such a line). A text shorter than `ngram`
+words is one n-gram of all its words, and texts under `min_words` words are neither indexed nor checked.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class DecontamConfig:
 
     ngram: int = 13
     threshold: float = 0.5
-    """Fraction of a paragraph's n-grams that must hit for it to be flagged."""
+    """Fraction of a paragraph's words that must lie in hitting n-grams for it to be flagged."""
     min_words: int = 8
     false_positive_rate: float = 1e-6
     """Of the Bloom filter (a hit is then confirmed in the exact table before it is reported)."""
@@ -49,17 +51,22 @@ def _ident(x: int) -> int:
     return x
 
 
+def _gram_hash(gram: str) -> int:
+    return int.from_bytes(hashlib.blake2b(gram.encode(), digest_size=16).digest(), "little", signed=True)
+
+
+def _windows(n_words: int, config: DecontamConfig) -> list[tuple[int, int]]:
+    """`[start, end)` word windows of a text's n-grams (none under `min_words`; one short of `ngram`)."""
+    if n_words < config.min_words:
+        return []
+    n = config.ngram
+    return [(0, n_words)] if n_words < n else [(i, i + n) for i in range(n_words - n + 1)]
+
+
 def gram_hashes(text: str, config: DecontamConfig) -> list[int]:
     """The signed 128-bit hashes of a text's word n-grams ([] under `min_words` words)."""
     ws = normalized_words(text)
-    if len(ws) < config.min_words:
-        return []
-    n = config.ngram
-    grams = [" ".join(ws)] if len(ws) < n else [" ".join(ws[i : i + n]) for i in range(len(ws) - n + 1)]
-    return [
-        int.from_bytes(hashlib.blake2b(g.encode(), digest_size=16).digest(), "little", signed=True)
-        for g in grams
-    ]
+    return [_gram_hash(" ".join(ws[a:b])) for a, b in _windows(len(ws), config)]
 
 
 def item_text(row: dict) -> str:
@@ -151,26 +158,45 @@ def load_index(folder: str) -> tuple[Any, dict[int, list[int]], list[dict]]:
 
 
 def contaminated_spans(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[list]:
-    """`[start, end, eval item id, fraction]` of every paragraph (line) of `text` whose n-grams hit the index
-    at `config.threshold` or more (the item is the one sharing most of the paragraph's n-grams)."""
+    """`[start, end, eval item id, fraction]` of every paragraph (line) of `text` whose words lie in n-grams
+    that hit the index, a `config.threshold` fraction of them or more (the item is the one most hits
+    touching the line belong to; the fraction is the line's covered words)."""
     bloom, table, items = load_index(index_folder)
-    out: list[list] = []
+    spans: list[tuple[int, int]] = []
+    words: list[str] = []
+    line_of: list[int] = []
     for start, end, line in line_spans(text):
-        hs = gram_hashes(line, config)
-        if not hs:
+        ws = normalized_words(line)
+        line_of.extend([len(spans)] * len(ws))
+        words.extend(ws)
+        spans.append((start, end))
+    covered = bytearray(len(words))
+    votes: dict[int, dict[int, int]] = {}
+    reach = 0
+    for a, b in _windows(len(words), config):
+        h = _gram_hash(" ".join(words[a:b]))
+        found = table.get(h) if h in bloom else None  # the exact table rules out Bloom false positives
+        if not found:
             continue
-        hits = [h for h in hs if h in bloom]
-        if len(hits) < config.threshold * len(hs):
-            continue
-        votes: dict[int, int] = {}
-        for h in hits:
-            for k in table.get(h, ()):
-                votes[k] = votes.get(k, 0) + 1
-        if not votes:
-            continue  # Bloom false positives only
-        k, n = max(votes.items(), key=lambda kv: (kv[1], -kv[0]))
-        if n >= config.threshold * len(hs):
-            out.append([start, end, items[k]["id"], round(n / len(hs), 4)])
+        covered[max(a, reach) : b] = b"\x01" * (b - max(a, reach))
+        reach = max(reach, b)
+        for li in range(line_of[a], line_of[b - 1] + 1):
+            v = votes.setdefault(li, {})
+            for k in found:
+                v[k] = v.get(k, 0) + 1
+    per_line = [0] * len(spans)
+    covered_per_line = [0] * len(spans)
+    for w, li in enumerate(line_of):
+        per_line[li] += 1
+        covered_per_line[li] += covered[w]
+    out: list[list] = []
+    for li, v in sorted(votes.items()):
+        if not per_line[li]:
+            continue  # a line without words inside a matched stretch: nothing to flag
+        frac = covered_per_line[li] / per_line[li]
+        if frac >= config.threshold:
+            k = max(v.items(), key=lambda kv: (kv[1], -kv[0]))[0]
+            out.append([spans[li][0], spans[li][1], items[k]["id"], round(frac, 4)])
     return out
 
 

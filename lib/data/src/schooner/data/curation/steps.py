@@ -392,7 +392,7 @@ def decontaminate(
     with `consolidate(..., remove=["contaminated"])` or drop documents with `not_contaminated()`."""
     cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"),
                              as_step_inputs(against, what="decontaminate against"), config or DecontamConfig())  # fmt: skip
-    return step(name, _run_decontam, cfg, version="decontam-v1", resources=resources,
+    return step(name, _run_decontam, cfg, version="decontam-v2", resources=resources,
                 description="decontamination (13-gram Bloom index)")  # fmt: skip
 
 
