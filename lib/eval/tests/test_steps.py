@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from schooner.cluster import StepRunner
-from schooner.eval import evaluate_lm, generate, load_checkpoint
+from schooner.eval import evaluate_lm, load_checkpoint
 from schooner.eval.steps import EvaluateConfig, evaluate
 from schooner.model import init, load_model, presets, save_model
-from schooner.tokenize import TokenizerMismatchError, load_tokenizer, train_bpe, write_cache
+from schooner.tokenize import TokenCache, TokenizerMismatchError, load_tokenizer, train_bpe, write_cache
 
 TEXTS = [
     "def add(a, b):\n    return a + b\n",
@@ -64,12 +64,49 @@ def test_evaluate_step_scores_the_latest_checkpoint(setup, tmp_path):
     assert results["checkpoint"] == str(root / "run" / "step-000005")
     assert results["caches"] == {"val": str(root / "tokenized" / "validation")}
     model, _ = load_model(str(root / "run" / "step-000005"))
-    direct = evaluate_lm(model, {"val": str(root / "tokenized" / "validation")}, tokenizer=tok, seq_len=16)
-    for key in ("loss", "bpb", "tokens", "bytes"):
-        assert results["datasets"]["val"][key] == pytest.approx(direct["datasets"]["val"][key], rel=1e-6)
-    assert samples == [{"prompt": "def", "completion": generate(model, tok, "def", 6, max_seq_len=64)}]
+    # Independently of the scorer: the model's logits, float64 log-softmax, windows of 16 tokens every 15
+    # over the concatenated documents, targets within a document, bytes from the tokenizer's table.
+    want = _by_hand(model, TokenCache.open(str(root / "tokenized" / "validation")), tok, seq_len=16)
+    got = results["datasets"]["val"]
+    assert got["tokens"] == want["tokens"] and got["bytes"] == want["bytes"]
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+    assert got["bpb"] == pytest.approx(want["bpb"], rel=1e-5)
+    assert samples == [{"prompt": "def", "completion": _greedy_by_hand(model, tok, "def", 6)}]
     assert outcome.result["datasets"]["val"]["bpb"] == pytest.approx(results["datasets"]["val"]["bpb"])
     assert outcome.result["samples"] == samples
+
+
+def _by_hand(model, cache, tokenizer, *, seq_len: int) -> dict:
+    tokens = np.asarray(cache.tokens(0, cache.num_tokens))
+    docs = np.searchsorted(np.asarray(cache.offsets()), np.arange(len(tokens)), side="right")
+    table = tokenizer.token_byte_lengths()
+    nats, count, nbytes = 0.0, 0, 0
+    for start in range(0, len(tokens) - 1, seq_len - 1):
+        window, wdocs = tokens[start : start + seq_len], docs[start : start + seq_len]
+        logits = np.asarray(model(window[None].astype(np.int32), segment_ids=wdocs[None].astype(np.int32)))
+        logp = logits[0].astype(np.float64)
+        logp = logp - logp.max(-1, keepdims=True)
+        logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+        same = wdocs[:-1] == wdocs[1:]
+        targets = window[1:]
+        nats -= float(logp[np.arange(len(targets)), targets][same].sum())
+        count += int(same.sum())
+        nbytes += int(table[targets[same]].sum())
+    return {"loss": nats / count, "bpb": nats / math.log(2) / nbytes, "tokens": count, "bytes": nbytes}
+
+
+def _greedy_by_hand(model, tokenizer, prompt: str, n: int) -> str:
+    """Argmax of the full context's last logits, token by token, stopping at EOS (not kept)."""
+    ids = list(tokenizer.encode(prompt))
+    ids = ids[:-1] if ids[-1] == tokenizer.eos_id else ids
+    out: list[int] = []
+    for _ in range(n):
+        nxt = int(np.argmax(np.asarray(model(np.asarray([ids], np.int32)))[0, -1]))
+        if nxt == tokenizer.eos_id:
+            break
+        ids.append(nxt)
+        out.append(nxt)
+    return tokenizer.decode(out)
 
 
 def test_bits_per_byte_counts_the_real_utf8_bytes(setup):
