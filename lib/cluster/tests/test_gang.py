@@ -21,8 +21,6 @@ def whoami() -> tuple[int, int, str]:
 
 def jax_sum_over_processes(devices_per_process: int) -> list[float]:
     """Every device holds its global index; the jitted sum crosses processes through gloo."""
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
-    os.environ["JAX_PLATFORMS"] = "cpu"
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
@@ -32,6 +30,7 @@ def jax_sum_over_processes(devices_per_process: int) -> list[float]:
     if g is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(g.coordinator, g.num_processes, g.process_id, initialization_timeout=120)
+    assert jax.local_device_count() == devices_per_process, "XLA_FLAGS must be set before jax is imported"
     mesh = jax.make_mesh((jax.device_count(),), ("data",))
     x = jax.make_array_from_callback(
         (jax.device_count(), 2),
@@ -40,6 +39,12 @@ def jax_sum_over_processes(devices_per_process: int) -> list[float]:
     )
     total = jax.jit(lambda a: a.sum(axis=0), out_shardings=NamedSharding(mesh, P()))(x)
     return [float(v) for v in jax.device_get(total)]
+
+
+def jax_devices() -> int:
+    import jax
+
+    return jax.device_count()
 
 
 def die_once(marker_dir: str) -> int:
@@ -72,9 +77,21 @@ def test_a_gang_knows_its_members_and_returns_process_zeros_value(local_client: 
     assert local_client.submit(current_gang).result(timeout=60) is None  # a plain job is no gang
 
 
+def jax_env(devices_per_process: int) -> dict[str, str]:
+    """A job with its own `env` gets a fresh worker, so jax sees the device count at import (a warm worker that
+    already imported jax for an earlier test would keep its own)."""
+    return {
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_process}",
+        "JAX_PLATFORMS": "cpu",
+    }
+
+
 def test_multi_process_jax_equals_one_process(local_client: LocalClient) -> None:
-    one = local_client.submit(jax_sum_over_processes, 8).result(timeout=300)
-    two = local_client.submit(jax_sum_over_processes, 4, resources=ResourceConfig.with_cpu(1, hosts=2))
+    local_client.submit(jax_devices).result(timeout=120)  # a warm worker that has imported jax already
+    one = local_client.submit(jax_sum_over_processes, 8, resources=ResourceConfig(env=jax_env(8)))
+    one = one.result(timeout=300)
+    gang = ResourceConfig.with_cpu(1, hosts=2, env=jax_env(4))
+    two = local_client.submit(jax_sum_over_processes, 4, resources=gang)
     assert two.result(timeout=300) == one == [28.0, 28.0]  # 0 + 1 + ... + 7 per column
 
 
