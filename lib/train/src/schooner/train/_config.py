@@ -151,6 +151,11 @@ class TrainConfig:
     vocab rarely matches your tokenizer). False: a smaller model vocab is an error."""
     name: str = "train"
     """Run name (trackers, logs)."""
+    initialize_from: str | None = None
+    """Start from these weights (a run folder, a checkpoint folder or a Hugging Face folder) with a fresh
+    optimizer state and schedule; None: a random initialization. See `schooner.train._init`."""
+    initialize_from_step: int | None = None
+    """With a run folder in `initialize_from`: its checkpoint of this step (None: the latest)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.data, DataConfig):

@@ -166,15 +166,31 @@ class _Run:
         self.state_sharding = model_shardings(abstract, self.mesh, self.param_map)
         self.abstract_state = abstract
         latest = latest_checkpoint(self.root)
+        self.initialized_from: str | None = None
         if latest is None:
             self.start_step = 0
-            self.state = jax.jit(make_state, out_shardings=self.state_sharding)(k_init, k_train)
             self.resumed_from = None
+            if cfg.initialize_from is not None:
+                self.state = self._initial_state(k_train)
+            else:
+                self.state = jax.jit(make_state, out_shardings=self.state_sharding)(k_init, k_train)
         else:
             self.start_step, path = latest
             self.state = self._restore(path)
             self.resumed_from = path
             logger.info(f"resuming from {path} (step {self.start_step})")
+
+    def _initial_state(self, k_train: jax.Array) -> Any:
+        """Step 0 from `initialize_from`'s weights, with a fresh optimizer state (see `_init`)."""
+        from ._init import load_initial_model
+        from ._step import init_state
+
+        assert self.config.initialize_from is not None
+        model, self.initialized_from = load_initial_model(
+            self.config.initialize_from, self.model_config, self.config.initialize_from_step
+        )
+        make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
+        return jax.jit(make, out_shardings=self.state_sharding)(model, k_train)
 
     def _restore(self, path: str) -> Any:
         from schooner.model import load_pytree, read_config
@@ -319,6 +335,7 @@ class _Run:
         )
         summary: dict[str, Any] = {
             "resumed_from": self.resumed_from,
+            "initialized_from": self.initialized_from,
             "start_step": self.start_step,
             "steps": total,
             "peak_flops": peak,

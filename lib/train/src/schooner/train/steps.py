@@ -69,12 +69,15 @@ class TrainLmConfig:
     trackers: TrackerConfig = runtime_field(default_factory=TrackerConfig)
     """Where metrics go and how often progress is logged (runtime-only)."""
     name: str = "train"
+    initialize_from: Any = None
+    """A `train_lm` handle, a run/checkpoint folder or a Hugging Face folder to start from (None: random)."""
+    initialize_from_step: int | None = None
 
 
 def train_lm(
     name: str,
     *,
-    model: Any,
+    model: Any = None,
     optimizer: OptimizerConfig | None = None,
     datasets: Mapping[Any, float],
     batch_size: int | list[tuple[int, int]],
@@ -96,6 +99,8 @@ def train_lm(
     mesh: MeshConfig | None = None,
     trackers: TrackerConfig | None = None,
     resources: ResourceConfig | None = _CPU,
+    initialize_from: Any = None,
+    initialize_from_step: int | None = None,
 ) -> StepHandle:
     """A lazy step that trains a language model on a mixture of token caches.
 
@@ -103,7 +108,7 @@ def train_lm(
         name: step name (output folder `{prefix}/{name}-{hash}`).
         model: a model config (e.g. `schooner.model.presets.llama_nano`). Its `vocab_size` is raised to the
             caches' tokenizer vocabulary when smaller (presets rarely match your tokenizer); a larger vocab
-            is kept (the extra rows are never targets).
+            is kept (the extra rows are never targets). None with `initialize_from`: the source's config.
         optimizer: `AdamConfig` (default) or `MuonConfig`, with the learning-rate schedule.
         datasets: `{tokenized_step_handle_or_cache_path: weight}`.
         batch_size: sequences per step, or `[(start_step, batch_size), ...]`.
@@ -130,12 +135,20 @@ def train_lm(
             own process. On Linux the job's environment gets glibc's huge-page malloc tunable (see
             `schooner.train._malloc`; `SCHOONER_MALLOC_TUNING=0` or an explicit `glibc.malloc.*` setting in
             `GLIBC_TUNABLES` opts out).
+        initialize_from: start from trained weights instead of a random initialization: a `train_lm`
+            (or `sft`/`dpo`) handle (its latest checkpoint), a run or checkpoint folder, or a Hugging Face
+            folder. The optimizer state, step and schedule start fresh. The architecture must equal
+            `model`'s (a ValueError names the differing field); the vocabulary may grow, the new rows
+            starting at the mean of the old ones (see `schooner.train._init`).
+        initialize_from_step: the source run's checkpoint of this step instead of its latest.
 
     Returns:
         The step handle; its output folder is the run folder with the checkpoints.
     """
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_step: weight}}")
+    if model is None:
+        model = initial_model_config(initialize_from, initialize_from_step, who=f"train_lm({name!r})")
     config = TrainLmConfig(
         model=model,
         optimizer=optimizer if optimizer is not None else AdamConfig(),
@@ -159,6 +172,8 @@ def train_lm(
         ),
         trackers=trackers or TrackerConfig(),
         name=name,
+        initialize_from=initialize_from,
+        initialize_from_step=initialize_from_step,
     )
     # Validate now (fail while building the experiment, not an hour later on a worker).
     _to_train_config(config, output_path="<not yet known>", paths_known=False)
@@ -216,7 +231,26 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
         tokenizer=config.tokenizer,
         fit_vocab=True,
         name=config.name,
+        initialize_from=path(config.initialize_from, 2000) if config.initialize_from is not None else None,
+        initialize_from_step=config.initialize_from_step,
     )
+
+
+def initial_model_config(source: Any, step: int | None, *, who: str) -> Any:
+    """The model config of an `initialize_from` source, known while the experiment is built: a training
+    step's own config, or the config stored in an existing folder."""
+    from ._export import train_lm_model_config
+
+    if source is None:
+        raise ValueError(f"{who}: give model= (a model config) or initialize_from= (weights to start from)")
+    if isinstance(source, StepHandle):
+        config = train_lm_model_config(source)
+        if config is None:
+            raise TypeError(f"{who}: initialize_from={source.name!r} is not a training step; pass a path")
+        return config
+    from ._init import source_config
+
+    return source_config(str(source), step)
 
 
 def _run_train_lm(config: TrainLmConfig, output_path: str) -> dict:

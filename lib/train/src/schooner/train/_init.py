@@ -1,0 +1,189 @@
+"""Initialising a run from trained weights: a `train_lm` run folder (its last or a named checkpoint), a
+checkpoint folder, or a Hugging Face folder (through `schooner.model.import_hf`).
+
+Only the weights are taken: the optimizer state, the step and the learning-rate schedule start fresh. The
+source's architecture must equal the run's, field by field, except for the fields that do not change the
+parameters (`RUNTIME_FIELDS`: precision, kernels, loss chunking, rematerialisation, attention backend,
+context length, init scale) and `vocab_size`, which may grow: the new rows of the embedding (and of the
+output head) start at the mean of the source's rows, as `transformers`' `resize_token_embeddings(...,
+mean_resizing=True)` does, so a new special token starts as an average token instead of a random one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from ._checkpoint import MARKER, complete_checkpoints
+
+logger = logging.getLogger("schooner.train")
+
+RUNTIME_FIELDS = frozenset(
+    {
+        "compute_dtype",
+        "kernels",
+        "loss_chunk_tokens",
+        "gradient_checkpointing",
+        "attention_implementation",
+        "max_seq_len",
+        "initializer_range",
+        "aux_loss_weight",
+        "router_z_loss_weight",
+        "router_bias_rate",
+        "capacity_factor",
+    }
+)
+"""Model config fields that may differ between the source and the run (they change no parameter)."""
+_RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolved_shared_dim"}
+"""Fields compared by their resolved value (None means "derived from the other fields")."""
+
+
+def _exists(path: str) -> bool:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs.exists(p)
+
+
+def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
+    """`(kind, folder)` of an `initialize_from` path: kind `"schooner"` (a checkpoint folder) or `"hf"`.
+
+    A run folder resolves to its latest complete checkpoint, or to `step-NNNNNN` when `step` is given.
+
+    Raises:
+        FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
+    """
+    path = os.fspath(path).rstrip("/")
+    is_ckpt = _exists(f"{path}/config.json") and _exists(f"{path}/model")
+    if is_ckpt:
+        if step is not None:
+            raise ValueError(
+                f"initialize_from={path!r} is one checkpoint; initialize_from_step={step} names a step of a "
+                "run folder: pass the run folder, or leave the step out"
+            )
+        return "schooner", path
+    found = complete_checkpoints(path)
+    if found:
+        if step is None:
+            return "schooner", found[-1][1]
+        for s, folder in found:
+            if s == step:
+                return "schooner", folder
+        raise FileNotFoundError(
+            f"initialize_from={path!r} has no complete checkpoint of step {step}; it has steps "
+            f"{[s for s, _ in found]} (older ones may have been removed: keep them with keep_every=)"
+        )
+    if _exists(f"{path}/config.json") and (
+        _exists(f"{path}/model.safetensors") or _exists(f"{path}/model.safetensors.index.json")
+    ):
+        if step is not None:
+            raise ValueError(f"initialize_from={path!r} is a Hugging Face folder: it has no steps")
+        return "hf", path
+    raise FileNotFoundError(
+        f"initialize_from={path!r} is not a training run (no complete step-*/{MARKER}), a checkpoint folder "
+        "(config.json + model/) or a Hugging Face folder (config.json + model.safetensors)"
+    )
+
+
+def source_config(path: str, step: int | None = None) -> Any:
+    """The model config stored at an `initialize_from` path (see `resolve_source`)."""
+    import json
+
+    import fsspec
+
+    from schooner.model import config_from_hf, read_config
+
+    kind, folder = resolve_source(path, step)
+    if kind == "schooner":
+        return read_config(folder)
+    with fsspec.open(f"{folder}/config.json", "r") as f:
+        return config_from_hf(json.load(f))
+
+
+def check_compatible(run: Any, source: Any, *, where: str) -> None:
+    """Raise ValueError naming the first field where `source`'s architecture differs from `run`'s.
+
+    `vocab_size` may grow (the run's >= the source's); the `RUNTIME_FIELDS` may differ.
+    """
+    if type(run) is not type(source):
+        raise ValueError(
+            f"initialize_from {where}: the source is a {type(source).__name__}, the run a {type(run).__name__}; "
+            "use the source's model config (train_lm(model=None) takes it from the source)"
+        )
+    for f in dataclasses.fields(run):
+        if f.name in RUNTIME_FIELDS or f.name == "vocab_size":
+            continue
+        name = _RESOLVED.get(f.name, f.name)
+        a, b = getattr(run, name), getattr(source, name)
+        if a != b:
+            raise ValueError(
+                f"initialize_from {where}: model config field {f.name!r} differs: the source has "
+                f"{f.name}={b!r}, this run {f.name}={a!r}; use the source's value (or model=None to take the "
+                "source's config)"
+            )
+    if run.vocab_size < source.vocab_size:
+        raise ValueError(
+            f"initialize_from {where}: the run's vocab_size={run.vocab_size} is smaller than the source's "
+            f"{source.vocab_size}; the vocabulary can grow (new special tokens), not shrink"
+        )
+
+
+def grow_vocab(model: Any, config: Any) -> Any:
+    """`model` rebuilt for `config`, whose `vocab_size` may exceed the model's: every parameter with a vocab
+    axis gets new rows equal to the mean of its old rows (float32); everything else is kept as is."""
+    import jax
+
+    from schooner.model import model_shapes
+
+    old_v, new_v = model.config.vocab_size, config.vocab_size
+    target = model_shapes(config)
+    leaves, _ = jax.tree.flatten(model)
+    shapes, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(shapes):
+        raise ValueError(f"cannot map the source's {len(leaves)} arrays onto the run's {len(shapes)}")
+    out = []
+    for x, s in zip(leaves, shapes):
+        if tuple(x.shape) == tuple(s.shape):
+            out.append(x)
+            continue
+        diff = [i for i, (a, b) in enumerate(zip(x.shape, s.shape)) if a != b]
+        if (
+            len(x.shape) != len(s.shape)
+            or len(diff) != 1
+            or (x.shape[diff[0]], s.shape[diff[0]]) != (old_v, new_v)
+        ):
+            raise ValueError(f"source array of shape {x.shape} does not fit the run's {s.shape}")
+        axis = diff[0]
+        arr = np.asarray(jax.device_get(x))
+        mean = arr.mean(axis=axis, keepdims=True)
+        extra = np.repeat(mean, new_v - old_v, axis=axis)
+        out.append(np.concatenate([arr, extra], axis=axis).astype(s.dtype))
+    if new_v > old_v:
+        logger.info(f"vocab_size {old_v} -> {new_v}: {new_v - old_v} new rows start at the mean row")
+    return jax.tree.unflatten(treedef, out)
+
+
+def load_initial_model(path: str, run_config: Any, step: int | None = None) -> tuple[Any, str]:
+    """The run's initial model from an `initialize_from` path, and the folder its weights came from.
+
+    The source's arrays are read into the run's architecture (with the source's vocab), checked with
+    `check_compatible`, then grown to the run's `vocab_size` (`grow_vocab`).
+    """
+    from schooner.model import import_hf, load_pytree, model_shapes
+
+    kind, folder = resolve_source(path, step)
+    src = source_config(folder)
+    check_compatible(run_config, src, where=f"{folder!r}")
+    as_source = dataclasses.replace(run_config, vocab_size=src.vocab_size)
+    if kind == "schooner":
+        model = load_pytree(f"{folder}/model", model_shapes(as_source))
+    else:
+        model, _ = import_hf(folder, config=as_source)
+    logger.info(
+        f"initialised from {folder} ({'Hugging Face' if kind == 'hf' else 'checkpoint'}; fresh optimizer)"
+    )
+    return grow_vocab(model, run_config), folder

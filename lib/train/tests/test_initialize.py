@@ -1,0 +1,138 @@
+"""`initialize_from`: a run starts from a run folder, a checkpoint or an HF folder with the source's weights
+and a fresh optimizer; mismatching architectures are refused naming the field; the vocabulary can grow."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.train import AdamConfig, CheckpointConfig, DataConfig, TrackerConfig, TrainConfig, train
+from schooner.train._init import load_initial_model
+from schooner.train.steps import initial_model_config
+
+
+def _config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
+    args = dict(
+        model=nano(),
+        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        output_path=out,
+        batch_size=8,
+        num_train_steps=2,
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=1),
+        checkpoint=CheckpointConfig(every=None),
+        trackers=TrackerConfig(loss_plot=False),
+        seed=1,
+    )
+    args.update(kw)
+    return TrainConfig(**args)
+
+
+@pytest.fixture(scope="module")
+def source_run(nano, data_dir, tmp_path_factory) -> str:
+    out = str(tmp_path_factory.mktemp("source"))
+    train(_config(nano, data_dir, out))
+    return out
+
+
+def _leaves(model) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree.leaves(model)]
+
+
+def test_a_run_starts_from_the_source_weights_with_a_fresh_optimizer(
+    nano, data_dir, source_run, tmp_path
+) -> None:
+    from schooner.model import load_model, loss_fn, target_mask_to_loss_mask
+    from schooner.tokenize import MixtureDataset
+
+    src, _ = load_model(f"{source_run}/step-000002")
+    model, folder = load_initial_model(source_run, nano())
+    assert folder == f"{source_run}/step-000002"
+    for a, b in zip(_leaves(model), _leaves(src), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    # A 1-step run from it: its first loss is the source's loss on that run's first batch.
+    out = str(tmp_path / "ft")
+    summary = train(_config(nano, data_dir, out, num_train_steps=1, seed=5, initialize_from=source_run))
+    assert summary["initialized_from"] == f"{source_run}/step-000002"
+    batch = MixtureDataset({f"{data_dir}/train": 1.0}, seq_len=32, seed=5).batch(0, 8)
+    expected, _ = loss_fn(
+        src,
+        batch["tokens"],
+        segment_ids=batch["segment_ids"],
+        loss_mask=target_mask_to_loss_mask(batch["loss_mask"]),
+    )
+    assert summary["final_loss"] == pytest.approx(float(expected), rel=1e-5)
+    from schooner.train._checkpoint import read_marker
+
+    assert read_marker(f"{out}/step-000001")["step"] == 1  # the step count restarted at 0
+
+
+def test_a_named_step_and_a_missing_one(nano, source_run) -> None:
+    _, folder = load_initial_model(source_run, nano(), step=2)
+    assert folder.endswith("step-000002")
+    with pytest.raises(FileNotFoundError, match=r"no complete checkpoint of step 7.*\[2\]"):
+        load_initial_model(source_run, nano(), step=7)
+    with pytest.raises(FileNotFoundError, match="not a training run"):
+        load_initial_model(f"{source_run}/nothing-here", nano())
+
+
+def test_an_hf_folder_gives_the_same_weights(nano, source_run, tmp_path) -> None:
+    from schooner.model import export_hf, load_model
+
+    src, cfg = load_model(f"{source_run}/step-000002")
+    export_hf(src, cfg, tmp_path / "hf", eos_token_id=0, bos_token_id=0, pad_token_id=0)
+    model, _ = load_initial_model(str(tmp_path / "hf"), nano())
+    for a, b in zip(_leaves(model), _leaves(src), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=0)
+    assert initial_model_config(str(tmp_path / "hf"), None, who="t").num_layers == cfg.num_layers
+
+
+def test_a_different_architecture_is_refused_naming_the_field(nano, source_run) -> None:
+    with pytest.raises(
+        ValueError, match=r"'num_layers' differs: the source has num_layers=2, this run num_layers=3"
+    ):
+        load_initial_model(source_run, nano(num_layers=3))
+    with pytest.raises(ValueError, match="vocab_size=300 is smaller"):
+        load_initial_model(source_run, nano(vocab_size=300))
+    # What changes no parameter may differ.
+    load_initial_model(source_run, nano(max_seq_len=64, compute_dtype="bfloat16"))
+
+
+def test_the_vocabulary_grows_keeping_the_old_rows(nano, source_run) -> None:
+    from schooner.model import load_model
+
+    src, cfg = load_model(f"{source_run}/step-000002")
+    model, _ = load_initial_model(source_run, nano(vocab_size=cfg.vocab_size + 8))
+    assert model.config.vocab_size == cfg.vocab_size + 8
+    assert src.lm_head is None and model.lm_head is None  # llama_nano ties its embeddings
+    pairs = [(src.embed.array, model.embed.array)]
+    for old, new in pairs:
+        old, new = np.asarray(old), np.asarray(new)
+        assert new.shape == (cfg.vocab_size + 8, old.shape[1])
+        np.testing.assert_array_equal(new[: cfg.vocab_size], old)
+        np.testing.assert_allclose(
+            new[cfg.vocab_size :], np.broadcast_to(old.mean(0), (8, old.shape[1])), rtol=1e-6
+        )
+    # Everything without a vocab axis is untouched.
+    for a, b in zip(_leaves(model.layers), _leaves(src.layers), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_train_lm_takes_the_model_config_from_the_source(nano, data_dir, source_run) -> None:
+    from schooner.train.steps import train_lm
+
+    h = train_lm(
+        "ft",
+        initialize_from=source_run,
+        datasets={f"{data_dir}/train": 1.0},
+        batch_size=8,
+        seq_len=32,
+        num_train_steps=1,
+    )
+    assert dataclasses.asdict(h.config.model)["num_layers"] == 2
+    assert h.config.initialize_from == source_run
+    with pytest.raises(ValueError, match="give model="):
+        train_lm("ft", datasets={f"{data_dir}/train": 1.0}, batch_size=8, seq_len=32, num_train_steps=1)
