@@ -22,6 +22,7 @@ from ._consolidate import top_fraction as top_fraction
 from ._decontam import DecontamConfig as DecontamConfig
 from ._decontam import build_index as build_index
 from ._decontam import contaminated_spans as contaminated_spans
+from ._decontam import contamination_hits as contamination_hits
 from ._decontam import load_eval_items as load_eval_items
 from ._exact import exact_dedup_attributes as exact_dedup_attributes
 from ._exact import paragraph_dedup_attributes as paragraph_dedup_attributes

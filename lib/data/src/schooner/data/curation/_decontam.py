@@ -8,17 +8,19 @@ so a saved filter means the same on every machine) plus an exact table from n-gr
 name what matched). A training paragraph (line) is flagged when at least half of its words (`threshold`,
 Dolma's paragraph rule, counted in words) lie in n-grams that hit. The n-grams of a training text run over
 its whole word stream, across line breaks, so a hard-wrapped line shorter than 13 words is judged by the
-text around it (n-grams cut at each line could never match such a line). A text shorter than `ngram`
-words is one n-gram of all its words, and texts under `min_words` words are neither indexed nor checked.
+text around it (n-grams cut at each line could never match such a line). An eval item shorter than
+`ngram` words is one n-gram of all its words, found in training text by its first `min_words` words and
+then compared whole (GPT-3 shortened n for tasks of short examples too); texts under `min_words` words are
+neither indexed nor checked.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -63,70 +65,171 @@ def _windows(n_words: int, config: DecontamConfig) -> list[tuple[int, int]]:
     return [(0, n_words)] if n_words < n else [(i, i + n) for i in range(n_words - n + 1)]
 
 
-def gram_hashes(text: str, config: DecontamConfig) -> list[int]:
-    """The signed 128-bit hashes of a text's word n-grams ([] under `min_words` words)."""
-    ws = normalized_words(text)
-    return [_gram_hash(" ".join(ws[a:b])) for a, b in _windows(len(ws), config)]
+def _answer(row: dict) -> Any:
+    """A task row's answer as text: `choices[answer]` for an index, `choices` as HF ARC lays them out
+    (`{"text": [...], "label": ["A", ...]}` with `answerKey`), a letter into a plain choice list, else the
+    answer (`answer`, `answerKey` or `target`) itself."""
+    ans = next((row[k] for k in ("answer", "answerKey", "target") if row.get(k) is not None), None)
+    choices, labels = row.get("choices"), None
+    if isinstance(choices, Mapping):
+        choices, labels = choices.get("text"), choices.get("label")
+    if not isinstance(choices, list) or ans is None or isinstance(ans, bool):
+        return ans
+    if isinstance(ans, int) and 0 <= ans < len(choices):
+        return choices[ans]
+    if isinstance(ans, str) and isinstance(labels, list) and ans in labels:
+        return choices[labels.index(ans)]
+    if (
+        isinstance(ans, str)
+        and labels is None
+        and len(ans) == 1
+        and 0 <= ord(ans.upper()) - 65 < len(choices)
+    ):
+        return choices[ord(ans.upper()) - 65]
+    return ans
 
 
-def item_text(row: dict) -> str:
-    """The text of an eval item: a record's `text`, or a task row's `question` (or `query`/`prompt`) followed
-    by its answer (`choices[answer]` when the answer is an index, else the answer itself)."""
+def item_text(row: Mapping) -> str:
+    """The text of an eval item: a record's `text`, or a task row's `question` (or `query`/`prompt`/
+    `context`) followed by its answer (see `_answer`; ARC's `choices`/`answerKey` layout included)."""
     if isinstance(row.get("text"), str):
         return row["text"]
     q = next(
         (row[k] for k in ("question", "query", "prompt", "context") if isinstance(row.get(k), str)), None
     )
     if q is None:
-        raise ValueError(f"eval item {str(row)[:80]!r} has no text, question, query, prompt or context field")
-    ans = row.get("answer", row.get("target"))
-    choices = row.get("choices")
-    if (
-        isinstance(ans, int)
-        and not isinstance(ans, bool)
-        and isinstance(choices, list)
-        and 0 <= ans < len(choices)
-    ):
-        ans = choices[ans]
+        raise ValueError(
+            f"eval item {str(row)[:80]!r} has no text, question, query, prompt or context field; give eval "
+            "records (`text`) or task rows (`question`, `choices`, `answer`)"
+        )
+    ans = _answer(row)
     return q if ans is None else f"{q} {ans}"
 
 
-def load_eval_items(paths: str | Sequence[str]) -> list[dict]:
-    """Eval items `{"id", "task", "text"}` from jsonl files (records, or task rows with question/choices/
-    answer), record folders or globs; `task` is the file's stem unless a row names one."""
+def _rows_of(x: Any) -> Iterator[tuple[str, str, Mapping]]:
+    """`(where, default task, row)` of one `against` entry: a jsonl file, record folder or glob, a
+    `Dataset`, or one record (a dict)."""
     import os
 
+    from schooner.data._dataset import Dataset
     from schooner.data._readers import read_records
 
-    plist = [paths] if isinstance(paths, str) else list(paths)
+    if isinstance(x, Mapping):
+        yield "records", "eval", x
+    elif isinstance(x, Dataset):
+        for i, row in enumerate(x.iter_records(progress=False)):
+            yield f"Dataset row {i}", "eval", row
+    elif isinstance(x, str | os.PathLike):
+        for path in expand_paths(str(x)):
+            stem = os.path.basename(path).split(".")[0]
+            if ".jsonl" in path and not path.endswith((".gz", ".zst")):
+                with storage.open_file(path, "rb") as f:
+                    lines = f.read().splitlines()
+                for n, line in enumerate(lines, 1):
+                    if line.strip():
+                        try:
+                            row = orjson.loads(line)
+                        except orjson.JSONDecodeError as e:
+                            raise ValueError(
+                                f"{path}:{n}: not JSON ({e}); eval files are one JSON object a line"
+                            ) from None
+                        yield f"{path}:{n}", stem, row
+            else:
+                for i, row in enumerate(read_records(path)):
+                    yield f"{path} record {i}", stem, row
+    else:
+        raise TypeError(
+            f"decontaminate against {x!r}: give jsonl files, record folders or globs, step handles, a Dataset "
+            "or records (dicts)"
+        )
+
+
+def load_eval_items(against: Any) -> list[dict]:
+    """Eval items `{"id", "task", "text"}` from `against`: jsonl files (records, or task rows with
+    question/choices/answer), record folders or globs, a `Dataset`, records (dicts), or a list of these.
+    An item's task is its row's `task`, else `source` (the task name eval records carry), else the file's
+    stem ("eval" for a Dataset or dicts); its id is the row's `id`, else `task/index`.
+
+    Raises:
+        ValueError: a row without text or question (naming file and line), or an id given twice.
+    """
+    import os
+
+    from schooner.data._dataset import Dataset
+
+    single = isinstance(against, str | os.PathLike | Mapping | Dataset) or not isinstance(against, Iterable)
     items: list[dict] = []
-    for path in expand_paths(plist):
-        stem = os.path.basename(path).split(".")[0]
-        if ".jsonl" in path and not path.endswith((".gz", ".zst")):
-            with storage.open_file(path, "rb") as f:
-                rows = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
-        else:
-            rows = list(read_records(path))
-        for i, row in enumerate(rows):
-            task = str(row.get("task") or row.get("source") or stem)
-            items.append({"id": str(row.get("id") or f"{task}/{i}"), "task": task, "text": item_text(row)})
+    where: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for x in [against] if single else list(against):
+        for loc, default_task, row in _rows_of(x):
+            if not isinstance(row, Mapping):
+                raise ValueError(f"{loc}: an eval item must be a JSON object, got {str(row)[:60]!r}")
+            task = str(row.get("task") or row.get("source") or default_task)
+            try:
+                text = item_text(row)
+            except ValueError as e:
+                raise ValueError(f"{loc}: {e}") from None
+            item_id = str(row.get("id") or f"{task}/{counts.get(task, 0)}")
+            counts[task] = counts.get(task, 0) + 1
+            if item_id in where:
+                raise ValueError(
+                    f"eval item id {item_id!r} at {loc} was already given at {where[item_id]}; ids name "
+                    "what a hit matched, so they must be unique (pass each file once, or give rows ids)"
+                )
+            where[item_id] = loc
+            items.append({"id": item_id, "task": task, "text": text})
     return items
+
+
+@dataclass(frozen=True)
+class EvalTexts:
+    """Eval items carried in a step's config (what `decontaminate` makes of a `Dataset` or records given
+    as `against`), keyed by their content."""
+
+    items: tuple[tuple[str, str, str], ...]
+    """`(id, task, text)` of each item."""
+
+    @staticmethod
+    def of(against: Any) -> EvalTexts:
+        return EvalTexts(tuple((it["id"], it["task"], it["text"]) for it in load_eval_items(against)))
+
+    def as_items(self) -> list[dict]:
+        return [{"id": i, "task": t, "text": x} for i, t, x in self.items]
+
+    def __schooner_canonical__(self) -> dict:
+        return {"eval_texts": hashlib.sha256(orjson.dumps(self.items)).hexdigest(), "items": len(self.items)}
 
 
 def build_index(
     items: Iterable[dict], folder: str, config: DecontamConfig = DecontamConfig()
 ) -> dict[str, Any]:
-    """Write the index of eval `items` into `folder` (`bloom.bin`, `grams.json`, `items.jsonl`); returns
-    counts (items indexed, too short, n-grams)."""
+    """Write the index of eval `items` into `folder` (`bloom.bin`, `grams.json`, `shorter.json`,
+    `items.jsonl`); returns counts (items, indexed, too short, n-grams, items shorter than an n-gram, items
+    per task)."""
     from rbloom import Bloom
 
     items = list(items)
+    seen: set[str] = set()
+    for it in items:
+        if it["id"] in seen:
+            raise ValueError(
+                f"eval item id {it['id']!r} is given twice; ids name what a hit matched, so they must be "
+                "unique (pass each eval file or folder once, or give its rows ids)"
+            )
+        seen.add(it["id"])
     table: dict[int, list[int]] = {}
+    shorter: dict[int, list[list]] = {}  # first min_words words -> [item, length, hash of all its words]
     short = []
     for k, it in enumerate(items):
-        hs = gram_hashes(it["text"], config)
+        ws = normalized_words(it["text"])
+        hs = [_gram_hash(" ".join(ws[a:b])) for a, b in _windows(len(ws), config)]
         if not hs:
             short.append(it["id"])
+        elif len(ws) < config.ngram:
+            shorter.setdefault(_gram_hash(" ".join(ws[: config.min_words])), []).append(
+                [k, len(ws), str(hs[0])]
+            )
         for h in set(hs):
             table.setdefault(h, []).append(k)
     bloom = Bloom(max(len(table), 1), config.false_positive_rate, hash_func=_ident)
@@ -138,30 +241,64 @@ def build_index(
         storage.join(folder, "grams.json"), orjson.dumps({str(h): v for h, v in table.items()})
     )
     storage.write_bytes(
+        storage.join(folder, "shorter.json"), orjson.dumps({str(h): v for h, v in shorter.items()})
+    )
+    storage.write_bytes(
         storage.join(folder, "items.jsonl"), b"".join(orjson.dumps(it) + b"\n" for it in items)
     )
+    tasks: dict[str, int] = {}
+    for it in items:
+        tasks[it["task"]] = tasks.get(it["task"], 0) + 1
     return {"items": len(items), "indexed": len(items) - len(short), "too_short": len(short),
-            "too_short_examples": short[:5], "ngrams": len(table)}  # fmt: skip
+            "too_short_examples": short[:5], "ngrams": len(table),
+            "shorter_than_ngram": sum(len(v) for v in shorter.values()), "tasks": tasks}  # fmt: skip
+
+
+class Index(NamedTuple):
+    """A loaded index: the Bloom filter, the exact table (n-gram hash -> items), the items, and the items
+    shorter than an n-gram (hash of their first `min_words` words -> `[item, length, hash of all]`)."""
+
+    bloom: Any
+    table: dict[int, list[int]]
+    items: list[dict]
+    shorter: dict[int, list[list]]
 
 
 @functools.lru_cache(maxsize=4)
-def load_index(folder: str) -> tuple[Any, dict[int, list[int]], list[dict]]:
-    """(Bloom filter, exact table, items) of an index folder, loaded once per process."""
+def load_index(folder: str) -> Index:
+    """The index in `folder`, loaded once per process."""
     from rbloom import Bloom
 
     bloom = Bloom.load(storage.local_path(storage.join(folder, "bloom.bin")), _ident)
     with storage.open_file(storage.join(folder, "grams.json"), "rb") as f:
         table = {int(k): v for k, v in orjson.loads(f.read()).items()}
+    with storage.open_file(storage.join(folder, "shorter.json"), "rb") as f:
+        shorter = {int(k): [[i, n, int(h)] for i, n, h in v] for k, v in orjson.loads(f.read()).items()}
     with storage.open_file(storage.join(folder, "items.jsonl"), "rb") as f:
         items = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
-    return bloom, table, items
+    return Index(bloom, table, items, shorter)
 
 
-def contaminated_spans(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[list]:
-    """`[start, end, eval item id, fraction]` of every paragraph (line) of `text` whose words lie in n-grams
-    that hit the index, a `config.threshold` fraction of them or more (the item is the one most hits
-    touching the line belong to; the fraction is the line's covered words)."""
-    bloom, table, items = load_index(index_folder)
+def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator[tuple[int, int, list[int]]]:
+    """`(start, end, items)` of every stretch of `words` found in the index: its n-grams (the exact table
+    rules out Bloom false positives), and whole eval items shorter than an n-gram (an n-gram of the
+    item's own length, as GPT-3 shortened n for short examples, found by its first `min_words` words)."""
+    for a, b in _windows(len(words), config):
+        h = _gram_hash(" ".join(words[a:b]))
+        found = index.table.get(h) if h in index.bloom else None
+        if found:
+            yield a, b, found
+    if not index.shorter or len(words) < config.ngram:
+        return  # a text shorter than an n-gram is one window of all its words, looked up above
+    m = config.min_words
+    for a in range(len(words) - m + 1):
+        for k, n, full in index.shorter.get(_gram_hash(" ".join(words[a : a + m])), ()):
+            if a + n <= len(words) and _gram_hash(" ".join(words[a : a + n])) == full:
+                yield a, a + n, [k]
+
+
+def _scan(text: str, index_folder: str, config: DecontamConfig) -> list[tuple[int, int, int, float, str]]:
+    """`(start, end, item index, fraction, first matching n-gram)` of each flagged paragraph (line)."""
     spans: list[tuple[int, int]] = []
     words: list[str] = []
     line_of: list[int] = []
@@ -171,33 +308,43 @@ def contaminated_spans(text: str, index_folder: str, config: DecontamConfig = De
         words.extend(ws)
         spans.append((start, end))
     covered = bytearray(len(words))
-    votes: dict[int, dict[int, int]] = {}
-    reach = 0
-    for a, b in _windows(len(words), config):
-        h = _gram_hash(" ".join(words[a:b]))
-        found = table.get(h) if h in bloom else None  # the exact table rules out Bloom false positives
-        if not found:
-            continue
-        covered[max(a, reach) : b] = b"\x01" * (b - max(a, reach))
-        reach = max(reach, b)
+    votes: dict[int, dict[int, list]] = {}  # line -> item -> [hits, first hitting window]
+    for a, b, found in _matches(words, load_index(index_folder), config):
+        covered[a:b] = b"\x01" * (b - a)
         for li in range(line_of[a], line_of[b - 1] + 1):
             v = votes.setdefault(li, {})
             for k in found:
-                v[k] = v.get(k, 0) + 1
+                v.setdefault(k, [0, (a, b)])[0] += 1
     per_line = [0] * len(spans)
     covered_per_line = [0] * len(spans)
     for w, li in enumerate(line_of):
         per_line[li] += 1
         covered_per_line[li] += covered[w]
-    out: list[list] = []
+    out = []
     for li, v in sorted(votes.items()):
         if not per_line[li]:
             continue  # a line without words inside a matched stretch: nothing to flag
         frac = covered_per_line[li] / per_line[li]
         if frac >= config.threshold:
-            k = max(v.items(), key=lambda kv: (kv[1], -kv[0]))[0]
-            out.append([spans[li][0], spans[li][1], items[k]["id"], round(frac, 4)])
+            k, (_, (a, b)) = max(v.items(), key=lambda kv: (kv[1][0], -kv[0]))
+            out.append((spans[li][0], spans[li][1], k, round(frac, 4), " ".join(words[a:b])))
     return out
+
+
+def contaminated_spans(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[list]:
+    """`[start, end, eval item id, fraction]` of every paragraph (line) of `text` whose words lie in n-grams
+    that hit the index, a `config.threshold` fraction of them or more (the item is the one most hits
+    touching the line belong to; the fraction is the line's covered words)."""
+    items = load_index(index_folder).items
+    return [[s, e, items[k]["id"], f] for s, e, k, f, _ in _scan(text, index_folder, config)]
+
+
+def contamination_hits(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[dict]:
+    """The flagged paragraphs of `text` as hits: `span`, `fraction`, the eval item (`eval_item`, `task`)
+    and `ngram`, the first normalised n-gram of the paragraph's matched stretch found in that item."""
+    items = load_index(index_folder).items
+    return [{"span": [s, e], "fraction": f, "eval_item": items[k]["id"], "task": items[k]["task"], "ngram": g}
+            for s, e, k, f, g in _scan(text, index_folder, config)]  # fmt: skip
 
 
 @dataclass(frozen=True)

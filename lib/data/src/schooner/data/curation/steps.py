@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,8 +27,16 @@ from schooner.data.steps import as_step_inputs, input_locations
 
 from ._attributes import attribute_dataset, iter_attributes, with_attributes
 from ._classifier import ClassifierConfig, QualityScores, train_classifier
-from ._consolidate import Consolidator, Keep, TopFraction, resolve_top_fraction
-from ._decontam import DecontamAttributes, DecontamConfig, build_index, load_eval_items
+from ._consolidate import Consolidator, Keep, TopFraction, not_contaminated, resolve_top_fraction
+from ._decontam import (
+    DecontamAttributes,
+    DecontamConfig,
+    EvalTexts,
+    build_index,
+    contamination_hits,
+    load_eval_items,
+    load_index,
+)
 from ._exact import exact_dedup_attributes, paragraph_dedup_attributes
 from ._fuzzy import fuzzy_dedup_attributes
 from ._html import ExtractConfig
@@ -355,44 +363,114 @@ class DecontamStepConfig:
     inputs: Any
     against: Any
     config: DecontamConfig = DecontamConfig()
+    remove: str | None = None
+
+
+def _decontam_against(against: Any) -> list[Any]:
+    """Step inputs of `decontaminate(against=...)`: handles and paths as inputs, a `Dataset` or records
+    (dicts) read now into `EvalTexts` (eval sets are small; the step is keyed by their content)."""
+    from schooner.data import Dataset
+
+    xs = (
+        [against]
+        if isinstance(against, str | Dataset | Mapping) or not isinstance(against, Sequence)
+        else against
+    )
+    out: list[Any] = []
+    mem = [x for x in xs if isinstance(x, Dataset | Mapping)]
+    if mem:
+        out.append(EvalTexts.of(mem))
+    rest = [x for x in xs if not isinstance(x, Dataset | Mapping)]
+    return out + (as_step_inputs(rest, what="decontaminate against") if rest or not mem else [])
+
+
+def _hit(rec: dict, h: dict, eval_text: str) -> dict:
+    s, e = h["span"]
+    return {"task": h["task"], "eval_item": h["eval_item"], "ngram": h["ngram"], "document": rec["id"],
+            "source": rec.get("source"), "url": rec["metadata"].get("url"), "span": [s, e],
+            "fraction": h["fraction"], "paragraph": rec["text"][s:e].rstrip("\n")[:300], "eval_text": eval_text[:300]}  # fmt: skip
+
+
+def _decontam_report(src: str, attrs: str, index: str, built: dict, config: DecontamConfig) -> dict:
+    items = load_index(index).items
+    texts = {it["id"]: it["text"] for it in items}
+    hits: list[dict] = []
+    by_task = {t: {"items": n, "items_matched": 0, "paragraphs": 0, "documents": 0, "chars": 0}
+               for t, n in built["tasks"].items()}  # fmt: skip
+    matched: set[str] = set()
+    for rec in with_attributes(src, [attrs]).iter_records(progress=False):
+        if not rec["_attrs"]["contaminated"]:
+            continue
+        found = [_hit(rec, h, texts[h["eval_item"]]) for h in contamination_hits(rec["text"], index, config)]
+        for t in {h["task"] for h in found}:
+            by_task[t]["documents"] += 1
+        for h in found:
+            by_task[h["task"]]["paragraphs"] += 1
+            by_task[h["task"]]["chars"] += h["span"][1] - h["span"][0]
+            if h["eval_item"] not in matched:
+                matched.add(h["eval_item"])
+                by_task[h["task"]]["items_matched"] += 1
+        hits.extend(found)
+    return {"index": built, "contaminated_paragraphs": len(hits),
+            "contaminated_documents": len({h["document"] for h in hits}),
+            "contaminated_chars": sum(h["span"][1] - h["span"][0] for h in hits),
+            "eval_items_matched": len(matched), "by_task": by_task, "hits": hits}  # fmt: skip
 
 
 def _run_decontam(config: DecontamStepConfig, output_path: str) -> dict:
     src = _one(config.inputs, "decontaminate")
     index = storage.join(output_path, "index")
-    items = load_eval_items(input_locations(config.against))
+    mem = [x for x in config.against if isinstance(x, EvalTexts)]
+    paths = input_locations([x for x in config.against if not isinstance(x, EvalTexts)])
+    items = (load_eval_items(paths) if paths else []) + [it for x in mem for it in x.as_items()]
     built = build_index(items, index, config.config)
     manifest = attribute_dataset(src, per_record=DecontamAttributes(index, config.config)).write_jsonl(
         output_path
     )
-    texts = {it["id"]: it for it in items}
-    hits: list[dict] = []
-    by_task: dict[str, int] = {}
-    for rec in with_attributes(src, [output_path]).iter_records(progress=False):
-        for s, e, item, frac in rec["_attrs"]["contaminated"]:
-            task = texts[item]["task"]
-            by_task[task] = by_task.get(task, 0) + 1
-            hits.append({"id": rec["id"], "url": rec["metadata"].get("url"), "span": [s, e], "fraction": frac,
-                         "eval_item": item, "task": task, "paragraph": rec["text"][s:e][:300],
-                         "eval_text": texts[item]["text"][:300]})  # fmt: skip
-    docs = len({h["id"] for h in hits})
-    report = {"index": built, "contaminated_paragraphs": len(hits), "contaminated_documents": docs,
-              "by_task": by_task, "hits": hits}  # fmt: skip
+    report = _decontam_report(src, output_path, index, built, config.config)
+    if config.remove is not None:
+        documents = config.remove == "documents"
+        c = Consolidator(
+            (not_contaminated(),) if documents else (), () if documents else ("contaminated",), False
+        )
+        out = with_attributes(src, [output_path], locate=True).map_shard(
+            c, with_counters=True, name="decontaminate"
+        )
+        kept = out.write_jsonl(storage.join(output_path, "records"), progress=False)
+        n = kept["counters"]
+        report["removed"] = {"mode": config.remove, "records_in": manifest["records"], "records_out": kept["records"],
+                             "documents": n.get("dropped.contaminated", 0) + n.get("dropped.empty_after_removal", 0),
+                             "paragraphs": n.get("removed.contaminated.spans", 0),
+                             "chars": n.get("removed.contaminated.chars", 0)}  # fmt: skip
     storage.write_json(storage.join(output_path, "report.json"), report)
-    return {**_summary(manifest), **{k: v for k, v in report.items() if k != "hits"}, "examples": hits[:10]}
+    return {
+        **_summary(manifest),
+        **{k: v for k, v in report.items() if k != "hits"},
+        "examples": report["hits"][:10],
+    }
 
 
 def decontaminate(
-    name: str, records: Any, *, against: Any, config: DecontamConfig | None = None,
+    name: str, records: Any, *, against: Any, config: DecontamConfig | None = None, remove: str | None = None,
     resources: ResourceConfig | None = None,
 ) -> StepHandle:  # fmt: skip
-    """Attribute `contaminated` (flagged paragraphs `[start, end, eval item, fraction]`) against eval texts
-    (`against`: jsonl of records or of task rows with question/choices/answer, record folders, step
-    handles), and `report.json` naming each contaminated document and the eval item it matches. Remove
-    with `consolidate(..., remove=["contaminated"])` or drop documents with `not_contaminated()`."""
-    cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"),
-                             as_step_inputs(against, what="decontaminate against"), config or DecontamConfig())  # fmt: skip
-    return step(name, _run_decontam, cfg, version="decontam-v2", resources=resources,
+    """Attribute `contaminated` (flagged paragraphs `[start, end, eval item, fraction]`) of `records` against
+    eval texts, and `report.json` naming every hit (task, eval item id, the matching n-gram, the training
+    document, its paragraph) with counts per task.
+
+    `against`: eval records (`text`; `source` names the task, `id` the item, as an evaluation suite's
+    texts are written), jsonl files of records or of task rows (question/choices/answer, ARC's layout
+    included), record folders, globs, step handles, a `Dataset` or a list of records (read when the step
+    is built and keyed by content), or a list mixing these.
+    `remove`: None (attributes and report only; cut later with `consolidate(..., remove=["contaminated"])`
+    or drop with `not_contaminated()`), "paragraphs" (also write the records with flagged paragraphs cut
+    out to `records/`, read as `handle / "records"`) or "documents" (drop whole contaminated records there).
+    """
+    if remove not in (None, "paragraphs", "documents"):
+        raise ValueError(f"decontaminate(remove={remove!r}): use None, 'paragraphs' or 'documents'")
+    cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"), _decontam_against(against),
+                             config or DecontamConfig(), remove)  # fmt: skip
+    return step(name, _run_decontam, cfg, version="decontam-v3", resources=resources,
                 description="decontamination (13-gram Bloom index)")  # fmt: skip
 
 
