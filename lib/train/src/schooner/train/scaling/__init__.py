@@ -1,0 +1,55 @@
+"""schooner.train.scaling: recipes, isoFLOP sweeps, fitted scaling laws and registered, scored forecasts.
+
+- `recipe(budget)` / `ScalingRecipe`: a compute budget to a run (shape, batch, steps, optimizer), each rule
+  swappable (`_rules`).
+- `isoflop_sweep(...)`: `train_lm` (+ optional evaluation) steps per (budget, size) and a results step.
+- `fit_scaling_law(...)`: Chinchilla approach 2 (`fit_approach2`), approach 3 (`fit_approach3`: Huber,
+  L-BFGS from a grid) and variable projection (`fit_varpro`: grid + NNLS), bootstrap intervals, plots.
+- `forecast(...)` / `score_forecast(...)`: a prediction written before its run exists, scored after.
+
+See docs/scaling.md.
+"""
+
+from ._approach2 import Approach2Fit as Approach2Fit
+from ._approach2 import Parabola as Parabola
+from ._approach2 import PowerLaw as PowerLaw
+from ._approach2 import fit_approach2 as fit_approach2
+from ._approach2 import fit_power_law as fit_power_law
+from ._approach3 import Approach3Config as Approach3Config
+from ._approach3 import ParametricFit as ParametricFit
+from ._approach3 import fit_approach3 as fit_approach3
+from ._approach3 import huber as huber
+from ._bootstrap import Interval as Interval
+from ._bootstrap import bootstrap as bootstrap
+from ._bootstrap import percentile_interval as percentile_interval
+from ._bootstrap import resample_runs as resample_runs
+from ._fit import FitConfig as FitConfig
+from ._fit import fit_runs as fit_runs
+from ._fit import fit_scaling_law as fit_scaling_law
+from ._fit import read_fit as read_fit
+from ._forecast import ForecastConfig as ForecastConfig
+from ._forecast import ScoreConfig as ScoreConfig
+from ._forecast import forecast as forecast
+from ._forecast import predict as predict
+from ._forecast import score as score
+from ._forecast import score_forecast as score_forecast
+from ._forecast import target_run as target_run
+from ._law import CHINCHILLA as CHINCHILLA
+from ._law import ScalingLaw as ScalingLaw
+from ._law import ScalingRun as ScalingRun
+from ._law import synthetic_runs as synthetic_runs
+from ._recipe import Recipe as Recipe
+from ._recipe import ScalingRecipe as ScalingRecipe
+from ._recipe import recipe as recipe
+from ._rules import AdamRule as AdamRule
+from ._rules import BatchRule as BatchRule
+from ._rules import LearningRateRule as LearningRateRule
+from ._rules import ModelFamily as ModelFamily
+from ._rules import ScheduleRule as ScheduleRule
+from ._sweep import SweepRun as SweepRun
+from ._sweep import isoflop_runs as isoflop_runs
+from ._sweep import isoflop_sweep as isoflop_sweep
+from ._sweep import read_runs as read_runs
+from ._sweep import run_loss as run_loss
+from ._varpro import VarProConfig as VarProConfig
+from ._varpro import fit_varpro as fit_varpro

@@ -1,0 +1,217 @@
+"""Fitting a sweep: approach 2, approach 3 and variable projection with bootstrap intervals, as a function
+(`fit_runs`) and as a step (`fit_scaling_law`) that writes `fit.json` and the plots.
+
+`fit.json` keeps the bootstrap replicates (each replicate's law, or approach 2's power laws), so a forecast
+reads its interval from them without refitting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schooner.cluster import StepHandle, step
+
+from ._approach2 import fit_approach2
+from ._approach3 import Approach3Config, fit_approach3
+from ._bootstrap import bootstrap, percentile_interval
+from ._law import ScalingLaw, ScalingRun
+from ._varpro import VarProConfig, fit_varpro
+
+__all__ = ["FitConfig", "fit_runs", "fit_scaling_law", "read_fit"]
+
+VERSION = "scaling-fit-v1"
+LAW_METHODS = ("approach3", "varpro")
+_LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
+
+
+def _law_summary(law: ScalingLaw) -> dict[str, float]:
+    return {**law.to_dict(), "a": law.a, "b": law.b}
+
+
+def _intervals(rows: Sequence[dict[str, float]], keys: Sequence[str], level: float) -> dict[str, dict]:
+    return {k: percentile_interval([r[k] for r in rows], level).to_dict() for k in keys}
+
+
+def log_residuals(runs: Sequence[ScalingRun], law: ScalingLaw) -> list[float]:
+    """ln(observed) - ln(fitted) per run."""
+    pred = law.loss([r.params for r in runs], [r.tokens for r in runs])
+    return (np.log([r.loss for r in runs]) - np.log(pred)).tolist()
+
+
+def _approach2_summary(
+    runs: Sequence[ScalingRun], *, samples: int, level: float, seed: int
+) -> dict[str, Any]:
+    a2 = fit_approach2(runs)
+    reps, failed = bootstrap(runs, fit_approach2, samples=samples, seed=seed)
+    rows = [{"a": f.a, "b": f.b, "loss_exponent": f.loss_law.exponent} for f in reps]
+    return {
+        **a2.to_dict(),
+        "intervals": _intervals(rows, ("a", "b", "loss_exponent"), level) if rows else {},
+        "failed": failed,
+        "replicates": [
+            {
+                "params_law": f.params_law.to_dict(),
+                "tokens_law": f.tokens_law.to_dict(),
+                "loss_law": f.loss_law.to_dict(),
+            }
+            for f in reps
+        ],
+        "loss_law_log_residuals": (
+            np.log([p.min_loss for p in a2.params_parabolas]) - np.log(a2.loss_law(a2.budgets))
+        ).tolist(),
+    }
+
+
+def fit_runs(
+    runs: Sequence[ScalingRun],
+    *,
+    samples: int = 200,
+    level: float = 0.9,
+    seed: int = 0,
+    approach3: Approach3Config | None = None,
+    varpro: VarProConfig | None = None,
+) -> dict[str, Any]:
+    """Approach 2, approach 3 and variable projection on `runs`, each with `level` bootstrap intervals over
+    `samples` resamplings of the runs (`_bootstrap`). A JSON-able dict (the content of `fit.json`). When
+    approach 2 cannot fit (a budget whose runs do not bracket a minimum), its entry holds the `error` and the
+    parametric fits still run.
+
+    Approach 3's replicates restart L-BFGS from the full fit's eight best end points rather than the whole
+    grid (the full fit already located the basins; this keeps the bootstrap affordable).
+    """
+    runs = list(runs)
+    approach3 = approach3 or Approach3Config()
+    varpro = varpro or VarProConfig()
+    out: dict[str, Any] = {
+        "runs": [r.to_dict() for r in runs],
+        "samples": samples,
+        "level": level,
+        "seed": seed,
+    }
+
+    try:
+        out["approach2"] = _approach2_summary(runs, samples=samples, level=level, seed=seed)
+    except ValueError as e:  # a budget without a bracketed minimum: the parametric fits still run
+        out["approach2"] = {"error": str(e)}
+
+    full3 = fit_approach3(runs, approach3)
+    fits = {
+        "approach3": (full3, lambda rs: fit_approach3(rs, approach3, starts=full3.extra["best_starts"])),
+        "varpro": (fit_varpro(runs, varpro), lambda rs: fit_varpro(rs, varpro)),
+    }
+    for method, (full, refit) in fits.items():
+        reps, failed = bootstrap(runs, refit, samples=samples, seed=seed)
+        rows = [_law_summary(f.law) for f in reps]
+        out[method] = {
+            **full.to_dict(),
+            "intervals": _intervals(rows, _LAW_KEYS, level) if rows else {},
+            "failed": failed,
+            "replicates": [f.law.to_dict() for f in reps],
+            "log_residuals": log_residuals(runs, full.law),
+        }
+    return out
+
+
+def read_fit(path: str) -> dict[str, Any]:
+    """The `fit.json` of a fit step's folder (or the file itself)."""
+    import fsspec
+
+    file = path if path.endswith(".json") else f"{path.rstrip('/')}/fit.json"
+    with fsspec.open(file) as f:
+        return json.load(f)
+
+
+def fitted_law(fit: dict[str, Any], method: str) -> ScalingLaw:
+    """The law of `method` ("approach3" or "varpro") in a `fit_runs` result."""
+    if method not in LAW_METHODS:
+        raise ValueError(f"method must be one of {LAW_METHODS}; got {method!r}")
+    return ScalingLaw(**fit[method]["law"])
+
+
+def write_plots(fit: dict[str, Any], output_path: str, up_to: float | None = None) -> None:
+    """isoflops.png, frontier.png, fit_vs_observed.png and residuals.png of a `fit_runs` result."""
+    from ._plots import plot_fit, plot_frontier, plot_isoflops, plot_residuals
+
+    runs = [ScalingRun.from_dict(r) for r in fit["runs"]]
+    a2 = None if "error" in fit["approach2"] else fit_approach2(runs)
+    laws = {m: fitted_law(fit, m) for m in LAW_METHODS if m in fit}
+    plot_isoflops(runs, f"{output_path}/isoflops.png", a2)
+    if a2 is not None:
+        plot_frontier(a2, f"{output_path}/frontier.png", laws=laws, up_to=up_to)
+    plot_fit(runs, laws, f"{output_path}/fit_vs_observed.png")
+    plot_residuals(runs, laws, f"{output_path}/residuals.png")
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Config of the `fit_scaling_law` step."""
+
+    sweep: Any
+    """The sweep-results step (a path when the step runs)."""
+    samples: int = 200
+    """Bootstrap resamplings."""
+    level: float = 0.9
+    """Coverage of the intervals."""
+    seed: int = 0
+    approach3: Approach3Config = field(default_factory=Approach3Config)
+    varpro: VarProConfig = field(default_factory=VarProConfig)
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or not 0 < self.level < 1:
+            raise ValueError(
+                f"FitConfig needs samples >= 1 and 0 < level < 1; got {self.samples=}, {self.level=}"
+            )
+
+
+def fit_scaling_law(
+    name: str,
+    sweep: StepHandle | str,
+    *,
+    samples: int = 200,
+    level: float = 0.9,
+    seed: int = 0,
+    approach3: Approach3Config | None = None,
+    varpro: VarProConfig | None = None,
+) -> StepHandle:
+    """A step fitting a sweep's runs (see `fit_runs`); its folder holds `fit.json` and the four PNG plots."""
+    config = FitConfig(
+        sweep=sweep, samples=samples, level=level, seed=seed,
+        approach3=approach3 or Approach3Config(), varpro=varpro or VarProConfig(),
+    )  # fmt: skip
+    return step(
+        name, _run_fit, config, version=VERSION, description="approach 2, approach 3, variable projection"
+    )
+
+
+def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
+    from ._sweep import read_runs
+
+    runs = read_runs(str(config.sweep))
+    fit = fit_runs(
+        runs, samples=config.samples, level=config.level, seed=config.seed,
+        approach3=config.approach3, varpro=config.varpro,
+    )  # fmt: skip
+    os.makedirs(output_path, exist_ok=True)
+    with open(f"{output_path}/fit.json", "w") as f:
+        json.dump(fit, f, indent=1, sort_keys=True)
+    write_plots(fit, output_path)
+    summary: dict[str, Any] = {"runs": len(runs)}
+    if "error" in fit["approach2"]:
+        summary["approach2.error"] = fit["approach2"]["error"]
+    for method in ("approach2", *LAW_METHODS):
+        if "error" in fit[method]:
+            continue
+        keys = ("a", "b") if method == "approach2" else ("alpha", "beta", "E", "a", "b")
+        for k in keys:
+            value = fit[method]["law"][k] if k in fit[method].get("law", {}) else fit[method][k]
+            iv = fit[method]["intervals"].get(k)
+            summary[f"{method}.{k}"] = round(float(value), 4)
+            if iv:
+                summary[f"{method}.{k}_interval"] = [round(iv["low"], 4), round(iv["high"], 4)]
+    return summary

@@ -1,0 +1,209 @@
+"""The recipe: from a compute budget to a training run (model shape, batch, steps, optimizer).
+
+`recipe(1e13)` picks the family member whose tokens-per-parameter ratio at that budget is closest to the
+target (20, Hoffmann et al. 2022, by default), the batch from the tokens, the steps that spend the budget
+(counted exactly with `schooner.model.flops_per_token`, attention included, not 6ND), and the optimizer from
+the rules (see `_rules`). The result unpacks into `train_lm`:
+
+    >>> from schooner.train.scaling import recipe
+    >>> r = recipe(1e13)
+    >>> r.width, r.batch_size, r.num_train_steps   # doctest: +SKIP
+    >>> model = train_lm("runs/1e13", **r, datasets={docs: 1.0})   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._rules import AdamRule, BatchRule, LearningRateRule, ModelFamily, ScheduleRule
+
+__all__ = ["Recipe", "ScalingRecipe", "recipe"]
+
+_TRAIN_LM_KEYS = ("model", "optimizer", "batch_size", "seq_len", "num_train_steps")
+
+
+@dataclass(frozen=True)
+class Recipe(Mapping):
+    """One planned run. A mapping of `train_lm`'s arguments (`train_lm(name, **r, datasets=...)`), with the
+    counts the scaling fits use as attributes."""
+
+    budget: float
+    """The compute budget asked for (FLOPs)."""
+    width: int
+    model: Any
+    """A `schooner.model.LlamaConfig`."""
+    optimizer: Any
+    """A `schooner.train.AdamConfig`."""
+    batch_size: int
+    seq_len: int
+    num_train_steps: int
+    tokens: int
+    """D: batch_size x seq_len x num_train_steps."""
+    params: int
+    """N: `schooner.model.num_parameters(model)`."""
+    flops: float
+    """Exact training FLOPs: flops_per_token(model, seq_len) x tokens (differs from `budget` by rounding)."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _TRAIN_LM_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_TRAIN_LM_KEYS)
+
+    def __len__(self) -> int:
+        return len(_TRAIN_LM_KEYS)
+
+    @property
+    def tokens_per_param(self) -> float:
+        return self.tokens / self.params
+
+    def summary(self) -> dict[str, Any]:
+        """The run's numbers as a JSON-able dict (the docs' table, the sweep's records)."""
+        m = self.model
+        return {
+            "budget": self.budget,
+            "flops": self.flops,
+            "width": self.width,
+            "layers": m.num_layers,
+            "heads": m.num_heads,
+            "kv_heads": m.num_kv_heads,
+            "intermediate": m.intermediate_dim,
+            "params": self.params,
+            "tokens": self.tokens,
+            "tokens_per_param": self.tokens_per_param,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "steps": self.num_train_steps,
+            "learning_rate": self.optimizer.learning_rate,
+            "beta2": self.optimizer.beta2,
+            "eps": self.optimizer.eps,
+            "warmup": self.optimizer.warmup,
+            "decay": self.optimizer.decay,
+        }
+
+
+@dataclass(frozen=True)
+class ScalingRecipe:
+    """The rules that turn a compute budget into a run; every rule is swappable (`dataclasses.replace`)."""
+
+    family: ModelFamily = field(default_factory=ModelFamily)
+    learning_rate: LearningRateRule = field(default_factory=LearningRateRule)
+    batch: BatchRule = field(default_factory=BatchRule)
+    adam: AdamRule = field(default_factory=AdamRule)
+    schedule: ScheduleRule = field(default_factory=ScheduleRule)
+    seq_len: int = 128
+    """Tokens per sequence."""
+    tokens_per_param: float = 20.0
+    """The default D/N target when no width is given (Hoffmann et al. 2022: about 20)."""
+    min_steps: int = 50
+    """Fewer steps than this halves the batch (down to the batch rule's minimum)."""
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 2 or self.min_steps < 1 or not self.tokens_per_param > 0:
+            raise ValueError(
+                f"ScalingRecipe needs seq_len >= 2, min_steps >= 1, tokens_per_param > 0; got {self.seq_len=}, "
+                f"{self.min_steps=}, {self.tokens_per_param=}"
+            )
+
+    def run(self, budget: float, width: int) -> Recipe:
+        """The run of the family member of `width` that spends `budget` FLOPs."""
+        from schooner.model import flops_per_token, num_parameters
+        from schooner.train import AdamConfig
+
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"compute budget must be a finite number > 0; got {budget!r}")
+        model = self.family.config(width, self.seq_len)
+        fpt = flops_per_token(model, self.seq_len)
+        target_tokens = budget / fpt
+        batch = self.batch(tokens=target_tokens)
+        steps = round(target_tokens / (batch * self.seq_len))
+        while steps < self.min_steps and batch > self.batch.minimum:
+            batch //= 2
+            steps = round(target_tokens / (batch * self.seq_len))
+        if steps < 1:
+            raise ValueError(
+                f"budget {budget:.3g} is less than one step of width {width} (batch {batch} x {self.seq_len} "
+                f"tokens at {fpt:.3g} FLOPs/token); pick a smaller width or a larger budget"
+            )
+        tokens = steps * batch * self.seq_len
+        batch_tokens = batch * self.seq_len
+        s = self.schedule
+        optimizer = AdamConfig(
+            learning_rate=self.learning_rate(width=width, batch_tokens=batch_tokens, tokens=tokens),
+            weight_decay=self.adam.weight_decay,
+            max_grad_norm=self.adam.max_grad_norm,
+            schedule=s.kind,
+            warmup=s.warmup,
+            decay=s.decay,
+            min_lr_ratio=s.min_lr_ratio,
+            beta1=self.adam.beta1,
+            beta2=self.adam.beta2_for(batch_tokens),
+            eps=self.adam.eps_for(batch_tokens),
+        )
+        return Recipe(
+            budget=float(budget),
+            width=width,
+            model=model,
+            optimizer=optimizer,
+            batch_size=batch,
+            seq_len=self.seq_len,
+            num_train_steps=steps,
+            tokens=tokens,
+            params=num_parameters(model),
+            flops=fpt * tokens,
+        )
+
+    def candidates(self, budget: float) -> list[Recipe]:
+        """A run per family width that fits the budget (at least one step), ascending in width."""
+        out = []
+        for w in self.family.widths():
+            try:
+                out.append(self.run(budget, w))
+            except ValueError:
+                break  # wider members need even more FLOPs per token
+        if not out:
+            raise ValueError(f"no member of the family fits a budget of {budget:.3g} FLOPs")
+        return out
+
+    def __call__(
+        self, budget: float, tokens_per_param: float | None = None, *, params: float | None = None
+    ) -> Recipe:
+        """The run for `budget`: the width closest to `params` parameters if given, else the width whose
+        D/N is closest to `tokens_per_param` (default: the recipe's), in log space."""
+        cands = self.candidates(budget)
+        if params is not None:
+            return min(cands, key=lambda r: abs(math.log(r.params / params)))
+        ratio = tokens_per_param if tokens_per_param is not None else self.tokens_per_param
+        return min(cands, key=lambda r: abs(math.log(r.tokens_per_param / ratio)))
+
+    def isoflop_grid(self, budget: float, sizes: int = 5, spread: float = 2.0) -> list[Recipe]:
+        """`sizes` runs at one budget around the prior optimum (`tokens_per_param`), with parameter counts
+        as close as the family allows to a geometric grid of ratio `spread` (distinct widths)."""
+        if sizes < 1 or spread <= 1:
+            raise ValueError(f"isoflop_grid needs sizes >= 1 and spread > 1; got {sizes=}, {spread=}")
+        cands = self.candidates(budget)
+        centre = self(budget).params
+        chosen: dict[int, Recipe] = {}
+        for k in range(sizes):
+            target = centre * spread ** (k - (sizes - 1) / 2)
+            free = [r for r in cands if r.width not in chosen] or cands
+            best = min(free, key=lambda r: abs(math.log(r.params / target)))
+            chosen[best.width] = best
+        return sorted(chosen.values(), key=lambda r: r.params)
+
+
+def recipe(
+    compute_budget: float,
+    tokens_per_param: float | None = None,
+    *,
+    params: float | None = None,
+    rules: ScalingRecipe | None = None,
+) -> Recipe:
+    """The run a compute budget buys under `rules` (default `ScalingRecipe()`): model, batch, steps,
+    optimizer. See `ScalingRecipe.__call__`."""
+    return (rules or ScalingRecipe())(compute_budget, tokens_per_param, params=params)

@@ -1,0 +1,204 @@
+"""IsoFLOP sweeps as steps: a `train_lm` step per (budget, size), optional evaluation steps, and a results
+step that collects each run's FLOPs, parameters, tokens and final validation loss and bits per byte.
+
+    >>> sweep = isoflop_sweep("scaling/python", budgets=[1e12, 3e12, 1e13], data={docs: 0.2, code: 0.8})  # doctest: +SKIP
+
+Every run shares the tokenized inputs (the `data` handles); each is an ordinary, cached `train_lm` step, so
+adding a budget reruns nothing that is done. The results step's folder holds `runs.jsonl` (one
+`ScalingRun` per line, plus the run's shape and hyperparameters) and `isoflops.png`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle, step
+
+from ._law import ScalingRun
+from ._recipe import Recipe, ScalingRecipe
+
+__all__ = ["SweepRun", "isoflop_runs", "isoflop_sweep", "read_runs", "run_loss"]
+
+VERSION = "isoflop-results-v1"
+_CPU = ResourceConfig.with_cpu()
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """One planned run of a sweep: its recipe and its steps."""
+
+    recipe: Recipe
+    train: StepHandle
+    evaluation: StepHandle | None = None
+
+
+def isoflop_runs(
+    name: str,
+    *,
+    budgets: Iterable[float],
+    data: Mapping[Any, float],
+    sizes_per_budget: int = 5,
+    recipe: ScalingRecipe | None = None,
+    spread: float = 2.0,
+    evaluate: Callable[[str, StepHandle], StepHandle] | None = None,
+    **train_kwargs: Any,
+) -> list[SweepRun]:
+    """The runs of an isoFLOP sweep: per budget, `sizes_per_budget` family members around the recipe's prior
+    optimum (`ScalingRecipe.isoflop_grid`), each a `train_lm` step named `{name}/{budget}-w{width}`.
+
+    Args:
+        evaluate: builds an evaluation step from (name, train handle), e.g. with
+            `schooner.eval.steps.evaluate`; its `results.json` then gives the loss. None: the train step's own
+            final validation (`eval/loss` in `metrics.jsonl`).
+        train_kwargs: more `train_lm` arguments (validation, tokenizer, seed, eval_max_tokens, resources...).
+    """
+    from schooner.train.steps import train_lm
+
+    recipe = recipe or ScalingRecipe()
+    train_kwargs.setdefault("checkpoint_every", None)  # one checkpoint, at the end
+    runs = []
+    for budget in budgets:
+        for r in recipe.isoflop_grid(float(budget), sizes_per_budget, spread):
+            run_name = f"{name}/{budget:.2e}-w{r.width}"
+            train = train_lm(run_name, **r, datasets=dict(data), **train_kwargs)
+            ev = evaluate(f"{run_name}-eval", train) if evaluate is not None else None
+            runs.append(SweepRun(recipe=r, train=train, evaluation=ev))
+    return runs
+
+
+@dataclass(frozen=True)
+class SweepResultsConfig:
+    """Config of the sweep-results step."""
+
+    runs: list
+    """`[{"budget": C, "name": str, "train": handle, "evaluation": handle or None}, ...]`."""
+    metric: str = "eval/loss"
+    """The `metrics.jsonl` key read when a run has no evaluation step."""
+
+
+def isoflop_sweep(
+    name: str,
+    *,
+    budgets: Iterable[float],
+    data: Mapping[Any, float],
+    sizes_per_budget: int = 5,
+    recipe: ScalingRecipe | None = None,
+    spread: float = 2.0,
+    evaluate: Callable[[str, StepHandle], StepHandle] | None = None,
+    resources: ResourceConfig | None = _CPU,
+    **train_kwargs: Any,
+) -> StepHandle:
+    """An isoFLOP sweep (Hoffmann et al. 2022, approach 2's design) as steps; returns the results step.
+
+    See `isoflop_runs` for the arguments; `resources` is where each training run goes (None: in the
+    runner's process). The results step runs in the runner's process (it only reads small files).
+    """
+    runs = isoflop_runs(
+        name, budgets=budgets, data=data, sizes_per_budget=sizes_per_budget, recipe=recipe, spread=spread,
+        evaluate=evaluate, resources=resources, **train_kwargs,
+    )  # fmt: skip
+    config = SweepResultsConfig(
+        runs=[
+            {"budget": r.recipe.budget, "name": r.train.name, "train": r.train, "evaluation": r.evaluation}
+            for r in runs
+        ]
+    )
+    return step(
+        name, _collect, config, version=VERSION,
+        description=f"isoFLOP sweep: {len(runs)} runs over {len({r.recipe.budget for r in runs})} budgets",
+    )  # fmt: skip
+
+
+def run_loss(
+    train_path: str, evaluation_path: str | None = None, metric: str = "eval/loss"
+) -> dict[str, float]:
+    """The final validation `loss` (and `bpb` when known) of a finished run: the evaluation step's
+    `results.json` averages when given, else the last `metric` row of the run's `metrics.jsonl`."""
+    import fsspec
+
+    if evaluation_path is not None:
+        with fsspec.open(f"{evaluation_path}/results.json") as f:
+            avg = json.load(f)["average"]
+        return {
+            "loss": float(avg["loss"]),
+            **({"bpb": float(avg["bpb"])} if avg.get("bpb") is not None else {}),
+        }
+    last = None
+    with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
+        for line in f:
+            row = json.loads(line)
+            if metric in row:
+                last = row
+    if last is None:
+        raise ValueError(f"{train_path}/metrics.jsonl has no {metric!r}: was the run given validation data?")
+    bpb_key = metric.rsplit("/", 1)[0] + "/bpb"
+    return {"loss": float(last[metric]), **({"bpb": float(last[bpb_key])} if bpb_key in last else {})}
+
+
+def run_counts(train_path: str) -> dict[str, Any]:
+    """N, D, FLOPs and shape of a finished run, from the model it actually trained (`run.json`): the exact
+    counts of `schooner.model`, with the vocabulary `train_lm` fitted to the tokenizer."""
+    import fsspec
+
+    from schooner.model import config_from_dict, flops_per_token, num_parameters
+
+    with fsspec.open(f"{train_path}/run.json") as f:
+        info = json.load(f)
+    model = config_from_dict(info["model_config"])
+    cfg = info["config"]
+    seq_len = int(cfg["data"]["seq_len"])
+    batch, steps = cfg["batch_size"], cfg["num_train_steps"]
+    if not isinstance(batch, int):
+        raise ValueError(
+            f"{train_path}: a batch-size schedule is not supported by the scaling fits; got {batch!r}"
+        )
+    tokens = int(batch) * seq_len * int(steps)
+    return {
+        "params": num_parameters(model),
+        "tokens": tokens,
+        "flops": flops_per_token(model, seq_len) * tokens,
+        "width": model.hidden_dim,
+        "layers": model.num_layers,
+        "batch_size": int(batch),
+        "steps": int(steps),
+        "learning_rate": cfg["optimizer"]["learning_rate"],
+    }
+
+
+def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
+    from ._plots import plot_isoflops
+
+    os.makedirs(output_path, exist_ok=True)
+    rows, runs = [], []
+    for entry in config.runs:
+        counts = run_counts(entry["train"])
+        scores = run_loss(entry["train"], entry.get("evaluation"), config.metric)
+        run = ScalingRun(
+            budget=float(entry["budget"]), params=float(counts["params"]), tokens=float(counts["tokens"]),
+            loss=scores["loss"], flops=float(counts["flops"]), name=entry["name"], bpb=scores.get("bpb"),
+        )  # fmt: skip
+        runs.append(run)
+        rows.append(
+            {**run.to_dict(), **{k: v for k, v in counts.items() if k not in ("params", "tokens", "flops")}}
+        )
+    with open(f"{output_path}/runs.jsonl", "w") as f:
+        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    plot_isoflops(runs, f"{output_path}/isoflops.png")
+    best = {}
+    for r in runs:
+        key = f"{r.budget:.3g}"
+        best[key] = min(best.get(key, float("inf")), r.loss)
+    return {"runs": len(runs), "budgets": sorted({r.budget for r in runs}), "best_loss": best}
+
+
+def read_runs(path: str) -> list[ScalingRun]:
+    """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file."""
+    import fsspec
+
+    file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
+    with fsspec.open(file, "r") as f:
+        return [ScalingRun.from_dict(json.loads(line)) for line in f if line.strip()]
