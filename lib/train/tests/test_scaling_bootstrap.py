@@ -1,0 +1,73 @@
+"""Bootstrap over runs: resampling within budgets, percentile intervals, failures, `fit_runs` (the spread
+against the noise is checked in test_scaling_fits.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schooner.train.scaling import (
+    CHINCHILLA,
+    Interval,
+    bootstrap,
+    fit_runs,
+    percentile_interval,
+    resample_runs,
+    synthetic_runs,
+)
+
+BUDGETS = [1e18, 1e19, 1e20, 1e21, 1e22]
+
+
+def test_percentile_interval_is_numpys_percentiles() -> None:
+    values = np.random.default_rng(0).normal(size=1001)
+    iv = percentile_interval(values, 0.8)
+    assert (iv.low, iv.high) == pytest.approx(tuple(np.percentile(values, [10, 90])))
+    assert 0.0 in iv and 5.0 not in iv
+    with pytest.raises(ValueError, match="every replicate failed"):
+        percentile_interval([float("nan")])
+    with pytest.raises(ValueError, match="level"):
+        Interval(0.0, 1.0, level=1.0)
+
+
+def test_resampling_keeps_every_budget_and_its_size() -> None:
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5)
+    sample = resample_runs(runs, np.random.default_rng(1))
+    for budget in BUDGETS[:3]:
+        drawn = [r for r in sample if r.budget == budget]
+        assert len(drawn) == 5
+        assert all(r in runs and r.budget == budget for r in drawn)
+
+
+def test_failed_replicates_are_counted_and_other_errors_propagate() -> None:
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:2], sizes_per_budget=3)
+    calls = iter(range(10))
+
+    def flaky(rs):
+        if next(calls) % 2:
+            raise ValueError("degenerate")
+        return len(rs)
+
+    results, failed = bootstrap(runs, flaky, samples=10, seed=0)
+    assert (len(results), failed) == (5, 5)
+    with pytest.raises(ZeroDivisionError):
+        bootstrap(runs, lambda rs: 1 / 0, samples=2)
+
+
+def test_fit_runs_reports_every_method_with_intervals_around_the_estimate() -> None:
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:4], sizes_per_budget=5, span=4.0, noise=0.003, seed=2)
+    fit = fit_runs(runs, samples=12, level=0.9)
+    assert set(fit) >= {"runs", "approach2", "approach3", "varpro"}
+    assert len(fit["varpro"]["replicates"]) + fit["varpro"]["failed"] == 12
+    for method in ("approach3", "varpro"):
+        iv = fit[method]["intervals"]["alpha"]
+        assert iv["low"] <= iv["high"] and iv["level"] == 0.9
+        assert len(fit[method]["log_residuals"]) == len(runs)
+    assert fit["approach2"]["intervals"]["a"]["low"] <= fit["approach2"]["a"] + 0.05
+
+
+def test_fit_runs_keeps_the_parametric_fits_when_approach2_fails() -> None:
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=2, span=4.0)  # 2 sizes: no parabola
+    fit = fit_runs(runs, samples=3)
+    assert "distinct N" in fit["approach2"]["error"]
+    assert fit["varpro"]["law"]["alpha"] > 0
