@@ -261,3 +261,28 @@ def test_truncated_gzip_member_is_named(tmp_path):
     skips = SkipLog()
     recs = list(iter_pages(str(path), ExtractConfig(), on_error="skip", skips=skips, counters={}))
     assert len(recs) == 1 and skips.skipped == 1 and str(path) in skips.examples[0]
+
+
+def test_extracted_text_is_tidied_like_a_line_by_line_reference():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from schooner.data.curation._html import _tidy
+
+    def reference(text: str) -> str:  # one line at a time: strip the right, collapse and trim blank lines
+        out: list[str] = []
+        for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+            if ln.strip():
+                out.append(ln.rstrip())
+            elif out and out[-1] != "":
+                out.append("")
+        return "\n".join(out).rstrip("\n")
+
+    alphabet = st.sampled_from(["a", "b c", " ", "\t", "\n", "\r", "\r\n", "\xa0", "\u2003", "\x0b", "\x85"])
+
+    @settings(max_examples=500, deadline=None)
+    @given(st.lists(alphabet, max_size=20).map("".join))
+    def check(text: str) -> None:
+        assert _tidy(text) == reference(text)
+
+    check()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 EXTRACTORS = ("resiliparse", "trafilatura")
 """Main-content extractors `extract_text` knows."""
@@ -81,8 +82,11 @@ def html_title(html: str) -> str:
     """The page's `<title>` text ("" when it has none)."""
     from resiliparse.parse.html import HTMLTree
 
-    title = HTMLTree.parse(html).title
-    return " ".join((title or "").split())
+    return _title(HTMLTree.parse(html))
+
+
+def _title(tree: Any) -> str:
+    return " ".join((tree.title or "").split())
 
 
 def extract_text(html: str, config: ExtractConfig = ExtractConfig()) -> str:
@@ -92,12 +96,24 @@ def extract_text(html: str, config: ExtractConfig = ExtractConfig()) -> str:
     Raises:
         BadPage: the extractor failed on this page.
     """
+    return extract_page(html, config)[0]
+
+
+def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[str, str]:
+    """`(main text, title)` of a page (see `extract_text`), the HTML parsed once for both with resiliparse.
+
+    Raises:
+        BadPage: the extractor failed on this page.
+    """
+    from resiliparse.parse.html import HTMLTree
+
     try:
+        tree = HTMLTree.parse(html)
         if config.extractor == "resiliparse":
             from resiliparse.extract.html2text import extract_plain_text
 
             text = extract_plain_text(
-                html, preserve_formatting=True, main_content=config.main_content, list_bullets=True,
+                tree, preserve_formatting=True, main_content=config.main_content, list_bullets=True,
                 alt_texts=False, links=False, form_fields=False, noscript=False, comments=False,
             )  # fmt: skip
         else:
@@ -109,18 +125,15 @@ def extract_text(html: str, config: ExtractConfig = ExtractConfig()) -> str:
             ) or ""  # fmt: skip
     except (ValueError, RuntimeError, TypeError) as e:  # the extractors' parse errors
         raise BadPage(f"{config.extractor} could not extract this page ({e})") from None
-    return _tidy(text)
+    return _tidy(text), _title(tree)
+
+
+_BLANK_LINES = re.compile(r"\n{3,}")
 
 
 def _tidy(text: str) -> str:
-    lines = [ln.rstrip() for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    out: list[str] = []
-    for ln in lines:
-        if not ln.strip():
-            if out and out[-1] != "":
-                out.append("")
-            continue
-        out.append(ln)
-    while out and out[-1] == "":
-        out.pop()
-    return "\n".join(out)
+    """Unix newlines, no trailing whitespace on a line, no leading or trailing blank lines, at most one
+    blank line in a row."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return _BLANK_LINES.sub("\n\n", "\n".join([ln.rstrip() for ln in text.split("\n")])).strip("\n")

@@ -25,7 +25,7 @@ from schooner.data import storage
 from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
-from ._html import BadPage, ExtractConfig, decode_html, extract_text, html_title
+from ._html import BadPage, ExtractConfig, decode_html, extract_page
 
 _WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$")
 
@@ -152,7 +152,7 @@ def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tupl
     html, used, fell_back = decode_html(body, charset)
     if fell_back:
         _add(counters, "extract.charset_fallback")
-    return extract_text(html, config), html_title(html), used, mime
+    return *extract_page(html, config), used, mime
 
 
 @dataclass(frozen=True)
