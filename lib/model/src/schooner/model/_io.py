@@ -12,7 +12,9 @@ kind (``jax`` / ``numpy`` / ``int`` / ``float`` / ``bool``). Loading matches lea
 pytree saved from one program loads into any pytree with the same paths (e.g. the same model class).
 Paths are local folders or tensorstore kvstore URLs (``gs://bucket/x/``, ``memory://x/``, ``file:///x/``).
 Sharded jax arrays are written shard by shard (each addressable shard once) and can be read back onto
-any sharding without materialising the whole array on one device.
+any sharding without materialising the whole array on one device. Several processes (multi-host, after
+``jax.distributed.initialize``) call ``save_pytree`` together: each writes only its own devices' pieces and
+process 0 commits after all have written.
 """
 
 from __future__ import annotations
@@ -36,9 +38,41 @@ _CONTEXT = ts.Context()
 
 def _kvstore_spec(path: str | os.PathLike) -> Any:
     path = os.fspath(path)
+    if path.startswith("s3://"):
+        return _s3_spec(path)
     if "://" in path:
         return path.rstrip("/") + "/"
     return {"driver": "file", "path": os.path.abspath(path) + "/"}
+
+
+def _s3_spec(url: str) -> dict[str, Any]:
+    # tensorstore's s3:// URL form ignores the endpoint and region that botocore and s3fs read from the
+    # environment; the spec form takes them, so an S3-compatible store (MinIO, a local server) works.
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    spec: dict[str, Any] = {"driver": "s3", "bucket": bucket, "path": key.strip("/") + "/" if key else ""}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        spec["endpoint"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        spec["aws_region"] = region
+    return spec
+
+
+_BARRIERS: dict[str, int] = {}
+_BARRIER_TIMEOUT_MS = 600_000
+
+
+def _barrier(label: str) -> None:
+    """Wait until every process of a multi-process run got here (the coordination service's barrier: no
+    collective, so it is safe on a background thread while the devices run other programs)."""
+    from jax._src import distributed
+
+    n = _BARRIERS[label] = _BARRIERS.get(label, 0) + 1
+    client = distributed.global_state.client
+    if client is None:
+        raise RuntimeError("save_pytree on several processes needs jax.distributed.initialize() first")
+    client.wait_at_barrier(f"schooner-save-{label}-{n}", _BARRIER_TIMEOUT_MS)
 
 
 def _join(base: Any, name: str) -> Any:
@@ -81,8 +115,9 @@ def _leaf_kind(key: str, leaf: Any) -> str:
     )
 
 
-def _write_leaf(spec: Any, leaf: Any, kind: str) -> list[Any]:
-    """Start writing one leaf; returns the pending write futures."""
+def _create_leaf(spec: Any, leaf: Any, kind: str) -> list[Any]:
+    """Create one leaf's array (replacing what was there); a host value is written at once. Returns the
+    pending write futures."""
     if kind == "jax":
         dtype, shape = np.dtype(leaf.dtype), tuple(leaf.shape)
     else:
@@ -97,8 +132,12 @@ def _write_leaf(spec: Any, leaf: Any, kind: str) -> list[Any]:
         shape=list(shape),
         chunk_layout=ts.ChunkLayout(chunk_shape=_chunk_shape(shape, dtype.itemsize)),
     ).result()
-    if kind != "jax":
-        return [store.write(leaf)]
+    return [store.write(leaf)] if kind != "jax" else []
+
+
+def _write_shards(spec: Any, leaf: jax.Array) -> list[Any]:
+    """Write this process's pieces of a created array; returns the pending write futures."""
+    store = ts.open({"driver": "zarr3", "kvstore": spec}, open=True, context=_CONTEXT).result()
     futures = []
     for shard in leaf.addressable_shards:
         if shard.replica_id == 0:  # each distinct piece once, by whichever device holds replica 0
@@ -112,7 +151,7 @@ def save_pytree(path: str | os.PathLike, tree: Any, *, overwrite: bool = False) 
     Data is written first and ``metadata.json`` last; readers treat a folder without it as absent.
 
     Args:
-        path: a local folder or a tensorstore kvstore URL.
+        path: a local folder or a tensorstore kvstore URL (``s3://`` uses ``AWS_ENDPOINT_URL`` when set).
         tree: any pytree (equinox modules, optax states, dicts...); ``None`` subtrees hold nothing.
         overwrite: replace an existing committed pytree at ``path`` (its commit file is removed first, so a
             crash mid-way leaves no half-old, half-new pytree that looks complete).
@@ -127,22 +166,36 @@ def save_pytree(path: str | os.PathLike, tree: Any, *, overwrite: bool = False) 
             raise FileExistsError(
                 f"a pytree is already saved at {os.fspath(path)!r}; pass overwrite=True to replace it."
             )
-        kv.delete_range(ts.KvStore.KeyRange(METADATA, METADATA + "\0")).result()
+        if jax.process_index() == 0:
+            kv.delete_range(ts.KvStore.KeyRange(METADATA, METADATA + "\0")).result()
     leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
     base = _kvstore_spec(path)
-    entries, futures = [], []
+    # Several processes (multi-host): process 0 creates every array (and writes host values), all wait,
+    # each writes the pieces its devices hold, all wait, process 0 commits. One process: the same, unwaited.
+    multi, primary = jax.process_count() > 1, jax.process_index() == 0
+    entries, futures, sharded = [], [], []
     for i, (kp, leaf) in enumerate(leaves):
         key = _key(kp)
         kind = _leaf_kind(key, leaf)
         name = f"leaf-{i:05d}"
-        futures.extend(_write_leaf(_join(base, name), leaf, kind))
+        if primary:
+            futures.extend(_create_leaf(_join(base, name), leaf, kind))
+        if kind == "jax":
+            sharded.append((_join(base, name), leaf))
         arr_dtype = np.dtype(leaf.dtype) if kind in ("jax", "numpy") else np.asarray(leaf).dtype
         entries.append(
             {"key": key, "name": name, "shape": list(np.shape(leaf)), "dtype": arr_dtype.name, "kind": kind}
         )
+    label = os.fspath(path)
+    if multi:
+        _barrier(f"{label}:created")
+    for spec, leaf in sharded:
+        futures.extend(_write_shards(spec, leaf))
     for f in futures:
         f.result()
-    if jax.process_index() == 0:
+    if multi:
+        _barrier(f"{label}:written")
+    if primary:
         meta = {"format": FORMAT, "treedef": str(treedef), "leaves": entries}
         kv.write(METADATA, json.dumps(meta, indent=1).encode()).result()
 
