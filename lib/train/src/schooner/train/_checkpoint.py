@@ -11,6 +11,11 @@ Layout under the run's output folder::
 A checkpoint is first written to `step-000010.tmp-<pid>/` and renamed into place only after
 `checkpoint.json` is in it, so a crash (even `kill -9`) mid-write leaves a `.tmp-` folder that is never
 loaded and is removed by the next run. On object stores without atomic rename the marker alone decides.
+
+Several hosts (a multi-host run) write one checkpoint together: process 0 prepares the folder, all wait,
+each writes the pieces of the arrays its own devices hold (`schooner.model.save_pytree`), all wait, then
+process 0 alone writes the marker, renames and prunes, and all wait once more so every host sees the commit.
+The waits are the coordination service's barriers (not collectives), safe on the writer thread.
 """
 
 from __future__ import annotations
@@ -26,12 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import fsspec
+import jax
 
 _STEP_DIR = re.compile(r"^step-(\d{6,})$")
 MARKER = "checkpoint.json"
 # Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
 # touches `<tmp>/.paused` after writing the arrays and then sleeps, so a test can `kill -9` it mid-write.
 _PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE"
+BARRIER_TIMEOUT_S = 600
+"""How long a host waits for the others at a checkpoint barrier before the write fails."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,11 @@ class CheckpointManager:
         self._error: BaseException | None = None
         self._writes = 0
         self.write_seconds: list[float] = []
-        self._remove_stale_temporaries()
+        self._multi, self._primary = jax.process_count() > 1, jax.process_index() == 0
+        self._barriers = 0
+        if self._primary:
+            self._remove_stale_temporaries()
+        self._barrier("start")
 
     def _remove_stale_temporaries(self) -> None:
         fs, base = fsspec.core.url_to_fs(self.root)
@@ -140,6 +152,30 @@ class CheckpointManager:
             ):
                 # On object stores a folder without its marker is an interrupted in-place write.
                 fs.rm(entry, recursive=True)
+
+    def _barrier(self, what: str) -> None:
+        """On several hosts, wait until every process got here (a no-op on one)."""
+        if not self._multi:
+            return
+        from jax._src import distributed
+
+        self._barriers += 1
+        client = distributed.global_state.client
+        try:
+            client.wait_at_barrier(
+                f"schooner-ckpt-{self.root}-{self._barriers}-{what}", BARRIER_TIMEOUT_S * 1000
+            )
+        except Exception as e:
+            raise RuntimeError(
+                f"checkpoint under {self.root}: process {jax.process_index()} waited {BARRIER_TIMEOUT_S}s at "
+                f"{what!r} for the other hosts, which did not all arrive (one died or hangs): {e}"
+            ) from e
+
+    def _tmp_tag(self) -> str:
+        # A name every host of the run agrees on (one process: its pid; a gang: the start's id).
+        if not self._multi:
+            return str(os.getpid())
+        return os.environ.get("SCHOONER_GANG_ATTEMPT") or "multihost"
 
     def should_save(self, step: int, *, last_step: int) -> bool:
         """Whether the policy asks for a checkpoint after `step` (steps counted from 1)."""
@@ -182,27 +218,35 @@ class CheckpointManager:
         t0 = time.perf_counter()
         final = f"{self.root}/{step_dir_name(step)}"
         local = _is_local(self.root)
-        folder = f"{final}.tmp-{os.getpid()}" if local else final
+        folder = f"{final}.tmp-{self._tmp_tag()}" if local else final
         fs, fpath = fsspec.core.url_to_fs(folder)
-        if fs.exists(fpath):
-            fs.rm(fpath, recursive=True)
-        fs.makedirs(fpath, exist_ok=True)
+        if self._primary:
+            if fs.exists(fpath):
+                fs.rm(fpath, recursive=True)
+            fs.makedirs(fpath, exist_ok=True)
+        self._barrier(f"{step}-prepared")
         write_fn(folder, snapshot)
         if os.environ.get(_PAUSE_ENV) == str(nth):
             with fsspec.open(f"{folder}/.paused", "w") as f:
                 f.write("paused")
             time.sleep(3600)
+        self._barrier(f"{step}-written")
+        if self._primary:
+            self._commit(step, folder, final, metadata)
+        self._barrier(f"{step}-committed")
+        self.write_seconds.append(time.perf_counter() - t0)
+        self._log(f"checkpoint {step_dir_name(step)} written in {self.write_seconds[-1]:.2f}s")
+
+    def _commit(self, step: int, folder: str, final: str, metadata: dict) -> None:
         metadata = {**metadata, "step": step, "written_at": time.time()}
         with fsspec.open(f"{folder}/{MARKER}", "w") as f:
             json.dump(metadata, f, indent=1, sort_keys=True, default=str)
-        if local:
+        if folder != final:
             final_local = final.removeprefix("file://")
             if os.path.exists(final_local):
                 # A checkpoint of this step already exists (e.g. a re-run of the last step): replace it.
                 shutil.rmtree(final_local)
             os.replace(folder.removeprefix("file://"), final_local)
-        self.write_seconds.append(time.perf_counter() - t0)
-        self._log(f"checkpoint {step_dir_name(step)} written in {self.write_seconds[-1]:.2f}s")
         self._prune()
 
     def _prune(self) -> None:

@@ -28,6 +28,7 @@ from ._run_info import (
     RunLog,
     config_to_json,
     enable_compilation_cache,
+    is_primary,
     maybe_init_distributed,
     package_versions,
 )
@@ -70,6 +71,7 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     fs, out_path = fsspec.core.url_to_fs(config.output_path)
     fs.makedirs(out_path, exist_ok=True)
+    maybe_init_distributed()  # before the log: on several hosts only process 0 writes train.log
     logs = RunLog(config.output_path)
     try:
         return _Run(config).run()
@@ -300,14 +302,16 @@ class _Run:
             "mesh": cfg.mesh.shape(len(jax.devices())),
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
         }
-        with (
-            open(os.path.join(self.root, "run.json"), "w")
-            if "://" not in self.root
-            else _fs_open(f"{self.root}/run.json") as f
-        ):
-            json.dump(run_info, f, indent=1, default=str)
+        primary = is_primary()  # on several hosts, process 0 alone writes the run's files
+        if primary:
+            with (
+                open(os.path.join(self.root, "run.json"), "w")
+                if "://" not in self.root
+                else _fs_open(f"{self.root}/run.json") as f
+            ):
+                json.dump(run_info, f, indent=1, default=str)
         trackers = make_trackers(
-            cfg.trackers,
+            cfg.trackers if primary else None,
             run_dir=self.root,
             name=cfg.name,
             run_config=run_info,
@@ -423,7 +427,7 @@ class _Run:
             try:
                 ckpt.close()
             finally:
-                if cfg.trackers.loss_plot and fs_exists(f"{self.root}/metrics.jsonl"):
+                if primary and cfg.trackers.loss_plot and fs_exists(f"{self.root}/metrics.jsonl"):
                     plot_losses(f"{self.root}/metrics.jsonl", f"{self.root}/loss.png", title=cfg.name)
         final = latest_checkpoint(self.root)
         summary.update(

@@ -57,10 +57,43 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+DISTRIBUTED_TIMEOUT_S = 300
+"""How long a process waits for the others to join (`jax.distributed.initialize`) before it fails."""
+
+
 def maybe_init_distributed() -> None:
-    # Multi-host: a cluster launcher sets the coordinator; every host runs this same program.
-    if os.environ.get("JAX_COORDINATOR_ADDRESS") and not jax.distributed.is_initialized():
-        jax.distributed.initialize()
+    """Join the other processes of a multi-host run (once per process; every host runs the same program).
+
+    In a gang (`ResourceConfig(hosts=N)`: `schooner.cluster.current_gang()`), the gang's coordinator, size and
+    this process's id; elsewhere a launcher's `JAX_COORDINATOR_ADDRESS` (jax reads the rest). CPU collectives
+    go through gloo. A process that dies is noticed by the others' heartbeats; in a gang the client stops
+    and restarts the whole gang at once.
+    """
+    from schooner.cluster import current_gang
+
+    gang = current_gang()
+    if jax.distributed.is_initialized() or (gang is None and not os.environ.get("JAX_COORDINATOR_ADDRESS")):
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if gang is None:
+        jax.distributed.initialize(initialization_timeout=DISTRIBUTED_TIMEOUT_S)
+    else:
+        jax.distributed.initialize(
+            gang.coordinator,
+            gang.num_processes,
+            gang.process_id,
+            initialization_timeout=DISTRIBUTED_TIMEOUT_S,
+            heartbeat_timeout_seconds=60,
+        )
+    logger.info(
+        f"process {jax.process_index()} of {jax.process_count()}: {jax.local_device_count()} local devices, "
+        f"{jax.device_count()} in all"
+    )
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's shared files (metrics, logs, plots, checkpoint commits)."""
+    return jax.process_index() == 0
 
 
 def enable_compilation_cache() -> None:
@@ -71,12 +104,15 @@ def enable_compilation_cache() -> None:
 
 
 class RunLog:
-    """Send `schooner.train` logs to `<run>/train.log` and (if nothing else is configured) to stderr."""
+    """Send `schooner.train` logs to `<run>/train.log` (process 0) and (if nothing else is configured) to
+    stderr."""
 
     def __init__(self, run_dir: str) -> None:
         self.handlers: list[logging.Handler] = []
         fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-        if "://" not in run_dir:
+        if jax.process_count() > 1:
+            fmt = logging.Formatter(f"%(asctime)s %(levelname)s [process {jax.process_index()}] %(message)s")
+        if "://" not in run_dir and is_primary():
             fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
             fh.setFormatter(fmt)
             self.handlers.append(fh)

@@ -155,9 +155,17 @@ class Trackers:
 
 
 def make_trackers(
-    config: TrackerConfig, *, run_dir: str, name: str, run_config: Mapping[str, Any], resume_step: int | None
+    config: TrackerConfig | None,
+    *,
+    run_dir: str,
+    name: str,
+    run_config: Mapping[str, Any],
+    resume_step: int | None,
 ) -> Trackers:
-    """The JSONL tracker plus whichever optional trackers `config` enables."""
+    """The JSONL tracker plus whichever optional trackers `config` enables; None: no tracker at all (the
+    processes other than 0 of a multi-host run)."""
+    if config is None:
+        return Trackers([])
     trackers: list[Tracker] = [JsonlTracker(f"{run_dir.rstrip('/')}/metrics.jsonl", resume_step=resume_step)]
     if config.wandb:
         trackers.append(WandbTracker(config, run_dir=run_dir, name=name, run_config=run_config))
