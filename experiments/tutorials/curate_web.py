@@ -180,9 +180,16 @@ def print_summary(result: RunResult) -> None:
     print(f"   repeated paragraphs removed: {removed.get('paragraph_dups.spans', 0)} lines, "
           f"{removed.get('paragraph_dups.chars', 0)} characters")  # fmt: skip
     dc = result[decon].result
-    print(f"   contamination removed: {dc['contaminated_paragraphs']} paragraphs ({removed.get('contaminated.chars', 0)} "
-          f"characters) in {dc['contaminated_documents']} pages, e.g.",
-          [(e["url"], e["eval_item"]) for e in dc["examples"][:2]])  # fmt: skip
+    task = dc["by_task"]
+    print(f"   contamination: {dc['contaminated_paragraphs']} paragraphs flagged in {dc['contaminated_documents']} "
+          f"pages, matching {dc['eval_items_matched']} of {sum(t['items'] for t in task.values())} eval texts; "
+          f"cut from the kept pages: {removed.get('contaminated.spans', 0)} paragraphs, "
+          f"{removed.get('contaminated.chars', 0)} characters; e.g.")  # fmt: skip
+    seen: set[str] = set()
+    for e in dc["examples"]:
+        if e["url"] not in seen and len(seen) < 2:
+            seen.add(e["url"])
+            print(f"     {e['url']} ~ {e['task']}/{e['eval_item']}: {e['ngram']!r}")
     print("5. Rule sets computed but not filters here (among the kept pages they flag documentation only):")
     _unused_rule_sets(result, kind_of)
     ev = result[scores_eval].result
