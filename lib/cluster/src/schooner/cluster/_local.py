@@ -304,7 +304,7 @@ class LocalClient:
             if job._over_memory:
                 msg = (
                     f"its processes used {job._over_memory / 2**20:.0f} MiB, more than its reservation "
-                    f"ram={res.ram} ({(res.ram or 0) / 2**20:.0f} MiB), and were killed; raise ResourceConfig.ram"
+                    f"ram={res.ram} ({(res.ram_bytes or 0) / 2**20:.0f} MiB), and were killed; raise ResourceConfig.ram"
                 )
                 job._note(msg)
                 job._finish(JobStatus.FAILED, error=WorkerDiedError(job.name, msg))
@@ -330,7 +330,7 @@ class LocalClient:
 
     def _await(self, job: LocalJobHandle, worker: WorkerProcess) -> tuple | None:
         """Wait for the worker's reply, streaming the job's log and holding it to its `ram` meanwhile."""
-        limit = job.resources.ram if self.enforce_memory else None
+        limit = job.resources.ram_bytes if self.enforce_memory else None
         if not self.stream_logs and not limit:
             reply = worker.recv()
             return reply if isinstance(reply, tuple) else None
@@ -374,7 +374,7 @@ class LocalClient:
         if self._closed:
             raise RuntimeError("LocalClient was shut down; create a new client")
         res = resources if resources is not None else ResourceConfig.with_cpu()
-        label = name or getattr(fn, "__name__", "map")
+        label = name or str(getattr(fn, "__name__", "map"))
         if res.hosts > 1:
             raise ValueError(f"map {label!r}: hosts={res.hosts} makes a gang, which is one job: use submit()")
         self.machine.check(res, what=f"map {label!r} (per worker)")
@@ -383,8 +383,8 @@ class LocalClient:
         ):
             raise ValueError(f"map(max_workers=...) must be an integer >= 1, got {max_workers!r}")
         fit = math.floor(self.machine.cpus / res.cpu + 1e-9) if res.cpu > 0 else math.ceil(self.machine.cpus)
-        if res.ram:
-            fit = min(fit, self.machine.memory // res.ram)
+        if res.ram_bytes:
+            fit = min(fit, self.machine.memory // res.ram_bytes)
         workers = max(1, min(fit, max_workers or fit))
         if secret_values(res.env):
             self._pool.add_secrets(secret_values(res.env))
@@ -420,7 +420,7 @@ def _as_local_gang(
         )
     whole = res.replace(
         cpu=res.cpu * res.hosts,
-        ram=None if res.ram is None else res.ram * res.hosts,
+        ram=None if res.ram_bytes is None else res.ram_bytes * res.hosts,
         hosts=1,
         max_retries_failure=0,
     )

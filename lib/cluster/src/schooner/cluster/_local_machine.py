@@ -35,9 +35,9 @@ class Machine:
                 f"{what} asks for cpu={resources.cpu:g} but this client has {self.cpus:g} cores; "
                 f"lower ResourceConfig.cpu or run it on a cluster (RayClient)"
             )
-        if resources.ram is not None and resources.ram > self.memory:
+        if resources.ram_bytes is not None and resources.ram_bytes > self.memory:
             raise ResourcesUnavailableError(
-                f"{what} asks for ram={_gib(resources.ram)} but this client has {_gib(self.memory)} of memory; "
+                f"{what} asks for ram={_gib(resources.ram_bytes)} but this client has {_gib(self.memory)} of memory; "
                 f"lower ResourceConfig.ram or run it on a cluster (RayClient)"
             )
         if resources.device == "gpu":

@@ -20,6 +20,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import IO, Literal
 
 from . import _worker
 from ._local_machine import Machine, gpu_matches
@@ -50,6 +51,7 @@ class WorkerProcess:
         self.pid = self.proc.pid
         self.map_fns: set[str] = set()  # map functions this worker already holds
         self.dead = False
+        assert self.proc.stdout is not None and self.proc.stderr is not None  # PIPE
         relay.add(self.proc.stdout, "stdout")
         relay.add(self.proc.stderr, "stderr")
         self.send(("init", list(sys.path)))
@@ -74,7 +76,7 @@ class WorkerProcess:
         except OSError:
             return False
 
-    def recv(self, timeout: float | None = None) -> tuple | None | bool:
+    def recv(self, timeout: float | None = None) -> tuple | None | Literal[False]:
         """The next reply; None when the worker died; False when `timeout` passed first."""
         if timeout is not None and not _readable(self.sock, timeout):
             return False
@@ -135,14 +137,14 @@ class _Relay:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        self._pending: list[tuple[object, str]] = []
+        self._pending: list[tuple[IO[bytes], str]] = []
         self._lock = threading.Lock()
         self._extra_secrets = extra_secrets
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="schooner-local-relay", daemon=True)
         self._thread.start()
 
-    def add(self, stream, which: str) -> None:
+    def add(self, stream: IO[bytes], which: str) -> None:
         with self._lock:
             self._pending.append((stream, which))
         os.write(self._wake_w, b"x")
@@ -260,7 +262,7 @@ class Pool:
         """Reserve `res` if it fits now (call with the lock held)."""
         if self._closed or self._used_cpu + res.cpu > self.cpus + 1e-9:
             return None
-        if res.ram is not None and self._used_ram + res.ram > self.memory:
+        if res.ram_bytes is not None and self._used_ram + res.ram_bytes > self.memory:
             return None
         gpu_ids: tuple[str, ...] = ()
         if res.device == "gpu":
@@ -271,7 +273,7 @@ class Pool:
         if res.device == "tpu" and not self._tpu_free:
             return None
         self._used_cpu += res.cpu
-        self._used_ram += res.ram or 0
+        self._used_ram += res.ram_bytes or 0
         self._free_gpus = [g for g in self._free_gpus if g not in gpu_ids]
         if res.device == "tpu":  # a host's TPU chips serve one process at a time
             self._tpu_free = False
@@ -335,7 +337,7 @@ class Pool:
 
     def _release(self, r: Reservation) -> None:
         self._used_cpu = max(0.0, self._used_cpu - r.resources.cpu)
-        self._used_ram = max(0, self._used_ram - (r.resources.ram or 0))
+        self._used_ram = max(0, self._used_ram - (r.resources.ram_bytes or 0))
         self._free_gpus.extend(r.gpu_ids)
         if r.tpu:
             self._tpu_free = True

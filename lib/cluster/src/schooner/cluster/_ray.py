@@ -427,8 +427,9 @@ class RayClient:
         resources: ResourceConfig | None = None,
         name: str | None = None,
         **kwargs: Any,
-    ) -> RayJobHandle:
-        """Run `fn(*args, **kwargs)` as a Ray task; see `schooner.cluster.Client.submit`."""
+    ) -> RayJobHandle | RayGangHandle:
+        """Run `fn(*args, **kwargs)` as a Ray task (a gang of them when `resources.hosts > 1`); see
+        `schooner.cluster.Client.submit`."""
         self._check_open()
         self.connect()
         res = resources if resources is not None else ResourceConfig.with_cpu()
@@ -467,7 +468,7 @@ class RayClient:
         self._check_open()
         self.connect()
         res = resources if resources is not None else ResourceConfig.with_cpu()
-        label = name or getattr(fn, "__name__", "map")
+        label = name or str(getattr(fn, "__name__", "map"))
         if res.hosts > 1:
             raise ValueError(f"map {label!r}: hosts={res.hosts} makes a gang, which is one job: use submit()")
         self.check(res, what=f"map {label!r} (per task)")

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 GPU_KINDS: tuple[str, ...] = (
     "A10",
@@ -192,6 +192,16 @@ class ResourceConfig:
     def replace(self, **changes: Any) -> ResourceConfig:
         """`dataclasses.replace` for convenience."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def ram_bytes(self) -> int | None:
+        """`ram` in bytes (a size string given to the constructor is parsed there); None: no reservation."""
+        return cast("int | None", self.ram)
+
+    @property
+    def disk_bytes(self) -> int | None:
+        """`disk` in bytes; None: no reservation."""
+        return cast("int | None", self.disk)
 
     def __repr__(self) -> str:  # never show env values: they may be secrets
         parts = [f"cpu={self.cpu:g}"]

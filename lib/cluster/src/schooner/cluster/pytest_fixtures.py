@@ -38,23 +38,14 @@ def ray_client() -> Iterator[RayClient]:
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[object]:
-    """A real S3 API server (moto, its own process) for the session; its `env()` is put into os.environ so
-    every fsspec/s3fs client in the tests and in worker processes started afterwards reaches it."""
-    import os
+    """A real S3 API server (moto, its own process) shared by every test of this process; its `env()` is put
+    into os.environ so every fsspec/s3fs client in the tests and in worker processes started afterwards
+    reaches it. Several conftests import this fixture (each import is a fixture of its own to pytest), so the
+    server is one per process (`shared_s3_server`): two servers would leave s3fs's cached filesystem, created
+    from the environment, talking to the first while buckets are made on the second."""
+    from .testing import shared_s3_server
 
-    from .testing import S3Server
-
-    with S3Server() as server:
-        old = {k: os.environ.get(k) for k in server.env()}
-        os.environ.update(server.env())
-        try:
-            yield server
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    yield shared_s3_server()
 
 
 @pytest.fixture

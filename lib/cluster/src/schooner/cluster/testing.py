@@ -135,6 +135,30 @@ def shutdown_shared_ray() -> None:
             _client = None
 
 
+_s3_lock = threading.Lock()
+_s3_server: S3Server | None = None
+
+
+def shared_s3_server() -> S3Server:
+    """This process's S3 test server, started on first use and stopped when the process exits; its `env()` is
+    set in `os.environ` for the process's lifetime (s3fs's cached default filesystem is dropped, so clients
+    made from the environment from now on reach this server)."""
+    global _s3_server
+    with _s3_lock:
+        if _s3_server is None:
+            import atexit
+
+            server = S3Server().start()
+            atexit.register(server.stop)
+            os.environ.update(server.env())
+            with contextlib.suppress(ImportError):
+                import s3fs
+
+                s3fs.S3FileSystem.clear_instance_cache()
+            _s3_server = server
+        return _s3_server
+
+
 class S3Server:
     """A real S3 API server for tests: moto's server mode in its own process, on a free local port.
 

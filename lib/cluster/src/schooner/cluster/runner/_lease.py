@@ -122,7 +122,7 @@ class Lease:
             return True, None
         raw = self.storage.read_text(self.path)
         cur = parse_lease(raw)
-        if cur is None:
+        if raw is None or cur is None:
             return False, None  # released just now (or being written): try again
         if cur.owner == self.owner:
             self.held = True

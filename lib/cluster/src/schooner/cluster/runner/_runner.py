@@ -22,6 +22,7 @@ from typing import Any
 
 from schooner.cluster._client import Client
 from schooner.cluster._current import using_client
+from schooner.cluster._resources import ResourceConfig
 from schooner.cluster._secrets import secret_values
 from schooner.cluster._storage import is_local, normalize_prefix, storage_for
 
@@ -280,8 +281,8 @@ class StepRunner:
             progress.dry_run(steps, states, paths, roots)
             for s, note in code_changed:
                 progress.note(s, note)
-            outcomes = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
-            return RunResult(run_id, prefix, outcomes, dry_run=True, duration_s=time.time() - t0)
+            planned = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
+            return RunResult(run_id, prefix, planned, dry_run=True, duration_s=time.time() - t0)
 
         progress.plan(len(steps), len(steps) - n_run, n_run, prefix, run_id)
         for s, note in code_changed:
@@ -365,7 +366,7 @@ class StepRunner:
             )
             return
         for s in needs:
-            client.check(s.handle.resources, what=f"step {s.name!r}")
+            client.check(s.handle.resources or ResourceConfig(), what=f"step {s.name!r}")
         nodes = getattr(client, "nodes", None)
         local = [s for s in needs if is_local(s.handle.output_path(prefix))]
         if local and nodes is not None and not shared_prefix and len(nodes()) > 1:
