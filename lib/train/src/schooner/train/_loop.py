@@ -456,10 +456,14 @@ class _Run:
             logger.warning(
                 "no tokenizer found for the caches: bits-per-byte is not reported (pass tokenizer=)"
             )
+        from ._sft import ChatEvaluator, Evaluators, is_chat_cache
+
         dp = self.config.mesh.data_parallel_size(len(jax.devices()))
         eval_bs = max(dp, math.ceil(min(self.config.batch_sizes) / dp) * dp)
-        return Evaluator(
-            self.validation,
+        # Chat caches are scored on their assistant tokens, packed as in training; plain caches as streams.
+        chat = {k: v for k, v in self.validation.items() if is_chat_cache(v)}
+        plain = {k: v for k, v in self.validation.items() if k not in chat}
+        kw = dict(
             seq_len=self.config.data.seq_len,
             batch_size=eval_bs,
             max_tokens=self.config.data.eval_max_tokens,
@@ -467,6 +471,8 @@ class _Run:
             sharding=self.batch_sharding,
             tokenizer=self.tokenizer_fingerprint,
         )
+        parts = [cls(caches, **kw) for cls, caches in ((Evaluator, plain), (ChatEvaluator, chat)) if caches]
+        return Evaluators(parts)
 
     def _evaluate(self, evaluator: Any) -> dict[str, float]:
         import haliax as hax

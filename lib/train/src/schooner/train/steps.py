@@ -36,6 +36,7 @@ from ._export import export_hf as export_hf
 from ._malloc import malloc_env
 from ._mesh import MeshConfig
 from ._optim import AdamConfig, OptimizerConfig
+from ._sft import sft as sft
 from ._tracking import TrackerConfig
 
 VERSION = "train-lm-v1"
