@@ -1,16 +1,30 @@
-"""schooner.eval: loss and bits-per-byte on token caches (batch-invariant), greedy samples, evaluation steps.
+"""schooner.eval: loss and bits-per-byte on token caches, log-likelihood tasks and suites, generation, steps.
 
-Step builders live in `schooner.eval.steps` (`evaluate(...)`).
+Every score here is batch-invariant: the same numbers for any batch size, request order and padding.
+Step builders live in `schooner.eval.steps` (`evaluate(...)`, `task_texts(...)`); the lm-evaluation-harness
+adapter in `schooner.eval.harness` (imported only when used).
 """
 
-from schooner.model import TokenStream as TokenStream
-from schooner.model import WindowBatch as WindowBatch
-from schooner.model import iter_window_batches as iter_window_batches
-from schooner.model import num_windows as num_windows
-
+from ._bpb import evaluate_lm as evaluate_lm
+from ._bundled import bundled_suite as bundled_suite
 from ._checkpoint import latest_checkpoint as latest_checkpoint
 from ._checkpoint import list_checkpoints as list_checkpoints
 from ._checkpoint import load_checkpoint as load_checkpoint
 from ._generate import generate as generate
 from ._generate import greedy_tokens as greedy_tokens
-from ._lm_eval import evaluate_lm as evaluate_lm
+from ._layouts import LAYOUTS as LAYOUTS
+from ._loglikelihood import Request as Request
+from ._loglikelihood import Score as Score
+from ._loglikelihood import encode_pair as encode_pair
+from ._loglikelihood import rolling_requests as rolling_requests
+from ._loglikelihood import score_requests as score_requests
+from ._loglikelihood import score_rolling as score_rolling
+from ._tasks import Example as Example
+from ._tasks import score_examples as score_examples
+from ._taskspec import CORE_TASKS as CORE_TASKS
+from ._taskspec import Suite as Suite
+from ._taskspec import Task as Task
+from ._taskspec import core_suite as core_suite
+from ._taskspec import evaluate_suite as evaluate_suite
+from ._taskspec import evaluate_task as evaluate_task
+from ._taskspec import load_examples as load_examples

@@ -1,4 +1,5 @@
-"""Step builders for evaluation: `evaluate(...)` scores a training run's latest checkpoint on token caches.
+"""Step builders for evaluation: `evaluate(...)` scores a checkpoint on token caches and tasks; `task_texts(...)`
+writes tasks' evaluation texts as records (what `schooner.data.curation.decontaminate(against=...)` reads).
 
 Example:
     >>> from schooner.eval.steps import evaluate
@@ -8,11 +9,12 @@ Example:
     ...     datasets={"docs": docs, "code": code},  # tokenized handles (their validation split) or cache paths
     ...     tokenizer=tokenizer,                    # the tokenizer step handle (or a tokenizer folder)
     ...     seq_len=256,
+    ...     tasks=["bundled", core_suite("/data/core")],  # log-likelihood tasks and suites
     ... )
 
 The step's output folder holds `results.json` (per-dataset loss, bits-per-byte, token and byte counts, the
-averages, the checkpoint evaluated and greedy samples) and `samples.json`; the step's return value (kept in
-its step record) is a small summary of the same.
+averages, per-task metrics with standard errors, chance and reference scores, the checkpoint evaluated and
+greedy samples) and `samples.json`; the step's return value (kept in its step record) is a summary of the same.
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ import fsspec
 
 from schooner.cluster import ResourceConfig, step
 
+from ._bpb import evaluate_lm
 from ._checkpoint import load_checkpoint
 from ._generate import generate
-from ._lm_eval import evaluate_lm
+from ._taskspec import Suite, Task
+
+TaskLike = Any
+"""A `Task`, a `Suite`, or "bundled" (the tasks built from the embedded corpus, `bundled_suite`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +56,8 @@ class EvaluateConfig:
         prompts: prompts for greedy samples written next to the scores.
         max_new_tokens: tokens per greedy sample.
         respect_documents: score documents separately, as training masks attention across them.
+        tasks: log-likelihood tasks and suites (`Task`, `Suite`, or "bundled").
+        task_batch_size: requests per device call for the tasks (speed only).
     """
 
     checkpoint: Any
@@ -62,10 +70,17 @@ class EvaluateConfig:
     prompts: tuple[str, ...] = ("The",)
     max_new_tokens: int = 48
     respect_documents: bool = True
+    tasks: tuple[Any, ...] = ()
+    task_batch_size: int = 16
 
     def __post_init__(self) -> None:
-        if not isinstance(self.datasets, Mapping) or not self.datasets:
-            raise ValueError(f"datasets must be a non-empty dict of name -> dataset, got {self.datasets!r}")
+        if not isinstance(self.datasets, Mapping) or not (self.datasets or self.tasks):
+            raise ValueError(
+                f"datasets must be a dict of name -> dataset (non-empty unless tasks are given), got {self.datasets!r}"
+            )
+        for t in self.tasks:
+            if not (isinstance(t, Task | Suite) or t == "bundled"):
+                raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
         for name in self.datasets:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"dataset names must be non-empty strings, got {name!r} in datasets")
@@ -87,9 +102,11 @@ def evaluate(
     name: str,
     *,
     checkpoint: Any,
-    datasets: Mapping[str, Any],
+    datasets: Mapping[str, Any] | None = None,
     tokenizer: Any,
     seq_len: int,
+    tasks: list[TaskLike] | tuple[TaskLike, ...] = (),
+    task_batch_size: int = 16,
     batch_size: int = 8,
     max_tokens: int | None = None,
     split: str = "validation",
@@ -99,14 +116,15 @@ def evaluate(
     resources: ResourceConfig | None = None,
     description: str = "",
 ) -> Any:
-    """A step that evaluates a checkpoint's loss and bits-per-byte on token caches (see `EvaluateConfig`).
+    """A step that evaluates a checkpoint's loss and bits-per-byte on token caches and its scores on tasks
+    (see `EvaluateConfig`).
 
     Returns:
         The step handle; its output folder holds `results.json` and `samples.json`.
     """
     config = EvaluateConfig(
         checkpoint=checkpoint,
-        datasets=dict(datasets),
+        datasets=dict(datasets or {}),
         tokenizer=tokenizer,
         seq_len=seq_len,
         batch_size=batch_size,
@@ -115,14 +133,18 @@ def evaluate(
         prompts=tuple(prompts),
         max_new_tokens=max_new_tokens,
         respect_documents=respect_documents,
+        tasks=tuple(tasks),
+        task_batch_size=task_batch_size,
     )
+    what = [f"loss and bits-per-byte on {', '.join(sorted(config.datasets))}"] if config.datasets else []
+    what += [f"{len(config.tasks)} task(s)/suite(s)"] if config.tasks else []
     return step(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v1",
+        version="evaluate-v2",
         resources=resources,
-        description=description or f"loss and bits-per-byte on {', '.join(sorted(config.datasets))}",
+        description=description or "; ".join(what),
     )
 
 
@@ -154,15 +176,18 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         )
     caches = {name: resolve_cache_path(str(path), config.split) for name, path in config.datasets.items()}
     logger.info("evaluating %s on %s", checkpoint, ", ".join(f"{k}={v}" for k, v in caches.items()))
-    results = evaluate_lm(
-        model,
-        caches,
-        tokenizer=tokenizer,
-        seq_len=config.seq_len,
-        batch_size=config.batch_size,
-        max_tokens=config.max_tokens,
-        respect_documents=config.respect_documents,
-    )
+    results: dict[str, Any] = {"datasets": {}, "average": {}}
+    if caches:
+        results = evaluate_lm(
+            model,
+            caches,
+            tokenizer=tokenizer,
+            seq_len=config.seq_len,
+            batch_size=config.batch_size,
+            max_tokens=config.max_tokens,
+            respect_documents=config.respect_documents,
+        )
+    task_results, suite_results = _run_tasks(config, model, tokenizer, output_path)
     samples = [
         {
             "prompt": prompt,
@@ -173,7 +198,7 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         for prompt in config.prompts
     ]
     results.update(checkpoint=checkpoint, caches=caches, tokenizer_fingerprint=tokenizer.fingerprint)
-    results["samples"] = samples
+    results.update(tasks=task_results, suites=suite_results, samples=samples)
     fs, root = fsspec.core.url_to_fs(output_path)
     fs.makedirs(root, exist_ok=True)
     _write_json(f"{output_path.rstrip('/')}/samples.json", samples)
@@ -182,4 +207,142 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         name: {k: d[k] for k in ("loss", "bpb", "tokens") if k in d}
         for name, d in results["datasets"].items()
     }
-    return {"datasets": summary, "average": results["average"], "checkpoint": checkpoint, "samples": samples}
+    task_summary = {
+        name: {k: r[k] for k in _SUMMARY_KEYS if k in r} | {"reference": r["reference"]}
+        for name, r in task_results.items()
+    }
+    return {
+        "datasets": summary,
+        "average": results["average"],
+        "tasks": task_summary,
+        "suites": suite_results,
+        "checkpoint": checkpoint,
+        "samples": samples,
+    }
+
+
+_SUMMARY_KEYS = (
+    "acc",
+    "acc_stderr",
+    "acc_norm",
+    "acc_norm_bytes",
+    "logprob",
+    "perplexity",
+    "chance",
+    "documents",
+)
+
+
+def _suites(config: EvaluateConfig, output_path: str) -> list[Suite]:
+    from ._bundled import bundled_suite
+
+    out = []
+    for t in config.tasks:
+        if t == "bundled":
+            out.append(bundled_suite(f"{output_path.rstrip('/')}/bundled-tasks"))
+        elif isinstance(t, Task):
+            out.append(Suite(t.name, (t,)))
+        else:
+            out.append(t)
+    return out
+
+
+def _run_tasks(
+    config: EvaluateConfig, model: Any, tokenizer: Any, output_path: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    from ._taskspec import evaluate_suite
+
+    tasks: dict[str, Any] = {}
+    suites: dict[str, Any] = {}
+    for suite in _suites(config, output_path):
+        clash = sorted(set(tasks) & {t.name for t in suite.tasks})
+        if clash:
+            raise ValueError(f"evaluate: task names {clash} appear twice in tasks=; rename one (Task.name)")
+        out = evaluate_suite(model, tokenizer, suite, batch_size=config.task_batch_size)
+        tasks.update(out["tasks"])
+        if len(suite.tasks) > 1:
+            suites[suite.name] = out["average"]
+        for name, r in out["tasks"].items():
+            logger.info(
+                "task %s: acc %.4f (chance %.4f) over %d documents",
+                name,
+                r["acc"],
+                r["chance"],
+                r["documents"],
+            )
+    return tasks, suites
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskTextsConfig:
+    """Which tasks' evaluation texts `task_texts` writes.
+
+    Attributes:
+        tasks: `Task`s, `Suite`s or "bundled", as for `evaluate`.
+        include_fewshot: also write the few-shot pools' texts (documents of `fewshot_path` files).
+    """
+
+    tasks: tuple[Any, ...]
+    include_fewshot: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("task_texts needs at least one task (a Task, a Suite or 'bundled')")
+        for t in self.tasks:
+            if not (isinstance(t, Task | Suite) or t == "bundled"):
+                raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
+
+
+def task_texts(
+    name: str, *, tasks: list[TaskLike] | tuple[TaskLike, ...], include_fewshot: bool = True
+) -> Any:
+    """A step writing every task document's texts as records, for decontamination.
+
+    One record per document: `{"id": "<task>/<index>", "text": <contexts and every choice, one per line>,
+    "source": <task>, "metadata": {"task", "index", "split": "eval"|"fewshot", "path"}}`; the step's output
+    folder is a `schooner.data` record folder (`part-*.jsonl.zst` + `manifest.json`; the bundled tasks' own
+    jsonl files, when asked for, sit in its `bundled-tasks/` subfolder, outside the manifest). Pass the handle to
+    `schooner.data.curation.steps.decontaminate(..., against=<handle>)`; nothing in `schooner.data` imports
+    this package.
+
+    Example:
+        >>> texts = task_texts("eval/core-texts", tasks=[core_suite("/data/core"), "bundled"])
+    """
+    config = TaskTextsConfig(tasks=tuple(tasks), include_fewshot=include_fewshot)
+    return step(
+        name, _run_task_texts, config, version="task-texts-v1", description="evaluation texts as records"
+    )
+
+
+def _document_text(example: Any) -> str:
+    parts = list(dict.fromkeys(example.contexts)) + list(dict.fromkeys(example.continuations))
+    return "\n".join(p for p in parts if p.strip())
+
+
+def _run_task_texts(config: TaskTextsConfig, output_path: str) -> dict[str, Any]:
+    from schooner.data import write_records
+
+    from ._taskspec import load_examples
+
+    records: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    evaluate_like = EvaluateConfig(checkpoint="", datasets={}, tokenizer="", seq_len=2, tasks=config.tasks)
+    for suite in _suites(evaluate_like, output_path):
+        for task in suite.tasks:
+            files = [("eval", task.path)]
+            if config.include_fewshot and task.fewshot_path and task.fewshot_path != task.path:
+                files.append(("fewshot", task.fewshot_path))
+            for split, path in files:
+                for i, ex in enumerate(load_examples(path, task.layout, task=task.name)):
+                    key = f"{task.name}/{i}" if split == "eval" else f"{task.name}/fewshot/{i}"
+                    records.append(
+                        {
+                            "id": key,
+                            "text": _document_text(ex),
+                            "source": task.name,
+                            "metadata": {"task": task.name, "index": i, "split": split, "path": path},
+                        }
+                    )
+                    counts[f"{task.name}/{split}"] = counts.get(f"{task.name}/{split}", 0) + 1
+    write_records(records, output_path, counters=counts)  # the step's folder is the record folder
+    return {"records": len(records), "per_task": counts}

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schooner.eval import TokenStream, evaluate_lm, iter_window_batches, num_windows
+from schooner.eval import evaluate_lm
+from schooner.model import TokenStream, iter_window_batches, num_windows
 
 
 class Bigram(eqx.Module):

@@ -1,0 +1,316 @@
+"""Task definitions on disk, suites, and running a task on a model.
+
+A `Task` names a local file (jsonl, jsonl.gz, json list or parquet) in one of the layouts of `_layouts`, the
+number of few-shot demonstrations and where they come from. It is a frozen dataclass, and also a YAML file:
+
+```yaml
+name: arc_easy
+path: /data/arc_easy/test.jsonl      # relative paths are resolved against the YAML file's folder
+layout: arc
+num_fewshot: 10
+fewshot_path: /data/arc_easy/train.jsonl
+```
+
+A `Suite` is a named list of tasks (`core_suite(data_dir)` is Marin's CORE_TASKS-like set). Nothing is read
+until a task runs; a missing file raises `FileNotFoundError` naming the task, the file and how to get it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ._layouts import LAYOUTS
+from ._tasks import KINDS, Example, fewshot_prefix, score_examples
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A log-likelihood task read from a local file.
+
+    Attributes:
+        name: the task's name in results (e.g. "arc_easy").
+        path: the evaluated documents: .jsonl, .jsonl.gz, .json (a list) or .parquet.
+        layout: how rows become prompts, one of `schooner.eval.LAYOUTS` (e.g. "arc", "hellaswag", "examples").
+        kind: "multiple_choice" or "continuation" (default: the layout's).
+        num_fewshot: demonstrations in front of each document.
+        fewshot_path: the file demonstrations are drawn from (None: `path` itself, never the document itself).
+        seed: the few-shot sampler's seed.
+        limit: evaluate only the first `limit` documents (None: all).
+        delimiter: between a context and its continuation.
+        separator: between demonstrations (and after the last one).
+        description: text put before the demonstrations.
+        chance: accuracy of a uniform random guess (filled in for multiple choice when None).
+        reference: other reference scores of this task (e.g. {"unigram_acc": 0.31}), reported beside it.
+    """
+
+    name: str
+    path: str
+    layout: str
+    kind: str = ""
+    num_fewshot: int = 0
+    fewshot_path: str | None = None
+    seed: int = 1234
+    limit: int | None = None
+    delimiter: str = " "
+    separator: str = "\n\n"
+    description: str = ""
+    chance: float | None = None
+    reference: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("Task.name must be a non-empty string")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"task {self.name!r}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
+        if not self.kind:
+            object.__setattr__(self, "kind", LAYOUTS[self.layout][1])
+        if self.kind not in KINDS:
+            raise ValueError(f"task {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+        if self.num_fewshot < 0:
+            raise ValueError(f"task {self.name!r}: num_fewshot must be >= 0, got {self.num_fewshot}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"task {self.name!r}: limit must be None or >= 1, got {self.limit}")
+
+    @staticmethod
+    def from_yaml(path: str) -> Task:
+        """Read a task definition (the dataclass's fields as YAML keys); relative paths are taken from its folder."""
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"{path}: a task definition is a mapping of Task fields, got {type(data).__name__}"
+            )
+        known = {f.name for f in dataclasses.fields(Task)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{path}: unknown Task fields {unknown}; known: {sorted(known)}")
+        base = os.path.dirname(os.path.abspath(path))
+        for key in ("path", "fewshot_path"):
+            if data.get(key) and not os.path.isabs(data[key]) and "://" not in data[key]:
+                data[key] = os.path.join(base, data[key])
+        return Task(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _open_text(path: str):
+    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+
+
+def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """`(where, row)` for each row of a jsonl/jsonl.gz/json/parquet file; `where` is "file:line" for errors."""
+    who = f"task {task!r}: " if task else ""
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"{who}no file at {path!r}; put the dataset's rows there (jsonl or parquet, in the layout the task "
+            "names: export it with `datasets.load_dataset(...).to_json(path)` on a machine with internet)"
+        )
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        for i, row in enumerate(pq.read_table(path).to_pylist()):
+            yield f"{path}:row {i}", row
+        return
+    if path.endswith(".json"):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, list):
+            raise ValueError(
+                f"{who}{path}: a .json task file holds a list of rows, got {type(data).__name__}"
+            )
+        for i, row in enumerate(data):
+            yield f"{path}:item {i}", row
+        return
+    with _open_text(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{who}{path}:{n}: not a JSON line ({e})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{who}{path}:{n}: expected a JSON object, got {type(row).__name__}")
+            yield f"{path}:{n}", row
+
+
+def load_examples(path: str, layout: str, *, task: str = "", limit: int | None = None) -> list[Example]:
+    """The `Example`s of a file in `layout`; a bad row raises naming the file, line and field."""
+    convert = LAYOUTS[layout][0]
+    out: list[Example] = []
+    for where, row in load_rows(path, task=task):
+        if limit is not None and len(out) >= limit:
+            break
+        try:
+            out.append(convert(row))
+        except KeyError as e:
+            raise ValueError(
+                f"task {task!r}: {where}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
+            ) from None
+        except (ValueError, TypeError, IndexError) as e:
+            raise ValueError(f"task {task!r}: {where}: bad row for layout {layout!r}: {e}") from None
+    if not out:
+        raise ValueError(f"task {task!r}: {path} holds no rows")
+    return out
+
+
+def prepared_examples(task: Task) -> list[Example]:
+    """The task's examples with their few-shot prefixes in the contexts."""
+    examples = load_examples(task.path, task.layout, task=task.name, limit=task.limit)
+    if task.num_fewshot == 0 and not task.description:
+        return examples
+    same = task.fewshot_path is None or os.path.abspath(task.fewshot_path) == os.path.abspath(task.path)
+    pool = (
+        examples
+        if task.fewshot_path is None
+        else load_examples(task.fewshot_path, task.layout, task=task.name)
+    )
+    out = []
+    for i, ex in enumerate(examples):
+        prefix = fewshot_prefix(
+            i,
+            pool,
+            num_fewshot=task.num_fewshot,
+            seed=task.seed,
+            delimiter=task.delimiter,
+            separator=task.separator,
+            exclude_same_index=same,
+        )
+        out.append(ex.with_prefix(task.description + prefix))
+    return out
+
+
+def chance_level(examples: Sequence[Example], kind: str) -> float:
+    """Expected accuracy of a uniform random choice (0 for continuation tasks)."""
+    if kind == "continuation":
+        return 0.0
+    return sum(1.0 / ex.num_choices for ex in examples) / len(examples)
+
+
+def evaluate_task(
+    model: Any,
+    tokenizer: Any,
+    task: Task,
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    keep_documents: bool = False,
+) -> dict[str, Any]:
+    """Score `task` with `model`: metrics with standard errors, chance and reference scores, settings.
+
+    Returns:
+        `{"acc", "acc_stderr", "acc_norm", ..., "documents", "chance", "reference", "num_fewshot", "kind"}`;
+        with `keep_documents`, also "per_document" (every choice's log-probability).
+    """
+    examples = prepared_examples(task)
+    metrics, documents = score_examples(
+        model,
+        tokenizer,
+        examples,
+        kind=task.kind,
+        delimiter=task.delimiter,
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    metrics["chance"] = task.chance if task.chance is not None else chance_level(examples, task.kind)
+    metrics["reference"] = dict(task.reference)
+    metrics.update(kind=task.kind, num_fewshot=task.num_fewshot, path=task.path)
+    if keep_documents:
+        metrics["per_document"] = documents
+    return metrics
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A named list of tasks, evaluated together and reported with a macro average of `acc`."""
+
+    name: str
+    tasks: tuple[Task, ...]
+
+    def __post_init__(self) -> None:
+        names = [t.name for t in self.tasks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"suite {self.name!r} names a task twice: {names}")
+        if not self.tasks:
+            raise ValueError(f"suite {self.name!r} has no task")
+
+    def missing_files(self) -> list[str]:
+        """Files the suite's tasks need that are not there."""
+        paths = [p for t in self.tasks for p in (t.path, t.fewshot_path) if p]
+        return [p for p in dict.fromkeys(paths) if not os.path.exists(p)]
+
+
+# Marin's CORE_TASKS (DCLM's core set) where a layout exists here: (name, layout, shots, eval split, shots' split)
+CORE_TASKS: tuple[tuple[str, str, int, str, str], ...] = (
+    ("arc_easy", "arc", 10, "test", "train"),
+    ("arc_challenge", "arc", 10, "test", "train"),
+    ("boolq", "boolq", 10, "validation", "train"),
+    ("commonsense_qa", "commonsense_qa", 10, "validation", "train"),
+    ("copa", "copa", 0, "validation", "train"),
+    ("hellaswag", "hellaswag", 10, "validation", "train"),
+    ("lambada_openai", "lambada", 0, "test", "test"),
+    ("openbookqa", "openbookqa", 0, "test", "train"),
+    ("piqa", "piqa", 10, "validation", "train"),
+    ("winogrande", "winogrande", 0, "validation", "train"),
+)
+
+
+def _split_file(folder: str, split: str) -> str:
+    for ext in (".jsonl", ".jsonl.gz", ".parquet", ".json"):
+        candidate = os.path.join(folder, split + ext)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.join(folder, split + ".jsonl")
+
+
+def core_suite(data_dir: str, *, limit: int | None = None) -> Suite:
+    """The core suite over `data_dir/<task>/<split>.jsonl` (or .jsonl.gz/.parquet/.json) in the HF layouts.
+
+    Example: `data_dir/arc_easy/test.jsonl` (allenai/ai2_arc ARC-Easy test) with 10-shot demonstrations from
+    `data_dir/arc_easy/train.jsonl`. See `CORE_TASKS` for every task, its split and shots.
+    """
+    tasks = []
+    for name, layout, shots, split, shot_split in CORE_TASKS:
+        folder = os.path.join(data_dir, name)
+        path = _split_file(folder, split)
+        fewshot = None if shots == 0 or shot_split == split else _split_file(folder, shot_split)
+        tasks.append(
+            Task(name=name, path=path, layout=layout, num_fewshot=shots, fewshot_path=fewshot, limit=limit)
+        )
+    return Suite("core", tuple(tasks))
+
+
+def evaluate_suite(
+    model: Any, tokenizer: Any, suite: Suite, *, batch_size: int = 8, max_length: int | None = None
+) -> dict[str, Any]:
+    """Every task of `suite` (`evaluate_task`), and the macro average of `acc` and of `acc - chance`.
+
+    Raises:
+        FileNotFoundError: a task's file is missing, naming every missing file before anything runs.
+    """
+    missing = suite.missing_files()
+    if missing:
+        raise FileNotFoundError(
+            f"suite {suite.name!r} cannot run: missing {len(missing)} file(s): {', '.join(missing)}; put each "
+            "task's rows there in its Hugging Face layout (or evaluate the tasks that are present one by one)"
+        )
+    tasks = {
+        t.name: evaluate_task(model, tokenizer, t, batch_size=batch_size, max_length=max_length)
+        for t in suite.tasks
+    }
+    accs = [r["acc"] for r in tasks.values()]
+    return {
+        "tasks": tasks,
+        "average": {
+            "acc": sum(accs) / len(accs),
+            "acc_above_chance": sum(r["acc"] - r["chance"] for r in tasks.values()) / len(accs),
+        },
+    }

@@ -1,0 +1,134 @@
+"""The lm-evaluation-harness adapter: any harness task runs on a Schooner checkpoint (extra `[harness]`).
+
+Importing this module imports `lm_eval` (nothing else in `schooner.eval` does) and registers the model
+`schooner`, so the harness's own command line and API find it:
+
+    lm_eval --model schooner --model_args checkpoint=/runs/nano,tokenizer=/tok --tasks piqa
+
+or, in Python, `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
+
+Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, with the
+context/continuation boundary in token space (`encode_pair`): the adapter's numbers equal Schooner's for the
+same requests, and do not depend on the harness's batch size or request order. Generation is greedy
+(`greedy_tokens`), cut at the first of the request's `until` strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+
+from ._checkpoint import load_checkpoint
+from ._generate import greedy_tokens
+from ._loglikelihood import encode_pair, model_max_length, score_requests, score_rolling, start_id
+
+
+@register_model("schooner")
+class SchoonerLM(TemplateLM):
+    """A Schooner model for lm-evaluation-harness.
+
+    Args:
+        checkpoint: a checkpoint folder or a training run folder (its latest complete checkpoint), or None
+            when `model` is given.
+        tokenizer: a tokenizer folder/name for `schooner.tokenize.load_tokenizer`, or a `Tokenizer`.
+        model: an already loaded model (instead of `checkpoint`).
+        batch_size: requests per device call (speed only).
+        max_length: the scoring window (default: the model's `max_seq_len`).
+        max_gen_toks: default tokens to generate when a request does not say.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        tokenizer: Any = None,
+        *,
+        model: Any = None,
+        batch_size: int | str = 8,
+        max_length: int | None = None,
+        max_gen_toks: int = 256,
+        **unused: Any,
+    ) -> None:
+        super().__init__()
+        if model is None:
+            if checkpoint is None:
+                raise ValueError("SchoonerLM needs checkpoint= (a checkpoint or run folder) or model=")
+            model, _, _ = load_checkpoint(str(checkpoint))
+        if tokenizer is None:
+            raise ValueError("SchoonerLM needs tokenizer= (the tokenizer folder the model was trained with)")
+        if isinstance(tokenizer, str):
+            from schooner.tokenize import load_tokenizer
+
+            tokenizer = load_tokenizer(tokenizer)
+        self.model, self.tok = model, tokenizer
+        self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
+        self.max_length = int(max_length) if max_length else model_max_length(model)
+        self.max_gen_toks = int(max_gen_toks)
+
+    @property
+    def eot_token_id(self) -> int:
+        return int(self.tok.eos_id) if self.tok.eos_id is not None else start_id(self.tok)
+
+    @property
+    def prefix_token_id(self) -> int:
+        return start_id(self.tok)
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        return list(self.tok.encode(string))
+
+    def tok_decode(self, tokens: list[int], **kwargs: Any) -> str:
+        return self.tok.decode(tokens)
+
+    def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
+        encoded = [encode_pair(self.tok, *req.args) for req in requests]
+        return self._score(encoded)
+
+    def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
+        from ._loglikelihood import Request
+
+        encoded = [Request(tuple(ctx) or (self.prefix_token_id,), tuple(cont)) for _, ctx, cont in requests]
+        return self._score(encoded)
+
+    def _score(self, encoded: list[Any]) -> list[tuple[float, bool]]:
+        scores = score_requests(self.model, encoded, batch_size=self.batch_size, max_length=self.max_length)
+        out = [(s.logprob, s.greedy) for s in scores]
+        for req, result in zip(encoded, out, strict=True):
+            self.cache_hook.add_partial("loglikelihood", req, result)
+        return out
+
+    def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+        """Total log-probability of each whole text, every token predicted once (disjoint windows)."""
+        docs = [self.tok_encode(req.args[0]) for req in requests]
+        return score_rolling(
+            self.model,
+            docs,
+            start=self.prefix_token_id,
+            batch_size=self.batch_size,
+            max_length=self.max_length,
+        )
+
+    def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+        """Greedy continuation of each context, cut before the first `until` string (and at EOS)."""
+        out = []
+        for req in requests:
+            context, kwargs = req.args
+            kwargs = dict(kwargs or {})
+            until = kwargs.get("until") or []
+            until = [until] if isinstance(until, str) else list(until)
+            if kwargs.get("do_sample"):
+                raise NotImplementedError(
+                    "SchoonerLM generates greedily; this request asks for sampling (do_sample=True)"
+                )
+            n = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            prompt = self.tok_encode(context) or [self.prefix_token_id]
+            new = greedy_tokens(self.model, prompt, n, max_seq_len=self.max_length, eos_id=self.tok.eos_id)
+            if new and new[-1] == self.tok.eos_id:
+                new = new[:-1]
+            text = self.tok_decode(new)
+            for stop in until:
+                if stop and stop in text:
+                    text = text[: text.index(stop)]
+            out.append(text)
+        return out

@@ -1,0 +1,104 @@
+"""The lm-evaluation-harness adapter against the real harness, offline, on task YAMLs reading local jsonl."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import jax
+import pytest
+
+from schooner.eval import Task, evaluate_task, score_rolling
+from schooner.model import init, presets
+from schooner.tokenize import train_bpe
+
+lm_eval = pytest.importorskip("lm_eval")
+pytestmark = pytest.mark.slow  # importing the harness and its task machinery: ~3 minutes on 2 cores
+
+ROWS = [
+    {"question": "The quick brown", "choices": ["fox", "dog jumps", "cat"], "gold": 0},
+    {"question": "def add(a, b):", "choices": ["return a + b", "class", "import"], "gold": 0},
+    {"question": "Python is a", "choices": ["snake", "programming language", "fox"], "gold": 1},
+    {"question": "A lazy dog", "choices": ["sleeps", "jumps", "returns"], "gold": 0},
+]
+
+TASK_YAML = """
+task: local_mc
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{gold}}}}"
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+"""
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("harness")
+    texts = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b\n"] * 8
+    tok = train_bpe(texts, vocab_size=280)
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=64,
+    )  # fmt: skip
+    model = init(config, key=jax.random.key(0))
+    data = root / "mc.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "local_mc.yaml").write_text(TASK_YAML.format(path=data))
+    return root, tok, model
+
+
+def test_harness_multiple_choice_equals_schooners_scorer(setup, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+
+    root, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=3)
+    manager = TaskManager(include_path=str(root / "tasks"), include_defaults=False)
+    out = simple_evaluate(model=lm, tasks=["local_mc"], task_manager=manager, log_samples=True)
+    harness = out["results"]["local_mc"]
+    rows = [{"contexts": [r["question"]], "continuations": r["choices"], "gold": r["gold"]} for r in ROWS]
+    path = root / "ours.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ours = evaluate_task(
+        model, tok, Task(name="ours", path=str(path), layout="examples"), keep_documents=True
+    )
+    assert harness["acc,none"] == ours["acc"]
+    assert harness["acc_norm,none"] == ours["acc_norm"]
+    samples = sorted(out["samples"]["local_mc"], key=lambda s: s["doc_id"])
+    for sample, doc in zip(samples, ours["per_document"], strict=True):
+        assert [float(r[0][0]) for r in sample["resps"]] == doc["logprobs"]  # the same bits
+
+
+def test_harness_rolling_and_generation(setup):
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=2)
+    text = "The quick brown fox jumps over the lazy dog. " * 4
+    req = Instance("loglikelihood_rolling", {}, (text,), 0)
+    (got,) = lm.loglikelihood_rolling([req])
+    (want,) = score_rolling(model, [tok.encode(text)], start=tok.bos_id, max_length=64)
+    assert got == want and math.isfinite(got) and got < 0
+    gen = Instance("generate_until", {}, ("The quick", {"until": ["\n"], "max_gen_toks": 8}), 0)
+    (text_out,) = lm.generate_until([gen])
+    assert "\n" not in text_out
+    from schooner.eval import greedy_tokens
+
+    full = tok.decode(greedy_tokens(model, tok.encode("The quick"), 8, eos_id=tok.eos_id))
+    assert full.startswith(text_out)
