@@ -103,6 +103,35 @@ def test_build_contents_split_and_manifest(
     assert build_cache(path, out, tokenizer_path, validation_fraction=0.25, client=local_client) == summary
 
 
+@pytest.mark.parametrize("encoder", ["hf", "tiktoken"])
+def test_threads_of_this_process_and_client_workers_build_identical_caches(
+    records_dir, tokenizer_path, local_client, tmp_path, encoder
+) -> None:
+    path, _ = records_dir
+    here, there = str(tmp_path / "threads"), str(tmp_path / "workers")
+    kw = {"validation_fraction": 0.25, "client": local_client, "encoder": encoder}
+    assert build_cache(path, here, tokenizer_path, **kw)["train_documents"] > 0  # small input: threads
+    build_cache(path, there, tokenizer_path, in_process_below=0, **kw)  # always on the client
+    assert _snapshot(here) == _snapshot(there)
+    # a failing shard is reported alike: a JobError naming the task, with the DataError (file, line) as cause
+    bad = tmp_path / "bad"
+    write_records(_records(6), str(bad), format="jsonl", num_shards=2)
+    last = sorted(bad.glob("part-*.jsonl"))[-1]
+    bad_line = last.read_bytes().count(b"\n") + 1
+    last.write_bytes(last.read_bytes() + b"{not json\n")
+    errors = []
+    for below in (1 << 30, 0):
+        with pytest.raises(JobError, match=r"tokenize-shard\[1\]") as info:
+            build_cache(str(bad), str(tmp_path / f"bad-{below}"), tokenizer_path, client=local_client,
+                        in_process_below=below)  # fmt: skip
+        assert info.value.cause_type == "schooner.data._errors.DataError"
+        assert f"{last}, line {bad_line}: malformed JSON" in str(info.value.__cause__)
+        errors.append(str(info.value).split("\n")[0])
+    assert errors[0] == errors[1]
+    with pytest.raises(ValueError, match="in_process_below must be an integer >= 0"):
+        build_cache(path, str(tmp_path / "x"), tokenizer_path, in_process_below=-1)
+
+
 def test_resume_redoes_only_unfinished_shards_identically(tokenizer_path, local_client, tmp_path) -> None:
     src, straight, resumed = str(tmp_path / "recs"), str(tmp_path / "straight"), str(tmp_path / "resumed")
     write_records(_records(30), src, format="jsonl", num_shards=5)
@@ -126,7 +155,8 @@ import sys
 from schooner.cluster import JobError, LocalClient
 from schooner.tokenize import build_cache
 client = LocalClient(max_workers=1)
-build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, batch_chars=1024, piece_chars=1024)
+build_cache(sys.argv[1], sys.argv[2], sys.argv[3], validation_fraction=0.1, client=client, batch_chars=1024, piece_chars=1024,
+            in_process_below=0)  # on worker processes: they are killed too
 """
 
 

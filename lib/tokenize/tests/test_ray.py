@@ -17,10 +17,10 @@ def test_ray_and_local_clients_build_identical_caches(ray_client, tokenizer_path
     src = str(tmp_path / "recs")
     write_records([make_record(t, source="stdlib") for t in stdlib_texts(24, start=5)], src, num_shards=4)
     on_ray, on_local = str(tmp_path / "ray"), str(tmp_path / "local")
-    build_cache(src, on_ray, tokenizer_path, validation_fraction=0.2, client=ray_client)
+    build_cache(src, on_ray, tokenizer_path, validation_fraction=0.2, client=ray_client, in_process_below=0)
     local = LocalClient(max_workers=2)
     try:
-        build_cache(src, on_local, tokenizer_path, validation_fraction=0.2, client=local)
+        build_cache(src, on_local, tokenizer_path, validation_fraction=0.2, client=local, in_process_below=0)
     finally:
         local.shutdown()
     for split in ("train", "validation"):

@@ -28,6 +28,11 @@ a `tokenizer.json` and accepts it only when each step is the same in both:
 
 Anything else, or `SCHOONER_TOKENIZER_ENCODER=hf`, keeps HF `tokenizers`; the choice and its reason are
 logged and recorded in each cache's manifest.
+
+The checks are a pure function of the tokenizer JSON, so their verdict is kept per fingerprint for the
+life of the process (`for_tokenizer(..., fingerprint=)`), and a process that loaded a file whose
+fingerprint a build has already checked skips them (`checked=True`: for a Llama-3-sized vocabulary they
+take seconds, in every worker).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 logger = logging.getLogger("schooner.tokenize")
 
@@ -59,6 +66,16 @@ _QWEN2 = (
 PATTERNS: dict[str, str] = {"gpt2": _GPT2, "llama3": _LLAMA3, "qwen2": _QWEN2}
 """Pre-tokenizer regexes the fast path accepts (each matches every character, so no text falls between
 matches)."""
+
+# tiktoken's `encode_to_tiktoken_buffer` (ids as one uint32 buffer, no Python int per token) runs its
+# `encode`, which first looks for special tokens: with none it would search an empty pattern at every
+# position. One special token that is never allowed makes that a single search; text containing it is
+# still encoded as ordinary text, exactly as `encode_ordinary` does.
+_SENTINEL = "\x00<|schooner: no special tokens here|>\x00"
+_NO_SPECIAL: frozenset[str] = frozenset()
+_EMPTY_IDS = np.zeros(0, np.uint32)
+_VERDICTS: dict[str, Any] = {}  # fingerprint -> its FastEncoder, or the FastPathRefused saying why not
+_MAX_VERDICTS = 8
 
 
 class FastPathRefused(ValueError):
@@ -242,9 +259,12 @@ def _check_tokens_encode_to_themselves(spec: dict, added: list[dict]) -> None:
                 raise FastPathRefused(f"token {s!r} ({i}) encodes to {got} by its merges, not to itself")
 
 
-def analyse(hf: Any) -> tuple[dict, str]:
+def analyse(hf: Any, *, checks: bool = True) -> tuple[dict, str]:
     """(tiktoken construction arguments, layout name) for a `tokenizers.Tokenizer`, or raise
-    `FastPathRefused` naming the first thing that differs (see the module docstring)."""
+    `FastPathRefused` naming the first thing that differs (see the module docstring).
+
+    `checks=False` skips the checks of merges and tokens (the costly part), for a tokenizer whose exact
+    JSON (same fingerprint) has passed them already; its structure is still read and checked."""
     spec = json.loads(hf.to_str())
     norm = spec.get("normalizer")
     if norm is not None and norm.get("type") != "NFC":
@@ -254,10 +274,11 @@ def analyse(hf: Any) -> tuple[dict, str]:
     _check_model(model)
     added = _added(spec, norm is not None)
     ranks, merges = _ranks(model, added)
-    _check_merges(model, merges, added)
-    if not _merge_closed(model, merges, added):
-        _check_merges_build_up(model, merges)
-    _check_tokens_encode_to_themselves(spec, added)
+    if checks:
+        _check_merges(model, merges, added)
+        if not _merge_closed(model, merges, added):
+            _check_merges_build_up(model, merges)
+        _check_tokens_encode_to_themselves(spec, added)
     if norm is not None:
         layout += "+nfc"
     return {"pat_str": PATTERNS[layout.split("+")[0]], "mergeable_ranks": ranks, "added": added}, layout
@@ -270,11 +291,12 @@ class FastEncoder:
         import tiktoken
 
         self.layout = layout
+        ranks = args["mergeable_ranks"]
         self._core = tiktoken.Encoding(
             f"schooner-{layout}",
             pat_str=args["pat_str"],
-            mergeable_ranks=args["mergeable_ranks"],
-            special_tokens={},
+            mergeable_ranks=ranks,
+            special_tokens={_SENTINEL: max(ranks.values()) + 1},  # never allowed, never emitted
         )._core_bpe
         self._normalize = hf.normalizer.normalize_str if "+nfc" in layout else None
         added = sorted(args["added"], key=lambda t: -len(t["content"]))  # leftmost-longest, as HF matches
@@ -283,23 +305,39 @@ class FastEncoder:
         self._plain_split = any(not special for _, special in self._added.values())
 
     @classmethod
-    def for_tokenizer(cls, hf: Any, force: str | None = None) -> tuple[FastEncoder | None, EncoderChoice]:
+    def for_tokenizer(
+        cls, hf: Any, force: str | None = None, *, fingerprint: str | None = None, checked: bool = False
+    ) -> tuple[FastEncoder | None, EncoderChoice]:
         """The fast encoder for `hf` (or None) and the choice made; `force` (else `$SCHOONER_TOKENIZER_ENCODER`,
-        else "auto") may demand "hf" or "tiktoken" (an error where the fast path does not apply)."""
+        else "auto") may demand "hf" or "tiktoken" (an error where the fast path does not apply).
+
+        With `fingerprint` (of `hf`'s JSON) the verdict is kept for this process and reused (the encoder is
+        immutable and safe to share between threads). `checked=True` says that a tokenizer with this exact
+        JSON passed the checks already (in the process that planned a cache build), so they are skipped.
+        """
         force = force or os.environ.get(ENV) or "auto"
         if force not in ENCODERS:
             raise ValueError(f"encoder must be one of {ENCODERS}, got {force!r} (argument or ${ENV})")
         if force == "hf":
             return None, EncoderChoice("hf", "forced")
-        try:
-            args, layout = analyse(hf)
-        except FastPathRefused as e:
+        verdict = _VERDICTS.get(fingerprint) if fingerprint is not None else None
+        if verdict is None:
+            try:
+                args, layout = analyse(hf, checks=not checked)
+                verdict = cls(hf, args, layout)
+            except FastPathRefused as e:
+                verdict = e
+            if fingerprint is not None:
+                if len(_VERDICTS) >= _MAX_VERDICTS:
+                    _VERDICTS.pop(next(iter(_VERDICTS)))
+                _VERDICTS[fingerprint] = verdict
+        if isinstance(verdict, FastPathRefused):
             if force == "tiktoken":
                 raise FastPathRefused(
-                    f"encoder='tiktoken' was forced but this tokenizer is not supported: {e}"
-                ) from e
-            return None, EncoderChoice("hf", f"fast path refused: {e}")
-        return cls(hf, args, layout), EncoderChoice("tiktoken", f"byte-level BPE, {layout} layout, checked")
+                    f"encoder='tiktoken' was forced but this tokenizer is not supported: {verdict}"
+                ) from verdict
+            return None, EncoderChoice("hf", f"fast path refused: {verdict}")
+        return verdict, EncoderChoice("tiktoken", f"byte-level BPE, {verdict.layout} layout, checked")
 
     def _ordinary(self, text: str) -> list[int]:
         if not text:
@@ -310,6 +348,17 @@ class FastEncoder:
             return self._core.encode_ordinary(text)
         except UnicodeEncodeError:
             raise TypeError("TextInputSequence must be str") from None  # what HF raises for lone surrogates
+
+    def _ordinary_array(self, text: str) -> np.ndarray:
+        """`_ordinary` as a uint32 array, straight from tiktoken's buffer."""
+        if not text:
+            return _EMPTY_IDS
+        try:
+            if self._normalize is not None and not text.isascii():
+                text = self._normalize(text)
+            return np.frombuffer(self._core.encode_to_tiktoken_buffer(text, _NO_SPECIAL), dtype=np.uint32)
+        except UnicodeEncodeError:
+            raise TypeError("TextInputSequence must be str") from None
 
     def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
         """Ids of `text` (no post-processor), identical to HF's `encode(text, add_special_tokens=False)`
@@ -327,6 +376,18 @@ class FastEncoder:
             pos = m.end()
         out += self._ordinary(text[pos:])
         return out
+
+    def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode` of each text (`parse_special=False`) as a uint32 array: no Python object per token."""
+        plain = self._regex is None or not self._plain_split
+        try:
+            if plain:
+                return [self._ordinary_array(t) for t in texts]
+            return [np.array(self.encode(t), dtype=np.uint32) for t in texts]
+        except TypeError:  # a lone surrogate: as `encode_batch` words it
+            raise TypeError(
+                "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]"
+            ) from None
 
     def encode_batch(self, texts: Sequence[str], *, parse_special: bool = False) -> list[list[int]]:
         """`encode` of each text (on this thread: parallelism comes from the caller's processes)."""

@@ -152,7 +152,9 @@ class Tokenizer:
         if self._choice is None:
             from ._fast import FastEncoder
 
-            self._fast, self._choice = FastEncoder.for_tokenizer(self.hf, self._encoder_request)
+            self._fast, self._choice = FastEncoder.for_tokenizer(
+                self.hf, self._encoder_request, fingerprint=self.fingerprint
+            )
             logger.info(
                 "tokenizer %s: encoder %s (%s)", self.source, self._choice.encoder, self._choice.reason
             )
@@ -181,6 +183,28 @@ class Tokenizer:
             return self._fast.encode_batch(texts, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
         return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+
+    def _encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`encode_batch(texts)` as integer arrays (uint32 on the fast path: no Python int per token)."""
+        if self.encoder_choice.encoder == "tiktoken":
+            return self._fast.encode_arrays(texts)
+        return [np.array(ids, dtype=np.int64) for ids in self.encode_batch(texts)]
+
+    def _with_encoder(self, encoder: str | None) -> Tokenizer:
+        """This tokenizer with another encoder request (sharing everything else; this one is unchanged)."""
+        other = object.__new__(Tokenizer)
+        other.__dict__.update(self.__dict__)
+        other._encoder_request, other._fast, other._choice = encoder, None, None
+        return other
+
+    def _use_checked_fast_path(self) -> None:
+        """Take the fast path without re-running its checks: only for a tokenizer whose fingerprint a build
+        has checked (`_encode` does, for the file a build wrote and its workers load)."""
+        from ._fast import FastEncoder
+
+        self._fast, self._choice = FastEncoder.for_tokenizer(
+            self.hf, "tiktoken", fingerprint=self.fingerprint, checked=True
+        )
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         """The text of `ids`."""
