@@ -137,7 +137,8 @@ class Release:
 
 def version_history(name: str, root: Path = ROOT) -> dict[Version, Release]:
     """Every version `name` has had on the current branch, each from its tag when one exists, else from the
-    first commit whose pyproject.toml carries it; plus the working tree's version when no commit has it."""
+    first commit whose pyproject.toml carries it. The working tree's version, unless tagged, is the working tree:
+    an unreleased version is still being written, so the first commit that named it is not what it will be."""
     pkg = get_package(name, root)
     if git(root, "rev-parse", "--is-shallow-repository").strip() == "true":
         raise ToolError(
@@ -159,7 +160,7 @@ def version_history(name: str, root: Path = ROOT) -> dict[Version, Release]:
         except InvalidVersion:
             continue
         out[v] = Release(name, v, tag, f"tag {tag}")
-    if pkg.version not in out:
+    if pkg.version not in out or not out[pkg.version].how.startswith("tag "):
         out[pkg.version] = Release(name, pkg.version, None, "working tree")
     return dict(sorted(out.items()))
 
