@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from schooner.model import RopeConfig, attention, blocked_attention, init, reference_attention
+from schooner.model import LlamaConfig, RopeConfig, attention, blocked_attention, init, reference_attention
 from schooner.model._layers import rope_inv_freq
 from schooner.model._matmul import matmul, named_dot
 
@@ -186,6 +186,25 @@ def test_gradient_checkpointing_does_not_change_gradients(tiny_dense, tokens, po
         np.testing.assert_allclose(x, y, atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("policy", ["full", "nested"])
+def test_gradient_checkpointing_is_applied(policy):
+    """Rematerialisation shows in the compiled gradient: far less live memory than keeping every activation
+    (measured 37.4 MB without, 7.8 MB "full", 9.2 MB "nested" for this model)."""
+    cfg = LlamaConfig(
+        vocab_size=97, hidden_dim=64, intermediate_dim=256, num_layers=4, num_heads=4, num_kv_heads=2,
+        max_seq_len=128, compute_dtype="float32",
+    )  # fmt: skip
+    toks = jax.random.randint(jax.random.PRNGKey(0), (4, 128), 0, 97)
+
+    def temp_bytes(policy: str) -> int:
+        model = init(dataclasses.replace(cfg, gradient_checkpointing=policy), key=jax.random.PRNGKey(0))
+        params, static = eqx.partition(model, eqx.is_array)
+        f = jax.grad(lambda p: jnp.mean(eqx.combine(p, static)(toks) ** 2))
+        return jax.jit(f).lower(params).compile().memory_analysis().temp_size_in_bytes
+
+    assert temp_bytes(policy) < temp_bytes("none") / 3
+
+
 def test_bfloat16_compute_keeps_float32_params_and_logits(tiny_dense, tokens):
     cfg = dataclasses.replace(tiny_dense, compute_dtype="bfloat16")
     model = init(cfg, key=jax.random.PRNGKey(0))
@@ -196,7 +215,10 @@ def test_bfloat16_compute_keeps_float32_params_and_logits(tiny_dense, tokens):
     low = run(model, toks)
     assert low.dtype == jnp.float32
     high = run(init(tiny_dense, key=jax.random.PRNGKey(0)), toks)
-    np.testing.assert_allclose(low, high, atol=0.05)
+    # bf16 keeps 8 significant bits (0.4% per rounding); through two layers the logits (|x| <= 0.49 here)
+    # moved by 0.0021 at most (measured), on both kernel paths. A float32 run would match exactly.
+    err = float(np.abs(np.asarray(low) - np.asarray(high)).max())
+    assert 0 < err < 5e-3
 
 
 def test_llama3_rope_frequencies_follow_the_published_rule():
