@@ -55,10 +55,11 @@ class ExportHfConfig:
 
 
 def train_lm_model_config(handle: StepHandle) -> Any:
-    """The model config of a `train_lm` handle (None for other handles)."""
+    """The model config of a `train_lm` (or `sft`, `dpo`) handle (None for other handles)."""
+    from ._dpo import _run_dpo
     from .steps import _run_train_lm
 
-    return handle.config.model if handle.fn is _run_train_lm else None
+    return handle.config.model if handle.fn in (_run_train_lm, _run_dpo) else None
 
 
 def export_hf(

@@ -55,6 +55,7 @@ def make_train_step(
     microbatches: int,
     lr_schedule: optax.Schedule,
     constrain_batch: Callable[[dict[str, jax.Array]], dict[str, jax.Array]] | None = None,
+    loss: Callable[..., tuple[jax.Array, tuple]] | None = None,
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
     """Build the (unjitted) train step.
 
@@ -64,6 +65,9 @@ def make_train_step(
         microbatches: gradient accumulation factor (the batch's leading dim must divide by it).
         lr_schedule: for logging the learning rate of the step.
         constrain_batch: applied to each microbatch (sharding constraint) inside the step.
+        loss: another objective, `loss(model, microbatch, key) -> (loss, (metrics, balance))` like
+            `schooner.model.loss_and_balance` (metrics hold `"loss"` and `"token_count"`, the weight of the
+            microbatch when accumulating); None: next-token cross-entropy (DPO passes its own).
 
     Returns:
         `train_step(state, batch) -> (state, metrics)`; `batch` holds int `"tokens"` [B, T] and optionally
@@ -84,7 +88,7 @@ def make_train_step(
             key=key,
         )
 
-    grad_fn = eqx.filter_value_and_grad(loss_of, has_aux=True)
+    grad_fn = eqx.filter_value_and_grad(loss if loss is not None else loss_of, has_aux=True)
 
     def grads_and_aux(model: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict, Any]:
         """Gradients, metrics and balancing statistics of the batch (token-weighted over microbatches)."""

@@ -32,6 +32,8 @@ from typing import Any
 from schooner.cluster import ResourceConfig, StepHandle, runtime_field, step
 
 from ._checkpoint import CheckpointConfig
+from ._dpo import dpo as dpo
+from ._dpo import reference_logprobs as reference_logprobs
 from ._export import export_hf as export_hf
 from ._malloc import malloc_env
 from ._mesh import MeshConfig

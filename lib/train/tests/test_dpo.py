@@ -1,0 +1,192 @@
+"""DPO: the losses and their gradients against closed forms in numpy, log 2 at step 0 with the policy
+equal to the reference, sequence log-probs against a numpy softmax of each sequence alone, and the steps
+(tokenized_preferences -> reference_logprobs -> dpo) raising held-out reward accuracy on learnable pairs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from schooner.train._dpo import dpo_loss, make_dpo_loss, score_pairs
+
+
+def _np_log_sigmoid(x: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0.0, -x)
+
+
+def _np_sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def _reference(kind: str, z: np.ndarray, beta: float, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair loss and its derivative in z, written out (TRL's formulas)."""
+    if kind == "sigmoid":
+        loss = -(1 - eps) * _np_log_sigmoid(beta * z) - eps * _np_log_sigmoid(-beta * z)
+        dz = -(1 - eps) * beta * _np_sigmoid(-beta * z) + eps * beta * _np_sigmoid(beta * z)
+    elif kind == "hinge":
+        loss = np.maximum(0.0, 1 - beta * z)
+        dz = np.where(1 - beta * z > 0, -beta, 0.0)
+    else:
+        loss = (z - 1 / (2 * beta)) ** 2
+        dz = 2 * (z - 1 / (2 * beta))
+    return loss, dz
+
+
+@pytest.mark.parametrize(("kind", "eps"), [("sigmoid", 0.0), ("sigmoid", 0.2), ("hinge", 0.0), ("ipo", 0.0)])
+def test_losses_and_gradients_match_the_closed_forms(kind: str, eps: float) -> None:
+    jax.config.update("jax_enable_x64", True)
+    try:
+        rng = np.random.default_rng(0)
+        pc, pr, rc, rr = (rng.normal(-20, 5, 64) for _ in range(4))
+        beta = 0.3
+
+        def mean_loss(pc, pr):
+            losses, _, _ = dpo_loss(
+                pc, pr, jnp.asarray(rc), jnp.asarray(rr), beta=beta, loss_type=kind, label_smoothing=eps
+            )
+            return jnp.mean(losses)
+
+        loss, (g_pc, g_pr) = jax.value_and_grad(mean_loss, argnums=(0, 1))(jnp.asarray(pc), jnp.asarray(pr))
+        z = (pc - rc) - (pr - rr)
+        ref_loss, dz = _reference(kind, z, beta, eps)
+        np.testing.assert_allclose(float(loss), ref_loss.mean(), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(g_pc), dz / z.size, rtol=1e-10, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(g_pr), -dz / z.size, rtol=1e-10, atol=1e-15)
+        _, chosen, rejected = dpo_loss(pc, pr, rc, rr, beta=beta, loss_type=kind)
+        np.testing.assert_allclose(np.asarray(chosen), beta * (pc - rc))
+        np.testing.assert_allclose(np.asarray(rejected), beta * (pr - rr))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
+def _pairs(n: int, seed: int = 0) -> list[dict]:
+    """Learnable preferences: the chosen answer is the sum, the rejected one hedges it."""
+    from schooner.tokenize import preference_record
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        a, b = (int(x) for x in rng.integers(0, 50, 2))
+        out.append(
+            preference_record(
+                prompt=f"What is {a} + {b}? ",
+                chosen=f"{a + b}.",
+                rejected=f"maybe {a + b + 1}, I guess",
+                source="arith",
+                id=f"p{i}",
+            )
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def records(tmp_path_factory) -> str:
+    from schooner.data import write_records
+
+    folder = str(tmp_path_factory.mktemp("prefs") / "records")
+    write_records(_pairs(240), folder, num_shards=2)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pref_cache(records, data_dir, tmp_path_factory) -> str:
+    from schooner.cluster import LocalClient
+    from schooner.tokenize import build_cache
+
+    out = str(tmp_path_factory.mktemp("prefcache") / "out")
+    build_cache(
+        records,
+        out,
+        f"{data_dir}/tokenizer.json",
+        kind="preference",
+        prepend_bos=True,
+        validation_fraction=0.2,
+        client=LocalClient(max_workers=1),
+    )
+    return out
+
+
+def test_sequence_logps_and_log2_at_step_0(nano, pref_cache) -> None:
+    import equinox as eqx
+
+    from schooner.model import init
+    from schooner.tokenize import PreferenceDataset
+
+    model = init(nano(), key=jax.random.PRNGKey(0))
+    ds = PreferenceDataset(f"{pref_cache}/train", seq_len=48)
+    ref = score_pairs(model, ds, batch_size=8)
+
+    # Against a numpy softmax of each sequence alone, over its answer tokens.
+    forward = eqx.filter_jit(lambda m, t: m(t))
+    offsets = ds.cache.offsets()
+    for pair in range(3):
+        for j, role in enumerate(("chosen", "rejected")):
+            d = 2 * pair + j
+            toks = np.asarray(ds.cache.tokens(int(offsets[d]), int(offsets[d + 1])))
+            mask = np.asarray(ds.cache.loss_mask(int(offsets[d]), int(offsets[d + 1])))
+            padded = np.zeros((1, 48), np.int32)
+            padded[0, : toks.size] = toks
+            logits = np.asarray(forward(model, padded), np.float64)[0, : toks.size]
+            logp = logits - logits.max(-1, keepdims=True)
+            logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+            expected = sum(logp[t, toks[t + 1]] for t in range(toks.size - 1) if mask[t + 1])
+            assert ref[f"{role}_logps"][pair] == pytest.approx(expected, rel=1e-5)
+            assert ref[f"{role}_count"][pair] == mask[1:].sum() > 0
+
+    # The policy is the reference: z = 0 everywhere, the sigmoid loss is log 2, rewards 0.
+    from schooner.train._dpo import WithReference
+
+    batch = WithReference(ds, ref).batch(0, 8)
+    loss, (metrics, _) = make_dpo_loss(beta=0.1, loss_type="sigmoid", label_smoothing=0.0)(model, batch, None)
+    assert float(loss) == pytest.approx(math.log(2), abs=1e-6)
+    for k in ("rewards/chosen", "rewards/rejected", "rewards/margins"):
+        assert abs(float(metrics[k])) < 1e-5  # float32 rounding of the same sums, no more
+
+
+@pytest.mark.slow
+def test_dpo_steps_raise_held_out_reward_accuracy(nano, data_dir, records, tmp_path) -> None:
+    from schooner.cluster import StepRunner, lower
+    from schooner.model import init, save_model
+    from schooner.tokenize.steps import tokenized_preferences
+    from schooner.train import AdamConfig
+    from schooner.train.steps import dpo, reference_logprobs
+
+    init_folder = str(tmp_path / "init")
+    save_model(init_folder, init(nano(), key=jax.random.PRNGKey(3)), nano())
+    prefs = tokenized_preferences(
+        "tokenized/prefs", source=records, tokenizer=f"{data_dir}/tokenizer.json", validation_fraction=0.2
+    )
+    ref = reference_logprobs("dpo/ref", init_folder, prefs, seq_len=48, resources=None)
+    tuned = dpo(
+        "checkpoints/dpo",
+        initialize_from=init_folder,
+        reference=ref,
+        preferences=prefs,
+        beta=0.1,
+        batch_size=16,
+        seq_len=48,
+        num_train_steps=40,
+        eval_every=40,
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=4),
+        resources=None,
+    )
+    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([lower(tuned)])
+    summary = result[tuned].result["summary"]
+    ev = summary["eval"]
+    assert ev["eval/rewards/accuracies"] >= 0.9, ev
+    assert ev["eval/loss"] < math.log(2) and ev["eval/rewards/margins"] > 0
+    with open(f"{result[tuned].output_path}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    first = next(r for r in rows if "train/loss" in r)
+    assert first["train/loss"] == pytest.approx(math.log(2), abs=1e-5)  # step 1: the policy is the reference
+    assert {
+        "train/rewards/chosen",
+        "train/rewards/rejected",
+        "train/logps/chosen",
+        "train/logps/rejected",
+    } <= set(first)
