@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from schooner.cluster.pytest_fixtures import local_client as local_client
 from schooner.cluster.pytest_fixtures import ray_client as ray_client
+from schooner.cluster.pytest_fixtures import s3_prefix as s3_prefix
+from schooner.cluster.pytest_fixtures import s3_server as s3_server
 
 
 def make_records(n: int, *, source: str = "test", start: int = 0) -> list[dict]:
