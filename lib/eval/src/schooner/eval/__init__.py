@@ -12,6 +12,9 @@ from ._checkpoint import list_checkpoints as list_checkpoints
 from ._checkpoint import load_checkpoint as load_checkpoint
 from ._generate import generate as generate
 from ._generate import greedy_tokens as greedy_tokens
+from ._kv_generate import SamplingConfig as SamplingConfig
+from ._kv_generate import generate_texts as generate_texts
+from ._kv_generate import generate_tokens as generate_tokens
 from ._layouts import LAYOUTS as LAYOUTS
 from ._loglikelihood import Request as Request
 from ._loglikelihood import Score as Score

@@ -1,0 +1,281 @@
+"""Generation with a KV cache: batched prompts of different lengths, greedy or sampled, stop sequences.
+
+The decoder re-expresses a dense `schooner.model.Transformer` (its own weights, read by axis name) as a
+prefill over the right-padded prompts followed by one-token steps that append each layer's keys and values
+to a cache of `max(prompt) + max_new_tokens` positions. Every row keeps its own positions (RoPE and the
+causal mask use them), so a short prompt in a batch of long ones decodes exactly as it would alone; the
+cache slots after a row's prompt hold padding until decoding overwrites them, and a query never attends past
+its own position. Greedy output equals `greedy_tokens` (which recomputes the whole prefix every token),
+token for token (tested).
+
+Mixture-of-experts models are not supported here (use `greedy_tokens`): a clear error says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How the next token is chosen.
+
+    Attributes:
+        temperature: 0 for greedy (argmax); else logits are divided by it before sampling.
+        top_k: sample among the `top_k` most likely tokens only (None: all).
+        top_p: sample among the smallest set of tokens whose probability reaches `top_p` (None: all).
+        seed: the sampler's seed (the same seed, prompts and model give the same text).
+    """
+
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ValueError(f"top_k must be None or >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be None or in (0, 1], got {self.top_p}")
+
+
+def _weights(model: Any) -> dict[str, Any]:
+    config = model.config
+    if getattr(config, "is_moe", False):
+        raise NotImplementedError(
+            "KV-cache generation supports dense models; use greedy_tokens for an MoE model"
+        )
+    block = model.layers.stacked
+
+    def arr(x: Any, *names: str) -> jax.Array:
+        return x.rearrange(tuple(names)).array
+
+    attn, mlp = block.attn, block.mlp
+    head = model.output_embedding()
+    return {
+        "embed": arr(model.embed, "vocab", "embed"),
+        "head": arr(head, "vocab", "embed"),
+        "final_norm": model.final_norm.array,
+        "layers": {
+            "attn_norm": arr(block.attn_norm, "layers", "embed"),
+            "mlp_norm": arr(block.mlp_norm, "layers", "embed"),
+            "q": arr(attn.q_proj, "layers", "heads", "head_dim", "embed"),
+            "k": arr(attn.k_proj, "layers", "kv_heads", "head_dim", "embed"),
+            "v": arr(attn.v_proj, "layers", "kv_heads", "head_dim", "embed"),
+            "o": arr(attn.o_proj, "layers", "embed", "heads", "head_dim"),
+            "q_norm": None if attn.q_norm is None else arr(attn.q_norm, "layers", "head_dim"),
+            "k_norm": None if attn.k_norm is None else arr(attn.k_norm, "layers", "head_dim"),
+            "gate": arr(mlp.gate, "layers", "mlp", "embed"),
+            "up": arr(mlp.up, "layers", "mlp", "embed"),
+            "down": arr(mlp.down, "layers", "embed", "mlp"),
+        },
+    }
+
+
+def _rms(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    xf = x.astype(jnp.float32)
+    inv = jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (xf * inv * w.astype(jnp.float32).reshape((1,) * (x.ndim - 1) + w.shape)).astype(x.dtype)
+
+
+def _rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None, :].astype(x.dtype) + rotated * sin[:, :, None, :].astype(x.dtype)
+
+
+def _forward(
+    weights: dict[str, Any],
+    cache: tuple[jax.Array, jax.Array],
+    tokens: jax.Array,
+    positions: jax.Array,
+    *,
+    config: Any,
+    dtype: Any,
+) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """Logits float32[B, T, V] of `tokens` at `positions` [B, T], writing their keys/values into the cache."""
+    from schooner.model._layers import rope_cos_sin
+
+    eps, b = config.norm_eps, tokens.shape[0]
+    cache_len = cache[0].shape[2]
+    cos_table, sin_table = rope_cos_sin(cache_len, config.resolved_head_dim, config.rope)
+    cos, sin = cos_table[positions], sin_table[positions]
+    allowed = jnp.arange(cache_len)[None, None, :] <= positions[:, :, None]  # [B, T, S]
+    rows = jnp.arange(b)[:, None]
+    x = weights["embed"].astype(dtype)[tokens]
+
+    def layer(x: jax.Array, scanned: tuple[dict[str, Any], jax.Array, jax.Array]):
+        w, k_cache, v_cache = scanned
+        h = _rms(x, w["attn_norm"], eps)
+        q = jnp.einsum("bte,nde->btnd", h, w["q"].astype(dtype))
+        k = jnp.einsum("bte,kde->btkd", h, w["k"].astype(dtype))
+        v = jnp.einsum("bte,kde->btkd", h, w["v"].astype(dtype))
+        if w["q_norm"] is not None:
+            q, k = _rms(q, w["q_norm"], eps), _rms(k, w["k_norm"], eps)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype))
+        v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype))
+        _, t, n, d = q.shape
+        kv = k_cache.shape[2]
+        qg = q.reshape(b, t, kv, n // kv, d).astype(jnp.float32)
+        scores = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(jnp.float32)) / jnp.sqrt(jnp.float32(d))
+        scores = jnp.where(allowed[:, None, None], scores, jnp.float32(-1e30))
+        probs = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(jnp.float32)).reshape(b, t, n, d)
+        x = x + jnp.einsum("btnd,end->bte", out.astype(dtype), w["o"].astype(dtype))
+        h = _rms(x, w["mlp_norm"], eps)
+        g = jnp.einsum("bte,me->btm", h, w["gate"].astype(dtype))
+        u = jnp.einsum("bte,me->btm", h, w["up"].astype(dtype))
+        x = x + jnp.einsum("btm,em->bte", jax.nn.silu(g) * u, w["down"].astype(dtype))
+        return x, (k_cache, v_cache)
+
+    x, cache = jax.lax.scan(layer, x, (weights["layers"], cache[0], cache[1]))
+    x = _rms(x, weights["final_norm"], eps)
+    logits = jnp.einsum("bte,ve->btv", x, weights["head"].astype(dtype), preferred_element_type=jnp.float32)
+    return logits, cache
+
+
+@eqx.filter_jit
+def _prefill(weights, cache, tokens, lengths, *, config, dtype):
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1])[None, :], tokens.shape)
+    logits, cache = _forward(weights, cache, tokens, positions, config=config, dtype=dtype)
+    return logits[jnp.arange(tokens.shape[0]), lengths - 1], cache
+
+
+@eqx.filter_jit
+def _step(weights, cache, token, position, *, config, dtype):
+    logits, cache = _forward(weights, cache, token[:, None], position[:, None], config=config, dtype=dtype)
+    return logits[:, 0], cache
+
+
+def _choose(logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> np.ndarray:
+    if sampling.temperature == 0.0:
+        return logits.argmax(-1)
+    z = logits.astype(np.float64) / sampling.temperature
+    if sampling.top_k is not None and sampling.top_k < z.shape[-1]:
+        kth = np.sort(z, axis=-1)[:, -sampling.top_k][:, None]
+        z = np.where(z < kth, -np.inf, z)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    if sampling.top_p is not None and sampling.top_p < 1.0:
+        order = np.argsort(-p, axis=-1, kind="stable")
+        sorted_p = np.take_along_axis(p, order, -1)
+        keep_sorted = np.cumsum(sorted_p, -1) - sorted_p < sampling.top_p  # always keeps the top token
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, -1)
+        p = np.where(keep, p, 0.0)
+        p /= p.sum(-1, keepdims=True)
+    return np.array([rng.choice(p.shape[-1], p=row) for row in p])
+
+
+def generate_tokens(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    *,
+    sampling: SamplingConfig = SamplingConfig(),
+    eos_id: int | None = None,
+    stop: Any = None,
+) -> list[list[int]]:
+    """New tokens for each prompt (a batch of any lengths), with a KV cache.
+
+    Args:
+        model: a dense `schooner.model.Transformer`.
+        prompts: token ids of each prompt (each at least one token).
+        max_new_tokens: tokens to generate at most per prompt; prompt + new must fit `max_seq_len`.
+        sampling: greedy (default) or temperature / top-k / top-p sampling with a seed.
+        eos_id: a row stops after producing it (it is included).
+        stop: a callable `stop(row_index, new_ids) -> bool` checked after each token (text stop sequences:
+            see `generate_texts`).
+    """
+    config = model.config
+    from schooner.model import resolve_compute_dtype
+
+    rows = [[int(t) for t in p] for p in prompts]
+    if not rows or any(not r for r in rows):
+        raise ValueError("every prompt needs at least one token (start empty prompts with BOS/EOS)")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    longest = max(len(r) for r in rows)
+    cache_len = longest + max_new_tokens
+    if cache_len > config.max_seq_len:
+        raise ValueError(
+            f"the longest prompt ({longest} tokens) plus max_new_tokens={max_new_tokens} exceeds the model's "
+            f"max_seq_len={config.max_seq_len}; shorten the prompt or generate fewer tokens"
+        )
+    if max_new_tokens == 0:
+        return [[] for _ in rows]
+    dtype = resolve_compute_dtype(config)
+    weights = _weights(model)
+    b = len(rows)
+    shape = (config.num_layers, b, cache_len, config.num_kv_heads, config.resolved_head_dim)
+    cache = (jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
+    tokens = np.zeros((b, longest), np.int32)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = r
+    lengths = np.array([len(r) for r in rows], np.int32)
+    logits, cache = _prefill(
+        weights, cache, jnp.asarray(tokens), jnp.asarray(lengths), config=config, dtype=dtype
+    )
+    rng = np.random.default_rng(sampling.seed)
+    new: list[list[int]] = [[] for _ in rows]
+    done = np.zeros(b, bool)
+    for step in range(max_new_tokens):
+        chosen = _choose(np.asarray(logits), sampling, rng)
+        for i in range(b):
+            if not done[i]:
+                new[i].append(int(chosen[i]))
+                if (eos_id is not None and chosen[i] == eos_id) or (stop is not None and stop(i, new[i])):
+                    done[i] = True
+        if done.all() or step == max_new_tokens - 1:
+            break
+        position = jnp.asarray(lengths + step, jnp.int32)
+        logits, cache = _step(
+            weights, cache, jnp.asarray(chosen, jnp.int32), position, config=config, dtype=dtype
+        )
+    return new
+
+
+def generate_texts(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_new_tokens: int = 64,
+    *,
+    sampling: SamplingConfig = SamplingConfig(),
+    stop: Sequence[str] = (),
+    stop_at_eos: bool = True,
+) -> list[str]:
+    """Continuations of text prompts (batched, KV cache), each cut before its first stop sequence.
+
+    Example:
+        >>> generate_texts(model, tok, ["def ", "The"], 32, sampling=SamplingConfig(temperature=0.8, top_p=0.9))
+    """
+    from ._loglikelihood import start_id
+
+    ids = [list(tokenizer.encode(p)) or [start_id(tokenizer)] for p in prompts]
+    eos = getattr(tokenizer, "eos_id", None) if stop_at_eos else None
+    stops = [s for s in stop if s]
+
+    def hit(_: int, new: list[int]) -> bool:
+        return bool(stops) and any(s in tokenizer.decode(new) for s in stops)
+
+    out = []
+    for row in generate_tokens(
+        model, ids, max_new_tokens, sampling=sampling, eos_id=eos, stop=hit if stops else None
+    ):
+        if eos is not None and row and row[-1] == eos:
+            row = row[:-1]
+        text = tokenizer.decode(row)
+        cuts = [text.index(s) for s in stops if s in text]
+        out.append(text[: min(cuts)] if cuts else text)
+    return out

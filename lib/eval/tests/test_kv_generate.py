@@ -1,0 +1,70 @@
+"""KV-cache generation: greedy equals recomputing the prefix, batching, sampling, stop sequences."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.eval import SamplingConfig, generate_texts, generate_tokens, greedy_tokens
+from schooner.model import RopeConfig, init, presets
+from schooner.tokenize import train_bpe
+
+
+def _model(**changes):
+    small = dict(
+        vocab_size=97, num_layers=2, hidden_dim=32, intermediate_dim=64, num_heads=4, num_kv_heads=2, max_seq_len=64
+    )  # fmt: skip
+    config = dataclasses.replace(presets.llama_nano, **{**small, **changes})
+    # larger weights than the default init, so the argmax is decided by the context, not by near-ties
+    return init(dataclasses.replace(config, initializer_range=0.3), key=jax.random.key(1))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"qk_norm": True, "tie_embeddings": False},
+        {"rope": RopeConfig(theta=500000.0, kind="llama3", factor=8.0, original_max_position_embeddings=16)},
+    ],
+)
+def test_greedy_with_the_cache_equals_recomputing_the_prefix(changes):
+    model = _model(**changes)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, 97, n).tolist() for n in (1, 5, 17)]
+    got = generate_tokens(model, prompts, 20)
+    for prompt, tokens in zip(prompts, got, strict=True):
+        assert tokens == greedy_tokens(model, prompt, 20)
+
+
+def test_a_prompt_decodes_the_same_alone_and_in_a_batch():
+    model = _model()
+    prompts = [[3, 4, 5], [7] * 30, [9, 2]]
+    batch = generate_tokens(model, prompts, 12, eos_id=5)
+    for prompt, row in zip(prompts, batch, strict=True):
+        assert row == generate_tokens(model, [prompt], 12, eos_id=5)[0]
+        assert 5 not in row[:-1]
+
+
+def test_sampling_is_seeded_and_respects_top_k():
+    model = _model()
+    prompts = [[1, 2, 3], [4]]
+    a = generate_tokens(model, prompts, 15, sampling=SamplingConfig(temperature=1.0, seed=3))
+    assert a == generate_tokens(model, prompts, 15, sampling=SamplingConfig(temperature=1.0, seed=3))
+    assert a != generate_tokens(model, prompts, 15, sampling=SamplingConfig(temperature=1.0, seed=4))
+    greedy = generate_tokens(model, prompts, 15)
+    assert generate_tokens(model, prompts, 15, sampling=SamplingConfig(temperature=1.0, top_k=1)) == greedy
+    assert generate_tokens(model, prompts, 15, sampling=SamplingConfig(temperature=1.0, top_p=1e-9)) == greedy
+
+
+def test_text_generation_cuts_at_stop_sequences_and_checks_lengths():
+    tok = train_bpe(["The quick brown fox jumps over the lazy dog.\n"] * 8, vocab_size=280)
+    model = _model(vocab_size=tok.vocab_size)
+    free = generate_texts(model, tok, ["The", "fox"], 20, stop_at_eos=False)
+    stopped = generate_texts(model, tok, ["The", "fox"], 20, stop=["o"], stop_at_eos=False)
+    for a, b in zip(free, stopped, strict=True):
+        assert a.startswith(b) and "o" not in b
+    with pytest.raises(ValueError, match="exceeds the model's max_seq_len=64"):
+        generate_tokens(model, [[1] * 60], 10)
