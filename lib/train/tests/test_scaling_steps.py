@@ -24,7 +24,9 @@ from schooner.train.scaling import (
 from schooner.train.steps import train_lm
 
 RULES = ScalingRecipe(
-    family=ModelFamily(vocab_size=320, min_width=16, max_width=64),
+    family=ModelFamily(
+        vocab_size=320, min_width=16, max_width=64, width_per_layer=64
+    ),  # one layer: fewer, faster compiles
     batch=BatchRule(base_sequences=8, minimum=8, maximum=8),
     seq_len=32,
     min_steps=20,
