@@ -1,7 +1,7 @@
 """Exact resume: 20 steps straight versus 10 steps, `kill -9` during the second checkpoint write, resume.
 
 Identical losses at every step and identical final parameters and optimizer state (bitwise, on CPU).
-The kill test is marked slow; the default run checks resuming a finished run (restore path).
+The kill test is marked slow; the default run resumes a run stopped mid-way (its last checkpoint removed).
 """
 
 from __future__ import annotations
@@ -104,18 +104,41 @@ def test_kill_during_checkpoint_write_then_resume_is_exact(data_dir, tmp_path, r
         np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
 
 
-def test_resume_of_a_finished_run_does_nothing(data_dir, tmp_path) -> None:
-    config = _load(RUN)
-    out = str(tmp_path / "done")
-    cfg = config(data_dir, out)
+def test_resume_mid_run_is_exact(data_dir, tmp_path, read_losses) -> None:
+    """Stopped after step 3's checkpoint (its later checkpoint gone, as after a crash) and resumed: the same
+    losses at every step and the same final parameters and optimizer state as a run straight through."""
     import dataclasses
+    import shutil
 
-    cfg = dataclasses.replace(
-        cfg,
-        num_train_steps=2,
-        optimizer=dataclasses.replace(cfg.optimizer, warmup=0),
-        checkpoint=dataclasses.replace(cfg.checkpoint, every=1),
-    )
-    train(cfg)
-    summary = train(cfg)
-    assert summary["start_step"] == 2 and summary["resumed_from"].endswith("step-000002")
+    import jax
+
+    from schooner.model import load_model, load_pytree
+
+    config = _load(RUN)
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+
+    def cfg(out: str):
+        c = config(data_dir, out)
+        return dataclasses.replace(
+            c, num_train_steps=6, checkpoint=dataclasses.replace(c.checkpoint, every=3, keep_last=5)
+        )
+
+    train(cfg(straight))
+    train(cfg(resumed))
+    shutil.rmtree(f"{resumed}/step-000006")  # the run "died" after writing step 3's checkpoint
+    summary = train(cfg(resumed))
+    assert summary["start_step"] == 3 and summary["resumed_from"].endswith("step-000003")
+    a, b = read_losses(straight), read_losses(resumed)
+    assert sorted(a) == sorted(b) == list(range(1, 7)) and a == b
+    ma, _ = load_model(f"{straight}/step-000006")
+    mb, _ = load_model(f"{resumed}/step-000006")
+    for x, y in zip(jax.tree.leaves(ma), jax.tree.leaves(mb), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    sa = load_pytree(f"{straight}/step-000006/train_state")
+    sb = load_pytree(f"{resumed}/step-000006/train_state")
+    assert sa.keys() == sb.keys() and len(sa) > 3
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+    # A finished run resumes to nothing.
+    again = train(cfg(resumed))
+    assert again["start_step"] == 6 and again["resumed_from"].endswith("step-000006")
