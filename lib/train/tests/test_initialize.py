@@ -4,6 +4,7 @@ and a fresh optimizer; mismatching architectures are refused naming the field; t
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import numpy as np
@@ -57,6 +58,12 @@ def test_a_run_starts_from_the_source_weights_with_a_fresh_optimizer(
     out = str(tmp_path / "ft")
     summary = train(_config(nano, data_dir, out, num_train_steps=1, seed=5, initialize_from=source_run))
     assert summary["initialized_from"] == f"{source_run}/step-000002"
+    # The parameter count (run.json, the summary, the log) is the arrays' total size.
+    total = sum(x.size for x in _leaves(src))
+    expected_counts = {"total": total, "non_embedding": total - src.embed.array.size}
+    assert summary["parameters"] == expected_counts
+    with open(f"{out}/run.json") as f:
+        assert json.load(f)["parameters"] == expected_counts
     batch = MixtureDataset({f"{data_dir}/train": 1.0}, seq_len=32, seed=5).batch(0, 8)
     expected, _ = loss_fn(
         src,

@@ -13,6 +13,8 @@ from ._config import BatchSchedule as BatchSchedule
 from ._config import DataConfig as DataConfig
 from ._config import TrainConfig as TrainConfig
 from ._config import check_run as check_run
+from ._dpo import dpo_loss as dpo_loss
+from ._dpo import score_pairs as score_pairs
 from ._loop import NonFiniteLossError as NonFiniteLossError
 from ._loop import train as train
 from ._malloc import malloc_env as malloc_env
@@ -29,6 +31,7 @@ from ._optim import describe_param_groups as describe_param_groups
 from ._optim import muon_dimension_numbers as muon_dimension_numbers
 from ._progress import Progress as Progress
 from ._schedule import build_schedule as build_schedule
+from ._sft import ChatEvaluator as ChatEvaluator
 from ._step import TrainState as TrainState
 from ._step import build_optimizer as build_optimizer
 from ._step import init_state as init_state

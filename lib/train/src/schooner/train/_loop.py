@@ -301,7 +301,12 @@ class _Run:
             "devices": [str(d) for d in jax.devices()],
             "mesh": cfg.mesh.shape(len(jax.devices())),
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "parameters": parameter_counts(self.model_config),
         }
+        logger.info(
+            f"model: {run_info['parameters']['total']:,} parameters "
+            f"({run_info['parameters']['non_embedding']:,} non-embedding)"
+        )
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
             with (
@@ -340,6 +345,7 @@ class _Run:
         summary: dict[str, Any] = {
             "resumed_from": self.resumed_from,
             "initialized_from": self.initialized_from,
+            "parameters": run_info["parameters"],
             "start_step": self.start_step,
             "steps": total,
             "peak_flops": peak,
@@ -481,6 +487,18 @@ class _Run:
             ev = evaluator(self.state.model)
         logger.info("eval: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
         return ev
+
+
+def parameter_counts(model_config: Any) -> dict[str, int]:
+    """`{"total", "non_embedding"}`: the model's scalars, and those outside the embedding and output head."""
+    from schooner.model import num_parameters
+
+    total = num_parameters(model_config)
+    tables = 1 if model_config.tie_embeddings else 2
+    return {
+        "total": total,
+        "non_embedding": total - tables * model_config.vocab_size * model_config.hidden_dim,
+    }
 
 
 def _fs_open(path: str) -> Any:
