@@ -40,10 +40,14 @@ from schooner.train import (
 MESH = MeshConfig(data=2, fsdp=2, tensor=2)  # batch over processes, parameters sharded within and across
 
 
-def make_config(nano, data_dir: str, out: str, *, steps: int, every: int | None) -> TrainConfig:
+def make_config(
+    nano, data_dir: str, out: str, *, steps: int, every: int | None, evaluate: bool = False
+) -> TrainConfig:
+    validation = {"val": f"{data_dir}/validation"} if evaluate else {}
     return TrainConfig(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation=validation, eval_max_tokens=2048),
+        eval_every=2 if evaluate else None,
         output_path=out,
         batch_size=8,
         num_train_steps=steps,
@@ -128,7 +132,7 @@ def test_two_processes_train_exactly_as_one_and_read_half_the_data(
     read_losses,
 ) -> None:
     steps = 4
-    one = make_config(nano, data_dir, str(tmp_path / "one"), steps=steps, every=None)
+    one = make_config(nano, data_dir, str(tmp_path / "one"), steps=steps, every=None, evaluate=True)
     two = dataclasses.replace(one, output_path=str(tmp_path / "two"))
     summary_one = train(one)  # this process: 1 process x 8 devices
     summary_two = run_gang(local_client, two, spy=str(tmp_path))  # 2 processes x 4 devices
@@ -138,6 +142,11 @@ def test_two_processes_train_exactly_as_one_and_read_half_the_data(
     print(f"2x4 vs 1x8 loss difference per step, in ulp: {ulps}")
     np.testing.assert_allclose(list(losses_two.values()), list(losses_one.values()), rtol=LOSS_RTOL, atol=0)
     assert summary_one["final_loss"] == losses_one[steps] and summary_two["final_loss"] == losses_two[steps]
+    # Evaluation (at step 2 and at the end): every process scores its rows, process 0 gathers and reports.
+    assert summary_one["eval"].keys() == summary_two["eval"].keys() and "eval/val/loss" in summary_one["eval"]
+    print(f"eval 2x4 {summary_two['eval']} vs 1x8 {summary_one['eval']}")
+    for k, v in summary_one["eval"].items():
+        assert summary_two["eval"][k] == pytest.approx(v, rel=1e-6), k
     # The final checkpoint, written by both processes (each its own shards), matches the 1-process one.
     ck_one, ck_two = latest_checkpoint(one.output_path), latest_checkpoint(two.output_path)
     assert ck_one is not None and ck_two is not None and ck_one[0] == ck_two[0] == steps

@@ -124,7 +124,8 @@ class StreamScorer:
         table = self.byte_lengths
         for batch in self._batches(stream):
             nll = np.asarray(
-                token_nll(model, self._place(batch.tokens), self._place(batch.segment_ids)), np.float64
+                _gathered(token_nll(model, self._place(batch.tokens), self._place(batch.segment_ids))),
+                np.float64,
             )
             for r in range(batch.num_real):
                 mask = batch.target_mask[r]
@@ -156,3 +157,12 @@ class StreamScorer:
     def __call__(self, model: Any) -> dict[str, dict[str, Any]]:
         """The scores of every stream, by name (see :meth:`score`)."""
         return {name: self.score(model, name) for name in self.streams}
+
+
+def _gathered(x: jax.Array) -> Any:
+    """`x` whole on this process: on several processes (multi-host) its rows are spread over all of them."""
+    if x.is_fully_addressable:
+        return x
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(x, tiled=True)
