@@ -143,3 +143,25 @@ def test_train_lm_takes_the_model_config_from_the_source(nano, data_dir, source_
     assert h.config.initialize_from == source_run
     with pytest.raises(ValueError, match="give model="):
         train_lm("ft", datasets={f"{data_dir}/train": 1.0}, batch_size=8, seq_len=32, num_train_steps=1)
+
+
+def test_schooner_export_hf_on_the_command_line(nano, data_dir, source_run, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from schooner.model import import_hf, load_model
+    from schooner.tokenize import load_tokenizer
+
+    out = tmp_path / "hf"
+    cmd = [sys.executable, "-m", "schooner.cluster.cli", "export-hf", source_run, str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    tok = load_tokenizer(f"{data_dir}/tokenizer.json")  # found through the run's run.json
+    with open(out / "config.json") as f:
+        hf_config = json.load(f)
+    assert (hf_config["eos_token_id"], hf_config.get("bos_token_id")) == (tok.eos_id, tok.bos_id)
+    assert (out / "tokenizer.json").exists() and (out / "generation_config.json").exists()
+    src, _ = load_model(f"{source_run}/step-000002")
+    model, _ = import_hf(out)
+    for a, b in zip(_leaves(model), _leaves(src), strict=True):
+        np.testing.assert_array_equal(a, b)
