@@ -1,20 +1,29 @@
 """Token cache and loader throughput, each next to its peer measured in the same run.
 
-1. Cache build (records -> `train/`+`validation/` tensorstore caches, end to end on a 2-worker
-   LocalClient: read .jsonl.zst shards, encode, split, write parts, merge) with each encoder (HF
-   `tokenizers` and the tiktoken fast path), next to bare HF `encode_batch` and bare tiktoken on the same
-   texts, one thread each, in MB of text per CPU-second (per core; independent of how busy the machine
-   is). Goals: build with tiktoken >= 3x bare HF and >= 0.9x bare tiktoken; both caches byte-identical.
+1. Cache build (records -> `train/`+`validation/` tensorstore caches, end to end: read .jsonl.zst shards,
+   encode, split, write parts, merge, manifests) with each encoder (HF `tokenizers` and the tiktoken fast
+   path), next to the bare encoders on the same texts, in MB of text per CPU-second (user + system of
+   this process and its workers: per core, and much less sensitive than wall clock to a busy machine).
+   Peers: bare HF `encode_batch` on one thread (TOKENIZERS_PARALLELISM=false, ids materialised); bare
+   tiktoken `encode_ordinary` on one thread, and on `--workers` threads as tiktoken's own
+   `encode_ordinary_batch` runs it (a thread pool over the texts): the peer at the build's parallelism.
+   The build runs on `--workers` threads of this process (inputs under `build_cache`'s in_process_below)
+   and, as a further line, on `--workers` LocalClient worker processes (`in_process_below=0`).
+   Goals: build with tiktoken >= 3x bare HF and >= 0.9x bare tiktoken; both caches byte-identical.
+   Each tiktoken figure is the best of `--repeat` interleaved runs (the HF ones, far from their goal,
+   run once): on a shared machine other processes inflate CPU-seconds by cache and memory contention.
 2. `DataLoader` batches/s (MixtureDataset over two caches, prefetch threads, device placement) for the
    tutorial's training shape, next to the training steps/s that shape allows (a jitted fwd+bwd+Adam step
    of `llama_nano`). Target: >= 20x.
 
-Usage: uv run python benchmarks/tokenize_throughput.py [--mb 100] [--workers 2] [--out /tmp/bench] [--no-loader]
+Usage: uv run python benchmarks/tokenize_throughput.py [--mb 100] [--workers 2] [--repeat 3] [--out /tmp/bench]
+       [--no-loader]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import os
 import resource
@@ -50,14 +59,20 @@ def corpus(target_bytes: int) -> list[dict]:
     return out
 
 
-def _build(src: str, out: str, tok, encoder: str, workers: int) -> tuple[dict, float, float]:
+def _build(
+    src: str, out: str, tok, encoder: str, workers: int, in_process: bool
+) -> tuple[dict, float, float]:
     from schooner.cluster import LocalClient
     from schooner.tokenize import build_cache
 
+    shutil.rmtree(out, ignore_errors=True)
     client = LocalClient(max_workers=workers)
+    below = {} if in_process else {"in_process_below": 0}
     t, c = time.perf_counter(), _cpu(children=True)
     try:
-        summary = build_cache(src, out, tok, validation_fraction=0.01, client=client, encoder=encoder)
+        summary = build_cache(
+            src, out, tok, validation_fraction=0.01, client=client, encoder=encoder, **below
+        )
         wall = time.perf_counter() - t
     finally:
         client.shutdown()  # waits for the workers, so their CPU time lands in RUSAGE_CHILDREN
@@ -94,47 +109,72 @@ def bench_build(args: argparse.Namespace, work: str) -> tuple[str, object]:
     src = os.path.join(work, "records")
     write_records(records, src, format="jsonl.zst", num_shards=args.shards)
     texts = [r["text"] for r in records]
+    del records
     tok = train_bpe(texts[:1200], vocab_size=4096)
     print(
-        f"corpus: {len(records)} documents, {n_bytes / 1e6:.1f} MB of text, {args.shards} shards; vocab 4096; "
-        f"fast path: {tok.encoder_choice.reason}"
+        f"corpus: {len(texts)} documents, {n_bytes / 1e6:.1f} MB of text, {args.shards} shards; vocab 4096; "
+        f"fast path: {tok.encoder_choice.reason}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     mb = n_bytes / 1e6
-
-    # Bare encoders on this process, one thread each (per core), ids materialised.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    c = _cpu()
-    n_bare = 0
-    for i in range(0, len(texts), 512):
-        batch = tok._hf_plain.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
-        n_bare += sum(len(e.ids) for e in batch)
-    hf_cpu = _cpu() - c
     core = tok._fast._core if tok._fast is not None else None
-    c = _cpu()
-    n_tt = sum(len(core.encode_ordinary(t)) for t in texts)
-    tt_cpu = _cpu() - c
-    assert n_tt == n_bare, (n_tt, n_bare)
-    del texts, records
+    w = args.workers
 
-    rates = {"bare HF encode_batch": mb / hf_cpu, "bare tiktoken": mb / tt_cpu}
-    outs = {}
-    for enc in ("hf", "tiktoken"):
-        out = os.path.join(work, f"cache-{enc}")
-        summary, wall, cpu = _build(src, out, tok, enc, args.workers)
-        n_docs = summary["train_documents"] + summary["validation_documents"]
-        assert summary["train_tokens"] + summary["validation_tokens"] == n_bare + n_docs
-        rates[f"cache build, {enc} encoder"] = mb / cpu
-        outs[enc] = out
-        print(f"cache build ({enc}): {wall:.1f} s wall, {cpu:.1f} CPU-s, {args.workers} workers")
+    def bare_hf() -> int:
+        n = 0
+        for i in range(0, len(texts), 512):
+            batch = tok._hf_plain.encode_batch_fast(texts[i : i + 512], add_special_tokens=False)
+            n += sum(len(e.ids) for e in batch)
+        return n
+
+    def bare_tiktoken() -> int:
+        return sum(len(core.encode_ordinary(t)) for t in texts)
+
+    def bare_tiktoken_threads() -> int:  # tiktoken's encode_ordinary_batch(texts, num_threads=w)
+        with concurrent.futures.ThreadPoolExecutor(w) as pool:
+            return sum(len(ids) for ids in pool.map(core.encode_ordinary, texts))
+
+    def timed(fn) -> tuple[float, int]:
+        c = _cpu()
+        n = fn()
+        return _cpu() - c, n
+
+    cpu: dict[str, float] = {}
+    outs = {"hf": os.path.join(work, "cache-hf"), "tiktoken": os.path.join(work, "cache-tiktoken"),
+            "workers": os.path.join(work, "cache-workers")}  # fmt: skip
+    cpu["bare HF encode_batch, 1 thread"], n_bare = timed(bare_hf)
+    summary, wall, cpu["cache build, hf encoder"] = _build(src, outs["hf"], tok, "hf", w, True)
+    print(f"cache build (hf): {wall:.1f} s wall, {cpu['cache build, hf encoder']:.1f} CPU-s, {w} threads")
+    n_docs = summary["train_documents"] + summary["validation_documents"]
+    assert summary["train_tokens"] + summary["validation_tokens"] == n_bare + n_docs
+    names = ("bare tiktoken, 1 thread", f"bare tiktoken, {w} threads", "cache build, tiktoken encoder",
+             f"cache build, tiktoken, {w} worker processes")  # fmt: skip
+    for rep in range(args.repeat):
+        for name in names:
+            if name.startswith("bare"):
+                got, n = timed(bare_tiktoken if name.endswith("1 thread") else bare_tiktoken_threads)
+                assert n == n_bare, (name, n, n_bare)
+            else:
+                out = outs["tiktoken" if name.endswith("encoder") else "workers"]
+                summary, wall, got = _build(src, out, tok, "tiktoken", w, name.endswith("encoder"))
+                assert summary["train_tokens"] + summary["validation_tokens"] == n_bare + n_docs
+                print(f"{name} (run {rep + 1}): {wall:.1f} s wall, {got:.1f} CPU-s")
+            cpu[name] = min(got, cpu.get(name, got))
+    rates = {name: mb / c for name, c in cpu.items()}
     for name, r in rates.items():
-        print(f"{name:32s}: {r:7.2f} MB per CPU-second")
-    fast = rates["cache build, tiktoken encoder"]
+        print(f"{name:44s}: {r:7.2f} MB per CPU-second")
+    fast, hf = rates["cache build, tiktoken encoder"], rates["bare HF encode_batch, 1 thread"]
+    tt1, ttw = rates["bare tiktoken, 1 thread"], rates[f"bare tiktoken, {w} threads"]
+    procs = rates[f"cache build, tiktoken, {w} worker processes"]
+    identical = _arrays_equal(outs["hf"], outs["tiktoken"]) and _arrays_equal(outs["hf"], outs["workers"])
     print(
-        f"cache build (tiktoken) / bare HF : {fast / rates['bare HF encode_batch']:.2f}x (goal >= 3x)\n"
-        f"cache build (tiktoken) / bare tiktoken: {fast / rates['bare tiktoken']:.2f}x (goal >= 0.9x)\n"
-        f"cache build (hf) / bare HF         : {rates['cache build, hf encoder'] / rates['bare HF encode_batch']:.2f}x\n"
-        f"caches byte-identical: {_arrays_equal(outs['hf'], outs['tiktoken'])}; load average "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (CPU-seconds do not depend on the load; wall clock does)"
+        f"cache build (tiktoken) / bare HF, 1 thread        : {fast / hf:.2f}x (goal >= 3x)\n"
+        f"cache build (tiktoken) / bare tiktoken, {w} threads : {fast / ttw:.2f}x (goal >= 0.9x)\n"
+        f"cache build (tiktoken) / bare tiktoken, 1 thread  : {fast / tt1:.2f}x\n"
+        f"cache build on {w} worker processes / bare tiktoken, {w} threads: {procs / ttw:.2f}x\n"
+        f"cache build (hf) / bare HF, 1 thread              : {rates['cache build, hf encoder'] / hf:.2f}x\n"
+        f"caches byte-identical (hf, tiktoken, tiktoken on workers): {identical}; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     return outs["tiktoken"], TokenCache.open(os.path.join(outs["tiktoken"], "train"))
 
@@ -209,6 +249,7 @@ def main() -> None:
     p.add_argument("--mb", type=float, default=100.0, help="MB of text to tokenize")
     p.add_argument("--shards", type=int, default=16)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=3, help="runs of each tiktoken figure (the best is kept)")
     p.add_argument("--seq-len", type=int, default=256)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--loader-batches", type=int, default=400)

@@ -111,7 +111,7 @@ class _PartWriter:
         self._flush()
         if tokens.size:
             self._f["tokens"].write(tokens.view(np.uint8))
-            self.sha.update(tokens.astype("<i4").view(np.uint8))
+            self.sha.update(tokens.astype("<i4", copy=False).view(np.uint8))
             self.tokens += tokens.size
             self.max_id = max(self.max_id, int(tokens.max()))
         self.lengths.extend(lengths)
