@@ -204,8 +204,8 @@ class MoEConfig(LlamaConfig):
     """A Llama-style decoder whose MLPs are mixtures of experts (Mixtral / DeepSeek-MoE style).
 
     ``intermediate_dim`` is the width of ONE expert. Routing selects ``num_experts_per_token`` of
-    ``num_experts`` experts per token from router scores (plus the non-gradient balancing bias when
-    ``load_balancing="quantile"``); combine weights come from the unbiased scores.
+    ``num_experts`` experts per token by router logit plus a non-gradient bias (set by quantile balancing,
+    0 otherwise); combine weights come from the unbiased scores.
 
     Attributes:
         num_experts: routed experts per layer.
@@ -214,13 +214,13 @@ class MoEConfig(LlamaConfig):
         shared_intermediate_dim: width of the shared expert MLP; ``None`` means ``intermediate_dim``.
         router_activation: ``"softmax"`` (softmax over all experts, Mixtral) or ``"sigmoid"`` (DeepSeek-V3).
         normalize_topk: renormalise the k combine weights to sum to 1.
-        load_balancing: ``"quantile"`` (gradient-free router bias from per-expert quantiles of the
-            selection margins, see ``_moe.py``),
-            ``"aux_loss"`` (classic Switch/GShard auxiliary loss), or ``"none"``.
+        load_balancing: ``"quantile"`` (a gradient-free router bias set after every step so that each
+            expert gets its share; see ``_balancing.py``), ``"aux_loss"`` (classic Switch/GShard auxiliary
+            loss), or ``"none"``.
         aux_loss_weight: weight of the auxiliary load-balancing loss (used when ``load_balancing="aux_loss"``).
         router_z_loss_weight: weight of the router z-loss (mean squared logsumexp of router logits).
-        router_bias_rate: step size of the quantile-balancing bias update, in (0, 1]; 1 jumps each
-            expert (others held fixed) to the bias giving it exactly its share of this batch.
+        router_bias_rate: fraction of each batch's balancing shift applied to the bias, in (0, 1]; 1 (the
+            default) moves the bias to the one that balanced the last batch exactly.
         capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
             each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
     """
@@ -234,7 +234,7 @@ class MoEConfig(LlamaConfig):
     load_balancing: str = "quantile"
     aux_loss_weight: float = 0.01
     router_z_loss_weight: float = 0.001
-    router_bias_rate: float = 0.1
+    router_bias_rate: float = 1.0
     capacity_factor: float | None = None
     type: str = "moe"
 
