@@ -21,6 +21,7 @@ log-probs. With the policy equal to the reference, `z = 0` and the sigmoid loss 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -440,6 +441,10 @@ def dpo(
         name=name,
     )
     _train_config(config, "<not yet known>", "<preferences>")  # validate now
+    if resources is not None:  # glibc's huge-page malloc tunable, as train_lm's jobs get it
+        from ._malloc import malloc_env
+
+        resources = dataclasses.replace(resources, env={**resources.env, **malloc_env(resources.env)})
     return make_step(
         name,
         _run_dpo,
