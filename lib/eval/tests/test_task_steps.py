@@ -12,7 +12,7 @@ import pytest
 
 from schooner.cluster import StepRunner
 from schooner.data import read_shards
-from schooner.eval import Task, bundled_suite, evaluate_task
+from schooner.eval import SamplingConfig, Task, bundled_suite, evaluate_task, generate_texts
 from schooner.eval._bundled import Unigram
 from schooner.eval._taskspec import load_examples
 from schooner.eval.steps import evaluate, task_texts
@@ -79,7 +79,8 @@ def test_evaluate_step_scores_tasks_and_bundled_suites(run, tmp_path):
     root, tok, task = run
     handle = evaluate(
         "eval/tasks", checkpoint=str(root / "ckpt"), tokenizer=str(root / "tok"), seq_len=32,
-        tasks=[task, "bundled"], prompts=(), task_batch_size=4,
+        tasks=[task, "bundled"], prompts=("The",), max_new_tokens=6, task_batch_size=4,
+        sampling=SamplingConfig(temperature=0.8, seed=2),
     )  # fmt: skip
     outcome = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([handle])[handle]
     results = json.loads((Path(outcome.output_path) / "results.json").read_text())
@@ -93,13 +94,19 @@ def test_evaluate_step_scores_tasks_and_bundled_suites(run, tmp_path):
     assert summary["chance"] == pytest.approx(0.25) and "unigram_acc" in summary["reference"]
     assert summary["documents"] == 200
     assert math.isfinite(summary["acc_stderr"])
+    (sample,) = results["samples"]
+    assert (
+        sample["sampled"]
+        == generate_texts(model, tok, ["The"], 6, sampling=SamplingConfig(temperature=0.8, seed=2))[0]
+    )
+    assert results["parameters"] == outcome.result["parameters"] > 0
 
 
 def test_evaluate_step_rejects_what_it_cannot_run(run):
     root, _, task = run
     with pytest.raises(ValueError, match="Task, a Suite or the string 'bundled'"):
         evaluate("eval/x", checkpoint="c", tokenizer="t", seq_len=8, tasks=["arc"])
-    with pytest.raises(ValueError, match="non-empty unless tasks are given"):
+    with pytest.raises(ValueError, match=r"non-empty dict of name -> dataset \(or give tasks=\)"):
         evaluate("eval/x", checkpoint="c", tokenizer="t", seq_len=8)
 
 

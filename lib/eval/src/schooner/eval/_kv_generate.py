@@ -108,7 +108,8 @@ def _forward(
     eps, b = config.norm_eps, tokens.shape[0]
     cache_len = cache[0].shape[2]
     cos_table, sin_table = rope_cos_sin(cache_len, config.resolved_head_dim, config.rope)
-    cos, sin = cos_table[positions], sin_table[positions]
+    cos = jnp.take(cos_table, positions, axis=0, mode="clip")
+    sin = jnp.take(sin_table, positions, axis=0, mode="clip")
     allowed = jnp.arange(cache_len)[None, None, :] <= positions[:, :, None]  # [B, T, S]
     rows = jnp.arange(b)[:, None]
     x = weights["embed"].astype(dtype)[tokens]
@@ -122,8 +123,9 @@ def _forward(
         if w["q_norm"] is not None:
             q, k = _rms(q, w["q_norm"], eps), _rms(k, w["k_norm"], eps)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype))
-        v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype))
+        # steps past the cache (the tail of the last chunk, discarded) are dropped, not clipped onto the end
+        k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype), mode="drop")
+        v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype), mode="drop")
         _, t, n, d = q.shape
         kv = k_cache.shape[2]
         qg = q.reshape(b, t, kv, n // kv, d).astype(jnp.float32)
@@ -151,30 +153,47 @@ def _prefill(weights, cache, tokens, lengths, *, config, dtype):
     return logits[jnp.arange(tokens.shape[0]), lengths - 1], cache
 
 
-@eqx.filter_jit
-def _step(weights, cache, token, position, *, config, dtype):
-    logits, cache = _forward(weights, cache, token[:, None], position[:, None], config=config, dtype=dtype)
-    return logits[:, 0], cache
-
-
-def _choose(logits: np.ndarray, sampling: SamplingConfig, rng: np.random.Generator) -> np.ndarray:
+def _choose(logits: jax.Array, key: jax.Array, sampling: SamplingConfig) -> jax.Array:
+    """The next token of each row: argmax, or a sample after temperature, top-k and top-p."""
     if sampling.temperature == 0.0:
-        return logits.argmax(-1)
-    z = logits.astype(np.float64) / sampling.temperature
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    z = logits.astype(jnp.float32) / sampling.temperature
     if sampling.top_k is not None and sampling.top_k < z.shape[-1]:
-        kth = np.sort(z, axis=-1)[:, -sampling.top_k][:, None]
-        z = np.where(z < kth, -np.inf, z)
-    p = np.exp(z - z.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+        kth = jnp.sort(z, axis=-1)[:, -sampling.top_k][:, None]
+        z = jnp.where(z < kth, -jnp.inf, z)
     if sampling.top_p is not None and sampling.top_p < 1.0:
-        order = np.argsort(-p, axis=-1, kind="stable")
-        sorted_p = np.take_along_axis(p, order, -1)
-        keep_sorted = np.cumsum(sorted_p, -1) - sorted_p < sampling.top_p  # always keeps the top token
-        keep = np.zeros_like(keep_sorted)
-        np.put_along_axis(keep, order, keep_sorted, -1)
-        p = np.where(keep, p, 0.0)
-        p /= p.sum(-1, keepdims=True)
-    return np.array([rng.choice(p.shape[-1], p=row) for row in p])
+        order = jnp.argsort(-z, axis=-1, stable=True)
+        p = jax.nn.softmax(jnp.take_along_axis(z, order, -1), axis=-1)
+        keep_sorted = jnp.cumsum(p, -1) - p < sampling.top_p  # always keeps the most likely token
+        keep = jnp.zeros_like(keep_sorted).at[jnp.arange(z.shape[0])[:, None], order].set(keep_sorted)
+        z = jnp.where(keep, z, -jnp.inf)
+    return jax.random.categorical(key, z, axis=-1).astype(jnp.int32)
+
+
+@eqx.filter_jit
+def _first(logits, key, *, sampling):
+    return _choose(logits, jax.random.fold_in(key, 0), sampling)
+
+
+@eqx.filter_jit
+def _decode(weights, cache, token, position, first_step, key, *, steps, config, dtype, sampling):
+    """`steps` one-token steps on device (a scan): token i+1 from token i, keyed by (key, step)."""
+
+    def body(carry, i):
+        cache, token, position = carry
+        logits, cache = _forward(
+            weights, cache, token[:, None], position[:, None], config=config, dtype=dtype
+        )
+        nxt = _choose(logits[:, 0], jax.random.fold_in(key, first_step + i), sampling)
+        return (cache, nxt, position + 1), nxt
+
+    (cache, token, position), tokens = jax.lax.scan(body, (cache, token, position), jnp.arange(steps))
+    return cache, token, position, tokens.T
+
+
+CHUNK = 32
+"""Tokens decoded per device call (EOS and stop sequences are checked between calls; a row's tokens after its
+stop are discarded)."""
 
 
 def generate_tokens(
@@ -226,48 +245,67 @@ def generate_tokens(
     logits, cache = _prefill(
         weights, cache, jnp.asarray(tokens), jnp.asarray(lengths), config=config, dtype=dtype
     )
-    rng = np.random.default_rng(sampling.seed)
+    key = jax.random.key(sampling.seed)
+    token = _first(logits, key, sampling=sampling)
+    position = jnp.asarray(lengths, jnp.int32)
+    chunk = np.asarray(token)[:, None]
     new: list[list[int]] = [[] for _ in rows]
     done = np.zeros(b, bool)
-    for step in range(max_new_tokens):
-        chosen = _choose(np.asarray(logits), sampling, rng)
+    made = 1
+    while True:
         for i in range(b):
-            if not done[i]:
-                new[i].append(int(chosen[i]))
-                if (eos_id is not None and chosen[i] == eos_id) or (stop is not None and stop(i, new[i])):
+            for t in chunk[i]:
+                if done[i] or len(new[i]) >= max_new_tokens:
+                    break
+                new[i].append(int(t))
+                if (eos_id is not None and t == eos_id) or (stop is not None and stop(i, new[i])):
                     done[i] = True
-        if done.all() or step == max_new_tokens - 1:
+        if made >= max_new_tokens or all(done[i] or len(new[i]) >= max_new_tokens for i in range(b)):
             break
-        position = jnp.asarray(lengths + step, jnp.int32)
-        logits, cache = _step(
-            weights, cache, jnp.asarray(chosen, jnp.int32), position, config=config, dtype=dtype
+        cache, token, position, out = _decode(
+            weights,
+            cache,
+            token,
+            position,
+            made,
+            key,
+            steps=CHUNK,
+            config=config,
+            dtype=dtype,
+            sampling=sampling,
         )
+        chunk = np.asarray(out)
+        made += CHUNK
     return new
 
 
 def generate_texts(
     model: Any,
     tokenizer: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[str | Sequence[int]],
     max_new_tokens: int = 64,
     *,
     sampling: SamplingConfig = SamplingConfig(),
     stop: Sequence[str] = (),
     stop_at_eos: bool = True,
 ) -> list[str]:
-    """Continuations of text prompts (batched, KV cache), each cut before its first stop sequence.
+    """Continuations of prompts (text, or token ids) as text, batched over the KV cache, each cut before its
+    first stop sequence (and at EOS, which is not included).
 
     Example:
         >>> generate_texts(model, tok, ["def ", "The"], 32, sampling=SamplingConfig(temperature=0.8, top_p=0.9))
     """
     from ._loglikelihood import start_id
 
-    ids = [list(tokenizer.encode(p)) or [start_id(tokenizer)] for p in prompts]
+    ids = [
+        (list(tokenizer.encode(p)) if isinstance(p, str) else list(p)) or [start_id(tokenizer)]
+        for p in prompts
+    ]
     eos = getattr(tokenizer, "eos_id", None) if stop_at_eos else None
     stops = [s for s in stop if s]
 
     def hit(_: int, new: list[int]) -> bool:
-        return bool(stops) and any(s in tokenizer.decode(new) for s in stops)
+        return any(s in tokenizer.decode(new) for s in stops)
 
     out = []
     for row in generate_tokens(

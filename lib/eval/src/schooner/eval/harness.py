@@ -9,8 +9,8 @@ or, in Python, `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokeniz
 
 Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, with the
 context/continuation boundary in token space (`encode_pair`): the adapter's numbers equal Schooner's for the
-same requests, and do not depend on the harness's batch size or request order. Generation is greedy
-(`greedy_tokens`), cut at the first of the request's `until` strings.
+same requests, and do not depend on the harness's batch size or request order. Generation uses the KV cache
+(`generate_texts`; greedy unless the request asks to sample), cut at the first of the request's `until` strings.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 
 from ._checkpoint import load_checkpoint
-from ._generate import greedy_tokens
+from ._kv_generate import SamplingConfig, generate_texts
 from ._loglikelihood import encode_pair, model_max_length, score_requests, score_rolling, start_id
 
 
@@ -110,25 +110,27 @@ class SchoonerLM(TemplateLM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Greedy continuation of each context, cut before the first `until` string (and at EOS)."""
+        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS.
+
+        `do_sample`/`temperature`/`top_k`/`top_p`/`seed` in a request's arguments select sampling; greedy otherwise.
+        """
         out = []
         for req in requests:
             context, kwargs = req.args
             kwargs = dict(kwargs or {})
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            if kwargs.get("do_sample"):
-                raise NotImplementedError(
-                    "SchoonerLM generates greedily; this request asks for sampling (do_sample=True)"
-                )
+            temperature = float(kwargs.get("temperature", 1.0)) if kwargs.get("do_sample") else 0.0
+            sampling = SamplingConfig(
+                temperature=temperature,
+                top_k=kwargs.get("top_k"),
+                top_p=kwargs.get("top_p"),
+                seed=int(kwargs.get("seed", 0)),
+            )
             n = int(kwargs.get("max_gen_toks", self.max_gen_toks))
             prompt = self.tok_encode(context) or [self.prefix_token_id]
-            new = greedy_tokens(self.model, prompt, n, max_seq_len=self.max_length, eos_id=self.tok.eos_id)
-            if new and new[-1] == self.tok.eos_id:
-                new = new[:-1]
-            text = self.tok_decode(new)
-            for stop in until:
-                if stop and stop in text:
-                    text = text[: text.index(stop)]
+            n = min(n, self.max_length - min(len(prompt), self.max_length - 1))
+            prompt = prompt[-(self.max_length - n) :]
+            (text,) = generate_texts(self.model, self.tok, [prompt], n, sampling=sampling, stop=until)
             out.append(text)
         return out

@@ -32,6 +32,7 @@ from schooner.cluster import ResourceConfig, step
 from ._bpb import evaluate_lm
 from ._checkpoint import load_checkpoint
 from ._generate import generate
+from ._kv_generate import SamplingConfig, generate_texts
 from ._taskspec import Suite, Task
 
 TaskLike = Any
@@ -58,6 +59,8 @@ class EvaluateConfig:
         respect_documents: score documents separately, as training masks attention across them.
         tasks: log-likelihood tasks and suites (`Task`, `Suite`, or "bundled").
         task_batch_size: requests per device call for the tasks (speed only).
+        sampling: when given, each prompt also gets a sampled completion ("sampled") with these settings
+            (temperature, top-k, top-p, seed), generated over the KV cache.
     """
 
     checkpoint: Any
@@ -72,11 +75,12 @@ class EvaluateConfig:
     respect_documents: bool = True
     tasks: tuple[Any, ...] = ()
     task_batch_size: int = 16
+    sampling: SamplingConfig | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.datasets, Mapping) or not (self.datasets or self.tasks):
             raise ValueError(
-                f"datasets must be a dict of name -> dataset (non-empty unless tasks are given), got {self.datasets!r}"
+                f"datasets must be a non-empty dict of name -> dataset (or give tasks=), got {self.datasets!r}"
             )
         for t in self.tasks:
             if not (isinstance(t, Task | Suite) or t == "bundled"):
@@ -107,6 +111,7 @@ def evaluate(
     seq_len: int,
     tasks: list[TaskLike] | tuple[TaskLike, ...] = (),
     task_batch_size: int = 16,
+    sampling: SamplingConfig | None = None,
     batch_size: int = 8,
     max_tokens: int | None = None,
     split: str = "validation",
@@ -135,6 +140,7 @@ def evaluate(
         respect_documents=respect_documents,
         tasks=tuple(tasks),
         task_batch_size=task_batch_size,
+        sampling=sampling,
     )
     what = [f"loss and bits-per-byte on {', '.join(sorted(config.datasets))}"] if config.datasets else []
     what += [f"{len(config.tasks)} task(s)/suite(s)"] if config.tasks else []
@@ -197,7 +203,15 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         }
         for prompt in config.prompts
     ]
+    if config.sampling is not None and samples:
+        texts = generate_texts(
+            model, tokenizer, [s["prompt"] for s in samples], config.max_new_tokens, sampling=config.sampling
+        )
+        for sample, text in zip(samples, texts, strict=True):
+            sample["sampled"] = text
+            sample["sampling"] = dataclasses.asdict(config.sampling)
     results.update(checkpoint=checkpoint, caches=caches, tokenizer_fingerprint=tokenizer.fingerprint)
+    results["parameters"] = _parameters(model_config)
     results.update(tasks=task_results, suites=suite_results, samples=samples)
     fs, root = fsspec.core.url_to_fs(output_path)
     fs.makedirs(root, exist_ok=True)
@@ -217,8 +231,15 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         "tasks": task_summary,
         "suites": suite_results,
         "checkpoint": checkpoint,
+        "parameters": results["parameters"],
         "samples": samples,
     }
+
+
+def _parameters(model_config: Any) -> int | None:
+    from schooner.model import LlamaConfig, num_parameters
+
+    return int(num_parameters(model_config)) if isinstance(model_config, LlamaConfig) else None
 
 
 _SUMMARY_KEYS = (
