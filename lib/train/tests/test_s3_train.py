@@ -2,12 +2,19 @@
 
 Checkpoints go through tensorstore's S3 driver (at the endpoint in `AWS_ENDPOINT_URL`, as the token cache's
 arrays do), markers, metrics and `run.json` through fsspec/s3fs. A run on `s3://` writes the same arrays as
-the same run on local disk, and a run cut back to an earlier checkpoint resumes from it exactly.
+the same run on local disk, a run cut back to an earlier checkpoint resumes from it exactly, and so does a
+run killed with SIGKILL in the middle of writing a checkpoint (its metrics up to then survive the kill).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import fsspec
 import pytest
@@ -71,3 +78,66 @@ def test_a_run_on_s3_equals_local_and_resumes_exactly(
     assert resumed["resumed_from"] == f"{remote}/step-000004" and resumed["start_step"] == 4
     assert losses(remote) == losses(local)
     assert_same_arrays(arrays(f"{remote}/step-000008"), final)
+
+
+KILLED_RUN = textwrap.dedent(
+    """
+    import dataclasses, sys
+    from schooner.model import presets
+    from schooner.train import CheckpointConfig, DataConfig, MuonConfig, TrackerConfig, TrainConfig, train
+
+    def config(data_dir, out):
+        model = dataclasses.replace(presets.llama_nano, vocab_size=320, hidden_dim=64, intermediate_dim=128,
+                                    num_layers=2, max_seq_len=128)
+        return TrainConfig(
+            model=model, data=DataConfig({data_dir + "/train": 1.0}, seq_len=32, validation={}),
+            output_path=out, batch_size=8, num_train_steps=12, seed=7,
+            optimizer=MuonConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
+            checkpoint=CheckpointConfig(every=4, keep_last=5),
+            trackers=TrackerConfig(loss_plot=False, log_every=1),
+        )
+
+    if __name__ == "__main__":
+        train(config(sys.argv[1], sys.argv[2]))
+    """
+)
+
+
+@pytest.mark.slow  # a local run, a run killed mid-checkpoint on S3 and its resume
+def test_a_run_on_s3_killed_while_writing_a_checkpoint_resumes_exactly(
+    s3_prefix: str,  # noqa: F811
+    data_dir,
+    tmp_path,
+) -> None:
+    ns: dict = {}
+    exec(compile(KILLED_RUN, "<killed-run>", "exec"), ns)
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN)
+    remote, local = f"{s3_prefix}/killed", str(tmp_path / "local")
+    fs, path = fsspec.core.url_to_fs(remote)
+    env = {**os.environ, "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE": "2", "SCHOONER_COMPILATION_CACHE": "off"}
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script), data_dir, remote], env=env, stderr=err)
+    try:
+        train(ns["config"](data_dir, local))  # meanwhile, in this process
+        deadline = time.time() + 900
+        while not fs.exists(f"{path}/step-000008/.paused"):  # arrays of the 2nd checkpoint written, no marker
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.time() < deadline, "the second checkpoint write never started"
+            time.sleep(0.2)
+            fs.invalidate_cache()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    fs.invalidate_cache()
+    assert [s for s, _ in complete_checkpoints(remote)] == [4]  # step 8 has no checkpoint.json
+    assert set(range(1, 9)) <= set(losses(remote))  # metrics were uploaded with each checkpoint
+    resumed = train(ns["config"](data_dir, remote))
+    assert resumed["resumed_from"] == f"{remote}/step-000004"
+    assert losses(remote) == losses(local) and sorted(losses(remote)) == list(range(1, 13))
+    assert_same_arrays(arrays(f"{remote}/step-000012"), arrays(f"{local}/step-000012"))
+    assert_same_arrays(arrays(f"{remote}/step-000008"), arrays(f"{local}/step-000008"))

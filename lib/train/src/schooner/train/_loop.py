@@ -420,6 +420,7 @@ class _Run:
                             "tokenizer_fingerprint": self.tokenizer_fingerprint,
                         }
                         ckpt.save(n, snapshot, self._write_checkpoint, meta)
+                        trackers.flush()  # rows up to this checkpoint survive a kill (object stores)
             if pending is not None:
                 finish(pending)
             ckpt.wait()

@@ -60,28 +60,56 @@ class JsonlTracker:
     """Appends one JSON object per logged step to `metrics.jsonl`.
 
     On resume from step S, lines for steps after S (logged by the interrupted run after its last
-    checkpoint) are dropped first, so the file reads as one uninterrupted run.
+    checkpoint) are dropped first, so the file reads as one uninterrupted run. On an object store, which
+    cannot append, the whole file is uploaded again at `flush()` (the loop calls it with every checkpoint),
+    at most every `upload_every_s` seconds otherwise, and at the end; a killed run keeps every row up to its
+    last checkpoint.
     """
+
+    upload_every_s: float = 30.0
 
     def __init__(self, path: str, *, resume_step: int | None = None) -> None:
         self.path = path
         self.fs, self._p = fsspec.core.url_to_fs(path)
+        self._local = "://" not in path or path.startswith("file://")
+        kept = []
         if resume_step is not None and self.fs.exists(self._p):
             kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
-            with self.fs.open(self._p, "w") as f:
-                for r in kept:
-                    f.write(json.dumps(r) + "\n")
         elif resume_step is None and self.fs.exists(self._p):
             self.fs.rm(self._p)
-        self._f = self.fs.open(self._p, "a")
+        self._lines = [json.dumps(r) + "\n" for r in kept]
+        self._uploaded = time.monotonic()
+        if self._local:
+            if resume_step is not None:
+                with self.fs.open(self._p, "w") as f:
+                    f.writelines(self._lines)
+            self._f = self.fs.open(self._p, "a")
+        else:
+            self.flush()
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         row = {"step": step, "time": time.time(), **{k: _finite_or_str(v) for k, v in metrics.items()}}
-        self._f.write(json.dumps(row) + "\n")
-        self._f.flush()
+        if self._local:
+            self._f.write(json.dumps(row) + "\n")
+            self._f.flush()
+            return
+        self._lines.append(json.dumps(row) + "\n")
+        if time.monotonic() - self._uploaded >= self.upload_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Make every logged row durable (an object store: upload the file again)."""
+        if self._local:
+            self._f.flush()
+        else:
+            self.fs.pipe_file(self._p, "".join(self._lines).encode())
+            self._uploaded = time.monotonic()
 
     def finish(self) -> None:
-        self._f.close()
+        if self._local:
+            self._f.close()
+        else:
+            self.flush()
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
@@ -148,6 +176,12 @@ class Trackers:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         for t in self.trackers:
             t.log(metrics, step)
+
+    def flush(self) -> None:
+        """Make what was logged durable where a tracker can (the loop calls it with each checkpoint)."""
+        for t in self.trackers:
+            if hasattr(t, "flush"):
+                t.flush()
 
     def finish(self) -> None:
         for t in self.trackers:
