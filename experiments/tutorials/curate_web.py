@@ -8,9 +8,10 @@ that pass every heuristic rule), thin pages, other languages, bad records, and a
 held-out documentation (the text the model is evaluated on). The crawl knows what every page is, so the
 summary can say what each stage removed.
 
-1. `data/heldout-docs`: 40 held-out documents of Python's docs: the evaluation text, and what the crawl
-   must be decontaminated against (the project ships no benchmark tasks yet; a task jsonl of
-   question/choices/answer rows works the same way).
+1. `data/heldout-docs`: 40 held-out documents of Python's docs, the evaluation text; with the texts of
+   every evaluation task the project ships (`eval/task-texts`: the bundled tasks built from the embedded
+   corpus, each document's contexts and choices as a record), what the crawl is decontaminated against
+   (a task jsonl of question/choices/answer rows, or a `core_suite`, works the same way).
 2. `data/crawl-warc`: the crawl; `data/crawl-text`: main text extracted from its HTML (resiliparse).
 3. Attributes, each computed once: language (fastText lid.176 lite), heuristic rules (Gopher quality and
    repetition, C4, FineWeb), a fastText quality classifier trained on Python's docs (positive) against
@@ -54,7 +55,7 @@ from schooner.data.curation.steps import (
     train_quality_classifier,
 )
 from schooner.data.steps import source_records
-from schooner.eval.steps import evaluate
+from schooner.eval.steps import evaluate, task_texts
 from schooner.tokenize.steps import tokenized
 from schooner.train import AdamConfig
 from schooner.train.steps import train_lm
@@ -90,7 +91,9 @@ filtered = consolidate(
 exact = exact_dedup("attributes/filtered-exact", filtered)
 fuzzy = fuzzy_dedup("attributes/filtered-fuzzy", filtered)
 paragraphs = paragraph_dedup("attributes/filtered-paragraphs", filtered, min_chars=40)
-decon = decontaminate("attributes/filtered-decon", filtered, against=heldout)
+# Against the held-out docs and every evaluation task the project ships (their texts as records).
+eval_texts = task_texts("eval/task-texts", tasks=["bundled"])
+decon = decontaminate("attributes/filtered-decon", filtered, against=[heldout, eval_texts])
 clean = consolidate(
     "data/crawl-clean", filtered, [exact, fuzzy, paragraphs, decon],
     keep=[not_dup("exact"), not_dup("fuzzy")], remove=["paragraph_dups", "contaminated"], dropped_samples=10_000,
@@ -184,7 +187,8 @@ def print_summary(result: RunResult) -> None:
     print(f"   contamination: {dc['contaminated_paragraphs']} paragraphs flagged in {dc['contaminated_documents']} "
           f"pages, matching {dc['eval_items_matched']} of {sum(t['items'] for t in task.values())} eval texts; "
           f"cut from the kept pages: {removed.get('contaminated.spans', 0)} paragraphs, "
-          f"{removed.get('contaminated.chars', 0)} characters; e.g.")  # fmt: skip
+          f"{removed.get('contaminated.chars', 0)} characters; by task (eval texts matched, paragraphs):",
+          {t: (v["items_matched"], v["paragraphs"]) for t, v in task.items()}, "e.g.")  # fmt: skip
     seen: set[str] = set()
     for e in dc["examples"]:
         if e["url"] not in seen and len(seen) < 2:
