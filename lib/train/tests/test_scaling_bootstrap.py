@@ -71,3 +71,34 @@ def test_fit_runs_keeps_the_parametric_fits_when_approach2_fails() -> None:
     fit = fit_runs(runs, samples=3)
     assert "distinct N" in fit["approach2"]["error"]
     assert fit["varpro"]["law"]["alpha"] > 0
+
+
+def test_fit_runs_keeps_the_other_fits_when_approach3_fails() -> None:
+    # Loss that grows with N (A N^+0.2): approach 3 converges to alpha < 0 and reports it; variable projection
+    # (non-negative A, alpha on its grid) and approach 2 still fit, and a forecast by approach 3 is refused.
+    from schooner.train.scaling import ScalingRun, predict
+
+    base = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5, span=4.0)
+    runs = [
+        ScalingRun(budget=r.budget, params=r.params, tokens=r.tokens, flops=r.flops,
+                   loss=2.0 + 0.01 * r.params**0.2 + 400.0 * r.tokens**-0.28)
+        for r in base
+    ]  # fmt: skip
+    fit = fit_runs(runs, samples=3)
+    assert "negative exponent" in fit["approach3"]["error"]
+    assert fit["varpro"]["law"]["A"] == 0.0 and "error" not in fit["approach2"]
+    with pytest.raises(ValueError, match="approach3 fit failed.*negative exponent"):
+        predict(fit, "approach3", 1e9, 2e10, 1.2e20)
+    assert predict(fit, "varpro", 1e9, 2e10, 1.2e20)["loss"] > 2.0
+
+
+def test_approach2_refuses_a_nearly_flat_parabola() -> None:
+    from schooner.train.scaling import ScalingRun, fit_approach2
+
+    runs = [
+        ScalingRun(budget=c, params=n, tokens=c / (6 * n), loss=3.0 + 1e-6 * (np.log(n) - 800.0) ** 2)
+        for c in (1e18, 1e19)
+        for n in np.geomspace(1e6, 1e8, 5)
+    ]
+    with pytest.raises(ValueError, match="nearly flat"):
+        fit_approach2(runs)

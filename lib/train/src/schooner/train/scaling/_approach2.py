@@ -89,6 +89,12 @@ def _parabola(budget: float, x: np.ndarray, loss: np.ndarray, what: str) -> Para
             f"the isoFLOP parabola in log {what} at budget {budget:.3g} opens downwards (c2={c2:.3g}): the "
             "runs do not bracket a minimum; centre the grid on the optimum or widen it"
         )
+    vertex = -c1 / (2.0 * c2)
+    if abs(vertex) > 700:  # exp would overflow: a nearly flat parabola puts its vertex absurdly far away
+        raise ValueError(
+            f"the isoFLOP parabola in log {what} at budget {budget:.3g} is nearly flat (vertex at ln {what} = "
+            f"{vertex:.3g}): the runs do not bracket a minimum; centre the grid on the optimum or widen it"
+        )
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 

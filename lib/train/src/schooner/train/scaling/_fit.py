@@ -79,8 +79,8 @@ def fit_runs(
 ) -> dict[str, Any]:
     """Approach 2, approach 3 and variable projection on `runs`, each with `level` bootstrap intervals over
     `samples` resamplings of the runs (`_bootstrap`). A JSON-able dict (the content of `fit.json`). When
-    approach 2 cannot fit (a budget whose runs do not bracket a minimum), its entry holds the `error` and the
-    parametric fits still run.
+    approach 2 cannot fit (a budget whose runs do not bracket a minimum), or approach 3 converges to a negative
+    exponent, that method's entry holds the `error` and the other fits still run.
 
     Approach 3's replicates restart L-BFGS from the full fit's eight best end points rather than the whole
     grid (the full fit already located the basins; this keeps the bootstrap affordable).
@@ -100,12 +100,21 @@ def fit_runs(
     except ValueError as e:  # a budget without a bracketed minimum: the parametric fits still run
         out["approach2"] = {"error": str(e)}
 
-    full3 = fit_approach3(runs, approach3)
-    fits = {
-        "approach3": (full3, lambda rs: fit_approach3(rs, approach3, starts=full3.extra["best_starts"])),
-        "varpro": (fit_varpro(runs, varpro), lambda rs: fit_varpro(rs, varpro)),
+    fits = {}
+    for method, first in (
+        ("approach3", lambda: fit_approach3(runs, approach3)),
+        ("varpro", lambda: fit_varpro(runs, varpro)),
+    ):
+        try:
+            fits[method] = first()
+        except ValueError as e:  # e.g. approach 3 at a negative exponent: the other fits still run
+            out[method] = {"error": str(e)}
+    refits = {
+        "approach3": lambda rs: fit_approach3(rs, approach3, starts=fits["approach3"].extra["best_starts"]),
+        "varpro": lambda rs: fit_varpro(rs, varpro),
     }
-    for method, (full, refit) in fits.items():
+    for method, full in fits.items():
+        refit = refits[method]
         reps, failed = bootstrap(runs, refit, samples=samples, seed=seed)
         rows = [_law_summary(f.law) for f in reps]
         out[method] = {
@@ -131,6 +140,8 @@ def fitted_law(fit: dict[str, Any], method: str) -> ScalingLaw:
     """The law of `method` ("approach3" or "varpro") in a `fit_runs` result."""
     if method not in LAW_METHODS:
         raise ValueError(f"method must be one of {LAW_METHODS}; got {method!r}")
+    if "error" in fit[method]:
+        raise ValueError(f"the {method} fit failed, so it cannot predict: {fit[method]['error']}")
     return ScalingLaw(**fit[method]["law"])
 
 
@@ -140,7 +151,7 @@ def write_plots(fit: dict[str, Any], output_path: str, up_to: float | None = Non
 
     runs = [ScalingRun.from_dict(r) for r in fit["runs"]]
     a2 = None if "error" in fit["approach2"] else fit_approach2(runs)
-    laws = {m: fitted_law(fit, m) for m in LAW_METHODS if m in fit}
+    laws = {m: fitted_law(fit, m) for m in LAW_METHODS if m in fit and "error" not in fit[m]}
     plot_isoflops(runs, f"{output_path}/isoflops.png", a2)
     if a2 is not None:
         plot_frontier(a2, f"{output_path}/frontier.png", laws=laws, up_to=up_to)
@@ -202,10 +213,9 @@ def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
         json.dump(fit, f, indent=1, sort_keys=True)
     write_plots(fit, output_path)
     summary: dict[str, Any] = {"runs": len(runs)}
-    if "error" in fit["approach2"]:
-        summary["approach2.error"] = fit["approach2"]["error"]
     for method in ("approach2", *LAW_METHODS):
         if "error" in fit[method]:
+            summary[f"{method}.error"] = fit[method]["error"]
             continue
         keys = ("a", "b") if method == "approach2" else ("alpha", "beta", "E", "a", "b")
         for k in keys:

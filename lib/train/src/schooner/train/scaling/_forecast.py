@@ -43,13 +43,14 @@ def target_run(
 ) -> Recipe:
     """The run a forecast is about: the recipe's run at `budget` of `width`, else of the family member closest
     to approach 2's compute-optimal N*(budget), else (approach 2 failed) of the member whose loss the variable
-    projection law predicts lowest."""
+    projection law (approach 3's if that failed) predicts lowest."""
     if width is not None:
         return recipe.run(budget, width)
     if "error" not in fit["approach2"]:
         n_opt = PowerLaw(**fit["approach2"]["params_law"])(budget)
         return recipe(budget, params=float(n_opt))
-    law = fitted_law(fit, "varpro")
+    method = next((m for m in ("varpro", "approach3") if "error" not in fit[m]), "varpro")
+    law = fitted_law(fit, method)  # raises, naming the errors, when every fit failed
     return min(recipe.candidates(budget), key=lambda r: float(law.loss(r.params, r.tokens)))
 
 
