@@ -109,7 +109,8 @@ def _expected_hit(scores: Sequence[float], gold: int) -> float:
 
 
 def _next_sentence(records: list[dict], rng: random.Random, size: int) -> list[Example]:
-    pairs, pool = [], []
+    pairs: list[tuple[int, str, str]] = []
+    pool: list[tuple[int, str]] = []
     for r, record in enumerate(records):
         for paragraph in _paragraphs(record["text"]):
             sentences = _sentences(paragraph)
@@ -117,7 +118,7 @@ def _next_sentence(records: list[dict], rng: random.Random, size: int) -> list[E
             pairs.extend((r, a, b) for a, b in zip(sentences, sentences[1:], strict=False))
     out = []
     for r, first, second in rng.sample(pairs, min(size, len(pairs))):
-        others = []
+        others: list[str] = []
         while len(others) < 3:
             owner, sentence = pool[rng.randrange(len(pool))]
             if owner != r and sentence not in others:

@@ -114,7 +114,9 @@ def _forward(
     rows = jnp.arange(b)[:, None]
     x = weights["embed"].astype(dtype)[tokens]
 
-    def layer(x: jax.Array, scanned: tuple[dict[str, Any], jax.Array, jax.Array]):
+    def layer(
+        x: jax.Array, scanned: tuple[dict[str, Any], jax.Array, jax.Array]
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         w, k_cache, v_cache = scanned
         h = _rms(x, w["attn_norm"], eps)
         q = jnp.einsum("bte,nde->btnd", h, w["q"].astype(dtype))

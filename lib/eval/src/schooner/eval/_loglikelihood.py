@@ -184,8 +184,10 @@ def score_requests(
             for row, i in enumerate(chunk):
                 tokens[row, : len(windows[i])] = windows[i]
                 segments[row, : len(windows[i])] = 0
-            logp, hit = _row_scores(model, jnp.asarray(tokens), jnp.asarray(segments), micro_batch)
-            logp, hit = np.asarray(logp, np.float64), np.asarray(hit)
+            device_logp, device_hit = _row_scores(
+                model, jnp.asarray(tokens), jnp.asarray(segments), micro_batch
+            )
+            logp, hit = np.asarray(device_logp, np.float64), np.asarray(device_hit)
             for row, i in enumerate(chunk):
                 n, k = len(windows[i]), len(requests[i].continuation)
                 terms = logp[row, n - 1 - k : n - 1]

@@ -181,7 +181,7 @@ def score_examples(
         spans.append((len(requests), len(requests) + len(reqs)))
         requests.extend(reqs)
     scores = score_requests(model, requests, batch_size=batch_size, max_length=max_length)
-    documents = []
+    documents: list[dict[str, Any]] = []
     for ex, (a, b) in zip(examples, spans, strict=True):
         metrics = document_metrics(ex, scores[a:b], kind)
         documents.append(
@@ -192,7 +192,7 @@ def score_examples(
                 "greedy": [s.greedy for s in scores[a:b]],
             }
         )
-    per_doc = [{k: d[k] for k in document_metrics_keys(kind)} for d in documents]
+    per_doc = [{k: float(d[k]) for k in document_metrics_keys(kind)} for d in documents]
     return aggregate(per_doc, kind), documents
 
 

@@ -101,7 +101,7 @@ class Task:
         return dataclasses.asdict(self)
 
 
-def _open_text(path: str):
+def _open_text(path: str) -> Any:
     return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
 
 

@@ -194,7 +194,7 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
             respect_documents=config.respect_documents,
         )
     task_results, suite_results = _run_tasks(config, model, tokenizer, output_path)
-    samples = [
+    samples: list[dict[str, Any]] = [
         {
             "prompt": prompt,
             "completion": generate(
@@ -207,9 +207,9 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         texts = generate_texts(
             model, tokenizer, [s["prompt"] for s in samples], config.max_new_tokens, sampling=config.sampling
         )
+        settings = dataclasses.asdict(config.sampling)
         for sample, text in zip(samples, texts, strict=True):
-            sample["sampled"] = text
-            sample["sampling"] = dataclasses.asdict(config.sampling)
+            sample.update(sampled=text, sampling=settings)
     results.update(checkpoint=checkpoint, caches=caches, tokenizer_fingerprint=tokenizer.fingerprint)
     results["parameters"] = _parameters(model_config)
     results.update(tasks=task_results, suites=suite_results, samples=samples)
