@@ -15,7 +15,7 @@ from schooner.data import read_shards
 from schooner.eval import SamplingConfig, Task, bundled_suite, evaluate_task, generate_texts
 from schooner.eval._bundled import Unigram
 from schooner.eval._taskspec import load_examples
-from schooner.eval.steps import evaluate, task_texts
+from schooner.eval.steps import evaluate, evaluate_checkpoints, task_texts
 from schooner.model import init, load_model, presets, save_model
 from schooner.tokenize import train_bpe
 
@@ -126,3 +126,25 @@ def test_task_texts_writes_records_decontamination_reads(run, tmp_path):
 
     items = load_eval_items(outcome.output_path)
     assert {it["task"] for it in items} == {"mc", "mc5"} and len(items) == 5
+
+
+def test_evaluate_checkpoints_scores_every_step_and_plots(run, tmp_path):
+    root, tok, task = run
+    config = load_model(str(root / "ckpt"))[1]
+    folder = tmp_path / "train-run"
+    for number, seed in ((3, 1), (7, 2)):
+        save_model(str(folder / f"step-{number:06d}"), init(config, key=jax.random.key(seed)), config)
+        (folder / f"step-{number:06d}" / "checkpoint.json").write_text("{}")
+    (folder / "step-000009").mkdir()  # unfinished: no config.json, no marker
+    handle = evaluate_checkpoints(
+        "eval/curve", run=str(folder), tokenizer=str(root / "tok"), seq_len=32, tasks=[task], prompts=()
+    )
+    outcome = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([handle])[handle]
+    out = Path(outcome.output_path)
+    rows = json.loads((out / "scores.json").read_text())
+    assert [r["step"] for r in rows] == outcome.result["steps"] == [3, 7]
+    for row in rows:
+        model, _ = load_model(row["checkpoint"])
+        assert row["mc/acc"] == evaluate_task(model, tok, task)["acc"]
+        assert (out / f"step-{row['step']:06d}" / "results.json").is_file()
+    assert (out / "scores.png").read_bytes().startswith(b"\x89PNG")

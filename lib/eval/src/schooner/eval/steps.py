@@ -367,3 +367,88 @@ def _run_task_texts(config: TaskTextsConfig, output_path: str) -> dict[str, Any]
                     counts[f"{task.name}/{split}"] = counts.get(f"{task.name}/{split}", 0) + 1
     write_records(records, output_path, counters=counts)  # the step's folder is the record folder
     return {"records": len(records), "per_task": counts}
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluateCheckpointsConfig:
+    """`evaluate` settings applied to every complete checkpoint of a run (`settings.checkpoint` is the run)."""
+
+    settings: EvaluateConfig
+
+
+def evaluate_checkpoints(
+    name: str, *, run: Any, resources: ResourceConfig | None = None, **settings: Any
+) -> Any:
+    """A step evaluating every complete `step-*` checkpoint of a training run, with `evaluate`'s settings.
+
+    Its output folder holds one `step-NNNNNN/` folder per checkpoint (`results.json`, `samples.json`),
+    `scores.json` (one row per step: each dataset's loss/bpb and each task's acc) and `scores.png` (the scores
+    against the training step).
+
+    Example:
+        >>> curve = evaluate_checkpoints("eval/nano-curve", run=model, tokenizer=tok, seq_len=256, tasks=["bundled"])
+    """
+    settings.setdefault("datasets", {})
+    config = EvaluateCheckpointsConfig(EvaluateConfig(checkpoint=run, **settings))
+    return step(
+        name,
+        _run_evaluate_checkpoints,
+        config,
+        version="evaluate-checkpoints-v1",
+        resources=resources,
+        description="scores of every checkpoint of a run",
+    )
+
+
+def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: str) -> dict[str, Any]:
+    from ._checkpoint import list_checkpoints
+
+    checkpoints = list_checkpoints(str(config.settings.checkpoint))
+    if not checkpoints:
+        raise FileNotFoundError(
+            f"evaluate_checkpoints: no complete step-* checkpoint in {config.settings.checkpoint}"
+        )
+    rows = []
+    for number, path in checkpoints:
+        logger.info("evaluating checkpoint %d of %d: %s", len(rows) + 1, len(checkpoints), path)
+        one = dataclasses.replace(config.settings, checkpoint=path)
+        summary = _run_evaluate(one, f"{output_path.rstrip('/')}/step-{number:06d}")
+        row: dict[str, Any] = {"step": number, "checkpoint": path}
+        for dataset, d in summary["datasets"].items():
+            row.update({f"{dataset}/{k}": v for k, v in d.items() if k in ("loss", "bpb")})
+        for task, t in summary["tasks"].items():
+            row[f"{task}/acc"] = t["acc"]
+            row[f"{task}/chance"] = t["chance"]
+        rows.append(row)
+    _write_json(f"{output_path.rstrip('/')}/scores.json", rows)
+    _plot_scores(rows, f"{output_path.rstrip('/')}/scores.png")
+    return {"steps": [r["step"] for r in rows], "scores": rows}
+
+
+def _plot_scores(rows: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in rows]
+    accs = sorted(k for k in rows[0] if k.endswith("/acc"))
+    losses = sorted(k for k in rows[0] if k.endswith("/loss"))
+    panels = [p for p in (("accuracy", accs), ("loss (nats/token)", losses)) if p[1]]
+    fig, axes = plt.subplots(
+        1, max(len(panels), 1), figsize=(6 * max(len(panels), 1), 4), dpi=100, squeeze=False
+    )
+    for ax, (label, keys) in zip(axes[0], panels, strict=False):
+        for key in keys:
+            ax.plot(steps, [r[key] for r in rows], marker="o", markersize=3, label=key)
+            chance = key[: -len("/acc")] + "/chance"
+            if label == "accuracy" and chance in rows[0]:
+                ax.axhline(rows[0][chance], linestyle=":", linewidth=1, color=ax.lines[-1].get_color())
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with fsspec.open(path, "wb") as f:
+        fig.savefig(f, format="png")
+    plt.close(fig)
