@@ -408,7 +408,7 @@ def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: st
         raise FileNotFoundError(
             f"evaluate_checkpoints: no complete step-* checkpoint in {config.settings.checkpoint}"
         )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for number, path in checkpoints:
         logger.info("evaluating checkpoint %d of %d: %s", len(rows) + 1, len(checkpoints), path)
         one = dataclasses.replace(config.settings, checkpoint=path)
