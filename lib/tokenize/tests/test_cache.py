@@ -1,6 +1,7 @@
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from schooner.tokenize import (
     load_tokenizer,
     split_of,
     train_bpe,
+    write_cache,
 )
 
 from .conftest import stdlib_texts
@@ -268,3 +270,16 @@ def test_a_build_of_another_plan_or_changed_inputs_is_rebuilt(tokenizer_path, lo
     shutil.rmtree(fresh)
     build_cache(src, fresh, tokenizer_path, validation_fraction=0.2, split_seed=3, client=local_client)
     assert _snapshot(out) == _snapshot(fresh)
+
+
+def test_pickled_cache_reopens_its_arrays(tokenizer: Tokenizer, tmp_path) -> None:
+    # What Ray does with a TokenCache handed to a task: the open tensorstore handles stay behind.
+    docs = [np.arange(5, 5 + n) for n in (3, 9, 1, 6)]
+    cache = write_cache(str(tmp_path / "c"), docs, tokenizer, append_eos=False)
+    before = cache.tokens(0, cache.num_tokens)
+    back = pickle.loads(pickle.dumps(cache))
+    assert back.path == cache.path and back.manifest == cache.manifest
+    assert back._tokens is None and back._offsets is None and back._arrays == {}
+    assert np.array_equal(back.tokens(0, back.num_tokens), before)
+    assert np.array_equal(before, np.concatenate(docs))
+    assert [back.document(i).tolist() for i in range(len(docs))] == [d.tolist() for d in docs]

@@ -88,3 +88,13 @@ def test_host_local_assembly_equals_the_global_batch(dataset: MixtureDataset, sp
             assert batch["tokens"].sharding == sharding
             for k in ("tokens", "segment_ids"):
                 assert np.array_equal(np.asarray(batch[k]), dataset.batch(step, 8)[k])
+
+
+def test_host_local_needs_a_dataset_with_seq_len(dataset: MixtureDataset) -> None:
+    class NoRows:  # a batch(step, batch_size) source: enough on one host, not for per-host rows
+        def batch(self, step, batch_size):
+            return dataset.batch(step, batch_size)
+
+    sharding = NamedSharding(jax.make_mesh((8,), ("data",)), PartitionSpec("data", None))
+    with pytest.raises(TypeError, match=r"NoRows has no `seq_len`.*host_local=True"):
+        next(iter(DataLoader(NoRows(), 8, sharding=sharding, host_local=True)))

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import tensorstore as ts
 
 from schooner.data import storage
 
@@ -77,8 +78,8 @@ class TokenCache:
         self.path = path
         self.manifest: dict = manifest
         """The parsed manifest.json."""
-        self._tokens = None
-        self._offsets = None
+        self._tokens: ts.TensorStore | None = None
+        self._offsets: ts.TensorStore | None = None
         self._arrays: dict[str, Any] = {}
 
     # -- opening -------------------------------------------------------------------------------------
@@ -204,13 +205,13 @@ class TokenCache:
 
     # -- reading -------------------------------------------------------------------------------------
     @property
-    def _tok(self):
+    def _tok(self) -> ts.TensorStore:
         if self._tokens is None:
             self._tokens = _arrays.open_array(storage.join(self.path, "tokens"))
         return self._tokens
 
     @property
-    def _off(self):
+    def _off(self) -> ts.TensorStore:
         if self._offsets is None:
             self._offsets = _arrays.open_array(storage.join(self.path, "offsets"))
         return self._offsets
@@ -263,7 +264,7 @@ class TokenCache:
         return {"path": self.path, "manifest": self.manifest}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["path"], state["manifest"])
+        TokenCache.__init__(self, state["path"], state["manifest"])
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         """Token ids `[start, stop)` of the concatenated stream, as int32."""

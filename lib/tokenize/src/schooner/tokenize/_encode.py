@@ -110,8 +110,10 @@ class _PartWriter:
         """Whole documents (concatenated, in the part's dtype) and their lengths, in one write."""
         self._flush()
         if tokens.size:
-            self._f["tokens"].write(tokens.view(np.uint8))
-            self.sha.update(tokens.astype("<i4", copy=False).view(np.uint8))
+            # `.data`: the arrays' memory as a memoryview (what write/update read through the buffer
+            # protocol anyway); numpy's stubs declare ndarray a Buffer only for Python >= 3.12.
+            self._f["tokens"].write(tokens.view(np.uint8).data)
+            self.sha.update(tokens.astype("<i4", copy=False).view(np.uint8).data)
             self.tokens += tokens.size
             self.max_id = max(self.max_id, int(tokens.max()))
         self.lengths.extend(lengths)

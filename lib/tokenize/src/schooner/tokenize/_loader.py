@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -18,6 +18,16 @@ class BatchSource(Protocol):
     """Anything with a pure `batch(step, batch_size)` (e.g. `MixtureDataset`)."""
 
     def batch(self, step: int, batch_size: Any) -> dict[str, np.ndarray]: ...
+
+
+@runtime_checkable
+class HostLocalSource(BatchSource, Protocol):
+    """A `BatchSource` that can compute only some rows of a batch: what `DataLoader` needs on several
+    hosts (or with `host_local=True`), e.g. `MixtureDataset`."""
+
+    seq_len: int
+
+    def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]: ...
 
 
 class DataLoader:
@@ -104,15 +114,25 @@ class DataLoader:
         """Compute only the rows this process's devices hold, and assemble the global arrays from them."""
         import jax
 
+        dataset = self.dataset
+        if not isinstance(dataset, HostLocalSource):
+            raise TypeError(
+                f"DataLoader: {type(dataset).__name__} has no `seq_len`; batches built per host (several "
+                "hosts, or host_local=True) need a dataset with `seq_len` and `batch(step, batch_size, rows=)`, "
+                "e.g. a MixtureDataset"
+            )
         size = self.batch_size(step) if callable(self.batch_size) else self.batch_size
-        shape = (size, self.dataset.seq_len)
+        shape = (size, dataset.seq_len)
         index_map = self.sharding.addressable_devices_indices_map(shape)
         rows = sorted({r for idx in index_map.values() for r in range(size)[idx[0]]})
-        local = self.dataset.batch(step, self.batch_size, rows=np.array(rows, dtype=np.int64))
+        local = dataset.batch(step, self.batch_size, rows=np.array(rows, dtype=np.int64))
         position = {r: i for i, r in enumerate(rows)}
 
         def part(array: np.ndarray) -> Any:
-            def cb(index: tuple) -> np.ndarray:
+            # jax types the callback's argument `Index | None` but only ever passes an Index (it asserts
+            # so before each call), hence the `| None` here and the assert.
+            def cb(index: tuple[slice, ...] | None) -> np.ndarray:
+                assert index is not None
                 picked = [position[r] for r in range(size)[index[0]]]
                 return array[picked][:, index[1]] if array.ndim == 2 else array[picked]
 

@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Iterable
 
 import numpy as np
+import tensorstore as ts
 
 from schooner.data import storage
 
@@ -22,7 +23,7 @@ from ._tokenizer import Tokenizer
 class _AlignedWriter:
     """Appends 1-D arrays to a tensorstore array, writing whole stored chunks so none is rewritten."""
 
-    def __init__(self, arr, chunk: int, dtype: str) -> None:
+    def __init__(self, arr: ts.TensorStore, chunk: int, dtype: str) -> None:
         self.arr, self.chunk, self.dtype = arr, chunk, dtype
         self.pos = 0
         self.buf: list[np.ndarray] = []

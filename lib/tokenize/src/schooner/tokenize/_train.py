@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
@@ -69,7 +70,7 @@ class BPEConfig:
 
 
 def train_bpe(
-    texts: Iterable[str] | Iterable[dict], config: BPEConfig | None = None, **overrides
+    texts: Iterable[str] | Iterable[dict], config: BPEConfig | None = None, **overrides: Any
 ) -> Tokenizer:
     """Train a byte-level BPE tokenizer on `texts`: strings, or records (their `"text"`), e.g. a
     `schooner.data.Dataset`; read once, streaming.
@@ -124,8 +125,8 @@ train_tokenizer = train_bpe
 class _Counter:
     """Passes texts through, counting them and rejecting non-strings with their position."""
 
-    def __init__(self, texts: Iterable[str]) -> None:
-        self._it = iter(texts)
+    def __init__(self, texts: Iterable[object]) -> None:  # any items: each is checked in __next__
+        self._it: Iterator[object] = iter(texts)
         self.n = 0
 
     def __iter__(self) -> _Counter:
