@@ -73,7 +73,7 @@ def test_fit_runs_keeps_the_parametric_fits_when_approach2_fails() -> None:
     assert fit["varpro"]["law"]["alpha"] > 0
 
 
-def test_fit_runs_keeps_the_other_fits_when_approach3_fails() -> None:
+def test_fit_runs_keeps_the_other_fits_when_approach3_fails(tmp_path) -> None:
     # Loss that grows with N (A N^+0.2): approach 3 converges to alpha < 0 and reports it; variable projection
     # (non-negative A, alpha on its grid) and approach 2 still fit, and a forecast by approach 3 is refused.
     from schooner.train.scaling import ScalingRun, predict
@@ -90,6 +90,13 @@ def test_fit_runs_keeps_the_other_fits_when_approach3_fails() -> None:
     with pytest.raises(ValueError, match="approach3 fit failed.*negative exponent"):
         predict(fit, "approach3", 1e9, 2e10, 1.2e20)
     assert predict(fit, "varpro", 1e9, 2e10, 1.2e20)["loss"] > 2.0
+    # The plots skip what failed, and a law without a model term (A = 0) has no optimum on the frontier.
+    from schooner.train.scaling._fit import write_plots
+
+    write_plots(fit, str(tmp_path))
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "isoflops.png", "frontier.png", "fit_vs_observed.png", "residuals.png"
+    }  # fmt: skip
 
 
 def test_approach2_refuses_a_nearly_flat_parabola() -> None:

@@ -104,6 +104,8 @@ def plot_frontier(
         ax.plot(budgets, [v[key] for v in vertices], "o", color="k", label="parabola vertices")
         ax.plot(cs, law(cs), "-", color="C0", label=f"approach 2: {label} ~ C^{law.exponent:.3f}")
         for i, (name, lw) in enumerate((laws or {}).items()):
+            if lw.A <= 0 or lw.B <= 0:  # a law without a model (or data) term has no compute-optimal split
+                continue
             n_opt, d_opt = lw.optimal_allocation(cs)
             y = {"params": n_opt, "tokens": d_opt, "loss": lw.loss(n_opt, d_opt)}[key]
             ax.plot(cs, y, "--", color=f"C{i + 1}", label=f"{name} (6ND optimum)")
