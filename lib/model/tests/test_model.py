@@ -54,7 +54,7 @@ def test_attention_matches_reference(kv_heads):
             )
 
 
-@pytest.mark.parametrize("t,block", [(12, 5), (16, 4), (7, 16)])
+@pytest.mark.parametrize("t,block", [(12, 5), pytest.param(16, 4, marks=pytest.mark.slow), (7, 16)])
 def test_blocked_attention_values_and_gradients_match_reference(t, block):
     """Blocks that do not divide T, several blocks, one block larger than T; GQA; segments; gradients."""
     ks = jax.random.split(jax.random.PRNGKey(3), 4)
