@@ -198,7 +198,7 @@ def test_refuses_a_version_outside_sibling_ranges_unless_asked(repo: Path) -> No
 
 
 def test_compat_plan_takes_the_oldest_admitted_version_from_git(repo: Path) -> None:
-    # Set up a history: cluster 0.5.0 (commit A), then 0.5.1 (commit B, tagged); data's range decides which.
+    # Set up a history: cluster 0.5.0 (commit A), then 0.5.1 (commit B, tagged later); data's range decides.
     cluster = repo / "lib/cluster/pyproject.toml"
     data = repo / "lib/data/pyproject.toml"
     text = cluster.read_text()
@@ -214,8 +214,9 @@ def test_compat_plan_takes_the_oldest_admitted_version_from_git(repo: Path) -> N
     assert p is not None and list(p.direct) == ["schooner-cluster"]
     assert (p.direct["schooner-cluster"].version, p.direct["schooner-cluster"].ref) == (Version("0.5.0"), a)
     data.write_text(re.sub(r'"schooner-cluster(\[ray\])?[^"]*"', r'"schooner-cluster\1>=0.5.1,<0.6"', dtext))
-    assert plan("schooner-data", repo).direct["schooner-cluster"].ref == b
-    git(repo, "tag", "schooner-cluster-v0.5.1", b)  # a tag wins over the commit that set the version
+    # 0.5.1 is the current version and not released: it is whatever the tree holds, not commit B.
+    assert plan("schooner-data", repo).direct["schooner-cluster"].ref is None
+    git(repo, "tag", "schooner-cluster-v0.5.1", b)  # once tagged, the tag is what 0.5.1 is
     assert plan("schooner-data", repo).direct["schooner-cluster"].ref == "schooner-cluster-v0.5.1"
     assert plan("schooner-model", repo) is None  # no sibling: nothing to vary
 

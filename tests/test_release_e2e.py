@@ -288,7 +288,7 @@ def test_compat_fails_a_range_that_claims_too_much(tmp_path: Path) -> None:
     assert "cannot import name 'release_probe'" in too_much.stdout
     right = claim(">=0.5.1,<0.6")
     assert right.returncode == 0
-    assert "ok   schooner-data against schooner-cluster 0.5.1 (working tree): 1 passed" in right.stdout
+    assert "admit no sibling version older than the working tree" in right.stdout  # the exact guard's case
     # 0.5.1 is not released (no tag): what it holds is the tree, not the commit that first named it, so a
     # function added to it later serves data's tests too.
     init.write_text(init.read_text() + "\n\ndef release_probe_two() -> int:\n    return 43\n")
@@ -297,9 +297,10 @@ def test_compat_fails_a_range_that_claims_too_much(tmp_path: Path) -> None:
         "from schooner.cluster import release_probe_two\n\n\ndef test_probe():\n"
         "    assert release_probe_two() == 43\n"
     )
-    later = claim(">=0.5.1,<0.6")
-    assert "ok   schooner-data against schooner-cluster 0.5.1 (working tree): 1 passed" in later.stdout
-    assert later.returncode == 0
+    later = claim(">=0.5,<0.6")  # 0.5.0 is still tested, and 0.5.1 is the tree: only 0.5.0 fails
+    assert later.returncode == 1
+    assert f"FAIL schooner-data against schooner-cluster 0.5.0 (set in {a[:10]})" in later.stdout
+    assert "cannot import name 'release_probe_two'" in later.stdout
 
 
 def test_pre_commit_runs_ruff_and_the_fast_guards(tmp_path: Path) -> None:
