@@ -1,3 +1,6 @@
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -90,3 +93,93 @@ def test_pack_chats(tokenizer: Tokenizer) -> None:
     assert packed["tokens"][2, :n0].tolist() == chats[2].ids.tolist()
     big = pack_chats(chats, 4 * n1, pad_id=tokenizer.pad_id)
     assert big["tokens"].shape[0] == 1 and big["segment_ids"][0].max() == 3
+
+
+# Conversations for the Jinja template: system turn, multi-turn, a tool turn, newlines and non-ASCII text,
+# spaces at content edges, empty content.
+JINJA_CONVS = [
+    [{"role": "user", "content": "hi"}],
+    CONV[:3] + [{"role": "user", "content": "And 3+3?"}, {"role": "assistant", "content": "6"}],
+    [
+        {"role": "system", "content": "You can call tools.\nAnswer in JSON."},
+        {"role": "user", "content": "Weather in Zürich?"},
+        {"role": "assistant", "content": '{"call": "weather", "city": "Zürich"}'},
+        {"role": "tool", "content": '{"temp": 21, "sky": "clear"}'},
+        {"role": "assistant", "content": " It is 21 °C and clear. "},
+    ],
+    [
+        {"role": "user", "content": "def f(x):\n    return x  # indented\n\n"},
+        {"role": "assistant", "content": ""},
+    ],
+]
+
+
+@pytest.fixture(scope="module")
+def chatml_tokenizer(texts: list[str]) -> Tokenizer:
+    specials = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+    return train_bpe(
+        texts[:20], vocab_size=600, special_tokens=specials, bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>", pad_token="<|endoftext|>", chat_template="chatml",
+    )  # fmt: skip
+
+
+def _jinja_render(source: str, tok: Tokenizer, messages: list, add_generation_prompt: bool) -> str:
+    """Render as `transformers.apply_chat_template` does (its Jinja environment settings and globals)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise ValueError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, bos_token=tok.bos_token,
+        eos_token=tok.eos_token,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("which", ["schooner", "chatml"])
+def test_the_jinja_template_renders_the_same_ids(
+    which: str, tokenizer: Tokenizer, chatml_tokenizer, tmp_path
+) -> None:
+    from schooner.tokenize import jinja_chat_template
+
+    tok = tokenizer if which == "schooner" else chatml_tokenizer
+    source = jinja_chat_template(which)
+    saved = json.loads((Path(tok.save(tmp_path)) / "tokenizer_config.json").read_text())
+    assert saved["chat_template"] == source and saved["schooner_chat_template"] == which
+    for messages in JINJA_CONVS:
+        for gen in (False, True):
+            text = _jinja_render(source, tok, messages, gen)
+            # tokenized as apply_chat_template does: special tokens parsed, no post-processor
+            ids = tok.hf.encode(text, add_special_tokens=False).ids
+            assert ids == render_chat(tok, messages, which, add_generation_prompt=gen).ids.tolist(), (
+                which,
+                messages,
+                gen,
+            )
+    # the documented difference: a special-token string in content is plain text only for render_chat
+    forged = _jinja_render(source, tok, CONV, False)
+    if which == "schooner":
+        assert (
+            tok.hf.encode(forged, add_special_tokens=False).ids != render_chat(tok, CONV, which).ids.tolist()
+        )
+    with pytest.raises(ValueError, match="role narrator is not one of system, user, assistant, tool"):
+        _jinja_render(source, tok, [{"role": "narrator", "content": "x"}], False)
+
+
+@pytest.mark.parametrize("which", ["schooner", "chatml"])
+def test_transformers_apply_chat_template_on_a_saved_tokenizer(
+    which: str, tokenizer: Tokenizer, chatml_tokenizer, tmp_path
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    tok = tokenizer if which == "schooner" else chatml_tokenizer
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tok.save(tmp_path))
+    for messages in JINJA_CONVS:
+        for gen in (False, True):
+            ids = hf_tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=gen)
+            ids = ids["input_ids"] if isinstance(ids, dict | transformers.BatchEncoding) else ids
+            assert list(ids) == render_chat(tok, messages, add_generation_prompt=gen).ids.tolist(), (
+                messages,
+                gen,
+            )

@@ -14,6 +14,7 @@ from ._chat import CHATML as CHATML
 from ._chat import SCHOONER_CHAT as SCHOONER_CHAT
 from ._chat import ChatTemplate as ChatTemplate
 from ._chat import RenderedChat as RenderedChat
+from ._chat import jinja_chat_template as jinja_chat_template
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
 from ._documents import chat_record as chat_record

@@ -7,6 +7,7 @@ strings as plain text).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -91,11 +92,8 @@ def check_messages(messages: Sequence[Mapping[str, str]], what: str = "render_ch
             raise ValueError(f"{what}: messages[{i}] content is {type(m['content']).__name__}, not str")
 
 
-def resolve_template(tokenizer: Tokenizer, template: ChatTemplate | str | dict | None) -> ChatTemplate:
-    """The `ChatTemplate` named by `template` (a name, a template, its `asdict`, or None: the tokenizer's own,
-    else "schooner"), checked to have every token it needs in `tokenizer`."""
-    if template is None:
-        template = tokenizer.chat_template or "schooner"
+def chat_template_of(template: ChatTemplate | str | dict) -> ChatTemplate:
+    """The `ChatTemplate` named by `template` (a name, a template, or its `asdict` as cache manifests hold)."""
     if isinstance(template, dict):
         template = ChatTemplate(**{**template, "required_tokens": tuple(template.get("required_tokens", ()))})
     if isinstance(template, str):
@@ -104,6 +102,13 @@ def resolve_template(tokenizer: Tokenizer, template: ChatTemplate | str | dict |
                 f"unknown chat template {template!r}; use one of {sorted(CHAT_TEMPLATES)} or a ChatTemplate"
             )
         template = CHAT_TEMPLATES[template]
+    return template
+
+
+def resolve_template(tokenizer: Tokenizer, template: ChatTemplate | str | dict | None) -> ChatTemplate:
+    """The `ChatTemplate` named by `template` (a name, a template, its `asdict`, or None: the tokenizer's own,
+    else "schooner"), checked to have every token it needs in `tokenizer`."""
+    template = chat_template_of((tokenizer.chat_template or "schooner") if template is None else template)
     missing = [t for t in template.required_tokens if tokenizer.token_to_id(t) is None]
     if missing:
         raise ValueError(
@@ -161,6 +166,34 @@ def render_chat(
     if max_length is not None:
         ids, mask = ids[:max_length], mask[:max_length]
     return RenderedChat(ids=np.array(ids, dtype=np.int32), loss_mask=np.array(mask, dtype=np.int32))
+
+
+def jinja_chat_template(template: ChatTemplate | str | dict) -> str:
+    """`template` as a Hugging Face Jinja `chat_template` (for `tokenizer_config.json`), so that
+    `transformers`' `apply_chat_template(messages, add_generation_prompt=...)` gives `render_chat`'s ids.
+
+    Rendered text, tokenized with special tokens parsed (as `apply_chat_template` does): equal ids as long as
+    message content holds no special-token strings (`render_chat` keeps those as plain text; a Jinja string
+    cannot) and the tokenizer splits text at a header's end the same as between separately encoded pieces
+    (true for byte-level BPE). A role outside the template's is refused with `raise_exception`.
+    """
+    template = chat_template_of(template)
+    headers = ", ".join(f"{json.dumps(r)}: {json.dumps(template.header[r])}" for r in ROLES)
+    bos = "{{- bos_token -}}\n" if template.bos else ""
+    return (
+        "{#- a Schooner chat template (schooner.tokenize.render_chat) -#}\n"
+        f"{{%- set headers = {{{headers}}} -%}}\n"
+        f"{bos}"
+        "{%- for message in messages -%}\n"
+        "{%- if message['role'] not in headers -%}\n"
+        f"{{{{- raise_exception('role ' ~ message['role'] ~ ' is not one of {', '.join(ROLES)}') -}}}}\n"
+        "{%- endif -%}\n"
+        f"{{{{- headers[message['role']] ~ message['content'] ~ {json.dumps(template.footer)} -}}}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}\n"
+        "{{- headers['assistant'] -}}\n"
+        "{%- endif -%}\n"
+    )
 
 
 def pack_chats(chats: Sequence[RenderedChat], seq_len: int, pad_id: int) -> dict[str, np.ndarray]:

@@ -244,7 +244,8 @@ class Tokenizer:
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> str:
         """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder` (a local path or an
-        fsspec URL), each atomically; return the folder."""
+        fsspec URL), each atomically; return the folder. A tokenizer trained for a chat template gets its
+        Jinja `chat_template` too (`jinja_chat_template`), so `transformers` renders chats as Schooner does."""
         from schooner.data import storage
 
         folder = os.fspath(folder)
@@ -257,7 +258,11 @@ class Tokenizer:
             "schooner_fingerprint": self.fingerprint,
         }
         if self.chat_template is not None:
+            from ._chat import CHAT_TEMPLATES, jinja_chat_template
+
             cfg["schooner_chat_template"] = self.chat_template
+            if self.chat_template in CHAT_TEMPLATES:  # for transformers' apply_chat_template
+                cfg["chat_template"] = jinja_chat_template(self.chat_template)
         storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
         return folder
 
