@@ -1,15 +1,23 @@
 """Tasks built from Schooner's embedded corpus (Python's documentation): accuracy with no download.
 
-Three tasks, each a seeded sample of the `python-docs` source (`schooner.data.sources`), written as jsonl in
-the `examples` layout so they run like any other `Task`:
+Three 4-way multiple-choice tasks, each a seeded sample of the `python-docs` source (`schooner.data.sources`),
+written as jsonl in the `examples` layout so they run like any other `Task`:
 
-* `docs_next_sentence` (4-way multiple choice): a sentence of a documentation paragraph, then its true next
-  sentence against three sentences drawn from other documents.
-* `docs_function_name` (4-way, partial scoring): which of four function names, written as the corpus writes a
-  signature (`name(args)`), is followed by this docstring's first line. The docstring is the shared
-  continuation, so the score is p(docstring | name): the corpus order, name first.
-* `docs_cloze` (continuation, LAMBADA-style): the last word of a documentation sentence, given the sentence
-  and the one before it; accuracy is the greedy continuation matching it.
+* `docs_next_sentence`: up to two sentences of a documentation paragraph, then the sentence that follows them
+  against three sentences from other documents that also follow another sentence and fall in the same length
+  bin (eighths of the pool by characters).
+* `docs_function_name` (partial scoring): which of four signatures (`name(args)`, each a real function of the
+  corpus with its own arguments) is followed by this docstring's first line. The docstring is the shared
+  continuation, so the score is p(docstring | signature) and its length cancels (`acc_norm` equals `acc`).
+* `docs_cloze`: the last word of a documentation sentence, given the sentence and the one before it, against
+  three last words of sentences from other documents.
+
+The distractors are drawn from the distribution the right answer was drawn from, so the four choices are
+exchangeable for any scorer that ignores the context: it scores chance in expectation, and a model only beats
+chance through what it learned of how context and answer go together (tested: the right answer is the longest,
+the shortest and the unigram's pick about one time in four). Version 1 drew next-sentence distractors from all
+sentences, which are shorter on average than those that follow another one: summed log-probability (`acc`)
+then favoured the distractors, and a weak model scored below chance.
 
 Each task's record carries its chance level and the score of a word-unigram model fitted on the whole corpus
 (add-one smoothing), scored by the same rules (`unigram_acc`, `unigram_acc_norm`), so a trained model's
@@ -33,9 +41,13 @@ from ._taskspec import Suite, Task, chance_level
 
 _WORD = re.compile(r"\w+|[^\w\s]")
 _SENTENCE_END = re.compile(r"(?<=[a-z0-9)][.!?])\s+(?=[A-Z])")
+_NEXT_CONTEXT = 2
+"""Sentences of the paragraph before the one to pick (docs_next_sentence's context)."""
+_LENGTH_BINS = 8
+"""docs_next_sentence draws its distractors from the gold's length bin (`_length_bins`)."""
 _SIGNATURE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)\(([^()]{0,60})\)$")
 
-BUNDLED_VERSION = 1
+BUNDLED_VERSION = 2
 """Bumped whenever the construction changes (the folder's tasks.json records it)."""
 
 
@@ -82,15 +94,8 @@ class Unigram:
             math.log((self.counts.get(w, 0) + 1) / (self.total + self.size)) for w in _WORD.findall(text)
         )
 
-    def most_common_word(self) -> str:
-        return next(w for w, _ in self.counts.most_common() if w.isalpha())
 
-
-def _unigram_scores(model: Unigram, examples: Sequence[Example], kind: str) -> dict[str, float]:
-    if kind == "continuation":
-        top = model.most_common_word()
-        acc = sum(ex.continuations[ex.gold].strip() == top for ex in examples) / len(examples)
-        return {"unigram_acc": acc}
+def _unigram_scores(model: Unigram, examples: Sequence[Example]) -> dict[str, float]:
     acc = norm = 0.0
     for ex in examples:
         # p(continuation | context) of a unigram model does not see the context: a partial-scoring task
@@ -108,56 +113,94 @@ def _expected_hit(scores: Sequence[float], gold: int) -> float:
     return 1.0 / len(tied) if gold in tied else 0.0
 
 
+def _length_bins(pool: Sequence[tuple[int, str]], bins: int) -> dict[str, list[tuple[int, str]]]:
+    """Each string of `pool` -> the members of its length bin (`bins` bins of equal count, by characters).
+
+    Distractors drawn from the gold's own bin are exchangeable with it: the four choices of a question are
+    independent draws from the same distribution, so a scorer that ignores the context is at chance in
+    expectation, and no length tell is left (a window centred on the gold's length would leave one: the gold
+    would be the median-length choice too often).
+    """
+    ordered = sorted(pool, key=lambda item: (len(item[1]), item[1]))
+    out: dict[str, list[tuple[int, str]]] = {}
+    for b in range(bins):
+        members = ordered[b * len(ordered) // bins : (b + 1) * len(ordered) // bins]
+        for _, text in members:
+            out.setdefault(text, members)
+    return out
+
+
+def _draw_others(rng: random.Random, pool: Sequence[tuple[int, str]], owner: int, gold: str) -> list[str]:
+    """Three distinct strings of `pool`, from documents other than `owner`, none equal to `gold`."""
+    others: list[str] = []
+    for _ in range(100 * len(pool)):
+        other_owner, other = pool[rng.randrange(len(pool))]
+        if other_owner != owner and other.lower() != gold.lower() and other not in others:
+            others.append(other)
+            if len(others) == 3:
+                return others
+    raise ValueError(f"too few distractors for {gold!r} in a pool of {len(pool)}")
+
+
+def _insert_gold(rng: random.Random, others: list[str], gold: str) -> tuple[tuple[str, ...], int]:
+    index = rng.randrange(len(others) + 1)
+    return tuple(others[:index] + [gold] + others[index:]), index
+
+
 def _next_sentence(records: list[dict], rng: random.Random, size: int) -> list[Example]:
-    pairs: list[tuple[int, str, str]] = []
-    pool: list[tuple[int, str]] = []
+    items: list[tuple[int, str, str]] = []  # (document, preceding sentences, the sentence that follows them)
     for r, record in enumerate(records):
         for paragraph in _paragraphs(record["text"]):
             sentences = _sentences(paragraph)
-            pool.extend((r, s) for s in sentences)
-            pairs.extend((r, a, b) for a, b in zip(sentences, sentences[1:], strict=False))
+            for i in range(1, len(sentences)):
+                items.append((r, " ".join(sentences[max(0, i - _NEXT_CONTEXT) : i]), sentences[i]))
+    # distractors: sentences that follow another one (as the gold does) from other documents, of similar length
+    bins = _length_bins([(r, sentence) for r, _, sentence in items], _LENGTH_BINS)
     out = []
-    for r, first, second in rng.sample(pairs, min(size, len(pairs))):
-        others: list[str] = []
-        while len(others) < 3:
-            owner, sentence = pool[rng.randrange(len(pool))]
-            if owner != r and sentence not in others:
-                others.append(sentence)
-        gold = rng.randrange(4)
-        choices = others[:gold] + [second] + others[gold:]
-        out.append(Example((first,), tuple(choices), gold))
+    for r, context, sentence in rng.sample(items, min(size, len(items))):
+        choices, gold = _insert_gold(rng, _draw_others(rng, bins[sentence], r, sentence), sentence)
+        out.append(Example((context,), choices, gold))
     return out
 
 
 def _function_name(records: list[dict], rng: random.Random, size: int) -> list[Example]:
     functions = [f for record in records for f in _functions(record["text"])]
-    names = sorted({name for name, _, _ in functions})
     out = []
     for name, args, summary in rng.sample(functions, min(size, len(functions))):
-        others = rng.sample([n for n in names if n != name], 3)
+        others: list[tuple[str, str]] = []
+        while len(others) < 3:  # other documented functions, each with its own arguments
+            other, other_args, _ = functions[rng.randrange(len(functions))]
+            if other != name and other not in {o for o, _ in others}:
+                others.append((other, other_args))
         gold = rng.randrange(4)
-        candidates = others[:gold] + [name] + others[gold:]
-        contexts = tuple(f"{c}({args})\n" for c in candidates)
-        out.append(Example(contexts, (f"    {summary}",), gold, answer_texts=tuple(candidates)))
+        candidates = others[:gold] + [(name, args)] + others[gold:]
+        contexts = tuple(f"{c}({a})\n" for c, a in candidates)
+        out.append(Example(contexts, (f"    {summary}",), gold))
     return out
 
 
 def _cloze(records: list[dict], rng: random.Random, size: int) -> list[Example]:
-    items = []
-    for record in records:
+    items: list[tuple[int, str, str]] = []  # (document, context, the sentence's last word)
+    for r, record in enumerate(records):
         for paragraph in _paragraphs(record["text"]):
             sentences = _sentences(paragraph)
             for before, sentence in zip(sentences, sentences[1:], strict=False):
                 head, _, last = sentence[:-1].rpartition(" ")
                 if sentence.endswith(".") and last.isalpha() and len(last) >= 3 and head:
-                    items.append(Example((f"{before} {head}",), (last,), 0))
-    return rng.sample(items, min(size, len(items)))
+                    items.append((r, f"{before} {head}", last))
+    out = []
+    for r, context, word in rng.sample(items, min(size, len(items))):
+        # distractors: other sentences' last words (the gold's own distribution: a unigram is at chance)
+        others = _draw_others(rng, [(owner, last) for owner, _, last in items], r, word)
+        choices, gold = _insert_gold(rng, others, word)
+        out.append(Example((context,), choices, gold))
+    return out
 
 
 BUILDERS = {
     "docs_next_sentence": (_next_sentence, "multiple_choice"),
     "docs_function_name": (_function_name, "multiple_choice"),
-    "docs_cloze": (_cloze, "continuation"),
+    "docs_cloze": (_cloze, "multiple_choice"),
 }
 
 
@@ -205,7 +248,7 @@ def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:
                 kind=kind,
                 delimiter=" " if name != "docs_function_name" else "",
                 chance=chance_level(examples, kind),
-                reference=_unigram_scores(unigram, examples, kind),
+                reference=_unigram_scores(unigram, examples),
             )
         )
     payload: dict[str, Any] = {"settings": settings, "tasks": [t.to_dict() for t in tasks]}
