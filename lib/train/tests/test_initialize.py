@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
+from schooner.tokenize import jinja_chat_template
 from schooner.train import AdamConfig, CheckpointConfig, DataConfig, TrackerConfig, TrainConfig, train
 from schooner.train._init import load_initial_model
 from schooner.train.steps import initial_model_config
@@ -165,3 +167,52 @@ def test_schooner_export_hf_on_the_command_line(nano, data_dir, source_run, tmp_
     model, _ = import_hf(out)
     for a, b in zip(_leaves(model), _leaves(src), strict=True):
         np.testing.assert_array_equal(a, b)
+    # the tokenizer's chat template, as Jinja for transformers' apply_chat_template
+    assert json.loads((out / "tokenizer_config.json").read_text())["chat_template"] == jinja_chat_template(
+        "schooner"
+    )
+
+
+def _export_with(run: str, tokenizer: str, out, **kw) -> tuple[dict, dict]:
+    from schooner.train._export import ExportHfConfig, _run_export_hf
+
+    record = _run_export_hf(ExportHfConfig(run=run, tokenizer=tokenizer, **kw), str(out))
+    return record, json.loads((out / "tokenizer_config.json").read_text())
+
+
+def test_export_writes_a_chat_template_the_tokenizer_folder_lacks(data_dir, source_run, tmp_path) -> None:
+    import shutil
+
+    from schooner.tokenize import load_tokenizer, render_chat
+
+    # a tokenizer folder saved without a Jinja template (as before it existed, or by hand)
+    old = tmp_path / "tok"
+    old.mkdir()
+    shutil.copy(f"{data_dir}/tokenizer.json", old)
+    config = json.loads((Path(data_dir) / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (old / "tokenizer_config.json").write_text(json.dumps(config))
+    record, written = _export_with(source_run, str(old), tmp_path / "a")
+    assert record["chat_template"] == "schooner"
+    assert written["chat_template"] == jinja_chat_template("schooner")
+    assert written["eos_token"] == config["eos_token"]  # the rest of the file is kept
+
+    # a tokenizer folder's own template is kept; one without the template's tokens is refused
+    (old / "tokenizer_config.json").write_text(json.dumps(config | {"chat_template": "{{ messages }}"}))
+    record, written = _export_with(source_run, str(old), tmp_path / "b")
+    assert (record["chat_template"], written["chat_template"]) == ("tokenizer's own", "{{ messages }}")
+    with pytest.raises(ValueError, match=r"chat template 'chatml' needs tokens \['<\|im_start\|>'"):
+        _export_with(source_run, str(old), tmp_path / "c", chat_template="chatml")
+
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(tmp_path / "a")
+    tok = load_tokenizer(tmp_path / "a")
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "def f(x):\n    return x"},
+        {"role": "assistant", "content": "It returns x."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    ids = hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+    ids = ids["input_ids"] if isinstance(ids, dict | transformers.BatchEncoding) else ids
+    assert list(ids) == render_chat(tok, messages, add_generation_prompt=True).ids.tolist()

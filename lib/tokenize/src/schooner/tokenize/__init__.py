@@ -17,6 +17,7 @@ from ._chat import RenderedChat as RenderedChat
 from ._chat import jinja_chat_template as jinja_chat_template
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
+from ._chat import resolve_template as resolve_template
 from ._documents import chat_record as chat_record
 from ._documents import preference_record as preference_record
 from ._encode import split_of as split_of

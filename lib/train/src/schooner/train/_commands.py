@@ -40,6 +40,12 @@ class _ExportHf:
             help="tokenizer folder or file (default: the run's own, from run.json)",
         )
         parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+        parser.add_argument(
+            "--chat-template",
+            default=None,
+            help="chat template written into tokenizer_config.json: schooner or chatml (default: the "
+            "tokenizer's own, else the one the run's chat data used)",
+        )
 
     @staticmethod
     def run(ns: argparse.Namespace) -> int:
@@ -47,7 +53,7 @@ class _ExportHf:
 
         config = ExportHfConfig(
             run=ns.run, step=ns.step, tokenizer=ns.tokenizer, tokenizer_sources=tokenizer_sources(ns.run),
-            dtype=ns.dtype,
+            dtype=ns.dtype, chat_template=ns.chat_template,
         )  # fmt: skip
         record = _run_export_hf(config, ns.out)
         if record["tokenizer"] is None:

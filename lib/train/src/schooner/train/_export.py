@@ -5,7 +5,8 @@ again. What cannot be exported (quantile balancing's router bias, sigmoid router
 refused when the step is built, from the run's model config, naming the field.
 
 Output folder: `config.json`, `generation_config.json`, `model.safetensors` (or shards with an index),
-the tokenizer's files, and `export.json` (which checkpoint, which step, the tokenizer's fingerprint).
+the tokenizer's files (`tokenizer_config.json` with a Jinja `chat_template` for `apply_chat_template`), and
+`export.json` (which checkpoint, which step, the tokenizer's fingerprint, the chat template).
 """
 
 from __future__ import annotations
@@ -38,8 +39,19 @@ class ExportHfConfig:
     """Tensor dtype of the export: "float32" or "bfloat16"."""
     max_shard_bytes: int = 5 * 10**9
     """Largest safetensors file; larger models are sharded with an index (as HF does)."""
+    chat_template: str | None = None
+    """Schooner chat template to write as `chat_template` ("schooner", "chatml"); None: the tokenizer
+    folder's own if it has one, else the one the run's chat data was rendered with, else the tokenizer's
+    (`resolve_template`) when it has that template's tokens."""
 
     def __post_init__(self) -> None:
+        from schooner.tokenize import CHAT_TEMPLATES
+
+        if self.chat_template is not None and self.chat_template not in CHAT_TEMPLATES:
+            raise ValueError(
+                f"export_hf: chat_template must be one of {sorted(CHAT_TEMPLATES)} or None, "
+                f"got chat_template={self.chat_template!r}"
+            )
         if self.dtype not in _DTYPES:
             raise ValueError(f"export_hf: dtype must be one of {_DTYPES}, got dtype={self.dtype!r}")
         if self.step is not None and (
@@ -70,6 +82,7 @@ def export_hf(
     tokenizer: Any = None,
     dtype: str = "float32",
     max_shard_bytes: int = 5 * 10**9,
+    chat_template: str | None = None,
     resources: ResourceConfig | None = None,
 ) -> StepHandle:
     """A step that writes a training run's checkpoint as a Hugging Face model folder.
@@ -82,6 +95,9 @@ def export_hf(
             the one its datasets were tokenized with).
         dtype: "float32" or "bfloat16" tensors.
         max_shard_bytes: largest safetensors file (bigger models are sharded with an index).
+        chat_template: the chat template `tokenizer_config.json` gets as Jinja ("schooner", "chatml"); None:
+            the tokenizer folder's own, else the one the run's chat caches were rendered with, else the
+            tokenizer's default when it has its tokens (none otherwise).
         resources: where it runs (runtime-only); None: in the runner's process.
 
     Returns:
@@ -128,6 +144,7 @@ def export_hf(
         tokenizer_sources=sources,
         dtype=dtype,
         max_shard_bytes=max_shard_bytes,
+        chat_template=chat_template,
     )
     return make_step(
         name or default_name,
@@ -178,6 +195,47 @@ def _tokenizer_folder(config: ExportHfConfig) -> str | None:
     return None
 
 
+def _recorded_chat_template(sources: tuple) -> dict | None:
+    """The chat template (as `asdict`) the first chat/preference cache among `sources` was rendered with."""
+    for source in sources:
+        path = os.fspath(source)
+        for manifest in (os.path.join(path, "manifest.json"), os.path.join(path, "train", "manifest.json")):
+            if os.path.isfile(manifest):
+                with open(manifest) as f:
+                    template = json.load(f).get("chat_template")
+                if template:
+                    return template
+    return None
+
+
+def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | None:
+    """Give `folder`'s `tokenizer_config.json` a Jinja `chat_template` (see `ExportHfConfig.chat_template`);
+    return the Schooner template's name, "tokenizer's own" when the file already had one, or None."""
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.exists(path):  # a bare tokenizer.json was shipped: write the config Schooner would
+        tok.save(folder)
+    with open(path) as f:
+        cfg = json.load(f)
+    if config.chat_template is None and isinstance(cfg.get("chat_template"), str | list):
+        return "tokenizer's own"
+    wanted = config.chat_template or _recorded_chat_template(config.tokenizer_sources)
+    try:
+        template = resolve_template(tok, wanted)
+    except ValueError:
+        if wanted is not None:
+            raise
+        return None  # the tokenizer lacks the default template's tokens: a base model without chat format
+    cfg |= {"chat_template": jinja_chat_template(template), "schooner_chat_template": template.name}
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    return template.name
+
+
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
     from schooner.model import export_hf as write_hf
     from schooner.model import load_model
@@ -208,6 +266,7 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
         max_shard_bytes=config.max_shard_bytes,
         **{k: v for k, v in ids.items() if v is not None},
     )
+    chat = write_chat_template(output_path, tok, config) if tok_path is not None else None
     marker = os.path.join(folder, "checkpoint.json")
     record = {
         "checkpoint": folder,
@@ -215,6 +274,7 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
         "tokenizer": tok_path,
         "tokenizer_fingerprint": fingerprint,
         "dtype": config.dtype,
+        "chat_template": chat,
     }
     with open(os.path.join(output_path, "export.json"), "w") as f:
         json.dump(record, f, indent=2)
