@@ -250,6 +250,9 @@ def test_bad_arguments() -> None:
         ds.write_jsonl("/tmp/never", compression="lz4")
     with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got on_error='ignore'"):
         Dataset.from_files("x.jsonl", on_error="ignore")
+    # checked when the dataset is built, not only once a text file is read (a jsonl input never was)
+    with pytest.raises(ValueError, match="text_mode must be 'file' or 'lines', got text_mode='line'"):
+        Dataset.from_files("x.jsonl", text_mode="line")
     with pytest.raises(ValueError, match="Execution.retries must be an integer >= 0"):
         ds.count(retries=-1)
 

@@ -108,6 +108,8 @@ def test_packed_ngram_jaccard_equals_the_jaccard_of_string_sets():
         assert len(ca) == len(sa) and len(cb) == len(sb)
         assert jaccard(ca, cb) == _ref_jaccard(sa, sb)
     assert ngram_codes("漢字のテキスト", 5) is None  # code points beyond 12 bits: the caller uses sets
+    with pytest.raises(TypeError, match="two sets of shingles or two arrays of n-gram codes"):
+        jaccard(ngram_codes("abcdef", 2), shingles("abcdef", 2))
 
 
 def _near(text: str, rng: random.Random, edits: int) -> str:

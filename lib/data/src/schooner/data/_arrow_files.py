@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -15,7 +16,7 @@ from ._records import BadRecord, normalize
 _FIX = "check that it is a complete Arrow IPC file (not a partial copy) and write it again"
 
 
-def _batches(f) -> Iterator[pa.RecordBatch]:
+def _batches(f: IO[Any]) -> Iterator[pa.RecordBatch]:
     """Record batches of an Arrow stream (what `datasets` writes) or an Arrow file (with a footer)."""
     head = f.read(6)
     f.seek(0)

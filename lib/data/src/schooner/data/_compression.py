@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
-from typing import IO
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol
 
 import zstandard
 
@@ -12,6 +12,18 @@ CHUNK = 1 << 18
 """Bytes read from the file per step (a compressed chunk can decode to several times as many)."""
 
 _COMPRESSIONS = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+
+
+class _Decompressor(Protocol):
+    """What zlib's and zstandard's decompression objects have in common (and all this module uses)."""
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
 
 
 class StreamError(Exception):
@@ -37,6 +49,7 @@ def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
         while chunk := f.read(CHUNK):
             yield chunk
         return
+    new: Callable[[], _Decompressor]
     if compression == "gzip":
         new = lambda: zlib.decompressobj(wbits=31)  # noqa: E731
         errors: tuple[type[BaseException], ...] = (zlib.error,)

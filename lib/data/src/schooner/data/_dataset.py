@@ -12,7 +12,7 @@ from ._fingerprint import fingerprint
 from ._folders import expand_paths
 from ._ops import FilterOp, FlatMapOp, MapOp, MapShardOp, Op, SelectOp, fn_name
 from ._plan import GroupBy, Node, Reshard, ShardTarget, Take, chain_tokens, run_plan, work_folder
-from ._readers import detect_format
+from ._readers import check_text_mode, detect_format
 from ._shuffle import keep_first
 from ._spill import SpillInfo
 from ._spill import read_records as read_spill
@@ -83,11 +83,10 @@ class Dataset:
         `filter` excludes by statistics are skipped). With `locate`, each record gets
         `"_loc": [file index, record index in the file]` (one shard per file: row groups are not split).
         See `read_records` for the other arguments."""
-        check_on_error(on_error)
         opts = ReadOptions(
             text_field=text_field, id_field=id_field, source=source, format=format, compression=compression,
-            columns=tuple(columns) if columns is not None else None, filter=filter, text_mode=text_mode,
-            on_error=on_error, locate=locate,
+            columns=tuple(columns) if columns is not None else None, filter=filter,
+            text_mode=check_text_mode(text_mode), on_error=check_on_error(on_error), locate=locate,
         )  # fmt: skip
         plist = [paths] if isinstance(paths, str) else list(paths)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -54,20 +55,38 @@ class DataError(ValueError):
             parts.append(f"row {self.row}")
         return ", ".join(parts)
 
-    def __reduce__(self):  # keep the fields when the error crosses a process boundary
+    def __reduce__(
+        self,
+    ) -> tuple[
+        Callable[..., DataError], tuple[object, ...]
+    ]:  # keep the fields when the error crosses a process boundary
         return (
             _rebuild,
             (self.path, self.reason, self.line, self.row_group, self.row, self.fix),
         )
 
 
-def _rebuild(path, reason, line, row_group, row, fix) -> DataError:
+def _rebuild(
+    path: str,
+    reason: str,
+    line: int | None,
+    row_group: int | None,
+    row: int | None,
+    fix: str | None,
+) -> DataError:
     return DataError(path, reason, line=line, row_group=row_group, row=row, fix=fix)
 
 
-def record_error(path: str, reason: str, *, line: int | None = None, **where) -> DataError:
+def record_error(
+    path: str,
+    reason: str,
+    *,
+    line: int | None = None,
+    row_group: int | None = None,
+    row: int | None = None,
+) -> DataError:
     """A bad *record* (skippable): the message ends with the `on_error='skip'` hint."""
-    return DataError(path, reason, line=line, fix=_SKIP_HINT, **where)
+    return DataError(path, reason, line=line, row_group=row_group, row=row, fix=_SKIP_HINT)
 
 
 MAX_EXAMPLES = 5
@@ -98,9 +117,13 @@ class SkipLog:
         return {"skipped": self.skipped, "examples": list(self.examples)}
 
 
-def check_on_error(on_error: str) -> None:
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
+def check_on_error(on_error: str) -> OnError:
+    """`on_error`, checked to be one of the `OnError` choices."""
+    if on_error == "raise":
+        return "raise"
+    if on_error == "skip":
+        return "skip"
+    raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
 
 
 def handle(err: DataError, on_error: str, skips: SkipLog | None) -> None:

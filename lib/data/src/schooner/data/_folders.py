@@ -7,6 +7,8 @@ import logging
 import os
 import re
 
+import fsspec
+
 from . import storage
 from ._errors import DataError
 
@@ -120,12 +122,12 @@ def _check_part_set(folder: str, parts: list[str], has_stats: bool) -> list[str]
     """The `part-i-of-N` files of a folder without a manifest, when they form complete sets."""
     sets: dict[tuple[int, str], dict[int, str]] = {}
     other = []
-    for n in parts:
-        m = _PART_OF_N.match(n)
+    for name in parts:
+        m = _PART_OF_N.match(name)
         if m is None:
-            other.append(n)
+            other.append(name)
         else:
-            sets.setdefault((int(m.group(2)), m.group(3)), {})[int(m.group(1))] = n
+            sets.setdefault((int(m.group(2)), m.group(3)), {})[int(m.group(1))] = name
     if has_stats and sets:
         raise DataError(
             folder,
@@ -174,7 +176,7 @@ def hf_fingerprint(folder: str) -> str | None:
         return None
 
 
-def _rejoin(fs, template: str, path: str) -> str:
+def _rejoin(fs: fsspec.AbstractFileSystem, template: str, path: str) -> str:
     """A path from `fs.glob`/`fs.ls` as the user would write it (no protocol for local paths)."""
     if storage.is_local(template):
         return path

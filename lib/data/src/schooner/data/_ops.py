@@ -53,8 +53,9 @@ class Op(ABC):
         """What identifies this operation in a plan fingerprint."""
         return [type(self).__name__, self.label, token(self._identity())]
 
+    @abstractmethod
     def _identity(self) -> Any:
-        return self.fn  # type: ignore[attr-defined]  (every op without one overrides this)
+        """What, besides the type and label, makes this operation what it is (for `token`)."""
 
     def extra_counters(self, c_in: _Count, c_out: _Count) -> dict[str, int]:
         return {}
@@ -78,6 +79,9 @@ class MapOp(Op):
 
     def describe(self) -> str:
         return f"map {fn_name(self.fn)} (as {self.label!r})"
+
+    def _identity(self) -> Any:
+        return self.fn
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,9 @@ class FlatMapOp(Op):
 
     def describe(self) -> str:
         return f"flat_map {fn_name(self.fn)} (as {self.label!r})"
+
+    def _identity(self) -> Any:
+        return self.fn
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ are read row by row, their columns normalised into records (`_arrow_rows` conver
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -55,8 +56,8 @@ def as_expression(filter: Any, names: list[str] | None = None) -> pds.Expression
             f"filter={filter!r} is not a pyarrow Expression or a DNF list such as [('lang', '==', 'en')]: {e}"
         ) from None
     out = ors[0]
-    for e in ors[1:]:
-        out = out | e
+    for alternative in ors[1:]:
+        out = out | alternative
     return out
 
 
@@ -81,7 +82,8 @@ def _and(clause: list, names: list[str] | None) -> pds.Expression:
     return out
 
 
-def _filesystem(path: str):
+def _filesystem(path: str) -> tuple[Any, str]:
+    """(the pyarrow FileSystem that holds `path`, the path within it)."""
     from pyarrow.fs import FSSpecHandler, LocalFileSystem, PyFileSystem
 
     if storage.is_local(path):
@@ -230,15 +232,8 @@ def read_parquet_records(
         if not 0 <= rg < frag.num_row_groups:
             raise ValueError(f"{path}: row group {rg} out of range (the file has {frag.num_row_groups})")
         try:
-            # One thread: the pipeline runs one task per CPU it reserved, and parallelism comes from splits.
             piece = _fragment(path, [rg])
-            table = _with_schema(
-                path,
-                frag,
-                lambda s, piece=piece: piece.to_table(
-                    schema=s, columns=read_cols, filter=expr, use_threads=False
-                ),
-            )
+            table = _with_schema(path, frag, functools.partial(_read_piece, piece, read_cols, expr))
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             handle(DataError(path, f"cannot read ({e})", row_group=rg, fix=_UNREADABLE_FIX), on_error, skips)
             continue
@@ -246,6 +241,14 @@ def read_parquet_records(
             yield from _our_rows(path, rg, table, version, on_error, skips)
         else:
             yield from _generic_rows(path, rg, table, text_field, id_field, source, on_error, skips)
+
+
+def _read_piece(
+    piece: pds.ParquetFileFragment, columns: list[str] | None, expr: Any, schema: pa.Schema
+) -> Any:
+    """A fragment's table with `schema`, read on one thread: the pipeline runs one task per CPU it reserved,
+    and parallelism comes from splits."""
+    return piece.to_table(schema=schema, columns=columns, filter=expr, use_threads=False)
 
 
 def _our_rows(
@@ -265,9 +268,9 @@ def _our_rows(
             continue
         t = typed[i]
         md = {k: v for k, v in t.items() if v is not None} if t else {}
-        if js[i]:
+        if raw := js[i]:
             try:
-                md.update(loads_json(js[i]))
+                md.update(loads_json(raw))
             except ValueError as e:
                 handle(
                     record_error(path, f"{js_col} is not JSON ({e})", row_group=rg, row=i), on_error, skips

@@ -153,7 +153,7 @@ class ParquetRecordWriter:
         if len(self._rows) >= self._row_group_size or self._bytes >= self._row_group_bytes:
             self._flush()
 
-    def _open(self) -> None:
+    def _open(self) -> tuple[pq.ParquetWriter, pa.Schema]:
         self._fields = infer_fields([r["metadata"] for r in self._rows])
         cols = list(_BASE)
         if self._fields:
@@ -161,22 +161,29 @@ class ParquetRecordWriter:
                 ("metadata", pa.struct([pa.field(k, arrow_type(s)) for k, s in self._fields.items()]))
             )
         cols.append(("metadata_json", pa.string()))
-        self._schema = pa.schema(cols, metadata={RECORDS_KEY: b"2"})
+        schema = pa.schema(cols, metadata={RECORDS_KEY: b"2"})
         typed = [f"metadata.{k}" for k, s in self._fields.items() if not isinstance(s, tuple)]
         # Dictionary encoding and min/max statistics pay off for short repetitive columns (source, metadata
         # attributes), not for long unique texts, where they cost write time and buy nothing.
-        self._writer = pq.ParquetWriter(
+        writer = pq.ParquetWriter(
             self._f,
-            self._schema,
+            schema,
             compression=self._compression,
             compression_level=self._level,
             use_dictionary=["source", *[k for k in typed if self._fields[k[9:]] == "str"]],
             write_statistics=["id", "source", *typed],
         )
+        self._writer, self._schema = writer, schema
+        return writer, schema
+
+    def _opened(self) -> tuple[pq.ParquetWriter, pa.Schema]:
+        """The writer and its schema, opening the file (schema from the rows buffered so far) on first use."""
+        if self._writer is None or self._schema is None:
+            return self._open()
+        return self._writer, self._schema
 
     def _flush(self) -> None:
-        if self._writer is None:
-            self._open()
+        writer, schema = self._opened()
         if not self._rows:
             return
         rows, self._rows, self._bytes = self._rows, [], 0
@@ -207,18 +214,15 @@ class ParquetRecordWriter:
         arrays = [pa.array([r[c] for r in rows], pa.string()) for c in ("id", "text", "source")]
         if self._fields:
             children = [pa.array(typed[k], arrow_type(s)) for k, s in self._fields.items()]
-            arrays.append(
-                pa.StructArray.from_arrays(children, fields=list(self._schema.field("metadata").type))
-            )
+            arrays.append(pa.StructArray.from_arrays(children, fields=list(schema.field("metadata").type)))
         arrays.append(pa.array(overflow, pa.string()))
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
-        self._writer.write_batch(batch, row_group_size=len(rows))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+        writer.write_batch(batch, row_group_size=len(rows))
         self._first += len(rows)
 
     def close(self) -> None:
         self._flush()
-        if self._writer is None:
-            self._open()
+        writer, _ = self._opened()
         if self._json_keys:
-            self._writer.add_key_value_metadata({JSON_KEYS_KEY: dumps_json(sorted(self._json_keys))})
-        self._writer.close()
+            writer.add_key_value_metadata({JSON_KEYS_KEY: dumps_json(sorted(self._json_keys))})
+        writer.close()

@@ -175,9 +175,9 @@ def run_plan(
         splits, ops = _reshard_splits(results, n, plan), []
         boundary(results)
     final = _fp(chain, len(nodes), "final", len(splits))
-    sink = make_sink(len(splits), final)
-    results = _stage(splits, ops, sink, exe, "write" if isinstance(sink, WriteSink) else f"stage {stage}")
-    if not isinstance(sink, WriteSink):
+    last = make_sink(len(splits), final)
+    results = _stage(splits, ops, last, exe, "write" if isinstance(last, WriteSink) else f"stage {stage}")
+    if not isinstance(last, WriteSink):
         boundary(results)
     return results, counters, errors
 

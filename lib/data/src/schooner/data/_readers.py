@@ -51,6 +51,19 @@ def file_stem(path: str) -> str:
     return name.split(".", 1)[0] or name
 
 
+TextMode = Literal["file", "lines"]
+"""How a text file becomes records: `"file"` (one record per file) or `"lines"` (one per non-empty line)."""
+
+
+def check_text_mode(text_mode: str) -> TextMode:
+    """`text_mode`, checked to be one of the `TextMode` choices."""
+    if text_mode == "file":
+        return "file"
+    if text_mode == "lines":
+        return "lines"
+    raise ValueError(f"text_mode must be 'file' or 'lines', got text_mode={text_mode!r}")
+
+
 def read_records(
     path: str,
     *,
@@ -63,7 +76,7 @@ def read_records(
     columns: list[str] | None = None,
     filter: Any = None,
     row_groups: list[int] | None = None,
-    text_mode: Literal["file", "lines"] = "file",
+    text_mode: TextMode = "file",
     skips: SkipLog | None = None,
 ) -> Iterator[dict]:
     """Yield the records of ONE file (jsonl/json plain, .gz or .zst; parquet; Arrow IPC; text), normalised.
@@ -235,8 +248,7 @@ def _read_json_array(
 def _read_text(
     path: str, comp: str | None, source: str, text_mode: str, on_error: str, skips: SkipLog | None
 ) -> Iterator[dict]:
-    if text_mode not in ("file", "lines"):
-        raise ValueError(f"text_mode must be 'file' or 'lines', got text_mode={text_mode!r}")
+    check_text_mode(text_mode)
     name = os.path.basename(path.rstrip("/"))
     with storage.open_file(path, "rb") as f:
         try:

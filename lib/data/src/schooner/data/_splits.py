@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import storage
-from ._errors import DataError, SkipLog, handle, record_error
+from ._errors import DataError, OnError, SkipLog, handle, record_error
 from ._json import dumps_json
-from ._readers import read_records
+from ._readers import TextMode, read_records
 from ._records import BadRecord, normalize
 from ._shuffle import reduce_groups, sorted_items
 from ._spill import SpillInfo
@@ -55,8 +55,8 @@ class ReadOptions:
     compression: str | None = None
     columns: tuple[str, ...] | None = None
     filter: Any = None
-    text_mode: str = "file"
-    on_error: str = "raise"
+    text_mode: TextMode = "file"
+    on_error: OnError = "raise"
     locate: bool = False
     """Add `record["_loc"] = [file index, record index in the file]` (what co-partitioned attributes and
     deduplication marks are keyed by: ids need not be unique)."""

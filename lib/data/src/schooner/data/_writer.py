@@ -7,7 +7,8 @@ import gzip
 import hashlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, Any, Protocol
 
 import zstandard
 
@@ -35,6 +36,14 @@ def shard_name(index: int, num_shards: int, format: str) -> str:
     if not 0 <= index < num_shards:
         raise ValueError(f"shard index {index} out of range for num_shards={num_shards}")
     return f"part-{index:05d}-of-{num_shards:05d}.{format}"
+
+
+class _ByteSink(Protocol):
+    """Where a JSONL shard's bytes go: the file itself, or a gzip/zstd encoder in front of it."""
+
+    def write(self, data: bytes, /) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class _HashingFile:
@@ -110,7 +119,9 @@ class ShardWriter:
         self.open()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -122,9 +133,11 @@ class ShardWriter:
         self._buf: list[bytes] = []
         self._buf_bytes = 0
         self._parquet = None
+        self._sink: _ByteSink
         if self.format == "jsonl.zst":
             self._sink = zstandard.ZstdCompressor(level=self._zstd_level).stream_writer(
-                self._raw, closefd=False
+                self._raw,  # type: ignore[arg-type]  # the stub asks for IO[bytes]; it calls write/flush only
+                closefd=False,
             )
         elif self.format == "jsonl.gz":
             self._sink = gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
@@ -197,7 +210,12 @@ class ShardWriter:
             raise
         self._cm.__exit__(None, None, None)
 
-    def abort(self, exc_type=None, exc=None, tb=None) -> None:
+    def abort(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc: BaseException | None = None,
+        tb: TracebackType | None = None,
+    ) -> None:
         """Drop the temp file; nothing appears under the final name."""
         if self._closed:
             return

@@ -178,7 +178,7 @@ def _build(name: str) -> tuple[tuple[dict, ...], dict]:
         for topic in sorted(topics):
             text = topics[topic].strip()
             if text:
-                meta = {"kind": "topic", "name": topic}
+                meta: dict[str, object] = {"kind": "topic", "name": topic}
                 records.append(_record(text, name, f"topic:{topic}", meta))
     for mod, path in files:
         try:

@@ -161,7 +161,7 @@ def as_step_inputs(items: Any, *, what: str = "inputs") -> list[Any]:
         items = [items]
     if not items:
         raise ValueError(f"{what} is empty; give record folders, files, globs, URLs or step handles")
-    return [InputFiles(x) if isinstance(x, str | os.PathLike) else x for x in items]
+    return [InputFiles(os.fspath(x)) if isinstance(x, str | os.PathLike) else x for x in items]
 
 
 def input_locations(inputs: Sequence[Any]) -> list[str]:
@@ -286,12 +286,14 @@ def _run_transform(config: TransformConfig, output_path: str) -> dict:
     out = resolve_function(config.pipeline)(ds, **dict(config.params))
     if not isinstance(out, Dataset):
         raise TypeError(f"pipeline {config.pipeline} returned {type(out).__name__}, expected a Dataset")
-    shards = {"num_shards": config.num_shards, "shard_bytes": config.shard_bytes}
+    n, size = config.num_shards, config.shard_bytes
     if config.format == "parquet":
-        manifest = out.write_parquet(output_path, skip_existing=True, **shards)
+        manifest = out.write_parquet(output_path, skip_existing=True, num_shards=n, shard_bytes=size)
     else:
         compression = {"jsonl": None, "jsonl.gz": "gz", "jsonl.zst": "zst"}[config.format]
-        manifest = out.write_jsonl(output_path, compression=compression, skip_existing=True, **shards)
+        manifest = out.write_jsonl(
+            output_path, compression=compression, skip_existing=True, num_shards=n, shard_bytes=size
+        )
     return {
         "records": manifest["records"],
         "bytes": manifest["bytes"],

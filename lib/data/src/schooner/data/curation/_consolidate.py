@@ -199,7 +199,10 @@ def resolve_top_fraction(keep: Keep, scored: Sequence[tuple[float, tuple[int, in
     ordered = sorted(scored, key=lambda s: (-s[0], s[1]))
     k = max(1, int(round(keep.fraction * len(ordered))))
     threshold = ordered[k - 1][0]
-    cut = tuple(ordered[k][1]) if k < len(ordered) and ordered[k][0] == threshold else None
+    cut: tuple[int, int] | None = None
+    if k < len(ordered) and ordered[k][0] == threshold:
+        shard, row = ordered[k][1]
+        cut = (shard, row)  # a tuple even where the position arrived as a list
     return dataclasses.replace(keep, threshold=threshold, cut=cut)
 
 

@@ -65,14 +65,15 @@ def _windows(n_words: int, config: DecontamConfig) -> list[tuple[int, int]]:
     return [(0, n_words)] if n_words < n else [(i, i + n) for i in range(n_words - n + 1)]
 
 
-def _answer(row: dict) -> Any:
+def _answer(row: Mapping) -> Any:
     """A task row's answer as text: `choices[answer]` for an index, `choices` as HF ARC lays them out
     (`{"text": [...], "label": ["A", ...]}` with `answerKey`), a letter into a plain choice list, else the
     answer (`answer`, `answerKey` or `target`) itself."""
     ans = next((row[k] for k in ("answer", "answerKey", "target") if row.get(k) is not None), None)
     choices, labels = row.get("choices"), None
     if isinstance(choices, Mapping):
-        choices, labels = choices.get("text"), choices.get("label")
+        labels = choices.get("label")
+        choices = choices.get("text")
     if not isinstance(choices, list) or ans is None or isinstance(ans, bool):
         return ans
     if isinstance(ans, int) and 0 <= ans < len(choices):

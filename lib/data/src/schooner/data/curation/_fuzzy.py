@@ -132,8 +132,10 @@ class VerifySplit(Split):
                 yield _mark(g, ids[members[0]], len(members), None, k > 0)
             return
         n = self.config.ngram
-        codes = [ngram_codes(texts[g], n) for g in members]
-        sets = codes if all(c is not None for c in codes) else [shingles(texts[g], n) for g in members]
+        codes = [c for g in members if (c := ngram_codes(texts[g], n)) is not None]
+        sets: Sequence[set[str] | np.ndarray] = (
+            codes if len(codes) == len(members) else [shingles(texts[g], n) for g in members]
+        )
         reps: list[int] = []
         owner: list[tuple[int, float | None]] = []
         for i in range(len(members)):
@@ -150,8 +152,8 @@ class VerifySplit(Split):
         sizes: dict[int, int] = {}
         for r, _ in owner:
             sizes[r] = sizes.get(r, 0) + 1
-        for i, (r, j) in enumerate(owner):
-            yield _mark(members[i], ids[members[r]], sizes[r], j, r != i)
+        for i, (r, sim) in enumerate(owner):
+            yield _mark(members[i], ids[members[r]], sizes[r], sim, r != i)
 
 
 def _mark(g: int, rep_id: str, size: int, j: float | None, dup: bool) -> dict:

@@ -74,7 +74,8 @@ def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
             return body.decode(enc), enc, False
         except (LookupError, UnicodeDecodeError):
             continue
-    enc = detect_encoding(body)
+    # html5_compatible detection falls back to utf-8 itself; the stub's None is for the other modes
+    enc = detect_encoding(body) or "utf-8"
     return bytes_to_str(body, enc), enc, bool(candidates)
 
 

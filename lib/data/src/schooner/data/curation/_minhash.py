@@ -168,11 +168,16 @@ def jaccard(a: set[str] | np.ndarray, b: set[str] | np.ndarray) -> float:
     """Exact Jaccard similarity of two sets, or of two sorted arrays of distinct codes (1.0 for two empty)."""
     if not len(a) and not len(b):
         return 1.0
-    if isinstance(a, np.ndarray):
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         if not len(a) or not len(b):
             return 0.0
         at = np.searchsorted(b, a)  # both sorted and distinct
         inter = int(np.count_nonzero(b[np.minimum(at, len(b) - 1)] == a))
+    elif isinstance(a, set) and isinstance(b, set):
+        inter = len(a & b)
     else:
-        inter = len(a & b)  # type: ignore[operator]
+        raise TypeError(
+            f"jaccard of a {type(a).__name__} and a {type(b).__name__}: pass two sets of shingles or two "
+            "arrays of n-gram codes"
+        )
     return inter / (len(a) + len(b) - inter)

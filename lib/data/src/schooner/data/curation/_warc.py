@@ -19,7 +19,7 @@ import uuid
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schooner.data import storage
 from schooner.data._errors import DataError, SkipLog, handle
@@ -27,11 +27,21 @@ from schooner.data._splits import Split
 
 from ._html import BadPage, ExtractConfig, decode_html, extract_page
 
+if TYPE_CHECKING:
+    from fastwarc.warc import HeaderMap
+
 _WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$")
 
 
 def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
     counters[key] = counters.get(key, 0) + n
+
+
+def _header(headers: HeaderMap, key: str, default: str = "") -> str:
+    """A WARC header's value, `default` when the record has none (fastwarc types `get` as `str | None`
+    whatever the default)."""
+    value = headers.get(key)
+    return default if value is None else value
 
 
 def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -102,9 +112,9 @@ def iter_pages(
                 _add(counters, "warc.other_records")
                 continue
             _add(counters, "warc.responses")
-            url = rec.headers.get("WARC-Target-URI", "")
+            url = _header(rec.headers, "WARC-Target-URI")
             try:
-                declared = int(rec.headers.get("Content-Length", "-1"))
+                declared = int(_header(rec.headers, "Content-Length", "-1"))
                 if declared > config.max_bytes:
                     rec.reader.consume()
                     raise BadPage(f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}")
@@ -123,14 +133,14 @@ def iter_pages(
             if len(text) < config.min_chars:
                 _add(counters, "dropped.empty_text")
                 continue
-            rid = rec.headers.get("WARC-Record-ID", "").strip("<>")
+            rid = _header(rec.headers, "WARC-Record-ID").strip("<>")
             yield {
                 "id": rid or hashlib.sha1(f"{name}:{offset}".encode()).hexdigest(),
                 "text": text,
                 "source": src,
                 "metadata": {
                     "url": url, "title": title, "warc_file": name, "warc_offset": offset,
-                    "warc_date": rec.headers.get("WARC-Date", ""), "charset": charset, "content_type": mime,
+                    "warc_date": _header(rec.headers, "WARC-Date"), "charset": charset, "content_type": mime,
                 },
             }  # fmt: skip
 

@@ -313,8 +313,10 @@ def build_crawl(folder: str, config: CrawlConfig = CrawlConfig()) -> dict[str, A
     storage.makedirs(folder)
     pages: list[tuple[WarcPage, dict]] = []
 
-    def add(url: str, body: bytes, truth: dict, content_type: str = "text/html; charset=utf-8", **kw) -> None:
-        pages.append((WarcPage(url, body, content_type, **kw), {"url": url, **truth}))
+    def add(
+        url: str, body: bytes, truth: dict, content_type: str = "text/html; charset=utf-8", status: int = 200
+    ) -> None:
+        pages.append((WarcPage(url, body, content_type, status), {"url": url, **truth}))
 
     modules = MODULES[: config.num_pages]
     originals = []
@@ -408,7 +410,8 @@ def _write(folder: str, pages: list[tuple[WarcPage, dict]], config: CrawlConfig)
     from schooner.data._json import dumps_json
 
     n = config.num_files
-    files, kinds = [], {}
+    files: list[str] = []
+    kinds: dict[str, int] = {}
     for f in range(n):
         part = [p for i, p in enumerate(pages) if i % n == f]
         name = f"crawl-{f:05d}.warc.gz"
