@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -55,6 +57,32 @@ def test_runtime_fields_do_not_change_the_key(nano, data_dir) -> None:
     assert len({h.key for h in different} | {base.key}) == 5
 
 
+def test_a_batch_schedule_becomes_the_runs_schedule_and_is_checked_when_the_step_is_built(
+    nano, data_dir
+) -> None:
+    from schooner.train import BatchSchedule
+    from schooner.train.steps import _to_train_config
+
+    handle = _train(nano, data_dir, batch_size=[(0, 8), (2, 16)])
+    tc = _to_train_config(handle.config, output_path="runs/x")
+    assert tc.batch_size == BatchSchedule(((0, 8), (2, 16)))
+    assert [tc.batch_size_at(s) for s in range(4)] == [8, 8, 16, 16]
+    with pytest.raises(ValueError, match="must start at step 0"):
+        _train(nano, data_dir, batch_size=[(1, 8)])
+
+
+def _report_result(prefix: str, key: str):
+    """The rows of the Result table of step `key`'s card in the prefix's HTML report, as (name, text) items."""
+    from schooner.cluster.cli._report import write_report
+
+    with open(write_report(prefix)) as f:
+        page = f.read()
+    card = re.search(rf'<section class="card step" id="step-{key[:16]}">(.*?)</section>', page, re.S)
+    assert card, f"no card for step {key[:8]} in the report"
+    result = re.search(r'<h4>Result</h4><table class="result">(.*?)</table>', card.group(1), re.S)
+    return dict(re.findall(r'<tr><td>([^<]*)</td><td class="num">([^<]*)</td></tr>', result.group(1))).items()
+
+
 def test_export_hf_is_a_step_added_to_a_finished_run(nano, data_dir, tmp_path) -> None:
     from schooner.model import import_hf, load_model
     from schooner.tokenize import load_tokenizer
@@ -78,9 +106,20 @@ def test_export_hf_is_a_step_added_to_a_finished_run(nano, data_dir, tmp_path) -
     )
     assert _read_json(f"{out}/generation_config.json")["eos_token_id"] == tok.eos_id
     exported, _ = import_hf(out)
-    trained, _ = load_model(record["checkpoint"])
+    trained, config = load_model(record["checkpoint"])
     tokens = np.arange(16, dtype=np.int32).reshape(2, 8) % 300
     np.testing.assert_array_equal(np.asarray(exported(tokens)), np.asarray(trained(tokens)))
+    # `schooner report` shows the run's parameter count (its result's numbers), counted here from the arrays
+    sizes = [(x.size, x.shape) for x in jax.tree.leaves(trained)]
+    total = sum(n for n, _ in sizes)
+    non_embedding = total - sum(n for n, shape in sizes if config.vocab_size in shape)
+    assert (
+        _report_result(prefix, model.key)
+        >= {
+            "summary.parameters.total": str(total),
+            "summary.parameters.non_embedding": str(non_embedding),
+        }.items()
+    )
     # An earlier checkpoint, by its step number; a step that was not kept is refused, naming those that were.
     two = StepRunner(prefix=prefix, quiet=True).run([lower(export_hf(model, "hf/at-2", step=2))])
     assert _read_json(f"{two.steps[-1].output_path}/export.json")["step"] == 2
