@@ -190,3 +190,59 @@ def test_dpo_steps_raise_held_out_reward_accuracy(nano, data_dir, records, tmp_p
         "train/logps/chosen",
         "train/logps/rejected",
     } <= set(first)
+
+
+@pytest.mark.slow
+def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
+    nano, data_dir, records, tmp_path
+) -> None:
+    """`dpo(reference=<a model>)` scores the reference inside the train step; on the same data and start it
+    logs what `dpo(reference=<reference_logprobs step>)` logs, to float32 rounding (rel 1e-5)."""
+    from schooner.cluster import StepRunner, lower
+    from schooner.model import init, save_model
+    from schooner.tokenize.steps import tokenized_preferences
+    from schooner.train import AdamConfig
+    from schooner.train.steps import dpo, reference_logprobs
+
+    # a reference that is not the policy's start, so the reference terms matter from step 1
+    policy, reference = str(tmp_path / "policy"), str(tmp_path / "reference")
+    save_model(policy, init(nano(), key=jax.random.PRNGKey(3)), nano())
+    save_model(reference, init(nano(), key=jax.random.PRNGKey(4)), nano())
+    prefs = tokenized_preferences(
+        "tokenized/prefs", source=records, tokenizer=f"{data_dir}/tokenizer.json", validation_fraction=0.2
+    )
+    common = dict(
+        initialize_from=policy, preferences=prefs, batch_size=8, seq_len=48, num_train_steps=3, eval_every=3,
+        optimizer=AdamConfig(learning_rate=3e-3, warmup=1), resources=None,
+    )  # fmt: skip
+    cached = dpo(
+        "dpo/cached",
+        reference=reference_logprobs("dpo/ref", reference, prefs, seq_len=48, resources=None),
+        **common,
+    )
+    live = dpo("dpo/live", reference=reference, **common)
+    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([lower(cached), lower(live)])
+
+    def logged(handle) -> list[dict]:
+        with open(f"{result[handle].output_path}/metrics.jsonl") as f:
+            rows = [json.loads(line) for line in f]
+        return [
+            {
+                k: v
+                for k, v in r.items()
+                if k.startswith(("train/loss", "train/rewards", "train/logps", "eval/"))
+            }
+            for r in rows
+        ]
+
+    want, got = logged(cached), logged(live)
+    assert (
+        len(want) == len(got)
+        and sum("train/loss" in r for r in want) == 3
+        and any("eval/loss" in r for r in want)
+    )
+    for w, g in zip(want, got, strict=True):
+        assert set(w) == set(g)
+        for k in w:
+            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    assert abs(want[0]["train/loss"] - math.log(2)) > 1e-3  # the reference is another model: not log 2

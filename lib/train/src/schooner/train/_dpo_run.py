@@ -1,5 +1,10 @@
 """The DPO trainer: `train()`'s loop (`_loop._Run`) with preference batches carrying the reference's
-log-probs, the DPO objective in the train step, and a held-out evaluation over every validation pair."""
+log-probs, the DPO objective in the train step, and a held-out evaluation over every validation pair.
+
+The reference's log-probs come from a `reference_logprobs` step (read by pair index), or, when the `dpo`
+step's `reference` is a model, from a frozen copy of it scored inside the jitted train step (and on each
+evaluation batch): no cached step, a second model in memory, one more forward pass per step.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +15,71 @@ from typing import Any
 
 import numpy as np
 
-from ._dpo import DpoConfig, WithReference, _split_folder, make_dpo_loss, read_reference
+from ._dpo import (
+    _ROLES,
+    DpoConfig,
+    WithReference,
+    _split_folder,
+    load_model_from,
+    make_dpo_loss,
+    read_reference,
+    sequence_logps,
+)
 from ._loop import _Run
 
 logger = logging.getLogger("schooner.train")
 
 
+def is_cached_reference(folder: str) -> bool:
+    """Whether `folder` is a `reference_logprobs` output (else it is a model: a live reference)."""
+    return os.path.exists(os.path.join(folder, "reference.json"))
+
+
+def reference_logps(reference: Any, b: dict) -> dict[str, Any]:
+    """`ref_{chosen,rejected}_{logps,count}` [B] of a preference batch under the frozen `reference` model
+    (what `WithReference` reads from a `reference_logprobs` step); no gradient flows into it."""
+    import jax
+    import jax.numpy as jnp
+
+    both = {
+        k: jnp.concatenate([b[f"chosen_{k}"], b[f"rejected_{k}"]])
+        for k in ("tokens", "segment_ids", "loss_mask")
+    }
+    logps, counts = jax.lax.stop_gradient(
+        sequence_logps(reference, both["tokens"], both["segment_ids"], both["loss_mask"])
+    )
+    n = b["chosen_tokens"].shape[0]
+    out = {}
+    for i, role in enumerate(_ROLES):
+        out[f"ref_{role}_logps"] = logps[i * n : (i + 1) * n]
+        out[f"ref_{role}_count"] = counts[i * n : (i + 1) * n]
+    return out
+
+
+class LiveReference:
+    """A `PreferenceDataset` for DPO with a live reference model. Training batches go out without reference
+    log-probs (the train step computes them); `add` scores an evaluation batch with the reference."""
+
+    def __init__(self, dataset: Any, model: Any) -> None:
+        import equinox as eqx
+
+        self.dataset, self.seq_len, self.model = dataset, dataset.seq_len, model
+        self._score = eqx.filter_jit(reference_logps)
+
+    def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        b = self.dataset.batch(step, batch_size, rows)
+        del b["pair_index"]
+        return b
+
+    def add(self, b: dict[str, np.ndarray]) -> dict[str, Any]:
+        del b["pair_index"]
+        return b | self._score(self.model, b)
+
+
 class DpoEvaluator:
     """DPO loss, rewards and accuracy of a model on every pair of a validation preference cache."""
 
-    def __init__(self, data: WithReference, objective: Any, batch_size: int) -> None:
+    def __init__(self, data: WithReference | LiveReference, objective: Any, batch_size: int) -> None:
         import equinox as eqx
 
         self.data, self.batch_size = data, batch_size
@@ -44,6 +104,8 @@ class DpoRun(_Run):
     def __init__(self, config: Any, dpo: DpoConfig, reference: str, preferences: str) -> None:
         super().__init__(config)
         self.dpo, self.reference, self.preferences = dpo, reference, preferences
+        self.reference_model: Any = None  # a live reference (placed like the policy in _compile_step)
+        self.reference_folder: str | None = None
 
     def _setup_data(self) -> None:
         import jax
@@ -59,7 +121,18 @@ class DpoRun(_Run):
         check_run(dataclasses.replace(cfg, model=self.model_config), num_devices=len(jax.devices()))
         self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         fp = self.tokenizer or train_cache.tokenizer_fingerprint
-        self.datasets = {}
+        self.datasets: dict[str, WithReference | LiveReference] = {}
+        if not is_cached_reference(self.reference):
+            self.reference_model, self.reference_folder = load_model_from(
+                self.reference, getattr(self.dpo, "reference_step", None)
+            )
+            vocab = self.reference_model.config.vocab_size
+            if vocab != self.model_config.vocab_size:
+                raise ValueError(
+                    f"dpo: the reference model {self.reference_folder!r} has vocab_size {vocab}, the policy "
+                    f"{self.model_config.vocab_size}; use a reference with the policy's vocabulary"
+                )
+            logger.info(f"live reference model {self.reference_folder}: scored in the train step")
         for split in ("train", "validation"):
             folder = _split_folder(self.preferences, split)
             if folder is None:
@@ -67,9 +140,12 @@ class DpoRun(_Run):
             ds = PreferenceDataset(
                 folder, cfg.data.seq_len, cfg.seed, tokenizer=fp, vocab_size=self.model_config.vocab_size
             )
-            self.datasets[split] = WithReference(
-                ds, read_reference(self.reference, split, ds, cfg.data.seq_len)
-            )
+            if self.reference_model is not None:
+                self.datasets[split] = LiveReference(ds, self.reference_model)
+            else:
+                self.datasets[split] = WithReference(
+                    ds, read_reference(self.reference, split, ds, cfg.data.seq_len)
+                )
         self.dataset = self.datasets["train"]
         self.tokenizer_fingerprint = train_cache.tokenizer_fingerprint
         self.caches = {train_cache.path: train_cache}
@@ -93,17 +169,45 @@ class DpoRun(_Run):
             loss=self.objective,
         )
 
-        def wrapped(state: Any, batch: dict[str, Any]) -> Any:
-            with hax.axis_mapping(self.compute_map):
-                return step_fn(state, batch)
+        if self.reference_model is None:
 
-        # Batches arrive placed by the data loader ([B, T] and [B] arrays split over the batch axes).
-        self.step_fn = jax.jit(
-            wrapped,
-            in_shardings=(self.state_sharding, None),
+            def wrapped(state: Any, batch: dict[str, Any]) -> Any:
+                with hax.axis_mapping(self.compute_map):
+                    return step_fn(state, batch)
+
+            # Batches arrive placed by the data loader ([B, T] and [B] arrays split over the batch axes).
+            self.step_fn = jax.jit(
+                wrapped,
+                in_shardings=(self.state_sharding, None),
+                out_shardings=(self.state_sharding, replicated(self.mesh)),
+                donate_argnums=(0,),
+            )
+            return
+        import equinox as eqx
+
+        from schooner.model import model_shardings
+
+        # The live reference: placed like the policy's weights, scored on the whole batch, then the step.
+        ref_sharding = model_shardings(
+            eqx.filter_eval_shape(lambda m: m, self.reference_model), self.mesh, self.param_map
+        )
+        reference = jax.jit(lambda m: m, out_shardings=ref_sharding)(self.reference_model)
+        self.reference_model = reference
+        for data in self.datasets.values():
+            if isinstance(data, LiveReference):
+                data.model = reference
+
+        def live(state: Any, ref: Any, batch: dict[str, Any]) -> Any:
+            with hax.axis_mapping(self.compute_map):
+                return step_fn(state, batch | reference_logps(ref, batch))
+
+        jitted = jax.jit(
+            live,
+            in_shardings=(self.state_sharding, ref_sharding, None),
             out_shardings=(self.state_sharding, replicated(self.mesh)),
             donate_argnums=(0,),
         )
+        self.step_fn = lambda state, batch: jitted(state, reference, batch)
 
     def _make_evaluator(self) -> Any:
         if "validation" not in self.datasets:
