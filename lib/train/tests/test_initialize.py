@@ -216,3 +216,26 @@ def test_export_writes_a_chat_template_the_tokenizer_folder_lacks(data_dir, sour
     ids = hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
     ids = ids["input_ids"] if isinstance(ids, dict | transformers.BatchEncoding) else ids
     assert list(ids) == render_chat(tok, messages, add_generation_prompt=True).ids.tolist()
+
+
+def test_export_takes_the_chat_template_the_run_s_chat_caches_were_rendered_with(data_dir, tmp_path) -> None:
+    import shutil
+
+    from schooner.tokenize import SCHOONER_CHAT, load_tokenizer
+    from schooner.train._export import ExportHfConfig, write_chat_template
+
+    # a cache manifest recording a template of its own (as build_cache records the one it rendered with)
+    custom = dataclasses.replace(SCHOONER_CHAT, name="newline", footer="<|end_of_turn|>\n", bos=False)
+    (tmp_path / "chat" / "train").mkdir(parents=True)
+    (tmp_path / "chat" / "train" / "manifest.json").write_text(
+        json.dumps({"chat_template": dataclasses.asdict(custom)})
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(f"{data_dir}/tokenizer.json", out)  # a bare tokenizer.json: the config is written whole
+    tok = load_tokenizer(out / "tokenizer.json")
+    config = ExportHfConfig(run="unused", tokenizer_sources=(str(tmp_path / "chat"),))
+    assert write_chat_template(str(out), tok, config) == "newline"
+    written = json.loads((out / "tokenizer_config.json").read_text())
+    assert written["chat_template"] == jinja_chat_template(custom)
+    assert written["eos_token"] == tok.eos_token
