@@ -75,7 +75,8 @@ def test_fit_runs_keeps_the_parametric_fits_when_approach2_fails() -> None:
 
 def test_fit_runs_keeps_the_other_fits_when_approach3_fails(tmp_path) -> None:
     # Loss that grows with N (A N^+0.2): approach 3 converges to alpha < 0 and reports it; variable projection
-    # (non-negative A, alpha on its grid) and approach 2 still fit, and a forecast by approach 3 is refused.
+    # (non-negative A, alpha on its grid) still fits, approach 2 reports that no budget brackets its minimum
+    # (the loss rises across every group), and a forecast by approach 3 is refused.
     from schooner.train.scaling import ScalingRun, predict
 
     base = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5, span=4.0)
@@ -86,17 +87,26 @@ def test_fit_runs_keeps_the_other_fits_when_approach3_fails(tmp_path) -> None:
     ]  # fmt: skip
     fit = fit_runs(runs, samples=3)
     assert "negative exponent" in fit["approach3"]["error"]
-    assert fit["varpro"]["law"]["A"] == 0.0 and "error" not in fit["approach2"]
+    assert fit["varpro"]["law"]["A"] == 0.0 and "lies below the sampled range" in fit["approach2"]["error"]
     with pytest.raises(ValueError, match="approach3 fit failed.*negative exponent"):
         predict(fit, "approach3", 1e9, 2e10, 1.2e20)
     assert predict(fit, "varpro", 1e9, 2e10, 1.2e20)["loss"] > 2.0
-    # The plots skip what failed, and a law without a model term (A = 0) has no optimum on the frontier.
+    # The plots skip what failed: no frontier without approach 2's vertices.
     from schooner.train.scaling._fit import write_plots
 
     write_plots(fit, str(tmp_path))
     assert {p.name for p in tmp_path.iterdir()} == {
-        "isoflops.png", "frontier.png", "fit_vs_observed.png", "residuals.png"
+        "isoflops.png", "fit_vs_observed.png", "residuals.png"
     }  # fmt: skip
+    # A law without a model term (A = 0) has no optimum on the frontier: the plot skips it.
+    from schooner.train.scaling import fit_approach2
+    from schooner.train.scaling._fit import fitted_law
+    from schooner.train.scaling._plots import plot_frontier
+
+    plot_frontier(
+        fit_approach2(base), str(tmp_path / "frontier.png"), laws={"varpro": fitted_law(fit, "varpro")}
+    )
+    assert (tmp_path / "frontier.png").stat().st_size > 0
 
 
 def test_approach2_refuses_a_nearly_flat_parabola() -> None:

@@ -14,6 +14,7 @@ must land within 4 standard errors (a two-sided 6e-5 chance per parameter if the
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -193,3 +194,29 @@ def test_screened_starts_find_the_optimum_of_the_full_hoffmann_grid() -> None:
     assert full.starts == 4500
     assert screened.objective == pytest.approx(full.objective, rel=1e-6)
     assert screened.law.alpha == pytest.approx(full.law.alpha, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("centre", "side", "fix"), [(30.0, "below", "smaller"), (1 / 30.0, "above", "larger")]
+)
+def test_approach2_refuses_a_budget_whose_runs_all_lie_on_one_side_of_the_optimum(
+    centre: float, side: str, fix: str
+) -> None:
+    # A grid centred 30x off the optimum at the last budget: the loss rises (or falls) across the whole group,
+    # and a convex parabola through it puts its vertex outside the sampled sizes (an extrapolation).
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5, span=4.0, centre=[1.0, 1.0, centre])
+    last = [r for r in runs if r.budget == BUDGETS[2]]
+    losses = [r.loss for r in sorted(last, key=lambda r: r.params)]
+    assert losses == sorted(losses, reverse=side == "above")  # monotone: no run brackets the minimum
+    with pytest.raises(ValueError, match=rf"budget {re.escape(f'{BUDGETS[2]:.3g}')}.*{side}.*{fix}") as info:
+        fit_approach2(runs)
+    assert f"{min(r.params for r in last):.3g}" in str(info.value)  # the sampled range is named
+
+
+def test_fit_runs_records_an_unbracketed_budget_as_approach2_s_error() -> None:
+    from schooner.train.scaling._fit import fit_runs
+
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5, span=4.0, centre=[1.0, 1.0, 30.0])
+    fit = fit_runs(runs, samples=3)
+    assert "bracket" in fit["approach2"]["error"] and f"{BUDGETS[2]:.3g}" in fit["approach2"]["error"]
+    assert fit["varpro"]["law"]["alpha"] > 0

@@ -95,6 +95,18 @@ def _parabola(budget: float, x: np.ndarray, loss: np.ndarray, what: str) -> Para
             f"the isoFLOP parabola in log {what} at budget {budget:.3g} is nearly flat (vertex at ln {what} = "
             f"{vertex:.3g}): the runs do not bracket a minimum; centre the grid on the optimum or widen it"
         )
+    lo, hi = float(x.min()), float(x.max())
+    if not np.log(lo) <= vertex <= np.log(hi):
+        # A convex fit to runs that all lie on one side of the optimum (the loss rises or falls across the
+        # whole group) still has a vertex, but it is an extrapolation of a Taylor approximation.
+        side, fix = ("below", "smaller") if vertex < np.log(lo) else ("above", "larger")
+        raise ValueError(
+            f"the isoFLOP runs at budget {budget:.3g} do not bracket a minimum: the parabola's optimum "
+            f"{what}={np.exp(vertex):.3g} lies {side} the sampled range {what}=[{lo:.3g}, {hi:.3g}] (the loss "
+            f"{'rises' if side == 'below' else 'falls'} across the runs); shift this budget's grid towards "
+            f"{fix} {what} (a different centre, or a wider span) so that "
+            "the lowest loss is not at an edge"
+        )
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 
@@ -154,7 +166,8 @@ def fit_approach2(runs: Iterable[ScalingRun]) -> Approach2Fit:
 
     Raises:
         ValueError: fewer than two budgets, fewer than three sizes in a budget, or a budget whose runs do not
-            bracket a minimum (the message names the budget).
+            bracket a minimum: a parabola that opens downwards, or a vertex outside the sampled N (or D)
+            range (the message names the budget, the side the optimum lies on and how to move the grid).
     """
     groups: dict[float, list[ScalingRun]] = {}
     for r in runs:
