@@ -54,6 +54,12 @@ def test_attention_matches_reference(kv_heads):
             )
 
 
+def test_attention_rejects_an_unknown_implementation():
+    q = jnp.zeros((1, 4, 2, 8))
+    with pytest.raises(ValueError, match="must be None, 'blocked', 'xla' or 'cudnn'; got 'flash'"):
+        attention(q, q, q, None, implementation="flash")
+
+
 @pytest.mark.parametrize("t,block", [(12, 5), pytest.param(16, 4, marks=pytest.mark.slow), (7, 16)])
 def test_blocked_attention_values_and_gradients_match_reference(t, block):
     """Blocks that do not divide T, several blocks, one block larger than T; GQA; segments; gradients."""

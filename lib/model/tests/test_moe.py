@@ -184,6 +184,13 @@ def test_balance_router_follows_its_formula(tokens):
         balance_router(before, after, BalanceStats(shift=jnp.zeros((3, 4)), input_mean=mean))
 
 
+def test_balance_router_refuses_stats_for_a_dense_model(tiny_dense):
+    dense = init(tiny_dense, key=jax.random.PRNGKey(0))
+    stats = BalanceStats(shift=jnp.zeros((2, 4)), input_mean=jnp.zeros((2, 32)))
+    with pytest.raises(ValueError, match="without MoE layers .LlamaConfig.; pass stats=None"):
+        balance_router(dense, dense, stats)
+
+
 def test_loss_and_balance_statistics_and_the_frozen_bias(tokens):
     cfg = _cfg(num_layers=2, vocab_size=50, num_heads=1, num_kv_heads=1)
     model = init(cfg, key=jax.random.PRNGKey(0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import equinox as eqx
 import haliax as hax
 import jax
@@ -32,6 +34,12 @@ def segment_mask(segment_ids: jax.Array) -> jax.Array:
 
 ATTENTION_BLOCK = 128
 """Query block of :func:`blocked_attention` (keys after a block's last query are never computed)."""
+# ``attention``'s implementations that are jax's own, under jax's names (None: jax chooses).
+_JAX_ATTENTION: dict[str | None, Literal["xla", "cudnn"] | None] = {
+    None: None,
+    "xla": "xla",
+    "cudnn": "cudnn",
+}
 
 
 def attention(
@@ -58,8 +66,14 @@ def attention(
     """
     if implementation == "blocked":
         return blocked_attention(q, k, v, segment_ids)
+    if implementation not in _JAX_ATTENTION:
+        raise ValueError(
+            f"attention implementation must be None, 'blocked', 'xla' or 'cudnn'; got {implementation!r}."
+        )
     mask = None if segment_ids is None else segment_mask(segment_ids)
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=mask, is_causal=True, implementation=_JAX_ATTENTION[implementation]
+    )
 
 
 def blocked_attention(

@@ -26,9 +26,16 @@ token-specific change and the batch-to-batch variation of the data.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+
+from ._config import MoEConfig
+
+if TYPE_CHECKING:  # _transformer imports this module (through _moe)
+    from ._transformer import Transformer
 
 SOLVER_STEPS = 8
 SOLVER_DAMPING = 0.5
@@ -74,7 +81,7 @@ class BalanceStats(eqx.Module):
     input_mean: jax.Array
 
 
-def balance_router(before: eqx.Module, after: eqx.Module, stats: BalanceStats | None) -> eqx.Module:
+def balance_router(before: Transformer, after: Transformer, stats: BalanceStats | None) -> Transformer:
     """``after`` with every MoE layer's router bias moved to balance the next batch (see the module docstring).
 
     Args:
@@ -84,11 +91,15 @@ def balance_router(before: eqx.Module, after: eqx.Module, stats: BalanceStats | 
             ``"quantile"``) returns ``after`` unchanged.
 
     Raises:
-        ValueError: ``stats`` of another shape than the model's router bias.
+        ValueError: ``stats`` of another shape than the model's router bias, or given for a dense model.
     """
     if stats is None:
         return after
     cfg = after.config
+    if not isinstance(cfg, MoEConfig):
+        raise ValueError(
+            f"balancing stats given for a model without MoE layers ({type(cfg).__name__}); pass stats=None."
+        )
     mlp_before, mlp_after = before.layers.stacked.mlp, after.layers.stacked.mlp
     bias = mlp_after.router_bias.array
     if stats.shift.shape != bias.shape:

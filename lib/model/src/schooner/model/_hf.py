@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from ._checkpoint import model_shapes
-from ._config import LlamaConfig
+from ._config import LlamaConfig, MoEConfig
 from ._hf_config import (
     TOKENIZER_FILES,
     check_hf_exportable,
@@ -97,6 +97,8 @@ def _mlp_layout(config: LlamaConfig, p: str, i: int) -> list[HFTensor]:
             HFTensor(p + "mlp.up_proj.weight", lambda m: mlp(m).up, (i,), (f, d)),
             HFTensor(p + "mlp.down_proj.weight", lambda m: mlp(m).down, (i,), (d, f)),
         ]
+    assert isinstance(config, MoEConfig)
+    names: tuple[str, ...]
     if config.qk_norm:  # Qwen3-MoE names
         router = p + "mlp.gate.weight"
         names = ("mlp.experts.{e}.gate_proj", "mlp.experts.{e}.up_proj", "mlp.experts.{e}.down_proj")
@@ -126,9 +128,11 @@ class _LayerFetcher:
         if not t.index:
             return np.asarray(leaf, np.float32)
         key = (id(leaf), t.index[0])
-        if key != self._key:
-            self._key, self._value = key, np.asarray(leaf[t.index[0]], np.float32)
-        x = self._value[t.index[1:]]
+        value = self._value
+        if key != self._key or value is None:  # (the value is None only before the first fetch)
+            value = np.asarray(leaf[t.index[0]], np.float32)
+            self._key, self._value = key, value
+        x = value[t.index[1:]]
         return x.T if t.transpose else x.reshape(t.shape)
 
 
@@ -373,7 +377,11 @@ def import_hf(
     for key, parts in groups.items():
         target = wheres[key](shapes).array
         value = _fill(target, parts, tensors, shardings[key])
-        model = eqx.tree_at(lambda m, w=wheres[key]: w(m).array, model, value)
+
+        def leaf(m: Any, where: Callable[[Any], Any] = wheres[key]) -> Any:
+            return where(m).array
+
+        model = eqx.tree_at(leaf, model, value)
     if config.is_moe:  # HF routers have no bias: selection by the scores alone
         bias = shapes.layers.stacked.mlp.router_bias.array
         zeros = jnp.zeros(bias.shape, jnp.float32, device=shardings[id(bias)])

@@ -267,4 +267,4 @@ def special_token_ids(files: Sequence[str]) -> dict[str, int | None]:
         if isinstance(model_vocab, Mapping):
             vocab.update({str(k): int(v) for k, v in model_vocab.items()})
         vocab.update({t["content"]: int(t["id"]) for t in tok.get("added_tokens") or ()})
-    return {f"{s}_token_id": vocab.get(names[s]) if names[s] else None for s in _SPECIAL}
+    return {f"{s}_token_id": vocab.get(name) if name else None for s, name in names.items()}

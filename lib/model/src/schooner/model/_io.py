@@ -237,8 +237,8 @@ def _restore(store: ts.TensorStore, like: Any, sharding: Any, key: str) -> Any:
     if sharding is None or not isinstance(sharding, jax.sharding.Sharding):
         return jax.numpy.asarray(np.asarray(store.read().result(), dtype=dtype))
 
-    def read(index: tuple) -> np.ndarray:
-        return np.asarray(store[index].read().result(), dtype=dtype)
+    def read(index: tuple[slice, ...] | None) -> np.ndarray:  # None: the whole array (jax's signature)
+        return np.asarray((store if index is None else store[index]).read().result(), dtype=dtype)
 
     return jax.make_array_from_callback(shape, sharding, read)
 

@@ -61,7 +61,9 @@ def target_mask_to_loss_mask(target_mask: jax.Array) -> jax.Array:
     return jnp.asarray(target_mask)[:, 1:]
 
 
-def _nll_lse(model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None):
+def _nll_lse(
+    model: Transformer, tokens: jax.Array, segment_ids: jax.Array | None
+) -> tuple[jax.Array, jax.Array, dict[str, jax.Array]]:
     """(nll, lse, aux): float32[B, T-1] negative log-likelihoods and log-partition values."""
     h, aux = model.hidden_states(tokens, segment_ids=segment_ids)
     b = tokens.shape[0]

@@ -111,8 +111,18 @@ class MoE(eqx.Module):
         return out_named, stats
 
 
-def _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg: MoEConfig, n: int):
+def _capacity_dispatch(
+    xs: jax.Array,
+    sorted_expert: jax.Array,
+    group_sizes: jax.Array,
+    w_gate: jax.Array,
+    w_up: jax.Array,
+    w_down: jax.Array,
+    cfg: MoEConfig,
+    n: int,
+) -> tuple[jax.Array, jax.Array]:
     """Dense per-expert buffers of fixed capacity; assignments past capacity are dropped (output 0)."""
+    assert cfg.capacity_factor is not None  # the caller takes the dropless path for None
     e, k = cfg.num_experts, cfg.num_experts_per_token
     capacity = max(1, math.ceil(cfg.capacity_factor * n * k / e))
     starts = jnp.cumsum(group_sizes) - group_sizes
@@ -126,7 +136,9 @@ def _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg
     return ys, kept
 
 
-def _routing_stats(logits, scores, group_sizes, kept, cfg: MoEConfig, n: int) -> dict[str, jax.Array]:
+def _routing_stats(
+    logits: jax.Array, scores: jax.Array, group_sizes: jax.Array, kept: jax.Array, cfg: MoEConfig, n: int
+) -> dict[str, jax.Array]:
     """Per-layer router statistics and losses (all float32; arrays are stacked over layers by the scan)."""
     e, k = cfg.num_experts, cfg.num_experts_per_token
     load = group_sizes.astype(jnp.float32) / (n * k)  # fraction of assignments per expert; sums to 1

@@ -72,7 +72,7 @@ def _mesh_size(mesh: Mesh, physical: str | Sequence[str]) -> int:
 def pspec_for_named(axes: Sequence[hax.Axis], mesh: Mesh, axis_mapping: AxisMapping) -> PartitionSpec:
     """The PartitionSpec of an array with named ``axes`` (indivisible or repeated mesh axes stay replicated)."""
     used: set[str] = set()
-    spec = []
+    spec: list[str | tuple[str, ...] | None] = []
     for ax in axes:
         physical = axis_mapping.get(ax.name)
         names = () if physical is None else ((physical,) if isinstance(physical, str) else tuple(physical))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -158,7 +159,9 @@ class Transformer(eqx.Module):
             x, aux = self._unrolled(run_block, x)
         return rms_norm(x, self.final_norm, EMBED, cfg.norm_eps), aux
 
-    def _unrolled(self, run_block, x: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
+    def _unrolled(
+        self, run_block: Callable[[Block, NamedArray], tuple[NamedArray, dict[str, jax.Array]]], x: NamedArray
+    ) -> tuple[NamedArray, dict[str, jax.Array]]:
         policy = self.config.gradient_checkpointing
         fn = run_block if policy == "none" else eqx.filter_checkpoint(run_block)
         outs = []

@@ -113,7 +113,9 @@ class WindowBatch:
     num_real: int
 
 
-def _window(stream: TokenStream, index: int, seq_len: int, pad_id: int, respect_documents: bool):
+def _window(
+    stream: TokenStream, index: int, seq_len: int, pad_id: int, respect_documents: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     start = index * (seq_len - 1)
     stop = min(start + seq_len, stream.num_tokens)
     n = stop - start

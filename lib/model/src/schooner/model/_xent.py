@@ -96,7 +96,9 @@ def _chunk_stats(h: jax.Array, head: jax.Array, tgt: jax.Array) -> tuple[jax.Arr
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _xent(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int, keep_probs: bool):
+def _xent(
+    hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int, keep_probs: bool
+) -> tuple[jax.Array, jax.Array]:
     return _xent_fwd(hidden, head, targets, chunk, False)[0]
 
 
@@ -152,8 +154,8 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
         dw_t = dw_t + matmul(ht, dlogits, out_dtype=jnp.float32, kernels="cpu")
         return dw_t, _store(dh.reshape(b, chunk, d))
 
-    xs = (_store(ht_c), tgt_c, g_nll_c, g_lse_c, lse_c)
-    xs = (*xs, p_c, pt_c) if keep_probs else (*xs, _store(h_c))
+    common = (_store(ht_c), tgt_c, g_nll_c, g_lse_c, lse_c)
+    xs = (*common, p_c, pt_c) if keep_probs else (*common, _store(h_c))
     dw_t, dh = jax.lax.scan(body, jnp.zeros((d, head.shape[0]), jnp.float32), xs)
     return _from_chunks(_load(dh, dtype), t), barrier(dw_t).T.astype(head.dtype), None
 
@@ -161,7 +163,9 @@ def _xent_bwd(chunk, keep_probs, res, cotangents):
 _xent.defvjp(_xent_fwd, _xent_bwd)
 
 
-def _plain_xent(hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int):
+def _plain_xent(
+    hidden: jax.Array, head: jax.Array, targets: jax.Array, chunk: int
+) -> tuple[jax.Array, jax.Array]:
     """The "xla" kernel path: chunks by ``lax.map``, plain autodiff, each chunk's logits recomputed in the
     backward (``jax.checkpoint``), so nothing of size [tokens, vocab] outlives a chunk."""
     b, t, d = hidden.shape
