@@ -161,6 +161,11 @@ class CheckpointManager:
 
         self._barriers += 1
         client = distributed.global_state.client
+        if client is None:
+            raise RuntimeError(
+                f"checkpoint under {self.root}: {jax.process_count()} processes but jax.distributed is not "
+                "initialized, so the hosts cannot meet at a barrier; call jax.distributed.initialize() first"
+            )
         try:
             client.wait_at_barrier(
                 f"schooner-ckpt-{self.root}-{self._barriers}-{what}", BARRIER_TIMEOUT_S * 1000

@@ -188,7 +188,7 @@ def _run_reference(config: ReferenceConfig, output_path: str) -> dict:
             continue
         ds = PreferenceDataset(cache, config.seq_len, vocab_size=model.config.vocab_size)
         scores = score_pairs(model, ds, config.batch_size)
-        np.savez(os.path.join(output_path, f"{split}.npz"), **scores)
+        np.savez(os.path.join(output_path, f"{split}.npz"), allow_pickle=False, **scores)  # float64 arrays
         summary["splits"][split] = {
             "pairs": ds.num_pairs,
             "cache": cache,

@@ -13,7 +13,7 @@ import logging
 import math
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,11 @@ from ._run_info import (
     package_versions,
 )
 from ._tracking import make_trackers, plot_losses
+
+if TYPE_CHECKING:
+    from schooner.tokenize import MixtureDataset
+
+    from ._dpo import WithReference
 
 logger = logging.getLogger("schooner.train")
 _T0 = time.perf_counter()  # import time of this module: the "process start" the first-step latency uses
@@ -81,6 +86,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
 class _Run:
     """One training run; `run()` does the work. Split into methods for readability only."""
+
+    dataset: MixtureDataset | WithReference
+    """The training batches (`DpoRun`: preference pairs with their reference log-probabilities)."""
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
@@ -294,6 +302,7 @@ class _Run:
         self._setup_state()
         self._compile_step()
         total = cfg.steps
+        parameters = parameter_counts(self.model_config)
         run_info = {
             "config": config_to_json(cfg),
             "model_config": config_to_json(self.model_config),
@@ -301,11 +310,10 @@ class _Run:
             "devices": [str(d) for d in jax.devices()],
             "mesh": cfg.mesh.shape(len(jax.devices())),
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            "parameters": parameter_counts(self.model_config),
+            "parameters": parameters,
         }
         logger.info(
-            f"model: {run_info['parameters']['total']:,} parameters "
-            f"({run_info['parameters']['non_embedding']:,} non-embedding)"
+            f"model: {parameters['total']:,} parameters ({parameters['non_embedding']:,} non-embedding)"
         )
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
@@ -470,15 +478,23 @@ class _Run:
         # Chat caches are scored on their assistant tokens, packed as in training; plain caches as streams.
         chat = {k: v for k, v in self.validation.items() if is_chat_cache(v)}
         plain = {k: v for k, v in self.validation.items() if k not in chat}
-        kw = dict(
-            seq_len=self.config.data.seq_len,
-            batch_size=eval_bs,
-            max_tokens=self.config.data.eval_max_tokens,
-            byte_lengths=byte_lengths,
-            sharding=self.batch_sharding,
-            tokenizer=self.tokenizer_fingerprint,
-        )
-        parts = [cls(caches, **kw) for cls, caches in ((Evaluator, plain), (ChatEvaluator, chat)) if caches]
+        kinds: list[tuple[type[Evaluator] | type[ChatEvaluator], dict[str, str]]] = [
+            (Evaluator, plain),
+            (ChatEvaluator, chat),
+        ]
+        parts = [
+            cls(
+                caches,
+                seq_len=self.config.data.seq_len,
+                batch_size=eval_bs,
+                max_tokens=self.config.data.eval_max_tokens,
+                byte_lengths=byte_lengths,
+                sharding=self.batch_sharding,
+                tokenizer=self.tokenizer_fingerprint,
+            )
+            for cls, caches in kinds
+            if caches
+        ]
         return Evaluators(parts)
 
     def _evaluate(self, evaluator: Any) -> dict[str, float]:

@@ -18,12 +18,12 @@ logger = logging.getLogger("schooner.train")
 
 def config_to_json(config: Any) -> dict[str, Any]:
     """A JSON-able dict of `config` (the model config through `schooner.model.config_to_dict`)."""
-    from schooner.model import config_to_dict
+    from schooner.model import LlamaConfig, config_to_dict
 
     def conv(x: Any) -> Any:
+        if isinstance(x, LlamaConfig):  # every model config (MoEConfig, registered ones) subclasses it
+            return config_to_dict(x)
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            if hasattr(x, "vocab_size") and hasattr(x, "num_layers"):
-                return config_to_dict(x)
             d = {f.name: conv(getattr(x, f.name)) for f in dataclasses.fields(x)}
             return {"class": type(x).__name__, **d}
         if isinstance(x, Mapping):
@@ -99,7 +99,8 @@ def is_primary() -> bool:
 def enable_compilation_cache() -> None:
     # The persistent cache makes a repeated run skip compilation; SCHOONER_COMPILATION_CACHE=off disables.
     where = os.environ.get("SCHOONER_COMPILATION_CACHE", os.path.expanduser("~/.cache/schooner/jax"))
-    if where != "off" and not jax.config.jax_compilation_cache_dir:
+    # jax registers its options as attributes at import time; its Config class does not declare them.
+    if where != "off" and not jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]
         jax.config.update("jax_compilation_cache_dir", where)
 
 

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import fsspec
 
@@ -25,7 +25,7 @@ class TrackerConfig:
     """Log to Weights & Biases (install `schooner-train[wandb]`)."""
     wandb_project: str = "schooner"
     """W&B project."""
-    wandb_mode: str = "offline"
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"
     """W&B mode: "offline" (default: writes under the run folder, `wandb sync` later), "online", "disabled"."""
     tensorboard: bool = False
     """Write TensorBoard event files under `<run>/tensorboard` (install `schooner-train[tensorboard]`)."""

@@ -196,7 +196,7 @@ def train_lm(
 
 
 def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bool = True) -> Any:
-    from ._config import DataConfig, TrainConfig
+    from ._config import BatchSchedule, DataConfig, TrainConfig
 
     def path(x: Any, i: int) -> str:
         return x if paths_known else f"<input {i}>"
@@ -208,7 +208,7 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
     bsz = (
         config.batch_size
         if isinstance(config.batch_size, int)
-        else tuple(tuple(x) for x in config.batch_size)
+        else BatchSchedule(tuple(tuple(x) for x in config.batch_size))
     )
     return TrainConfig(
         model=config.model,

@@ -22,11 +22,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._blas import single_threaded_blas
 from ._law import ScalingLaw, ScalingRun, run_arrays
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
+_Args = tuple[np.ndarray, np.ndarray, np.ndarray, float]
+"""The objective's data: (ln N, ln D, ln L, delta)."""
 
 __all__ = ["Approach3Config", "ParametricFit", "fit_approach3", "huber"]
 
@@ -111,7 +118,9 @@ def huber(r: np.ndarray, delta: float) -> np.ndarray:
     return np.where(r <= delta, 0.5 * r**2, delta * (r - 0.5 * delta))
 
 
-def _objective(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_l: np.ndarray, delta: float):
+def _objective(
+    theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_l: np.ndarray, delta: float
+) -> tuple[float, np.ndarray]:
     e, a, b, alpha, beta = theta
     terms = np.stack([a - alpha * ln_n, b - beta * ln_d, np.full_like(ln_n, e)])
     top = terms.max(axis=0)
@@ -134,7 +143,7 @@ def _objective(theta: np.ndarray, ln_n: np.ndarray, ln_d: np.ndarray, ln_l: np.n
     return value, grad
 
 
-def _minimize(start: np.ndarray, args: tuple, max_iterations: int):
+def _minimize(start: np.ndarray, args: _Args, max_iterations: int) -> OptimizeResult:
     from scipy.optimize import minimize
 
     return minimize(

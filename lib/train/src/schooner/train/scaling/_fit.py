@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +63,7 @@ def _approach2_summary(
             for f in reps
         ],
         "loss_law_log_residuals": (
-            np.log([p.min_loss for p in a2.params_parabolas]) - np.log(a2.loss_law(a2.budgets))
+            np.log([p.min_loss for p in a2.params_parabolas]) - np.log(a2.loss_law(np.asarray(a2.budgets)))
         ).tolist(),
     }
 
@@ -136,7 +136,7 @@ def read_fit(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
-def fitted_law(fit: dict[str, Any], method: str) -> ScalingLaw:
+def fitted_law(fit: Mapping[str, Any], method: str) -> ScalingLaw:
     """The law of `method` ("approach3" or "varpro") in a `fit_runs` result."""
     if method not in LAW_METHODS:
         raise ValueError(f"method must be one of {LAW_METHODS}; got {method!r}")

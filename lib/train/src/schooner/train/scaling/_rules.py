@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schooner.model import LlamaConfig
 
 __all__ = ["AdamRule", "BatchRule", "LearningRateRule", "ModelFamily", "ScheduleRule"]
 
@@ -78,7 +82,7 @@ class ModelFamily:
         """Every width of the family, ascending."""
         return list(range(self.min_width, self.max_width + 1, self.width_step))
 
-    def config(self, width: int, max_seq_len: int):
+    def config(self, width: int, max_seq_len: int) -> LlamaConfig:
         """The `schooner.model.LlamaConfig` of the family member of this width."""
         from schooner.model import LlamaConfig
 

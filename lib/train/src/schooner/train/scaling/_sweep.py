@@ -188,7 +188,7 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
     with open(f"{output_path}/runs.jsonl", "w") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     plot_isoflops(runs, f"{output_path}/isoflops.png")
-    best = {}
+    best: dict[str, float] = {}
     for r in runs:
         key = f"{r.budget:.3g}"
         best[key] = min(best.get(key, float("inf")), r.loss)

@@ -65,7 +65,9 @@ def nnls_profile(alpha: float, beta: float, arr: dict[str, np.ndarray]) -> tuple
     return float(rnorm**2), coef
 
 
-def _grid_nnls(alphas: np.ndarray, betas: np.ndarray, n: np.ndarray, d: np.ndarray, loss: np.ndarray):
+def _grid_nnls(
+    alphas: np.ndarray, betas: np.ndarray, n: np.ndarray, d: np.ndarray, loss: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact NNLS at every (alpha, beta) of the grid by enumerating supports: (rss, coef[Ga, Gb, 3])."""
     w = 1.0 / loss
     ga, gb = alphas.size, betas.size
