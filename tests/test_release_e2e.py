@@ -74,11 +74,11 @@ def released(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Version, V
     """A clone in which `python -m tools.release schooner-data minor --update-ranges` ran: (clone, old version,
     new version, what the tool printed)."""
     repo = clone(tmp_path_factory.mktemp("released") / "repo")
-    # Set up: the ranges of tokenize and of the root project on data must not admit the next minor version,
+    # Set up: the ranges of tokenize, eval and the root project on data must not admit the next minor version,
     # so --update-ranges has work.
     old = _version(repo, "lib/data")
     below = f">={old.major}.{old.minor},<0.{old.minor + 1}"
-    for rel in ("lib/tokenize/pyproject.toml", "pyproject.toml"):
+    for rel in ("lib/tokenize/pyproject.toml", "lib/eval/pyproject.toml", "pyproject.toml"):
         text = (repo / rel).read_text()
         (repo / rel).write_text(
             re.sub(r'"schooner-data(\[[^\]]*\])?[^";]*"', rf'"schooner-data\1{below}"', text)
@@ -102,6 +102,8 @@ def test_release_end_to_end(released: tuple[Path, Version, Version, str]) -> Non
         "lib/data/CHANGELOG.md",
         "lib/tokenize/pyproject.toml",
         "lib/tokenize/CHANGELOG.md",
+        "lib/eval/pyproject.toml",  # eval reads records and the embedded corpus through schooner-data
+        "lib/eval/CHANGELOG.md",
         "pyproject.toml",
         "uv.lock",
     }
