@@ -105,7 +105,7 @@ def source_config(path: str, step: int | None = None) -> Any:
 
 
 def check_compatible(run: Any, source: Any, *, where: str) -> None:
-    """Raise ValueError naming the first field where `source`'s architecture differs from `run`'s.
+    """Raise ValueError naming every field (with both values) where `source`'s architecture differs from `run`'s.
 
     `vocab_size` may grow (the run's >= the source's); the `RUNTIME_FIELDS` may differ.
     """
@@ -114,17 +114,20 @@ def check_compatible(run: Any, source: Any, *, where: str) -> None:
             f"initialize_from {where}: the source is a {type(source).__name__}, the run a {type(run).__name__}; "
             "use the source's model config (train_lm(model=None) takes it from the source)"
         )
+    differ = []
     for f in dataclasses.fields(run):
         if f.name in RUNTIME_FIELDS or f.name == "vocab_size":
             continue
         name = _RESOLVED.get(f.name, f.name)
         a, b = getattr(run, name), getattr(source, name)
         if a != b:
-            raise ValueError(
-                f"initialize_from {where}: model config field {f.name!r} differs: the source has "
-                f"{f.name}={b!r}, this run {f.name}={a!r}; use the source's value (or model=None to take the "
-                "source's config)"
-            )
+            differ.append(f"  {f.name!r} differs: the source has {f.name}={b!r}, this run {f.name}={a!r}")
+    if differ:
+        raise ValueError(
+            f"initialize_from {where}: {len(differ)} model config field{'s' if len(differ) > 1 else ''} "
+            f"differ{'' if len(differ) > 1 else 's'} from the source's:\n" + "\n".join(differ) + "\nuse the "
+            "source's values (or model=None to take the source's config)"
+        )
     if run.vocab_size < source.vocab_size:
         raise ValueError(
             f"initialize_from {where}: the run's vocab_size={run.vocab_size} is smaller than the source's "
