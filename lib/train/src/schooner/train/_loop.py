@@ -13,7 +13,8 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -33,11 +34,6 @@ from ._run_info import (
     package_versions,
 )
 from ._tracking import make_trackers, plot_losses
-
-if TYPE_CHECKING:
-    from schooner.tokenize import MixtureDataset
-
-    from ._dpo import WithReference
 
 logger = logging.getLogger("schooner.train")
 _T0 = time.perf_counter()  # import time of this module: the "process start" the first-step latency uses
@@ -84,11 +80,19 @@ def train(config: TrainConfig) -> dict[str, Any]:
         logs.close()
 
 
+class _Batches(Protocol):
+    """What a run trains on: a `schooner.tokenize.MixtureDataset`, or (`DpoRun`) preference pairs with their
+    reference log-probabilities; pure in `step`, `rows` this host's rows of the batch."""
+
+    def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]: ...
+
+
 class _Run:
     """One training run; `run()` does the work. Split into methods for readability only."""
 
-    dataset: MixtureDataset | WithReference
-    """The training batches (`DpoRun`: preference pairs with their reference log-probabilities)."""
+    dataset: _Batches
+    step_fn: Callable[[Any, dict[str, Any]], tuple[Any, dict[str, Any]]]
+    """(state, batch) -> (state, metrics): the compiled training step (`DpoRun` binds its reference model)."""
 
     def __init__(self, config: TrainConfig) -> None:
         self.config = config
