@@ -16,7 +16,9 @@ builds the prompt lm-evaluation-harness builds for that task, so scores are comp
 | `lambada` | EleutherAI/lambada_openai | continuation | `{text minus its last word}` + ` {last word}` |
 | `examples` | Schooner's own | either | `{"contexts": [...], "continuations": [...], "gold": i}` |
 
-A row missing a field raises `KeyError` naming the field; `_taskspec.load_rows` adds the file and line.
+A row missing a field raises `KeyError` naming the field; a malformed field (a string where a list of choices
+is expected, a fractional or non-numeric index, an empty choice, labels and texts of different lengths) raises
+`ValueError` naming the field and the fix; `_taskspec.load_examples` adds the file and line.
 """
 
 from __future__ import annotations
@@ -28,13 +30,62 @@ from typing import Any
 from ._tasks import Example
 
 
+def _strings(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str, ...]:
+    """`value` as a non-empty tuple of strings, or a ValueError naming `field` and the fix."""
+    if isinstance(value, str):
+        raise ValueError(
+            f"field {field!r} must be a list of strings, got the string {value!r}; wrap it in a list: [{value!r}]"
+        )
+    if not isinstance(value, list | tuple) or not value:
+        raise ValueError(f"field {field!r} must be a non-empty list of strings, got {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(
+                f"field {field!r} must hold strings, entry {i} is {item!r} ({type(item).__name__}); quote it"
+            )
+        if not allow_empty and not item.strip():
+            raise ValueError(f"field {field!r} entry {i} is empty ({item!r}); every choice needs text")
+    return tuple(value)
+
+
+def _index(row: dict[str, Any], field: str, *, digits: bool = False) -> int:
+    """`row[field]` as a choice index: an integer (an integral float such as 1.0 is taken as is; with `digits`,
+    a string of digits too, as Hugging Face publishes some labels, e.g. HellaSwag's "2")."""
+    value = row[field]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if digits and isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"field {field!r} must be an integer choice index, got {value!r} ({type(value).__name__}); "
+            "write the 0-based index of the right choice, e.g. 0"
+        )
+    return value
+
+
 def _labelled_choices(row: dict[str, Any], key: str = "answerKey") -> tuple[tuple[str, ...], int]:
     choices = row["choices"]
-    texts, labels = list(choices["text"]), [str(x) for x in choices["label"]]
+    if not isinstance(choices, dict):
+        raise ValueError(
+            f'field \'choices\' must be an object {{"text": [...], "label": [...]}}, got {choices!r}'
+        )
+    texts = _strings(choices["text"], "choices.text")
+    labels_in = choices["label"]
+    if isinstance(labels_in, str) or not isinstance(labels_in, list | tuple):
+        raise ValueError(f"field 'choices.label' must be a list of labels, got {labels_in!r}")
+    labels = [str(x).strip() for x in labels_in]
+    if len(texts) != len(labels):
+        raise ValueError(
+            f"field 'choices' holds {len(texts)} texts but {len(labels)} labels ({labels}); give one label per "
+            "choice text"
+        )
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"field 'choices.label' repeats a label: {labels}; labels must be distinct")
     answer = str(row[key]).strip()
     if answer not in labels:
         raise ValueError(f"{key}={answer!r} is not one of the choice labels {labels}")
-    return tuple(texts), labels.index(answer)
+    return texts, labels.index(answer)
 
 
 def arc(row: dict[str, Any]) -> Example:
@@ -60,16 +111,19 @@ def _hellaswag_clean(text: str) -> str:
 def hellaswag(row: dict[str, Any]) -> Example:
     ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
     query = _hellaswag_clean(row["activity_label"] + ": " + ctx)
-    return Example((query,), tuple(_hellaswag_clean(e) for e in row["endings"]), int(row["label"]))
+    endings = _strings(row["endings"], "endings")
+    return Example((query,), tuple(_hellaswag_clean(e) for e in endings), _index(row, "label", digits=True))
 
 
 def piqa(row: dict[str, Any]) -> Example:
-    return Example((f"Question: {row['goal']}\nAnswer:",), (row["sol1"], row["sol2"]), int(row["label"]))
+    return Example(
+        (f"Question: {row['goal']}\nAnswer:",), (row["sol1"], row["sol2"]), _index(row, "label", digits=True)
+    )
 
 
 def boolq(row: dict[str, Any]) -> Example:
     context = f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:"
-    return Example((context,), ("no", "yes"), int(row["label"]))
+    return Example((context,), ("no", "yes"), _index(row, "label", digits=True))
 
 
 def winogrande(row: dict[str, Any]) -> Example:
@@ -89,7 +143,7 @@ def copa(row: dict[str, Any]) -> Example:
     premise = row["premise"].strip()
     premise = premise[:-1] if premise.endswith(".") else premise
     choices = tuple(c[0].lower() + c[1:] for c in (row["choice1"], row["choice2"]))
-    return Example((f"{premise} {connector}",), choices, int(row["label"]))
+    return Example((f"{premise} {connector}",), choices, _index(row, "label", digits=True))
 
 
 def lambada(row: dict[str, Any]) -> Example:
@@ -100,12 +154,23 @@ def lambada(row: dict[str, Any]) -> Example:
 
 
 def examples(row: dict[str, Any]) -> Example:
-    return Example(
-        tuple(row["contexts"]),
-        tuple(row["continuations"]),
-        int(row["gold"]),
-        tuple(row.get("answer_texts", ())),
-    )
+    contexts = _strings(row["contexts"], "contexts", allow_empty=True)
+    continuations = _strings(row["continuations"], "continuations")
+    n = max(len(contexts), len(continuations))
+    for field, items in (("contexts", contexts), ("continuations", continuations)):
+        if len(items) not in (1, n):
+            raise ValueError(
+                f"field {field!r} holds {len(items)} entries but the row has {n} choices; give 1 (shared) or {n}"
+            )
+    gold = _index(row, "gold")
+    if not 0 <= gold < n:
+        raise ValueError(f"field 'gold' is {gold}, not a choice index 0..{n - 1}; count choices from 0")
+    answer_texts = _strings(row["answer_texts"], "answer_texts") if "answer_texts" in row else ()
+    if answer_texts and len(answer_texts) != n:
+        raise ValueError(
+            f"field 'answer_texts' holds {len(answer_texts)} entries for {n} choices; give one per choice"
+        )
+    return Example(contexts, continuations, gold, answer_texts)
 
 
 LAYOUTS: dict[str, tuple[Callable[[dict[str, Any]], Example], str]] = {

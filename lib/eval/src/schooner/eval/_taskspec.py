@@ -63,18 +63,31 @@ class Task:
     reference: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ValueError("Task.name must be a non-empty string")
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Task field 'name' must be a non-empty string, got {self.name!r}")
+        who = f"task {self.name!r}"
+        _check_type(who, "path", self.path, str)
+        _check_type(who, "layout", self.layout, str)
         if self.layout not in LAYOUTS:
-            raise ValueError(f"task {self.name!r}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
+            raise ValueError(f"{who}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
+        _check_type(who, "kind", self.kind, str)
         if not self.kind:
             object.__setattr__(self, "kind", LAYOUTS[self.layout][1])
         if self.kind not in KINDS:
-            raise ValueError(f"task {self.name!r}: kind must be one of {KINDS}, got {self.kind!r}")
+            raise ValueError(f"{who}: kind must be one of {KINDS}, got {self.kind!r}")
+        for field in ("num_fewshot", "seed"):
+            _check_type(who, field, getattr(self, field), int)
+        _check_type(who, "limit", self.limit, int, optional=True)
+        _check_type(who, "fewshot_path", self.fewshot_path, str, optional=True)
+        for field in ("delimiter", "separator", "description"):
+            _check_type(who, field, getattr(self, field), str)
+        _check_type(who, "chance", self.chance, float, optional=True)
+        if not isinstance(self.reference, dict):
+            raise ValueError(f"{who}: field 'reference' must be a mapping of score name -> value")
         if self.num_fewshot < 0:
-            raise ValueError(f"task {self.name!r}: num_fewshot must be >= 0, got {self.num_fewshot}")
+            raise ValueError(f"{who}: field 'num_fewshot' must be >= 0, got {self.num_fewshot}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"task {self.name!r}: limit must be None or >= 1, got {self.limit}")
+            raise ValueError(f"{who}: field 'limit' must be None or >= 1, got {self.limit}")
 
     @staticmethod
     def from_yaml(path: str) -> Task:
@@ -91,14 +104,37 @@ class Task:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{path}: unknown Task fields {unknown}; known: {sorted(known)}")
+        missing = [f for f in ("name", "path", "layout") if f not in data]
+        if missing:
+            raise ValueError(
+                f"{path}: missing required field(s) {', '.join(repr(f) for f in missing)}; add e.g. "
+                "`name: my_task`, `path: rows.jsonl`, `layout: examples`"
+            )
         base = os.path.dirname(os.path.abspath(path))
         for key in ("path", "fewshot_path"):
-            if data.get(key) and not os.path.isabs(data[key]) and "://" not in data[key]:
-                data[key] = os.path.join(base, data[key])
-        return Task(**data)
+            value = data.get(key)
+            if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
+                data[key] = os.path.join(base, value)
+        try:
+            return Task(**data)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool = False) -> None:
+    """A ValueError naming the task and field when `value` is not of `kind` (ints are floats too)."""
+    if optional and value is None:
+        return
+    ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
+    if isinstance(value, bool) or not ok:
+        names = {int: "an integer", float: "a number", str: "a string"}
+        raise ValueError(
+            f"{who}: field {field!r} must be {names[kind]}{' or None' if optional else ''}, got {value!r} "
+            f"({type(value).__name__})"
+        )
 
 
 def _open_text(path: str) -> Any:
@@ -142,21 +178,35 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
             yield f"{path}:{n}", row
 
 
-def load_examples(path: str, layout: str, *, task: str = "", limit: int | None = None) -> list[Example]:
-    """The `Example`s of a file in `layout`; a bad row raises naming the file, line and field."""
+def load_examples(
+    path: str, layout: str, *, task: str = "", limit: int | None = None, kind: str = ""
+) -> list[Example]:
+    """The `Example`s of a file in `layout`; a bad row raises naming the file, line and field.
+
+    With `kind="multiple_choice"` (the layout's default kind when not given) a row of one choice is an error:
+    its accuracy would be 1 whatever the model does.
+    """
+    kind = kind or LAYOUTS[layout][1]
     convert = LAYOUTS[layout][0]
     out: list[Example] = []
     for where, row in load_rows(path, task=task):
         if limit is not None and len(out) >= limit:
             break
         try:
-            out.append(convert(row))
+            example = convert(row)
         except KeyError as e:
             raise ValueError(
                 f"task {task!r}: {where}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
             ) from None
         except (ValueError, TypeError, IndexError) as e:
             raise ValueError(f"task {task!r}: {where}: bad row for layout {layout!r}: {e}") from None
+        if kind == "multiple_choice" and example.num_choices < 2:
+            raise ValueError(
+                f"task {task!r}: {where}: field 'continuations' holds one choice but a multiple-choice row "
+                "needs at least 2 choices (its accuracy would always be 1); add the wrong choices, or set "
+                "`kind: continuation` for a single expected continuation"
+            )
+        out.append(example)
     if not out:
         raise ValueError(f"task {task!r}: {path} holds no rows")
     return out
@@ -164,15 +214,23 @@ def load_examples(path: str, layout: str, *, task: str = "", limit: int | None =
 
 def prepared_examples(task: Task) -> list[Example]:
     """The task's examples with their few-shot prefixes in the contexts."""
-    examples = load_examples(task.path, task.layout, task=task.name, limit=task.limit)
+    examples = load_examples(task.path, task.layout, task=task.name, limit=task.limit, kind=task.kind)
     if task.num_fewshot == 0 and not task.description:
         return examples
     same = task.fewshot_path is None or os.path.abspath(task.fewshot_path) == os.path.abspath(task.path)
     pool = (
         examples
         if task.fewshot_path is None
-        else load_examples(task.fewshot_path, task.layout, task=task.name)
+        else load_examples(task.fewshot_path, task.layout, task=task.name, kind=task.kind)
     )
+    available = len(pool) - (1 if same else 0)
+    if available < task.num_fewshot:
+        raise ValueError(
+            f"task {task.name!r}: field 'num_fewshot' is {task.num_fewshot} but the few-shot pool "
+            f"{task.fewshot_path or task.path} holds {len(pool)} document(s)"
+            f"{' (less the evaluated one)' if same else ''}, {available} usable; lower num_fewshot to at most "
+            f"{available} or set fewshot_path to a larger split"
+        )
     out = []
     for i, ex in enumerate(examples):
         prefix = fewshot_prefix(
@@ -289,9 +347,16 @@ def core_suite(data_dir: str, *, limit: int | None = None) -> Suite:
 
 
 def evaluate_suite(
-    model: Any, tokenizer: Any, suite: Suite, *, batch_size: int = 8, max_length: int | None = None
+    model: Any,
+    tokenizer: Any,
+    suite: Suite,
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    keep_documents: bool = False,
 ) -> dict[str, Any]:
     """Every task of `suite` (`evaluate_task`), and the macro average of `acc` and of `acc - chance`.
+    With `keep_documents`, each task's result also holds "per_document" (see `evaluate_task`).
 
     Raises:
         FileNotFoundError: a task's file is missing, naming every missing file before anything runs.
@@ -303,7 +368,9 @@ def evaluate_suite(
             "task's rows there in its Hugging Face layout (or evaluate the tasks that are present one by one)"
         )
     tasks = {
-        t.name: evaluate_task(model, tokenizer, t, batch_size=batch_size, max_length=max_length)
+        t.name: evaluate_task(
+            model, tokenizer, t, batch_size=batch_size, max_length=max_length, keep_documents=keep_documents
+        )
         for t in suite.tasks
     }
     accs = [r["acc"] for r in tasks.values()]

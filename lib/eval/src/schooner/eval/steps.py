@@ -14,7 +14,21 @@ Example:
 
 The step's output folder holds `results.json` (per-dataset loss, bits-per-byte, token and byte counts, the
 averages, per-task metrics with standard errors, chance and reference scores, the checkpoint evaluated and
-greedy samples) and `samples.json`; the step's return value (kept in its step record) is a summary of the same.
+greedy samples), `samples.json` and `tasks/<task>.jsonl` (per document: the gold index, every choice's
+log-probability and greedy flag, the per-document metrics: what re-derives the task's scores; each task's
+`documents_file` in results.json names it); the step's return value (kept in its step record) is a summary.
+
+What enters the step key (so what reruns it):
+
+* a task's settings and its files' content: each `Task`'s file and few-shot file are `InputFiles` (name, size,
+  content hash), not paths, so editing a task file reruns the step and moving the folder reruns nothing. A
+  task read from YAML enters by its parsed settings (edit the YAML, the step reruns).
+* a checkpoint given as a path is resolved when the step is built: a run folder to its highest complete
+  `step-*` (so a run that gains a checkpoint gives a new step), and the key holds the checkpoint folder's name
+  and a content hash of its `config.json` and `checkpoint.json` (the train loop writes it last, with the step,
+  metrics and time). The weights are not hashed (gigabytes): rewriting them in place without a new
+  `checkpoint.json` is not seen. A folder with no `checkpoint.json` (a `save_model` folder) is keyed by its
+  path and its `config.json`. A train_lm handle stays keyed by the handle's own key.
 """
 
 from __future__ import annotations
@@ -22,15 +36,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
 import fsspec
 
-from schooner.cluster import ResourceConfig, step
+from schooner.cluster import InputFiles, InputPath, ResourceConfig, StepHandle, step
 
 from ._bpb import evaluate_lm
-from ._checkpoint import load_checkpoint
+from ._checkpoint import _COMPLETE_MARKER, latest_checkpoint, list_checkpoints, load_checkpoint
 from ._generate import generate
 from ._kv_generate import SamplingConfig, generate_texts
 from ._taskspec import Suite, Task
@@ -39,6 +54,132 @@ TaskLike = Any
 """A `Task`, a `Suite`, or "bundled" (the tasks built from the embedded corpus, `bundled_suite`)."""
 
 logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskInput:
+    """A `Task` in a step config: keyed by its settings and its files' content (`InputFiles`), not their paths.
+
+    Attributes:
+        task: the task as given (its paths are where the files sat when the step was built).
+        files: the evaluated file.
+        fewshot_files: the few-shot file, when the task names one.
+    """
+
+    task: Task
+    files: InputFiles
+    fewshot_files: InputFiles | None = None
+
+    @staticmethod
+    def of(task: Task) -> TaskInput:
+        """Fingerprint `task`'s files now.
+
+        Raises:
+            FileNotFoundError: a task file is missing, naming the task, the file and how to get it.
+        """
+        missing = [p for p in (task.path, task.fewshot_path) if p and not os.path.exists(p)]
+        if missing:
+            raise FileNotFoundError(
+                f"task {task.name!r}: no file at {', '.join(repr(p) for p in missing)}; put the dataset's rows "
+                "there (jsonl or parquet, in the layout the task names: export it with "
+                "`datasets.load_dataset(...).to_json(path)` on a machine with internet)"
+            )
+        shots = InputFiles(task.fewshot_path) if task.fewshot_path else None
+        return TaskInput(task, InputFiles(task.path), shots)
+
+    def resolved(self) -> Task:
+        """The task reading the files where they sat when the step was built."""
+        return dataclasses.replace(
+            self.task,
+            path=self.files.paths[0],
+            fewshot_path=self.fewshot_files.paths[0] if self.fewshot_files else None,
+        )
+
+    def __schooner_canonical__(self) -> dict[str, Any]:
+        settings = {
+            f.name: getattr(self.task, f.name)
+            for f in dataclasses.fields(Task)
+            if f.name not in ("path", "fewshot_path")
+        }
+        return {"__class__": "Task", **settings, "path": self.files, "fewshot_path": self.fewshot_files}
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteInput:
+    """A `Suite` in a step config: its tasks as `TaskInput`s."""
+
+    name: str
+    tasks: tuple[TaskInput, ...]
+
+    @staticmethod
+    def of(suite: Suite) -> SuiteInput:
+        missing = suite.missing_files()
+        if missing:
+            raise FileNotFoundError(
+                f"suite {suite.name!r} cannot run: missing {len(missing)} file(s): {', '.join(missing)}; put "
+                "each task's rows there in its Hugging Face layout (or evaluate the tasks that are present one "
+                "by one)"
+            )
+        return SuiteInput(suite.name, tuple(TaskInput.of(t) for t in suite.tasks))
+
+    def resolved(self) -> Suite:
+        return Suite(self.name, tuple(t.resolved() for t in self.tasks))
+
+
+def task_inputs(tasks: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`tasks` with every `Task`/`Suite` fingerprinted (`TaskInput`/`SuiteInput`); "bundled" stays."""
+    out: list[Any] = []
+    for t in tasks:
+        if isinstance(t, TaskInput | SuiteInput) or t == "bundled":
+            out.append(t)
+        elif isinstance(t, Task):
+            out.append(TaskInput.of(t))
+        elif isinstance(t, Suite):
+            out.append(SuiteInput.of(t))
+        else:
+            raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInput:
+    """A checkpoint folder in a step config, keyed by its name and metadata's content (see the module docstring).
+
+    Attributes:
+        path: the checkpoint folder (runtime only: not in the key when the folder has `checkpoint.json`).
+        metadata: `config.json` and, when present, `checkpoint.json`.
+    """
+
+    path: str
+    metadata: InputFiles
+
+    @staticmethod
+    def of(path: str) -> CheckpointInput:
+        """The checkpoint of `path` now: itself if it is one, else a run folder's highest complete step.
+
+        Raises:
+            FileNotFoundError: no checkpoint there, naming the folder and what was looked for.
+        """
+        folder = latest_checkpoint(os.fspath(path))
+        names = [f"{folder}/config.json"]
+        if os.path.exists(f"{folder}/{_COMPLETE_MARKER}"):
+            names.append(f"{folder}/{_COMPLETE_MARKER}")
+        return CheckpointInput(folder, InputFiles(names))
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __schooner_canonical__(self) -> dict[str, Any]:
+        marked = any(e.name == _COMPLETE_MARKER for e in self.metadata.entries)
+        where = os.path.basename(self.path.rstrip("/")) if marked else self.path
+        return {"__class__": "Checkpoint", "checkpoint": where, "metadata": self.metadata}
+
+
+def checkpoint_input(checkpoint: Any) -> Any:
+    """A path becomes a `CheckpointInput` (resolved now); a step handle stays (keyed by its own key)."""
+    if isinstance(checkpoint, str | os.PathLike) and not isinstance(checkpoint, StepHandle | InputPath):
+        return CheckpointInput.of(os.fspath(checkpoint))
+    return checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +223,7 @@ class EvaluateConfig:
             raise ValueError(
                 f"datasets must be a non-empty dict of name -> dataset (or give tasks=), got {self.datasets!r}"
             )
-        for t in self.tasks:
-            if not (isinstance(t, Task | Suite) or t == "bundled"):
-                raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
+        object.__setattr__(self, "tasks", task_inputs(tuple(self.tasks)))
         for name in self.datasets:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"dataset names must be non-empty strings, got {name!r} in datasets")
@@ -142,13 +281,14 @@ def evaluate(
         task_batch_size=task_batch_size,
         sampling=sampling,
     )
+    config = dataclasses.replace(config, checkpoint=checkpoint_input(checkpoint))  # after the checks above
     what = [f"loss and bits-per-byte on {', '.join(sorted(config.datasets))}"] if config.datasets else []
     what += [f"{len(config.tasks)} task(s)/suite(s)"] if config.tasks else []
     return step(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v2",
+        version="evaluate-v3",
         resources=resources,
         description=description or "; ".join(what),
     )
@@ -254,17 +394,18 @@ _SUMMARY_KEYS = (
 )
 
 
-def _suites(config: EvaluateConfig, output_path: str) -> list[Suite]:
+def _suites(tasks: tuple[Any, ...], output_path: str) -> list[Suite]:
     from ._bundled import bundled_suite
 
     out = []
-    for t in config.tasks:
+    for t in tasks:
         if t == "bundled":
             out.append(bundled_suite(f"{output_path.rstrip('/')}/bundled-tasks"))
-        elif isinstance(t, Task):
-            out.append(Suite(t.name, (t,)))
+        elif isinstance(t, TaskInput):
+            task = t.resolved()
+            out.append(Suite(task.name, (task,)))
         else:
-            out.append(t)
+            out.append(t.resolved())
     return out
 
 
@@ -275,11 +416,13 @@ def _run_tasks(
 
     tasks: dict[str, Any] = {}
     suites: dict[str, Any] = {}
-    for suite in _suites(config, output_path):
+    for suite in _suites(config.tasks, output_path):
         clash = sorted(set(tasks) & {t.name for t in suite.tasks})
         if clash:
             raise ValueError(f"evaluate: task names {clash} appear twice in tasks=; rename one (Task.name)")
-        out = evaluate_suite(model, tokenizer, suite, batch_size=config.task_batch_size)
+        out = evaluate_suite(model, tokenizer, suite, batch_size=config.task_batch_size, keep_documents=True)
+        for name, r in out["tasks"].items():
+            r["documents_file"] = _write_documents(output_path, name, r.pop("per_document"))
         tasks.update(out["tasks"])
         if len(suite.tasks) > 1:
             suites[suite.name] = out["average"]
@@ -292,6 +435,17 @@ def _run_tasks(
                 r["documents"],
             )
     return tasks, suites
+
+
+def _write_documents(output_path: str, task: str, documents: list[dict[str, Any]]) -> str:
+    """Write a task's per-document scores to `tasks/<task>.jsonl` under the step folder; its relative path."""
+    relative = f"tasks/{task}.jsonl"
+    fs, root = fsspec.core.url_to_fs(f"{output_path.rstrip('/')}/tasks")
+    fs.makedirs(root, exist_ok=True)
+    with fsspec.open(f"{output_path.rstrip('/')}/{relative}", "w") as f:
+        for i, doc in enumerate(documents):
+            f.write(json.dumps({"index": i, **doc}, sort_keys=True) + "\n")
+    return relative
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,9 +463,7 @@ class TaskTextsConfig:
     def __post_init__(self) -> None:
         if not self.tasks:
             raise ValueError("task_texts needs at least one task (a Task, a Suite or 'bundled')")
-        for t in self.tasks:
-            if not (isinstance(t, Task | Suite) or t == "bundled"):
-                raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
+        object.__setattr__(self, "tasks", task_inputs(tuple(self.tasks)))
 
 
 def task_texts(
@@ -331,7 +483,7 @@ def task_texts(
     """
     config = TaskTextsConfig(tasks=tuple(tasks), include_fewshot=include_fewshot)
     return step(
-        name, _run_task_texts, config, version="task-texts-v1", description="evaluation texts as records"
+        name, _run_task_texts, config, version="task-texts-v2", description="evaluation texts as records"
     )
 
 
@@ -347,14 +499,13 @@ def _run_task_texts(config: TaskTextsConfig, output_path: str) -> dict[str, Any]
 
     records: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
-    evaluate_like = EvaluateConfig(checkpoint="", datasets={}, tokenizer="", seq_len=2, tasks=config.tasks)
-    for suite in _suites(evaluate_like, output_path):
+    for suite in _suites(config.tasks, output_path):
         for task in suite.tasks:
             files = [("eval", task.path)]
             if config.include_fewshot and task.fewshot_path and task.fewshot_path != task.path:
                 files.append(("fewshot", task.fewshot_path))
             for split, path in files:
-                for i, ex in enumerate(load_examples(path, task.layout, task=task.name)):
+                for i, ex in enumerate(load_examples(path, task.layout, task=task.name, kind=task.kind)):
                     key = f"{task.name}/{i}" if split == "eval" else f"{task.name}/fewshot/{i}"
                     records.append(
                         {
@@ -389,21 +540,34 @@ def evaluate_checkpoints(
         >>> curve = evaluate_checkpoints("eval/nano-curve", run=model, tokenizer=tok, seq_len=256, tasks=["bundled"])
     """
     settings.setdefault("datasets", {})
+    if isinstance(run, str | os.PathLike) and not isinstance(run, StepHandle | InputPath):
+        # a run folder: its complete checkpoints now, each keyed as `evaluate` keys one (a new one reruns)
+        found = list_checkpoints(os.fspath(run))
+        if not found:
+            raise FileNotFoundError(
+                f"evaluate_checkpoints: no complete step-* checkpoint in {run} (each needs config.json and "
+                "checkpoint.json); did training save one?"
+            )
+        run = tuple(CheckpointInput.of(path) for _, path in found)
     config = EvaluateCheckpointsConfig(EvaluateConfig(checkpoint=run, **settings))
     return step(
         name,
         _run_evaluate_checkpoints,
         config,
-        version="evaluate-checkpoints-v1",
+        version="evaluate-checkpoints-v2",
         resources=resources,
         description="scores of every checkpoint of a run",
     )
 
 
 def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: str) -> dict[str, Any]:
-    from ._checkpoint import list_checkpoints
+    from ._checkpoint import _STEP_DIR
 
-    checkpoints = list_checkpoints(str(config.settings.checkpoint))
+    given = config.settings.checkpoint
+    if isinstance(given, tuple):  # resolved when the step was built
+        checkpoints = [(int(_STEP_DIR.match(os.path.basename(c.path)).group(1)), c.path) for c in given]
+    else:
+        checkpoints = list_checkpoints(str(given))
     if not checkpoints:
         raise FileNotFoundError(
             f"evaluate_checkpoints: no complete step-* checkpoint in {config.settings.checkpoint}"

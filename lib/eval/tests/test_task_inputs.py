@@ -1,0 +1,240 @@
+"""Task files and checkpoints as step inputs (keyed by content), malformed rows, task-definition errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import pytest
+
+from schooner.cluster import StepRunner
+from schooner.eval import Task, evaluate_task
+from schooner.eval._taskspec import load_examples
+from schooner.eval.steps import evaluate, evaluate_checkpoints, task_texts
+from schooner.model import init, load_model, presets, save_model
+from schooner.tokenize import train_bpe
+
+ROWS = [
+    {"contexts": ["The quick brown"], "continuations": ["fox", "dog jumps"], "gold": 0},
+    {"contexts": ["def add(a, b):"], "continuations": ["return a + b", "class"], "gold": 1},
+    {"contexts": ["The lazy"], "continuations": ["dog", "fox jumps over"], "gold": 0},
+]
+
+
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("inputs")
+    texts = ["The quick brown fox jumps over the lazy dog.", "def add(a, b):\n    return a + b\n"] * 8
+    tok = train_bpe(texts, vocab_size=280)
+    tok.save(str(root / "tok"))
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=128,
+    )  # fmt: skip
+    _checkpoint(root / "ck", config, 0, 1)
+    return root, tok, config
+
+
+def _checkpoint(folder: Path, config, seed: int, step: int) -> None:
+    save_model(str(folder), init(config, key=jax.random.key(seed)), config)
+    (folder / "checkpoint.json").write_text(json.dumps({"step": step, "seed": seed}))
+
+
+def _evaluate(root: Path, checkpoint, task) -> object:
+    return evaluate(
+        "eval/t", checkpoint=checkpoint, tokenizer=str(root / "tok"), seq_len=32, tasks=[task], prompts=()
+    )
+
+
+# ---------------------------------------------------------------- D1: task files keyed by content
+
+
+def test_task_file_edit_reruns_and_move_does_not(env, tmp_path):
+    root, tok, config = env
+    _checkpoint(tmp_path / "ck", config, 0, 1)
+    data = tmp_path / "a"
+    data.mkdir()
+    _jsonl(data / "mc.jsonl", ROWS)
+    (data / "mc.yaml").write_text("name: mc\npath: mc.jsonl\nlayout: examples\n")
+    first = _evaluate(root, str(tmp_path / "ck"), Task.from_yaml(str(data / "mc.yaml")))
+    runner = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True)
+    out = runner.run([first])[first]
+    results = json.loads((Path(out.output_path) / "results.json").read_text())
+    assert results["tasks"]["mc"]["documents"] == 3
+    # moved with its YAML: same key (the key holds names and content, not where they sit)
+    shutil.copytree(data, tmp_path / "b")
+    moved = _evaluate(root, str(tmp_path / "ck"), Task.from_yaml(str(tmp_path / "b" / "mc.yaml")))
+    assert moved.key == first.key
+    # an edited gold label: a new key, and the step reruns with the new answer
+    edited_rows = [dict(ROWS[0], gold=1), *ROWS[1:]]
+    _jsonl(tmp_path / "b" / "mc.jsonl", edited_rows)
+    edited = _evaluate(root, str(tmp_path / "ck"), Task.from_yaml(str(tmp_path / "b" / "mc.yaml")))
+    assert edited.key != first.key
+    out = runner.run([edited])[edited]
+    got = json.loads((Path(out.output_path) / "results.json").read_text())["tasks"]["mc"]
+    model, _ = load_model(str(tmp_path / "ck"))
+    want = evaluate_task(
+        model, tok, Task(name="mc", path=str(tmp_path / "b" / "mc.jsonl"), layout="examples")
+    )
+    assert got["acc"] == want["acc"] and got["logprob"] == want["logprob"]
+    # an edited YAML (a setting, not a file) changes the key too
+    (tmp_path / "b" / "mc.yaml").write_text("name: mc\npath: mc.jsonl\nlayout: examples\nnum_fewshot: 1\n")
+    shots = _evaluate(root, str(tmp_path / "ck"), Task.from_yaml(str(tmp_path / "b" / "mc.yaml")))
+    assert shots.key not in (first.key, edited.key)
+    # results.json's per-document file re-derives the scores
+    docs = [
+        json.loads(line) for line in (Path(out.output_path) / got["documents_file"]).read_text().splitlines()
+    ]
+    assert len(docs) == 3
+    acc = sum(max(range(len(d["logprobs"])), key=d["logprobs"].__getitem__) == d["gold"] for d in docs) / 3
+    assert acc == got["acc"]
+    assert sum(d["logprobs"][d["gold"]] for d in docs) / 3 == pytest.approx(got["logprob"], abs=1e-12)
+
+
+def test_fewshot_file_and_task_texts_are_keyed_by_content(env, tmp_path):
+    root, _, _ = env
+    path = _jsonl(tmp_path / "mc.jsonl", ROWS)
+    shots = _jsonl(tmp_path / "shots.jsonl", ROWS[:2])
+    task = Task(name="mc", path=str(path), layout="examples", num_fewshot=1, fewshot_path=str(shots))
+    before = (
+        _evaluate(root, str(root / "ck"), task).key,
+        task_texts("t", tasks=[task]).key,
+    )
+    _jsonl(shots, ROWS[1:])
+    after = (
+        _evaluate(root, str(root / "ck"), task).key,
+        task_texts("t", tasks=[task]).key,
+    )
+    assert before[0] != after[0] and before[1] != after[1]
+
+
+def test_a_missing_task_file_fails_when_the_step_is_built(env, tmp_path):
+    root, _, _ = env
+    task = Task(name="gone", path=str(tmp_path / "nope.jsonl"), layout="examples")
+    with pytest.raises(FileNotFoundError, match=r"task 'gone'.*nope\.jsonl"):
+        _evaluate(root, str(root / "ck"), task)
+
+
+# ---------------------------------------------------------------- D2: a run folder's checkpoint
+
+
+def test_run_folder_resolves_to_its_latest_checkpoint_when_built(env, tmp_path):
+    root, _, config = env
+    path = _jsonl(tmp_path / "mc.jsonl", ROWS)
+    task = Task(name="mc", path=str(path), layout="examples")
+    run = tmp_path / "run"
+    _checkpoint(run / "step-000003", config, 1, 3)
+    first = _evaluate(root, str(run), task)
+    curve = evaluate_checkpoints(
+        "eval/c", run=str(run), tokenizer=str(root / "tok"), seq_len=32, tasks=[task]
+    )
+    assert _evaluate(root, str(run / "step-000003"), task).key == first.key  # the same checkpoint
+    _checkpoint(run / "step-000007", config, 2, 7)
+    later = _evaluate(root, str(run), task)
+    assert later.key != first.key
+    more = evaluate_checkpoints("eval/c", run=str(run), tokenizer=str(root / "tok"), seq_len=32, tasks=[task])
+    assert more.key != curve.key  # every checkpoint of the run, as it is when the step is built
+    out = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([later])[later]
+    results = json.loads((Path(out.output_path) / "results.json").read_text())
+    assert results["checkpoint"] == str(run / "step-000007")
+    # moving the run folder reruns nothing
+    shutil.copytree(run, tmp_path / "moved")
+    assert _evaluate(root, str(tmp_path / "moved"), task).key == later.key
+    (tmp_path / "empty-run" / "step-000001").mkdir(parents=True)  # unfinished: no config.json
+    with pytest.raises(FileNotFoundError, match="no checkpoint in"):
+        _evaluate(root, str(tmp_path / "empty-run"), task)
+
+
+# ---------------------------------------------------------------- D4/D5: malformed rows
+
+
+@pytest.mark.parametrize(
+    ("row", "layout", "field", "fix"),
+    [
+        ({"contexts": ["x"], "continuations": "ab", "gold": 0}, "examples", "continuations", "list"),
+        ({"contexts": "x", "continuations": ["a", "b"], "gold": 0}, "examples", "contexts", "list"),
+        ({"contexts": ["x"], "continuations": ["a", "b"], "gold": 1.7}, "examples", "gold", "integer"),
+        ({"contexts": ["x"], "continuations": ["a", "b"], "gold": "1"}, "examples", "gold", "integer"),
+        ({"contexts": ["x"], "continuations": ["a", ""], "gold": 0}, "examples", "continuations", "empty"),
+        ({"contexts": ["x"], "continuations": ["a", 3], "gold": 0}, "examples", "continuations", "string"),
+        ({"contexts": ["x"], "continuations": ["a"], "gold": 0}, "examples", "continuations", "2 choices"),
+        (
+            {"contexts": ["x"], "continuations": ["a", "b"], "gold": 0, "answer_texts": ["a"]},
+            "examples",
+            "answer_texts",
+            "one per choice",
+        ),
+        (
+            {"question": "q", "choices": {"text": ["a", "b", "c"], "label": ["A", "B"]}, "answerKey": "A"},
+            "arc",
+            "choices",
+            "one label per",
+        ),
+        (
+            {"question": "q", "choices": {"text": "abc", "label": ["A", "B", "C"]}, "answerKey": "A"},
+            "arc",
+            "choices.text",
+            "list",
+        ),
+        ({"goal": "g", "sol1": "a", "sol2": "b", "label": 0.5}, "piqa", "label", "integer"),
+    ],
+)
+def test_malformed_rows_name_file_line_field_and_fix(tmp_path, row, layout, field, fix):
+    good = {
+        "examples": ROWS[0],
+        "arc": {"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"},
+        "piqa": {"goal": "g", "sol1": "a", "sol2": "b", "label": 1},
+    }
+    path = _jsonl(tmp_path / "bad.jsonl", [good[layout], row])  # the bad row is line 2
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t", kind="multiple_choice")
+    message = str(info.value)
+    assert f"{path}:2" in message and repr(field) in message and fix in message, message
+
+
+def test_one_choice_rows_are_fine_for_continuation_tasks(tmp_path):
+    path = _jsonl(tmp_path / "cont.jsonl", [{"contexts": ["x y"], "continuations": ["z"], "gold": 0}])
+    (ex,) = load_examples(str(path), "examples", task="t", kind="continuation")
+    assert ex.num_choices == 1
+    integral = _jsonl(tmp_path / "f.jsonl", [{"contexts": ["x"], "continuations": ["a", "b"], "gold": 1.0}])
+    assert load_examples(str(integral), "examples", kind="multiple_choice")[0].gold == 1
+
+
+# ---------------------------------------------------------------- D6: task-definition errors
+
+
+@pytest.mark.parametrize(
+    ("yaml", "field"),
+    [
+        ("name: t\npath: mc.jsonl\nlayout: examples\nnum_fewshot: two\n", "num_fewshot"),
+        ("path: mc.jsonl\nlayout: examples\n", "name"),
+        ("name: t\npath: mc.jsonl\nlayout: examples\nlimit: 1.5\n", "limit"),
+        ("name: t\npath: mc.jsonl\nlayout: examples\nseed: x\n", "seed"),
+        ("name: t\npath: mc.jsonl\nlayout: examples\ndelimiter: 3\n", "delimiter"),
+    ],
+)
+def test_task_definition_errors_name_the_file_and_field(tmp_path, yaml, field):
+    _jsonl(tmp_path / "mc.jsonl", ROWS)
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    assert str(tmp_path / "t.yaml") in str(info.value) and repr(field) in str(info.value), str(info.value)
+
+
+def test_too_small_fewshot_pool_names_task_and_file(env, tmp_path):
+    _, tok, config = env
+    path = _jsonl(tmp_path / "mc.jsonl", ROWS)
+    task = Task(name="small", path=str(path), layout="examples", num_fewshot=3)
+    model = init(config, key=jax.random.key(0))
+    with pytest.raises(ValueError) as info:
+        evaluate_task(model, tok, task)
+    message = str(info.value)
+    assert "task 'small'" in message and str(path) in message and "'num_fewshot'" in message, message
