@@ -39,6 +39,12 @@ class _ExportHf:
             default=None,
             help="tokenizer folder or file (default: the run's own, from run.json)",
         )
+        parser.add_argument(
+            "--no-tokenizer",
+            action="store_true",
+            help="export the weights alone when no tokenizer is known (config.json then names no "
+            "bos/eos/pad token ids and the folder has no tokenizer files)",
+        )
         parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
         parser.add_argument(
             "--chat-template",
@@ -49,19 +55,63 @@ class _ExportHf:
 
     @staticmethod
     def run(ns: argparse.Namespace) -> int:
-        from ._export import ExportHfConfig, _run_export_hf
+        from schooner.cluster import ConfigError
+
+        from ._export import ExportHfConfig, _run_export_hf, _tokenizer_folder, find_checkpoint
 
         config = ExportHfConfig(
             run=ns.run, step=ns.step, tokenizer=ns.tokenizer, tokenizer_sources=tokenizer_sources(ns.run),
             dtype=ns.dtype, chat_template=ns.chat_template,
         )  # fmt: skip
+        # Bad input is found before anything is written, and reported as a CLI error (exit 2, no traceback).
+        try:
+            find_checkpoint(os.fspath(ns.run), ns.step)
+        except FileNotFoundError as e:
+            raise ConfigError(str(e)) from None
+        if ns.tokenizer is not None and not os.path.exists(ns.tokenizer):
+            raise ConfigError(f"export-hf: --tokenizer {ns.tokenizer!r} does not exist")
+        if ns.tokenizer is not None and ns.no_tokenizer:
+            raise ConfigError("export-hf: pass --tokenizer or --no-tokenizer, not both")
+        if _tokenizer_folder(config) is None and not ns.no_tokenizer:
+            raise ConfigError(
+                f"export-hf: no tokenizer found for {ns.run!r} (no run.json naming one next to it): pass "
+                "--tokenizer FOLDER_OR_FILE (its token ids go into config.json and its files next to the "
+                "weights), or --no-tokenizer to export the weights alone"
+            )
         record = _run_export_hf(config, ns.out)
         if record["tokenizer"] is None:
-            print("no tokenizer found for the run: config.json has no token ids (pass --tokenizer)")
+            dropped = _drop_null_token_ids(ns.out)
+            print(
+                f"exported without a tokenizer (--no-tokenizer): no tokenizer files, and config.json names no "
+                f"{'/'.join(dropped) or 'special token'} ids; add the tokenizer's files before using the folder"
+            )
         print(
             f"{record['checkpoint']} (step {record['step']}) written to {ns.out} in the Hugging Face layout"
         )
         return 0
+
+
+def _drop_null_token_ids(out: str) -> list[str]:
+    """Remove the `*_token_id: null` entries of a tokenizer-less export's config files (absent, not null:
+    transformers then takes its own defaults); returns the names removed from config.json."""
+    dropped: list[str] = []
+    for name in ("config.json", "generation_config.json"):
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        nulls = [k for k, v in data.items() if k.endswith("_token_id") and v is None]
+        if not nulls:
+            continue
+        for k in nulls:
+            del data[k]
+        with open(path, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+        if name == "config.json":
+            dropped = [k.removesuffix("_token_id") for k in nulls]
+    return dropped
 
 
 EXPORT_HF = _ExportHf()
