@@ -97,6 +97,12 @@ def test_task_file_edit_reruns_and_move_does_not(env, tmp_path):
     acc = sum(max(range(len(d["logprobs"])), key=d["logprobs"].__getitem__) == d["gold"] for d in docs) / 3
     assert acc == got["acc"]
     assert sum(d["logprobs"][d["gold"]] for d in docs) / 3 == pytest.approx(got["logprob"], abs=1e-12)
+    norm = [[lp / n for lp, n in zip(d["logprobs"], d["norm_chars"], strict=True)] for d in docs]
+    acc_norm = sum(
+        max(range(len(v)), key=v.__getitem__) == d["gold"] for v, d in zip(norm, docs, strict=True)
+    )
+    assert acc_norm / 3 == got["acc_norm"]
+    assert docs[1]["norm_chars"] == [len("return a + b"), len("class")]
 
 
 def test_fewshot_file_and_task_texts_are_keyed_by_content(env, tmp_path):

@@ -170,7 +170,8 @@ def score_examples(
 
     Returns:
         `(metrics, documents)`: the aggregate metrics and, per document, its metrics plus every choice's
-        `logprobs` and `greedy` flags (for inspection and for comparing with other scorers).
+        `logprobs`, `greedy` flags and the lengths `acc_norm` divides by (`norm_chars`, `norm_bytes`), for
+        inspection, re-deriving the metrics and comparing with other scorers.
     """
     if kind not in KINDS:
         raise ValueError(f"task kind must be one of {KINDS}, got {kind!r}")
@@ -190,6 +191,9 @@ def score_examples(
                 "gold": ex.gold,
                 "logprobs": [s.logprob for s in scores[a:b]],
                 "greedy": [s.greedy for s in scores[a:b]],
+                # what acc_norm / acc_norm_bytes divide by (re-deriving them from `logprobs`)
+                "norm_chars": [max(len(t), 1) for t in ex.norm_texts()],
+                "norm_bytes": [max(len(t.encode("utf-8")), 1) for t in ex.norm_texts()],
             }
         )
     per_doc = [{k: float(d[k]) for k in document_metrics_keys(kind)} for d in documents]
