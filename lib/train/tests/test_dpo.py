@@ -212,7 +212,7 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
         "tokenized/prefs", source=records, tokenizer=f"{data_dir}/tokenizer.json", validation_fraction=0.2
     )
     common = dict(
-        initialize_from=policy, preferences=prefs, batch_size=8, seq_len=48, num_train_steps=3, eval_every=3,
+        initialize_from=policy, preferences=prefs, batch_size=16, seq_len=48, num_train_steps=3, eval_every=3,
         optimizer=AdamConfig(learning_rate=3e-3, warmup=1), resources=None,
     )  # fmt: skip
     cached = dpo(
@@ -221,7 +221,10 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
         **common,
     )
     live = dpo("dpo/live", reference=reference, **common)
-    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([lower(cached), lower(live)])
+    # with gradient accumulation the reference is scored per microbatch too
+    live_mb = dpo("dpo/live-mb", reference=reference, microbatches=2, **common)
+    runner = StepRunner(prefix=str(tmp_path / "p"), quiet=True)
+    result = runner.run([lower(cached), lower(live), lower(live_mb)])
 
     def logged(handle) -> list[dict]:
         with open(f"{result[handle].output_path}/metrics.jsonl") as f:
@@ -235,14 +238,12 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
             for r in rows
         ]
 
-    want, got = logged(cached), logged(live)
-    assert (
-        len(want) == len(got)
-        and sum("train/loss" in r for r in want) == 3
-        and any("eval/loss" in r for r in want)
-    )
-    for w, g in zip(want, got, strict=True):
-        assert set(w) == set(g)
-        for k in w:
-            assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
+    want = logged(cached)
+    assert sum("train/loss" in r for r in want) == 3 and any("eval/loss" in r for r in want)
+    for got in (logged(live), logged(live_mb)):
+        assert len(got) == len(want)
+        for w, g in zip(want, got, strict=True):
+            assert set(w) == set(g)
+            for k in w:
+                assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     assert abs(want[0]["train/loss"] - math.log(2)) > 1e-3  # the reference is another model: not log 2

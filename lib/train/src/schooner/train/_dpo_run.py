@@ -159,7 +159,7 @@ class DpoRun(_Run):
         import jax
 
         from ._mesh import replicated
-        from ._step import make_train_step
+        from ._step import _split_microbatches, make_train_step
 
         step_fn = make_train_step(
             self.tx,
@@ -197,9 +197,18 @@ class DpoRun(_Run):
             if isinstance(data, LiveReference):
                 data.model = reference
 
+        m = self.config.microbatches
+
+        def score(ref: Any, batch: dict[str, Any]) -> dict[str, Any]:
+            if m == 1:
+                return reference_logps(ref, batch)
+            # as many forward passes as the policy's microbatches, so the reference's logits fit as theirs do
+            out = jax.lax.map(lambda b: reference_logps(ref, b), _split_microbatches(batch, m))
+            return {k: v.reshape(-1) for k, v in out.items()}
+
         def live(state: Any, ref: Any, batch: dict[str, Any]) -> Any:
             with hax.axis_mapping(self.compute_map):
-                return step_fn(state, batch | reference_logps(ref, batch))
+                return step_fn(state, batch | score(ref, batch))
 
         jitted = jax.jit(
             live,
