@@ -11,7 +11,7 @@ import jax
 import pytest
 
 from schooner.cluster import StepRunner
-from schooner.eval import Task, evaluate_task
+from schooner.eval import Suite, Task, evaluate_task
 from schooner.eval._taskspec import load_examples
 from schooner.eval.steps import evaluate, evaluate_checkpoints, task_texts
 from schooner.model import init, load_model, presets, save_model
@@ -127,6 +127,10 @@ def test_a_missing_task_file_fails_when_the_step_is_built(env, tmp_path):
     task = Task(name="gone", path=str(tmp_path / "nope.jsonl"), layout="examples")
     with pytest.raises(FileNotFoundError, match=r"task 'gone'.*nope\.jsonl"):
         _evaluate(root, str(root / "ck"), task)
+    with pytest.raises(
+        FileNotFoundError, match=r"suite 'set' cannot run: missing 1 file\(s\): .*nope\.jsonl"
+    ):
+        _evaluate(root, str(root / "ck"), Suite("set", (task,)))
 
 
 # ---------------------------------------------------------------- D2: a run folder's checkpoint

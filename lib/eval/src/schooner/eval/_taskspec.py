@@ -141,14 +141,21 @@ def _open_text(path: str) -> Any:
     return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
 
 
+def missing_file_message(task: str, paths: Sequence[str]) -> str:
+    """What a missing task file's error says: the task, the files and how to get them."""
+    who = f"task {task!r}: " if task else ""
+    return (
+        f"{who}no file at {', '.join(repr(p) for p in paths)}; put the dataset's rows there (jsonl or parquet, "
+        "in the layout the task names: export it with `datasets.load_dataset(...).to_json(path)` on a machine "
+        "with internet)"
+    )
+
+
 def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     """`(where, row)` for each row of a jsonl/jsonl.gz/json/parquet file; `where` is "file:line" for errors."""
     who = f"task {task!r}: " if task else ""
     if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{who}no file at {path!r}; put the dataset's rows there (jsonl or parquet, in the layout the task "
-            "names: export it with `datasets.load_dataset(...).to_json(path)` on a machine with internet)"
-        )
+        raise FileNotFoundError(missing_file_message(task, [path]))
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
@@ -305,6 +312,16 @@ class Suite:
         paths = [p for t in self.tasks for p in (t.path, t.fewshot_path) if p]
         return [p for p in dict.fromkeys(paths) if not os.path.exists(p)]
 
+    def check_files(self) -> None:
+        """Raise `FileNotFoundError` naming every missing file of the suite's tasks (before anything runs)."""
+        missing = self.missing_files()
+        if missing:
+            raise FileNotFoundError(
+                f"suite {self.name!r} cannot run: missing {len(missing)} file(s): {', '.join(missing)}; put "
+                "each task's rows there in its Hugging Face layout (or evaluate the tasks that are present one "
+                "by one)"
+            )
+
 
 # Marin's CORE_TASKS (DCLM's core set) where a layout exists here: (name, layout, shots, eval split, shots' split)
 CORE_TASKS: tuple[tuple[str, str, int, str, str], ...] = (
@@ -361,12 +378,7 @@ def evaluate_suite(
     Raises:
         FileNotFoundError: a task's file is missing, naming every missing file before anything runs.
     """
-    missing = suite.missing_files()
-    if missing:
-        raise FileNotFoundError(
-            f"suite {suite.name!r} cannot run: missing {len(missing)} file(s): {', '.join(missing)}; put each "
-            "task's rows there in its Hugging Face layout (or evaluate the tasks that are present one by one)"
-        )
+    suite.check_files()
     tasks = {
         t.name: evaluate_task(
             model, tokenizer, t, batch_size=batch_size, max_length=max_length, keep_documents=keep_documents

@@ -48,7 +48,7 @@ from ._bpb import evaluate_lm
 from ._checkpoint import _COMPLETE_MARKER, latest_checkpoint, list_checkpoints, load_checkpoint
 from ._generate import generate
 from ._kv_generate import SamplingConfig, generate_texts
-from ._taskspec import Suite, Task
+from ._taskspec import Suite, Task, missing_file_message
 
 TaskLike = Any
 """A `Task`, a `Suite`, or "bundled" (the tasks built from the embedded corpus, `bundled_suite`)."""
@@ -79,11 +79,7 @@ class TaskInput:
         """
         missing = [p for p in (task.path, task.fewshot_path) if p and not os.path.exists(p)]
         if missing:
-            raise FileNotFoundError(
-                f"task {task.name!r}: no file at {', '.join(repr(p) for p in missing)}; put the dataset's rows "
-                "there (jsonl or parquet, in the layout the task names: export it with "
-                "`datasets.load_dataset(...).to_json(path)` on a machine with internet)"
-            )
+            raise FileNotFoundError(missing_file_message(task.name, missing))
         shots = InputFiles(task.fewshot_path) if task.fewshot_path else None
         return TaskInput(task, InputFiles(task.path), shots)
 
@@ -113,13 +109,7 @@ class SuiteInput:
 
     @staticmethod
     def of(suite: Suite) -> SuiteInput:
-        missing = suite.missing_files()
-        if missing:
-            raise FileNotFoundError(
-                f"suite {suite.name!r} cannot run: missing {len(missing)} file(s): {', '.join(missing)}; put "
-                "each task's rows there in its Hugging Face layout (or evaluate the tasks that are present one "
-                "by one)"
-            )
+        suite.check_files()
         return SuiteInput(suite.name, tuple(TaskInput.of(t) for t in suite.tasks))
 
     def resolved(self) -> Suite:
