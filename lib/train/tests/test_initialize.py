@@ -142,7 +142,7 @@ def test_train_lm_takes_the_model_config_from_the_source(nano, data_dir, source_
         num_train_steps=1,
     )
     assert dataclasses.asdict(h.config.model)["num_layers"] == 2
-    assert h.config.initialize_from == source_run
+    assert str(h.config.initialize_from) == f"{source_run}/step-000002"  # pinned to its latest checkpoint
     with pytest.raises(ValueError, match="give model="):
         train_lm("ft", datasets={f"{data_dir}/train": 1.0}, batch_size=8, seq_len=32, num_train_steps=1)
 

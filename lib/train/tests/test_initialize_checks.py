@@ -20,3 +20,55 @@ def test_every_differing_field_is_named_with_both_values(nano) -> None:
     )
     # runtime fields may differ and are not listed
     check_compatible(nano(max_seq_len=64, compute_dtype="bfloat16"), nano(), where="'src'")
+
+
+def _checkpoint(run, step: int, config, seed: int = 0) -> str:
+    """A complete checkpoint `step-NNNNNN/` of the run folder `run` (weights, config.json, checkpoint.json)."""
+    import json
+
+    import jax
+
+    from schooner.model import init, save_model
+
+    folder = run / f"step-{step:06d}"
+    save_model(str(folder), init(config, key=jax.random.PRNGKey(seed)), config)
+    (folder / "checkpoint.json").write_text(json.dumps({"step": step, "written_at": seed}))
+    return str(folder)
+
+
+def _train_lm(source, **kw):
+    from schooner.train.steps import train_lm
+
+    return train_lm("tuned", initialize_from=source, datasets={"/data/train": 1.0}, batch_size=2, seq_len=16,
+                    num_train_steps=1, **kw)  # fmt: skip
+
+
+def test_a_run_folder_source_is_keyed_by_the_checkpoint_it_resolves_to(nano, tmp_path) -> None:
+    run = tmp_path / "run"
+    _checkpoint(run, 2, nano())
+    first = _train_lm(str(run))
+    assert _train_lm(str(run)).key == first.key  # nothing changed: the same step
+    assert str(first.config.initialize_from) == str(run / "step-000002")  # the checkpoint actually used
+    latest = _checkpoint(run, 4, nano(), seed=1)  # the run gains a checkpoint: its latest changes
+    second = _train_lm(str(run))
+    assert second.key != first.key and str(second.config.initialize_from) == latest
+    assert _train_lm(str(run), initialize_from_step=2).key == first.key  # the step named explicitly
+    assert _train_lm(latest).key == second.key  # the step folder itself
+    # the same step rewritten (a new checkpoint.json): a new key
+    (run / "step-000004" / "checkpoint.json").write_text('{"step": 4, "written_at": 2}')
+    assert _train_lm(str(run)).key != second.key
+
+
+def test_sft_and_dpo_pin_a_run_folder_source_too(nano, tmp_path) -> None:
+    from schooner.train.steps import dpo, sft
+
+    run = tmp_path / "run"
+    _checkpoint(run, 2, nano())
+    build_sft = lambda: sft("s", initialize_from=str(run), datasets={"/chat": 1.0}, batch_size=2, seq_len=16,  # noqa: E731
+                            num_train_steps=1)  # fmt: skip
+    build_dpo = lambda: dpo("d", initialize_from=str(run), reference="/ref", preferences="/prefs",  # noqa: E731
+                            batch_size=2, seq_len=16, num_train_steps=1)  # fmt: skip
+    keys = (build_sft().key, build_dpo().key)
+    _checkpoint(run, 4, nano(), seed=1)
+    assert build_sft().key != keys[0] and build_dpo().key != keys[1]
+    assert str(build_dpo().config.initialize_from).endswith("step-000004")

@@ -221,5 +221,5 @@ def test_the_sft_step_builds_a_train_lm_handle_from_the_source(init_checkpoint, 
         num_train_steps=10,
     )
     assert train_lm_model_config(h).num_layers == 2  # export_hf and a later dpo/sft take it
-    assert h.config.optimizer.schedule == "linear" and h.config.initialize_from == init_checkpoint
+    assert h.config.optimizer.schedule == "linear" and str(h.config.initialize_from) == init_checkpoint
     assert dataclasses.replace(h.config.optimizer).learning_rate == 1e-4

@@ -89,6 +89,69 @@ def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class InitialCheckpoint:
+    """An `initialize_from` path pinned when the step is built: the checkpoint it resolves to, and that folder's
+    metadata by content, so the step key names the checkpoint actually used.
+
+    A run folder resolves to its latest complete checkpoint (or `initialize_from_step`'s), so a run that gains
+    a checkpoint gives a new step instead of a cached one trained from the old latest. The key holds the
+    checkpoint folder's name and a content hash of its `config.json` and `checkpoint.json` (the train loop
+    writes it last, with the step, metrics and time); a Hugging Face folder's key holds its path, `config.json`
+    and its weights' index (or, for one file, the size and head and tail of `model.safetensors`: see
+    `InputFiles`). The weights themselves are not hashed (gigabytes): rewriting them in place without a new
+    `checkpoint.json` (or, for an HF folder, without changing the file's size, head or tail) is not seen;
+    write a new folder instead. A step handle is not pinned: it stays keyed by the upstream step's key.
+
+    Attributes:
+        path: the checkpoint (or Hugging Face) folder.
+        metadata: the `InputFiles` of its metadata files.
+    """
+
+    path: str
+    metadata: Any
+
+    @staticmethod
+    def of(path: str, step: int | None = None) -> InitialCheckpoint:
+        """The checkpoint `path` (with `step`: see `resolve_source`) resolves to now.
+
+        Raises:
+            FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
+        """
+        from schooner.cluster import InputFiles
+
+        kind, folder = resolve_source(os.fspath(path), step)
+        names = [f"{folder}/config.json"]
+        if kind == "schooner":
+            names += [f"{folder}/{MARKER}"] if _exists(f"{folder}/{MARKER}") else []
+        elif _exists(f"{folder}/model.safetensors.index.json"):
+            names.append(f"{folder}/model.safetensors.index.json")
+        else:
+            names.append(f"{folder}/model.safetensors")
+        return InitialCheckpoint(folder, InputFiles(names))
+
+    def __str__(self) -> str:
+        return self.path
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __schooner_canonical__(self) -> dict[str, Any]:
+        marked = any(e.name == MARKER for e in self.metadata.entries)
+        where = os.path.basename(self.path.rstrip("/")) if marked else self.path
+        return {"__class__": "InitialCheckpoint", "checkpoint": where, "metadata": self.metadata}
+
+
+def pin_initialize_from(source: Any, step: int | None) -> tuple[Any, int | None]:
+    """`(initialize_from, initialize_from_step)` for a step config: a path becomes an `InitialCheckpoint`
+    (resolved now, the step folded into it); a step handle (or None) is kept as it is."""
+    from schooner.cluster import StepHandle
+
+    if source is None or isinstance(source, StepHandle | InitialCheckpoint):
+        return source, step
+    return InitialCheckpoint.of(os.fspath(source), step), None
+
+
 def source_config(path: str, step: int | None = None) -> Any:
     """The model config stored at an `initialize_from` path (see `resolve_source`)."""
     import json

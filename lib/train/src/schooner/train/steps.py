@@ -35,6 +35,7 @@ from ._checkpoint import CheckpointConfig
 from ._dpo import dpo as dpo
 from ._dpo import reference_logprobs as reference_logprobs
 from ._export import export_hf as export_hf
+from ._init import pin_initialize_from
 from ._malloc import malloc_env
 from ._mesh import MeshConfig
 from ._optim import AdamConfig, OptimizerConfig
@@ -73,7 +74,8 @@ class TrainLmConfig:
     """Where metrics go and how often progress is logged (runtime-only)."""
     name: str = "train"
     initialize_from: Any = None
-    """A `train_lm` handle, a run/checkpoint folder or a Hugging Face folder to start from (None: random)."""
+    """A `train_lm` handle, or a run/checkpoint/Hugging Face folder pinned to the checkpoint it resolved to when
+    the step was built (`InitialCheckpoint`), to start from (None: random)."""
     initialize_from_step: int | None = None
 
 
@@ -140,9 +142,12 @@ def train_lm(
             `GLIBC_TUNABLES` opts out).
         initialize_from: start from trained weights instead of a random initialization: a `train_lm`
             (or `sft`/`dpo`) handle (its latest checkpoint), a run or checkpoint folder, or a Hugging Face
-            folder. The optimizer state, step and schedule start fresh. The architecture must equal
-            `model`'s (a ValueError names the differing field); the vocabulary may grow, the new rows
-            starting at the mean of the old ones (see `schooner.train._init`).
+            folder. A path is resolved when the step is built (a run folder: its latest complete checkpoint
+            now) and the step key holds that checkpoint's folder and metadata (`_init.InitialCheckpoint`),
+            so a run that gains a checkpoint gives a new step. The optimizer state, step and schedule start
+            fresh. The architecture must equal `model`'s (a ValueError names every differing field); the
+            vocabulary may grow, the new rows starting at the mean of the old ones (see
+            `schooner.train._init`).
         initialize_from_step: the source run's checkpoint of this step instead of its latest.
 
     Returns:
@@ -152,6 +157,8 @@ def train_lm(
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_step: weight}}")
     if model is None:
         model = initial_model_config(initialize_from, initialize_from_step, who=f"train_lm({name!r})")
+    # A path is pinned to the checkpoint it names now (see `InitialCheckpoint`): that is what the key holds.
+    initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)
     config = TrainLmConfig(
         model=model,
         optimizer=optimizer if optimizer is not None else AdamConfig(),
@@ -234,7 +241,9 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
         tokenizer=config.tokenizer,
         fit_vocab=True,
         name=config.name,
-        initialize_from=path(config.initialize_from, 2000) if config.initialize_from is not None else None,
+        initialize_from=(
+            str(path(config.initialize_from, 2000)) if config.initialize_from is not None else None
+        ),
         initialize_from_step=config.initialize_from_step,
     )
 
