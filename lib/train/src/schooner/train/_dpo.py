@@ -340,7 +340,7 @@ def _train_config(config: DpoConfig, output_path: str, preferences: str) -> Any:
         tokenizer=config.tokenizer,
         fit_vocab=True,
         name=config.name,
-        initialize_from=config.initialize_from,
+        initialize_from=str(config.initialize_from),
         initialize_from_step=config.initialize_from_step,
     )
 
@@ -409,10 +409,12 @@ def dpo(
     Logs `train/loss`, `train/rewards/{chosen,rejected,accuracies,margins}`, `train/logps/{chosen,rejected}`
     and the same under `eval/` on the validation pairs.
     """
+    from ._init import pin_initialize_from
     from .steps import initial_model_config
 
     if model is None:
         model = initial_model_config(initialize_from, initialize_from_step, who=f"dpo({name!r})")
+    initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)
     config = DpoConfig(
         model=model,
         initialize_from=initialize_from,
