@@ -37,11 +37,13 @@ def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
     counters[key] = counters.get(key, 0) + n
 
 
-def _header(headers: HeaderMap, key: str, default: str = "") -> str:
-    """A WARC header's value, `default` when the record has none (fastwarc types `get` as `str | None`
-    whatever the default)."""
-    value = headers.get(key)
-    return default if value is None else value
+def _warc_headers(headers: HeaderMap) -> dict[str, str]:
+    """A record's WARC headers by lower-case name, the first of a repeated name kept (as fastwarc's
+    case-insensitive `HeaderMap.get`, which costs ~5 us a call; one `items()` pass costs ~2 us)."""
+    out: dict[str, str] = {}
+    for k, v in headers.items():
+        out.setdefault(k.lower(), v)
+    return out
 
 
 def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -112,9 +114,10 @@ def iter_pages(
                 _add(counters, "warc.other_records")
                 continue
             _add(counters, "warc.responses")
-            url = _header(rec.headers, "WARC-Target-URI")
+            headers = _warc_headers(rec.headers)
+            url = headers.get("warc-target-uri", "")
             try:
-                declared = int(_header(rec.headers, "Content-Length", "-1"))
+                declared = int(headers.get("content-length", "-1"))
                 if declared > config.max_bytes:
                     rec.reader.consume()
                     raise BadPage(f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}")
@@ -133,14 +136,14 @@ def iter_pages(
             if len(text) < config.min_chars:
                 _add(counters, "dropped.empty_text")
                 continue
-            rid = _header(rec.headers, "WARC-Record-ID").strip("<>")
+            rid = headers.get("warc-record-id", "").strip("<>")
             yield {
                 "id": rid or hashlib.sha1(f"{name}:{offset}".encode()).hexdigest(),
                 "text": text,
                 "source": src,
                 "metadata": {
                     "url": url, "title": title, "warc_file": name, "warc_offset": offset,
-                    "warc_date": _header(rec.headers, "WARC-Date"), "charset": charset, "content_type": mime,
+                    "warc_date": headers.get("warc-date", ""), "charset": charset, "content_type": mime,
                 },
             }  # fmt: skip
 
