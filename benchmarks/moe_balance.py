@@ -83,9 +83,15 @@ def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) ->
     step = jax.jit(step, donate_argnums=0)
     data = batches(stream, args.batch, args.seq, args.seed)
     rows, t0 = [], time.perf_counter()
-    for _ in range(args.steps):
+    for i in range(args.steps):
         state, metrics = step(state, next(data))
         rows.append({k: float(v) for k, v in jax.device_get(metrics).items()})
+        if (i + 1) % 10 == 0 or i + 1 == args.steps:
+            print(
+                f"  {name} {mode} step {i + 1}/{args.steps}: load {rows[-1]['moe/max_load_ratio']:.2f}, "
+                f"CE {rows[-1]['ce_loss']:.3f}, {time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
     seconds = time.perf_counter() - t0
     loads = np.array([r["moe/max_load_ratio"] for r in rows])
     after = loads[args.warmup :]

@@ -18,6 +18,18 @@ glibc's defaults and prints the ratio.
 `--configs gpu-1b` (on a GPU machine) trains a Llama-3.2-1B-shaped model, bf16 compute, seq 2048, batch 16,
 and reports MFU against the GPU's datasheet bf16 peak (goal: 0.5).
 
+Issue 15 before/after (2026-12-01, shared 2-core CPU at load average 15-24 from other jobs, so each step's
+process CPU time is compared; wall time only for reference): the `--child dense-fp32` run (this file's
+`child()`, steps 1+3, GLIBC_TUNABLES=glibc.malloc.hugetlb=1, SCHOONER_COMPILATION_CACHE=off; the CPU time of
+each step recorded by a wrapper around `child()` that patches
+`JsonlTracker.log` to note `time.process_time()`) of the code before the issue (86a9ed2) and after (the working tree
+of 19:15 UTC: HEAD b356138 with schooner.model's typing-only edits, committed as d547710), runs old (alone), then new and old side by side. CPU-s per
+timed step: old 6.57, 6.79, 5.76 and 5.47, 5.41, 5.17; new 7.62, 5.16, 5.54. Medians old 5.62, new 5.54:
+new/old tokens per CPU-second 1.01 (per-run 0.88 against the old run beside it, 1.04 against the first);
+wall tokens/s new 52.9, old 43.6 and 56.6. Peak RSS old 2695/2708 MiB, new 2721 MiB. The same final loss
+(10.416126) both ways. Within this machine's noise (about +-15%) the figures did not fall; a quiet machine is
+needed for a tighter bound. bf16, MoE and checkpoint configs were not rerun.
+
 Usage:
     uv run python benchmarks/train_throughput.py                 # everything
     uv run python benchmarks/train_throughput.py --steps 10 --configs dense-fp32,dense-ckpt10
