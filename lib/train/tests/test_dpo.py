@@ -192,6 +192,11 @@ def test_dpo_steps_raise_held_out_reward_accuracy(nano, data_dir, records, tmp_p
     } <= set(first)
 
 
+def logged_first_loss(folder: str) -> float:
+    with open(f"{folder}/metrics.jsonl") as f:
+        return next(r["train/loss"] for r in map(json.loads, f) if "train/loss" in r)
+
+
 @pytest.mark.slow
 def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
     nano, data_dir, records, tmp_path
@@ -220,7 +225,7 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
         reference=reference_logprobs("dpo/ref", reference, prefs, seq_len=48, resources=None),
         **common,
     )
-    live = dpo("dpo/live", reference=reference, **common)
+    live = dpo("dpo/live", reference=reference, checkpoint_every=1, **common)  # keeps steps 2 and 3
     # with gradient accumulation the reference is scored per microbatch too
     live_mb = dpo("dpo/live-mb", reference=reference, microbatches=2, **common)
     runner = StepRunner(prefix=str(tmp_path / "p"), quiet=True)
@@ -247,3 +252,13 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
             for k in w:
                 assert g[k] == pytest.approx(w[k], rel=1e-5, abs=1e-6), k
     assert abs(want[0]["train/loss"] - math.log(2)) > 1e-3  # the reference is another model: not log 2
+
+    # A run's handle as the live reference, at a checkpoint before its last: the policy starting from that
+    # same checkpoint is its reference, so the first loss is log 2. reference_step with cached log-probs is
+    # refused.
+    one = dict(common, num_train_steps=1, eval_every=None, initialize_from=live, initialize_from_step=2)
+    same = dpo("dpo/from-run", reference=live, reference_step=2, **one)
+    bad = dpo("dpo/bad", reference=cached.config.reference, reference_step=2, **one)
+    result = runner.run([lower(same), lower(bad)], raise_on_failure=False)
+    assert logged_first_loss(result[same].output_path) == pytest.approx(math.log(2), abs=1e-6)
+    assert "leave reference_step out" in result[bad].error

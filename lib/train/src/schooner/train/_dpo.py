@@ -4,7 +4,8 @@ A preference cache (`schooner.tokenize.steps.tokenized_preferences`) holds, for 
 chosen answer and the prompt + rejected answer, each with a loss mask over the answer. A sequence's
 log-prob is the sum of the log-probs of its answer tokens. `reference_logprobs` scores every pair of the
 train and validation caches with the reference model once and stores the sums (`train.npz`,
-`validation.npz`): the trainer reads them by pair index and never holds a second model.
+`validation.npz`): the trainer reads them by pair index and never holds a second model. Or `dpo` takes the
+reference model itself and scores it inside the train step (`_dpo_run.LiveReference`).
 
 With `pc, pr` the policy's and `rc, rr` the reference's log-probs of chosen and rejected answers and
 `z = (pc - rc) - (pr - rr)`, the per-pair losses are TRL's:
@@ -291,6 +292,7 @@ class DpoConfig:
     model: Any
     initialize_from: Any
     reference: Any
+    """A `reference_logprobs` step or folder, or a model (step, run, checkpoint or HF folder): live."""
     datasets: list
     """`[{"input": preferences, "weight": 1.0}]` (one preference step, in `train_lm`'s shape)."""
     beta: float
@@ -306,6 +308,8 @@ class DpoConfig:
     compute_dtype: str | None = None
     tokenizer: Any = None
     initialize_from_step: int | None = None
+    reference_step: int | None = None
+    """A live reference run's checkpoint step (None: its latest)."""
     mesh: MeshConfig = field(default_factory=MeshConfig)
     checkpoint: CheckpointConfig = runtime_field(default_factory=CheckpointConfig)
     trackers: TrackerConfig = runtime_field(default_factory=TrackerConfig)
@@ -376,6 +380,7 @@ def dpo(
     optimizer: OptimizerConfig | None = None,
     model: Any = None,
     initialize_from_step: int | None = None,
+    reference_step: int | None = None,
     seed: int = 0,
     eval_every: int | None = None,
     microbatches: int = 1,
@@ -392,7 +397,10 @@ def dpo(
     Args:
         name: step name (output folder: checkpoints, `metrics.jsonl`, `run.json`, like `train_lm`).
         initialize_from: the policy's starting weights (a training step, a run, checkpoint or HF folder).
-        reference: a `reference_logprobs` step (of the same preferences and `seq_len`).
+        reference: a `reference_logprobs` step (of the same preferences and `seq_len`): the reference's
+            log-probs computed once, no second model in memory. Or the reference model itself (a training
+            step, a run, checkpoint or HF folder): a frozen copy scored inside the train step (a second
+            model in memory, one more forward pass per step; the same losses to float rounding).
         preferences: a `tokenized_preferences` step (its `validation/` pairs are the held-out evaluation).
         batch_size: pairs per optimizer step.
         seq_len: tokens per sequence (prompt + answer, cut to it).
@@ -403,6 +411,7 @@ def dpo(
         optimizer: default `AdamConfig(learning_rate=5e-6, weight_decay=0.0, warmup=0.1, schedule="linear",
             min_lr_ratio=0.0)`; small models need more.
         model: the model config; None: the source's.
+        reference_step: with a live reference run, its checkpoint of this step (None: the latest).
         initialize_from_step, seed, eval_every, microbatches, compute_dtype, tokenizer, checkpoint_every,
             keep_checkpoints, mesh, trackers, resources: as in `train_lm`.
 
@@ -437,6 +446,7 @@ def dpo(
         compute_dtype=compute_dtype,
         tokenizer=tokenizer,
         initialize_from_step=initialize_from_step,
+        reference_step=reference_step,
         mesh=mesh or MeshConfig(),
         checkpoint=CheckpointConfig(every=checkpoint_every, keep_last=keep_checkpoints),
         trackers=trackers or TrackerConfig(),

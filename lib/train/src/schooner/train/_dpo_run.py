@@ -122,9 +122,15 @@ class DpoRun(_Run):
         self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
         fp = self.tokenizer or train_cache.tokenizer_fingerprint
         self.datasets: dict[str, WithReference | LiveReference] = {}
-        if not is_cached_reference(self.reference):
+        cached = is_cached_reference(self.reference)
+        if cached and self.dpo.reference_step is not None:
+            raise ValueError(
+                f"dpo: reference_step={self.dpo.reference_step} names a checkpoint of a live reference run, but "
+                f"{self.reference!r} is a reference_logprobs output; leave reference_step out"
+            )
+        if not cached:
             self.reference_model, self.reference_folder = load_model_from(
-                self.reference, getattr(self.dpo, "reference_step", None)
+                self.reference, self.dpo.reference_step
             )
             vocab = self.reference_model.config.vocab_size
             if vocab != self.model_config.vocab_size:
