@@ -263,27 +263,29 @@ def test_truncated_gzip_member_is_named(tmp_path):
     assert len(recs) == 1 and skips.skipped == 1 and str(path) in skips.examples[0]
 
 
+def _tidy_reference(text: str) -> str:
+    """Tidy one line at a time: strip the right, collapse and trim blank lines."""
+    out: list[str] = []
+    for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if ln.strip():
+            out.append(ln.rstrip())
+        elif out and out[-1] != "":
+            out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
 def test_extracted_text_is_tidied_like_a_line_by_line_reference():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
     from schooner.data.curation._html import _tidy
 
-    def reference(text: str) -> str:  # one line at a time: strip the right, collapse and trim blank lines
-        out: list[str] = []
-        for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-            if ln.strip():
-                out.append(ln.rstrip())
-            elif out and out[-1] != "":
-                out.append("")
-        return "\n".join(out).rstrip("\n")
-
     alphabet = st.sampled_from(["a", "b c", " ", "\t", "\n", "\r", "\r\n", "\xa0", "\u2003", "\x0b", "\x85"])
 
     @settings(max_examples=500, deadline=None)
     @given(st.lists(alphabet, max_size=20).map("".join))
     def check(text: str) -> None:
-        assert _tidy(text) == reference(text)
+        assert _tidy(text) == _tidy_reference(text)
 
     check()
 
@@ -336,15 +338,6 @@ def test_extracted_records_equal_the_libraries_own_calls_on_each_record(crawl):
     from resiliparse.parse.encoding import bytes_to_str
     from resiliparse.parse.html import HTMLTree
 
-    def tidy(text: str) -> str:  # one line at a time, as test_extracted_text_is_tidied_like_... checks
-        out: list[str] = []
-        for ln in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-            if ln.strip():
-                out.append(ln.rstrip())
-            elif out and out[-1] != "":
-                out.append("")
-        return "\n".join(out).rstrip("\n")
-
     recs = list(read_shards(crawl["pages"]))
     by_offset = {(r["metadata"]["warc_file"], r["metadata"]["warc_offset"]): r for r in recs}
     seen = 0
@@ -371,5 +364,5 @@ def test_extracted_records_equal_the_libraries_own_calls_on_each_record(crawl):
                 assert meta["url"] == rec.headers.get("WARC-Target-URI")
                 assert meta["warc_date"] == rec.headers.get("WARC-Date")
                 assert meta["title"] == " ".join((tree.title or "").split())
-                assert got["text"] == tidy(text), meta["url"]
+                assert got["text"] == _tidy_reference(text), meta["url"]
     assert seen == len(recs) > 30
