@@ -13,6 +13,11 @@ fresh batches with its parameters frozen, i.e. what batch-to-batch variation of 
 batch size. A PNG of load over steps (the three balancing modes side by side, one panel per model) is
 written to `docs/images/moe_balance.png`, the per-step rows to `benchmarks/results/moe_balance.json`.
 
+Measured 2026-12-01 for `moe_small` (shared 2-core CPU, load average 8-24, 63 s/step, so a cut-down run):
+`--models moe_small --modes quantile` and `--modes aux_loss`, each `--batch 8 --seq 64 --steps 30 --warmup 10`:
+quantile after step 10 mean 2.84, p95 3.92 (floor p95 2.22), last 10 steps 2.47, final CE 3.384; aux loss
+mean 3.98, p95 4.00 (collapsed; floor 4.00), final CE 3.405. Not the goal's regime (see lib/model/README.md).
+
 Usage:
     uv run python benchmarks/moe_balance.py                        # toy, 120 steps of 32 x 64 bytes (the PNG)
     uv run python benchmarks/moe_balance.py --models moe_small --steps 120 --batch 16 --seq 128
