@@ -39,6 +39,7 @@ def files_under(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path) -> None:
     prefix = tmp_path / "out"
     proc = schooner(
@@ -67,6 +68,7 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path) -> None:
     assert "will run counted" in stops.stdout and "RESULT" not in stops.stdout and not prefix.exists()
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:
     prefix, log = tmp_path / "out", tmp_path / "log"
     proc = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log)})
@@ -279,6 +281,7 @@ def test_script_flags_leave_the_scripts_own_flags_alone(monkeypatch) -> None:
     assert options_from_argv(["--dry-run"]) is None
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_explain_warns_when_a_reused_step_has_new_code_but_the_same_version(tmp_path) -> None:
     exp = tmp_path / "chain_copy.py"
     exp.write_text(Path(CHAIN).read_text())

@@ -44,6 +44,7 @@ def setup(tmp_path_factory):
     return root, load_tokenizer(str(root / "tok")), documents
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_evaluate_step_scores_the_latest_checkpoint(setup, tmp_path):
     root, tok, _ = setup
     handle = evaluate(

@@ -51,6 +51,7 @@ def test_xla_path_matches_cpu_path_in_float32(tiny_dense, tiny_moe, batch, moe):
         assert _rel(g_xla, g_cpu) < 5e-6
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_xla_path_matches_cpu_path_in_bfloat16(tiny_dense, batch):
     fp32 = _loss_and_grads(dataclasses.replace(tiny_dense, compute_dtype="float32", kernels="cpu"), *batch)
     cfg = dataclasses.replace(tiny_dense, compute_dtype="bfloat16")

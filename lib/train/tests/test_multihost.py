@@ -125,6 +125,7 @@ def ulp_differences(a: dict[int, float], b: dict[int, float]) -> dict[int, float
     return {k: abs(a[k] - b[k]) / float(np.spacing(np.float32(b[k]))) for k in b}
 
 
+@pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests
 def test_two_processes_train_exactly_as_one_and_read_half_the_data(
     local_client: LocalClient,  # noqa: F811
     nano,
