@@ -554,8 +554,13 @@ def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: st
     from ._checkpoint import _STEP_DIR
 
     given = config.settings.checkpoint
-    if isinstance(given, tuple):  # resolved when the step was built
-        checkpoints = [(int(_STEP_DIR.match(os.path.basename(c.path)).group(1)), c.path) for c in given]
+    if isinstance(given, tuple):  # resolved when the step was built: each a step-NNNNNN folder
+        checkpoints = []
+        for c in given:
+            m = _STEP_DIR.match(os.path.basename(c.path))
+            if m is None:
+                raise ValueError(f"evaluate_checkpoints: {c.path!r} is not a step-NNNNNN checkpoint folder")
+            checkpoints.append((int(m.group(1)), c.path))
     else:
         checkpoints = list_checkpoints(str(given))
     if not checkpoints:
