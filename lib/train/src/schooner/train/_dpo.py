@@ -326,26 +326,14 @@ class DpoConfig:
 
 def _train_config(config: DpoConfig, output_path: str, preferences: str) -> Any:
     from ._config import DataConfig, TrainConfig
+    from .steps import shared_run_fields
 
     return TrainConfig(
-        model=config.model,
         data=DataConfig({os.path.join(preferences, "train"): 1.0}, seq_len=config.seq_len, validation={}),
         output_path=output_path,
         batch_size=config.batch_size,
-        num_train_steps=config.num_train_steps,
-        optimizer=config.optimizer,
-        compute_dtype=config.compute_dtype,
-        microbatches=config.microbatches,
-        seed=config.seed,
-        mesh=config.mesh,
-        eval_every=config.eval_every,
-        checkpoint=config.checkpoint,
-        trackers=config.trackers,
-        tokenizer=config.tokenizer,
-        fit_vocab=True,
-        name=config.name,
         initialize_from=str(config.initialize_from),
-        initialize_from_step=config.initialize_from_step,
+        **shared_run_fields(config),
     )
 
 

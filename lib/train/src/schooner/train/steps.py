@@ -202,6 +202,19 @@ def train_lm(
     )
 
 
+SHARED_RUN_FIELDS = (
+    "model", "num_train_steps", "optimizer", "compute_dtype", "microbatches", "seed", "mesh", "eval_every",
+    "checkpoint", "trackers", "tokenizer", "name", "initialize_from_step",
+)  # fmt: skip
+"""Fields that `train_lm`, `sft` and `dpo` configs share with `TrainConfig` under the same names."""
+
+
+def shared_run_fields(config: Any) -> dict[str, Any]:
+    """The `TrainConfig` arguments a step config passes through unchanged (and `fit_vocab=True`: the caches'
+    tokenizer decides the vocabulary)."""
+    return {f: getattr(config, f) for f in SHARED_RUN_FIELDS} | {"fit_vocab": True}
+
+
 def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bool = True) -> Any:
     from ._config import BatchSchedule, DataConfig, TrainConfig
 
@@ -218,7 +231,6 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
         else BatchSchedule(tuple(tuple(x) for x in config.batch_size))
     )
     return TrainConfig(
-        model=config.model,
         data=DataConfig(
             components=components,
             seq_len=config.seq_len,
@@ -227,24 +239,12 @@ def _to_train_config(config: TrainLmConfig, *, output_path: str, paths_known: bo
         ),
         output_path=output_path,
         batch_size=bsz,
-        num_train_steps=config.num_train_steps,
         train_tokens=config.train_tokens,
-        optimizer=config.optimizer,
         z_loss_weight=config.z_loss_weight,
-        compute_dtype=config.compute_dtype,
-        microbatches=config.microbatches,
-        seed=config.seed,
-        mesh=config.mesh,
-        eval_every=config.eval_every,
-        checkpoint=config.checkpoint,
-        trackers=config.trackers,
-        tokenizer=config.tokenizer,
-        fit_vocab=True,
-        name=config.name,
+        **shared_run_fields(config),
         initialize_from=(
             str(path(config.initialize_from, 2000)) if config.initialize_from is not None else None
         ),
-        initialize_from_step=config.initialize_from_step,
     )
 
 
