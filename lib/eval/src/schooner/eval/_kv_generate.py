@@ -103,7 +103,7 @@ def _forward(
     dtype: Any,
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
     """Logits float32[B, T, V] of `tokens` at `positions` [B, T], writing their keys/values into the cache."""
-    from schooner.model._layers import rope_cos_sin
+    from schooner.model import rope_cos_sin
 
     eps, b = config.norm_eps, tokens.shape[0]
     cache_len = cache[0].shape[2]

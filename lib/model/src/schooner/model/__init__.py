@@ -37,6 +37,7 @@ from ._hf_config import hf_export_problems as hf_export_problems
 from ._io import load_pytree as load_pytree
 from ._io import read_pytree_metadata as read_pytree_metadata
 from ._io import save_pytree as save_pytree
+from ._layers import rope_cos_sin as rope_cos_sin
 from ._loss import loss_and_balance as loss_and_balance
 from ._loss import loss_fn as loss_fn
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
