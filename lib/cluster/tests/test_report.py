@@ -394,6 +394,38 @@ def test_result_table_escaping_and_links(prefix: Prefix, page: str, doc: Node):
         assert f'href="{os.path.relpath(prefix.runner.output_path(h), prefix.root)}"' in page
 
 
+@dataclass(frozen=True)
+class TablesConfig:
+    rows: int
+
+
+def _tables(config: TablesConfig, output_path: str) -> dict:
+    """A result naming tables: one well formed (numbers, markup-like text, None), two that are not tables."""
+    os.makedirs(output_path, exist_ok=True)
+    rows = [[f"task <{i}>", i / 7, 10**i, None] for i in range(config.rows)]
+    good = {"title": "scores at step <3>", "columns": ["task", "acc", "count", "note"], "rows": rows}
+    return {"loss": 1.5, "tables": [good, {"title": "ragged", "columns": ["a"], "rows": [[1, 2]]}, "text"]}
+
+
+def test_tables_a_result_names_are_drawn_cell_for_cell(tmp_path):
+    handle = step("eval/tables", _tables, TablesConfig(rows=3))
+    runner = StepRunner(prefix=str(tmp_path), quiet=True)
+    assert runner.run([handle]).ok
+    folder = runner.output_path(handle)
+    want = json.loads(Path(folder, ".schooner", "step.json").read_text())["result"]["tables"][0]
+    card = card_of(parse(Path(write_report(str(tmp_path))).read_text(encoding="utf-8")), handle.key)
+    (drawn,) = card.all("table", "named")
+    assert "scores at step <3>" in [h.text() for h in card.all("h4")]
+    header, *rows = table_rows(drawn)
+    assert header == want["columns"] and len(rows) == len(want["rows"])
+    for got, row in zip(rows, want["rows"], strict=True):
+        assert got[0] == row[0]  # escaped in the page, read back as written
+        assert float(got[1]) == pytest.approx(row[1], rel=1e-5) and int(got[2]) == row[2]
+        assert got[3] == "—"
+    text = card.text()
+    assert "result.tables[1] is not a table" in text and "result.tables[2] is not a table" in text
+
+
 def test_report_to_another_folder_links_relative_to_it(prefix: Prefix, tmp_path):
     out = write_report(prefix.root, str(tmp_path / "elsewhere" / "r.html"))
     page = Path(out).read_text(encoding="utf-8")

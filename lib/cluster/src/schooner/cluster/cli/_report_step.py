@@ -1,8 +1,8 @@
 """The report's card for one step output folder: what ran, how it ended, what it wrote.
 
-Generic for any step: its record (function, version, times, inputs, resources, result), every attempt from
-its history (tracebacks collapsed), every numeric series of its `metrics.jsonl` (one chart per family),
-every PNG at the top of its folder (embedded) and a listing of its files.
+Generic for any step: its record (function, version, times, inputs, resources, result), the tables its result
+names under `"tables"`, every attempt from its history (tracebacks collapsed), every numeric series of its
+`metrics.jsonl` (one chart per family), every PNG at the top of its folder (embedded) and a listing of its files.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ MAX_EMBED_BYTES = 3 * 1024 * 1024
 """PNGs larger than this are linked, not embedded."""
 MAX_FILES_LISTED = 40
 MAX_RESULT_ROWS = 40
+MAX_TABLE_ROWS = 200
 NOT_HEADLINE = ("config", "versions", "env", "packages")
 """Result keys left out of the result tables (still in the JSON view): copies of config and environment."""
 
@@ -46,6 +47,40 @@ def headline_result(result: Any) -> list[tuple[str, Any]]:
     if isinstance(result, dict):
         result = {k: v for k, v in result.items() if k not in NOT_HEADLINE}
     return flatten_scalars(result) if result is not None else []
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f'<span class="num">{fmt(value)}</span>'
+    return esc("—" if value is None else value)
+
+
+def tables_section(result: Any) -> str:
+    """The tables a step's result names: `result["tables"]`, a list of `{"title": str, "columns": [str, ...],
+    "rows": [[value, ...], ...]}` (values are numbers, strings or None). An entry of another shape is named in
+    a line of its own, never dropped silently; rows past MAX_TABLE_ROWS are counted."""
+    tables = result.get("tables") if isinstance(result, dict) else None
+    if not isinstance(tables, list) or not tables:
+        return ""
+    parts = []
+    for i, t in enumerate(tables):
+        ok = isinstance(t, dict) and isinstance(t.get("columns"), list) and isinstance(t.get("rows"), list)
+        rows = t["rows"] if ok else []
+        if not ok or not all(isinstance(r, list) and len(r) == len(t["columns"]) for r in rows):
+            parts.append(
+                f'<p class="muted">result.tables[{i}] is not a table (a dict with "title", "columns" and '
+                "rows of as many values as columns); see the JSON below</p>"
+            )
+            continue
+        body = table(
+            [str(c) for c in t["columns"]],
+            ([_cell(v) for v in r] for r in rows[:MAX_TABLE_ROWS]),
+            cls="named",
+        )
+        more = len(rows) - MAX_TABLE_ROWS
+        tail = f'<p class="muted">… {more} more rows in the JSON below</p>' if more > 0 else ""
+        parts.append(f"<h4>{esc(t.get('title') or f'Table {i + 1}')}</h4>{body}{tail}")
+    return "".join(parts)
 
 
 def list_outputs(folder: str) -> list[tuple[str, int | None, bool]]:
@@ -203,6 +238,7 @@ def render_step(version: Version, names: dict[str, str], out_dir: str | None) ->
         parts.append(f'<h4>Result</h4><table class="result">{body}</table>{tail}')
     outputs = list_outputs(folder)
     parts += [
+        tables_section(record.get("result")),
         metrics_section(folder),
         plots_section(folder, outputs, out_dir),
         history_section(version),
