@@ -262,3 +262,27 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
     result = runner.run([lower(same), lower(bad)], raise_on_failure=False)
     assert logged_first_loss(result[same].output_path) == pytest.approx(math.log(2), abs=1e-6)
     assert "leave reference_step out" in result[bad].error
+
+
+def test_an_empty_validation_split_is_said_not_silently_skipped(data_dir, tmp_path, caplog) -> None:
+    """SFT's default validation sets and DPO's held-out pairs skip an empty `validation/` cache with a warning
+    naming it (no held-out metrics), instead of dropping it silently or failing on a cache of no pairs."""
+    import logging
+
+    from schooner.tokenize import load_tokenizer, write_cache
+    from schooner.train._dpo import _split_folder
+    from schooner.train._evaluate import default_validation
+
+    tok = load_tokenizer(f"{data_dir}/tokenizer.json")
+    ids = tok.encode("def f(): pass")
+    chat, prefs = tmp_path / "chat", tmp_path / "prefs"
+    write_cache(str(chat / "train"), [ids], tok, loss_masks=[[0] + [1] * (len(ids) - 1)], kind="chat")
+    write_cache(str(chat / "validation"), [], tok, loss_masks=[], kind="chat")
+    write_cache(str(prefs / "validation"), [], tok, loss_masks=[], kind="preference")
+    with caplog.at_level(logging.WARNING, logger="schooner.train"):
+        assert default_validation({str(chat / "train"): 1.0}) == {}
+        assert _split_folder(str(prefs), "validation") is None
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    assert all("is empty" in m and "no held-out" in m and "validation_fraction" in m for m in said)
+    assert str(chat / "validation") in said[0] and str(prefs / "validation") in said[1]

@@ -134,8 +134,18 @@ def make_dpo_loss(*, beta: float, loss_type: str, label_smoothing: float) -> Any
 
 # -- reference log-probs ---------------------------------------------------------------------------------
 def _split_folder(prefs: str, split: str) -> str | None:
+    """The `split` cache of a preference folder; None where there is none, or an empty `validation/` (said)."""
+    from schooner.tokenize import TokenCache
+
+    from ._evaluate import empty_split
+
     path = os.path.join(prefs, split)
-    return path if os.path.exists(os.path.join(path, "manifest.json")) else None
+    if not os.path.exists(os.path.join(path, "manifest.json")):
+        return None
+    if split == "validation" and TokenCache.open(path).num_documents == 0:
+        logger.warning(empty_split(path))
+        return None
+    return path
 
 
 def score_pairs(model: Any, dataset: Any, batch_size: int) -> dict[str, np.ndarray]:
@@ -178,10 +188,44 @@ def load_model_from(path: str, step: int | None = None) -> tuple[Any, str]:
     return model, folder
 
 
+def pin_reference(reference: Any, step: int | None) -> tuple[Any, int | None]:
+    """`(reference, reference_step)` for a `dpo` config, pinned when the step is built as `initialize_from` is
+    (`_init.pin_initialize_from`): a model path becomes the checkpoint it resolves to now (the step folded
+    in), a `reference_logprobs` folder is keyed by the content of its files; a step handle is kept.
+
+    Raises:
+        FileNotFoundError: the path is neither a `reference_logprobs` output nor a loadable model.
+        ValueError: `step` given with a `reference_logprobs` folder.
+    """
+    import glob
+
+    from schooner.cluster import InputFiles
+
+    from ._init import InitialCheckpoint, pin_initialize_from
+
+    if reference is None or isinstance(reference, StepHandle | InitialCheckpoint):
+        return reference, step
+    path = os.fspath(reference).rstrip("/")
+    if not os.path.exists(os.path.join(path, "reference.json")):
+        return pin_initialize_from(path, step)
+    if step is not None:
+        raise cached_reference_with_step(path, step)
+    files = [f"{path}/reference.json", *sorted(glob.glob(glob.escape(path) + "/*.npz"))]
+    return InitialCheckpoint(path, InputFiles(files)), None
+
+
+def cached_reference_with_step(path: str, step: int) -> ValueError:
+    """The error for a `reference_step` given with a `reference_logprobs` output as the reference."""
+    return ValueError(
+        f"dpo: reference_step={step} names a checkpoint of a live reference run, but {path!r} is a "
+        "reference_logprobs output; leave reference_step out"
+    )
+
+
 def _run_reference(config: ReferenceConfig, output_path: str) -> dict:
     from schooner.tokenize import PreferenceDataset
 
-    model, folder = load_model_from(config.model, config.step)
+    model, folder = load_model_from(str(config.model), config.step)
     summary: dict[str, Any] = {"model": folder, "seq_len": config.seq_len, "splits": {}}
     for split in ("train", "validation"):
         cache = _split_folder(config.preferences, split)
@@ -231,6 +275,9 @@ def reference_logprobs(
         The handle; its folder holds `train.npz` and `validation.npz` (`chosen_logps`, `rejected_logps`,
         `chosen_count`, `rejected_count`, float64 per pair in cache order) and `reference.json`.
     """
+    from ._init import pin_initialize_from
+
+    model, step = pin_initialize_from(model, step)
     return make_step(
         name,
         _run_reference,
@@ -347,7 +394,7 @@ def _run_dpo(config: DpoConfig, output_path: str) -> dict:
     try:
         from ._dpo_run import DpoRun
 
-        summary = DpoRun(tc, config, config.reference, preferences).run()
+        summary = DpoRun(tc, config, str(config.reference), preferences).run()
     finally:
         logs.close()
     return {"summary": summary, "config": config_to_json(tc), "versions": package_versions()}
@@ -412,6 +459,7 @@ def dpo(
     if model is None:
         model = initial_model_config(initialize_from, initialize_from_step, who=f"dpo({name!r})")
     initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)
+    reference, reference_step = pin_reference(reference, reference_step)
     config = DpoConfig(
         model=model,
         initialize_from=initialize_from,

@@ -20,6 +20,7 @@ from ._dpo import (
     DpoConfig,
     WithReference,
     _split_folder,
+    cached_reference_with_step,
     load_model_from,
     make_dpo_loss,
     read_reference,
@@ -124,10 +125,7 @@ class DpoRun(_Run):
         self.datasets: dict[str, WithReference | LiveReference] = {}
         cached = is_cached_reference(self.reference)
         if cached and self.dpo.reference_step is not None:
-            raise ValueError(
-                f"dpo: reference_step={self.dpo.reference_step} names a checkpoint of a live reference run, but "
-                f"{self.reference!r} is a reference_logprobs output; leave reference_step out"
-            )
+            raise cached_reference_with_step(self.reference, self.dpo.reference_step)
         if not cached:
             self.reference_model, self.reference_folder = load_model_from(
                 self.reference, self.dpo.reference_step

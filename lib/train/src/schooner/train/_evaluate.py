@@ -44,7 +44,17 @@ def default_validation(components: Mapping[str, float]) -> dict[str, str]:
             if cache.num_tokens > 0:
                 # A step output folder `name-1a2b3c4d` is named without its hash.
                 out[re.sub(r"-[0-9a-f]{8}$", "", os.path.basename(root))] = val
+            else:
+                logger.warning(empty_split(val))
     return out
+
+
+def empty_split(folder: str) -> str:
+    """The warning for a `validation/` cache of no documents, skipped as a held-out set."""
+    return (
+        f"validation cache {folder} is empty (the build's validation_fraction routed no record to it): no "
+        "held-out metrics from it; rebuild it with a larger validation_fraction, or pass validation= / evals="
+    )
 
 
 class Evaluator:
