@@ -294,3 +294,27 @@ def test_format_1_caches_still_read_and_unknown_versions_refused(tokenizer, tmp_
     (path / "manifest.json").write_text(json.dumps({**m, "format_version": 3}))
     with pytest.raises(CacheError, match=r"v3 is not 'schooner-token-cache' v1 or v2; .*rebuild it"):
         TokenCache.open(str(path))
+
+
+def test_a_split_left_empty_is_a_warning_naming_it_and_the_fix(tokenizer_path, tmp_path, caplog) -> None:
+    """7 conversations at validation_fraction=0.02 route none to validation: said, with the fix, not silent."""
+    import logging
+
+    from schooner.tokenize._encode import split_of
+
+    path = str(tmp_path / "recs")
+    recs = [chat_record(m, source="synthetic", id=f"c{i}") for i, m in enumerate(conversations(7))]
+    write_records(recs, path, format="jsonl", num_shards=1)
+    assert all(split_of(f"c{i}", 0.02, 0) == "train" for i in range(7))  # the hash routes none to validation
+    with caplog.at_level(logging.WARNING, logger="schooner.tokenize"):
+        summary = build_cache(
+            path, str(tmp_path / "out"), tokenizer_path, kind="chat", validation_fraction=0.02
+        )
+    assert summary["validation_documents"] == 0 and summary["train_documents"] == 7
+    (warning,) = [r.getMessage() for r in caplog.records if "validation" in r.getMessage()]
+    assert "0 of 7 conversations" in warning and "validation_fraction=0.02" in warning
+    assert "raise validation_fraction" in warning and "validation_fraction=0" in warning
+    assert summary["warnings"] == [warning]
+    caplog.clear()  # asked for no validation split: nothing to say
+    build_cache(path, str(tmp_path / "none"), tokenizer_path, kind="chat", validation_fraction=0.0)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

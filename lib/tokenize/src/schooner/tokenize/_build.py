@@ -208,6 +208,8 @@ def build_cache(
             logger.warning("%s holds a build of another plan (differs in %s): rebuilding it", output, diff)
             _start_fresh(output)
         elif prev.get("complete") and prev.get("inputs") == identities:
+            for message in prev["summary"].get("warnings", []):
+                logger.warning(message)
             return prev["summary"]
         elif prev.get("complete"):
             logger.warning("%s: inputs changed since the build finished: rebuilding it", output)
@@ -264,10 +266,34 @@ def build_cache(
         "long_documents": train["long_documents"],
         "long_documents_uncut": train["long_documents_uncut"],
     }
+    if kind != "text" and validation_fraction > 0:
+        summary["warnings"] = _empty_splits(output, kind, validation_fraction, split_seed, manifests)
+        for message in summary["warnings"]:
+            logger.warning(message)
     storage.write_json(build_path, {"plan": plan, "inputs": identities, "complete": True, "summary": summary},
                        pretty=True)  # fmt: skip
     storage.remove_tree(storage.join(output, "parts"))
     return summary
+
+
+def _empty_splits(output: str, kind: str, fraction: float, seed: int, manifests: dict) -> list[str]:
+    """A message for each split the id hash left empty (a held-out set asked for and not built, or nothing to
+    train on), naming the split, the counts and the fix."""
+    per_record = 2 if kind == "preference" else 1  # a preference record is two documents
+    what = "pairs" if kind == "preference" else "conversations"
+    counts = {split: m["num_documents"] // per_record for split, m in manifests.items()}
+    total = sum(counts.values())
+    fixes = {
+        "validation": f"raise validation_fraction (1/{total} = {1 / max(total, 1):.3g} expects one), try another "
+        "split_seed, or pass validation_fraction=0 to build no validation split",
+        "train": "lower validation_fraction",
+    }
+    return [
+        f"token cache {output}: the {split} split is empty: 0 of {total} {what} went to {split} "
+        f"(validation_fraction={fraction:g}, split_seed={seed}, by a hash of each record id); {fixes[split]}"
+        for split in SPLITS
+        if total and counts[split] == 0
+    ]
 
 
 def _input_bytes(shards: Sequence[str], limit: int) -> int:
