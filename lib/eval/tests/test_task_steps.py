@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import logging
 import math
+import re
 from pathlib import Path
 
 import jax
 import pytest
 
-from schooner.cluster import StepRunner
+from schooner.cluster import StepRunner, write_report
 from schooner.data import read_shards
-from schooner.eval import SamplingConfig, Task, bundled_suite, evaluate_task, generate_texts
+from schooner.eval import BundledTasks, SamplingConfig, Task, bundled_suite, evaluate_task, generate_texts
 from schooner.eval._bundled import Unigram
 from schooner.eval._taskspec import load_examples
 from schooner.eval.steps import evaluate, evaluate_checkpoints, task_texts
@@ -107,8 +110,10 @@ def test_evaluate_step_scores_tasks_and_bundled_suites(run, tmp_path):
 
 def test_evaluate_step_rejects_what_it_cannot_run(run):
     root, _, task = run
-    with pytest.raises(ValueError, match="Task, a Suite or the string 'bundled'"):
+    with pytest.raises(ValueError, match="a Task, a Suite, a BundledTasks or the string 'bundled'"):
         evaluate("eval/x", checkpoint="c", tokenizer="t", seq_len=8, tasks=["arc"])
+    with pytest.raises(ValueError, match="BundledTasks: size must be a positive int, got size=0"):
+        BundledTasks(size=0)
     with pytest.raises(ValueError, match=r"non-empty dict of name -> dataset \(or give tasks=\)"):
         evaluate("eval/x", checkpoint="c", tokenizer="t", seq_len=8)
 
@@ -131,7 +136,8 @@ def test_task_texts_writes_records_decontamination_reads(run, tmp_path):
     assert {it["task"] for it in items} == {"mc", "mc5"} and len(items) == 5
 
 
-def test_evaluate_checkpoints_scores_every_step_and_plots(run, tmp_path):
+def test_evaluate_checkpoints_scores_every_step_and_plots(run, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="schooner.eval")
     root, tok, task = run
     config = load_model(str(root / "ckpt"))[1]
     folder = tmp_path / "train-run"
@@ -151,3 +157,20 @@ def test_evaluate_checkpoints_scores_every_step_and_plots(run, tmp_path):
         assert row["mc/acc"] == evaluate_task(model, tok, task)["acc"]
         assert (out / f"step-{row['step']:06d}" / "results.json").is_file()
     assert (out / "scores.png").read_bytes().startswith(b"\x89PNG")
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("task mc: acc")]
+    assert len(progress) == 2 and all("over 2 documents in" in m for m in progress), progress
+    # the report (which knows nothing of evaluation) shows a table per checkpoint and embeds the plot
+    page = Path(write_report(str(tmp_path / "prefix"))).read_text(encoding="utf-8")
+    png = base64.b64encode((out / "scores.png").read_bytes()).decode("ascii")
+    assert f"data:image/png;base64,{png}" in page
+    for row in rows:
+        drawn = re.search(rf"<h4>Scores at step {row['step']}</h4><table class=\"named\">(.*?)</table>", page)
+        assert drawn, f"no table for step {row['step']}"
+        cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", drawn.group(1))]
+        task_result = json.loads((out / f"step-{row['step']:06d}" / "results.json").read_text())["tasks"][
+            "mc"
+        ]
+        acc = cells[cells.index("acc") + 1 : cells.index("acc") + 4]
+        assert float(acc[0]) == pytest.approx(row["mc/acc"], abs=1e-6)
+        assert float(acc[1]) == pytest.approx(task_result["acc_stderr"], rel=1e-5)
+        assert float(acc[2]) == pytest.approx(task_result["chance"], rel=1e-5)

@@ -6,6 +6,7 @@ adapter in `schooner.eval.harness` (imported only when used).
 """
 
 from ._bpb import evaluate_lm as evaluate_lm
+from ._bundled import BundledTasks as BundledTasks
 from ._bundled import bundled_suite as bundled_suite
 from ._checkpoint import latest_checkpoint as latest_checkpoint
 from ._checkpoint import list_checkpoints as list_checkpoints

@@ -27,6 +27,7 @@ split): these tasks measure what a model learned of its training distribution, n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -213,6 +214,26 @@ def _write_examples(path: str, examples: Sequence[Example]) -> None:
                 row["answer_texts"] = list(ex.answer_texts)
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     os.replace(tmp, path)
+
+
+@dataclasses.dataclass(frozen=True)
+class BundledTasks:
+    """The bundled tasks in `evaluate(tasks=[...])` with a size or seed of your choice ("bundled" is
+    `BundledTasks()`); built under the step's output folder when it runs (`bundled_suite`).
+
+    Attributes:
+        size: documents per task (fewer when the corpus has fewer candidates: all of them with a large size).
+        seed: the sampling seed.
+    """
+
+    size: int = 200
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise ValueError(f"BundledTasks: size must be a positive int, got size={self.size!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"BundledTasks: seed must be an int, got seed={self.seed!r}")
 
 
 def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:

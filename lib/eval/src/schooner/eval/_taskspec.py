@@ -20,12 +20,16 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import logging
 import os
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ._layouts import LAYOUTS
 from ._tasks import KINDS, Example, fewshot_prefix, score_examples
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,12 +383,22 @@ def evaluate_suite(
         FileNotFoundError: a task's file is missing, naming every missing file before anything runs.
     """
     suite.check_files()
-    tasks = {
-        t.name: evaluate_task(
+    tasks = {}
+    for i, t in enumerate(suite.tasks):
+        logger.info("task %s (%d of %d in %s): scoring", t.name, i + 1, len(suite.tasks), suite.name)
+        start = time.perf_counter()
+        tasks[t.name] = r = evaluate_task(
             model, tokenizer, t, batch_size=batch_size, max_length=max_length, keep_documents=keep_documents
         )
-        for t in suite.tasks
-    }
+        logger.info(
+            "task %s: acc %.4f ± %.4f (chance %.4f) over %d documents in %.1fs",
+            t.name,
+            r["acc"],
+            r.get("acc_stderr", float("nan")),
+            r["chance"],
+            r["documents"],
+            time.perf_counter() - start,
+        )
     accs = [r["acc"] for r in tasks.values()]
     return {
         "tasks": tasks,

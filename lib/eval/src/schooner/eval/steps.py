@@ -33,11 +33,13 @@ What enters the step key (so what reruns it):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -45,13 +47,15 @@ import fsspec
 from schooner.cluster import InputFiles, InputPath, ResourceConfig, StepHandle, step
 
 from ._bpb import evaluate_lm
+from ._bundled import BundledTasks
 from ._checkpoint import _COMPLETE_MARKER, latest_checkpoint, list_checkpoints, load_checkpoint
 from ._generate import generate
 from ._kv_generate import SamplingConfig, generate_texts
 from ._taskspec import Suite, Task, missing_file_message
 
 TaskLike = Any
-"""A `Task`, a `Suite`, or "bundled" (the tasks built from the embedded corpus, `bundled_suite`)."""
+"""A `Task`, a `Suite`, "bundled" or a `BundledTasks` (the tasks built from the embedded corpus,
+`bundled_suite`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -117,17 +121,20 @@ class SuiteInput:
 
 
 def task_inputs(tasks: tuple[Any, ...]) -> tuple[Any, ...]:
-    """`tasks` with every `Task`/`Suite` fingerprinted (`TaskInput`/`SuiteInput`); "bundled" stays."""
+    """`tasks` with every `Task`/`Suite` fingerprinted (`TaskInput`/`SuiteInput`); "bundled" and
+    `BundledTasks` stay."""
     out: list[Any] = []
     for t in tasks:
-        if isinstance(t, TaskInput | SuiteInput) or t == "bundled":
+        if isinstance(t, TaskInput | SuiteInput | BundledTasks) or t == "bundled":
             out.append(t)
         elif isinstance(t, Task):
             out.append(TaskInput.of(t))
         elif isinstance(t, Suite):
             out.append(SuiteInput.of(t))
         else:
-            raise ValueError(f"tasks holds {t!r}; each entry is a Task, a Suite or the string 'bundled'")
+            raise ValueError(
+                f"tasks holds {t!r}; each entry is a Task, a Suite, a BundledTasks or the string 'bundled'"
+            )
     return tuple(out)
 
 
@@ -188,7 +195,7 @@ class EvaluateConfig:
         prompts: prompts for greedy samples written next to the scores.
         max_new_tokens: tokens per greedy sample.
         respect_documents: score documents separately, as training masks attention across them.
-        tasks: log-likelihood tasks and suites (`Task`, `Suite`, or "bundled").
+        tasks: log-likelihood tasks and suites (`Task`, `Suite`, "bundled" or `BundledTasks(size=...)`).
         task_batch_size: requests per device call for the tasks (speed only).
         sampling: when given, each prompt also gets a sampled completion ("sampled") with these settings
             (temperature, top-k, top-p, seed), generated over the KV cache.
@@ -278,7 +285,7 @@ def evaluate(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v3",
+        version="evaluate-v4",
         resources=resources,
         description=description or "; ".join(what),
     )
@@ -299,7 +306,32 @@ def _write_json(path: str, value: Any) -> None:
         f.write("\n")
 
 
+@contextlib.contextmanager
+def _progress_to_stderr() -> Iterator[None]:
+    """`schooner.eval`'s INFO lines (each dataset, each task with its time) on stderr while a step runs, which
+    the step runner streams, unless logging is configured already."""
+    package = logging.getLogger("schooner.eval")
+    if logging.getLogger().handlers or package.handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    old_level = package.level
+    package.addHandler(handler)
+    package.setLevel(min(old_level or logging.INFO, logging.INFO))
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.setLevel(old_level)
+
+
 def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
+    with _progress_to_stderr():
+        return _evaluate_one(config, output_path)
+
+
+def _evaluate_one(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
     from schooner.tokenize import load_tokenizer
 
     tokenizer = load_tokenizer(str(config.tokenizer))
@@ -363,7 +395,30 @@ def _run_evaluate(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
         "checkpoint": checkpoint,
         "parameters": results["parameters"],
         "samples": samples,
+        "tables": [
+            scores_table(f"Scores of {os.path.basename(checkpoint.rstrip('/'))}", summary, task_summary)
+        ],
     }
+
+
+_TABLE_COLUMNS = ["task or dataset", "metric", "value", "± s.e.", "chance", "unigram"]
+
+
+def scores_table(title: str, datasets: dict[str, Any], tasks: dict[str, Any]) -> dict[str, Any]:
+    """One checkpoint's scores as a table the report draws (a step result's `"tables"`, see `schooner
+    report`): each dataset's loss and bits-per-byte, each task's acc (and acc_norm) with its standard error,
+    chance and the unigram reference."""
+    rows: list[list[Any]] = []
+    for name, d in sorted(datasets.items()):
+        rows += [[name, "loss (nats/token)", d.get("loss"), None, None, None]]
+        rows += [[name, "bits/byte", d.get("bpb"), None, None, None]]
+    for name, t in sorted(tasks.items()):
+        reference = t.get("reference") or {}
+        for metric in ("acc", "acc_norm"):
+            if metric in t:
+                unigram = reference.get(f"unigram_{metric}")
+                rows.append([name, metric, t[metric], t.get(f"{metric}_stderr"), t.get("chance"), unigram])
+    return {"title": title, "columns": list(_TABLE_COLUMNS), "rows": rows}
 
 
 def _parameters(model_config: Any) -> int | None:
@@ -376,6 +431,7 @@ _SUMMARY_KEYS = (
     "acc",
     "acc_stderr",
     "acc_norm",
+    "acc_norm_stderr",
     "acc_norm_bytes",
     "logprob",
     "perplexity",
@@ -389,8 +445,9 @@ def _suites(tasks: tuple[Any, ...], output_path: str) -> list[Suite]:
 
     out = []
     for t in tasks:
-        if t == "bundled":
-            out.append(bundled_suite(f"{output_path.rstrip('/')}/bundled-tasks"))
+        if t == "bundled" or isinstance(t, BundledTasks):
+            b = t if isinstance(t, BundledTasks) else BundledTasks()
+            out.append(bundled_suite(f"{output_path.rstrip('/')}/bundled-tasks", size=b.size, seed=b.seed))
         elif isinstance(t, TaskInput):
             task = t.resolved()
             out.append(Suite(task.name, (task,)))
@@ -416,14 +473,6 @@ def _run_tasks(
         tasks.update(out["tasks"])
         if len(suite.tasks) > 1:
             suites[suite.name] = out["average"]
-        for name, r in out["tasks"].items():
-            logger.info(
-                "task %s: acc %.4f (chance %.4f) over %d documents",
-                name,
-                r["acc"],
-                r["chance"],
-                r["documents"],
-            )
     return tasks, suites
 
 
@@ -544,13 +593,18 @@ def evaluate_checkpoints(
         name,
         _run_evaluate_checkpoints,
         config,
-        version="evaluate-checkpoints-v2",
+        version="evaluate-checkpoints-v3",
         resources=resources,
         description="scores of every checkpoint of a run",
     )
 
 
 def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: str) -> dict[str, Any]:
+    with _progress_to_stderr():
+        return _evaluate_every_checkpoint(config, output_path)
+
+
+def _evaluate_every_checkpoint(config: EvaluateCheckpointsConfig, output_path: str) -> dict[str, Any]:
     from ._checkpoint import _STEP_DIR
 
     given = config.settings.checkpoint
@@ -568,10 +622,11 @@ def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: st
             f"evaluate_checkpoints: no complete step-* checkpoint in {config.settings.checkpoint}"
         )
     rows: list[dict[str, Any]] = []
+    tables: list[dict[str, Any]] = []
     for number, path in checkpoints:
         logger.info("evaluating checkpoint %d of %d: %s", len(rows) + 1, len(checkpoints), path)
         one = dataclasses.replace(config.settings, checkpoint=path)
-        summary = _run_evaluate(one, f"{output_path.rstrip('/')}/step-{number:06d}")
+        summary = _evaluate_one(one, f"{output_path.rstrip('/')}/step-{number:06d}")
         row: dict[str, Any] = {"step": number, "checkpoint": path}
         for dataset, d in summary["datasets"].items():
             row.update({f"{dataset}/{k}": v for k, v in d.items() if k in ("loss", "bpb")})
@@ -579,9 +634,10 @@ def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: st
             row[f"{task}/acc"] = t["acc"]
             row[f"{task}/chance"] = t["chance"]
         rows.append(row)
+        tables.append(scores_table(f"Scores at step {number}", summary["datasets"], summary["tasks"]))
     _write_json(f"{output_path.rstrip('/')}/scores.json", rows)
     _plot_scores(rows, f"{output_path.rstrip('/')}/scores.png")
-    return {"steps": [r["step"] for r in rows], "scores": rows}
+    return {"steps": [r["step"] for r in rows], "scores": rows, "tables": tables}
 
 
 def _plot_scores(rows: list[dict[str, Any]], path: str) -> None:
