@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -37,6 +38,34 @@ def test_greedy_with_the_cache_equals_recomputing_the_prefix(changes):
     got = generate_tokens(model, prompts, 20)
     for prompt, tokens in zip(prompts, got, strict=True):
         assert tokens == greedy_tokens(model, prompt, 20)
+
+
+@pytest.mark.slow  # 25-30 s each on 2 loaded cores (compiling the MoE twice, 60 recomputed prefixes)
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # softmax router, top-2 of 4, renormalised
+        {"router_activation": "sigmoid", "normalize_topk": False, "num_shared_experts": 1},
+    ],
+)
+def test_greedy_with_the_cache_equals_recomputing_the_prefix_for_moe(changes):
+    small = dict(
+        vocab_size=97, num_layers=2, hidden_dim=32, intermediate_dim=32, num_heads=4, num_kv_heads=2,
+        max_seq_len=64, num_experts=4, num_experts_per_token=2, initializer_range=0.3,
+    )  # fmt: skip
+    config = dataclasses.replace(presets.moe_small, **{**small, **changes})
+    model = init(config, key=jax.random.key(2))
+    # a router bias as quantile balancing leaves it: it steers the choice, not the combine weights
+    bias = jax.random.normal(jax.random.key(3), model.layers.stacked.mlp.router_bias.array.shape)
+    model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, bias)
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(1, 97, n).tolist() for n in (1, 5, 17)]
+    got = generate_tokens(model, prompts, 20)
+    for prompt, tokens in zip(prompts, got, strict=True):
+        assert tokens == greedy_tokens(model, prompt, 20)
+    capped = init(dataclasses.replace(config, capacity_factor=1.25), key=jax.random.key(2))
+    with pytest.raises(NotImplementedError, match="needs dropless routing .* capacity_factor=1.25"):
+        generate_tokens(capped, prompts, 4)
 
 
 def test_a_prompt_decodes_the_same_alone_and_in_a_batch():

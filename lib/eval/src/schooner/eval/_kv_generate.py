@@ -8,7 +8,13 @@ cache slots after a row's prompt hold padding until decoding overwrites them, an
 its own position. Greedy output equals `greedy_tokens` (which recomputes the whole prefix every token),
 token for token (tested).
 
-Mixture-of-experts models are not supported here (use `greedy_tokens`): a clear error says so.
+Mixture-of-experts models (dropless, `capacity_factor=None`) decode over the same cache: each token is routed
+as the model routes it (router in float32, top-k of the biased logits, the unbiased scores as combine weights,
+renormalised when `normalize_topk`, shared experts added) and every expert is evaluated for it, the chosen
+ones weighted and the rest weighted 0: a token's output depends on that token alone, as in the model's
+dropless dispatch, at `num_experts / num_experts_per_token` times the routed MLP's FLOPs (what a decode step
+reads anyway: every expert's weights). Capacity mode drops tokens depending on the whole batch, which a cache
+cannot reproduce: a clear error says so.
 """
 
 from __future__ import annotations
@@ -48,18 +54,45 @@ class SamplingConfig:
             raise ValueError(f"top_p must be None or in (0, 1], got {self.top_p}")
 
 
+def _arr(x: Any, *names: str) -> jax.Array:
+    return x.rearrange(tuple(names)).array
+
+
+def _mlp_weights(config: Any, mlp: Any) -> dict[str, Any]:
+    """The stacked MLP's arrays: a dense SwiGLU's gate/up/down, or an MoE layer's router and experts."""
+    if not getattr(config, "is_moe", False):
+        return {
+            "gate": _arr(mlp.gate, "layers", "mlp", "embed"),
+            "up": _arr(mlp.up, "layers", "mlp", "embed"),
+            "down": _arr(mlp.down, "layers", "embed", "mlp"),
+        }
+    if config.capacity_factor is not None:
+        raise NotImplementedError(
+            f"KV-cache generation of an MoE model needs dropless routing (capacity_factor=None); this model has "
+            f"capacity_factor={config.capacity_factor}, whose dropped tokens depend on the whole batch. Use "
+            "greedy_tokens, or load the model with dataclasses.replace(config, capacity_factor=None)"
+        )
+    out = {
+        "router": _arr(mlp.router, "layers", "experts", "embed"),
+        "router_bias": _arr(mlp.router_bias, "layers", "experts"),
+        "experts_gate": _arr(mlp.gate, "layers", "experts", "embed", "mlp"),
+        "experts_up": _arr(mlp.up, "layers", "experts", "embed", "mlp"),
+        "experts_down": _arr(mlp.down, "layers", "experts", "mlp", "embed"),
+    }
+    if mlp.shared is not None:
+        out |= {
+            "gate": _arr(mlp.shared.gate, "layers", "shared_mlp", "embed"),
+            "up": _arr(mlp.shared.up, "layers", "shared_mlp", "embed"),
+            "down": _arr(mlp.shared.down, "layers", "embed", "shared_mlp"),
+        }
+    return out
+
+
 def _weights(model: Any) -> dict[str, Any]:
     config = model.config
-    if getattr(config, "is_moe", False):
-        raise NotImplementedError(
-            "KV-cache generation supports dense models; use greedy_tokens for an MoE model"
-        )
     block = model.layers.stacked
-
-    def arr(x: Any, *names: str) -> jax.Array:
-        return x.rearrange(tuple(names)).array
-
-    attn, mlp = block.attn, block.mlp
+    arr = _arr
+    attn = block.attn
     head = model.output_embedding()
     return {
         "embed": arr(model.embed, "vocab", "embed"),
@@ -74,9 +107,7 @@ def _weights(model: Any) -> dict[str, Any]:
             "o": arr(attn.o_proj, "layers", "embed", "heads", "head_dim"),
             "q_norm": None if attn.q_norm is None else arr(attn.q_norm, "layers", "head_dim"),
             "k_norm": None if attn.k_norm is None else arr(attn.k_norm, "layers", "head_dim"),
-            "gate": arr(mlp.gate, "layers", "mlp", "embed"),
-            "up": arr(mlp.up, "layers", "mlp", "embed"),
-            "down": arr(mlp.down, "layers", "embed", "mlp"),
+            **_mlp_weights(config, block.mlp),
         },
     }
 
@@ -137,15 +168,41 @@ def _forward(
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v_cache.astype(jnp.float32)).reshape(b, t, n, d)
         x = x + jnp.einsum("btnd,end->bte", out.astype(dtype), w["o"].astype(dtype))
         h = _rms(x, w["mlp_norm"], eps)
-        g = jnp.einsum("bte,me->btm", h, w["gate"].astype(dtype))
-        u = jnp.einsum("bte,me->btm", h, w["up"].astype(dtype))
-        x = x + jnp.einsum("btm,em->bte", jax.nn.silu(g) * u, w["down"].astype(dtype))
+        parts = [_routed_experts(h, w, config, dtype)] if "router" in w else []
+        if "gate" in w:  # the dense MLP, or an MoE layer's shared experts
+            g = jnp.einsum("bte,me->btm", h, w["gate"].astype(dtype))
+            u = jnp.einsum("bte,me->btm", h, w["up"].astype(dtype))
+            parts.append(jnp.einsum("btm,em->bte", jax.nn.silu(g) * u, w["down"].astype(dtype)))
+        x = x + (parts[0] if len(parts) == 1 else parts[0] + parts[1])
         return x, (k_cache, v_cache)
 
     x, cache = jax.lax.scan(layer, x, (weights["layers"], cache[0], cache[1]))
     x = _rms(x, weights["final_norm"], eps)
     logits = jnp.einsum("bte,ve->btv", x, weights["head"].astype(dtype), preferred_element_type=jnp.float32)
     return logits, cache
+
+
+def _routed_experts(h: jax.Array, w: dict[str, Any], config: Any, dtype: Any) -> jax.Array:
+    """An MoE layer's routed experts for h[B, T, E], routed as `schooner.model`'s MoE routes (see the module
+    docstring): every expert is evaluated, the k chosen ones weighted by their combine weights."""
+    logits = jnp.einsum("bte,xe->btx", h.astype(jnp.float32), w["router"])
+    if config.router_activation == "softmax":
+        scores = jax.nn.softmax(logits, axis=-1)
+    else:
+        scores = jax.nn.sigmoid(logits)
+    _, idx = jax.lax.top_k(
+        logits + w["router_bias"][None, None, :], config.num_experts_per_token
+    )  # [B, T, k]
+    chosen = jnp.take_along_axis(scores, idx, axis=-1)
+    if config.normalize_topk:
+        chosen = chosen / (jnp.sum(chosen, axis=-1, keepdims=True) + 1e-9)
+    combine = jnp.sum(
+        jax.nn.one_hot(idx, config.num_experts, dtype=dtype) * chosen.astype(dtype)[..., None], -2
+    )
+    g = jnp.einsum("bte,xem->btxm", h, w["experts_gate"].astype(dtype))
+    u = jnp.einsum("bte,xem->btxm", h, w["experts_up"].astype(dtype))
+    y = jnp.einsum("btxm,xme->btxe", jax.nn.silu(g) * u, w["experts_down"].astype(dtype))
+    return jnp.einsum("btxe,btx->bte", y, combine)
 
 
 @eqx.filter_jit
@@ -210,7 +267,7 @@ def generate_tokens(
     """New tokens for each prompt (a batch of any lengths), with a KV cache.
 
     Args:
-        model: a dense `schooner.model.Transformer`.
+        model: a `schooner.model.Transformer`, dense or mixture-of-experts (dropless).
         prompts: token ids of each prompt (each at least one token).
         max_new_tokens: tokens to generate at most per prompt; prompt + new must fit `max_seq_len`.
         sampling: greedy (default) or temperature / top-k / top-p sampling with a seed.
