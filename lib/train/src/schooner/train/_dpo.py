@@ -264,7 +264,8 @@ def reference_logprobs(
     Args:
         name: step name.
         model: the reference (usually the SFT model DPO starts from): a training step, a run or checkpoint
-            folder, or a Hugging Face folder.
+            folder, or a Hugging Face folder (a path is pinned to the checkpoint it resolves to when the step
+            is built: a run that gains a checkpoint gives a new step).
         preferences: a `tokenized_preferences` step (or its folder).
         seq_len: tokens per sequence, as in the `dpo` step that reads it (it checks).
         step: the reference run's checkpoint of this step (None: its latest).
@@ -435,7 +436,8 @@ def dpo(
         reference: a `reference_logprobs` step (of the same preferences and `seq_len`): the reference's
             log-probs computed once, no second model in memory. Or the reference model itself (a training
             step, a run, checkpoint or HF folder): a frozen copy scored inside the train step (a second
-            model in memory, one more forward pass per step; the same losses to float rounding).
+            model in memory, one more forward pass per step; the same losses to float rounding). A path is
+            pinned when the step is built, as `initialize_from` is (`pin_reference`).
         preferences: a `tokenized_preferences` step (its `validation/` pairs are the held-out evaluation).
         batch_size: pairs per optimizer step.
         seq_len: tokens per sequence (prompt + answer, cut to it).
