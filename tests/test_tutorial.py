@@ -1,6 +1,7 @@
-"""The tutorial end to end, with a smaller training budget: on the local client (through the `schooner run`
-command a new user types) and on a real local Ray. Loss must fall, the scores, sample and report must be
-produced, and a second run must execute no step."""
+"""The tutorial end to end, with a smaller training budget and a few task questions: on the local client
+(through the `schooner run` command a new user types) and on a real local Ray. Loss must fall, the scores,
+task accuracies, samples and report must be produced, and a second run must execute no step. A slow test runs
+it with its own budget, as a new user does, and requires the cloze task above chance."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "experiments" / "tutorials" / "train_tiny_model.py"
 STEPS = "40"  # instead of the tutorial's 300: enough for the loss to fall clearly
+TASK_DOCUMENTS = "12"  # questions per bundled task, instead of the tutorial's 700 (all cloze questions)
 STEP_NAMES = (
     "data/python-docs",
     "data/python-code",
@@ -29,8 +31,9 @@ STEP_NAMES = (
 )
 
 
-def _user_env(prefix: Path) -> dict[str, str]:
-    """The environment of a user's shell: no fake devices, no cluster set, the tutorial's budget shrunk."""
+def _user_env(prefix: Path, *, full_budget: bool = False) -> dict[str, str]:
+    """The environment of a user's shell: no fake devices, no cluster set, the tutorial's budget shrunk
+    (unless `full_budget`)."""
     env = dict(os.environ)
     flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
     if flags:
@@ -38,18 +41,22 @@ def _user_env(prefix: Path) -> dict[str, str]:
     else:
         env.pop("XLA_FLAGS", None)
     env.pop("SCHOONER_CLUSTER", None)
-    env.update(SCHOONER_TUTORIAL_STEPS=STEPS, SCHOONER_PREFIX=str(prefix), COLUMNS="200")
+    env.pop("SCHOONER_TUTORIAL_STEPS", None)
+    env.pop("SCHOONER_TUTORIAL_TASK_DOCUMENTS", None)
+    if not full_budget:
+        env.update(SCHOONER_TUTORIAL_STEPS=STEPS, SCHOONER_TUTORIAL_TASK_DOCUMENTS=TASK_DOCUMENTS)
+    env.update(SCHOONER_PREFIX=str(prefix), COLUMNS="200")
     return env
 
 
-def _schooner_run(prefix: Path) -> subprocess.CompletedProcess:
+def _schooner_run(prefix: Path, *, full_budget: bool = False) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "schooner.cluster.cli", "run", str(TUTORIAL)],
         cwd=ROOT,
-        env=_user_env(prefix),
+        env=_user_env(prefix, full_budget=full_budget),
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=3600 if full_budget else 900,
     )
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
     return proc
@@ -63,31 +70,40 @@ def _step_records(prefix: Path) -> dict[str, dict]:
     return records
 
 
-def _check_outputs(prefix: Path) -> None:
+def _check_outputs(prefix: Path, steps: str = STEPS, task_documents: str = TASK_DOCUMENTS) -> dict:
+    """Check the outputs a tutorial run wrote; its results.json."""
     records = _step_records(prefix)
     assert set(records) == set(STEP_NAMES)
     assert all(r["state"] == "SUCCESS" for r in records.values()), {n: r["state"] for n, r in records.items()}
     train_out = Path(records["checkpoints/tutorial-nano"]["output_path"])
     rows = [json.loads(line) for line in (train_out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["train/loss"] for r in rows if "train/loss" in r]
-    assert len(losses) == int(STEPS)
+    assert len(losses) == int(steps)
     first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3
     assert last < first - 0.5, (
         f"training loss did not fall: first steps {losses[:3]}, last steps {losses[-3:]}"
     )
     assert (train_out / "loss.png").read_bytes().startswith(b"\x89PNG")
-    assert (train_out / f"step-{int(STEPS):06d}" / "config.json").is_file()
+    assert (train_out / f"step-{int(steps):06d}" / "config.json").is_file()
     results = json.loads((Path(records["eval/tutorial-nano"]["output_path"]) / "results.json").read_text())
     for name in ("python-docs", "python-code"):
         scores = results["datasets"][name]
         assert math.isfinite(scores["loss"]) and 0 < scores["loss"] < math.log(2048) + 1
         assert math.isfinite(scores["bpb"]) and scores["bpb"] > 0 and scores["tokens"] > 1000
-    assert results["checkpoint"].endswith(f"step-{int(STEPS):06d}")
-    assert len(results["samples"]) == 2
+    assert results["checkpoint"].endswith(f"step-{int(steps):06d}")
+    assert len(results["samples"]) == 2 and all(s["sampled"] for s in results["samples"])
+    assert set(results["tasks"]) == {"docs_cloze", "docs_function_name", "docs_next_sentence"}
+    eval_out = Path(records["eval/tutorial-nano"]["output_path"])
+    for task in results["tasks"].values():
+        assert task["chance"] == pytest.approx(0.25) and 0 <= task["acc"] <= 1
+        scored = (eval_out / task["documents_file"]).read_text().splitlines()
+        assert task["documents"] == len(scored) <= int(task_documents)  # fewer: all the corpus has
     report = (prefix / "report.html").read_text()
     for name in STEP_NAMES:
         assert f">{name}<" in report
     assert "data:image/png;base64," in report  # the loss curve, embedded
+    assert "<h4>Scores of step-" in report and ">docs_cloze<" in report  # the scores table
+    return results
 
 
 def test_tutorial_on_the_local_client_then_a_cached_rerun(tmp_path):
@@ -96,7 +112,11 @@ def test_tutorial_on_the_local_client_then_a_cached_rerun(tmp_path):
     out = first.stdout
     assert "7 to run" in out
     assert re.search(r"python-docs\s+loss \d+\.\d+ nats/token\s+\d+\.\d+ bits/byte", out), out[-3000:]
-    assert "Greedy samples:" in out and "'def ' -> " in out
+    assert "Greedy samples:" in out and "'def ' -> " in out and "Sampled (temperature" in out
+    assert re.search(r"Model: [\d,]+ parameters", out), out[-3000:]
+    assert re.search(
+        rf"docs_cloze\s+acc \d\.\d+ ± \d\.\d+ \({TASK_DOCUMENTS} questions\)\s+chance 0\.250", out
+    )
     assert f"loss curve  {prefix}" in out and "loss.png" in out
     assert f"report      {prefix / 'report.html'}" in out
     _check_outputs(prefix)
@@ -106,6 +126,24 @@ def test_tutorial_on_the_local_client_then_a_cached_rerun(tmp_path):
     assert "7 cached, 0 to run" in second.stdout, second.stdout[-3000:]
     assert "Validation" in second.stdout and "bits/byte" in second.stdout  # the summary again, from records
     assert {path: path.read_text() for path in prefix.rglob(".schooner/step.json")} == records
+
+
+@pytest.mark.slow  # the tutorial's own budget, as a new user runs it: minutes on 2 cores
+def test_the_tutorial_with_its_own_budget_scores_the_cloze_task_above_chance(tmp_path):
+    prefix = tmp_path / "out"
+    out = _schooner_run(prefix, full_budget=True).stdout
+    source = TUTORIAL.read_text()
+    steps = re.search(r'"SCHOONER_TUTORIAL_STEPS", "(\d+)"', source).group(1)
+    questions = re.search(r'"SCHOONER_TUTORIAL_TASK_DOCUMENTS", "(\d+)"', source).group(1)
+    results = _check_outputs(prefix, steps=steps, task_documents=questions)
+    print(out[out.index("Validation") :])  # the scores, for whoever runs this test by hand
+    cloze = results["tasks"]["docs_cloze"]
+    n = cloze["documents"]
+    assert n < int(questions), "the tutorial must score every cloze question the corpus has"
+    bar = 0.25 + 3 * math.sqrt(0.25 * 0.75 / n)  # 3 standard errors of a chance scorer over n questions
+    assert cloze["acc"] > bar, f"cloze accuracy {cloze['acc']:.3f} over {n} questions is not above {bar:.3f}"
+    assert abs(cloze["reference"]["unigram_acc"] - 0.25) < 3 * math.sqrt(0.25 * 0.75 / n)
+    assert re.search(r"docs_cloze\s+acc .*\+\d+\.\d s\.e\. from chance", out)
 
 
 @pytest.fixture(scope="session")
@@ -129,6 +167,7 @@ def test_tutorial_on_a_local_ray_then_a_cached_rerun(ray_client, tmp_path, monke
     from schooner.cluster import StepRunner, using_client
 
     monkeypatch.setenv("SCHOONER_TUTORIAL_STEPS", STEPS)
+    monkeypatch.setenv("SCHOONER_TUTORIAL_TASK_DOCUMENTS", TASK_DOCUMENTS)
     tutorial = runpy.run_path(str(TUTORIAL), run_name="tutorial_under_test")
     prefix = tmp_path / "out"
     with using_client(ray_client):

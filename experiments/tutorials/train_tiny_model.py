@@ -10,29 +10,34 @@ the file again does nothing and finishes in seconds; change a setting and only w
    no download) written as record folders.
 2. `tokenizers/python-bpe-2k`: a byte-level BPE tokenizer trained on both (see `experiments/tokenizers.py`).
 3. `tokenized/python-docs`, `tokenized/python-code`: token caches, each split into `train/` and `validation/`.
-4. `checkpoints/tutorial-nano`: a ~1M-parameter Llama trained on a 50/50 mixture of prose and code; its output
-   holds checkpoints, `metrics.jsonl` and the loss curve `loss.png`.
-5. `eval/tutorial-nano`: validation loss and bits-per-byte on both validation splits, and samples, greedy and
-   with temperature. (Add `tasks=["bundled"]` to also score three tasks built from the documentation against
-   chance and a unigram model; about a minute more on 2 cores.)
+4. `checkpoints/tutorial-nano`: a ~1M-parameter Llama trained for 300 steps on a 75/25 mixture of prose and
+   code (the tasks below are about the prose); its output holds checkpoints, `metrics.jsonl` and `loss.png`.
+5. `eval/tutorial-nano`: validation loss and bits-per-byte on both validation splits; accuracy on three
+   4-way multiple-choice tasks built from the documentation (the last word of a sentence, a function's name
+   from its docstring, the next sentence), each against chance and a word-unigram model, with standard
+   errors; and samples, greedy and with temperature.
 
-At the end it prints the scores, a sample, where everything is, and writes an HTML report of the run.
-Set SCHOONER_TUTORIAL_STEPS to train for fewer (or more) steps.
+At the end it prints the scores, the samples, the parameter count, where everything is, and writes an HTML
+report of the run. Set SCHOONER_TUTORIAL_STEPS to train for fewer (or more) steps and
+SCHOONER_TUTORIAL_TASK_DOCUMENTS to score fewer questions per task (700 by default: every cloze and
+next-sentence question the corpus has; with fewer the accuracies have larger standard errors).
 """
 
 import dataclasses
+import math
 import os
 
 from experiments.models import llama_nano
 from experiments.tokenizers import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, write_report
-from schooner.eval import SamplingConfig
+from schooner.eval import BundledTasks, SamplingConfig
 from schooner.eval.steps import evaluate
 from schooner.tokenize.steps import tokenized
 from schooner.train import AdamConfig
 from schooner.train.steps import train_lm
 
 NUM_TRAIN_STEPS = int(os.environ.get("SCHOONER_TUTORIAL_STEPS", "300"))
+TASK_DOCUMENTS = int(os.environ.get("SCHOONER_TUTORIAL_TASK_DOCUMENTS", "700"))
 SEQ_LEN = 128
 
 # Lazy handles: nothing is read, tokenized or trained until the runner runs them.
@@ -43,7 +48,7 @@ model = train_lm(
     "checkpoints/tutorial-nano",
     model=dataclasses.replace(llama_nano, max_seq_len=SEQ_LEN),
     optimizer=AdamConfig(learning_rate=6e-3, weight_decay=0.1, warmup=0.05),
-    datasets={docs: 0.5, code: 0.5},
+    datasets={docs: 0.75, code: 0.25},
     batch_size=16,
     seq_len=SEQ_LEN,
     num_train_steps=NUM_TRAIN_STEPS,
@@ -63,6 +68,7 @@ scores = evaluate(
     prompts=("The", "def "),
     max_new_tokens=40,
     sampling=SamplingConfig(temperature=0.8, top_p=0.95, seed=0),  # a second, sampled completion per prompt
+    tasks=[BundledTasks(size=TASK_DOCUMENTS)],  # chance is 0.25; the cloze task is the first a model beats
     resources=ResourceConfig.with_cpu(),
 )
 
@@ -81,10 +87,17 @@ def print_summary(result: RunResult) -> None:
         f"  {'average':<12} loss {evaluation['average']['loss']:.3f} nats/token   "
         f"{evaluation['average']['bpb']:.3f} bits/byte"
     )
-    for name, t in sorted(evaluation.get("tasks", {}).items()):  # with tasks=["bundled"] above
+    if evaluation.get("tasks"):
+        print("\nTasks from the documentation (4-way multiple choice; accuracy ± 1 standard error):")
+    for name, t in sorted(evaluation.get("tasks", {}).items()):
+        chance, n = t["chance"], t["documents"]
+        z = (t["acc"] - chance) / math.sqrt(
+            chance * (1 - chance) / n
+        )  # in standard errors of a chance scorer
         unigram = t["reference"].get("unigram_acc", float("nan"))
         print(
-            f"  task {name:<20} acc {t['acc']:.3f} ± {t['acc_stderr']:.3f}   chance {t['chance']:.3f}   unigram {unigram:.3f}"
+            f"  {name:<19} acc {t['acc']:.3f} ± {t['acc_stderr']:.3f} ({n} questions)   chance {chance:.3f}"
+            f"   unigram model {unigram:.3f}   {z:+.1f} s.e. from chance"
         )
     print("\nGreedy samples:")
     for sample in evaluation["samples"]:
