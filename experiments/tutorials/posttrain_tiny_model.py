@@ -21,11 +21,16 @@ is reused; run that file first, or this one trains it too) and adds, each step c
    half as many steps as SFT.
 6. `eval/tutorial-nano-posttrain`: each stage on held-out functions: the answer loss of the chats, the share of
    pairs where the model prefers the true summary, DPO's reward accuracy against the SFT reference, and the
-   loss on Python's held-out documentation (what fine-tuning cost the pretraining domain).
+   loss on Python's held-out documentation (what fine-tuning cost the pretraining domain); and the bundled
+   evaluation tasks of `schooner.eval` (cloze, function name, next sentence: 4-way multiple choice built from
+   the documentation, plain text, no chat template), beside their chance level. They test what a stage kept
+   of pretraining, not what it taught: with 200 questions a task, a difference under about 2 standard errors
+   (2 x 0.03) is noise.
 7. `hf/tutorial-nano-dpo`: the result as a Hugging Face folder (config, weights, tokenizer with its chat
    template, generation config).
 
-Set SCHOONER_POSTTRAIN_STEPS to change the SFT and DPO lengths.
+Set SCHOONER_POSTTRAIN_STEPS to change the SFT and DPO lengths (DPO runs half as many steps as SFT), and
+SCHOONER_POSTTRAIN_TASK_DOCUMENTS the questions per bundled task.
 """
 
 import importlib
@@ -44,7 +49,11 @@ from schooner.tokenize.steps import tokenized_chat, tokenized_preferences
 from schooner.train import AdamConfig
 from schooner.train.steps import dpo, export_hf, reference_logprobs, sft
 
-STEPS = int(os.environ.get("SCHOONER_POSTTRAIN_STEPS", "100"))
+STEPS = int(os.environ.get("SCHOONER_POSTTRAIN_STEPS", "40"))
+TASK_DOCUMENTS = int(os.environ.get("SCHOONER_POSTTRAIN_TASK_DOCUMENTS", "200"))
+PAIR_LEN = (
+    80  # prompt + answer of every pair fits (72 tokens at most): DPO pads each sequence to it, not to 128
+)
 CPU = ResourceConfig.with_cpu()
 MODULES = (
     "textwrap", "json", "os.path", "shutil", "string", "functools", "itertools", "collections", "re", "math",
@@ -142,11 +151,11 @@ sft_model = sft(
     seq_len=SEQ_LEN,
     num_train_steps=STEPS,
     optimizer=AdamConfig(learning_rate=1e-3, warmup=0.05, schedule="linear", min_lr_ratio=0.0),
-    eval_every=max(STEPS // 3, 1),
+    eval_every=max(STEPS // 2, 1),
     checkpoint_every=None,
     resources=CPU,
 )
-ref = reference_logprobs("dpo/tutorial-nano-ref", sft_model, prefs, seq_len=SEQ_LEN, resources=CPU)
+ref = reference_logprobs("dpo/tutorial-nano-ref", sft_model, prefs, seq_len=PAIR_LEN, resources=CPU)
 dpo_model = dpo(
     "checkpoints/tutorial-nano-dpo",
     initialize_from=sft_model,
@@ -154,10 +163,10 @@ dpo_model = dpo(
     preferences=prefs,
     beta=0.1,
     batch_size=8,
-    seq_len=SEQ_LEN,
+    seq_len=PAIR_LEN,
     num_train_steps=max(STEPS // 2, 1),
     optimizer=AdamConfig(learning_rate=1e-3, warmup=0.1, schedule="linear", min_lr_ratio=0.0),
-    eval_every=max(STEPS // 6, 1),
+    eval_every=max(STEPS // 4, 1),
     checkpoint_every=None,
     resources=CPU,
 )
@@ -172,16 +181,20 @@ class StagesConfig:
     docs: object
     tokenizer: object
     seq_len: int
+    pair_len: int
+    task_documents: int
 
 
 def score_stages(config: StagesConfig, output_path: str) -> dict:
-    """Each stage on held-out data: chat answer loss, preference accuracy, DPO reward accuracy, docs loss."""
-    from schooner.eval import evaluate_lm
+    """Each stage on held-out data: chat answer loss, preference accuracy, DPO reward accuracy, docs loss, and
+    the bundled tasks' accuracy (with its standard error and chance level)."""
+    from schooner.eval import bundled_suite, evaluate_lm, evaluate_suite
     from schooner.model import load_model
     from schooner.tokenize import PreferenceDataset, load_tokenizer
     from schooner.train import ChatEvaluator, latest_checkpoint, score_pairs
 
     tok = load_tokenizer(config.tokenizer)
+    suite = bundled_suite(os.path.join(output_path, "bundled-tasks"), size=config.task_documents)
     byte_lengths = tok.token_byte_lengths()
     chat_eval = ChatEvaluator(
         {"chat": f"{config.chat}/validation"},
@@ -190,7 +203,7 @@ def score_stages(config: StagesConfig, output_path: str) -> dict:
         max_tokens=None,
         byte_lengths=byte_lengths,
     )
-    held_out = PreferenceDataset(f"{config.prefs}/validation", config.seq_len)
+    held_out = PreferenceDataset(f"{config.prefs}/validation", config.pair_len)
     with np.load(f"{config.reference}/validation.npz") as z:
         ref = {k: z[k] for k in z.files}
     out = {}
@@ -207,6 +220,10 @@ def score_stages(config: StagesConfig, output_path: str) -> dict:
             "docs_loss": evaluate_lm(
                 model, {"docs": f"{config.docs}/validation"}, seq_len=config.seq_len, max_tokens=40_000
             )["datasets"]["docs"]["loss"],
+            "tasks": {
+                task: {k: t[k] for k in ("acc", "acc_stderr", "chance", "documents")}
+                for task, t in evaluate_suite(model, tok, suite, batch_size=32)["tasks"].items()
+            },
         }
     with open(os.path.join(output_path, "stages.json"), "w") as f:
         json.dump(out, f, indent=1)
@@ -224,8 +241,10 @@ stages = step(
         docs=docs,
         tokenizer=default_tokenizer,
         seq_len=SEQ_LEN,
+        pair_len=PAIR_LEN,
+        task_documents=TASK_DOCUMENTS,
     ),
-    version="v1",
+    version="v2",
     resources=CPU,
 )
 hf = export_hf(dpo_model)
@@ -248,6 +267,17 @@ def print_summary(result: RunResult) -> None:
     print(
         "  (reward acc: DPO's implicit reward against the SFT reference; the SFT model is its own reference)"
     )
+    tasks = sorted(next(iter(scores.values()))["tasks"])
+    print("\nBundled tasks (4-way multiple choice from the documentation, plain text; accuracy ± 1 s.e.):")
+    print(f"  {'stage':<11}" + "".join(f" {t.removeprefix('docs_'):>16}" for t in tasks))
+    for name, s in scores.items():
+        print(
+            f"  {name:<11}"
+            + "".join(f" {s['tasks'][t]['acc']:>8.3f} ± {s['tasks'][t]['acc_stderr']:.3f}" for t in tasks)
+        )
+    first = next(iter(scores.values()))["tasks"]
+    print(f"  {'chance':<11}" + "".join(f" {first[t]['chance']:>16.3f}" for t in tasks))
+    print(f"  ({first[tasks[0]]['documents']} questions a task: a difference under ~2 s.e. is noise)")
     print("\nOutputs:")
     print(f"  SFT run     {result[sft_model].output_path}")
     print(f"  DPO run     {result[dpo_model].output_path}")
