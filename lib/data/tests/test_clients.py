@@ -50,3 +50,9 @@ def test_local_and_ray_give_identical_outputs(tmp_path, local_client, ray_client
     assert _files(tmp_path / "local") == _files(tmp_path / "ray")
     m_parquet = ds.write_parquet(str(tmp_path / "ray-pq"), client=ray_client)
     assert m_parquet["records"] == 11
+    # collect: through spill files on Ray, passed back in memory by LocalClient workers, streamed inline
+    got = ds.collect(client=ray_client, progress=False)
+    assert (
+        got == ds.collect(client=local_client, progress=False) == ds.collect(client="inline", progress=False)
+    )
+    assert len(got) == 11

@@ -6,16 +6,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._collect import iter_plan
 from ._errors import check_on_error
-from ._execute import CountSink, Execution, SpillSink, WriteSink
+from ._execute import CountSink, Execution, WriteSink
 from ._fingerprint import fingerprint
 from ._folders import expand_paths
 from ._ops import FilterOp, FlatMapOp, MapOp, MapShardOp, Op, SelectOp, fn_name
-from ._plan import GroupBy, Node, Reshard, ShardTarget, Take, chain_tokens, run_plan, work_folder
+from ._plan import GroupBy, Node, Reshard, ShardTarget, Take, chain_tokens, has_stages, run_plan, work_folder
 from ._readers import check_text_mode, detect_format
 from ._shuffle import keep_first
-from ._spill import SpillInfo
-from ._spill import read_records as read_spill
 from ._splits import FileSplit, HFSplit, ReadOptions, RecordsSplit, Split, load_hf
 from ._writer import check_write_format, start_write, write_manifest
 
@@ -322,26 +321,27 @@ class Dataset:
         """Run the pipeline and count the records it yields."""
         exe = Execution(**execution)
         splits = self._splits()
-        with work_folder(exe, None, None) as work:
+        with work_folder(exe, None, None, needed=has_stages(self._nodes)) as work:
             results, _, _ = run_plan(splits, self._nodes, lambda n, plan: CountSink(), exe, work, None)
         return sum(r["records"] for r in results)
 
     def collect(self, **execution: Any) -> list[dict]:
-        """Run the pipeline and return all records, in shard order (for small results)."""
+        """Run the pipeline and return all records, in shard order (for small results; see `iter_records`)."""
         return list(self.iter_records(**execution))
 
     def iter_records(self, **execution: Any) -> Iterator[dict]:
-        """Run the pipeline, then yield its records in shard order from spill files."""
+        """Run the pipeline and yield its records in shard order.
+
+        Nothing is staged durably for records that come back in memory: with `client="inline"` the last
+        stage runs in this process and its records stream as they are made; on a `LocalClient` they come
+        back from its workers with each task's result; on other clients (Ray), or with `work_dir=` (whose
+        staged tasks a rerun reuses), they go through spill files in the work folder. Stages before the
+        last (`take`, `reshard`, `group_by`) always end in spill files. Bad input skipped with
+        `on_error="skip"` is counted and named in a warning (writes count it in their manifest)."""
         exe = Execution(**execution)
         splits = self._splits()
         chain = chain_tokens(splits, self._nodes) if exe.work_dir is not None else None
-        with work_folder(exe, None, chain) as work:
-            out = f"{work}/out"
-            results, _, _ = run_plan(
-                splits, self._nodes, lambda n, plan: SpillSink(out, plan), exe, work, chain
-            )
-            for r in results:
-                yield from read_spill(SpillInfo.from_dict(r["spill"]))
+        return iter_plan(splits, self._nodes, exe, chain)
 
     def __iter__(self) -> Iterator[dict]:
         return self.iter_records()

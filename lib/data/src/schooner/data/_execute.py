@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import sys
 import time
@@ -15,7 +16,7 @@ from . import storage
 from ._errors import DataError, SkipLog
 from ._ops import Op, apply_ops
 from ._shuffle import PartitionWriter
-from ._spill import SpillError, SpillInfo
+from ._spill import SpillError, SpillInfo, record_json, write_lines
 from ._spill import write_records as write_spill
 from ._splits import Split
 from ._writer import finished_shard, merge_counters, shard_name, write_shard
@@ -23,7 +24,7 @@ from ._writer import finished_shard, merge_counters, shard_name, write_shard
 _logger = logging.getLogger("schooner.data")
 
 # Errors a rerun cannot fix (bad input, bugs in user functions): never retried.
-_PERMANENT: tuple[type[BaseException], ...] = (
+PERMANENT_ERRORS: tuple[type[BaseException], ...] = (
     ValueError, TypeError, KeyError, AttributeError, IndexError, NotImplementedError, ImportError, SpillError,
 )  # fmt: skip
 
@@ -166,6 +167,28 @@ class SpillSink(_StageSink):
 
 
 @dataclass(frozen=True)
+class MemorySink(_StageSink):
+    """Pass the task's records back with its result, as JSON lines (the encoding of spill files, so they
+    come back exactly as through one; no file, no fsync). A task whose records pass `max_bytes` of JSON
+    writes them all to a spill file instead (a collect of big shards must not hold them in memory twice)."""
+
+    max_bytes: int = 64 << 20
+
+    def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
+        lines: list[bytes] = []
+        size = 0
+        for rec in records:
+            line = record_json(rec, "a pipeline's output", newline=True)
+            lines.append(line)
+            size += len(line)
+            if size > self.max_bytes:
+                rest = (record_json(r, "a pipeline's output", newline=True) for r in records)
+                info, n = write_lines(self._path(index), itertools.chain(lines, rest))
+                return {"spill": info.to_dict(), "records": n, "bytes": info.size}
+        return {"lines": b"".join(lines), "records": len(lines), "bytes": size}
+
+
+@dataclass(frozen=True)
 class PartitionSink(_StageSink):
     """Hash-partition the task's records by key into one spill file (the map side of `group_by`)."""
 
@@ -216,11 +239,8 @@ def _counting_reader(it: Iterator[dict], box: list[int]) -> Iterator[dict]:
         yield r
 
 
-def run_task(task: Task) -> dict:
-    """Read the split, apply the fused ops, feed the sink; returns the sink result plus counters."""
-    prior = task.sink.done(task.index)
-    if prior is not None:
-        return {**prior, "reused": True}
+def open_task(task: Task) -> tuple[Iterator[dict], Stats]:
+    """The task's output records (its split read through the fused ops) and the reader of its counters."""
     skips = SkipLog()
     split_counters: dict[str, int] = {}
     n_read = [0]
@@ -236,6 +256,15 @@ def run_task(task: Task) -> dict:
         merge_counters(c, op_counters())
         return c, skips
 
+    return it, stats
+
+
+def run_task(task: Task) -> dict:
+    """Read the split, apply the fused ops, feed the sink; returns the sink result plus counters."""
+    prior = task.sink.done(task.index)
+    if prior is not None:
+        return {**prior, "reused": True}
+    it, stats = open_task(task)
     result = task.sink.consume(it, task.index, stats)
     counters, skips = stats()
     merge_counters(counters, result.pop("extra_counters", {}))
@@ -255,7 +284,7 @@ def run_task_with_retries(task: Task, retries: int) -> dict:
             return result
         except DataError as e:
             return {"data_error": e}
-        except _PERMANENT:
+        except PERMANENT_ERRORS:
             raise
         except Exception as e:
             if attempt >= retries:
@@ -268,24 +297,25 @@ def run_task_with_retries(task: Task, retries: int) -> dict:
 
 def execute(tasks: Sequence[Task], exe: Execution, label: str) -> list[dict]:
     """Run `tasks` (one per shard) and return their results in order; re-raises bad input as `DataError`."""
+    return list(execute_iter(tasks, exe, label))
+
+
+def execute_iter(tasks: Sequence[Task], exe: Execution, label: str) -> Iterator[dict]:
+    """`execute`, yielding each result as soon as it and those before it are done."""
     fn = functools.partial(run_task_with_retries, retries=exe.retries)
     if exe.client == "inline":
         results: Iterator[dict] = map(fn, tasks)
     else:
-        from schooner.cluster import current_client
-
-        client = exe.client if exe.client is not None else current_client()
-        results = client.map(
+        results = resolve_client(exe).map(
             fn, list(tasks), resources=exe.resources, max_workers=exe.max_workers, name=label
         )
     progress = Progress(label, len(tasks), enabled=exe.progress)
-    out = []
     try:
         for r in results:
             if "data_error" in r:
                 raise r["data_error"]
-            out.append(r)
             progress.update(r)
+            yield r
     finally:
         progress.close()
         # Stop the client's map now (not whenever the garbage collector finds it), so workers still busy
@@ -293,7 +323,13 @@ def execute(tasks: Sequence[Task], exe: Execution, label: str) -> list[dict]:
         close = getattr(results, "close", None)
         if close is not None:
             close()
-    return out
+
+
+def resolve_client(exe: Execution) -> Any:
+    """The cluster client tasks run on: `exe.client`, else `current_client()` (not for `"inline"`)."""
+    from schooner.cluster import current_client
+
+    return exe.client if exe.client is not None else current_client()
 
 
 class Progress:

@@ -10,6 +10,7 @@ exactly and ordinary data never leaves the fast path.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -89,3 +90,52 @@ def loads_json(raw: bytes | str) -> Any:
         orjson.JSONDecodeError: `raw` is not valid JSON.
     """
     return exact(orjson.loads(raw), raw)
+
+
+class _NotPlain(Exception):
+    """A value `copy_json`'s fast walk leaves to the encoder."""
+
+
+def copy_json(obj: Any, encode: Callable[[Any], bytes] = dumps_json) -> Any:
+    """`loads_json(dumps_json(obj))` without the encoding: fresh dicts and lists, the same strings and numbers.
+
+    The walk takes the usual JSON values (dicts with string keys, lists, strings that UTF-8 can encode, ints,
+    bools, None, finite floats); anything else (a tuple, a non-string key, NaN, another type) goes through
+    `encode` (`dumps_json` or a wrapper naming the record in its error) and the decoder, so the result is
+    what a file would give back, or the encoder's `TypeError`.
+    ~2 us for a 6 KB page record, where the round trip costs 30-100 us.
+    """
+    try:
+        return _copy(obj)
+    except _NotPlain:
+        return loads_json(encode(obj))
+
+
+def _copy(obj: Any) -> Any:
+    t = type(obj)
+    if t is dict:
+        out = {}
+        for k, v in obj.items():
+            if type(k) is not str:
+                raise _NotPlain
+            _check_str(k)
+            out[k] = _copy(v)
+        return out
+    if t is str:
+        _check_str(obj)
+        return obj
+    if t is int or t is bool or obj is None:
+        return obj
+    if t is list:
+        return [_copy(v) for v in obj]
+    if t is float and obj - obj == 0.0:  # finite (inf - inf and NaN - NaN are NaN)
+        return obj
+    raise _NotPlain
+
+
+def _check_str(s: str) -> None:
+    if not s.isascii():
+        try:
+            s.encode("utf-8")  # lone surrogates: the encoder refuses them
+        except UnicodeEncodeError:
+            raise _NotPlain from None

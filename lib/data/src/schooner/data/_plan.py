@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -102,12 +103,20 @@ def _fp(chain: list[Any] | None, upto: int, *extra: Any) -> str | None:
     return None if chain is None else fingerprint(chain[: upto + 1], *extra)
 
 
+def has_stages(nodes: tuple[Node, ...], target: ShardTarget = ShardTarget()) -> bool:
+    """Whether the plan runs stages before its last one (whose outputs go to the work folder)."""
+    return target.given or any(not isinstance(n, Op) for n in nodes)
+
+
 @contextlib.contextmanager
-def work_folder(exe: Execution, output: str | None, chain: list[Any] | None) -> Iterator[str]:
+def work_folder(
+    exe: Execution, output: str | None, chain: list[Any] | None, *, needed: bool = True
+) -> Iterator[str]:
     """The folder for spill files. For a fingerprinted plan written to a folder (or with `work_dir=`) it is
     stable, named after the plan's source, and survives a failure, so a rerun finds the stage outputs
-    that finished (each stage folder is named after the plan up to that stage); else a fresh folder. Either
-    way it is removed once the plan succeeds."""
+    that finished (each stage folder is named after the plan up to that stage); else a fresh folder, made
+    only when `needed` (a plan of one stage whose output does not go to files needs none). Either way it is
+    removed once the plan succeeds."""
     stable = chain is not None and (exe.work_dir is not None or output is not None)
     source = fingerprint(chain[:1]) if stable and chain is not None else None
     tag = source[:16] if source is not None else uuid.uuid4().hex[:12]
@@ -115,9 +124,12 @@ def work_folder(exe: Execution, output: str | None, chain: list[Any] | None) -> 
         work = storage.join(exe.work_dir, f"schooner-work-{tag}")
     elif output is not None:
         work = storage.join(output, f".work-{tag}")
-    else:
+    elif needed:
         work = tempfile.mkdtemp(prefix="schooner-data-")
-    storage.makedirs(work)
+    else:  # a name only: nothing is written there (should something be, it is removed all the same)
+        work = os.path.join(tempfile.gettempdir(), f"schooner-data-{tag}")
+    if needed or stable:
+        storage.makedirs(work)
     ok = False
     try:
         yield work
@@ -137,20 +149,48 @@ def run_plan(
     `make_sink(num_tasks, final_plan)` makes the sink of the last stage; `final_plan` fingerprints the
     whole plan (with the resolved shard count).
     """
-    counters: dict[str, int] = {}
-    errors = SkipLog()
-    ops: list[Op] = []
-    stage = 0
+    last = run_stages(splits, nodes, exe, work, chain, target)
+    sink = make_sink(len(last.splits), last.plan)
+    label = "write" if isinstance(sink, WriteSink) else f"stage {last.stage}"
+    results = _stage(last.splits, last.ops, sink, exe, label)
+    if not isinstance(sink, WriteSink):
+        last.add(results)
+    return results, last.counters, last.errors
 
-    def boundary(results: list[dict]) -> None:
+
+@dataclass
+class LastStage:
+    """What remains of a plan once the stages before its last one ran: the last stage's splits and fused
+    ops, its plan fingerprint, and the counters and skipped input of the stages before."""
+
+    splits: list[Split]
+    ops: list[Op]
+    plan: str | None
+    stage: int
+    counters: dict[str, int]
+    errors: SkipLog
+
+    def tasks(self, sink: Sink) -> list[Task]:
+        return [Task(i, s, tuple(self.ops), sink) for i, s in enumerate(self.splits)]
+
+    def add(self, results: list[dict]) -> None:
+        """Count the results of a stage's tasks in `counters` and `errors`."""
         for r in results:
-            merge_counters(counters, r["counters"])
-            errors.merge(r["errors"])
+            merge_counters(self.counters, r["counters"])
+            self.errors.merge(r["errors"])
 
+
+def run_stages(
+    splits: list[Split], nodes: tuple[Node, ...], exe: Execution, work: str, chain: list[Any] | None,
+    target: ShardTarget = ShardTarget(),
+) -> LastStage:  # fmt: skip
+    """Run every stage but the last (see `run_plan`)."""
+    last = LastStage(splits, [], None, 0, {}, SkipLog())
     for k, node in enumerate(nodes):
         if isinstance(node, Op):
-            ops.append(node)
+            last.ops.append(node)
             continue
+        splits, ops, stage = last.splits, last.ops, last.stage
         plan = _fp(chain, k + 1)
         stage_dir = storage.join(work, f"stage-{stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
         if isinstance(node, Take | Reshard):
@@ -164,33 +204,34 @@ def run_plan(
                                  node.dedup)  # fmt: skip
             results = _stage(splits, ops, sink, exe, f"stage {stage} (shuffle)")
             splits = _reduce_splits(results, node, stage_dir, p, sink.plan)
-        boundary(results)
-        ops, stage = [], stage + 1
-    if target.given and target.num_shards != len(splits):
+        last.add(results)
+        last.splits, last.ops, last.stage = splits, [], stage + 1
+    if target.given and target.num_shards != len(last.splits):
         plan = _fp(chain, len(nodes), "shards", target.num_shards, target.shard_bytes)
-        stage_dir = storage.join(work, f"stage-{stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
-        results = _stage(splits, ops, SpillSink(stage_dir, plan), exe, f"stage {stage} (to shards)")
+        stage_dir = storage.join(work, f"stage-{last.stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
+        label = f"stage {last.stage} (to shards)"
+        results = _stage(last.splits, last.ops, SpillSink(stage_dir, plan), exe, label)
         sizes = [SpillInfo.from_dict(r["spill"]).raw_bytes() for r in results]
         n = plan_shards(target.num_shards, target.shard_bytes, sizes)
-        splits, ops = _reshard_splits(results, n, plan), []
-        boundary(results)
-    final = _fp(chain, len(nodes), "final", len(splits))
-    last = make_sink(len(splits), final)
-    results = _stage(splits, ops, last, exe, "write" if isinstance(last, WriteSink) else f"stage {stage}")
-    if not isinstance(last, WriteSink):
-        boundary(results)
-    return results, counters, errors
+        last.add(results)
+        last.splits, last.ops = _reshard_splits(results, n, plan), []
+    last.plan = _fp(chain, len(nodes), "final", len(last.splits))
+    return last
 
 
 def _stage(splits: list[Split], ops: list[Op], sink: Sink, exe: Execution, label: str) -> list[dict]:
     tasks = [Task(i, s, tuple(ops), sink) for i, s in enumerate(splits)]
     results = execute(tasks, exe, label)
+    log_reused(results, label)
+    return results
+
+
+def log_reused(results: list[dict], label: str) -> None:
     reused = sum(1 for r in results if r.get("reused"))
     if reused:
         _logger.info(
-            "%s: reused %d of %d finished tasks of an earlier run of this plan", label, reused, len(tasks)
+            "%s: reused %d of %d finished tasks of an earlier run of this plan", label, reused, len(results)
         )
-    return results
 
 
 def _take_splits(results: list[dict], n: int, plan: str | None) -> list[Split]:

@@ -112,13 +112,18 @@ class SpillWriter:
 
 def write_records(path: str, records: Iterable[dict]) -> tuple[SpillInfo, int]:
     """Write records as a record spill file; returns its info and the record count."""
+    return write_lines(path, (record_json(rec, "a spill file", newline=True) for rec in records))
+
+
+def write_lines(path: str, json_lines: Iterable[bytes]) -> tuple[SpillInfo, int]:
+    """Write records already encoded as JSON lines (`record_json(..., newline=True)`) as a record spill file;
+    returns its info and the record count."""
     w = SpillWriter(path)
     n = 0
     try:
         lines: list[bytes] = []
         size = 0
-        for rec in records:
-            line = record_json(rec, "a spill file", newline=True)
+        for line in json_lines:
             lines.append(line)
             size += len(line)
             n += 1
