@@ -1,5 +1,5 @@
 """schooner.model: Llama-style dense and mixture-of-experts decoders in haliax, loss, FLOP accounting,
-tensorstore pytree I/O, HF safetensors interop and sharding."""
+tensorstore pytree I/O, checkpoint discovery, HF safetensors interop and sharding."""
 
 from . import presets as presets
 from ._accounting import flops_per_token as flops_per_token
@@ -11,6 +11,11 @@ from ._attention import blocked_attention as blocked_attention
 from ._attention import reference_attention as reference_attention
 from ._balancing import BalanceStats as BalanceStats
 from ._balancing import balance_router as balance_router
+from ._checkpoint import CHECKPOINT_MARKER as CHECKPOINT_MARKER
+from ._checkpoint import checkpoint_folder_name as checkpoint_folder_name
+from ._checkpoint import checkpoint_step as checkpoint_step
+from ._checkpoint import find_checkpoint as find_checkpoint
+from ._checkpoint import list_checkpoints as list_checkpoints
 from ._checkpoint import load_model as load_model
 from ._checkpoint import model_shapes as model_shapes
 from ._checkpoint import read_config as read_config
