@@ -10,10 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schooner.data import DataError, Dataset
 from schooner.data._collect import iter_plan, records_of
 from schooner.data._execute import Execution, MemorySink, Task, run_task
+from schooner.data._json import copy_json, dumps_json, loads_json
 from schooner.data._splits import RecordsSplit
 
 from .conftest import make_records
@@ -157,10 +160,13 @@ def test_values_come_back_as_json_gives_them(local_client, where) -> None:
     # fresh objects: changing what collect returned does not change the dataset
     fast[0]["metadata"]["t"].append(3)
     assert ds.collect(client=client, progress=False) == files
-    bad = Dataset.from_records([{"id": "s", "text": "x", "metadata": {"tags": {"a"}}}])
-    for run in (lambda: bad.collect(client=client, progress=False), lambda: _both(bad, client=client)[1]):
+    for meta in ({"tags": {"a"}}, {"wide": "Ā ok", "lone": "x\ud800"}):
+        bad = Dataset.from_records([{"id": "s", "text": "é", "metadata": meta}])
+        exe = Execution(client=client, progress=False)
         with pytest.raises(Exception, match="record id='s' cannot be passed between pipeline stages"):
-            run()
+            bad.collect(client=client, progress=False)
+        with pytest.raises(Exception, match="record id='s' cannot be passed between pipeline stages"):
+            list(iter_plan(bad._splits(), bad._nodes, exe, None, via_files=True))
 
 
 def test_memory_results_spill_past_their_budget(tmp_path) -> None:
@@ -201,3 +207,38 @@ def test_inline_retries_a_task_only_before_its_records_reach_the_caller(caplog) 
         for r in ds.iter_records(client="inline", progress=False):
             got.append(r["id"])
     assert got == ["r00000", "r00001", "r00002"]
+
+
+_text = st.one_of(  # and strings with a lone surrogate, which JSON (UTF-8) cannot hold
+    st.text(max_size=8), st.tuples(st.text(max_size=3), st.sampled_from("\ud800\udfff\ud83d")).map("".join)
+)
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(),
+    _text,
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(_text, st.integers(0, 9)), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_values)
+def test_copy_json_is_the_json_round_trip(value) -> None:
+    """The in-process copy against the encoder and decoder it stands for: equal results, or both refuse."""
+    try:
+        want = loads_json(dumps_json(value))
+    except TypeError:
+        with pytest.raises(TypeError):
+            copy_json(value)
+        return
+    got = copy_json(value)
+    assert repr(got) == repr(want)  # equal, and the same types (lists, not tuples; None, not NaN)

@@ -10,6 +10,7 @@ exactly and ordinary data never leaves the fast path.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -134,8 +135,23 @@ def _copy(obj: Any) -> Any:
 
 
 def _check_str(s: str) -> None:
-    if not s.isascii():
+    if not s.isascii() and not _one_byte(s):
         try:
             s.encode("utf-8")  # lone surrogates: the encoder refuses them
         except UnicodeEncodeError:
             raise _NotPlain from None
+
+
+_BASE = sys.getsizeof("\xe9") - 2
+
+
+def _one_byte(s: str) -> bool:
+    """Whether CPython stores `s` one byte a character (all below U+0100: no surrogates), from its size in
+    O(1), where encoding a page's text to find out costs ~7 us. A string of wider storage, or one carrying
+    a cached UTF-8 copy, reads as not one-byte (then it is encoded): never a wrong yes."""
+    return _SIZES_KNOWN and sys.getsizeof(s) - _BASE < 2 * (len(s) + 1)
+
+
+_SIZES_KNOWN = True
+# another string layout than CPython's: always encode
+_SIZES_KNOWN = _one_byte("\xe9" * 9) and not _one_byte("\u0100" * 9) and not _one_byte("\ud800")
