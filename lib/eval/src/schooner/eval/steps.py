@@ -48,7 +48,7 @@ from schooner.cluster import InputFiles, InputPath, ResourceConfig, StepHandle, 
 
 from ._bpb import evaluate_lm
 from ._bundled import BundledTasks
-from ._checkpoint import _COMPLETE_MARKER, latest_checkpoint, list_checkpoints, load_checkpoint
+from ._checkpoint import load_checkpoint
 from ._generate import generate
 from ._kv_generate import SamplingConfig, generate_texts
 from ._taskspec import Suite, Task, missing_file_message
@@ -157,17 +157,22 @@ class CheckpointInput:
         Raises:
             FileNotFoundError: no checkpoint there, naming the folder and what was looked for.
         """
-        folder = latest_checkpoint(os.fspath(path))
+        from schooner.model import CHECKPOINT_MARKER, find_checkpoint
+
+        folder = find_checkpoint(os.fspath(path))
         names = [f"{folder}/config.json"]
-        if os.path.exists(f"{folder}/{_COMPLETE_MARKER}"):
-            names.append(f"{folder}/{_COMPLETE_MARKER}")
+        fs, root = fsspec.core.url_to_fs(folder)
+        if fs.exists(f"{root}/{CHECKPOINT_MARKER}"):
+            names.append(f"{folder}/{CHECKPOINT_MARKER}")
         return CheckpointInput(folder, InputFiles(names))
 
     def __str__(self) -> str:
         return self.path
 
     def __schooner_canonical__(self) -> dict[str, Any]:
-        marked = any(e.name == _COMPLETE_MARKER for e in self.metadata.entries)
+        from schooner.model import CHECKPOINT_MARKER
+
+        marked = any(e.name == CHECKPOINT_MARKER for e in self.metadata.entries)
         where = os.path.basename(self.path.rstrip("/")) if marked else self.path
         return {"__class__": "Checkpoint", "checkpoint": where, "metadata": self.metadata}
 
@@ -581,11 +586,14 @@ def evaluate_checkpoints(
     settings.setdefault("datasets", {})
     if isinstance(run, str | os.PathLike) and not isinstance(run, StepHandle | InputPath):
         # a run folder: its complete checkpoints now, each keyed as `evaluate` keys one (a new one reruns)
+        from schooner.model import find_checkpoint, list_checkpoints
+
         found = list_checkpoints(os.fspath(run))
-        if not found:
-            raise FileNotFoundError(
-                f"evaluate_checkpoints: no complete step-* checkpoint in {run} (each needs config.json and "
-                "checkpoint.json); did training save one?"
+        if not found:  # why not: nothing there, or only incomplete step folders (raises), or one checkpoint
+            folder = find_checkpoint(os.fspath(run), who="evaluate_checkpoints: ")
+            raise ValueError(
+                f"evaluate_checkpoints: {os.fspath(run)!r} is one checkpoint ({folder}/config.json), not a "
+                "training run folder of step-* checkpoints: pass its run folder, or evaluate(...) it alone"
             )
         run = tuple(CheckpointInput.of(path) for _, path in found)
     config = EvaluateCheckpointsConfig(EvaluateConfig(checkpoint=run, **settings))
@@ -605,16 +613,16 @@ def _run_evaluate_checkpoints(config: EvaluateCheckpointsConfig, output_path: st
 
 
 def _evaluate_every_checkpoint(config: EvaluateCheckpointsConfig, output_path: str) -> dict[str, Any]:
-    from ._checkpoint import _STEP_DIR
+    from schooner.model import checkpoint_folder_name, checkpoint_step, list_checkpoints
 
     given = config.settings.checkpoint
     if isinstance(given, tuple):  # resolved when the step was built: each a step-NNNNNN folder
         checkpoints = []
         for c in given:
-            m = _STEP_DIR.match(os.path.basename(c.path))
-            if m is None:
+            number = checkpoint_step(c.path)
+            if number is None:
                 raise ValueError(f"evaluate_checkpoints: {c.path!r} is not a step-NNNNNN checkpoint folder")
-            checkpoints.append((int(m.group(1)), c.path))
+            checkpoints.append((number, c.path))
     else:
         checkpoints = list_checkpoints(str(given))
     if not checkpoints:
@@ -626,7 +634,7 @@ def _evaluate_every_checkpoint(config: EvaluateCheckpointsConfig, output_path: s
     for number, path in checkpoints:
         logger.info("evaluating checkpoint %d of %d: %s", len(rows) + 1, len(checkpoints), path)
         one = dataclasses.replace(config.settings, checkpoint=path)
-        summary = _evaluate_one(one, f"{output_path.rstrip('/')}/step-{number:06d}")
+        summary = _evaluate_one(one, f"{output_path.rstrip('/')}/{checkpoint_folder_name(number)}")
         row: dict[str, Any] = {"step": number, "checkpoint": path}
         for dataset, d in summary["datasets"].items():
             row.update({f"{dataset}/{k}": v for k, v in d.items() if k in ("loss", "bpb")})

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import threading
 import time
@@ -33,8 +32,8 @@ from typing import Any
 import fsspec
 import jax
 
-_STEP_DIR = re.compile(r"^step-(\d{6,})$")
-MARKER = "checkpoint.json"
+from schooner.model import CHECKPOINT_MARKER, checkpoint_folder_name, checkpoint_step, list_checkpoints
+
 # Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
 # touches `<tmp>/.paused` after writing the arrays and then sleeps, so a test can `kill -9` it mid-write.
 _PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE"
@@ -78,38 +77,32 @@ class CheckpointConfig:
             )
 
 
-def step_dir_name(step: int) -> str:
-    """`step-000123` for step 123."""
-    return f"step-{step:06d}"
-
-
 def _is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
 def complete_checkpoints(root: str) -> list[tuple[int, str]]:
-    """The complete checkpoints under `root` as (step, path), oldest first (incomplete ones are ignored)."""
-    fs, base = fsspec.core.url_to_fs(root)
-    if not fs.exists(base):
-        return []
-    found = []
-    for entry in fs.ls(base, detail=False):
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        m = _STEP_DIR.match(name)
-        if m and fs.exists(f"{entry.rstrip('/')}/{MARKER}"):
-            found.append((int(m.group(1)), f"{root.rstrip('/')}/{name}"))
-    return sorted(found)
+    """The complete checkpoints under `root` as (step, path), oldest first (incomplete ones are ignored).
+
+    `schooner.model.list_checkpoints(root, require_config=False)`: a folder counts once its `checkpoint.json`
+    is written, whatever the manager's `write_fn` stored (a train run's also hold the model's `config.json`).
+    """
+    return list_checkpoints(root, require_config=False)
 
 
 def latest_checkpoint(root: str) -> tuple[int, str] | None:
-    """The newest complete checkpoint under `root`, or None."""
+    """The newest complete checkpoint under `root` as `(step, path)`, or None (a fresh run, or no such folder).
+
+    A thin wrapper over `schooner.model.list_checkpoints` for resuming; to resolve a path to a checkpoint folder
+    with an error that explains what is missing, use `schooner.model.find_checkpoint`.
+    """
     found = complete_checkpoints(root)
     return found[-1] if found else None
 
 
 def read_marker(path: str) -> dict[str, Any]:
     """The `checkpoint.json` of a complete checkpoint folder."""
-    with fsspec.open(f"{path.rstrip('/')}/{MARKER}", "r") as f:
+    with fsspec.open(f"{path.rstrip('/')}/{CHECKPOINT_MARKER}", "r") as f:
         return json.load(f)
 
 
@@ -146,8 +139,8 @@ class CheckpointManager:
                 self._log(f"removing incomplete checkpoint {name} (left by an interrupted write)")
                 fs.rm(entry, recursive=True)
             elif (
-                _STEP_DIR.match(name)
-                and not fs.exists(f"{entry.rstrip('/')}/{MARKER}")
+                checkpoint_step(name) is not None
+                and not fs.exists(f"{entry.rstrip('/')}/{CHECKPOINT_MARKER}")
                 and not _is_local(self.root)
             ):
                 # On object stores a folder without its marker is an interrupted in-place write.
@@ -221,7 +214,7 @@ class CheckpointManager:
         self, step: int, snapshot: Any, write_fn: Callable[[str, Any], None], metadata: dict, nth: int
     ) -> None:
         t0 = time.perf_counter()
-        final = f"{self.root}/{step_dir_name(step)}"
+        final = f"{self.root}/{checkpoint_folder_name(step)}"
         local = _is_local(self.root)
         folder = f"{final}.tmp-{self._tmp_tag()}" if local else final
         fs, fpath = fsspec.core.url_to_fs(folder)
@@ -240,11 +233,11 @@ class CheckpointManager:
             self._commit(step, folder, final, metadata)
         self._barrier(f"{step}-committed")
         self.write_seconds.append(time.perf_counter() - t0)
-        self._log(f"checkpoint {step_dir_name(step)} written in {self.write_seconds[-1]:.2f}s")
+        self._log(f"checkpoint {checkpoint_folder_name(step)} written in {self.write_seconds[-1]:.2f}s")
 
     def _commit(self, step: int, folder: str, final: str, metadata: dict) -> None:
         metadata = {**metadata, "step": step, "written_at": time.time()}
-        with fsspec.open(f"{folder}/{MARKER}", "w") as f:
+        with fsspec.open(f"{folder}/{CHECKPOINT_MARKER}", "w") as f:
             json.dump(metadata, f, indent=1, sort_keys=True, default=str)
         if folder != final:
             final_local = final.removeprefix("file://")

@@ -56,8 +56,9 @@ class _ExportHf:
     @staticmethod
     def run(ns: argparse.Namespace) -> int:
         from schooner.cluster import ConfigError
+        from schooner.model import find_checkpoint
 
-        from ._export import ExportHfConfig, _run_export_hf, _tokenizer_folder, find_checkpoint
+        from ._export import ExportHfConfig, _run_export_hf, _tokenizer_folder
 
         config = ExportHfConfig(
             run=ns.run, step=ns.step, tokenizer=ns.tokenizer, tokenizer_sources=tokenizer_sources(ns.run),
@@ -65,8 +66,8 @@ class _ExportHf:
         )  # fmt: skip
         # Bad input is found before anything is written, and reported as a CLI error (exit 2, no traceback).
         try:
-            find_checkpoint(os.fspath(ns.run), ns.step)
-        except FileNotFoundError as e:
+            find_checkpoint(os.fspath(ns.run), ns.step, who="export-hf: ")
+        except (FileNotFoundError, ValueError) as e:
             raise ConfigError(str(e)) from None
         if ns.tokenizer is not None and not os.path.exists(ns.tokenizer):
             raise ConfigError(f"export-hf: --tokenizer {ns.tokenizer!r} does not exist")

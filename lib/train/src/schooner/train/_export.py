@@ -156,29 +156,6 @@ def export_hf(
     )
 
 
-def find_checkpoint(run: str, step: int | None) -> str:
-    """The folder of checkpoint `step` (None: the latest) of the run folder `run` (or `run` itself when it
-    is a checkpoint folder)."""
-    from ._checkpoint import complete_checkpoints, step_dir_name
-
-    if os.path.exists(os.path.join(run, "config.json")):
-        return run
-    found = complete_checkpoints(run)
-    if not found:
-        raise FileNotFoundError(
-            f"export_hf: no complete checkpoint in {run!r}; did the training step finish?"
-        )
-    if step is None:
-        return found[-1][1]
-    by_step = dict(found)
-    if step not in by_step:
-        raise FileNotFoundError(
-            f"export_hf: the run {run!r} has no complete checkpoint {step_dir_name(step)}; it has steps "
-            f"{sorted(by_step)} (keep_every= keeps chosen steps for good)"
-        )
-    return by_step[step]
-
-
 def _tokenizer_folder(config: ExportHfConfig) -> str | None:
     from ._evaluate import find_tokenizer_file
 
@@ -238,12 +215,12 @@ def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | 
 
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
     from schooner.model import export_hf as write_hf
-    from schooner.model import load_model
+    from schooner.model import find_checkpoint, load_model
     from schooner.tokenize import load_tokenizer
 
     from ._checkpoint import read_marker
 
-    folder = find_checkpoint(os.fspath(config.run), config.step)
+    folder = find_checkpoint(os.fspath(config.run), config.step, who="export_hf: ")
     model, model_config = load_model(folder)
     tok_path = _tokenizer_folder(config)
     ids: dict[str, int | None] = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ._checkpoint import MARKER, complete_checkpoints
+from schooner.model import CHECKPOINT_MARKER, find_checkpoint, list_checkpoints
 
 logger = logging.getLogger("schooner.train")
 
@@ -52,40 +52,30 @@ def _exists(path: str) -> bool:
 def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
     """`(kind, folder)` of an `initialize_from` path: kind `"schooner"` (a checkpoint folder) or `"hf"`.
 
-    A run folder resolves to its latest complete checkpoint, or to `step-NNNNNN` when `step` is given.
+    A run folder resolves to its latest complete checkpoint, or to `step-NNNNNN` when `step` is given
+    (`schooner.model.find_checkpoint`).
 
     Raises:
         FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
     """
     path = os.fspath(path).rstrip("/")
-    is_ckpt = _exists(f"{path}/config.json") and _exists(f"{path}/model")
-    if is_ckpt:
-        if step is not None:
-            raise ValueError(
-                f"initialize_from={path!r} is one checkpoint; initialize_from_step={step} names a step of a "
-                "run folder: pass the run folder, or leave the step out"
-            )
-        return "schooner", path
-    found = complete_checkpoints(path)
-    if found:
-        if step is None:
-            return "schooner", found[-1][1]
-        for s, folder in found:
-            if s == step:
-                return "schooner", folder
-        raise FileNotFoundError(
-            f"initialize_from={path!r} has no complete checkpoint of step {step}; it has steps "
-            f"{[s for s, _ in found]} (older ones may have been removed: keep them with keep_every=)"
-        )
-    if _exists(f"{path}/config.json") and (
-        _exists(f"{path}/model.safetensors") or _exists(f"{path}/model.safetensors.index.json")
-    ):
-        if step is not None:
-            raise ValueError(f"initialize_from={path!r} is a Hugging Face folder: it has no steps")
-        return "hf", path
+    if _exists(f"{path}/config.json"):
+        if _exists(f"{path}/model"):
+            if step is not None:
+                raise ValueError(
+                    f"initialize_from={path!r} is one checkpoint; initialize_from_step={step} names a step of a "
+                    "run folder: pass the run folder, or leave the step out"
+                )
+            return "schooner", path
+        if _exists(f"{path}/model.safetensors") or _exists(f"{path}/model.safetensors.index.json"):
+            if step is not None:
+                raise ValueError(f"initialize_from={path!r} is a Hugging Face folder: it has no steps")
+            return "hf", path
+    elif list_checkpoints(path):
+        return "schooner", find_checkpoint(path, step, who="initialize_from=")
     raise FileNotFoundError(
-        f"initialize_from={path!r} is not a training run (no complete step-*/{MARKER}), a checkpoint folder "
-        "(config.json + model/) or a Hugging Face folder (config.json + model.safetensors)"
+        f"initialize_from={path!r} is not a training run (no complete step-*/{CHECKPOINT_MARKER}), a checkpoint "
+        "folder (config.json + model/) or a Hugging Face folder (config.json + model.safetensors)"
     )
 
 
@@ -123,7 +113,7 @@ class InitialCheckpoint:
         kind, folder = resolve_source(os.fspath(path), step)
         names = [f"{folder}/config.json"]
         if kind == "schooner":
-            names += [f"{folder}/{MARKER}"] if _exists(f"{folder}/{MARKER}") else []
+            names += [f"{folder}/{CHECKPOINT_MARKER}"] if _exists(f"{folder}/{CHECKPOINT_MARKER}") else []
         elif _exists(f"{folder}/model.safetensors.index.json"):
             names.append(f"{folder}/model.safetensors.index.json")
         else:
@@ -137,7 +127,7 @@ class InitialCheckpoint:
         return self.path
 
     def __schooner_canonical__(self) -> dict[str, Any]:
-        marked = any(e.name == MARKER for e in self.metadata.entries)
+        marked = any(e.name == CHECKPOINT_MARKER for e in self.metadata.entries)
         where = os.path.basename(self.path.rstrip("/")) if marked else self.path
         return {"__class__": "InitialCheckpoint", "checkpoint": where, "metadata": self.metadata}
 
