@@ -214,8 +214,10 @@ def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | 
 
 
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
+    import fsspec
+
+    from schooner.model import CHECKPOINT_MARKER, find_checkpoint, load_model
     from schooner.model import export_hf as write_hf
-    from schooner.model import find_checkpoint, load_model
     from schooner.tokenize import load_tokenizer
 
     from ._checkpoint import read_marker
@@ -244,10 +246,10 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
         **{k: v for k, v in ids.items() if v is not None},
     )
     chat = write_chat_template(output_path, tok, config) if tok_path is not None else None
-    marker = os.path.join(folder, "checkpoint.json")
+    fs, marker = fsspec.core.url_to_fs(f"{folder}/{CHECKPOINT_MARKER}")  # none in a save_model folder
     record = {
         "checkpoint": folder,
-        "step": read_marker(folder)["step"] if os.path.exists(marker) else None,
+        "step": read_marker(folder)["step"] if fs.exists(marker) else None,
         "tokenizer": tok_path,
         "tokenizer_fingerprint": fingerprint,
         "dtype": config.dtype,
