@@ -4,7 +4,7 @@ Output folders need a shard per task, written atomically and durably; records re
 none of that. The last stage of a plan (every stage before it still ends in spill files) therefore runs:
 
 - `client="inline"`: in this process, its records streamed to the caller as each task yields them (no
-  file, no serialization: each record is copied as its JSON round trip would give it, ~2 us a page);
+  file, no serialization: each record is copied as its JSON round trip would give it, ~4 us a page);
 - on a `LocalClient`: in its worker processes, each task's records passed back with its result as JSON
   lines (the encoding of spill files; no file, no fsync; a task with over 64 MiB of them spills to a file);
 - on any other client (Ray, whose workers may be on other hosts), or with `work_dir=` (which keeps every

@@ -104,7 +104,7 @@ def copy_json(obj: Any, encode: Callable[[Any], bytes] = dumps_json) -> Any:
     bools, None, finite floats); anything else (a tuple, a non-string key, NaN, another type) goes through
     `encode` (`dumps_json` or a wrapper naming the record in its error) and the decoder, so the result is
     what a file would give back, or the encoder's `TypeError`.
-    ~2 us for a 6 KB page record, where the round trip costs 30-100 us.
+    ~4 us for a 6 KB page record, where the round trip costs 30-100 us.
     """
     try:
         return _copy(obj)
