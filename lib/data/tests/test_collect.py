@@ -76,7 +76,7 @@ def test_same_records_in_the_same_order_as_through_files(tmp_path, local_client,
     assert all(r["metadata"]["len"] == len(r["text"]) for r in fast)
 
 
-@pytest.mark.parametrize("where", ["inline", "local"])
+@pytest.mark.parametrize("where", ["inline", pytest.param("local", marks=pytest.mark.slow)])  # local: ~5 s
 def test_a_map_error_is_the_same_error(tmp_path, local_client, where) -> None:
     ds = _pipeline(_write_inputs(tmp_path), bad_map=True)
     client = "inline" if where == "inline" else local_client
@@ -242,3 +242,26 @@ def test_copy_json_is_the_json_round_trip(value) -> None:
         return
     got = copy_json(value)
     assert repr(got) == repr(want)  # equal, and the same types (lists, not tuples; None, not NaN)
+
+
+def _fail_on_demand(r: dict) -> dict:
+    if os.environ.get("SCHOONER_TEST_FAIL_ID") == r["id"]:
+        raise ValueError(f"failing on {r['id']} on purpose")
+    return r
+
+
+def test_work_dir_keeps_the_files_path_and_a_rerun_reuses_finished_tasks(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    ds = Dataset.from_records(make_records(30), num_shards=3).map(_fail_on_demand)
+    want = ds.collect(client="inline", progress=False)
+    work = str(tmp_path / "work")
+    monkeypatch.setenv("SCHOONER_TEST_FAIL_ID", "r00025")
+    with pytest.raises(ValueError, match="on purpose"):
+        ds.collect(client="inline", progress=False, work_dir=work)
+    assert any(f.endswith(".spill") for _, _, fs in os.walk(work) for f in fs)  # staged for the rerun
+    monkeypatch.delenv("SCHOONER_TEST_FAIL_ID")
+    with caplog.at_level(logging.INFO, logger="schooner.data"):
+        assert ds.collect(client="inline", progress=False, work_dir=work) == want
+    assert any("reused 2 of 3 finished tasks" in r.getMessage() for r in caplog.records)
+    assert os.listdir(work) == []  # removed once the plan succeeded
