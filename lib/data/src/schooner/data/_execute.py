@@ -35,7 +35,8 @@ class Execution:
 
     Attributes:
         client: A `schooner.cluster.Client`; None means `current_client()` (LocalClient by default);
-            `"inline"` runs every task in this process, one after another (debugging).
+            `"inline"` runs every task in this process, one after another (debugging, and small collects:
+            the records of the last stage then stream to the caller with nothing written).
         max_workers: At most this many tasks at once (None: as many as the client fits).
         resources: Resources of each task (None: one CPU).
         retries: Reruns of a task that failed with a transient error (I/O, a lost worker); bad input and
