@@ -7,21 +7,26 @@ batches. Models: a toy MoE (2 layers, width 64, 8 experts, top-2) and `presets.m
 512, 8 experts, top-2) with a 256-id byte vocabulary.
 
 Reported per run, after `--warmup` steps: the mean, largest and 95th-percentile max/mean expert load (the
-busiest expert of the busiest layer, relative to an even share), and the mean cross-entropy of the last 20
-steps (the same batches in every run); plus the "floor": the max/mean load the final model shows on 20
-fresh batches with its parameters frozen, i.e. what batch-to-batch variation of the data alone gives at this
-batch size. A PNG of load over steps (the three balancing modes side by side, one panel per model) is
-written to `docs/images/moe_balance.png`, the per-step rows to `benchmarks/results/moe_balance.json`.
+busiest expert of the busiest layer, relative to an even share, of each step's batch, routed by the bias
+set from earlier batches), and the mean cross-entropy of the last 20 steps (the same batches in every run).
+For quantile runs also the data's noise floor against batch size: the trained router frozen with the best
+FIXED bias (solved on `--pool` held-out sequences), its max/mean load on `--floor-n` fresh batches of each
+size in `--floor-batches`: what batch-to-batch variation of the data alone gives, so what no bias taken from
+past batches can beat. A PNG (load over steps, the modes side by side, one panel per model, and the noise
+floor against tokens per batch) goes to `docs/images/moe_balance.png`, the per-step rows to
+`benchmarks/results/moe_balance.json`.
 
-Measured 2026-12-01 for `moe_small` (shared 2-core CPU, load average 8-24, 63 s/step, so a cut-down run):
-`--models moe_small --modes quantile` and `--modes aux_loss`, each `--batch 8 --seq 64 --steps 30 --warmup 10`:
-quantile after step 10 mean 2.84, p95 3.92 (floor p95 2.22), last 10 steps 2.47, final CE 3.384; aux loss
-mean 3.98, p95 4.00 (collapsed; floor 4.00), final CE 3.405. Not the goal's regime (see lib/model/README.md).
+Measured 2026-12-01 (toy, the defaults: 130 steps of 128 x 64 bytes, one process per mode, merged with
+`--merge`), after step 30: none 4.00 (collapsed), CE 3.821; aux loss mean 1.55, p95 1.99, max 2.82 (2.12
+after step 40), CE 3.817; quantile mean 1.13, p95 1.25, max 1.35 (1.26 after step 37: the bias, set from
+the batch before, lags the router's inputs while they move fastest), CE 3.816. Noise floor: see
+lib/model/README.md. `moe_small`: a cut-down run only (lib/model/README.md).
 
 Usage:
-    uv run python benchmarks/moe_balance.py                        # toy, 120 steps of 32 x 64 bytes (the PNG)
-    uv run python benchmarks/moe_balance.py --models moe_small --steps 120 --batch 16 --seq 128
-    uv run python benchmarks/moe_balance.py --batch 128 --seq 128 --steps 300 --warmup 50  # a lower floor
+    uv run python benchmarks/moe_balance.py                        # toy, 130 steps of 128 x 64 bytes (the PNG)
+    uv run python benchmarks/moe_balance.py --modes quantile --json q.json   # one mode per process, then:
+    uv run python benchmarks/moe_balance.py --merge none.json,aux.json,q.json
+    uv run python benchmarks/moe_balance.py --models moe_small --steps 300 --warmup 50
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import time
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -62,7 +68,7 @@ def batches(stream: np.ndarray, batch: int, seq: int, seed: int):
         yield {"tokens": jnp.asarray(tokens), "segment_ids": jnp.zeros((batch, seq), jnp.int32)}
 
 
-def model_config(name: str, mode: str):
+def model_config(name: str, mode: str, rate: float | None = None):
     from schooner.model import MoEConfig, presets
 
     if name == "toy":
@@ -72,14 +78,15 @@ def model_config(name: str, mode: str):
         )  # fmt: skip
     else:
         cfg = dataclasses.replace(presets.moe_small, vocab_size=256)
-    return dataclasses.replace(cfg, load_balancing=mode, compute_dtype="float32")
+    cfg = dataclasses.replace(cfg, load_balancing=mode, compute_dtype="float32")
+    return cfg if rate is None else dataclasses.replace(cfg, router_bias_rate=rate)
 
 
 def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) -> dict:
-    from schooner.model import init, loss_fn
+    from schooner.model import init
     from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
 
-    cfg = model_config(name, mode)
+    cfg = model_config(name, mode, args.rate)
     opt = AdamConfig(**({} if args.lr is None else {"learning_rate": args.lr}))
     model = init(cfg, key=jax.random.PRNGKey(args.seed))
     tx = build_optimizer(opt, model, args.steps)
@@ -100,12 +107,12 @@ def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) ->
     seconds = time.perf_counter() - t0
     loads = np.array([r["moe/max_load_ratio"] for r in rows])
     after = loads[args.warmup :]
-    probe = jax.jit(lambda m, t: loss_fn(m, t)[1]["moe/max_load_ratio"])
     fresh = batches(stream, args.batch, args.seq, seed=10_000 + args.seed)
-    floor = [float(probe(state.model, next(fresh)["tokens"])) for _ in range(20)]
+    floor = [float(max_load(state.model, next(fresh)["tokens"])) for _ in range(20)]
     return {
         "model": name,
         "mode": mode,
+        "label": mode if args.rate is None else f"{mode} (rate {args.rate:g})",
         "load": loads.tolist(),
         "ce": [r["ce_loss"] for r in rows],
         "mean_after_warmup": float(after.mean()),
@@ -115,24 +122,66 @@ def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) ->
         "floor_p95": float(np.percentile(floor, 95)),
         "floor_max": float(max(floor)),
         "seconds_per_step": seconds / args.steps,
+        "noise_floor": noise_floor(state.model, stream, args) if mode == "quantile" else [],
     }
 
 
+@jax.jit
+def max_load(model, tokens: jax.Array) -> jax.Array:
+    """max/mean expert load (busiest expert of the busiest layer) of one forward pass, the model frozen."""
+    from schooner.model import loss_fn
+
+    return loss_fn(model, tokens)[1]["moe/max_load_ratio"]
+
+
+def noise_floor(model, stream: np.ndarray, args: argparse.Namespace) -> list[dict]:
+    """The data's noise floor: max/mean load of the trained router, its bias solved once on a large held-out
+    pool (``--pool`` sequences; the best FIXED bias), on ``--floor-n`` fresh batches of each size in
+    ``--floor-batches`` (sequences of ``--seq`` bytes). No router whose bias comes from past batches does
+    better on average: what is left is the batch-to-batch variation of the data."""
+    from schooner.model import loss_and_balance
+
+    shift = jax.jit(lambda m, t: loss_and_balance(m, t)[1][1].shift)
+    pool = next(batches(stream, args.pool, args.seq, seed=20_000 + args.seed))["tokens"]
+    for _ in range(4):  # the layers interact (layer 1 sees layer 0's output): a few rounds
+        bias = model.layers.stacked.mlp.router_bias.array + shift(model, pool)
+        model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, bias)
+    out = []
+    for size in (int(b) for b in args.floor_batches.split(",")):
+        fresh = batches(stream, size, args.seq, seed=30_000 + size + args.seed)
+        loads = np.array([float(max_load(model, next(fresh)["tokens"])) for _ in range(args.floor_n)])
+        out.append({"batch": size, "tokens": size * args.seq, "mean": float(loads.mean()),
+                    "p95": float(np.percentile(loads, 95)), "max": float(loads.max())})  # fmt: skip
+        print(
+            f"  noise floor at {size} x {args.seq}: p95 {out[-1]['p95']:.3f}, max {out[-1]['max']:.3f}",
+            flush=True,
+        )
+    return out
+
+
 def plot(results: list[dict], args: argparse.Namespace, path: str) -> None:
+    """Load over steps (one panel per model, the modes side by side) and the noise floor against batch size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = sorted({r["model"] for r in results}, key=["toy", "moe_small"].index)
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4), dpi=110, squeeze=False)
+    floors = {r["model"]: r["noise_floor"] for r in results if r.get("noise_floor")}
+    panels = len(models) + bool(floors)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.3), dpi=110, squeeze=False)
     for ax, name in zip(axes[0], models):
         for r in (r for r in results if r["model"] == name):
             label = (
-                f"{r['mode']} (after warm-up: mean {r['mean_after_warmup']:.2f}, p95 {r['p95_after_warmup']:.2f}, "
-                f"data floor p95 {r['floor_p95']:.2f}; final CE {r['final_ce']:.3f})"
+                f"{r.get('label', r['mode'])}: after warm-up mean {r['mean_after_warmup']:.2f}, p95 {r['p95_after_warmup']:.2f}, "
+                f"max {r['max_after_warmup']:.2f}; final CE {r['final_ce']:.3f}"
             )
             ax.plot(np.arange(1, len(r["load"]) + 1), r["load"], linewidth=1, label=label)
+        here = [f for f in floors.get(name, []) if f["batch"] == args.batch]
+        if here:
+            ax.axhspan(
+                1.0, here[0]["p95"], color="gray", alpha=0.15, label=f"noise floor p95 {here[0]['p95']:.2f}"
+            )
         ax.axhline(1.3, color="gray", linestyle="--", linewidth=0.8)
         ax.axvline(args.warmup, color="gray", linestyle=":", linewidth=0.8)
         ax.set_yscale("log")
@@ -140,7 +189,24 @@ def plot(results: list[dict], args: argparse.Namespace, path: str) -> None:
         ax.set_yticklabels(["1", "1.3", "2", "3", "4"])
         ax.set_xlabel("step")
         ax.set_ylabel("max / mean expert load (busiest layer)")
-        ax.set_title(f"{name}: batch {args.batch} x {args.seq} bytes, AdamW lr {args.lr or 3e-4:g}")
+        lr = args.lr or 3e-4
+        ax.set_title(f"{name}: batch {args.batch} x {args.seq} bytes, AdamW lr {lr:g}", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if floors:
+        ax = axes[0][-1]
+        for name, rows in floors.items():
+            tokens = [f["tokens"] for f in rows]
+            ax.plot(tokens, [f["p95"] for f in rows], marker="o", label=f"{name}: p95")
+            ax.plot(tokens, [f["max"] for f in rows], marker="^", linestyle=":", label=f"{name}: max")
+        ax.axhline(1.3, color="gray", linestyle="--", linewidth=0.8)
+        ax.axvline(
+            args.batch * args.seq, color="gray", linestyle=":", linewidth=0.8, label="this run's batch"
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per batch")
+        ax.set_ylabel("max / mean load, best fixed bias, fresh batches")
+        ax.set_title(f"noise floor of the data ({args.floor_n} fresh batches per size)", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -152,15 +218,34 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="toy", help="comma-separated: toy, moe_small")
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--steps", type=int, default=130)
     p.add_argument("--warmup", type=int, default=30, help="steps left out of the after-warm-up figures")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=128)
     p.add_argument("--seq", type=int, default=64)
     p.add_argument("--lr", type=float, default=None, help="AdamW peak learning rate (default: AdamConfig's)")
+    p.add_argument("--rate", type=float, default=None, help="router_bias_rate (default: MoEConfig's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--pool", type=int, default=1024, help="sequences the noise floor's fixed bias is solved on"
+    )
+    p.add_argument("--floor-batches", default="32,128,256,512", help="batch sizes (sequences) of the floor")
+    p.add_argument("--floor-n", type=int, default=30, help="fresh batches per floor size")
     p.add_argument("--png", default=os.path.join(HERE, "..", "docs", "images", "moe_balance.png"))
     p.add_argument("--json", default=os.path.join(HERE, "results", "moe_balance.json"))
+    p.add_argument(
+        "--merge",
+        default=None,
+        help="comma-separated JSON files of earlier runs (same --batch/--seq/--steps, e.g. one mode per process): "
+        "plot and save their results together instead of training",
+    )
     args = p.parse_args()
+    if args.merge:
+        results = []
+        for path in args.merge.split(","):
+            with open(path) as f:
+                results += json.load(f)["results"]
+        save(results, args)
+        return
     print(f"devices {jax.devices()}  cpus {os.cpu_count()}  load average {os.getloadavg()}")
     stream = byte_stream()
     results = []
@@ -171,10 +256,14 @@ def main() -> None:
             print(
                 f"{name:9s} {mode:9s} after step {args.warmup}: max/mean load mean {r['mean_after_warmup']:.2f}, "
                 f"max {r['max_after_warmup']:.2f}, "
-                f"p95 {r['p95_after_warmup']:.2f} | final CE {r['final_ce']:.4f} | floor (frozen model, fresh "
-                f"batches) p95 {r['floor_p95']:.2f}, max {r['floor_max']:.2f} | {r['seconds_per_step']:.2f} s/step",
+                f"p95 {r['p95_after_warmup']:.2f} | final CE {r['final_ce']:.4f} | frozen final model on fresh "
+                f"batches: p95 {r['floor_p95']:.2f}, max {r['floor_max']:.2f} | {r['seconds_per_step']:.2f} s/step",
                 flush=True,
             )
+    save(results, args)
+
+
+def save(results: list[dict], args: argparse.Namespace) -> None:
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"args": vars(args), "results": results}, f)
