@@ -380,3 +380,46 @@ def test_concurrent_pickling_ships_unimportable_modules_by_value(tmp_path) -> No
             assert out.stdout.decode().strip() == "42"
     finally:
         del sys.modules[spec.name]
+
+
+def die_leaving_a_child(marker: str, value: int = 0) -> int:
+    """The first call forks a child that keeps the worker's socket open, then SIGKILLs only the worker: its
+    death closes no socket (what a job that starts background processes does), so only the exit tells."""
+    import signal
+
+    if not os.path.exists(marker):
+        Path(marker).write_text("died once")
+        if os.fork() == 0:  # the child sleeps holding every descriptor of the worker
+            time.sleep(120)
+            os._exit(0)
+        os.kill(os.getpid(), signal.SIGKILL)
+    return value * 2
+
+
+def _within(seconds: float, fn, *args):
+    """`fn(*args)` on a thread, failing the test (instead of hanging it) when it takes longer than `seconds`."""
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        return pool.submit(fn, *args).result(timeout=seconds)
+    except concurrent.futures.TimeoutError:
+        pytest.fail(f"still waiting after {seconds} s for a worker that was SIGKILLed")
+    finally:
+        pool.shutdown(wait=False)
+
+
+def test_a_killed_worker_whose_socket_stays_open_is_noticed_by_map(local_client, tmp_path):
+    marker = str(tmp_path / "marker")
+    res = ResourceConfig.with_cpu(max_retries_preemption=1)
+    got = _within(60, lambda: list(local_client.map(die_leaving_a_child, [marker] * 3, resources=res)))
+    assert got == [0, 0, 0]
+    assert Path(marker).exists()
+
+
+def test_a_killed_worker_whose_socket_stays_open_is_noticed_by_a_job(local_client, tmp_path):
+    marker = str(tmp_path / "marker")
+    res = ResourceConfig.with_cpu(max_retries_preemption=1)
+    job = local_client.submit(die_leaving_a_child, marker, 21, resources=res)
+    assert _within(60, job.result) == 42
+    assert job.attempts == 2

@@ -161,7 +161,11 @@ def local_map(
                 raise error_from_info(label, res[1])
             if exhausted and not retry and not any(inflight.values()):
                 return
-            for key, _ in sel.select():
+            events = sel.select(timeout=1.0)
+            if not events:  # a worker killed while a process it started holds its socket sends no EOF
+                for w in [w for w, queue in inflight.items() if queue and w.exited_silently()]:
+                    worker_died(w)
+            for key, _ in events:
                 w = key.data
                 msg = w.recv()
                 if msg is None:

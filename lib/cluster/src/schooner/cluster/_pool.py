@@ -77,13 +77,29 @@ class WorkerProcess:
             return False
 
     def recv(self, timeout: float | None = None) -> tuple | None | Literal[False]:
-        """The next reply; None when the worker died; False when `timeout` passed first."""
-        if timeout is not None and not _readable(self.sock, timeout):
-            return False
+        """The next reply; None when the worker died; False when `timeout` passed first.
+
+        A worker's death closes its socket, unless a process it started still holds it (a job that forks
+        or leaves background processes): so the wait also checks, every second, whether the worker exited.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            if _readable(self.sock, left):
+                break
+            if self.exited_silently():
+                self.dead = True
+                return None
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
         msg = _worker.recv_frame(self.sock)
         if msg is None:
             self.dead = True
         return msg
+
+    def exited_silently(self) -> bool:
+        """The worker's process is gone and left nothing to read (its socket may still be open elsewhere)."""
+        return self.proc.poll() is not None and not _readable(self.sock, 0)
 
     def death_reason(self) -> str:
         """How the worker ended, e.g. 'killed by SIGKILL' (waits briefly for its exit status)."""
