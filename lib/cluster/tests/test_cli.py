@@ -113,6 +113,7 @@ def test_run_then_status_then_explain_names_the_changed_field(tmp_path) -> None:
     assert history.returncode == 0 and "config.scale: 3 -> 4" in history.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_step_exits_non_zero_and_a_rerun_resumes_there(tmp_path) -> None:
     prefix, log = tmp_path / "out", tmp_path / "log"
     proc = schooner("run", CHAIN, "--prefix", str(prefix), env={"EXP_LOG": str(log), "EXP_FAIL": "cubes"})
@@ -129,6 +130,7 @@ def test_a_failing_step_exits_non_zero_and_a_rerun_resumes_there(tmp_path) -> No
     assert sorted(s for e, s in log_lines(log) if e == "start") == ["cubes", "numbers", "report/total"]
 
 
+@pytest.mark.slow
 def test_kill_9_mid_step_then_rerun_takes_over_and_matches_an_uninterrupted_run(tmp_path) -> None:
     prefix, log = tmp_path / "out", tmp_path / "log"
     env = {**os.environ, "EXP_LOG": str(log), "EXP_SLEEP": "squares=60", "COLUMNS": "250"}

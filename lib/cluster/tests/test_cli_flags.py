@@ -63,6 +63,7 @@ def test_every_steps_output_is_streamed_unless_quiet(tmp_path: Path) -> None:
     assert quiet.stdout.strip() == ""
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ray_is_not_started_for_a_dry_run_or_an_all_cached_plan(tmp_path: Path) -> None:
     prefix = tmp_path / "out"
@@ -76,6 +77,7 @@ def test_ray_is_not_started_for_a_dry_run_or_an_all_cached_plan(tmp_path: Path) 
     assert "Started a local Ray" not in cached.stdout + cached.stderr
 
 
+@pytest.mark.slow
 def test_a_code_change_without_a_version_bump_is_noted_in_every_plan(tmp_path: Path) -> None:
     exp = tmp_path / "chain.py"
     shutil.copy(CHAIN, exp)

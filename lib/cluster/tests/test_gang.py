@@ -86,6 +86,7 @@ def jax_env(devices_per_process: int) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_multi_process_jax_equals_one_process(local_client: LocalClient) -> None:
     pytest.importorskip("jax", reason="jax is not a dependency of schooner-cluster (the exact guard's env)")
     local_client.submit(jax_devices).result(timeout=120)  # a warm worker that has imported jax already

@@ -131,6 +131,7 @@ def _run_config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
     return TrainConfig(**args)
 
 
+@pytest.mark.slow
 def test_fsdp_and_tensor_parallel_match_one_device(nano, data_dir, tmp_path, read_losses) -> None:
     assert len(jax.devices()) == 8
     runs = {
