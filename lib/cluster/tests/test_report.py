@@ -423,7 +423,21 @@ def test_tables_a_result_names_are_drawn_cell_for_cell(tmp_path):
         assert float(got[1]) == pytest.approx(row[1], rel=1e-5) and int(got[2]) == row[2]
         assert got[3] == "—"
     text = card.text()
-    assert "result.tables[1] is not a table" in text and "result.tables[2] is not a table" in text
+    assert "result.tables[1] is not a table: row 0 has 2 values for 1 columns" in text
+    assert "result.tables[2] is not a table: a str" in text
+
+
+def _one_table_unwrapped(config: TablesConfig, output_path: str) -> dict:
+    os.makedirs(output_path, exist_ok=True)
+    return {"tables": {"title": "t", "columns": ["a"], "rows": [[config.rows]]}}
+
+
+def test_tables_that_are_not_a_list_are_named_not_dropped(tmp_path):
+    handle = step("eval/unwrapped", _one_table_unwrapped, TablesConfig(rows=1))
+    runner = StepRunner(prefix=str(tmp_path), quiet=True)
+    assert runner.run([handle]).ok
+    card = card_of(parse(Path(write_report(str(tmp_path))).read_text(encoding="utf-8")), handle.key)
+    assert "result.tables is not a list of tables (got dict)" in card.text()
 
 
 def test_report_to_another_folder_links_relative_to_it(prefix: Prefix, tmp_path):

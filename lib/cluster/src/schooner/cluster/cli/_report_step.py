@@ -55,23 +55,42 @@ def _cell(value: Any) -> str:
     return esc("—" if value is None else value)
 
 
+def _table_problem(t: Any) -> str | None:
+    """What keeps `t` from being a table, or None."""
+    if not isinstance(t, dict):
+        return f"a {type(t).__name__}, not a dict with title, columns and rows"
+    for key in ("columns", "rows"):
+        if not isinstance(t.get(key), list):
+            return f'"{key}" is {"missing" if key not in t else "a " + type(t[key]).__name__}, not a list'
+    for j, r in enumerate(t["rows"]):
+        if not isinstance(r, list):
+            return f"row {j} is a {type(r).__name__}, not a list"
+        if len(r) != len(t["columns"]):
+            return f"row {j} has {len(r)} values for {len(t['columns'])} columns"
+    return None
+
+
 def tables_section(result: Any) -> str:
     """The tables a step's result names: `result["tables"]`, a list of `{"title": str, "columns": [str, ...],
     "rows": [[value, ...], ...]}` (values are numbers, strings or None). An entry of another shape is named in
     a line of its own, never dropped silently; rows past MAX_TABLE_ROWS are counted."""
-    tables = result.get("tables") if isinstance(result, dict) else None
-    if not isinstance(tables, list) or not tables:
+    if not isinstance(result, dict) or "tables" not in result:
         return ""
+    tables = result["tables"]
+    if not isinstance(tables, list):
+        return (
+            f'<p class="muted">result.tables is not a list of tables (got {esc(type(tables).__name__)}): '
+            'a step names its tables as [{"title": ..., "columns": [...], "rows": [[...], ...]}, ...]</p>'
+        )
     parts = []
     for i, t in enumerate(tables):
-        ok = isinstance(t, dict) and isinstance(t.get("columns"), list) and isinstance(t.get("rows"), list)
-        rows = t["rows"] if ok else []
-        if not ok or not all(isinstance(r, list) and len(r) == len(t["columns"]) for r in rows):
+        problem = _table_problem(t)
+        if problem:
             parts.append(
-                f'<p class="muted">result.tables[{i}] is not a table (a dict with "title", "columns" and '
-                "rows of as many values as columns); see the JSON below</p>"
+                f'<p class="muted">result.tables[{i}] is not a table: {esc(problem)}; see the JSON below</p>'
             )
             continue
+        rows = t["rows"]
         body = table(
             [str(c) for c in t["columns"]],
             ([_cell(v) for v in r] for r in rows[:MAX_TABLE_ROWS]),
