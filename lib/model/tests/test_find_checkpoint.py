@@ -75,6 +75,22 @@ def test_a_checkpoint_folder_is_itself(run, tmp_path) -> None:
         find_checkpoint(plain, 5)
 
 
+def test_an_incomplete_step_folder_named_directly_is_refused(run) -> None:
+    for name in ("step-000020", "step-000030.tmp-123"):  # config.json but no marker
+        with pytest.raises(FileNotFoundError, match=r"is an incomplete checkpoint: .*pass the run folder"):
+            find_checkpoint(f"{run}/{name}")
+
+
+@pytest.mark.parametrize("step", ["10", -1, 2.0, True])
+def test_a_step_that_is_not_a_whole_number_is_refused(run, step) -> None:
+    with pytest.raises(ValueError, match=r"step=.*a whole number >= 0"):
+        find_checkpoint(str(run), step)
+
+
+def test_only_ascii_digits_name_a_step() -> None:
+    assert checkpoint_step("step-\uff10\uff10\uff10\uff10\uff11\uff10") is None
+
+
 def test_a_missing_step_lists_the_steps_the_run_has(run) -> None:
     with pytest.raises(FileNotFoundError) as info:
         find_checkpoint(str(run), 20, who="export_hf: ")

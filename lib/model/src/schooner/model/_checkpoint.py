@@ -28,7 +28,8 @@ CONFIG_FILE = "config.json"
 MODEL_DIR = "model"
 CHECKPOINT_MARKER = "checkpoint.json"
 """Written last into a training checkpoint folder (the step, metrics, data position): marks it complete."""
-_STEP_FOLDER = re.compile(r"^step-(\d{6,})$")
+_STEP_FOLDER = re.compile(r"^step-([0-9]{6,})$")
+_STEP_TEMP = re.compile(r"^step-[0-9]{6,}\.tmp-")
 
 
 def _sub(folder: str | os.PathLike, name: str) -> str:
@@ -175,9 +176,20 @@ def find_checkpoint(path: str | os.PathLike, step: int | None = None, *, who: st
         >>> find_checkpoint("runs/nano")  # doctest: +SKIP
         'runs/nano/step-000200'
     """
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ValueError(f"{who}step={step!r}: a step is a whole number >= 0 (or None for the latest)")
     path = os.fspath(path).rstrip("/")
     fs, root = _fs(path)
     if fs.exists(f"{root}/{CONFIG_FILE}"):
+        name = root.rsplit("/", 1)[-1]
+        temporary = _STEP_TEMP.match(name) is not None
+        if temporary or (checkpoint_step(name) is not None and not fs.exists(f"{root}/{CHECKPOINT_MARKER}")):
+            what = "a temporary write" if temporary else f"a run's step folder without {CHECKPOINT_MARKER}"
+            raise FileNotFoundError(
+                f"{who}{path!r} is an incomplete checkpoint: {what} (the train loop writes the marker last and "
+                "then renames: still being written, or the write was cut); pass the run folder for its latest "
+                "complete checkpoint"
+            )
         if step is not None:
             raise ValueError(
                 f"{who}{path!r} is one checkpoint (it holds {CONFIG_FILE}); step={step} names a step of a "
