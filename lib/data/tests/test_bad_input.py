@@ -160,6 +160,8 @@ def test_skip_counts_and_keeps_examples(tmp_path) -> None:
         f"{path}, line 3",
         f"{path}, line 5",
     ]
+    # what a skip records does not advise the skip the caller already asked for
+    assert not any("on_error" in e for e in skips.examples), skips.examples
 
 
 def test_pipeline_skips_end_in_manifest(tmp_path, local_client) -> None:

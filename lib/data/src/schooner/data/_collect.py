@@ -11,7 +11,9 @@ none of that. The last stage of a plan (every stage before it still ends in spil
   stage's finished tasks for a rerun): to spill files in the work folder, read back in order.
 
 All three give the same records in the same order, count the same skipped input (a warning names how
-many and the first few), and raise the same errors; `stream` is the in-process path, on its own so tests
+many and the first few), and raise the same `DataError` for bad input (file and line); an exception raised by
+a user's function arrives as itself in-process and, from a worker, wrapped in the client's `JobError` (as
+for every operation run on a client); `stream` is the in-process path, on its own so tests
 can compare it with the spill files (`via_files=True`).
 """
 

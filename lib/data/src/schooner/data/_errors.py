@@ -44,6 +44,11 @@ class DataError(ValueError):
         super().__init__(f"{self.location}: {reason}" + (f"; {fix}" if fix else ""))
 
     @property
+    def skipped_message(self) -> str:
+        """The message without its fix: what a skip records (the fix, e.g. "pass on_error='skip'", is moot)."""
+        return f"{self.location}: {self.reason}"
+
+    @property
     def location(self) -> str:
         """`file, line N` / `file, row group G, row R` / `file`."""
         parts = [self.path]
@@ -103,7 +108,7 @@ class SkipLog:
     def add(self, err: DataError) -> None:
         self.skipped += 1
         if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append(str(err))
+            self.examples.append(err.skipped_message)
 
     def merge(self, other: SkipLog | dict) -> None:
         if isinstance(other, dict):
@@ -132,7 +137,7 @@ def handle(err: DataError, on_error: str, skips: SkipLog | None) -> None:
         raise err
     log = skips if skips is not None else _default_skips
     if log.skipped < MAX_EXAMPLES:
-        _logger.warning("skipping bad input: %s", err)
+        _logger.warning("skipping bad input: %s", err.skipped_message)
     log.add(err)
 
 
