@@ -54,6 +54,7 @@ def test_resources_are_checked_for_the_whole_plan_before_anything_runs(tmp_path:
     assert not log.exists()  # `numbers`, its input, never ran
 
 
+@pytest.mark.slow
 def test_every_steps_output_is_streamed_unless_quiet(tmp_path: Path) -> None:
     loud = schooner("run", str(HERE / "printer.py"), "--prefix", str(tmp_path / "a"))
     assert loud.returncode == 0, loud.stderr
@@ -98,6 +99,7 @@ def test_a_code_change_without_a_version_bump_is_noted_in_every_plan(tmp_path: P
         assert len(lines) == 2 and all("chain:write_power" in ln for ln in lines), proc.stdout
 
 
+@pytest.mark.slow
 def test_status_and_report_of_a_missing_prefix_are_errors_that_create_nothing(tmp_path: Path) -> None:
     typo = tmp_path / "typo"
     for cmd in (("report",), ("status",)):
@@ -117,7 +119,7 @@ def _wait_for(path_glob: str, root: Path, lines: int, proc: subprocess.Popen, ti
     raise AssertionError("timed out")
 
 
-@pytest.mark.parametrize("where", ["process", "cluster"])
+@pytest.mark.parametrize("where", ["process", pytest.param("cluster", marks=pytest.mark.slow)])
 def test_ctrl_c_prints_one_line_records_interrupted_and_stops_the_job(tmp_path: Path, where: str) -> None:
     prefix, child_log = tmp_path / "out", tmp_path / "child.log"
     env = {
@@ -166,6 +168,7 @@ def _alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
+@pytest.mark.slow
 def test_the_prefix_is_absolute_in_the_plan_the_status_and_the_records(tmp_path: Path) -> None:
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
