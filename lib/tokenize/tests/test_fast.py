@@ -63,7 +63,9 @@ LOOKALIKES = [
     "<|begin_of_text|>", "<|reserved_special_token_3|>", "<|fim_prefix|>", "<|", "|>", "<tool_call", "<<|user|>>",
 ]  # fmt: skip
 pieces = st.one_of(
-    st.characters(),  # every plane (surrogates excluded: below)
+    st.characters(
+        codec="utf-8"
+    ),  # every plane; lone surrogates (which st.characters() can draw) are tested below
     st.text(st.sampled_from(" \t\n\r\u00a0\u3000\u2028\x0b\x0c"), min_size=1, max_size=12),  # whitespace runs
     st.text(st.characters(categories=["Nd", "No", "Nl"]), min_size=1, max_size=8),  # digits of every script
     st.text(st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF), min_size=1, max_size=4),  # emoji
