@@ -283,3 +283,22 @@ def test_pickled_cache_reopens_its_arrays(tokenizer: Tokenizer, tmp_path) -> Non
     assert np.array_equal(back.tokens(0, back.num_tokens), before)
     assert np.array_equal(before, np.concatenate(docs))
     assert [back.document(i).tolist() for i in range(len(docs))] == [d.tolist() for d in docs]
+
+
+def test_a_text_split_left_empty_is_a_warning_naming_it_and_the_fix(tokenizer_path, tmp_path, caplog) -> None:
+    """A plain-text build said nothing when its validation_fraction routed no document to validation (a
+    held-out set asked for and silently not built): it warns like chat and preference builds do."""
+    import logging
+
+    from schooner.tokenize._encode import split_of
+
+    path = str(tmp_path / "recs")
+    ids = [f"d{i}" for i in range(6)]
+    assert all(split_of(i, 0.02, 0) == "train" for i in ids)  # the hash routes none to validation
+    write_records([make_record(f"text number {i}", source="t", id=i) for i in ids], path, format="jsonl")
+    with caplog.at_level(logging.WARNING, logger="schooner.tokenize"):
+        summary = build_cache(path, str(tmp_path / "out"), tokenizer_path, validation_fraction=0.02)
+    assert summary["validation_documents"] == 0 and summary["train_documents"] == 6
+    (warning,) = [r.getMessage() for r in caplog.records if "split is empty" in r.getMessage()]
+    assert "the validation split is empty: 0 of 6 documents" in warning and "validation_fraction=0.02" in warning
+    assert summary["warnings"] == [warning]

@@ -266,7 +266,7 @@ def build_cache(
         "long_documents": train["long_documents"],
         "long_documents_uncut": train["long_documents_uncut"],
     }
-    if kind != "text" and validation_fraction > 0:
+    if validation_fraction > 0:
         summary["warnings"] = _empty_splits(output, kind, validation_fraction, split_seed, manifests)
         for message in summary["warnings"]:
             logger.warning(message)
@@ -280,7 +280,7 @@ def _empty_splits(output: str, kind: str, fraction: float, seed: int, manifests:
     """A message for each split the id hash left empty (a held-out set asked for and not built, or nothing to
     train on), naming the split, the counts and the fix."""
     per_record = 2 if kind == "preference" else 1  # a preference record is two documents
-    what = "pairs" if kind == "preference" else "conversations"
+    what = {"preference": "pairs", "chat": "conversations"}.get(kind, "documents")
     counts = {split: m["num_documents"] // per_record for split, m in manifests.items()}
     total = sum(counts.values())
     fixes = {
