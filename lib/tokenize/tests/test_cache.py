@@ -300,5 +300,7 @@ def test_a_text_split_left_empty_is_a_warning_naming_it_and_the_fix(tokenizer_pa
         summary = build_cache(path, str(tmp_path / "out"), tokenizer_path, validation_fraction=0.02)
     assert summary["validation_documents"] == 0 and summary["train_documents"] == 6
     (warning,) = [r.getMessage() for r in caplog.records if "split is empty" in r.getMessage()]
-    assert "the validation split is empty: 0 of 6 documents" in warning and "validation_fraction=0.02" in warning
+    assert (
+        "the validation split is empty: 0 of 6 documents" in warning and "validation_fraction=0.02" in warning
+    )
     assert summary["warnings"] == [warning]
