@@ -59,7 +59,9 @@ DATA = {docs: 0.17, code: 0.83}  # about the corpus' own proportions: every docu
 RECIPE = ScalingRecipe(
     family=ModelFamily(vocab_size=VOCAB, min_width=16, head_dim=8, width_step=8), tokens_per_param=100
 )
-TRAIN = dict(eval_max_tokens=None)  # score the whole validation split of each cache (no sampling noise)
+# Score the whole validation split of each cache (no sampling noise); checkpoint every 500 steps (runtime-only:
+# not part of a run's identity), so that an hours-long run killed midway resumes where it was.
+TRAIN = dict(eval_max_tokens=None, checkpoint_every=500, keep_checkpoints=1)
 
 sweep = isoflop_sweep(
     "scaling/python", budgets=BUDGETS, sizes_per_budget=5, data=DATA, recipe=RECIPE, **TRAIN
@@ -73,9 +75,7 @@ forecasts = {
 
 def target_steps(width: int, methods: list[str]) -> tuple:
     """The target run (declared only once the forecasts exist), its evaluation and the scores."""
-    run = train_lm(
-        "scaling/python-target", **RECIPE.run(TARGET, width), datasets=DATA, checkpoint_every=None, **TRAIN
-    )
+    run = train_lm("scaling/python-target", **RECIPE.run(TARGET, width), datasets=DATA, **TRAIN)
     evaluation = evaluate(
         "scaling/python-target-eval",
         checkpoint=run,
@@ -103,6 +103,11 @@ def print_summary(fitted: dict, registered: RunResult, scored: RunResult, scores
             f"actual {r['actual']:.4f}  error {r['error_pct']:+.2f}%  inside {r['inside_interval']}  "
             f"registered before the run {r['registered_before_run']}"
         )
+        if r.get("backtest_error_pct") is not None:  # the largest budget predicted from the smaller ones
+            print(
+                f"  {'':<10} backtest error {r['backtest_error_pct']:+.2f}%, "
+                f"scaled to this forecast's reach {r['backtest_scaled_error_pct']:+.2f}%"
+            )
     print(f"\nreport: {write_report(scored.prefix)}")
 
 

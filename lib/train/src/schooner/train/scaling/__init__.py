@@ -24,6 +24,7 @@ from ._bootstrap import bootstrap as bootstrap
 from ._bootstrap import percentile_interval as percentile_interval
 from ._bootstrap import resample_runs as resample_runs
 from ._fit import FitConfig as FitConfig
+from ._fit import backtest as backtest
 from ._fit import fit_runs as fit_runs
 from ._fit import fit_scaling_law as fit_scaling_law
 from ._fit import read_fit as read_fit

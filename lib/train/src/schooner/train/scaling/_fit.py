@@ -23,9 +23,9 @@ from ._bootstrap import bootstrap, percentile_interval
 from ._law import ScalingLaw, ScalingRun
 from ._varpro import VarProConfig, fit_varpro
 
-__all__ = ["FitConfig", "fit_runs", "fit_scaling_law", "read_fit"]
+__all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v1"
+VERSION = "scaling-fit-v2"  # v2: fit.json holds the backtest
 LAW_METHODS = ("approach3", "varpro")
 _LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
 
@@ -68,6 +68,57 @@ def _approach2_summary(
     }
 
 
+def backtest(
+    runs: Sequence[ScalingRun],
+    *,
+    approach3: Approach3Config | None = None,
+    varpro: VarProConfig | None = None,
+) -> dict[str, Any]:
+    """Each method fitted on every budget but the largest, predicting the best run of the largest: the
+    extrapolation error a forecast's bootstrap interval does not see (it covers the noise of the runs, not a
+    law that bends away from the fitted form). A forecast extrapolating k times further (in log compute)
+    should expect about k times this error.
+
+    Returns `held_out_budget`, `fitted_budgets`, `extrapolation` (held-out budget / largest fitted one), the
+    held-out best run, and per method ("varpro", "approach3", "frontier") its `predicted` loss and
+    `error_pct`, or the `error` that stopped the fit. Needs three or more budgets.
+    """
+    runs = list(runs)
+    budgets = sorted({r.budget for r in runs})
+    if len(budgets) < 3:
+        return {"error": f"a backtest needs runs at three or more budgets; got {len(budgets)}"}
+    held = budgets[-1]
+    fitted = [r for r in runs if r.budget < held]
+    best = min((r for r in runs if r.budget == held), key=lambda r: r.loss)
+    out: dict[str, Any] = {
+        "held_out_budget": held,
+        "fitted_budgets": budgets[:-1],
+        "extrapolation": held / budgets[-2],
+        "held_out_best": best.to_dict(),
+        "methods": {},
+    }
+    fitters = {
+        "varpro": lambda: float(
+            fit_varpro(fitted, varpro or VarProConfig()).law.loss(best.params, best.tokens)
+        ),
+        "approach3": lambda: float(
+            fit_approach3(fitted, approach3 or Approach3Config()).law.loss(best.params, best.tokens)
+        ),
+        "frontier": lambda: float(fit_approach2(fitted).loss_law(held)),
+    }
+    for method, predict_best in fitters.items():
+        try:
+            predicted = predict_best()
+        except ValueError as e:
+            out["methods"][method] = {"error": str(e)}
+            continue
+        out["methods"][method] = {
+            "predicted": predicted,
+            "error_pct": 100.0 * (predicted - best.loss) / best.loss,
+        }
+    return out
+
+
 def fit_runs(
     runs: Sequence[ScalingRun],
     *,
@@ -83,7 +134,8 @@ def fit_runs(
     exponent, that method's entry holds the `error` and the other fits still run.
 
     Approach 3's replicates restart L-BFGS from the full fit's eight best end points rather than the whole
-    grid (the full fit already located the basins; this keeps the bootstrap affordable).
+    grid (the full fit already located the basins; this keeps the bootstrap affordable). `backtest` holds
+    each method's error predicting the largest budget from the others (see `backtest`).
     """
     runs = list(runs)
     approach3 = approach3 or Approach3Config()
@@ -124,6 +176,7 @@ def fit_runs(
             "replicates": [f.law.to_dict() for f in reps],
             "log_residuals": log_residuals(runs, full.law),
         }
+    out["backtest"] = backtest(runs, approach3=approach3, varpro=varpro)
     return out
 
 

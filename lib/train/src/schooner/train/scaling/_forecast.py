@@ -5,7 +5,10 @@ A forecast names its target run exactly (the recipe's model, batch, steps, token
 budget, sized compute-optimally by approach 2's N*(C) unless a width is given), predicts its final validation
 loss with one method, and gives an interval: the bootstrap replicates' predictions, each perturbed by a
 residual drawn from the fit (so the interval covers the fit's uncertainty and the scatter of single runs
-around the law). `forecast.json` records when it was written and the fit's inputs.
+around the law). `forecast.json` records when it was written and the fit's inputs, and the fit's backtest for
+the method: its error predicting the largest fitted budget from the smaller ones, and that error scaled to the
+forecast's reach (times log(target / largest) / log(largest / next largest): a misfit growing linearly in log
+compute), which the bootstrap interval does not cover.
 
 `score_forecast` reads the run's final loss, the error in percent and whether it fell inside the interval,
 and checks the registration: that the forecast was written before the run's first step.
@@ -154,6 +157,20 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         fit, config.method, target.params, target.tokens, target.flops, level=config.level, seed=config.seed
     )
     largest = max(r["budget"] for r in fit["runs"])
+    bt = fit.get("backtest", {})
+    bt_method = bt.get("methods", {}).get(config.method, {})
+    backtest = (
+        {
+            **bt_method,
+            "held_out_budget": bt["held_out_budget"],
+            "extrapolation": bt["extrapolation"],
+            "scaled_error_pct": bt_method["error_pct"]
+            * math.log(config.budget / largest)
+            / math.log(bt["extrapolation"]),
+        }
+        if "error_pct" in bt_method
+        else {"error": bt_method.get("error") or bt.get("error", "the fit has no backtest")}
+    )
     record = {
         **pred,
         "created_unix": time.time(),
@@ -161,6 +178,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "budget": config.budget,
         "extrapolation": config.budget / largest,
         "target": target.summary(),
+        "backtest": backtest,
         "fit": {
             "path": str(config.fit),
             "law": fit[config.method]["law"]
@@ -182,6 +200,10 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "budget": config.budget,
         "extrapolation": round(record["extrapolation"], 2),
         "created_at": record["created_at"],
+        "backtest_error_pct": round(backtest["error_pct"], 3) if "error_pct" in backtest else None,
+        "backtest_scaled_error_pct": round(backtest["scaled_error_pct"], 3)
+        if "error_pct" in backtest
+        else None,
         "target": {
             k: target.summary()[k]
             for k in ("width", "layers", "params", "tokens", "flops", "batch_size", "steps")
@@ -257,6 +279,8 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         "registered_before_run": started is not None and prediction["created_unix"] < started,
         "matches_target": counts["params"] == target["params"] and counts["tokens"] == target["tokens"],
         "actual_bpb": actual.get("bpb"),
+        "backtest_error_pct": prediction.get("backtest", {}).get("error_pct"),
+        "backtest_scaled_error_pct": prediction.get("backtest", {}).get("scaled_error_pct"),
     }
     os.makedirs(output_path, exist_ok=True)
     with open(f"{output_path}/score.json", "w") as f:
