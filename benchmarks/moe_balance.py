@@ -42,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-MODES = ("none", "aux_loss", "quantile")
+MODES = ("none", "aux_loss", "quantile_no_resolve", "quantile")
+LABELS = {"quantile_no_resolve": "quantile, no re-solve", "quantile": "quantile + re-solve (default)"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -78,7 +79,13 @@ def model_config(name: str, mode: str, rate: float | None = None):
         )  # fmt: skip
     else:
         cfg = dataclasses.replace(presets.moe_small, vocab_size=256)
-    cfg = dataclasses.replace(cfg, load_balancing=mode, compute_dtype="float32")
+    balancing = "quantile" if mode.startswith("quantile") else mode
+    cfg = dataclasses.replace(
+        cfg,
+        load_balancing=balancing,
+        router_bias_resolve=mode != "quantile_no_resolve",
+        compute_dtype="float32",
+    )
     return cfg if rate is None else dataclasses.replace(cfg, router_bias_rate=rate)
 
 
@@ -112,7 +119,7 @@ def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) ->
     return {
         "model": name,
         "mode": mode,
-        "label": mode if args.rate is None else f"{mode} (rate {args.rate:g})",
+        "label": LABELS.get(mode, mode) + ("" if args.rate is None else f" (rate {args.rate:g})"),
         "load": loads.tolist(),
         "ce": [r["ce_loss"] for r in rows],
         "mean_after_warmup": float(after.mean()),
@@ -122,7 +129,44 @@ def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) ->
         "floor_p95": float(np.percentile(floor, 95)),
         "floor_max": float(max(floor)),
         "seconds_per_step": seconds / args.steps,
-        "noise_floor": noise_floor(state.model, stream, args) if mode == "quantile" else [],
+        "noise_floor": noise_floor(state.model, stream, args) if mode == "quantile" and args.floor_n else [],
+    }
+
+
+def resolve_cost(name: str, args: argparse.Namespace, stream: np.ndarray) -> dict:
+    """Seconds per train step of quantile balancing with and without the post-step re-solve, measured in one
+    process on the same batches, the two steps interleaved (so load changes hit both alike), after compiling."""
+    from schooner.model import init
+    from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
+
+    opt, steps, states, times = AdamConfig(), {}, {}, {"quantile_no_resolve": [], "quantile": []}
+    for mode in times:
+        model = init(model_config(name, mode), key=jax.random.PRNGKey(args.seed))
+        tx = build_optimizer(opt, model, args.steps)
+        steps[mode] = jax.jit(
+            make_train_step(tx, z_loss_weight=0.0, microbatches=1, lr_schedule=opt.lr_schedule(args.steps))
+        )
+        states[mode] = init_state(model, tx, jax.random.PRNGKey(args.seed + 1))
+    data = batches(stream, args.batch, args.seq, args.seed)
+    for i in range(args.cost + 1):
+        batch = next(data)
+        for mode in times:
+            t0 = time.perf_counter()
+            states[mode], metrics = steps[mode](states[mode], batch)
+            jax.block_until_ready(metrics)
+            if i:  # step 0 compiles
+                times[mode].append(time.perf_counter() - t0)
+    off, on = (float(np.median(times[m])) for m in times)
+    print(
+        f"{name}: median s/step quantile {off:.3f}, with the re-solve {on:.3f}: ratio {on / off:.3f}",
+        flush=True,
+    )
+    return {
+        "model": name,
+        "s_per_step_no_resolve": off,
+        "s_per_step_resolve": on,
+        "ratio": on / off,
+        "n": args.cost,
     }
 
 
@@ -230,6 +274,13 @@ def main() -> None:
     )
     p.add_argument("--floor-batches", default="32,128,256,512", help="batch sizes (sequences) of the floor")
     p.add_argument("--floor-n", type=int, default=30, help="fresh batches per floor size")
+    p.add_argument(
+        "--cost",
+        type=int,
+        default=0,
+        help="instead of training: time this many interleaved steps of quantile balancing with and without "
+        "the post-step re-solve (one process, same batches) and print the ratio",
+    )
     p.add_argument("--png", default=os.path.join(HERE, "..", "docs", "images", "moe_balance.png"))
     p.add_argument("--json", default=os.path.join(HERE, "results", "moe_balance.json"))
     p.add_argument(
@@ -248,6 +299,10 @@ def main() -> None:
         return
     print(f"devices {jax.devices()}  cpus {os.cpu_count()}  load average {os.getloadavg()}")
     stream = byte_stream()
+    if args.cost:
+        for name in args.models.split(","):
+            print(json.dumps(resolve_cost(name, args, stream)))
+        return
     results = []
     for name in args.models.split(","):
         for mode in args.modes.split(","):

@@ -86,6 +86,10 @@ def test_llama_config_errors_name_the_field(kwargs, fragment):
         ({"router_z_loss_weight": -0.1}, "loss weights must be >= 0"),
         ({"router_bias_rate": 0.0}, "router_bias_rate must be in"),
         ({"router_bias_rate": 1.5}, "router_bias_rate must be in"),
+        (
+            {"router_bias_resolve": "yes"},
+            "router_bias_resolve must be True or False; got self.router_bias_resolve='yes'",
+        ),
         ({"capacity_factor": 0.0}, "capacity_factor must be > 0"),
         ({"num_heads": 6, "num_kv_heads": 4}, "divisible by num_kv_heads"),
     ],

@@ -22,6 +22,15 @@ expert ``e``, with ``x_mean`` the batch's mean router input. :func:`balance_rout
 
 (the common offset over experts changes no selection), so what reaches the next batch is only the router's
 token-specific change and the batch-to-batch variation of the data.
+
+The re-solve (``MoEConfig.router_bias_resolve``, on by default). The token-specific change is not small while
+the model learns: every other layer trains too, so the router's INPUTS drift, in one direction for the first
+tens of steps, and a bias solved on the model before the step is a step behind them. The trainer therefore
+solves the shift once more after the optimizer step, on the batch just trained on under the updated
+parameters (:func:`balance_stats`, a forward pass without the output layer), and applies it with
+:func:`balance_router` (``before`` = ``after``: nothing to compensate). The bias then balances the last batch
+under the parameters the next batch meets; only the data's batch-to-batch variation is left. It is causal:
+only tokens already trained on are used.
 """
 
 from __future__ import annotations
@@ -79,6 +88,23 @@ class BalanceStats(eqx.Module):
 
     shift: jax.Array
     input_mean: jax.Array
+
+
+def balance_stats(
+    model: Transformer, tokens: jax.Array, *, segment_ids: jax.Array | None = None
+) -> BalanceStats | None:
+    """The :class:`BalanceStats` of ``tokens`` [B, T] under ``model`` as it is (its current router bias), or
+    None where the model's config asks for no re-solve (``config.resolves_router_bias``: dense models, other
+    balancing modes, ``router_bias_resolve=False``).
+
+    One forward pass through the decoder's blocks (no output layer, no gradient). The trainer calls it after
+    the optimizer step on the batch just trained on and applies the result with
+    ``balance_router(model, model, stats)`` (see the module docstring).
+    """
+    if not model.config.resolves_router_bias:
+        return None
+    _, aux = model.hidden_states(tokens, segment_ids=segment_ids)
+    return BalanceStats(shift=aux["balance_shift"], input_mean=aux["router_input_mean"])
 
 
 def balance_router(before: Transformer, after: Transformer, stats: BalanceStats | None) -> Transformer:

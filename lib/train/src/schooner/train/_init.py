@@ -34,6 +34,7 @@ RUNTIME_FIELDS = frozenset(
         "aux_loss_weight",
         "router_z_loss_weight",
         "router_bias_rate",
+        "router_bias_resolve",
         "capacity_factor",
     }
 )

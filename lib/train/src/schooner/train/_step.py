@@ -1,8 +1,12 @@
 """The train state and the pure train step: `train_step(state, batch) -> (state, metrics)`.
 
 The step computes the loss, gradients and MoE balancing statistics (over microbatches when accumulating),
-applies the optimizer and then the state's non-gradient transition (MoE router biases set by quantile
-balancing, `schooner.model.balance_router`), and checks the loss, the gradient and the updated parameters for NaN/Inf. A
+applies the optimizer and then the state's non-gradient transition: MoE router biases set by quantile
+balancing (`schooner.model.balance_router`), and, where the model's config asks for it
+(`MoEConfig.router_bias_resolve`, the default), solved once more on the batch just trained on under the
+updated parameters (one forward pass per microbatch, no backward; the bias then does not lag the drift of
+the router's inputs by a step). The router bias is a leaf of the model, so it lives in the train state and
+its checkpoint like any parameter (the optimizer leaves it alone). The step then checks the loss, the gradient and the updated parameters for NaN/Inf. A
 non-finite one leaves the state unchanged (the update is selected away on device) and reports `finite = 0`,
 so the host can stop with the step named while the last good state and checkpoint stay intact: a
 checkpoint only ever holds a state whose step passed this check.
@@ -67,14 +71,16 @@ def make_train_step(
         constrain_batch: applied to each microbatch (sharding constraint) inside the step.
         loss: another objective, `loss(model, microbatch, key) -> (loss, (metrics, balance))` like
             `schooner.model.loss_and_balance` (metrics hold `"loss"` and `"token_count"`, the weight of the
-            microbatch when accumulating); None: next-token cross-entropy (DPO passes its own).
+            microbatch when accumulating); None: next-token cross-entropy (DPO passes its own). Where it
+            returns balancing statistics and the model's config re-solves the router bias
+            (`resolves_router_bias`), the re-solve reads the batch's `"tokens"` and `"segment_ids"`.
 
     Returns:
         `train_step(state, batch) -> (state, metrics)`; `batch` holds int `"tokens"` [B, T] and optionally
         `"segment_ids"` and `"loss_mask"` (1 where the token is a target, as the data loader gives it);
         metrics are float32 scalars.
     """
-    from schooner.model import balance_router, loss_and_balance, target_mask_to_loss_mask
+    from schooner.model import balance_router, balance_stats, loss_and_balance, target_mask_to_loss_mask
 
     def loss_of(model: Any, mb: dict[str, jax.Array], key: jax.Array) -> tuple[jax.Array, tuple]:
         # A batch's "loss_mask" marks the tokens that are targets (the data loader's convention).
@@ -123,6 +129,24 @@ def make_train_step(
         metrics = {k: (v if k == "token_count" else v / total) for k, v in m_sum.items()}
         return grads, metrics, balance
 
+    def rebalance(model: Any, batch: dict[str, jax.Array]) -> Any:
+        """`model` with its router bias re-solved on `batch` under its own (updated) parameters: the mean of
+        the microbatches' shifts, each solved on its own (every microbatch routes the same number of tokens,
+        so the plain mean is the token-weighted one; exact with one microbatch)."""
+
+        def stats_of(mb: dict[str, jax.Array]) -> Any:
+            mb = constrain_batch(mb) if constrain_batch else mb
+            return balance_stats(model, mb["tokens"], segment_ids=mb.get("segment_ids"))
+
+        if microbatches == 1:
+            stats = stats_of(batch)
+        else:
+            _, per = jax.lax.scan(
+                lambda c, mb: (c, stats_of(mb)), None, _split_microbatches(batch, microbatches)
+            )
+            stats = jax.tree.map(lambda x: jnp.mean(x, axis=0), per)
+        return balance_router(model, model, stats)
+
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(state.key, state.step)
         grads, metrics, balance = grads_and_aux(state.model, batch, key)
@@ -131,6 +155,8 @@ def make_train_step(
         new_model = eqx.apply_updates(state.model, updates)
         # The state transition's non-gradient part: MoE router biases set to balance the next batch.
         new_model = balance_router(state.model, new_model, balance)
+        if balance is not None and new_model.config.resolves_router_bias:
+            new_model = rebalance(new_model, batch)
         # The updated parameters too: a finite loss and gradient can still give Inf/NaN parameters (an
         # overflowing learning rate or update). The largest |parameter| is finite exactly when all are (max
         # propagates NaN) and, unlike a norm, cannot overflow: one reduction per leaf, no copy.
