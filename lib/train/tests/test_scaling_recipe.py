@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import re
 
+import numpy as np
 import pytest
 
 from schooner.model import LlamaConfig, flops_per_token, num_parameters
@@ -145,3 +148,74 @@ def test_budgets_too_small_for_the_family_are_errors() -> None:
         RULES.candidates(1e5)
     with pytest.raises(ValueError, match="budget"):
         recipe(-1.0, rules=RULES)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "named"),
+    [
+        ((0.0,), {}, "budget=0.0"),
+        ((-1e12,), {}, "budget=-1000000000000.0"),
+        ((float("nan"),), {}, "budget=nan"),
+        ((float("inf"),), {}, "budget=inf"),
+        ((1e12, 0.0), {}, "tokens_per_param=0.0"),
+        ((1e12, -5.0), {}, "tokens_per_param=-5.0"),
+        ((1e12, float("nan")), {}, "tokens_per_param=nan"),
+        ((1e12,), {"params": 0}, "params=0"),
+        ((1e12,), {"params": -3}, "params=-3"),
+        ((1e12, 20.0), {"params": 1e5}, "params=100000.0 and tokens_per_param=20.0"),
+    ],
+)
+def test_bad_recipe_arguments_are_refused_naming_the_argument_and_value(args, kwargs, named) -> None:
+    with pytest.raises(ValueError, match=re.escape(named)):
+        recipe(*args, **kwargs, rules=RULES)
+
+
+def test_candidates_only_stop_at_the_budget_and_pass_other_errors_through() -> None:
+    # An odd head size: the model package refuses rotary embeddings on it; that must not read as "no member
+    # fits the budget".
+    odd = ScalingRecipe(family=ModelFamily(vocab_size=512, head_dim=5, min_width=10, width_step=5))
+    with pytest.raises(ValueError, match="even") as info:
+        odd.candidates(1e12)
+    assert "no member" not in str(info.value)
+    with pytest.raises(ValueError, match="budget=nan"):
+        RULES.candidates(float("nan"))
+
+
+def test_batch_rule_keeps_to_powers_of_two_inside_bounds_that_are_not() -> None:
+    rule = BatchRule(minimum=12, maximum=100)
+    sizes = {rule(tokens=t) for t in np.geomspace(1e3, 1e12, 40)}
+    assert sizes == {16, 32, 64}
+    with pytest.raises(ValueError, match="power of two"):
+        BatchRule(minimum=65, maximum=100)
+    r = recipe(3e11, rules=dataclasses.replace(RULES, batch=BatchRule(minimum=12, maximum=100)))
+    assert r.batch_size in (16, 32, 64)
+
+
+def test_a_target_beyond_the_family_is_logged_not_silently_dropped(caplog) -> None:
+    small = ScalingRecipe(family=ModelFamily(vocab_size=512, min_width=16, max_width=64))
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._recipe"):
+        r = small(1e15, 5.0)  # wants a model far wider than 64
+    assert r.width == 64 and r.tokens_per_param > 50
+    assert "largest" in caplog.text and "max_width=64" in caplog.text and "tokens_per_param=5" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._recipe"):
+        small(1e15, params=1e3)  # far below the smallest member (11,568 parameters)
+        assert "smallest" in caplog.text and "min_width=16" in caplog.text
+        caplog.clear()
+        inside = small(1e12, 20.0)
+    assert 16 < inside.width < 64 and caplog.text == ""
+
+
+def test_isoflop_grid_refuses_to_shrink_and_logs_a_one_sided_grid_and_short_runs(caplog) -> None:
+    three = ScalingRecipe(family=ModelFamily(min_width=32, max_width=64))
+    with pytest.raises(ValueError, match=r"5 sizes asked but only 3 .*\[32, 48, 64\]"):
+        three.isoflop_grid(1e13, sizes=5)
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._recipe"):
+        grid = ScalingRecipe().isoflop_grid(3e11, 5, spread=4)
+    assert grid[0].width == 32 and "smallest" in caplog.text and "one side" in caplog.text
+    short = [g for g in grid if g.num_train_steps < 50]
+    assert short and f"{[g.width for g in short]}" in caplog.text and "min_steps=50" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._recipe"):
+        RULES.isoflop_grid(1e13, sizes=5, spread=2.0)
+    assert caplog.text == ""

@@ -13,8 +13,9 @@ the rules (see `_rules`). The result unpacks into `train_lm`:
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +23,36 @@ from ._rules import AdamRule, BatchRule, LearningRateRule, ModelFamily, Schedule
 
 __all__ = ["Recipe", "ScalingRecipe", "recipe"]
 
+logger = logging.getLogger(__name__)
+
 _TRAIN_LM_KEYS = ("model", "optimizer", "batch_size", "seq_len", "num_train_steps")
+
+
+class _LessThanOneStep(ValueError):
+    """The budget does not pay for one step of a family member (wider members need even more)."""
+
+
+def _positive_number(name: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not (math.isfinite(value) and value > 0)
+    ):
+        raise ValueError(f"{name} must be a finite number > 0; got {name}={value!r}")
+    return float(value)
+
+
+def _beyond(cands: list[Recipe], chosen: Recipe, target: float, value: Callable[[Recipe], float]) -> bool:
+    """Whether `chosen`, an edge member, misses `target` by more than half the log-distance to its neighbour
+    (the most an interior member can miss by): the target then lies beyond the family."""
+    if chosen is not cands[0] and chosen is not cands[-1]:
+        return False
+    miss = abs(math.log(value(chosen) / target))
+    if len(cands) == 1:
+        return miss > 0
+    neighbour = cands[1] if chosen is cands[0] else cands[-2]
+    outward = (target - value(chosen)) * (value(chosen) - value(neighbour)) > 0
+    return outward and miss > 0.5 * abs(math.log(value(chosen) / value(neighbour)))
 
 
 @dataclass(frozen=True)
@@ -115,18 +145,17 @@ class ScalingRecipe:
         from schooner.model import flops_per_token, num_parameters
         from schooner.train import AdamConfig
 
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"compute budget must be a finite number > 0; got {budget!r}")
+        budget = _positive_number("budget", budget)
         model = self.family.config(width, self.seq_len)
         fpt = flops_per_token(model, self.seq_len)
         target_tokens = budget / fpt
         batch = self.batch(tokens=target_tokens)
         steps = round(target_tokens / (batch * self.seq_len))
-        while steps < self.min_steps and batch > self.batch.minimum:
+        while steps < self.min_steps and batch // 2 >= self.batch.minimum:
             batch //= 2
             steps = round(target_tokens / (batch * self.seq_len))
         if steps < 1:
-            raise ValueError(
+            raise _LessThanOneStep(
                 f"budget {budget:.3g} is less than one step of width {width} (batch {batch} x {self.seq_len} "
                 f"tokens at {fpt:.3g} FLOPs/token); pick a smaller width or a larger budget"
             )
@@ -159,42 +188,125 @@ class ScalingRecipe:
         )
 
     def candidates(self, budget: float) -> list[Recipe]:
-        """A run per family width that fits the budget (at least one step), ascending in width."""
+        """A run per family width that fits the budget (at least one step), ascending in width. Only "less
+        than one step" ends the list; any other error (a bad budget, a member the model package refuses)
+        propagates."""
+        budget = _positive_number("budget", budget)
         out = []
         for w in self.family.widths():
             try:
                 out.append(self.run(budget, w))
-            except ValueError:
+            except _LessThanOneStep:
                 break  # wider members need even more FLOPs per token
         if not out:
-            raise ValueError(f"no member of the family fits a budget of {budget:.3g} FLOPs")
+            raise ValueError(
+                f"no member of the family fits a budget of {budget:.3g} FLOPs (the smallest, width "
+                f"{self.family.min_width}, needs more than that for one step); raise the budget or shrink the family"
+            )
         return out
+
+    def _choose(
+        self, budget: float, tokens_per_param: float | None, params: float | None
+    ) -> tuple[Recipe, list[Recipe], str | None]:
+        """(the chosen run, the candidates, a warning when the target lies beyond the family's edge)."""
+        budget = _positive_number("budget", budget)
+        if params is not None and tokens_per_param is not None:
+            raise ValueError(
+                f"give params or tokens_per_param, not both; got params={params!r} and "
+                f"tokens_per_param={tokens_per_param!r}"
+            )
+        cands = self.candidates(budget)
+        if params is not None:
+            n = _positive_number("params", params)
+            chosen = min(cands, key=lambda r: abs(math.log(r.params / n)))
+            beyond = _beyond(cands, chosen, n, lambda r: r.params)
+            what = f"params={n:.4g}; got N={chosen.params:,}"
+        else:
+            ratio = _positive_number(
+                "tokens_per_param",
+                tokens_per_param if tokens_per_param is not None else self.tokens_per_param,
+            )
+            chosen = min(cands, key=lambda r: abs(math.log(r.tokens_per_param / ratio)))
+            beyond = _beyond(cands, chosen, ratio, lambda r: r.tokens_per_param)
+            what = f"tokens_per_param={ratio:.4g}; got D/N={chosen.tokens_per_param:.4g}"
+        warning = None
+        if beyond:
+            edge = "largest" if chosen is cands[-1] else "smallest"
+            if edge == "smallest":
+                limit = f"min_width={self.family.min_width}"
+            elif chosen.width == self.family.max_width:
+                limit = f"max_width={self.family.max_width}"
+            else:
+                limit = "wider members do not get one step"
+            warning = (
+                f"recipe at budget {budget:.3g}: the target lies beyond the family's {edge} member "
+                f"(width {chosen.width}, {limit}): asked {what}; widen the family to honour it"
+            )
+        return chosen, cands, warning
 
     def __call__(
         self, budget: float, tokens_per_param: float | None = None, *, params: float | None = None
     ) -> Recipe:
         """The run for `budget`: the width closest to `params` parameters if given, else the width whose
-        D/N is closest to `tokens_per_param` (default: the recipe's), in log space."""
-        cands = self.candidates(budget)
-        if params is not None:
-            return min(cands, key=lambda r: abs(math.log(r.params / params)))
-        ratio = tokens_per_param if tokens_per_param is not None else self.tokens_per_param
-        return min(cands, key=lambda r: abs(math.log(r.tokens_per_param / ratio)))
+        D/N is closest to `tokens_per_param` (default: the recipe's), in log space (not both).
+
+        When the target lies beyond the family's largest (or smallest) member, that member is returned and a
+        warning is logged: its D/N (or N) is then not the one asked for. A run whose steps stay below
+        `min_steps` at the batch rule's minimum batch is logged too.
+        """
+        chosen, _, warning = self._choose(budget, tokens_per_param, params)
+        if warning:
+            logger.warning(warning)
+        self._warn_short([chosen])
+        return chosen
+
+    def _warn_short(self, runs: list[Recipe]) -> list[str]:
+        short = [r for r in runs if r.num_train_steps < self.min_steps]
+        if not short:
+            return []
+        message = (
+            f"budget {short[0].budget:.3g}: width(s) {[r.width for r in short]} train "
+            f"{[r.num_train_steps for r in short]} steps, fewer than min_steps={self.min_steps} even at the "
+            f"batch rule's minimum batch ({self.batch.minimum}); such runs barely leave warmup"
+        )
+        logger.warning(message)
+        return [message]
 
     def isoflop_grid(self, budget: float, sizes: int = 5, spread: float = 2.0) -> list[Recipe]:
         """`sizes` runs at one budget around the prior optimum (`tokens_per_param`), with parameter counts
-        as close as the family allows to a geometric grid of ratio `spread` (distinct widths)."""
+        as close as the family allows to a geometric grid of ratio `spread` (distinct widths).
+
+        Raises when the family has fewer members that fit the budget than `sizes` (the grid would silently
+        shrink). Logs a warning when the prior optimum is the family's smallest or largest member that fits
+        (the grid is one-sided, so approach 2 may find no bracketed minimum at this budget), and when a run
+        has fewer than `min_steps` steps.
+        """
         if sizes < 1 or spread <= 1:
             raise ValueError(f"isoflop_grid needs sizes >= 1 and spread > 1; got {sizes=}, {spread=}")
-        cands = self.candidates(budget)
-        centre = self(budget).params
+        centre, cands, _ = self._choose(budget, None, None)
+        if len(cands) < sizes:
+            raise ValueError(
+                f"isoflop_grid at budget {budget:.3g}: {sizes} sizes asked but only {len(cands)} family members "
+                f"fit it (widths {[r.width for r in cands]}); ask for fewer sizes, or widen the family "
+                "(max_width, width_step)"
+            )
         chosen: dict[int, Recipe] = {}
         for k in range(sizes):
-            target = centre * spread ** (k - (sizes - 1) / 2)
-            free = [r for r in cands if r.width not in chosen] or cands
+            target = centre.params * spread ** (k - (sizes - 1) / 2)
+            free = [r for r in cands if r.width not in chosen]
             best = min(free, key=lambda r: abs(math.log(r.params / target)))
             chosen[best.width] = best
-        return sorted(chosen.values(), key=lambda r: r.params)
+        grid = sorted(chosen.values(), key=lambda r: r.params)
+        if sizes > 1 and centre.width in (cands[0].width, cands[-1].width):
+            edge = "smallest" if centre.width == cands[0].width else "largest"
+            logger.warning(
+                f"isoflop_grid at budget {budget:.3g}: the prior optimum (width {centre.width}, "
+                f"tokens_per_param={self.tokens_per_param:g}) is the {edge} family member that fits, so the grid "
+                f"(widths {[r.width for r in grid]}) lies on one side of it; widen the family or change "
+                "tokens_per_param"
+            )
+        self._warn_short(grid)
+        return grid
 
 
 def recipe(

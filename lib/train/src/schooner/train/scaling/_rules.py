@@ -135,7 +135,8 @@ class LearningRateRule:
 
 @dataclass(frozen=True)
 class BatchRule:
-    """batch (sequences) = base_sequences (tokens / base_tokens)^exponent, a power of two in [min, max]."""
+    """batch (sequences) = base_sequences (tokens / base_tokens)^exponent, rounded to a power of two and
+    clamped to the powers of two in [minimum, maximum] (minimum=12, maximum=100 gives 16 to 64)."""
 
     base_sequences: int = 32
     base_tokens: float = 2e6
@@ -146,12 +147,25 @@ class BatchRule:
     def __post_init__(self) -> None:
         _positive("BatchRule", base_sequences=self.base_sequences, base_tokens=self.base_tokens,
                   minimum=self.minimum, maximum=self.maximum)  # fmt: skip
-        if self.minimum > self.maximum:
-            raise ValueError(f"BatchRule needs minimum <= maximum; got {self.minimum}, {self.maximum}")
+        if self.lowest > self.maximum:
+            raise ValueError(
+                f"BatchRule needs a power of two in [minimum, maximum]; got minimum={self.minimum}, "
+                f"maximum={self.maximum}"
+            )
+
+    @property
+    def lowest(self) -> int:
+        """The smallest power of two >= `minimum`."""
+        return 1 << max(0, math.ceil(math.log2(self.minimum)))
+
+    @property
+    def highest(self) -> int:
+        """The largest power of two <= `maximum`."""
+        return 1 << max(0, math.floor(math.log2(self.maximum)))
 
     def __call__(self, *, tokens: float) -> int:
         exact = self.base_sequences * (tokens / self.base_tokens) ** self.exponent
-        return int(min(self.maximum, max(self.minimum, 2 ** round(math.log2(exact)))))
+        return int(min(self.highest, max(self.lowest, 2 ** round(math.log2(exact)))))
 
 
 @dataclass(frozen=True)
