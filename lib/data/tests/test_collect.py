@@ -178,6 +178,28 @@ def test_memory_results_spill_past_their_budget(tmp_path) -> None:
     assert list(records_of(big)) == recs
 
 
+def test_a_local_collect_spills_past_its_budget_into_a_private_folder(
+    tmp_path, local_client, monkeypatch
+) -> None:
+    import functools
+    import stat
+    import tempfile
+
+    from schooner.data import _collect
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(temp))
+    monkeypatch.setattr(_collect, "MemorySink", functools.partial(MemorySink, max_bytes=1000))
+    recs = make_records(40)
+    it = Dataset.from_records(recs, num_shards=2).iter_records(client=local_client, progress=False)
+    got = [next(it)]
+    (work,) = temp.iterdir()  # the collect's work folder, a task's spill file in it
+    assert list(work.glob("out/*.spill")) and stat.S_IMODE(work.stat().st_mode) == 0o700
+    got += list(it)
+    assert got == recs and not list(temp.iterdir())
+
+
 _calls = {"n": 0}
 
 

@@ -52,7 +52,9 @@ def iter_plan(
 ) -> Iterator[dict]:  # fmt: skip
     """The records of the plan, in shard order (see the module docstring for where they travel)."""
     mode = "files" if via_files or exe.work_dir is not None else _mode(exe)
-    with work_folder(exe, None, chain, needed=mode == "files" or has_stages(nodes)) as work:
+    # inline, the last stage writes nothing; a LocalClient task's records may spill past their budget, into
+    # a folder made now (mkdtemp: private), not made on the way by the write (default permissions)
+    with work_folder(exe, None, chain, needed=mode != "inline" or has_stages(nodes)) as work:
         last = run_stages(splits, nodes, exe, work, chain)
         out = f"{work}/out"
         if mode == "inline":
