@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 EXTRACTORS = ("resiliparse", "trafilatura")
 """Main-content extractors `extract_text` knows."""
 
+_LINE_END_SPACE = re.compile(r"\n[^\S\n]+")  # in reversed text: a newline, then the line's trailing space
+_BLANK_RUN = re.compile(r"\n\n\n+")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_\-:.]+)""", re.IGNORECASE)
+
+RESILIPARSE_OPTIONS: Mapping[str, bool] = MappingProxyType({
+    "preserve_formatting": True, "list_bullets": True, "alt_texts": False, "links": False,
+    "form_fields": False, "noscript": False, "comments": False,
+})  # fmt: skip
+"""`extract_plain_text`'s options besides `main_content`: lines and bullets kept; image alt texts, link
+targets, form fields, `<noscript>` and comment sections left out."""
 
 
 class BadPage(ValueError):
@@ -118,10 +129,7 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
     try:
         tree = parse(html)
         if config.extractor == "resiliparse":
-            text = extract_plain_text(
-                tree, preserve_formatting=True, main_content=config.main_content, list_bullets=True,
-                alt_texts=False, links=False, form_fields=False, noscript=False, comments=False,
-            )  # fmt: skip
+            text = extract_plain_text(tree, main_content=config.main_content, **RESILIPARSE_OPTIONS)
         else:
             import trafilatura
 
@@ -138,12 +146,14 @@ def _tidy(text: str) -> str:
     """Unix newlines, no trailing whitespace on a line, no leading or trailing blank lines, at most one
     blank line in a row.
 
-    Written for speed (it runs on every page): `map(str.rstrip)` has no per-line Python frame, and runs of
-    blank lines shrink by `str.replace` (a C scan; each pass turns a run of k newlines into k - k // 3, so a
-    run of n takes O(log n) passes), where a `\\n{3,}` regex tried a match at every newline."""
+    Written for speed (it runs on every page, ~200 lines of a 6 KB text): trailing whitespace is cut by one
+    regex over the reversed text, where a line's trailing whitespace follows its newline, so the pattern
+    starts with a literal `\\n` and is tried only at newlines (forwards, `[^\\S\\n]+\\n` is tried at every space
+    between words, ~6x slower); `\\s` is `str.isspace`, what `str.rstrip()` strips. Runs of blank lines are
+    then plain runs of newlines. Splitting into lines, `rstrip` and `join` cost ~3x more."""
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = "\n".join(map(str.rstrip, text.split("\n")))
-    while "\n\n\n" in text:
-        text = text.replace("\n\n\n", "\n\n")
-    return text.strip("\n")
+    text = _LINE_END_SPACE.sub("\n", text[::-1])[::-1].rstrip()  # the last line has no newline after it
+    if "\n\n\n" in text:
+        text = _BLANK_RUN.sub("\n\n", text)
+    return text.lstrip("\n")

@@ -158,7 +158,7 @@ def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tupl
         _add(counters, "warc.skipped_content_type")
         return None
     body = _decode_transfer(headers, body)
-    if not body.strip():
+    if not body or body.isspace():  # not `body.strip()`, which copies the page
         raise BadPage("empty body")
     if len(body) > config.max_bytes:
         raise BadPage(f"page of {len(body):,} bytes is over max_bytes={config.max_bytes:,}")
