@@ -8,7 +8,9 @@ import pytest
 
 from schooner.train.scaling import (
     CHINCHILLA,
+    Approach3Config,
     Interval,
+    VarProConfig,
     bootstrap,
     fit_runs,
     percentile_interval,
@@ -17,6 +19,14 @@ from schooner.train.scaling import (
 )
 
 BUDGETS = [1e18, 1e19, 1e20, 1e21, 1e22]
+# A coarse grid of approach-3 starts (72 instead of Hoffmann's 4,500, whose screening alone takes seconds).
+COARSE = {
+    "alpha": (0.0, 0.5, 1.0),
+    "beta": (0.0, 0.5, 1.0),
+    "e": (0.0, 0.5),
+    "a": (5.0, 10.0),
+    "b": (5.0, 10.0),
+}
 
 
 def test_percentile_interval_is_numpys_percentiles() -> None:
@@ -55,10 +65,18 @@ def test_failed_replicates_are_counted_and_other_errors_propagate() -> None:
 
 
 def test_fit_runs_reports_every_method_with_intervals_around_the_estimate() -> None:
-    runs = synthetic_runs(CHINCHILLA, BUDGETS[:4], sizes_per_budget=5, span=4.0, noise=0.003, seed=2)
-    fit = fit_runs(runs, samples=12, level=0.9)
+    # 7 sizes per budget: a resample keeps 3 distinct sizes in all 4 budgets with probability 0.99, so the
+    # 24 replicates give each method the 20 an interval needs.
+    runs = synthetic_runs(CHINCHILLA, BUDGETS[:4], sizes_per_budget=7, span=4.0, noise=0.003, seed=2)
+    fit = fit_runs(
+        runs,
+        samples=24,
+        level=0.9,
+        approach3=Approach3Config(**COARSE, top_k=4),
+        varpro=VarProConfig(points=40),
+    )
     assert set(fit) >= {"runs", "approach2", "approach3", "varpro"}
-    assert len(fit["varpro"]["replicates"]) + fit["varpro"]["failed"] == 12
+    assert len(fit["varpro"]["replicates"]) + fit["varpro"]["failed"] == 24
     for method in ("approach3", "varpro"):
         iv = fit[method]["intervals"]["alpha"]
         assert iv["low"] <= iv["high"] and iv["level"] == 0.9
@@ -119,3 +137,30 @@ def test_approach2_refuses_a_nearly_flat_parabola() -> None:
     ]
     with pytest.raises(ValueError, match="nearly flat"):
         fit_approach2(runs)
+
+
+def test_too_few_successful_replicates_give_no_interval_and_the_summary_says_so() -> None:
+    from schooner.train.scaling import ScalingLaw
+    from schooner.train.scaling._bootstrap import MIN_REPLICATES, replicates_shortfall
+    from schooner.train.scaling._fit import fit_summary
+
+    assert replicates_shortfall(100, 200) is None and replicates_shortfall(20, 24) is None
+    assert "99 of 200" in replicates_shortfall(99, 200) and "(100 here)" in replicates_shortfall(99, 200)
+    assert f"at least {MIN_REPLICATES}" in replicates_shortfall(19, 19)
+    # 3 sizes per budget: a resample keeps 3 distinct sizes with probability 6/27, so approach 2's replicates
+    # almost all fail (all three budgets must keep theirs).
+    law = ScalingLaw(E=2.1, A=900.0, B=3000.0, alpha=0.45, beta=0.30)
+    runs = synthetic_runs(law, [1e17, 1e18, 1e19], sizes_per_budget=3, span=3.0, noise=0.01, seed=0)
+    cheap = {
+        "approach3": Approach3Config(**COARSE, top_k=1, max_iterations=50),
+        "varpro": VarProConfig(points=10, refine=False),
+    }
+    fit = fit_runs(runs, samples=40, **cheap)
+    a2 = fit["approach2"]
+    assert len(a2["replicates"]) + a2["failed"] == 40 and len(a2["replicates"]) < 20
+    assert "intervals" not in a2 and f"{a2['failed']} failed" in a2["intervals_error"]
+    summary = fit_summary(fit)
+    assert summary["approach2.failed"] == f"{a2['failed']} of 40"
+    assert summary["approach2.intervals_error"] == a2["intervals_error"]
+    assert not any(k.startswith("approach2.") and k.endswith("_interval") for k in summary)
+    assert summary["varpro.failed"] == f"{fit['varpro']['failed']} of 40"

@@ -220,3 +220,68 @@ def test_fit_runs_records_an_unbracketed_budget_as_approach2_s_error() -> None:
     fit = fit_runs(runs, samples=3)
     assert "bracket" in fit["approach2"]["error"] and f"{BUDGETS[2]:.3g}" in fit["approach2"]["error"]
     assert fit["varpro"]["law"]["alpha"] > 0
+
+
+# -- what the parametric fits refuse and flag ----------------------------------------------------------
+
+# Nine real runs (a 3x3 isoFLOP sweep on the test corpus, vocab 320, seq_len 32): the loss falls with D at
+# every budget and barely depends on N, so variable projection drives alpha to the grid's low bound with A = 0.
+MEASURED = [
+    (2e9, 8496, 35072, 4.180659123718798), (2e9, 23648, 13056, 4.433254943796448),
+    (2e9, 43152, 7168, 4.440278869138319), (4e9, 8496, 70400, 3.513412379807576),
+    (4e9, 23648, 26112, 4.34461608814964), (4e9, 43152, 14592, 4.363014976465429),
+    (8e9, 8496, 140800, 3.243429733579191), (8e9, 23648, 51968, 4.020044590978777),
+    (8e9, 43152, 28928, 4.3842200358102845),
+]  # fmt: skip
+
+
+def test_parametric_fits_refuse_a_single_budget_or_fewer_runs_than_parameters() -> None:
+    from schooner.train.scaling import fit_runs
+
+    one = synthetic_runs(CHINCHILLA, [1e19], sizes_per_budget=9, span=8.0, noise=0.005, seed=1)
+    four = synthetic_runs(CHINCHILLA, BUDGETS[:2], sizes_per_budget=2, span=3.0)
+    for fit in (fit_varpro, lambda rs: fit_approach3(rs, Approach3Config(top_k=4))):
+        with pytest.raises(ValueError, match=r"2 or more budgets.*got 1 \(1e\+19\)"):
+            fit(one)
+        with pytest.raises(ValueError, match=r"at least 5 runs.*got 4"):
+            fit(four)
+    fit = fit_runs(one, samples=2, approach3=Approach3Config(top_k=4))
+    for method in ("varpro", "approach3"):
+        assert "2 or more budgets" in fit[method]["error"]
+
+
+def test_a_vanished_term_and_an_exponent_at_the_grid_bound_are_flagged() -> None:
+    from schooner.train.scaling import ScalingLaw, ScalingRun, fit_runs
+    from schooner.train.scaling._fit import fit_summary
+
+    runs = [ScalingRun(budget=c, params=n, tokens=d, loss=loss) for c, n, d, loss in MEASURED]
+    vp = fit_varpro(runs)
+    assert vp.law.A == 0.0 and vp.law.alpha == pytest.approx(VarProConfig().low, rel=1e-6)
+    assert vp.extra["on_grid_edge"] is True and vp.extra["degenerate"] == ["A"]
+    # A law with no data term, fitted from runs drawn from it: B vanishes, the model term does not.
+    law = ScalingLaw(E=2.0, A=400.0, B=0.0, alpha=0.34, beta=0.28)
+    drawn = synthetic_runs(CHINCHILLA, BUDGETS[:3])
+    no_data = [ScalingRun(budget=r.budget, params=r.params, tokens=r.tokens, loss=float(law.loss(r.params, r.tokens)))
+               for r in drawn]  # fmt: skip
+    assert fit_varpro(no_data).extra["degenerate"] == ["B"]
+    assert fit_varpro(synthetic_runs(CHINCHILLA, BUDGETS, span=4.0)).extra == {
+        "on_grid_edge": False, "degenerate": []
+    }  # fmt: skip
+    summary = fit_summary(
+        fit_runs(runs, samples=2, approach3=Approach3Config(alpha=(0.5,), beta=(0.5,), top_k=4))
+    )
+    assert summary["varpro.on_grid_edge"] is True and summary["varpro.degenerate"] == ["A"]
+
+
+def test_approach2_groups_budgets_equal_within_a_relative_tolerance() -> None:
+    from schooner.train.scaling import ScalingRun, resample_runs
+
+    base = synthetic_runs(CHINCHILLA, BUDGETS[:3], sizes_per_budget=5, span=4.0)
+    jittered = [
+        ScalingRun(budget=r.budget * (1 + 1e-12 * i), params=r.params, tokens=r.tokens, loss=r.loss)
+        for i, r in enumerate(base)
+    ]
+    assert fit_approach2(jittered).a == pytest.approx(fit_approach2(base).a, rel=1e-9)
+    drawn = resample_runs(jittered, np.random.default_rng(0))
+    for budget in BUDGETS[:3]:
+        assert sum(abs(r.budget / budget - 1) < 1e-9 for r in drawn) == 5

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._law import ScalingRun
+from ._law import ScalingRun, budget_groups
 
 __all__ = ["Approach2Fit", "Parabola", "PowerLaw", "fit_approach2", "fit_power_law"]
 
@@ -162,21 +162,22 @@ class Approach2Fit:
 
 
 def fit_approach2(runs: Iterable[ScalingRun]) -> Approach2Fit:
-    """Chinchilla approach 2 (Hoffmann et al. 2022, sec. 3.2) on runs grouped by their `budget`.
+    """Chinchilla approach 2 (Hoffmann et al. 2022, sec. 3.2) on runs grouped by their `budget` (budgets within
+    a relative 1e-6 of each other are one group, `budget_groups`; the group is labelled by its smallest).
 
     Raises:
         ValueError: fewer than two budgets, fewer than three sizes in a budget, or a budget whose runs do not
             bracket a minimum: a parabola that opens downwards, or a vertex outside the sampled N (or D)
             range (the message names the budget, the side the optimum lies on and how to move the grid).
     """
-    groups: dict[float, list[ScalingRun]] = {}
-    for r in runs:
-        groups.setdefault(float(r.budget), []).append(r)
+    runs = list(runs)
+    groups = [(b, [runs[i] for i in idx]) for b, idx in budget_groups(r.budget for r in runs)]
     if len(groups) < 2:
-        raise ValueError(f"approach 2 needs runs at two or more budgets; got budgets {sorted(groups)}")
+        raise ValueError(
+            f"approach 2 needs runs at two or more budgets; got budgets {[b for b, _ in groups]}"
+        )
     by_n, by_d = [], []
-    for budget in sorted(groups):
-        g = groups[budget]
+    for budget, g in groups:
         loss = np.array([r.loss for r in g])
         by_n.append(_parabola(budget, np.array([r.params for r in g], dtype=np.float64), loss, "N"))
         by_d.append(_parabola(budget, np.array([r.tokens for r in g], dtype=np.float64), loss, "D"))

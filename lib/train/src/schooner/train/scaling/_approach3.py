@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._blas import single_threaded_blas
-from ._law import ScalingLaw, ScalingRun, run_arrays
+from ._law import ScalingLaw, ScalingRun, degenerate_terms, require_law_data, run_arrays
 
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
@@ -169,11 +169,13 @@ def fit_approach3(
         config: the Huber threshold and the grid of starts (default: Hoffmann et al.'s).
         starts: explicit initial (e, a, b, alpha, beta) rows instead of the config's grid (the bootstrap
             restarts from the full fit's best solutions this way).
+
+    Needs at least 5 runs at 2 or more budgets (`require_law_data`). The result's `degenerate` lists "A" or
+    "B" when that term vanishes at every run (`degenerate_terms`), leaving its exponent unidentified.
     """
     config = config or Approach3Config()
     arr = runs if isinstance(runs, dict) else run_arrays(runs)
-    if arr["loss"].size < 5:
-        raise ValueError(f"approach 3 fits 5 parameters: it needs at least 5 runs; got {arr['loss'].size}")
+    require_law_data(arr, "approach 3")
     args = (np.log(arr["params"]), np.log(arr["tokens"]), np.log(arr["loss"]), config.delta)
     if starts is None:
         grid = config.starts()
@@ -212,5 +214,9 @@ def fit_approach3(
         objective=float(best.fun),
         starts=len(grid),
         converged=converged,
-        extra={"delta": config.delta, "best_starts": [x.tolist() for _, x in ends[:8]]},
+        extra={
+            "delta": config.delta,
+            "best_starts": [x.tolist() for _, x in ends[:8]],
+            "degenerate": degenerate_terms(law, arr["params"], arr["tokens"]),
+        },
     )

@@ -5,21 +5,35 @@ intervals were implausibly narrow ("would require over 600,000 experiments") and
 resampling the runs. Here each replicate resamples runs with replacement within each compute budget, so every
 replicate keeps the isoFLOP design (approach 2 needs every budget); a replicate whose fit fails (a
 resampled budget with fewer than three distinct sizes, a parabola opening downwards) is counted and dropped.
+When fewer than `MIN_REPLICATES` (20) replicates, or fewer than half of them, succeed, a fit reports no
+interval for that method and says why (`replicates_shortfall`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 
-from ._law import ScalingRun
+from ._law import ScalingRun, budget_groups
 
-__all__ = ["Interval", "bootstrap", "percentile_interval", "resample_runs"]
+__all__ = [
+    "MIN_REPLICATES",
+    "Interval",
+    "bootstrap",
+    "percentile_interval",
+    "replicates_shortfall",
+    "resample_runs",
+]
 
 T = TypeVar("T")
+
+MIN_REPLICATES = 20
+"""The fewest successful replicates an interval is read from (a 90% percentile interval of fewer is little
+more than their range; zero gave a zero-width one)."""
 
 
 @dataclass(frozen=True)
@@ -55,14 +69,25 @@ def percentile_interval(values: Sequence[float] | np.ndarray, level: float = 0.9
 
 def resample_runs(runs: Sequence[ScalingRun], rng: np.random.Generator) -> list[ScalingRun]:
     """Runs drawn with replacement within each budget (as many per budget as there were)."""
-    groups: dict[float, list[ScalingRun]] = {}
-    for r in runs:
-        groups.setdefault(float(r.budget), []).append(r)
+    runs = list(runs)
     out: list[ScalingRun] = []
-    for budget in sorted(groups):
-        g = groups[budget]
-        out.extend(g[i] for i in rng.integers(0, len(g), size=len(g)))
+    for _, idx in budget_groups(r.budget for r in runs):
+        out.extend(runs[idx[i]] for i in rng.integers(0, len(idx), size=len(idx)))
     return out
+
+
+def replicates_shortfall(succeeded: int, samples: int) -> str | None:
+    """Why `succeeded` of `samples` replicates are too few for an interval, or None when they are enough:
+    an interval needs at least `MIN_REPLICATES` successes and at least half of the samples (when most
+    resamples fail, the survivors are a biased subset: those that kept a well-spread design)."""
+    need = max(MIN_REPLICATES, math.ceil(samples / 2))
+    if succeeded >= need:
+        return None
+    return (
+        f"only {succeeded} of {samples} bootstrap replicates could be fitted ({samples - succeeded} failed); "
+        f"intervals need at least {MIN_REPLICATES} and at least half of the samples ({need} here): raise "
+        "samples, or add sizes per budget so that resamples keep enough distinct sizes"
+    )
 
 
 def bootstrap(

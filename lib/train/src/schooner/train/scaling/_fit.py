@@ -19,13 +19,13 @@ from schooner.cluster import StepHandle, step
 
 from ._approach2 import fit_approach2
 from ._approach3 import Approach3Config, fit_approach3
-from ._bootstrap import bootstrap, percentile_interval
+from ._bootstrap import bootstrap, percentile_interval, replicates_shortfall
 from ._law import ScalingLaw, ScalingRun
 from ._varpro import VarProConfig, fit_varpro
 
 __all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v2"  # v2: fit.json holds the backtest
+VERSION = "scaling-fit-v3"  # v2: fit.json holds the backtest; v3: no intervals from too few replicates, flags
 LAW_METHODS = ("approach3", "varpro")
 _LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
 
@@ -34,8 +34,14 @@ def _law_summary(law: ScalingLaw) -> dict[str, float]:
     return {**law.to_dict(), "a": law.a, "b": law.b}
 
 
-def _intervals(rows: Sequence[dict[str, float]], keys: Sequence[str], level: float) -> dict[str, dict]:
-    return {k: percentile_interval([r[k] for r in rows], level).to_dict() for k in keys}
+def _intervals(
+    rows: Sequence[dict[str, float]], keys: Sequence[str], level: float, samples: int
+) -> dict[str, Any]:
+    """`intervals` of `keys` over the replicates' `rows`, or `intervals_error` when too few succeeded."""
+    shortfall = replicates_shortfall(len(rows), samples)
+    if shortfall is not None:
+        return {"intervals_error": shortfall}
+    return {"intervals": {k: percentile_interval([r[k] for r in rows], level).to_dict() for k in keys}}
 
 
 def log_residuals(runs: Sequence[ScalingRun], law: ScalingLaw) -> list[float]:
@@ -52,7 +58,7 @@ def _approach2_summary(
     rows = [{"a": f.a, "b": f.b, "loss_exponent": f.loss_law.exponent} for f in reps]
     return {
         **a2.to_dict(),
-        "intervals": _intervals(rows, ("a", "b", "loss_exponent"), level) if rows else {},
+        **_intervals(rows, ("a", "b", "loss_exponent"), level, samples),
         "failed": failed,
         "replicates": [
             {
@@ -136,6 +142,11 @@ def fit_runs(
     Approach 3's replicates restart L-BFGS from the full fit's eight best end points rather than the whole
     grid (the full fit already located the basins; this keeps the bootstrap affordable). `backtest` holds
     each method's error predicting the largest budget from the others (see `backtest`).
+
+    Each method keeps its `replicates` and the count that `failed`; when too few succeeded for an interval
+    (fewer than 20, or than half of `samples`: `replicates_shortfall`) it has no `intervals` but an
+    `intervals_error` saying so. The parametric fits need 5 runs at 2 or more budgets, and flag `degenerate`
+    terms (A or B zero) and, for variable projection, an exponent `on_grid_edge`.
     """
     runs = list(runs)
     approach3 = approach3 or Approach3Config()
@@ -171,7 +182,7 @@ def fit_runs(
         rows = [_law_summary(f.law) for f in reps]
         out[method] = {
             **full.to_dict(),
-            "intervals": _intervals(rows, _LAW_KEYS, level) if rows else {},
+            **_intervals(rows, _LAW_KEYS, level, samples),
             "failed": failed,
             "replicates": [f.law.to_dict() for f in reps],
             "log_residuals": log_residuals(runs, full.law),
@@ -265,16 +276,27 @@ def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
     with open(f"{output_path}/fit.json", "w") as f:
         json.dump(fit, f, indent=1, sort_keys=True)
     write_plots(fit, output_path)
-    summary: dict[str, Any] = {"runs": len(runs)}
+    return fit_summary(fit)
+
+
+def fit_summary(fit: Mapping[str, Any]) -> dict[str, Any]:
+    """The fit step's result (shown by `schooner report`): per method its exponents with intervals, how many
+    of the bootstrap `samples` failed, why there is no interval, and the flags of an unconstrained law."""
+    summary: dict[str, Any] = {"runs": len(fit["runs"]), "samples": fit["samples"]}
     for method in ("approach2", *LAW_METHODS):
-        if "error" in fit[method]:
-            summary[f"{method}.error"] = fit[method]["error"]
+        result = fit[method]
+        if "error" in result:
+            summary[f"{method}.error"] = result["error"]
             continue
         keys = ("a", "b") if method == "approach2" else ("alpha", "beta", "E", "a", "b")
         for k in keys:
-            value = fit[method]["law"][k] if k in fit[method].get("law", {}) else fit[method][k]
-            iv = fit[method]["intervals"].get(k)
+            value = result["law"][k] if k in result.get("law", {}) else result[k]
+            iv = result.get("intervals", {}).get(k)
             summary[f"{method}.{k}"] = round(float(value), 4)
             if iv:
                 summary[f"{method}.{k}_interval"] = [round(iv["low"], 4), round(iv["high"], 4)]
+        summary[f"{method}.failed"] = f"{result['failed']} of {fit['samples']}"
+        for flag in ("intervals_error", "on_grid_edge", "degenerate"):
+            if result.get(flag):
+                summary[f"{method}.{flag}"] = result[flag]
     return summary

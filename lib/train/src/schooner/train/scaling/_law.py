@@ -22,7 +22,21 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CHINCHILLA", "ScalingLaw", "ScalingRun", "run_arrays", "synthetic_runs"]
+__all__ = [
+    "BUDGET_RTOL",
+    "CHINCHILLA",
+    "ScalingLaw",
+    "ScalingRun",
+    "budget_groups",
+    "degenerate_terms",
+    "require_law_data",
+    "run_arrays",
+    "synthetic_runs",
+]
+
+BUDGET_RTOL = 1e-6
+"""Budgets within this relative distance of each other are one isoFLOP group (runs whose nominal budgets went
+through a float round trip, or a sum, stay together)."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +154,49 @@ def run_arrays(runs: Iterable[ScalingRun]) -> dict[str, np.ndarray]:
         "loss": np.array([r.loss for r in runs], dtype=np.float64),
         "compute": np.array([r.compute for r in runs], dtype=np.float64),
     }
+
+
+def budget_groups(budgets: Iterable[float], rtol: float = BUDGET_RTOL) -> list[tuple[float, list[int]]]:
+    """The indices of `budgets` grouped into isoFLOP groups, ascending: (the group's smallest budget, indices).
+    A budget joins the group of the one below it when within `rtol` of it (relative)."""
+    values = [float(b) for b in budgets]
+    groups: list[tuple[float, list[int]]] = []
+    last = None
+    for i in sorted(range(len(values)), key=lambda i: values[i]):
+        if last is None or values[i] > last * (1.0 + rtol):
+            groups.append((values[i], []))
+        groups[-1][1].append(i)
+        last = values[i]
+    return groups
+
+
+def require_law_data(arr: Mapping[str, np.ndarray], method: str) -> None:
+    """Refuse data that cannot identify L = E + A/N^alpha + B/D^beta: fewer than 5 runs (one per parameter), or
+    runs at a single budget (along one isoFLOP line D is a function of N, so the N and D terms trade off)."""
+    n = int(arr["loss"].size)
+    budgets = [b for b, _ in budget_groups(arr["budget"])]
+    missing = []
+    if n < 5:
+        missing.append(f"at least 5 runs (one per parameter E, A, B, alpha, beta); got {n}")
+    if len(budgets) < 2:
+        missing.append(
+            f"runs at 2 or more budgets (along one isoFLOP line the N and D terms trade off); got "
+            f"{len(budgets)} ({', '.join(f'{b:.3g}' for b in budgets)})"
+        )
+    if missing:
+        raise ValueError(
+            f"{method} cannot identify the law's 5 parameters: it needs {'; and '.join(missing)}"
+        )
+
+
+def degenerate_terms(law: ScalingLaw, params: Any, tokens: Any, rtol: float = 1e-6) -> list[str]:
+    """ "A" and/or "B" when that term (A/N^alpha, B/D^beta) is zero or below `rtol` of the loss at every run:
+    the law then has no such term, and its exponent is not identified by the data (any value fits)."""
+    n = np.asarray(params, dtype=np.float64)
+    d = np.asarray(tokens, dtype=np.float64)
+    loss = law.loss(n, d)
+    terms = {"A": law.A * n ** (-law.alpha), "B": law.B * d ** (-law.beta)}
+    return [k for k, t in terms.items() if getattr(law, k) == 0 or bool(np.all(t < rtol * loss))]
 
 
 def synthetic_runs(

@@ -23,7 +23,7 @@ import numpy as np
 
 from ._approach3 import ParametricFit
 from ._blas import single_threaded_blas
-from ._law import ScalingLaw, ScalingRun, run_arrays
+from ._law import ScalingLaw, ScalingRun, degenerate_terms, require_law_data, run_arrays
 
 __all__ = ["VarProConfig", "fit_varpro", "nnls_profile"]
 
@@ -104,12 +104,14 @@ def fit_varpro(
     """Fit L = E + A/N^alpha + B/D^beta by variable projection: grid over (alpha, beta), NNLS for (E, A, B).
 
     N and D are divided by their geometric means inside the fit (conditioning only; the law returned is in
-    the original units).
+    the original units). Needs at least 5 runs at 2 or more budgets (`require_law_data`). The result's
+    `on_grid_edge` says an exponent ended at the grid's bound (within 1e-6, relative): the optimum may lie
+    beyond it; `degenerate` lists "A" or "B" when that term vanishes (`degenerate_terms`), leaving its exponent
+    unidentified.
     """
     config = config or VarProConfig()
     arr = runs if isinstance(runs, dict) else run_arrays(runs)
-    if arr["loss"].size < 4:
-        raise ValueError(f"variable projection needs at least 4 runs; got {arr['loss'].size}")
+    require_law_data(arr, "variable projection")
     n0, d0 = float(np.exp(np.log(arr["params"]).mean())), float(np.exp(np.log(arr["tokens"]).mean()))
     scaled = {"params": arr["params"] / n0, "tokens": arr["tokens"] / d0, "loss": arr["loss"]}
     grid = config.grid()
@@ -131,12 +133,13 @@ def fit_varpro(
                 alpha, beta = float(res.x[0]), float(res.x[1])
         value, (e, a, b) = nnls_profile(alpha, beta, scaled)
     law = ScalingLaw(E=float(e), A=float(a * n0**alpha), B=float(b * d0**beta), alpha=alpha, beta=beta)
-    on_edge = alpha in (config.low, config.high) or beta in (config.low, config.high)
+    # L-BFGS-B stops within rounding of a bound, not on it: compare with a tolerance
+    on_edge = bool(np.any(np.isclose([alpha, beta], [[config.low], [config.high]], rtol=1e-6, atol=1e-9)))
     return ParametricFit(
         law=law,
         method="varpro",
         objective=value,
         starts=grid.size**2,
         converged=1,
-        extra={"on_grid_edge": bool(on_edge)},
+        extra={"on_grid_edge": on_edge, "degenerate": degenerate_terms(law, arr["params"], arr["tokens"])},
     )
