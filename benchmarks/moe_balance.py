@@ -1,4 +1,5 @@
-"""MoE load balance through the real train step: no balancing, the auxiliary loss, quantile balancing.
+"""MoE load balance through the real train step: no balancing, the auxiliary loss, quantile balancing with
+and without the post-step re-solve of the router bias (`MoEConfig.router_bias_resolve`, on by default).
 
 Each configuration trains with `schooner.train.make_train_step` and `AdamConfig()`'s defaults (AdamW, lr 3e-4,
 1% warm-up, cosine decay; `--lr` to change) on real text: the bytes of Schooner's embedded corpus (Python's
@@ -16,16 +17,18 @@ past batches can beat. A PNG (load over steps, the modes side by side, one panel
 floor against tokens per batch) goes to `docs/images/moe_balance.png`, the per-step rows to
 `benchmarks/results/moe_balance.json`.
 
-Measured 2026-12-01 (toy, the defaults: 130 steps of 128 x 64 bytes, one process per mode, merged with
-`--merge`), after step 30: none 4.00 (collapsed), CE 3.821; aux loss mean 1.55, p95 1.99, max 2.82 (2.12
-after step 40), CE 3.817; quantile mean 1.13, p95 1.25, max 1.35 (1.26 after step 37: the bias, set from
-the batch before, lags the router's inputs while they move fastest), CE 3.816. Noise floor: see
-lib/model/README.md. `moe_small`: a cut-down run only (lib/model/README.md).
+Measured 2026-12-01/02 (toy, the defaults: 130 steps of 128 x 64 bytes, one process per mode, merged with
+`--merge`), after step 30: none 4.00 (collapsed), CE 3.821; aux loss mean 1.55, p95 1.99, max 2.82, CE 3.817;
+quantile without the re-solve mean 1.13, p95 1.25, max 1.35 (1.56 in steps 2-30: the bias lags the router's
+inputs by a step), CE 3.816; quantile with the re-solve (the default) mean 1.11, p95 1.19, max 1.295, and
+every step from step 2 at or under 1.3 (1.28 in steps 2-30), CE 3.816. `--cost N` times the re-solve's extra
+forward pass. Noise floor: see lib/model/README.md. `moe_small`: a cut-down run only (lib/model/README.md).
 
 Usage:
     uv run python benchmarks/moe_balance.py                        # toy, 130 steps of 128 x 64 bytes (the PNG)
     uv run python benchmarks/moe_balance.py --modes quantile --json q.json   # one mode per process, then:
     uv run python benchmarks/moe_balance.py --merge none.json,aux.json,q.json
+    uv run python benchmarks/moe_balance.py --cost 10                 # s/step with and without the re-solve
     uv run python benchmarks/moe_balance.py --models moe_small --steps 300 --warmup 50
 """
 

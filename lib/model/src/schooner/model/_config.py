@@ -229,11 +229,12 @@ class MoEConfig(LlamaConfig):
             default) moves the bias to the one that balanced the last batch exactly.
         router_bias_resolve: with ``load_balancing="quantile"``, after each optimizer step solve the
             balancing shift again on the batch just trained on, under the UPDATED parameters (one more
-            forward pass per step, no backward; about +30% of a step's compute on CPU), so the bias follows
-            the drift of the router's inputs as the other layers train, without lagging a step. True (the
-            default) holds max/mean expert load <= 1.3 from step 2 on the toy benchmark; False sets the bias
-            from the statistics of the step's own forward pass only (the step lags, up to 1.75 in the first
-            ~35 steps). A runtime setting: it changes no parameter.
+            forward pass per step and the solver again, no backward: 1.38x the step time on the toy MoE of
+            ``benchmarks/moe_balance.py``), so the bias follows the drift of the router's inputs as the other
+            layers train instead of lagging it by a step. True (the default) holds max/mean expert load <= 1.3
+            from step 2 on that benchmark (without: up to 1.56 in the first 30 steps). False sets the bias
+            from the statistics of the step's own forward pass only. A runtime setting: it changes no
+            parameter.
         capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
             each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
     """
