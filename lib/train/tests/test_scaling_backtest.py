@@ -14,7 +14,8 @@ import math
 import pytest
 
 from schooner.train.scaling import CHINCHILLA, Approach3Config, backtest, fit_runs, synthetic_runs
-from schooner.train.scaling._forecast import ForecastConfig, _run_forecast
+from schooner.train.scaling._bootstrap import MIN_REPLICATES
+from schooner.train.scaling._forecast import ForecastConfig, _run_forecast, predict
 
 BUDGETS = [1e18, 1e19, 1e20, 1e21]
 FAST = Approach3Config(top_k=8)
@@ -73,7 +74,8 @@ def test_a_forecast_records_its_methods_backtest_scaled_to_its_reach(tmp_path) -
     (tmp_path / "fit" / "fit.json").write_text(json.dumps(fit))
     # 1e23 is 100x the largest budget: twice the backtest's reach of 10x in log compute.
     result = _run_forecast(
-        ForecastConfig(fit=str(tmp_path / "fit"), budget=1e23, method="frontier"), str(tmp_path / "f")
+        ForecastConfig(fit=str(tmp_path / "fit"), budget=1e23, method="frontier", check_recipe=False),
+        str(tmp_path / "f"),
     )
     error = fit["backtest"]["methods"]["frontier"]["error_pct"]
     assert result["backtest_error_pct"] == pytest.approx(error, abs=1e-3)
@@ -82,3 +84,24 @@ def test_a_forecast_records_its_methods_backtest_scaled_to_its_reach(tmp_path) -
     )
     recorded = json.loads((tmp_path / "f" / "forecast.json").read_text())["backtest"]
     assert recorded["held_out_budget"] == 1e21 and recorded["extrapolation"] == pytest.approx(10.0)
+
+
+def test_a_forecast_from_too_few_bootstrap_refits_has_no_interval_and_says_why() -> None:
+    """Found by a review: zero successful refits gave a zero-width interval labelled 90%."""
+    fit = fit_runs(_runs(), samples=MIN_REPLICATES, approach3=FAST)
+    enough = predict(fit, "varpro", 1e9, 2e10, 1.2e20)
+    assert enough["replicates"] == MIN_REPLICATES and enough["interval"]["low"] <= enough["loss"]
+    varpro = {**fit["varpro"], "replicates": fit["varpro"]["replicates"][:5], "failed": MIN_REPLICATES - 5}
+    few = predict({**fit, "varpro": varpro}, "varpro", 1e9, 2e10, 1.2e20)
+    assert few["interval"] is None and few["replicates"] == 5 and few["loss"] == enough["loss"]
+    assert (
+        "the varpro fit: only 5 of 20 bootstrap replicates could be fitted (15 failed)"
+        in few["interval_error"]
+    )
+
+
+def test_budgets_that_differ_by_float_noise_are_one_group() -> None:
+    runs = [dataclasses.replace(r, budget=r.budget * (1 + 1e-9 * i)) for i, r in enumerate(_runs())]
+    bt = backtest(runs, approach3=FAST)
+    assert len(bt["fitted_budgets"]) == 3 and bt["held_out_budget"] == pytest.approx(1e21)
+    assert abs(bt["methods"]["varpro"]["error_pct"]) < 1e-3

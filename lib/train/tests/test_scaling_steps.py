@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -21,6 +22,7 @@ from schooner.train.scaling import (
     score,
     score_forecast,
 )
+from schooner.train.scaling._forecast import ForecastConfig, ScoreConfig, _run_forecast, _run_score
 from schooner.train.steps import train_lm
 
 RULES = ScalingRecipe(
@@ -40,7 +42,9 @@ def _fake_evaluation(config: dict, output_path: str) -> dict:
         last = [json.loads(line) for line in f if "eval/loss" in line][-1]
     os.makedirs(output_path, exist_ok=True)
     with open(f"{output_path}/results.json", "w") as f:
-        json.dump({"average": {"loss": last["eval/loss"] + 1.0, "bpb": 2.5}}, f)
+        checkpoint = max(d for d in os.listdir(config["run"]) if d.startswith("step-"))
+        average = {"loss": last["eval/loss"] + 1.0, "bpb": 2.5}
+        json.dump({"average": average, "checkpoint": f"{config['run']}/{checkpoint}"}, f)
     return {}
 
 
@@ -51,7 +55,8 @@ def test_sweep_fit_forecast_and_score(data_dir, tmp_path) -> None:
         "scaling/test", budgets=BUDGETS, sizes_per_budget=3, data=data, recipe=RULES, resources=None,
         evaluate=evaluate,
     )  # fmt: skip
-    fit = fit_scaling_law("scaling/test-fit", sweep, samples=4, approach3=Approach3Config(top_k=16))
+    # 24 resamplings: a forecast gives no interval from fewer than 20 successful refits (MIN_REPLICATES).
+    fit = fit_scaling_law("scaling/test-fit", sweep, samples=24, approach3=Approach3Config(top_k=16))
     guess = forecast("scaling/test-forecast", fit, budget=4e9, recipe=RULES, width=16)
     runner = StepRunner(prefix=str(tmp_path))
     first = runner.run([guess], max_concurrent=1)  # in-process training runs, one at a time
@@ -86,6 +91,67 @@ def test_sweep_fit_forecast_and_score(data_dir, tmp_path) -> None:
         registered["interval"]["low"] <= result["actual"] <= registered["interval"]["high"]
     )
     assert {"score.json", "forecast.png"} <= set(os.listdir(second[scored].output_path))
+    assert result["mismatches"] == [] and result["run_started_from"] == "step history"
+    assert second[scored].result["tables"][0]["title"] == "Forecast and outcome"
+
+    # What a score must refuse or flag, on copies of the real run's folder (found by a review):
+    target_dir, forecast_dir = second[run].output_path, first[guess].output_path
+    _refusals_and_flags(target_dir, forecast_dir, registered, tmp_path)
+    # A recipe that did not make the fitted runs (the default one: another vocabulary and seq_len) is refused.
+    with pytest.raises(ValueError, match="does not make the fitted run scaling/test/1.00e"):
+        _run_forecast(ForecastConfig(fit=fit_dir, budget=4e9), str(tmp_path / "wrong-recipe"))
+
+
+def _copy_run(src: str, dst) -> str:
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def _refusals_and_flags(target_dir: str, forecast_dir: str, registered: dict, tmp_path) -> None:
+    cfg = lambda run: ScoreConfig(forecast=forecast_dir, run=run)  # noqa: E731
+    with open(f"{target_dir}/run.json") as f:
+        last_step = json.load(f)["config"]["num_train_steps"]
+    # 1. A run still training: its step record is not SUCCESS.
+    running = _copy_run(target_dir, tmp_path / "running")
+    with open(f"{running}/.schooner/status.json") as f:
+        status = json.load(f)
+    with open(f"{running}/.schooner/status.json", "w") as f:
+        json.dump({**status, "status": "RUNNING"}, f)
+    with pytest.raises(ValueError, match="the training step is RUNNING, not finished"):
+        _run_score(cfg(running), str(tmp_path / "s1"))
+    # 2. Its metrics stop before the last step (as when scored while training): refused, naming both steps.
+    partial = _copy_run(target_dir, tmp_path / "partial")
+    with open(f"{partial}/metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    # The rows up to half-way, with an evaluation there (as with eval_every=last_step // 2).
+    final_eval = next(r for r in reversed(rows) if "eval/loss" in r)
+    early = [r for r in rows if r["step"] < last_step // 2] + [{**final_eval, "step": last_step // 2}]
+    with open(f"{partial}/metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in early)
+    with pytest.raises(ValueError, match=f"not the run's last step {last_step}"):
+        _run_score(cfg(partial), str(tmp_path / "s2"))
+    # 3. A forecast written after the run started but before its first metrics row (during compilation) was
+    # not registered before the run.
+    with open(f"{target_dir}/.schooner/history.jsonl") as f:
+        started = min(json.loads(line)["started"] for line in f)
+    with open(f"{target_dir}/metrics.jsonl") as f:
+        first_row = json.loads(f.readline())["time"]
+    assert first_row > started
+    late = _copy_run(forecast_dir, tmp_path / "late-forecast")
+    with open(f"{late}/forecast.json", "w") as f:
+        json.dump({**registered, "created_unix": (started + first_row) / 2}, f)
+    late_score = _run_score(ScoreConfig(forecast=late, run=target_dir), str(tmp_path / "s3"))
+    assert late_score["registered_before_run"] is False
+    # 4. A run of the target's shape and tokens with another learning rate is not the target.
+    other = _copy_run(target_dir, tmp_path / "other-lr")
+    with open(f"{other}/run.json") as f:
+        info = json.load(f)
+    info["config"]["optimizer"]["learning_rate"] /= 20
+    with open(f"{other}/run.json", "w") as f:
+        json.dump(info, f)
+    flagged = _run_score(cfg(other), str(tmp_path / "s4"))
+    assert flagged["matches_target"] is False
+    assert [m.split(":")[0] for m in flagged["mismatches"]] == ["optimizer.learning_rate"]
 
 
 def test_sweep_runs_are_named_by_budget_and_width_and_share_their_data(data_dir) -> None:

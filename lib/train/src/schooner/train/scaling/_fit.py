@@ -20,7 +20,7 @@ from schooner.cluster import StepHandle, step
 from ._approach2 import fit_approach2
 from ._approach3 import Approach3Config, fit_approach3
 from ._bootstrap import bootstrap, percentile_interval, replicates_shortfall
-from ._law import ScalingLaw, ScalingRun
+from ._law import ScalingLaw, ScalingRun, budget_groups
 from ._varpro import VarProConfig, fit_varpro
 
 __all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
@@ -90,12 +90,13 @@ def backtest(
     `error_pct`, or the `error` that stopped the fit. Needs three or more budgets.
     """
     runs = list(runs)
-    budgets = sorted({r.budget for r in runs})
-    if len(budgets) < 3:
-        return {"error": f"a backtest needs runs at three or more budgets; got {len(budgets)}"}
+    groups = budget_groups([r.budget for r in runs])  # budgets within float noise are one group
+    if len(groups) < 3:
+        return {"error": f"a backtest needs runs at three or more budgets; got {len(groups)}"}
+    budgets = [b for b, _ in groups]
     held = budgets[-1]
-    fitted = [r for r in runs if r.budget < held]
-    best = min((r for r in runs if r.budget == held), key=lambda r: r.loss)
+    fitted = [runs[i] for _, idx in groups[:-1] for i in idx]
+    best = min((runs[i] for i in groups[-1][1]), key=lambda r: r.loss)
     out: dict[str, Any] = {
         "held_out_budget": held,
         "fitted_budgets": budgets[:-1],

@@ -29,7 +29,7 @@ import numpy as np
 from schooner.cluster import StepHandle, step
 
 from ._approach2 import PowerLaw
-from ._bootstrap import percentile_interval
+from ._bootstrap import percentile_interval, replicates_shortfall
 from ._fit import LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
@@ -37,8 +37,8 @@ from ._recipe import Recipe, ScalingRecipe
 __all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "score", "score_forecast"]
 
 METHODS = (*LAW_METHODS, "frontier")
-FORECAST_VERSION = "scaling-forecast-v1"
-SCORE_VERSION = "scaling-score-v1"
+FORECAST_VERSION = "scaling-forecast-v2"  # v2: the target's whole training config, the recipe checked
+SCORE_VERSION = "scaling-score-v2"  # v2: finished runs only, the run's start, the whole config compared
 
 
 def target_run(
@@ -83,13 +83,15 @@ def predict(
         residuals = np.asarray(a2["loss_law_log_residuals"])
     else:
         raise ValueError(f"forecast method must be one of {METHODS}; got {method!r}")
-    noisy = reps * np.exp(rng.choice(residuals, size=reps.size)) if reps.size else np.array([point])
-    return {
-        "method": method,
-        "loss": point,
-        "interval": percentile_interval(noisy, level).to_dict(),
-        "replicates": int(reps.size),
-    }
+    out: dict[str, Any] = {"method": method, "loss": point, "replicates": int(reps.size)}
+    shortfall = replicates_shortfall(int(reps.size), int(fit["samples"]))
+    if shortfall is not None:  # no interval rather than one that only looks like one (zero width from none)
+        out["interval"] = None
+        out["interval_error"] = f"the {method} fit: {shortfall}"
+        return out
+    noisy = reps * np.exp(rng.choice(residuals, size=reps.size))
+    out["interval"] = percentile_interval(noisy, level).to_dict()
+    return out
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class ForecastConfig:
     width: int | None = None
     """Fix the target's width instead of sizing it by approach 2's N*(C)."""
     seed: int = 0
+    check_recipe: bool = True
+    """Refuse a recipe that did not make the fitted runs (each fitted run's N and D must be one of the recipe's
+    runs at its budget); False for runs no recipe made (published or synthetic ones)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -128,6 +133,7 @@ def forecast(
     level: float = 0.9,
     width: int | None = None,
     seed: int = 0,
+    check_recipe: bool = True,
 ) -> StepHandle:
     """A step registering a forecast of the final loss of the recipe's compute-optimal run at `budget`.
 
@@ -137,7 +143,7 @@ def forecast(
     """
     config = ForecastConfig(
         fit=fit, budget=float(budget), recipe=recipe or ScalingRecipe(), method=method, level=level,
-        width=width, seed=seed,
+        width=width, seed=seed, check_recipe=check_recipe,
     )  # fmt: skip
     return step(
         name,
@@ -148,29 +154,65 @@ def forecast(
     )
 
 
+def _check_recipe(fit: Mapping[str, Any], recipe: ScalingRecipe) -> None:
+    """Refuse a recipe that did not make the fitted runs (another family, vocabulary, sequence length or
+    rules than the sweep's): its target run would not be the run the fit describes. Each fitted run's N and D
+    must be those of one of the recipe's runs at that budget."""
+    for budget in sorted({float(r["budget"]) for r in fit["runs"]}):
+        made = {(c.params, c.tokens) for c in recipe.candidates(budget)}
+        for r in fit["runs"]:
+            if float(r["budget"]) == budget and (int(r["params"]), int(r["tokens"])) not in made:
+                raise ValueError(
+                    f"forecast: the recipe does not make the fitted run {r.get('name') or '(unnamed)'} (N={r['params']:.0f}, "
+                    f"D={r['tokens']:.0f} at budget {budget:.3g}): pass the recipe the sweep used "
+                    "(isoflop_sweep(recipe=...)); its family, vocabulary, seq_len or rules differ (runs that no "
+                    "recipe made, e.g. published ones: check_recipe=False)"
+                )
+
+
+def _train_config(target: Recipe) -> dict[str, Any]:
+    """What the target run must train with, as its `run.json` records it (model and optimizer serialised
+    the way the train loop does)."""
+    from schooner.train._run_info import config_to_json
+
+    return {
+        "model_config": config_to_json(target.model),
+        "optimizer": config_to_json(target.optimizer),
+        "batch_size": target.batch_size,
+        "seq_len": target.seq_len,
+        "num_train_steps": target.num_train_steps,
+    }
+
+
+def _backtest(fit: Mapping[str, Any], method: str, budget: float, largest: float) -> dict[str, Any]:
+    """The fit's backtest of `method`, with its error scaled to this forecast's reach, or why there is none."""
+    bt = fit.get("backtest", {"error": "the fit has no backtest (fitted before scaling-fit-v2)"})
+    if "error" in bt:
+        return {"error": bt["error"]}
+    m = bt["methods"].get(method, {"error": f"the backtest has no {method}"})
+    if "error_pct" not in m:
+        return {"error": m.get("error", "no error_pct")}
+    reach = math.log(budget / largest) / math.log(bt["extrapolation"])
+    return {
+        **m,
+        "held_out_budget": bt["held_out_budget"],
+        "extrapolation": bt["extrapolation"],
+        "scaled_error_pct": m["error_pct"] * reach,
+    }
+
+
 def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
     from ._plots import plot_forecast
 
     fit = read_fit(str(config.fit))
+    if config.check_recipe:
+        _check_recipe(fit, config.recipe)
     target = target_run(fit, config.budget, config.recipe, config.width)
     pred = predict(
         fit, config.method, target.params, target.tokens, target.flops, level=config.level, seed=config.seed
     )
     largest = max(r["budget"] for r in fit["runs"])
-    bt = fit.get("backtest", {})
-    bt_method = bt.get("methods", {}).get(config.method, {})
-    backtest = (
-        {
-            **bt_method,
-            "held_out_budget": bt["held_out_budget"],
-            "extrapolation": bt["extrapolation"],
-            "scaled_error_pct": bt_method["error_pct"]
-            * math.log(config.budget / largest)
-            / math.log(bt["extrapolation"]),
-        }
-        if "error_pct" in bt_method
-        else {"error": bt_method.get("error") or bt.get("error", "the fit has no backtest")}
-    )
+    backtest = _backtest(fit, config.method, config.budget, largest)
     record = {
         **pred,
         "created_unix": time.time(),
@@ -178,6 +220,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "budget": config.budget,
         "extrapolation": config.budget / largest,
         "target": target.summary(),
+        "train": _train_config(target),
         "backtest": backtest,
         "fit": {
             "path": str(config.fit),
@@ -192,10 +235,12 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
     with open(f"{output_path}/forecast.json", "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
     plot_forecast([ScalingRun.from_dict(r) for r in fit["runs"]], record, f"{output_path}/forecast.png")
+    iv = pred["interval"]
     return {
         "method": config.method,
         "loss": round(pred["loss"], 5),
-        "interval": [round(pred["interval"]["low"], 5), round(pred["interval"]["high"], 5)],
+        "interval": None if iv is None else [round(iv["low"], 5), round(iv["high"], 5)],
+        **({"interval_error": pred["interval_error"]} if iv is None else {}),
         "level": config.level,
         "budget": config.budget,
         "extrapolation": round(record["extrapolation"], 2),
@@ -204,6 +249,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "backtest_scaled_error_pct": round(backtest["scaled_error_pct"], 3)
         if "error_pct" in backtest
         else None,
+        **({"backtest_error": backtest["error"]} if "error" in backtest else {}),
         "target": {
             k: target.summary()[k]
             for k in ("width", "layers", "params", "tokens", "flops", "batch_size", "steps")
@@ -219,9 +265,9 @@ def score(prediction: Mapping[str, Any], actual: float) -> dict[str, Any]:
         "predicted": float(prediction["loss"]),
         "actual": float(actual),
         "error_pct": 100.0 * (float(prediction["loss"]) - float(actual)) / float(actual),
-        "interval": [float(iv["low"]), float(iv["high"])],
-        "level": float(iv["level"]),
-        "inside_interval": bool(iv["low"] <= actual <= iv["high"]),
+        "interval": None if iv is None else [float(iv["low"]), float(iv["high"])],
+        "level": None if iv is None else float(iv["level"]),
+        "inside_interval": None if iv is None else bool(iv["low"] <= actual <= iv["high"]),
     }
 
 
@@ -250,41 +296,117 @@ def score_forecast(
     return step(name, _run_score, config, version=SCORE_VERSION, description="score a registered forecast")
 
 
-def _first_step_time(train_path: str) -> float | None:
+def run_started(train_path: str) -> tuple[float | None, str]:
+    """When the run began (unix time) and where that was read: the earliest attempt's start in the step's
+    history (`.schooner/history.jsonl`, written by the step runner before the run compiles), else the run's
+    first metrics row (later than its start by the compile time)."""
     import fsspec
 
+    try:
+        with fsspec.open(f"{train_path}/.schooner/history.jsonl", "r") as f:
+            starts = [json.loads(line).get("started") for line in f if line.strip()]
+        starts = [float(t) for t in starts if t is not None]
+        if starts:
+            return min(starts), "step history"
+    except FileNotFoundError:
+        pass
     with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
         for line in f:
             t = json.loads(line).get("time")
             if t is not None:
-                return float(t)
-    return None
+                return float(t), "first metrics row"
+    return None, "nothing recorded"
+
+
+def _mismatches(expected: Any, got: Any, where: str = "") -> list[str]:
+    """The fields in which a run's recorded config differs from the forecast's target, as `path: a != b`."""
+    if isinstance(expected, Mapping) and isinstance(got, Mapping):
+        out: list[str] = []
+        for k in sorted(set(expected) | set(got)):
+            out += _mismatches(expected.get(k), got.get(k), f"{where}.{k}" if where else str(k))
+        return out
+    return [] if expected == got else [f"{where}: forecast {expected!r}, run {got!r}"]
 
 
 def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
+    import fsspec
+
     from ._plots import plot_forecast
     from ._sweep import run_counts, run_loss
 
-    with open(f"{config.forecast}/forecast.json") as f:
+    with fsspec.open(f"{config.forecast}/forecast.json", "r") as f:
         prediction = json.load(f)
-    actual = run_loss(str(config.run), config.evaluation and str(config.evaluation), config.metric)
     counts = run_counts(str(config.run))
-    started = _first_step_time(str(config.run))
+    actual = run_loss(
+        str(config.run),
+        config.evaluation and str(config.evaluation),
+        config.metric,
+        final_step=counts["steps"],
+    )
+    started, started_from = run_started(str(config.run))
+    with fsspec.open(f"{config.run}/run.json", "r") as f:
+        info = json.load(f)
+    recorded = {
+        "model_config": info["model_config"],
+        "optimizer": info["config"]["optimizer"],
+        "batch_size": info["config"]["batch_size"],
+        "seq_len": info["config"]["data"]["seq_len"],
+        "num_train_steps": info["config"]["num_train_steps"],
+    }
     target = prediction["target"]
+    if "train" in prediction:
+        mismatches = _mismatches(prediction["train"], recorded)
+    else:  # a forecast written before scaling-forecast-v2 names only N and D
+        mismatches = [
+            f"{k}: forecast {target[k]!r}, run {counts[k]!r}"
+            for k in ("params", "tokens")
+            if counts[k] != target[k]
+        ]
+    backtest = prediction.get("backtest", {})
     result = {
         **score(prediction, actual["loss"]),
         "budget": prediction["budget"],
         "extrapolation": prediction["extrapolation"],
         "forecast_written": prediction["created_at"],
+        "run_started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)) if started else None,
+        "run_started_from": started_from,
         "registered_before_run": started is not None and prediction["created_unix"] < started,
-        "matches_target": counts["params"] == target["params"] and counts["tokens"] == target["tokens"],
+        "matches_target": not mismatches,
+        "mismatches": mismatches,
+        "run_flops": counts["flops"],
         "actual_bpb": actual.get("bpb"),
-        "backtest_error_pct": prediction.get("backtest", {}).get("error_pct"),
-        "backtest_scaled_error_pct": prediction.get("backtest", {}).get("scaled_error_pct"),
+        "backtest_error_pct": backtest.get("error_pct"),
+        "backtest_scaled_error_pct": backtest.get("scaled_error_pct"),
+        **({"backtest_error": backtest["error"]} if "error" in backtest else {}),
     }
     os.makedirs(output_path, exist_ok=True)
     with open(f"{output_path}/score.json", "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
     runs = [ScalingRun.from_dict(r) for r in prediction["fit"]["runs"]]
-    plot_forecast(runs, prediction, f"{output_path}/forecast.png", actual=actual["loss"])
-    return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in result.items()}
+    plot_forecast(runs, prediction, f"{output_path}/forecast.png", actual=actual["loss"], outcome=result)
+    summary = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in result.items()}
+    summary["tables"] = [_score_table(result)]
+    return summary
+
+
+def _score_table(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The score as a table for `schooner report`."""
+    iv = result["interval"]
+    rows = [
+        ["method", result["method"]],
+        ["budget (FLOPs)", f"{result['budget']:.3g} ({result['extrapolation']:.3g}x the largest fitted)"],
+        ["predicted loss", result["predicted"]],
+        [
+            f"{result['level']:.0%} interval" if iv else "interval",
+            f"[{iv[0]:.4f}, {iv[1]:.4f}]" if iv else None,
+        ],
+        ["actual loss", result["actual"]],
+        ["error %", result["error_pct"]],
+        ["inside the interval", result["inside_interval"]],
+        ["backtest error % (scaled to this reach)", result["backtest_scaled_error_pct"]],
+        ["forecast written", result["forecast_written"]],
+        ["run started", result["run_started"]],
+        ["registered before the run", result["registered_before_run"]],
+        ["the run is the forecast's target", result["matches_target"]],
+    ]
+    return {"title": "Forecast and outcome", "columns": ["", "value"], "rows": rows}

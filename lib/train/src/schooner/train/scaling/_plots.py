@@ -158,21 +158,43 @@ def plot_residuals(runs: Sequence[ScalingRun], laws: Mapping[str, ScalingLaw], p
 
 @_locked
 def plot_forecast(
-    runs: Sequence[ScalingRun], prediction: Mapping[str, Any], path: str, actual: float | None = None
+    runs: Sequence[ScalingRun],
+    prediction: Mapping[str, Any],
+    path: str,
+    actual: float | None = None,
+    outcome: Mapping[str, Any] | None = None,
 ) -> None:
-    """The runs' best loss per budget, the forecast at its budget with its interval, and the outcome."""
+    """The runs' best loss per budget, the forecast at its budget with its interval (when it has one), and
+    the outcome: the scored run at its own FLOPs, labelled when it is not the forecast's target or started
+    before the forecast was written (`outcome`: the score's record)."""
     fig, ax = _figure(7, 4.5)
     for budget, g in _by_budget(runs).items():
         ax.plot([budget] * len(g), [r.loss for r in g], "o", color="0.6", ms=4)
         ax.plot([budget], [min(r.loss for r in g)], "o", color="k")
     c = prediction["target"]["flops"]
     iv = prediction["interval"]
-    ax.errorbar(
-        [c], [prediction["loss"]], yerr=[[prediction["loss"] - iv["low"]], [iv["high"] - prediction["loss"]]],
-        fmt="s", color="C0", capsize=5, label=f"forecast ({prediction['method']}, {iv['level']:.0%} interval)",
-    )  # fmt: skip
+    if iv is None:
+        ax.plot(
+            [c],
+            [prediction["loss"]],
+            "s",
+            color="C0",
+            label=f"forecast ({prediction['method']}, no interval)",
+        )
+    else:
+        ax.errorbar(
+            [c], [prediction["loss"]], yerr=[[prediction["loss"] - iv["low"]], [iv["high"] - prediction["loss"]]],
+            fmt="s", color="C0", capsize=5, label=f"forecast ({prediction['method']}, {iv['level']:.0%} interval)",
+        )  # fmt: skip
     if actual is not None:
-        ax.plot([c], [actual], "*", color="C3", ms=14, label=f"actual {actual:.4f}")
+        flaws = []
+        if outcome is not None and not outcome.get("matches_target", True):
+            flaws.append("not the forecast's target")
+        if outcome is not None and not outcome.get("registered_before_run", True):
+            flaws.append("started before the forecast")
+        at = float(outcome.get("run_flops") or c) if outcome is not None else c
+        label = f"actual {actual:.4f}" + (f" ({'; '.join(flaws)})" if flaws else "")
+        ax.plot([at], [actual], "*", color="C1" if flaws else "C3", ms=14, label=label)
     ax.set_xscale("log")
     ax.set_xlabel("compute C (FLOPs)")
     ax.set_ylabel("final validation loss")

@@ -114,29 +114,78 @@ def isoflop_sweep(
 
 
 def run_loss(
-    train_path: str, evaluation_path: str | None = None, metric: str = "eval/loss"
-) -> dict[str, float]:
-    """The final validation `loss` (and `bpb` when known) of a finished run: the evaluation step's
-    `results.json` averages when given, else the last `metric` row of the run's `metrics.jsonl`."""
+    train_path: str,
+    evaluation_path: str | None = None,
+    metric: str = "eval/loss",
+    *,
+    final_step: int | None = None,
+) -> dict[str, Any]:
+    """The final validation `loss` (and `bpb` when known) of a finished run, and the `step` it was measured
+    at: the evaluation step's `results.json` averages when given (the step of the checkpoint it scored), else
+    the last `metric` row of the run's `metrics.jsonl`.
+
+    Raises ValueError when the run's step record says it has not succeeded, or when `final_step` is given and
+    the loss is not of that step (a run still training, or an evaluation of an earlier checkpoint).
+    """
+    import re
+
     import fsspec
 
+    _check_finished(train_path)
     if evaluation_path is not None:
         with fsspec.open(f"{evaluation_path}/results.json") as f:
-            avg = json.load(f)["average"]
-        return {
+            results = json.load(f)
+        avg = results["average"]
+        found = re.search(r"step-(\d+)$", str(results.get("checkpoint", "")).rstrip("/"))
+        out: dict[str, Any] = {
             "loss": float(avg["loss"]),
+            "step": int(found.group(1)) if found else None,
             **({"bpb": float(avg["bpb"])} if avg.get("bpb") is not None else {}),
         }
-    last = None
-    with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
-        for line in f:
-            row = json.loads(line)
-            if metric in row:
-                last = row
-    if last is None:
-        raise ValueError(f"{train_path}/metrics.jsonl has no {metric!r}: was the run given validation data?")
-    bpb_key = metric.rsplit("/", 1)[0] + "/bpb"
-    return {"loss": float(last[metric]), **({"bpb": float(last[bpb_key])} if bpb_key in last else {})}
+        where = f"{evaluation_path}/results.json (checkpoint {results.get('checkpoint')})"
+        scored = str(results.get("checkpoint", "")).rstrip("/")
+        if found and scored.rsplit("/", 1)[0] != train_path.rstrip("/"):
+            raise ValueError(f"{where} is not a checkpoint of the run {train_path}")
+    else:
+        last = None
+        with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
+            for line in f:
+                row = json.loads(line)
+                if metric in row:
+                    last = row
+        if last is None:
+            raise ValueError(
+                f"{train_path}/metrics.jsonl has no {metric!r}: was the run given validation data?"
+            )
+        bpb_key = metric.rsplit("/", 1)[0] + "/bpb"
+        out = {
+            "loss": float(last[metric]),
+            "step": last.get("step"),
+            **({"bpb": float(last[bpb_key])} if bpb_key in last else {}),
+        }
+        where = f"{train_path}/metrics.jsonl's last {metric!r}"
+    if final_step is not None and out["step"] != final_step:
+        raise ValueError(
+            f"{where} is at step {out['step']}, not the run's last step {final_step}: the run has not finished, "
+            "or the evaluation scored an earlier checkpoint; score the finished run's final checkpoint"
+        )
+    return out
+
+
+def _check_finished(train_path: str) -> None:
+    """Refuse a run whose step record (`.schooner/status.json`, written by the step runner) is not SUCCESS."""
+    import fsspec
+
+    try:
+        with fsspec.open(f"{train_path}/.schooner/status.json") as f:
+            status = json.load(f).get("status")
+    except FileNotFoundError:
+        return  # a run trained outside the step runner: the final-step check still applies
+    if status != "SUCCESS":
+        raise ValueError(
+            f"{train_path}: the training step is {status}, not finished (.schooner/status.json); wait for it "
+            "to succeed before reading its loss"
+        )
 
 
 def run_counts(train_path: str) -> dict[str, Any]:
@@ -176,7 +225,7 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
     rows, runs = [], []
     for entry in config.runs:
         counts = run_counts(entry["train"])
-        scores = run_loss(entry["train"], entry.get("evaluation"), config.metric)
+        scores = run_loss(entry["train"], entry.get("evaluation"), config.metric, final_step=counts["steps"])
         run = ScalingRun(
             budget=float(entry["budget"]), params=float(counts["params"]), tokens=float(counts["tokens"]),
             loss=scores["loss"], flops=float(counts["flops"]), name=entry["name"], bpb=scores.get("bpb"),
