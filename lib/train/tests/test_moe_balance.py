@@ -126,6 +126,7 @@ def _todays_bias(before, after, tokens: np.ndarray) -> np.ndarray:
     return _bias(before) + TINY.router_bias_rate * _centred(shift) - _centred(moved)
 
 
+@pytest.mark.slow  # compiles a MoE train step with two microbatches: ~13 s of CPU, 131 s at load 15
 def test_the_train_step_re_solves_the_router_bias_on_the_batch_just_trained() -> None:
     """With `router_bias_resolve` (the default) the step's bias is the bias the step's own statistics set, plus
     the shift that balances the batch just trained on under the UPDATED parameters (that bias), each
