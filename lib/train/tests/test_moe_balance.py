@@ -217,7 +217,7 @@ def _noise_floor(model) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(
-    3600
+    5400
 )  # two 100-step runs of 8,192 tokens and a 30-step one: ~12 s per step on the shared 2-core machine at load 13-18
 def test_quantile_balancing_holds_every_step_through_the_train_step() -> None:
     """At 8,192-token batches, after a 29-step warm-up, no step sends the busiest expert more than 1.3x its
