@@ -145,6 +145,31 @@ def test_stages_before_the_last_still_agree(tmp_path, local_client) -> None:
         assert fast == files and len(fast) == 9
 
 
+def test_a_temporary_collect_syncs_no_stage_to_disk(monkeypatch) -> None:
+    """take, reshard and group_by spill into a temporary folder, removed at the end: a collect or count
+    fsyncs nothing, and the records are those of a collect whose stages are durable (work_dir=)."""
+    import tempfile
+
+    ds = (
+        Dataset.from_records(make_records(120), num_shards=4)
+        .reshard(3)
+        .group_by(lambda r: r["metadata"]["i"] % 7, lambda k, rs: {"id": f"g{k}", "text": str(len(rs))})
+        .take(5)
+    )
+    with tempfile.TemporaryDirectory() as kept:
+        want = ds.collect(client="inline", progress=False, work_dir=kept)
+
+    def refuse(*a, **k):
+        raise AssertionError("a temporary collect must not sync its stages to disk")
+
+    monkeypatch.setattr(os, "fsync", refuse)
+    assert ds.collect(client="inline", progress=False) == want and len(want) == 5
+    assert ds.count(client="inline", progress=False) == 5
+    # work_dir= keeps durable stages
+    with pytest.raises(AssertionError, match="must not sync"), tempfile.TemporaryDirectory() as kept:
+        ds.collect(client="inline", progress=False, work_dir=kept)
+
+
 @pytest.mark.parametrize("where", ["inline", "local"])
 def test_values_come_back_as_json_gives_them(local_client, where) -> None:
     client = "inline" if where == "inline" else local_client

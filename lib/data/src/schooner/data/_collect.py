@@ -55,12 +55,14 @@ def iter_plan(
     # inline, the last stage writes nothing; a LocalClient task's records may spill past their budget, into
     # a folder made now (mkdtemp: private), not made on the way by the write (default permissions)
     with work_folder(exe, None, chain, needed=mode != "inline" or has_stages(nodes)) as work:
-        last = run_stages(splits, nodes, exe, work, chain)
+        durable = exe.work_dir is not None  # else a temporary folder: removed at the end, never reused
+        last = run_stages(splits, nodes, exe, work, chain, durable=durable)
         out = f"{work}/out"
         if mode == "inline":
             yield from stream(last, exe)
         else:
-            sink = MemorySink(out, None) if mode == "memory" else SpillSink(out, last.plan)
+            sink = (MemorySink(out, None, durable=False) if mode == "memory"
+                    else SpillSink(out, last.plan, durable=durable))  # fmt: skip
             results: list[dict] = []
             for r in execute_iter(last.tasks(sink), exe, f"stage {last.stage}"):
                 results.append(r)

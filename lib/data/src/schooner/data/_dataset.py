@@ -322,7 +322,9 @@ class Dataset:
         exe = Execution(**execution)
         splits = self._splits()
         with work_folder(exe, None, None, needed=has_stages(self._nodes)) as work:
-            results, _, _ = run_plan(splits, self._nodes, lambda n, plan: CountSink(), exe, work, None)
+            results, _, _ = run_plan(
+                splits, self._nodes, lambda n, plan: CountSink(), exe, work, None, durable=False
+            )
         return sum(r["records"] for r in results)
 
     def collect(self, **execution: Any) -> list[dict]:

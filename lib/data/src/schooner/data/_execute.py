@@ -9,7 +9,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import storage
@@ -133,6 +133,8 @@ class _StageSink(Sink):
 
     stage_dir: str
     plan: str | None
+    durable: bool = field(default=True, kw_only=True)
+    """False in a temporary work folder (removed when the plan ends, never reused): no fsync, no task file."""
 
     def _manifest(self, index: int) -> str:
         return storage.join(self.stage_dir, f"t-{index:05d}.json")
@@ -149,7 +151,7 @@ class _StageSink(Sink):
         return saved["result"] if ok else None
 
     def commit(self, index: int, result: dict) -> None:
-        if self.plan is not None:
+        if self.plan is not None and self.durable:
             storage.write_json(
                 self._manifest(index), {"plan": self.plan, "spill": result["spill"], "result": result}
             )
@@ -163,7 +165,7 @@ class SpillSink(_StageSink):
     """Write the task's records to an intermediate spill file."""
 
     def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
-        info, n = write_spill(self._path(index), records)
+        info, n = write_spill(self._path(index), records, durable=self.durable)
         return {"spill": info.to_dict(), "records": n, "bytes": info.size}
 
 
@@ -184,7 +186,7 @@ class MemorySink(_StageSink):
             size += len(line)
             if size > self.max_bytes:
                 rest = (record_json(r, "a pipeline's output", newline=True) for r in records)
-                info, n = write_lines(self._path(index), itertools.chain(lines, rest))
+                info, n = write_lines(self._path(index), itertools.chain(lines, rest), durable=self.durable)
                 return {"spill": info.to_dict(), "records": n, "bytes": info.size}
         return {"lines": b"".join(lines), "records": len(lines), "bytes": size}
 
@@ -201,7 +203,7 @@ class PartitionSink(_StageSink):
 
     def consume(self, records: Iterator[dict], index: int, stats: Stats) -> dict:
         w = PartitionWriter(self._path(index), self.num_partitions, self.memory_budget, index, self.key_fn,
-                            self.label, keep_first=self.keep_first)  # fmt: skip
+                            self.label, keep_first=self.keep_first, durable=self.durable)  # fmt: skip
         info = w.write(records)
         extra = (
             {f"{self.label}.dropped_early": w.dropped, "dropped.duplicate": w.dropped}

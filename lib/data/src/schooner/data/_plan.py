@@ -142,14 +142,14 @@ def work_folder(
 
 def run_plan(
     splits: list[Split], nodes: tuple[Node, ...], make_sink: Callable[[int, str | None], Sink], exe: Execution,
-    work: str, chain: list[Any] | None, target: ShardTarget = ShardTarget(),
+    work: str, chain: list[Any] | None, target: ShardTarget = ShardTarget(), *, durable: bool = True,
 ) -> tuple[list[dict], dict[str, int], SkipLog]:  # fmt: skip
     """Run all stages; returns (final task results, counters of earlier stages, their skipped input).
 
     `make_sink(num_tasks, final_plan)` makes the sink of the last stage; `final_plan` fingerprints the
     whole plan (with the resolved shard count).
     """
-    last = run_stages(splits, nodes, exe, work, chain, target)
+    last = run_stages(splits, nodes, exe, work, chain, target, durable=durable)
     sink = make_sink(len(last.splits), last.plan)
     label = "write" if isinstance(sink, WriteSink) else f"stage {last.stage}"
     results = _stage(last.splits, last.ops, sink, exe, label)
@@ -182,9 +182,10 @@ class LastStage:
 
 def run_stages(
     splits: list[Split], nodes: tuple[Node, ...], exe: Execution, work: str, chain: list[Any] | None,
-    target: ShardTarget = ShardTarget(),
+    target: ShardTarget = ShardTarget(), *, durable: bool = True,
 ) -> LastStage:  # fmt: skip
-    """Run every stage but the last (see `run_plan`)."""
+    """Run every stage but the last (see `run_plan`); `durable=False` in a temporary work folder (its spill
+    files are not fsync'd and no task files are kept for a rerun)."""
     last = LastStage(splits, [], None, 0, {}, SkipLog())
     for k, node in enumerate(nodes):
         if isinstance(node, Op):
@@ -195,13 +196,15 @@ def run_stages(
         stage_dir = storage.join(work, f"stage-{stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
         if isinstance(node, Take | Reshard):
             run_ops = ops + ([LimitOp(f"take[{node.n}]", node.n)] if isinstance(node, Take) else [])
-            results = _stage(splits, run_ops, SpillSink(stage_dir, plan), exe, f"stage {stage}")
+            results = _stage(
+                splits, run_ops, SpillSink(stage_dir, plan, durable=durable), exe, f"stage {stage}"
+            )
             splits = (_take_splits(results, node.n, plan) if isinstance(node, Take)
                       else _reshard_splits(results, node.n, plan))  # fmt: skip
         else:
             p = node.num_partitions or len(splits)
             sink = PartitionSink(stage_dir, _fp(chain, k + 1, p), node.key, p, node.memory_budget, node.label,
-                                 node.dedup)  # fmt: skip
+                                 node.dedup, durable=durable)  # fmt: skip
             results = _stage(splits, ops, sink, exe, f"stage {stage} (shuffle)")
             splits = _reduce_splits(results, node, stage_dir, p, sink.plan)
         last.add(results)
@@ -210,7 +213,7 @@ def run_stages(
         plan = _fp(chain, len(nodes), "shards", target.num_shards, target.shard_bytes)
         stage_dir = storage.join(work, f"stage-{last.stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
         label = f"stage {last.stage} (to shards)"
-        results = _stage(last.splits, last.ops, SpillSink(stage_dir, plan), exe, label)
+        results = _stage(last.splits, last.ops, SpillSink(stage_dir, plan, durable=durable), exe, label)
         sizes = [SpillInfo.from_dict(r["spill"]).raw_bytes() for r in results]
         n = plan_shards(target.num_shards, target.shard_bytes, sizes)
         last.add(results)

@@ -96,7 +96,7 @@ class PartitionWriter:
 
     def __init__(
         self, path: str, num_partitions: int, memory_budget: int, task: int, key_fn: Callable, label: str,
-        *, keep_first: bool = False,
+        *, keep_first: bool = False, durable: bool = True,
     ) -> None:  # fmt: skip
         self.num_partitions, self.task, self.key_fn, self.label = num_partitions, task, key_fn, label
         self.keep_first = keep_first
@@ -112,7 +112,7 @@ class PartitionWriter:
         self._sizes = [0] * num_partitions
         self._buffered = 0
         self.counts = [0] * num_partitions
-        self._writer = SpillWriter(path)
+        self._writer = SpillWriter(path, durable=durable)
 
     def write(self, records: Iterator[dict]) -> SpillInfo:
         seq0 = self.task << _SEQ_BITS

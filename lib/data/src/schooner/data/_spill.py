@@ -16,6 +16,8 @@ the file, never data read silently.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
@@ -76,11 +78,14 @@ class SpillInfo:
 
 
 class SpillWriter:
-    """Writes one spill file atomically; frames may belong to different partitions."""
+    """Writes one spill file atomically; frames may belong to different partitions.
 
-    def __init__(self, path: str) -> None:
+    `durable=False` (a temporary work folder, removed when the plan ends and never reused by a rerun)
+    skips the fsyncs: the file still appears under its name only once complete."""
+
+    def __init__(self, path: str, *, durable: bool = True) -> None:
         self.info = SpillInfo(path, storage.unique_tag())
-        self._cm = storage.atomic_open(path)
+        self._cm = storage.atomic_open(path) if durable else _renamed_open(path)
         self._f: IO[bytes] = self._cm.__enter__()
         self._cctx = zstandard.ZstdCompressor(level=_LEVEL)
         header = orjson.dumps({"format": 1, "writer": self.info.writer})
@@ -110,15 +115,38 @@ class SpillWriter:
         self._cm.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def write_records(path: str, records: Iterable[dict]) -> tuple[SpillInfo, int]:
+@contextlib.contextmanager
+def _renamed_open(path: str) -> Iterator[IO[bytes]]:
+    """`storage.atomic_open` without the fsyncs (local paths; others go through it)."""
+    if not storage.is_local(path):
+        with storage.atomic_open(path) as f:
+            yield f
+        return
+    path = storage.local_path(path)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.tmp-{storage.unique_tag()}")  # a temporary name (`is_temp_name`)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        with open(tmp, "wb") as f:
+            yield f
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_records(path: str, records: Iterable[dict], *, durable: bool = True) -> tuple[SpillInfo, int]:
     """Write records as a record spill file; returns its info and the record count."""
-    return write_lines(path, (record_json(rec, "a spill file", newline=True) for rec in records))
+    return write_lines(
+        path, (record_json(rec, "a spill file", newline=True) for rec in records), durable=durable
+    )
 
 
-def write_lines(path: str, json_lines: Iterable[bytes]) -> tuple[SpillInfo, int]:
+def write_lines(path: str, json_lines: Iterable[bytes], *, durable: bool = True) -> tuple[SpillInfo, int]:
     """Write records already encoded as JSON lines (`record_json(..., newline=True)`) as a record spill file;
     returns its info and the record count."""
-    w = SpillWriter(path)
+    w = SpillWriter(path, durable=durable)
     n = 0
     try:
         lines: list[bytes] = []
