@@ -8,6 +8,7 @@ Both are imported only here.
 
 from __future__ import annotations
 
+import codecs
 import functools
 import re
 from collections.abc import Mapping
@@ -62,33 +63,68 @@ class ExtractConfig:
         object.__setattr__(self, "keep_status", tuple(self.keep_status))
 
 
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+# Python codecs that decode less than the WHATWG decoder a label maps to (what browsers use): cp1252's
+# punctuation in 0x80-0x9F, cp932's NEC/IBM rows, cp949's UHC syllables, gb18030's 4-byte characters, cp874's
+# 0x80-0x9F; keyed by resiliparse's WHATWG-mapped name (`map_encoding_to_html5`)
+_WHATWG_SUPERSET = {"shift_jis": "cp932", "euc_kr": "cp949", "gbk": "gb18030", "iso8859-11": "cp874"}
+
+
+def whatwg_codec(label: str, *, detected: bool = False) -> str | None:
+    """The Python codec that decodes a charset label as browsers do (WHATWG Encoding Standard): iso-8859-1,
+    latin1 and ascii are windows-1252 (cp1252), shift_jis is cp932, euc-kr is cp949, gb2312 and gbk are
+    gb18030. `None` for a label WHATWG does not know (a browser ignores it); a `detected` name (uchardet's)
+    that WHATWG does not list is kept when Python knows it (e.g. `cp949`)."""
+    from resiliparse.parse.encoding import map_encoding_to_html5
+
+    mapped = map_encoding_to_html5(label.strip().lower(), fallback_utf8=False)
+    if mapped is None:
+        if not detected:
+            return None
+        try:
+            mapped = codecs.lookup(label.strip()).name
+        except LookupError:
+            return None
+    return _WHATWG_SUPERSET.get(mapped, mapped)
+
+
 def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
-    """`(text, charset, fell_back)`: the body decoded with the HTTP-declared charset, else the `<meta>`
-    charset, else what uchardet detects; a declared charset that does not decode (a wrong declaration) falls
-    back to detection (`fell_back` is then true).
+    """`(text, charset, fell_back)`, as a browser decodes (HTML5, WHATWG Encoding Standard): a byte-order mark
+    first, whatever is declared; else the HTTP-declared charset, else the `<meta>` charset, else what uchardet
+    detects. Labels are mapped to the WHATWG encoding (`whatwg_codec`: iso-8859-1 is cp1252, ...) and
+    `charset` is the codec used. A declared charset that does not decode (a wrong declaration) falls back to
+    the next one, then detection (`fell_back` is then true).
 
     Raises:
         BadPage: a binary body (NUL bytes in the first KiB, not UTF-16/32).
     """
+    for bom, enc in _BOMS:
+        if body.startswith(bom):
+            return body[len(bom) :].decode(enc, "replace"), enc, False
     head = body[:1024]
-    if b"\x00" in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):
+    if b"\x00" in head:
         raise BadPage("binary body (NUL bytes), not text")
     candidates = []
     if declared:
-        candidates.append(declared.strip().lower())
+        candidates.append(whatwg_codec(declared))
     m = _META_CHARSET.search(head)
     if m:
-        candidates.append(m.group(1).decode("ascii", "replace").lower())
-    for enc in candidates:
+        meta = whatwg_codec(m.group(1).decode("ascii", "replace"))
+        # a <meta> read as ASCII cannot be UTF-16: HTML5 takes it as UTF-8
+        candidates.append("utf-8" if meta in ("utf-16-le", "utf-16-be") else meta)
+    failed = False
+    for enc in candidates:  # None: a label WHATWG does not know, a wrong declaration too
         try:
-            return body.decode(enc), enc, False
+            if enc is not None:
+                return body.decode(enc), enc, failed
         except (LookupError, UnicodeDecodeError):
-            continue
+            pass
+        failed = True
     from resiliparse.parse.encoding import bytes_to_str, detect_encoding
 
-    # html5_compatible detection falls back to utf-8 itself; the stub's None is for the other modes
-    enc = detect_encoding(body) or "utf-8"
-    return bytes_to_str(body, enc), enc, bool(candidates)
+    raw = detect_encoding(body, html5_compatible=False)
+    enc = (whatwg_codec(raw, detected=True) if raw else None) or "utf-8"
+    return bytes_to_str(body, enc), enc, failed
 
 
 @functools.cache
