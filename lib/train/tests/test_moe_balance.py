@@ -218,7 +218,7 @@ def _noise_floor(model) -> float:
 @pytest.mark.slow
 @pytest.mark.timeout(
     5400
-)  # two 100-step runs of 8,192 tokens and a 30-step one: ~12 s per step on the shared 2-core machine at load 13-18
+)  # two 100-step runs of 8,192 tokens and a 30-step one: 995 s on the shared 2-core machine at load 12-14
 def test_quantile_balancing_holds_every_step_through_the_train_step() -> None:
     """At 8,192-token batches, after a 29-step warm-up, no step sends the busiest expert more than 1.3x its
     share with quantile balancing (the default MoEConfig: the bias re-solved after each step), at a loss no
