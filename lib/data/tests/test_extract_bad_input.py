@@ -5,6 +5,8 @@ encoding; expected text is that text, never the code's output."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.importorskip("resiliparse")
@@ -75,3 +77,115 @@ def test_a_byte_order_mark_overrides_any_declared_charset(bom, codec, name):
         assert (html.startswith("<html>"), text in html, used) == (True, True, name), declared
     meta = bom + f'<html><head><meta charset="iso-8859-1"></head><body>{text}</body></html>'.encode(codec)
     assert decode_html(meta, None)[1] == name
+
+
+# ------------------------------------------------------------------ WARC bodies: HTTP encodings, lengths
+
+
+def _records(path, config=None, on_error="skip"):
+    from schooner.data import SkipLog
+    from schooner.data.curation import ExtractConfig
+    from schooner.data.curation._warc import iter_pages
+
+    skips, counters = SkipLog(), {}
+    recs = list(
+        iter_pages(str(path), config or ExtractConfig(), on_error=on_error, skips=skips, counters=counters)
+    )
+    return recs, skips, counters
+
+
+def _warc(tmp_path, pages, name="x.warc.gz"):
+    from schooner.data.curation import WarcPage, write_warc
+
+    path = tmp_path / name
+    write_warc(str(path), [WarcPage(url, body, extra_headers=tuple(h)) for url, body, h in pages])
+    return path
+
+
+HTML = _page("Encoded bodies decode to this paragraph, " + FRENCH + ".").encode("utf-8")
+TEXT = "Encoded bodies decode to this paragraph, " + FRENCH + "."
+
+
+def _chunked(data: bytes, size: int) -> bytes:
+    parts = [data[i : i + size] for i in range(0, len(data), size)]
+    return b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def test_transfer_and_content_encodings_are_decoded(tmp_path):
+    import gzip
+    import zlib
+
+    import zstandard
+
+    brotli = pytest.importorskip("brotli")
+    raw_deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    cases = {
+        "gzip": (gzip.compress(HTML), [("Content-Encoding", "gzip")]),
+        "deflate-zlib": (zlib.compress(HTML), [("Content-Encoding", "deflate")]),
+        "deflate-raw": (raw_deflate.compress(HTML) + raw_deflate.flush(), [("Content-Encoding", "deflate")]),
+        "br": (brotli.compress(HTML), [("Content-Encoding", "br")]),
+        "zstd": (zstandard.ZstdCompressor().compress(HTML), [("Content-Encoding", "zstd")]),
+        "chunked": (_chunked(HTML, 37), [("Transfer-Encoding", "chunked")]),
+        "chunked-gzip": (_chunked(gzip.compress(HTML), 50),
+                         [("Transfer-Encoding", "chunked"), ("Content-Encoding", "gzip")]),
+    }  # fmt: skip
+    path = _warc(tmp_path, [(f"https://e.example/{k}", body, h) for k, (body, h) in cases.items()])
+    recs, skips, _ = _records(path)
+    assert skips.skipped == 0, skips.examples
+    assert {r["metadata"]["url"].rsplit("/", 1)[1]: r["text"] for r in recs} == {k: TEXT for k in cases}
+
+
+def test_unsupported_or_broken_encodings_are_named_skips(tmp_path):
+    import gzip
+
+    pages = [
+        ("https://e.example/compress", HTML, [("Content-Encoding", "compress")]),
+        ("https://e.example/bad-br", HTML, [("Content-Encoding", "br")]),
+        ("https://e.example/cut-gzip", gzip.compress(HTML)[:-30], [("Content-Encoding", "gzip")]),
+        ("https://e.example/bad-chunk", b"5\r\n<html>zz\r\n0\r\n\r\n", [("Transfer-Encoding", "chunked")]),
+        ("https://e.example/ok", HTML, []),
+    ]
+    path = _warc(tmp_path, pages)
+    recs, skips, _ = _records(path)
+    assert [r["metadata"]["url"] for r in recs] == ["https://e.example/ok"]
+    assert skips.skipped == 4
+    text = "\n".join(skips.examples)
+    assert "unsupported Content-Encoding: compress" in text
+    for url in ("compress", "bad-br", "cut-gzip", "bad-chunk"):
+        assert re.search(
+            rf"x\.warc\.gz: WARC record at byte offset \d+ \(https://e\.example/{url}\)", text
+        ), url
+
+
+def test_a_gzip_bomb_is_refused_without_inflating_it(tmp_path):
+    """A 128 MiB page gzipped to ~130 KB: refused as over max_bytes (1 MiB) while the reader's peak RSS (its own
+    process, measured by the kernel) grows by far less than the page."""
+    import subprocess
+    import sys
+    import zlib
+
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)
+    zeros = b"\0" * 2**20
+    bomb = (
+        comp.compress(b"<html><body><p>") + b"".join(comp.compress(zeros) for _ in range(128)) + comp.flush()
+    )
+    path = _warc(tmp_path, [("https://bomb.example/", bomb, [("Content-Encoding", "gzip")]),
+                            ("https://e.example/ok", HTML, [])])  # fmt: skip
+    script = f"""
+import resource, resiliparse.extract.html2text, resiliparse.parse.html, fastwarc
+from schooner.data import SkipLog
+from schooner.data.curation import ExtractConfig
+from schooner.data.curation._warc import iter_pages
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+skips = SkipLog()
+recs = list(iter_pages({str(path)!r}, ExtractConfig(max_bytes=2**20), on_error="skip", skips=skips, counters={{}}))
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(len(recs), skips.skipped, grew // 1024)
+print(skips.examples[0])
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    counts, example = out.splitlines()
+    n, skipped, grew_mib = map(int, counts.split())
+    assert (n, skipped) == (1, 1)
+    assert "https://bomb.example/" in example and "max_bytes=1,048,576" in example
+    assert grew_mib < 32, f"peak RSS grew {grew_mib} MiB reading a bomb of 128 MiB"

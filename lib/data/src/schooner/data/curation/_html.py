@@ -46,7 +46,8 @@ class ExtractConfig:
     content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
     """HTTP content types extracted; other responses are counted (`warc.skipped_content_type`) and skipped."""
     max_bytes: int = 10 * 2**20
-    """Pages larger than this (10 MB) are bad input (named, counted), never parsed."""
+    """Pages larger than this (10 MB) are bad input (named, counted), never parsed; a compressed body is
+    inflated no further than this (a decompression bomb is refused, not inflated)."""
     min_chars: int = 1
     """Pages whose extracted text is shorter are dropped (`dropped.empty_text`)."""
     keep_status: tuple[int, ...] = (200,)

@@ -16,7 +16,6 @@ import io
 import os
 import re
 import uuid
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
 from ._html import BadPage, ExtractConfig, decode_html, extract_page
+from ._http import decode_body
 
 if TYPE_CHECKING:
     from fastwarc.warc import HeaderMap
@@ -72,18 +72,6 @@ def _content_type(headers: dict[str, str]) -> tuple[str, str | None]:
         if k.strip().lower() == "charset" and v.strip():
             charset = v.strip().strip("\"'")
     return mime.strip().lower(), charset
-
-
-def _decode_transfer(headers: dict[str, str], body: bytes) -> bytes:
-    enc = headers.get("content-encoding", "").lower()
-    try:
-        if enc in ("gzip", "x-gzip"):
-            return gzip.decompress(body)
-        if enc == "deflate":
-            return zlib.decompress(body)
-    except (OSError, zlib.error, EOFError) as e:
-        raise BadPage(f"body declared Content-Encoding: {enc} does not decompress ({e})") from None
-    return body
 
 
 def iter_pages(
@@ -157,7 +145,7 @@ def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tupl
     if mime not in config.content_types:
         _add(counters, "warc.skipped_content_type")
         return None
-    body = _decode_transfer(headers, body)
+    body = decode_body(headers, body, config.max_bytes)
     if not body or body.isspace():  # not `body.strip()`, which copies the page
         raise BadPage("empty body")
     if len(body) > config.max_bytes:
