@@ -189,3 +189,29 @@ print(skips.examples[0])
     assert (n, skipped) == (1, 1)
     assert "https://bomb.example/" in example and "max_bytes=1,048,576" in example
     assert grew_mib < 32, f"peak RSS grew {grew_mib} MiB reading a bomb of 128 MiB"
+
+
+@pytest.mark.parametrize("on_error", ["skip", "raise"])
+@pytest.mark.parametrize("bad", [b"abc", b"-"], ids=["suffix", "negative"])
+def test_a_non_integer_warc_content_length_is_named(tmp_path, on_error, bad):
+    from schooner.data import DataError
+    from schooner.data.curation import WarcPage
+    from schooner.data.curation._warc import warc_response
+
+    recs = [warc_response(WarcPage(f"https://e.example/{i}", HTML)) for i in range(3)]
+    n = recs[1].split(b"Content-Length: ", 1)[1].split(b"\r\n", 1)[0]
+    recs[1] = recs[1].replace(
+        b"Content-Length: " + n, b"Content-Length: " + (n + bad if bad == b"abc" else bad + n), 1
+    )
+    path = tmp_path / "badlen.warc"
+    path.write_bytes(b"".join(recs))
+    if on_error == "raise":
+        with pytest.raises(DataError, match=r"badlen\.warc: WARC record at byte offset \d+ .*Content-Length"):
+            _records(path, on_error="raise")
+        return
+    got, skips, _ = _records(path)
+    assert (
+        skips.skipped >= 1 and "is not an integer" in skips.examples[0]
+    )  # then defect 5: the stream is lost
+    assert f"byte offset {len(recs[0])} (https://e.example/1)" in skips.examples[0]
+    assert "https://e.example/0" in [r["metadata"]["url"] for r in got]

@@ -105,7 +105,11 @@ def iter_pages(
             headers = _warc_headers(rec.headers)
             url = headers.get("warc-target-uri", "")
             try:
-                declared = int(headers.get("content-length", "-1"))
+                length = headers.get("content-length")
+                if length is not None and not (length.isascii() and length.strip().isdigit()):
+                    rec.reader.consume()
+                    raise BadPage(f"WARC Content-Length {length[:40]!r} is not an integer >= 0")
+                declared = -1 if length is None else int(length)
                 if declared > config.max_bytes:
                     rec.reader.consume()
                     raise BadPage(f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}")
