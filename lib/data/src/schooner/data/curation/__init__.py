@@ -30,6 +30,7 @@ from ._fuzzy import fuzzy_dedup_attributes as fuzzy_dedup_attributes
 from ._html import ExtractConfig as ExtractConfig
 from ._html import decode_html as decode_html
 from ._html import extract_text as extract_text
+from ._html_files import html_dataset as html_dataset
 from ._langid import LangIdConfig as LangIdConfig
 from ._langid import lite_model_path as lite_model_path
 from ._langid import predict_languages as predict_languages
