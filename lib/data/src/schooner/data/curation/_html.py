@@ -97,7 +97,7 @@ def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
     the next one, then detection (`fell_back` is then true).
 
     Raises:
-        BadPage: a binary body (NUL bytes in the first KiB, not UTF-16/32).
+        BadPage: a binary body (NUL bytes in the first KiB of a body without a byte-order mark).
     """
     for bom, enc in _BOMS:
         if body.startswith(bom):
@@ -105,7 +105,7 @@ def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
     head = body[:1024]
     if b"\x00" in head:
         raise BadPage("binary body (NUL bytes), not text")
-    candidates = []
+    candidates: list[str | None] = []
     if declared:
         candidates.append(whatwg_codec(declared))
     m = _META_CHARSET.search(head)
@@ -114,10 +114,10 @@ def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
         # a <meta> read as ASCII cannot be UTF-16: HTML5 takes it as UTF-8
         candidates.append("utf-8" if meta in ("utf-16-le", "utf-16-be") else meta)
     failed = False
-    for enc in candidates:  # None: a label WHATWG does not know, a wrong declaration too
+    for label in candidates:  # None: a label WHATWG does not know, a wrong declaration too
         try:
-            if enc is not None:
-                return body.decode(enc), enc, failed
+            if label is not None:
+                return body.decode(label), label, failed
         except (LookupError, UnicodeDecodeError):
             pass
         failed = True
