@@ -18,8 +18,18 @@ _IDENTITY = ("", "identity", "none")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
 
 
-def decode_body(headers: dict[str, str], body: bytes, max_bytes: int) -> bytes:
-    """The body with its transfer codings, then its content codings, undone (the last applied first).
+class _NotChunked(Exception):
+    """A body declared chunked that does not start with a chunk size: stored de-chunked already."""
+
+
+class _Undecodable(Exception):
+    """What is wrong with a coded body (`decode_body` names the header and coding)."""
+
+
+def decode_body(headers: dict[str, str], body: bytes, max_bytes: int, counters: dict[str, int]) -> bytes:
+    """The body with its transfer codings, then its content codings, undone (the last applied first). A body
+    declared chunked that does not start with a chunk size was stored de-chunked (as warcio reads it): kept
+    as it is and counted (`extract.not_chunked`).
 
     Raises:
         BadPage: a body that does not decode, decodes past `max_bytes`, or uses an unsupported coding.
@@ -31,14 +41,19 @@ def decode_body(headers: dict[str, str], body: bytes, max_bytes: int) -> bytes:
             decode = _DECODERS.get(coding)
             if decode is None:
                 raise BadPage(f"unsupported {header.title()}: {coding}")
-            body = decode(body, max_bytes)
+            try:
+                body = decode(body, max_bytes)
+            except _NotChunked:
+                counters["extract.not_chunked"] = counters.get("extract.not_chunked", 0) + 1
+            except _Undecodable as e:
+                raise BadPage(f"body declared {header.title()}: {coding} {e}") from None
             if len(body) > max_bytes:
                 raise BadPage(f"body declared {header.title()}: {coding} decodes past max_bytes={max_bytes:,}; "
                               "not decoded further")  # fmt: skip
     return body
 
 
-def _zlib(body: bytes, limit: int, wbits: int, name: str) -> bytes:
+def _zlib(body: bytes, limit: int, wbits: int) -> bytes:
     """Inflate at most `limit + 1` bytes; gzip members after the first are inflated too (within the limit)."""
     out: list[bytes] = []
     size, rest = 0, body
@@ -47,13 +62,13 @@ def _zlib(body: bytes, limit: int, wbits: int, name: str) -> bytes:
         try:
             chunk = d.decompress(rest, limit + 1 - size)
         except zlib.error as e:
-            raise BadPage(f"body declared Content-Encoding: {name} does not decompress ({e})") from None
+            raise _Undecodable(f"does not decompress ({e})") from None
         out.append(chunk)
         size += len(chunk)
         if size > limit:
             break
         if not d.eof:
-            raise BadPage(f"body declared Content-Encoding: {name} is truncated ({size:,} bytes decoded)")
+            raise _Undecodable(f"is truncated ({size:,} bytes decoded)")
         rest = d.unused_data
         if wbits != 31 or not rest.startswith(b"\x1f\x8b"):
             break  # bytes after a deflate stream or the last gzip member are ignored, as gzip readers do
@@ -61,13 +76,13 @@ def _zlib(body: bytes, limit: int, wbits: int, name: str) -> bytes:
 
 
 def _gzip(body: bytes, limit: int) -> bytes:
-    return _zlib(body, limit, 31, "gzip")
+    return _zlib(body, limit, 31)
 
 
 def _deflate(body: bytes, limit: int) -> bytes:
     """RFC 9110's deflate is zlib-wrapped; many servers send raw deflate: a body without a zlib header is raw."""
     zlib_header = len(body) >= 2 and body[0] & 0x0F == 8 and (body[0] << 8 | body[1]) % 31 == 0
-    return _zlib(body, limit, 15 if zlib_header else -15, "deflate")
+    return _zlib(body, limit, 15 if zlib_header else -15)
 
 
 def _fastwarc(reader: str) -> Callable[[bytes, int], bytes]:
@@ -85,8 +100,9 @@ def _fastwarc(reader: str) -> Callable[[bytes, int], bytes]:
                 out.append(chunk)
                 size += len(chunk)
         except OSError as e:
-            name = "br" if reader == "BrotliReader" else "zstd"
-            raise BadPage(f"body declared Content-Encoding: {name} does not decompress ({e})") from None
+            raise _Undecodable(f"does not decompress ({e})") from None
+        if body and not out:  # a stream header that ends at once, then garbage (no checksum to catch it)
+            raise _Undecodable(f"does not decompress ({len(body):,} bytes decode to nothing)")
         return b"".join(out)
 
     return decode
@@ -101,8 +117,9 @@ def _dechunk(body: bytes, limit: int) -> bytes:
         eol = body.find(b"\n", pos)
         line = body[pos : eol if eol >= 0 else len(body)].split(b";", 1)[0].strip()
         if not _HEX.fullmatch(line):
-            raise BadPage(f"body declared Transfer-Encoding: chunked has no chunk size at byte {pos:,} "
-                          f"({bytes(line[:20])!r})")  # fmt: skip
+            if pos == 0:
+                raise _NotChunked
+            raise _Undecodable(f"has no chunk size at byte {pos:,} ({bytes(line[:20])!r})")
         n = int(line, 16)
         if n == 0 or eol < 0:
             break
@@ -114,9 +131,7 @@ def _dechunk(body: bytes, limit: int) -> bytes:
         elif body.startswith(b"\n", pos):
             pos += 1
         elif pos < len(body):
-            raise BadPage(
-                f"body declared Transfer-Encoding: chunked: chunk at byte {eol + 1:,} is not {n:,} bytes"
-            )
+            raise _Undecodable(f"has a chunk at byte {eol + 1:,} that is not {n:,} bytes")
     return b"".join(out)
 
 

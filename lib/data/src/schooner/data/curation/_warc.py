@@ -149,7 +149,7 @@ def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tupl
     if mime not in config.content_types:
         _add(counters, "warc.skipped_content_type")
         return None
-    body = decode_body(headers, body, config.max_bytes)
+    body = decode_body(headers, body, config.max_bytes, counters)
     if not body or body.isspace():  # not `body.strip()`, which copies the page
         raise BadPage("empty body")
     if len(body) > config.max_bytes:
