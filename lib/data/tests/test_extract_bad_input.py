@@ -231,3 +231,70 @@ def test_a_non_integer_warc_content_length_is_named(tmp_path, on_error, bad):
     )  # then defect 5: the stream is lost
     assert f"byte offset {len(recs[0])} (https://e.example/1)" in skips.examples[0]
     assert "https://e.example/0" in [r["metadata"]["url"] for r in got]
+
+
+# ------------------------------------------------------------------ damaged gzip members
+
+
+def _members(n: int) -> list[bytes]:
+    from schooner.data.curation import WarcPage
+    from schooner.data.curation._warc import warc_response
+
+    pages = [_page(f"Paragraph number {i} with some words in it to keep.").encode() for i in range(n)]
+    return [
+        gzip.compress(warc_response(WarcPage(f"https://s.example/{i}", p)), mtime=0)
+        for i, p in enumerate(pages)
+    ]
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "cut"])
+def test_a_damaged_gzip_member_is_a_named_skip_and_reading_resumes_at_the_next_member(tmp_path, damage):
+    from schooner.data import DataError
+
+    members = _members(10)
+    bad = bytearray(members[4])
+    if damage == "corrupt":
+        bad[40:60] = b"\0" * 20
+    else:
+        bad = bad[: len(bad) // 2]
+    parts = [*members[:4], bytes(bad), *members[5:]]
+    path = tmp_path / "x.warc.gz"
+    path.write_bytes(b"".join(parts))
+    starts = [sum(map(len, parts[:i])) for i in range(len(parts))]
+    recs, skips, _ = _records(path)
+    assert [r["metadata"]["url"] for r in recs] == [
+        f"https://s.example/{i}" for i in (0, 1, 2, 3, 5, 6, 7, 8, 9)
+    ]
+    assert [r["metadata"]["warc_offset"] for r in recs] == starts[:4] + starts[5:]
+    assert skips.skipped == 1
+    assert f"x.warc.gz: gzip member at byte offset {starts[4]} is unreadable" in skips.examples[0]
+    assert f"reading resumes at byte offset {starts[5]}" in skips.examples[0]
+    with pytest.raises(DataError, match=f"gzip member at byte offset {starts[4]} is unreadable"):
+        _records(path, on_error="raise")
+
+
+def test_a_damaged_last_gzip_member_is_named_with_its_offset(tmp_path):
+    members = _members(3)
+    bad = bytearray(members[2])
+    bad[40:60] = b"\0" * 20
+    path = tmp_path / "x.warc.gz"
+    path.write_bytes(b"".join(members[:2]) + bytes(bad))
+    recs, skips, _ = _records(path)
+    assert len(recs) == 2 and skips.skipped == 1
+    assert (
+        f"gzip member at byte offset {len(members[0]) + len(members[1])} is unreadable" in skips.examples[0]
+    )
+    assert "to the end of the file" in skips.examples[0]
+
+
+def test_garbage_between_gzip_members_is_a_named_skip_and_no_record_is_lost(tmp_path):
+    members = _members(6)
+    parts = [*members[:3], b"this is not a gzip member\r\n" * 3, *members[3:]]
+    path = tmp_path / "x.warc.gz"
+    path.write_bytes(b"".join(parts))
+    starts = [sum(map(len, parts[:i])) for i in range(len(parts))]
+    recs, skips, _ = _records(path)
+    assert [r["metadata"]["warc_offset"] for r in recs] == starts[:3] + starts[4:]
+    assert skips.skipped == 1
+    assert f"gzip member at byte offset {starts[3]} is unreadable" in skips.examples[0]
+    assert f"reading resumes at byte offset {starts[4]}" in skips.examples[0]

@@ -16,6 +16,7 @@ import io
 import os
 import re
 import uuid
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -85,19 +86,22 @@ def iter_pages(
     src = source or "warc"
     with storage.open_file(path, "rb") as f:
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
+        last: int | None = None  # the offset of the last record read
+        restart = 0  # where the iterator started (after a damaged gzip member: the next member)
         while True:
             try:
                 rec = next(it)
             except StopIteration:
                 return
             except OSError as e:  # a stream that cannot be decompressed or parsed any further
-                handle(
-                    DataError(path, f"unreadable WARC stream after the last good record ({e})"),
-                    on_error,
-                    skips,
-                )
-                return
-            offset = rec.stream_pos
+                resume = _skip_damaged_member(f, path, e, last, restart, on_error, skips)
+                if resume is None:
+                    return
+                f.seek(resume)
+                it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
+                last, restart = None, resume
+                continue
+            offset = last = rec.stream_pos
             if rec.record_type != WarcRecordType.response:
                 _add(counters, "warc.other_records")
                 continue
@@ -138,6 +142,83 @@ def iter_pages(
                     "warc_date": headers.get("warc-date", ""), "charset": charset, "content_type": mime,
                 },
             }  # fmt: skip
+
+
+def _skip_damaged_member(
+    f: Any, path: str, error: OSError, last: int | None, restart: int, on_error: str, skips: SkipLog
+) -> int | None:
+    """A WARC stream that fails after the record at `last` (None: no record since `restart`), named and
+    counted as one skip. A `.gz` file is a series of gzip members (one per record, as crawlers write them):
+    the damaged member starts where the last good one ends, and reading resumes at the next member that
+    inflates to a WARC record (returned); other files are lost from there (None)."""
+    after = f"after the record at byte offset {last}" if last is not None else f"from byte offset {restart}"
+    resume = None
+    if path.endswith(".gz"):
+        try:
+            bad = restart if last is None else _member_end(f, last)
+            resume = _next_member(f, bad + 1)
+        except OSError:  # a stream that cannot seek (or read again)
+            bad = None
+        if bad is not None:
+            rest = (
+                f"reading resumes at byte offset {resume}" if resume is not None else "to the end of the file"
+            )
+            handle(
+                DataError(path, f"gzip member at byte offset {bad} is unreadable ({error}); {rest}"),
+                on_error,
+                skips,
+            )
+            return resume
+    handle(
+        DataError(path, f"unreadable WARC stream {after} ({error}); the rest of the file is lost"),
+        on_error,
+        skips,
+    )
+    return None
+
+
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+def _member_end(f: Any, start: int) -> int:
+    """Where the gzip member starting at `start` ends (`start` itself when it does not inflate to its end);
+    inflated 64 KiB at a time, the output dropped."""
+    f.seek(start)
+    d, read = zlib.decompressobj(31), 0
+    try:
+        while not d.eof:
+            data = f.read(2**20)
+            if not data:
+                d.flush()
+                break
+            read += len(data)
+            while data and not d.eof:
+                d.decompress(data, 2**16)
+                data = d.unconsumed_tail
+    except zlib.error:
+        return start
+    return start + read - len(d.unused_data) if d.eof else start
+
+
+def _next_member(f: Any, pos: int) -> int | None:
+    """The offset of the first gzip member at or after `pos` that inflates to the whole of a WARC record (None:
+    none; a cut member is part of the damage, as is a member stored verbatim inside a damaged one)."""
+    while True:
+        f.seek(pos)
+        buf = f.read(2**20)
+        i = buf.find(_GZIP_MAGIC)
+        while i >= 0:
+            f.seek(pos + i)
+            try:
+                head = zlib.decompressobj(31).decompress(f.read(2**16), 5)
+                if head == b"WARC/" and _member_end(f, pos + i) > pos + i:
+                    return pos + i
+            except zlib.error:
+                pass
+            i = buf.find(_GZIP_MAGIC, i + 1)
+        if len(buf) < 2**20:
+            return None
+        pos += len(buf) - len(_GZIP_MAGIC) + 1
 
 
 def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tuple[str, str, str, str] | None:
