@@ -298,3 +298,11 @@ def test_garbage_between_gzip_members_is_a_named_skip_and_no_record_is_lost(tmp_
     assert skips.skipped == 1
     assert f"gzip member at byte offset {starts[3]} is unreadable" in skips.examples[0]
     assert f"reading resumes at byte offset {starts[4]}" in skips.examples[0]
+
+
+def test_http_header_lines_split_only_at_newlines(tmp_path):
+    # \x0c, \x1c and \x85 (latin-1 of cp1252's "…") are line breaks to str.splitlines, not to HTTP
+    pages = [(f"https://e.example/{i}", HTML, [("X-Note", f"see{c}Content-Encoding: gzip")]) for i, c in
+             enumerate("\x0c\x1c\x85")]  # fmt: skip
+    recs, skips, _ = _records(_warc(tmp_path, pages))
+    assert (skips.skipped, [r["text"] for r in recs]) == (0, [TEXT] * 3), skips.examples

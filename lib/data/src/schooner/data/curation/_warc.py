@@ -53,7 +53,8 @@ def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
         head, sep, body = block.partition(b"\n\n")
     if not sep:
         raise BadPage("HTTP response without a header/body separator")
-    lines = head.decode("latin-1").splitlines()
+    # HTTP lines end at \n (\r\n): not str.splitlines(), which also breaks at \x0c, \x1c-\x1e and \x85 in values
+    lines = [ln.removesuffix("\r") for ln in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ", 2) if lines else []
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
         raise BadPage(f"not an HTTP response status line: {lines[0][:60] if lines else ''!r}")
