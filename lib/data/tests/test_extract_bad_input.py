@@ -306,3 +306,40 @@ def test_http_header_lines_split_only_at_newlines(tmp_path):
              enumerate("\x0c\x1c\x85")]  # fmt: skip
     recs, skips, _ = _records(_warc(tmp_path, pages))
     assert (skips.skipped, [r["text"] for r in recs]) == (0, [TEXT] * 3), skips.examples
+
+
+def _with_warc_header(record: bytes, name: str, value: str) -> bytes:
+    """A WARC record with one more WARC header (the block, and so its digest, unchanged)."""
+    head, sep, block = record.partition(b"\r\n\r\n")
+    return head + f"\r\n{name}: {value}".encode() + sep + block
+
+
+def test_content_type_from_warc_identified_payload_type_else_sniffed_from_the_body(tmp_path):
+    from schooner.data.curation import WarcPage
+    from schooner.data.curation._warc import warc_response
+
+    pdf = b"%PDF-1.4 not html at all\n" * 20
+    records = [
+        warc_response(WarcPage("https://e.example/undeclared", b"\n  " + HTML, content_type="")),
+        warc_response(WarcPage("https://e.example/undeclared-doctype", b"<!DOCTYPE html>" + HTML, content_type="")),
+        warc_response(WarcPage("https://e.example/undeclared-pdf", pdf, content_type="")),
+        warc_response(WarcPage("https://e.example/undeclared-gzip", gzip.compress(HTML), content_type="",
+                               extra_headers=(("Content-Encoding", "gzip"),))),
+        _with_warc_header(
+            warc_response(WarcPage("https://e.example/octet", HTML, content_type="application/octet-stream")),
+            "WARC-Identified-Payload-Type", "text/html",
+        ),
+        _with_warc_header(
+            warc_response(WarcPage("https://e.example/pdf-said-html", pdf, content_type="text/html")),
+            "WARC-Identified-Payload-Type", "application/pdf",
+        ),
+    ]  # fmt: skip
+    path = tmp_path / "t.warc"
+    path.write_bytes(b"".join(records))
+    recs, skips, counters = _records(path)
+    assert skips.skipped == 0, skips.examples
+    got = {r["metadata"]["url"].rsplit("/", 1)[1]: (r["text"], r["metadata"]["content_type"]) for r in recs}
+    assert got == {
+        k: (TEXT, "text/html") for k in ("undeclared", "undeclared-doctype", "undeclared-gzip", "octet")
+    }
+    assert (counters["warc.skipped_content_type"], counters["warc.sniffed_html"]) == (2, 3)

@@ -44,7 +44,8 @@ class ExtractConfig:
     main_content: bool = True
     """Drop boilerplate (navigation, footers, sidebars, cookie banners) with the extractor's heuristics."""
     content_types: tuple[str, ...] = ("text/html", "application/xhtml+xml")
-    """HTTP content types extracted; other responses are counted (`warc.skipped_content_type`) and skipped."""
+    """Content types extracted (a record's WARC-Identified-Payload-Type, else its HTTP Content-Type, else HTML
+    sniffed from the body); other responses are counted (`warc.skipped_content_type`) and skipped."""
     max_bytes: int = 10 * 2**20
     """Pages larger than this (10 MB) are bad input (named, counted), never parsed; a compressed body is
     inflated no further than this (a decompression bomb is refused, not inflated)."""

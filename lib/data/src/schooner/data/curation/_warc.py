@@ -121,7 +121,7 @@ def iter_pages(
                 block = rec.reader.read()
                 if declared >= 0 and len(block) < declared:
                     raise BadPage(f"truncated record: {len(block):,} of {declared:,} bytes")
-                page = _page(block, config, counters)
+                page = _page(block, config, counters, headers.get("warc-identified-payload-type"))
                 if page is None:
                     continue
                 text, title, charset, mime = page
@@ -178,6 +178,21 @@ def _skip_damaged_member(
     return None
 
 
+# WHATWG MIME Sniffing, "identifying a resource with an unknown MIME type": the HTML patterns after
+# leading whitespace, each followed by whitespace or ">" (the spec: a space or ">"; the comment opener by anything)
+_HTML_START = re.compile(
+    rb"<(?:(?:!DOCTYPE HTML|HTML|HEAD|SCRIPT|IFRAME|H1|DIV|FONT|TABLE|A|STYLE|TITLE|B|BODY|BR|P)[ \t\n\x0c\r>]|!--)",
+    re.IGNORECASE,
+)
+
+
+def _html_start(body: bytes) -> int:
+    """Where the body's first non-whitespace byte is, after a UTF-8 byte-order mark."""
+    start = 3 if body.startswith(b"\xef\xbb\xbf") else 0
+    head = body[start : start + 512]
+    return start + len(head) - len(head.lstrip(b" \t\n\x0c\r"))
+
+
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 
 
@@ -222,16 +237,30 @@ def _next_member(f: Any, pos: int) -> int | None:
         pos += len(buf) - len(_GZIP_MAGIC) + 1
 
 
-def _page(block: bytes, config: ExtractConfig, counters: dict[str, int]) -> tuple[str, str, str, str] | None:
+def _page(
+    block: bytes, config: ExtractConfig, counters: dict[str, int], identified: str | None = None
+) -> tuple[str, str, str, str] | None:
+    """`(text, title, charset, content type)` of an HTTP response, None when its status or content type is not
+    kept. The content type is the WARC-Identified-Payload-Type (Common Crawl's, sniffed from the bytes) when
+    the record has one, else the HTTP Content-Type, else HTML sniffed from the body (`warc.sniffed_html`)."""
     status, headers, body = _parse_http(block)
     if status not in config.keep_status:
         _add(counters, "warc.skipped_status")
         return None
     mime, charset = _content_type(headers)
+    decoded = False
+    if identified and identified.strip():
+        mime = identified.partition(";")[0].strip().lower()
+    elif not mime:  # sniffed from what the server sent, its codings undone
+        body, decoded = decode_body(headers, body, config.max_bytes, counters), True
+        if _HTML_START.match(body, _html_start(body)):
+            mime = "text/html"
+            _add(counters, "warc.sniffed_html")
     if mime not in config.content_types:
         _add(counters, "warc.skipped_content_type")
         return None
-    body = decode_body(headers, body, config.max_bytes, counters)
+    if not decoded:
+        body = decode_body(headers, body, config.max_bytes, counters)
     if not body or body.isspace():  # not `body.strip()`, which copies the page
         raise BadPage("empty body")
     if len(body) > config.max_bytes:
