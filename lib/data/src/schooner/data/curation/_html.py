@@ -72,6 +72,7 @@ _BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "
 _WHATWG_SUPERSET = {"shift_jis": "cp932", "euc_kr": "cp949", "gbk": "gb18030", "iso8859-11": "cp874"}
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of labels on a whole crawl; ~2 us a call uncached
 def whatwg_codec(label: str, *, detected: bool = False) -> str | None:
     """The Python codec that decodes a charset label as browsers do (WHATWG Encoding Standard): iso-8859-1,
     latin1 and ascii are windows-1252 (cp1252), shift_jis is cp932, euc-kr is cp949, gb2312 and gbk are
