@@ -343,3 +343,40 @@ def test_content_type_from_warc_identified_payload_type_else_sniffed_from_the_bo
         k: (TEXT, "text/html") for k in ("undeclared", "undeclared-doctype", "undeclared-gzip", "octet")
     }
     assert (counters["warc.skipped_content_type"], counters["warc.sniffed_html"]) == (2, 3)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "length-short", "length-long"])
+def test_damage_in_a_plain_warc_is_a_named_skip_and_reading_resumes_at_the_next_record(tmp_path, damage):
+    from schooner.data.curation import WarcPage
+    from schooner.data.curation._warc import warc_response
+
+    pages = [_page(f"Paragraph number {i} with some words in it to keep.").encode() for i in range(8)]
+    recs = [warc_response(WarcPage(f"https://s.example/{i}", p)) for i, p in enumerate(pages)]
+    n = int(re.search(rb"Content-Length: (\d+)\r\n", recs[3]).group(1))
+    if damage == "garbage":  # between records 3 and 4
+        parts = [*recs[:4], b"this is not a warc record\r\n\r\n", *recs[4:]]
+        kept, bad, resume = [0, 1, 2, 3, 4, 5, 6, 7], 4, 5
+    else:  # record 3 declares 50 bytes too few (junk before record 4) or too many (into record 4's header)
+        wrong = str(n - 50 if damage == "length-short" else n + 50).encode()
+        parts = [
+            *recs[:3],
+            recs[3].replace(b"Content-Length: %d" % n, b"Content-Length: " + wrong, 1),
+            *recs[4:],
+        ]
+        kept, bad, resume = (
+            ([0, 1, 2, 3, 4, 5, 6, 7], None, 4)
+            if damage == "length-short"
+            else ([0, 1, 2, 3, 5, 6, 7], None, 5)
+        )
+    path = tmp_path / "x.warc"
+    path.write_bytes(b"".join(parts))
+    starts = [sum(map(len, parts[:i])) for i in range(len(parts))]
+    got, skips, _ = _records(path)
+    # record 3 itself is read with the length it declares: cut short, or with the next record's header
+    assert [r["metadata"]["url"] for r in got if r["metadata"]["url"] != "https://s.example/3"] == [
+        f"https://s.example/{i}" for i in kept if i != 3
+    ]
+    assert skips.skipped == 1, skips.examples
+    if bad is not None:
+        assert f"x.warc: WARC data at byte offset {starts[bad]} is unreadable" in skips.examples[0]
+    assert f"reading resumes at byte offset {starts[resume]}" in skips.examples[0]

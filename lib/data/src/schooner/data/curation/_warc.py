@@ -88,6 +88,7 @@ def iter_pages(
     with storage.open_file(path, "rb") as f:
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
         last: int | None = None  # the offset of the last record read
+        last_length = 0  # its Content-Length
         restart = 0  # where the iterator started (after a damaged gzip member: the next member)
         while True:
             try:
@@ -95,7 +96,7 @@ def iter_pages(
             except StopIteration:
                 return
             except OSError as e:  # a stream that cannot be decompressed or parsed any further
-                resume = _skip_damaged_member(f, path, e, last, restart, on_error, skips)
+                resume = _skip_damaged_member(f, path, e, last, last_length, restart, on_error, skips)
                 if resume is None:
                     return
                 f.seek(resume)
@@ -103,6 +104,7 @@ def iter_pages(
                 last, restart = None, resume
                 continue
             offset = last = rec.stream_pos
+            last_length = rec.content_length
             if rec.record_type != WarcRecordType.response:
                 _add(counters, "warc.other_records")
                 continue
@@ -146,36 +148,64 @@ def iter_pages(
 
 
 def _skip_damaged_member(
-    f: Any, path: str, error: OSError, last: int | None, restart: int, on_error: str, skips: SkipLog
-) -> int | None:
+    f: Any, path: str, error: OSError, last: int | None, last_length: int, restart: int, on_error: str,
+    skips: SkipLog,
+) -> int | None:  # fmt: skip
     """A WARC stream that fails after the record at `last` (None: no record since `restart`), named and
-    counted as one skip. A `.gz` file is a series of gzip members (one per record, as crawlers write them):
-    the damaged member starts where the last good one ends, and reading resumes at the next member that
-    inflates to a WARC record (returned); other files are lost from there (None)."""
-    after = f"after the record at byte offset {last}" if last is not None else f"from byte offset {restart}"
-    resume = None
-    if path.endswith(".gz"):
-        try:
+    counted as one skip; returns where reading resumes (None: nowhere). A gzip file is a series of gzip
+    members (one per record, as crawlers write them): the damaged member starts where the last good one ends,
+    and reading resumes at the next member that inflates to a whole WARC record. In a plain file the damage
+    starts where the last record ends by its Content-Length, and reading resumes at the next `WARC/1.x` line
+    that opens a record header. Other files (zstd, lz4) are lost from there."""
+    try:
+        f.seek(0)
+        magic = f.read(4)
+        if magic.startswith(b"\x1f\x8b"):
             bad = restart if last is None else _member_end(f, last)
-            resume = _next_member(f, bad + 1)
-        except OSError:  # a stream that cannot seek (or read again)
+            resume, what = _next_member(f, bad + 1), "gzip member"
+        elif magic not in (b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18"):  # zstd, lz4 frames
+            bad = restart if last is None else _record_end(f, last, last_length)
+            resume, what = _next_record(f, bad + 1 if bad == restart else bad), "WARC data"
+        else:
             bad = None
-        if bad is not None:
-            rest = (
-                f"reading resumes at byte offset {resume}" if resume is not None else "to the end of the file"
-            )
-            handle(
-                DataError(path, f"gzip member at byte offset {bad} is unreadable ({error}); {rest}"),
-                on_error,
-                skips,
-            )
-            return resume
-    handle(
-        DataError(path, f"unreadable WARC stream {after} ({error}); the rest of the file is lost"),
-        on_error,
-        skips,
-    )
-    return None
+    except OSError:  # a stream that cannot seek (or read again)
+        bad = None
+    if bad is None:
+        after = (
+            f"after the record at byte offset {last}" if last is not None else f"from byte offset {restart}"
+        )
+        msg = f"unreadable WARC stream {after} ({error}); the rest of the file is lost"
+    else:
+        rest = f"reading resumes at byte offset {resume}" if resume is not None else "to the end of the file"
+        msg = f"{what} at byte offset {bad} is unreadable ({error}); {rest}"
+    handle(DataError(path, msg), on_error, skips)
+    return None if bad is None else resume
+
+
+def _record_end(f: Any, start: int, length: int) -> int:
+    """Where the plain WARC record at `start` ends by its Content-Length (its two closing CRLFs included)."""
+    f.seek(start)
+    head = f.read(2**16)
+    i = head.find(b"\r\n\r\n")
+    return start + i + 4 + length + 4 if i >= 0 else start
+
+
+_RECORD_START = re.compile(
+    rb"(?:^|(?<=\n))WARC/1\.[01]\r\n(?:[!-9;-~]+:[^\r\n]*\r\n)*?WARC-Type:", re.IGNORECASE
+)
+
+
+def _next_record(f: Any, pos: int) -> int | None:
+    """The offset of the first line at or after `pos` that opens a WARC record header (None: none)."""
+    while True:
+        f.seek(pos)
+        buf = f.read(2**20)
+        m = _RECORD_START.search(buf) if pos == 0 else _RECORD_START.search(b"\n" + buf, 1)
+        if m:
+            return pos + m.start() - (0 if pos == 0 else 1)
+        if len(buf) < 2**20:
+            return None
+        pos += len(buf) - 2**12  # a header cut by the buffer's end is found in the next one
 
 
 # WHATWG MIME Sniffing, "identifying a resource with an unknown MIME type": the HTML patterns after
