@@ -3,9 +3,11 @@
 Reading is one task per WARC file (`warc_dataset`): each HTTP response of an HTML content type becomes a
 record `{"id", "text", "source", "metadata": {"url", "title", "warc_file", "warc_offset", "warc_date",
 "charset", "content_type"}}` (the id is the WARC-Record-ID, else a hash of file and offset). Bad input (a
-truncated record, a binary or empty body, a page over `max_bytes`, a body that does not decode, an extractor
-failure) is a `DataError` naming the file and the record's byte offset: raised with `on_error="raise"`, counted and skipped with `on_error="skip"`.
-Other records (requests, metadata, non-HTML responses, statuses not kept) are counted, not errors.
+truncated record, a Content-Length that is not an integer, a binary or empty body, a page over `max_bytes`, a
+body that does not decode, an extractor failure) is a `DataError` naming the file and the record's byte
+offset: raised with `on_error="raise"`, counted and skipped with `on_error="skip"`. A damaged stream (a bad
+gzip member, garbage between records) is one such skip named by its offset, and reading resumes at the next
+record. Other records (requests, metadata, non-HTML responses, statuses not kept) are counted, not errors.
 """
 
 from __future__ import annotations
