@@ -98,10 +98,12 @@ def print_summary(fitted: dict, registered: RunResult, scored: RunResult, scores
     print(f"\nForecasts for C = {TARGET:.3g} ({TARGET / max(BUDGETS):.0f}x the largest fitted budget):")
     for method, s in scores.items():
         r = scored[s].result
+        iv = r["interval"]  # None when too few bootstrap refits succeeded (the forecast says why)
+        interval = f"[{iv[0]:.4f}, {iv[1]:.4f}]" if iv else "[no interval]"
         print(
-            f"  {method:<10} predicted {r['predicted']:.4f} [{r['interval'][0]:.4f}, {r['interval'][1]:.4f}]  "
-            f"actual {r['actual']:.4f}  error {r['error_pct']:+.2f}%  inside {r['inside_interval']}  "
-            f"registered before the run {r['registered_before_run']}"
+            f"  {method:<10} predicted {r['predicted']:.4f} {interval}  actual {r['actual']:.4f}  "
+            f"error {r['error_pct']:+.2f}%  inside {r['inside_interval']}  "
+            f"registered before the run {r['registered_before_run']}  the target run {r['matches_target']}"
         )
         if r.get("backtest_error_pct") is not None:  # the largest budget predicted from the smaller ones
             print(
