@@ -18,6 +18,10 @@ def client(request):
     return request.getfixturevalue(f"{request.param}_client")
 
 
+# Ray variants that run only with `-m slow` (the default suite's 10-minute budget; their local variants stay).
+SLOW_ON_RAY = {"test_resource_env_is_in_place_when_the_worker_process_starts", "test_map_many_small_items"}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Marks on fixture params arrive too late for pytest-xdist's grouping; put the Ray variants of the
@@ -30,3 +34,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if callspec is not None and callspec.params.get("client") == "ray":
             item.add_marker(pytest.mark.ray)
             item.add_marker(pytest.mark.xdist_group("ray"))
+            if item.originalname in SLOW_ON_RAY:
+                item.add_marker(pytest.mark.slow)

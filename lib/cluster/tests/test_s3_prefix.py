@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import pytest
 from rich.console import Console
 
 from schooner.cluster import StepRunner, step, write_report
@@ -70,6 +71,7 @@ def _row_objects(prefix: str) -> list[str]:
     return [p for p in fs.find(root.rstrip("/")) if "/rows/" in p]
 
 
+@pytest.mark.slow  # a full-suite budget cut (see pyproject's --durations); test_cli.py's two drivers on a local prefix stay
 def test_two_drivers_on_one_bucket_run_the_step_once(s3_prefix: str, tmp_path: Path) -> None:
     log = tmp_path / "log"
     drivers = [_driver(s3_prefix, log, APP_ROWS="8", APP_DELAY="0.05") for _ in range(2)]
@@ -79,6 +81,7 @@ def test_two_drivers_on_one_bucket_run_the_step_once(s3_prefix: str, tmp_path: P
     assert len(_row_objects(s3_prefix)) == 8
 
 
+@pytest.mark.slow  # a full-suite budget cut (see pyproject's --durations); the kill -9 reruns on a local prefix stay (test_step_attempts.py)
 def test_kill_9_of_the_driver_then_a_rerun_leaves_exactly_one_attempts_output(
     s3_prefix: str, tmp_path: Path
 ) -> None:

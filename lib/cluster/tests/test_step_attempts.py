@@ -82,6 +82,7 @@ def _kill_then_rerun(tmp_path: Path, *args: str, **env: str) -> None:
     assert record["result"] == {"rows": 20}
 
 
+@pytest.mark.slow  # a full-suite budget cut (see pyproject's --durations); the LocalClient variant stays
 def test_killed_appending_step_reruns_from_empty_output_in_process(tmp_path: Path) -> None:
     _kill_then_rerun(tmp_path, APP_WHERE="process")
 

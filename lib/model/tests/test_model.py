@@ -60,7 +60,10 @@ def test_attention_rejects_an_unknown_implementation():
         attention(q, q, q, None, implementation="flash")
 
 
-@pytest.mark.parametrize("t,block", [(12, 5), pytest.param(16, 4, marks=pytest.mark.slow), (7, 16)])
+@pytest.mark.parametrize(
+    "t,block",
+    [pytest.param(12, 5, marks=pytest.mark.slow), pytest.param(16, 4, marks=pytest.mark.slow), (7, 16)],
+)
 def test_blocked_attention_values_and_gradients_match_reference(t, block):
     """Blocks that do not divide T, several blocks, one block larger than T; GQA; segments; gradients."""
     ks = jax.random.split(jax.random.PRNGKey(3), 4)
@@ -192,7 +195,7 @@ def test_gradient_checkpointing_does_not_change_gradients(tiny_dense, tokens, po
         np.testing.assert_allclose(x, y, atol=1e-7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["full", "nested"])
+@pytest.mark.parametrize("policy", ["full", pytest.param("nested", marks=pytest.mark.slow)])
 def test_gradient_checkpointing_is_applied(policy):
     """Rematerialisation shows in the compiled gradient: far less live memory than keeping every activation
     (measured 37.4 MB without, 7.8 MB "full", 9.2 MB "nested" for this model)."""

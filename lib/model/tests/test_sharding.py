@@ -43,7 +43,7 @@ def _compare(ref, got):
         (False, "one"),
         # The fused loss over several chunks of positions, keeping the softmax / recomputing the logits.
         (False, "auto"),
-        (False, "recompute"),
+        pytest.param(False, "recompute", marks=pytest.mark.slow),
         pytest.param(True, "one", marks=pytest.mark.slow),
     ],
 )
