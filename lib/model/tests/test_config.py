@@ -30,6 +30,20 @@ def test_registry_picks_class_by_type():
     assert isinstance(config_from_dict({"hidden_dim": 64, "num_heads": 4, "num_kv_heads": 4}), LlamaConfig)
 
 
+@pytest.mark.parametrize("name", sorted(presets.PRESETS))
+def test_moe_gives_the_expert_settings_of_moe_configs_only(name):
+    """`config.moe` is where code asks for the config's kind: the config itself (typed as a MoEConfig) for a
+    mixture of experts, None for a dense model, and `is_moe` agrees, for every preset and a registered
+    subclass's round trip."""
+    cfg = presets.PRESETS[name]
+    again = config_from_dict(config_to_dict(cfg))
+    for c in (cfg, again):
+        if type(cfg) is MoEConfig:
+            assert c.moe is c and c.is_moe
+        else:
+            assert c.moe is None and not c.is_moe
+
+
 def test_known_parameter_counts_of_published_shapes():
     # Published sizes: Llama-3.1-8B has 8,030,261,248 parameters and Llama-3.2-1B 1,235,814,400.
     assert num_parameters(presets.llama_8b) == 8_030_261_248

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._config import LlamaConfig, MoEConfig
+from ._config import LlamaConfig
 
 
 def _attention_params(config: LlamaConfig) -> int:
@@ -14,12 +14,13 @@ def _attention_params(config: LlamaConfig) -> int:
 def _mlp_params(config: LlamaConfig) -> tuple[int, int]:
     """(stored, active per token) matmul parameters of one layer's MLP (router included for MoE)."""
     d, f = config.hidden_dim, config.intermediate_dim
-    if not isinstance(config, MoEConfig):
+    moe = config.moe
+    if moe is None:
         return 3 * d * f, 3 * d * f
-    shared = 3 * d * config.resolved_shared_dim
-    router = config.num_experts * d
-    stored = router + 3 * d * f * config.num_experts + shared
-    active = router + 3 * d * f * config.num_experts_per_token + shared
+    shared = 3 * d * moe.resolved_shared_dim
+    router = moe.num_experts * d
+    stored = router + 3 * d * f * moe.num_experts + shared
+    active = router + 3 * d * f * moe.num_experts_per_token + shared
     return stored, active
 
 
@@ -33,8 +34,8 @@ def num_parameters(config: LlamaConfig) -> int:
     per_layer = _attention_params(config) + _mlp_params(config)[0] + 2 * d
     if config.qk_norm:
         per_layer += 2 * config.resolved_head_dim
-    if isinstance(config, MoEConfig):
-        per_layer += config.num_experts  # router_bias
+    if (moe := config.moe) is not None:
+        per_layer += moe.num_experts  # router_bias
     embeddings = v * d * (1 if config.tie_embeddings else 2)
     return embeddings + layers * per_layer + d
 

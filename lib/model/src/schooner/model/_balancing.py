@@ -41,8 +41,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._config import MoEConfig
-
 if TYPE_CHECKING:  # _transformer imports this module (through _moe)
     from ._transformer import Transformer
 
@@ -121,10 +119,11 @@ def balance_router(before: Transformer, after: Transformer, stats: BalanceStats 
     """
     if stats is None:
         return after
-    cfg = after.config
-    if not isinstance(cfg, MoEConfig):
+    cfg = after.config.moe
+    if cfg is None:
         raise ValueError(
-            f"balancing stats given for a model without MoE layers ({type(cfg).__name__}); pass stats=None."
+            f"balancing stats given for a model without MoE layers ({type(after.config).__name__}); pass "
+            "stats=None."
         )
     mlp_before, mlp_after = before.layers.stacked.mlp, after.layers.stacked.mlp
     bias = mlp_after.router_bias.array

@@ -194,9 +194,18 @@ class LlamaConfig:
         return self.head_dim if self.head_dim is not None else self.hidden_dim // self.num_heads
 
     @property
+    def moe(self) -> MoEConfig | None:
+        """This config as a :class:`MoEConfig` when its MLPs are mixtures of experts, else None.
+
+        The one place the config's kind is decided: code that needs the expert settings writes
+        ``if (moe := config.moe) is not None: ... moe.num_experts ...`` (typed, no ``isinstance``).
+        """
+        return None
+
+    @property
     def is_moe(self) -> bool:
-        """Whether the MLPs are mixtures of experts."""
-        return False
+        """Whether the MLPs are mixtures of experts (``config.moe is not None``)."""
+        return self.moe is not None
 
     @property
     def resolves_router_bias(self) -> bool:
@@ -290,8 +299,8 @@ class MoEConfig(LlamaConfig):
             )
 
     @property
-    def is_moe(self) -> bool:
-        return True
+    def moe(self) -> MoEConfig:
+        return self
 
     @property
     def resolves_router_bias(self) -> bool:

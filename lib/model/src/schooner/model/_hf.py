@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from ._checkpoint import model_shapes
-from ._config import LlamaConfig, MoEConfig
+from ._config import LlamaConfig
 from ._hf_config import (
     TOKENIZER_FILES,
     check_hf_exportable,
@@ -91,13 +91,13 @@ def hf_layout(config: LlamaConfig) -> list[HFTensor]:
 def _mlp_layout(config: LlamaConfig, p: str, i: int) -> list[HFTensor]:
     d, f = config.hidden_dim, config.intermediate_dim
     mlp = lambda m: m.layers.stacked.mlp  # noqa: E731
-    if not config.is_moe:
+    moe = config.moe
+    if moe is None:
         return [
             HFTensor(p + "mlp.gate_proj.weight", lambda m: mlp(m).gate, (i,), (f, d)),
             HFTensor(p + "mlp.up_proj.weight", lambda m: mlp(m).up, (i,), (f, d)),
             HFTensor(p + "mlp.down_proj.weight", lambda m: mlp(m).down, (i,), (d, f)),
         ]
-    assert isinstance(config, MoEConfig)
     names: tuple[str, ...]
     if config.qk_norm:  # Qwen3-MoE names
         router = p + "mlp.gate.weight"
@@ -105,8 +105,8 @@ def _mlp_layout(config: LlamaConfig, p: str, i: int) -> list[HFTensor]:
     else:  # Mixtral names
         router = p + "block_sparse_moe.gate.weight"
         names = tuple(f"block_sparse_moe.experts.{{e}}.{w}" for w in ("w1", "w3", "w2"))
-    out = [HFTensor(router, lambda m: mlp(m).router, (i,), (config.num_experts, d))]
-    for e in range(config.num_experts):
+    out = [HFTensor(router, lambda m: mlp(m).router, (i,), (moe.num_experts, d))]
+    for e in range(moe.num_experts):
         out += [
             HFTensor(p + names[0].format(e=e) + ".weight", lambda m: mlp(m).gate, (i, e), (f, d), True),
             HFTensor(p + names[1].format(e=e) + ".weight", lambda m: mlp(m).up, (i, e), (f, d), True),

@@ -147,23 +147,23 @@ def hf_export_problems(config: LlamaConfig) -> list[str]:
     Checked from the config alone, so an export can be refused before a model is trained. (A model trained
     without quantile balancing has no router bias to lose.)
     """
-    if not config.is_moe:
+    moe = config.moe
+    if moe is None:
         return []
-    assert isinstance(config, MoEConfig)
     problems = []
-    if config.load_balancing == "quantile":
+    if moe.load_balancing == "quantile":
         problems.append(
             "load_balancing='quantile' (its router bias steers expert selection; Mixtral/Qwen3-MoE routers "
             "have no bias: train with load_balancing='aux_loss' or 'none' to export)"
         )
-    if config.router_activation != "softmax":
-        problems.append(f"router_activation={config.router_activation!r} (HF layouts use softmax)")
-    if config.num_shared_experts:
-        problems.append(f"num_shared_experts={config.num_shared_experts} (Mixtral/Qwen3-MoE have none)")
-    if not config.normalize_topk and not config.qk_norm:
+    if moe.router_activation != "softmax":
+        problems.append(f"router_activation={moe.router_activation!r} (HF layouts use softmax)")
+    if moe.num_shared_experts:
+        problems.append(f"num_shared_experts={moe.num_shared_experts} (Mixtral/Qwen3-MoE have none)")
+    if not moe.normalize_topk and not moe.qk_norm:
         problems.append("normalize_topk=False (Mixtral always renormalises the top-k weights)")
-    if config.capacity_factor is not None:
-        problems.append(f"capacity_factor={config.capacity_factor} (HF layouts drop no tokens)")
+    if moe.capacity_factor is not None:
+        problems.append(f"capacity_factor={moe.capacity_factor} (HF layouts drop no tokens)")
     return problems
 
 
@@ -213,21 +213,21 @@ def hf_config_dict(config: LlamaConfig, dtype: str, token_ids: Mapping[str, int 
         "dtype": dtype,
         **dict(token_ids),
     }
-    if config.is_moe:
-        assert isinstance(config, MoEConfig)
+    moe = config.moe
+    if moe is not None:
         out.update(
             {
-                "num_local_experts": config.num_experts,
-                "num_experts_per_tok": config.num_experts_per_token,
-                "router_aux_loss_coef": config.aux_loss_weight,
+                "num_local_experts": moe.num_experts,
+                "num_experts_per_tok": moe.num_experts_per_token,
+                "router_aux_loss_coef": moe.aux_loss_weight,
             }
         )
         if model_type == "qwen3_moe":
             out.update(
                 {
-                    "num_experts": config.num_experts,  # the 4.x name
-                    "moe_intermediate_size": config.intermediate_dim,
-                    "norm_topk_prob": config.normalize_topk,
+                    "num_experts": moe.num_experts,  # the 4.x name
+                    "moe_intermediate_size": moe.intermediate_dim,
+                    "norm_topk_prob": moe.normalize_topk,
                     "decoder_sparse_step": 1,
                     "mlp_only_layers": [],
                 }

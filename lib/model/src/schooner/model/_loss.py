@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 
 from ._balancing import BalanceStats
-from ._config import MoEConfig
 from ._kernels import resolve_kernels
 from ._layers import BATCH, EMBED, POSITION
 from ._moe import moe_loss_terms
@@ -117,10 +116,9 @@ def loss_and_balance(
     z_loss = jnp.sum(w * lse * lse) / denom
     total = ce + z_loss_weight * z_loss
     metrics: dict[str, Any] = {"ce_loss": ce, "z_loss": z_loss, "token_count": count}
-    cfg = model.config
+    cfg = model.config.moe
     balance = None
-    if cfg.is_moe:
-        assert isinstance(cfg, MoEConfig)
+    if cfg is not None:
         extra, moe_metrics = moe_loss_terms(cfg, aux)
         total = total + extra
         metrics.update(moe_metrics)

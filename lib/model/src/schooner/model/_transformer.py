@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from haliax import NamedArray, ScanCheckpointPolicy
 
 from ._attention import Attention
-from ._config import LlamaConfig, MoEConfig, resolve_compute_dtype
+from ._config import LlamaConfig, resolve_compute_dtype
 from ._kernels import resolve_kernels
 from ._layers import (
     BATCH,
@@ -56,9 +56,9 @@ class Block(eqx.Module):
         """A block's parameters, each with the ``lead`` axes in front (``(layers,)`` for the stack)."""
         ax = axes_for(config)
         attn = Attention.init(config, params, lead=lead)
-        if config.is_moe:
-            assert isinstance(config, MoEConfig)
-            mlp: SwiGLU | MoE = MoE.init(config, params, lead=lead)
+        moe = config.moe
+        if moe is not None:
+            mlp: SwiGLU | MoE = MoE.init(moe, params, lead=lead)
         else:
             std = config.initializer_range
             out_std = std / (2 * config.num_layers) ** 0.5
