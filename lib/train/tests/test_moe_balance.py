@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from schooner.model import MoEConfig, init, loss_and_balance, loss_fn
+from schooner.model import MoEConfig, balance_router, balance_stats, init, loss_and_balance, loss_fn
 from schooner.model._balancing import SOLVER_DAMPING, SOLVER_STEPS
 from schooner.model._layers import EMBED, rms_norm, rope_cos_sin
 from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
@@ -124,6 +124,29 @@ def _todays_bias(before, after, tokens: np.ndarray) -> np.ndarray:
     shift, x_mean = (np.mean([s[i] for s in solved], axis=0) for i in (0, 1))
     moved = np.einsum("ld,led->le", x_mean, _router(after) - _router(before))
     return _bias(before) + TINY.router_bias_rate * _centred(shift) - _centred(moved)
+
+
+def test_the_re_solve_balances_the_batch_under_the_model_as_it_is() -> None:
+    """The re-solve's two parts outside the train step (whose compile is too slow for the default run; the
+    slow tests above check the wiring): `balance_stats` is the numpy solve of the batch under the model's own
+    parameters and non-zero bias, layer by layer, and `balance_router(model, model, stats)` adds the rate
+    times that shift and nothing else; configs that ask for no re-solve get None."""
+    model = init(TINY, key=jax.random.PRNGKey(0))
+    bias = jax.random.normal(jax.random.PRNGKey(2), model.layers.stacked.mlp.router_bias.array.shape)
+    model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, bias)
+    tokens = _tiny_batch()["tokens"]
+    stats = eqx.filter_jit(balance_stats)(model, tokens)
+    assert stats is not None
+    shift, x_mean = _np_solve(model, np.asarray(tokens))
+    assert np.abs(shift).max() > 1e-2  # the non-zero bias leaves something to balance
+    np.testing.assert_allclose(np.asarray(stats.shift), shift, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(stats.input_mean), x_mean, rtol=1e-4, atol=1e-5)
+    moved = balance_router(model, model, stats).layers.stacked.mlp.router_bias.array
+    want = np.asarray(model.layers.stacked.mlp.router_bias.array, np.float64) + TINY.router_bias_rate * shift
+    np.testing.assert_allclose(np.asarray(moved), want, rtol=1e-4, atol=1e-5)
+    for off in ({"router_bias_resolve": False}, {"load_balancing": "aux_loss"}):
+        cfg = dataclasses.replace(TINY, **off)
+        assert balance_stats(eqx.filter_eval_shape(init, cfg, key=jax.random.PRNGKey(0)), tokens) is None
 
 
 @pytest.mark.slow  # compiles a MoE train step with two microbatches: ~13 s of CPU, 131 s at load 15
