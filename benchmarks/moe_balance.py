@@ -29,7 +29,10 @@ Usage:
     uv run python benchmarks/moe_balance.py --modes quantile --json q.json   # one mode per process, then:
     uv run python benchmarks/moe_balance.py --merge none.json,aux.json,q.json
     uv run python benchmarks/moe_balance.py --cost 10                 # s/step with and without the re-solve
-    uv run python benchmarks/moe_balance.py --models moe_small --steps 300 --warmup 50
+    uv run python benchmarks/moe_balance.py --models moe_small --modes aux_loss,quantile --steps 300 --warmup 50
+
+The modes of a model train interleaved in one process on the same batches; every 10 steps the figures so far
+go to `--json` (`steps_done`), so a long run stopped early leaves a record `--merge` can plot.
 """
 
 from __future__ import annotations
@@ -92,48 +95,71 @@ def model_config(name: str, mode: str, rate: float | None = None):
     return cfg if rate is None else dataclasses.replace(cfg, router_bias_rate=rate)
 
 
-def train(name: str, mode: str, args: argparse.Namespace, stream: np.ndarray) -> dict:
-    from schooner.model import init
-    from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
-
-    cfg = model_config(name, mode, args.rate)
-    opt = AdamConfig(**({} if args.lr is None else {"learning_rate": args.lr}))
-    model = init(cfg, key=jax.random.PRNGKey(args.seed))
-    tx = build_optimizer(opt, model, args.steps)
-    state = init_state(model, tx, jax.random.PRNGKey(args.seed + 1))
-    step = make_train_step(tx, z_loss_weight=0.0, microbatches=1, lr_schedule=opt.lr_schedule(args.steps))
-    step = jax.jit(step, donate_argnums=0)
-    data = batches(stream, args.batch, args.seq, args.seed)
-    rows, t0 = [], time.perf_counter()
-    for i in range(args.steps):
-        state, metrics = step(state, next(data))
-        rows.append({k: float(v) for k, v in jax.device_get(metrics).items()})
-        if (i + 1) % 10 == 0 or i + 1 == args.steps:
-            print(
-                f"  {name} {mode} step {i + 1}/{args.steps}: load {rows[-1]['moe/max_load_ratio']:.2f}, "
-                f"CE {rows[-1]['ce_loss']:.3f}, {time.perf_counter() - t0:.0f} s",
-                flush=True,
-            )
-    seconds = time.perf_counter() - t0
+def summarise(name: str, mode: str, rows: list[dict], args: argparse.Namespace, seconds: float) -> dict:
+    """One run's figures from its per-step metrics (``rows``, as many steps as were done)."""
     loads = np.array([r["moe/max_load_ratio"] for r in rows])
-    after = loads[args.warmup :]
-    fresh = batches(stream, args.batch, args.seq, seed=10_000 + args.seed)
-    floor = [float(max_load(state.model, next(fresh)["tokens"])) for _ in range(20)]
+    after = loads[args.warmup :] if len(loads) > args.warmup else loads[-1:]
     return {
         "model": name,
         "mode": mode,
         "label": LABELS.get(mode, mode) + ("" if args.rate is None else f" (rate {args.rate:g})"),
+        "steps_done": len(rows),
         "load": loads.tolist(),
         "ce": [r["ce_loss"] for r in rows],
         "mean_after_warmup": float(after.mean()),
         "max_after_warmup": float(after.max()),
         "p95_after_warmup": float(np.percentile(after, 95)),
         "final_ce": float(np.mean([r["ce_loss"] for r in rows[-20:]])),
-        "floor_p95": float(np.percentile(floor, 95)),
-        "floor_max": float(max(floor)),
-        "seconds_per_step": seconds / args.steps,
-        "noise_floor": noise_floor(state.model, stream, args) if mode == "quantile" and args.floor_n else [],
+        "seconds_per_step": seconds / max(len(rows), 1),
     }
+
+
+def train(name: str, modes: list[str], args: argparse.Namespace, stream: np.ndarray) -> list[dict]:
+    """Train one model in every mode of ``modes``, the modes interleaved step by step in this process on the
+    same batches (so a load change on the machine hits them alike, and a run stopped early has the same number
+    of steps in every mode). Every 10 steps the figures so far are written to ``--json`` (``steps_done``):
+    an interrupted run leaves a usable, plottable record."""
+    from schooner.model import init
+    from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
+
+    opt = AdamConfig(**({} if args.lr is None else {"learning_rate": args.lr}))
+    states, steps = {}, {}
+    for mode in modes:
+        model = init(model_config(name, mode, args.rate), key=jax.random.PRNGKey(args.seed))
+        tx = build_optimizer(opt, model, args.steps)
+        states[mode] = init_state(model, tx, jax.random.PRNGKey(args.seed + 1))
+        step = make_train_step(tx, z_loss_weight=0.0, microbatches=1, lr_schedule=opt.lr_schedule(args.steps))
+        steps[mode] = jax.jit(step, donate_argnums=0)
+    data = batches(stream, args.batch, args.seq, args.seed)
+    rows: dict[str, list[dict]] = {m: [] for m in modes}
+    seconds = dict.fromkeys(modes, 0.0)
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        batch = next(data)
+        for mode in modes:
+            t = time.perf_counter()
+            states[mode], metrics = steps[mode](states[mode], batch)
+            rows[mode].append({k: float(v) for k, v in jax.device_get(metrics).items()})
+            seconds[mode] += time.perf_counter() - t
+        if (i + 1) % 10 == 0 or i + 1 == args.steps:
+            done = ", ".join(
+                f"{m} load {rows[m][-1]['moe/max_load_ratio']:.2f} CE {rows[m][-1]['ce_loss']:.3f}"
+                for m in modes
+            )
+            eta = (time.perf_counter() - t0) / (i + 1) * (args.steps - i - 1)
+            print(f"  {name} step {i + 1}/{args.steps}: {done} | ETA {eta / 60:.0f} min", flush=True)
+            write_json([summarise(name, m, rows[m], args, seconds[m]) for m in modes], args)
+    out = []
+    for mode in modes:
+        r = summarise(name, mode, rows[mode], args, seconds[mode])
+        fresh = batches(stream, args.batch, args.seq, seed=10_000 + args.seed)
+        floor = [float(max_load(states[mode].model, next(fresh)["tokens"])) for _ in range(20)]
+        r["floor_p95"], r["floor_max"] = float(np.percentile(floor, 95)), float(max(floor))
+        r["noise_floor"] = (
+            noise_floor(states[mode].model, stream, args) if mode == "quantile" and args.floor_n else []
+        )
+        out.append(r)
+    return out
 
 
 def resolve_cost(name: str, args: argparse.Namespace, stream: np.ndarray) -> dict:
@@ -306,13 +332,12 @@ def main() -> None:
         for name in args.models.split(","):
             print(json.dumps(resolve_cost(name, args, stream)))
         return
-    results = []
+    results: list[dict] = []
     for name in args.models.split(","):
-        for mode in args.modes.split(","):
-            r = train(name, mode, args, stream)
+        for r in train(name, args.modes.split(","), args, stream):
             results.append(r)
             print(
-                f"{name:9s} {mode:9s} after step {args.warmup}: max/mean load mean {r['mean_after_warmup']:.2f}, "
+                f"{name:9s} {r['mode']:9s} after step {args.warmup}: max/mean load mean {r['mean_after_warmup']:.2f}, "
                 f"max {r['max_after_warmup']:.2f}, "
                 f"p95 {r['p95_after_warmup']:.2f} | final CE {r['final_ce']:.4f} | frozen final model on fresh "
                 f"batches: p95 {r['floor_p95']:.2f}, max {r['floor_max']:.2f} | {r['seconds_per_step']:.2f} s/step",
@@ -321,10 +346,16 @@ def main() -> None:
     save(results, args)
 
 
-def save(results: list[dict], args: argparse.Namespace) -> None:
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
+def write_json(results: list[dict], args: argparse.Namespace) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    tmp = args.json + ".tmp"
+    with open(tmp, "w") as f:
         json.dump({"args": vars(args), "results": results}, f)
+    os.replace(tmp, args.json)
+
+
+def save(results: list[dict], args: argparse.Namespace) -> None:
+    write_json(results, args)
     plot(results, args, args.png)
     print(f"wrote {args.png} and {args.json}; load average at the end {os.getloadavg()}")
 
