@@ -14,7 +14,7 @@ import math
 import pytest
 
 from schooner.train.scaling import CHINCHILLA, Approach3Config, backtest, fit_runs, synthetic_runs
-from schooner.train.scaling._bootstrap import MIN_REPLICATES
+from schooner.train.scaling._bootstrap import MIN_REPLICATES, replicates_shortfall
 from schooner.train.scaling._forecast import ForecastConfig, _run_forecast, predict
 
 BUDGETS = [1e18, 1e19, 1e20, 1e21]
@@ -97,6 +97,15 @@ def test_a_forecast_from_too_few_bootstrap_refits_has_no_interval_and_says_why()
     assert (
         "the varpro fit: only 5 of 20 bootstrap replicates could be fitted (15 failed)"
         in few["interval_error"]
+    )
+    # Enough replicates by count, but fewer than half of the samples: the fit's rule withholds the interval,
+    # and so does the forecast (a count-only rule, as the forecast once had, gives one).
+    half = predict({**fit, "samples": 2 * MIN_REPLICATES + 2}, "varpro", 1e9, 2e10, 1.2e20)
+    assert half["interval"] is None and half["replicates"] == MIN_REPLICATES
+    assert f"at least half of the samples ({MIN_REPLICATES + 1} here)" in half["interval_error"]
+    assert (
+        half["interval_error"]
+        == f"the varpro fit: {replicates_shortfall(MIN_REPLICATES, 2 * MIN_REPLICATES + 2)}"
     )
 
 

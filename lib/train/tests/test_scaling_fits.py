@@ -273,6 +273,42 @@ def test_a_vanished_term_and_an_exponent_at_the_grid_bound_are_flagged() -> None
     assert summary["varpro.on_grid_edge"] is True and summary["varpro.degenerate"] == ["A"]
 
 
+# Nine more real runs (the review's second sweep: widths 16, 32, 48): approach 3's optimum is alpha = 3.86 with
+# A = 9.6e12, a term worth 5% of the loss at the smallest model and 0.02% at the largest, from every grid tried.
+MEASURED_STEEP = [
+    (2e9, 3608, 81408, 3.761484029635239), (2e9, 8496, 35072, 4.0472048843227),
+    (2e9, 14664, 20736, 4.412064253181506), (4e9, 3608, 162816, 3.4233195224897255),
+    (4e9, 8496, 70400, 3.7530594262612116), (4e9, 14664, 41216, 4.079490053902646),
+    (8e9, 3608, 325632, 3.357379473650499), (8e9, 8496, 140800, 3.3057423801030157),
+    (8e9, 14664, 82688, 3.57436311416449),
+]  # fmt: skip
+
+
+def test_an_exponent_far_beyond_approach3_s_grid_of_starts_is_flagged_runaway() -> None:
+    from schooner.train.scaling import ScalingLaw, ScalingRun, fit_runs
+    from schooner.train.scaling._fit import fit_summary
+
+    coarse = Approach3Config(
+        alpha=(0.2, 0.6), beta=(0.2, 0.6), e=(0.0, 1.0), a=(2.0, 8.0), b=(2.0, 8.0), top_k=4
+    )
+    # The stated rule: beyond 1.5 x max(1, the grid's largest start) (3.0 for Hoffmann's grid, 1.5 here).
+    law = lambda alpha, beta: ScalingLaw(E=2.0, A=400.0, B=400.0, alpha=alpha, beta=beta)  # noqa: E731
+    assert Approach3Config().runaway_exponents(law(2.9, 3.1)) == ["beta"]
+    assert coarse.runaway_exponents(law(1.6, 1.4)) == ["alpha"]
+    assert Approach3Config(runaway=2.5).runaway_exponents(law(3.86, 0.4)) == []
+    with pytest.raises(ValueError, match="runaway must be >= 1; got runaway=0.5"):
+        Approach3Config(runaway=0.5)
+
+    runs = [ScalingRun(budget=c, params=n, tokens=d, loss=loss) for c, n, d, loss in MEASURED_STEEP]
+    steep = fit_approach3(runs, coarse)
+    assert steep.law.alpha > 3.0 and steep.law.A > 1e12
+    assert steep.extra["runaway"] == ["alpha"]
+    assert steep.extra["degenerate"] == []  # the term has not vanished: `degenerate` alone missed this fit
+    assert fit_approach3(synthetic_runs(CHINCHILLA, BUDGETS[:3]), coarse).extra["runaway"] == []
+    fit = fit_runs(runs, samples=2, approach3=coarse, varpro=VarProConfig(points=20))
+    assert fit["approach3"]["runaway"] == ["alpha"] and fit_summary(fit)["approach3.runaway"] == ["alpha"]
+
+
 def test_approach2_groups_budgets_equal_within_a_relative_tolerance() -> None:
     from schooner.train.scaling import ScalingRun, resample_runs
 

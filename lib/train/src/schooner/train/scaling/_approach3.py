@@ -67,6 +67,12 @@ class Approach3Config:
     in one basin share their optimum; the screen keeps the cost of the bootstrap's refits reasonable."""
     max_iterations: int = 2000
     """L-BFGS iterations per start."""
+    runaway: float = 1.5
+    """An exponent above `runaway` times the larger of 1 and the grid's largest initial value for it (alpha,
+    beta) is flagged `runaway` (above 3.0 for Hoffmann's grid, whose largest start is 2.0): L-BFGS left the
+    region the grid was laid out to cover, and the steep term it found fits the curvature of a few small runs
+    rather than a trend. Published language-model fits have exponents below 1, so a grid of small starts still
+    allows up to 1.5."""
 
     def __post_init__(self) -> None:
         if not self.delta > 0:
@@ -78,6 +84,14 @@ class Approach3Config:
             raise ValueError(f"Approach3Config.top_k must be >= 1 or None; got {self.top_k}")
         if self.max_iterations < 1:
             raise ValueError(f"Approach3Config.max_iterations must be >= 1; got {self.max_iterations}")
+        if not self.runaway >= 1:
+            raise ValueError(f"Approach3Config.runaway must be >= 1; got runaway={self.runaway!r}")
+
+    def runaway_exponents(self, law: ScalingLaw) -> list[str]:
+        """ "alpha" and/or "beta" when the law's exponent exceeds `runaway` times the larger of 1 and the grid's
+        largest start for it."""
+        bounds = {"alpha": max(1.0, *self.alpha), "beta": max(1.0, *self.beta)}
+        return [k for k, top in bounds.items() if getattr(law, k) > self.runaway * top]
 
     def starts(self) -> np.ndarray:
         """The grid of initial (e, a, b, alpha, beta), one row per start."""
@@ -171,7 +185,10 @@ def fit_approach3(
             restarts from the full fit's best solutions this way).
 
     Needs at least 5 runs at 2 or more budgets (`require_law_data`). The result's `degenerate` lists "A" or
-    "B" when that term vanishes at every run (`degenerate_terms`), leaving its exponent unidentified.
+    "B" when that term vanishes at every run (`degenerate_terms`), leaving its exponent unidentified, and its
+    `runaway` lists "alpha" or "beta" when that exponent ran beyond `config.runaway` times the larger of 1 and
+    the grid's largest start for it (`Approach3Config.runaway_exponents`; explicit `starts` do not change the
+    bound).
     """
     config = config or Approach3Config()
     arr = runs if isinstance(runs, dict) else run_arrays(runs)
@@ -218,5 +235,6 @@ def fit_approach3(
             "delta": config.delta,
             "best_starts": [x.tolist() for _, x in ends[:8]],
             "degenerate": degenerate_terms(law, arr["params"], arr["tokens"]),
+            "runaway": config.runaway_exponents(law),
         },
     )

@@ -25,7 +25,7 @@ from ._varpro import VarProConfig, fit_varpro
 
 __all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v3"  # v2: fit.json holds the backtest; v3: no intervals from too few replicates, flags
+VERSION = "scaling-fit-v4"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway
 LAW_METHODS = ("approach3", "varpro")
 _LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
 
@@ -147,7 +147,8 @@ def fit_runs(
     Each method keeps its `replicates` and the count that `failed`; when too few succeeded for an interval
     (fewer than 20, or than half of `samples`: `replicates_shortfall`) it has no `intervals` but an
     `intervals_error` saying so. The parametric fits need 5 runs at 2 or more budgets, and flag `degenerate`
-    terms (A or B zero) and, for variable projection, an exponent `on_grid_edge`.
+    terms (A or B zero); variable projection flags an exponent `on_grid_edge`, approach 3 a `runaway` one (far
+    beyond its grid of starts: `Approach3Config.runaway`).
     """
     runs = list(runs)
     approach3 = approach3 or Approach3Config()
@@ -297,7 +298,7 @@ def fit_summary(fit: Mapping[str, Any]) -> dict[str, Any]:
             if iv:
                 summary[f"{method}.{k}_interval"] = [round(iv["low"], 4), round(iv["high"], 4)]
         summary[f"{method}.failed"] = f"{result['failed']} of {fit['samples']}"
-        for flag in ("intervals_error", "on_grid_edge", "degenerate"):
+        for flag in ("intervals_error", "on_grid_edge", "degenerate", "runaway"):
             if result.get(flag):
                 summary[f"{method}.{flag}"] = result[flag]
     return summary
