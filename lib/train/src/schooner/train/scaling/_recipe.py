@@ -255,22 +255,21 @@ class ScalingRecipe:
         `min_steps` at the batch rule's minimum batch is logged too.
         """
         chosen, _, warning = self._choose(budget, tokens_per_param, params)
-        if warning:
-            logger.warning(warning)
-        self._warn_short([chosen])
+        for message in (warning, self._short_warning([chosen])):
+            if message:
+                logger.warning(message)
         return chosen
 
-    def _warn_short(self, runs: list[Recipe]) -> list[str]:
+    def _short_warning(self, runs: list[Recipe]) -> str | None:
+        """The warning for the runs that train fewer than `min_steps` steps, or None."""
         short = [r for r in runs if r.num_train_steps < self.min_steps]
         if not short:
-            return []
-        message = (
+            return None
+        return (
             f"budget {short[0].budget:.3g}: width(s) {[r.width for r in short]} train "
             f"{[r.num_train_steps for r in short]} steps, fewer than min_steps={self.min_steps} even at the "
             f"batch rule's minimum batch ({self.batch.minimum}); such runs barely leave warmup"
         )
-        logger.warning(message)
-        return [message]
 
     def isoflop_grid(self, budget: float, sizes: int = 5, spread: float = 2.0) -> list[Recipe]:
         """`sizes` runs at one budget around the prior optimum (`tokens_per_param`), with parameter counts
@@ -279,8 +278,15 @@ class ScalingRecipe:
         Raises when the family has fewer members that fit the budget than `sizes` (the grid would silently
         shrink). Logs a warning when the prior optimum is the family's smallest or largest member that fits
         (the grid is one-sided, so approach 2 may find no bracketed minimum at this budget), and when a run
-        has fewer than `min_steps` steps.
+        has fewer than `min_steps` steps (`isoflop_sweep` also records these warnings in its results).
         """
+        grid, warnings = self._isoflop_grid(budget, sizes, spread)
+        for message in warnings:
+            logger.warning(message)
+        return grid
+
+    def _isoflop_grid(self, budget: float, sizes: int, spread: float) -> tuple[list[Recipe], list[str]]:
+        """`isoflop_grid`'s runs and its warnings, not logged."""
         if sizes < 1 or spread <= 1:
             raise ValueError(f"isoflop_grid needs sizes >= 1 and spread > 1; got {sizes=}, {spread=}")
         centre, cands, _ = self._choose(budget, None, None)
@@ -297,16 +303,17 @@ class ScalingRecipe:
             best = min(free, key=lambda r: abs(math.log(r.params / target)))
             chosen[best.width] = best
         grid = sorted(chosen.values(), key=lambda r: r.params)
+        warnings = []
         if sizes > 1 and centre.width in (cands[0].width, cands[-1].width):
             edge = "smallest" if centre.width == cands[0].width else "largest"
-            logger.warning(
+            warnings.append(
                 f"isoflop_grid at budget {budget:.3g}: the prior optimum (width {centre.width}, "
                 f"tokens_per_param={self.tokens_per_param:g}) is the {edge} family member that fits, so the grid "
                 f"(widths {[r.width for r in grid]}) lies on one side of it; widen the family or change "
                 "tokens_per_param"
             )
-        self._warn_short(grid)
-        return grid
+        short = self._short_warning(grid)
+        return grid, warnings + ([short] if short else [])
 
 
 def recipe(

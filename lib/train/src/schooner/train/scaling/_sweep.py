@@ -5,12 +5,15 @@ step that collects each run's FLOPs, parameters, tokens and final validation los
 
 Every run shares the tokenized inputs (the `data` handles); each is an ordinary, cached `train_lm` step, so
 adding a budget reruns nothing that is done. The results step's folder holds `runs.jsonl` (one
-`ScalingRun` per line, plus the run's shape and hyperparameters) and `isoflops.png`.
+`ScalingRun` per line, plus the run's shape and hyperparameters, and the `warnings` the recipe gave about its
+budget's grid) and `isoflops.png`; its result lists those warnings per budget, so a reader of the results sees a
+one-sided grid or runs below `min_steps` without the declaring process's log.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -23,8 +26,9 @@ from ._recipe import Recipe, ScalingRecipe
 
 __all__ = ["SweepRun", "isoflop_runs", "isoflop_sweep", "read_runs", "run_loss"]
 
-VERSION = "isoflop-results-v1"
+VERSION = "isoflop-results-v2"  # v2: the recipe's grid warnings per run and per budget
 _CPU = ResourceConfig.with_cpu()
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,9 @@ class SweepRun:
     recipe: Recipe
     train: StepHandle
     evaluation: StepHandle | None = None
+    warnings: tuple[str, ...] = ()
+    """What the recipe warned of about its budget's grid (`ScalingRecipe.isoflop_grid`: a grid on one side
+    of the prior optimum, runs below `min_steps`); also logged when the runs are declared."""
 
 
 def isoflop_runs(
@@ -48,7 +55,8 @@ def isoflop_runs(
     **train_kwargs: Any,
 ) -> list[SweepRun]:
     """The runs of an isoFLOP sweep: per budget, `sizes_per_budget` family members around the recipe's prior
-    optimum (`ScalingRecipe.isoflop_grid`), each a `train_lm` step named `{name}/{budget}-w{width}`.
+    optimum (`ScalingRecipe.isoflop_grid`), each a `train_lm` step named `{name}/{budget}-w{width}`, with the
+    grid's warnings about its budget (`SweepRun.warnings`).
 
     Args:
         evaluate: builds an evaluation step from (name, train handle), e.g. with
@@ -62,11 +70,14 @@ def isoflop_runs(
     train_kwargs.setdefault("checkpoint_every", None)  # one checkpoint, at the end
     runs = []
     for budget in budgets:
-        for r in recipe.isoflop_grid(float(budget), sizes_per_budget, spread):
+        grid, warnings = recipe._isoflop_grid(float(budget), sizes_per_budget, spread)
+        for message in warnings:
+            logger.warning(message)
+        for r in grid:
             run_name = f"{name}/{budget:.2e}-w{r.width}"
             train = train_lm(run_name, **r, datasets=dict(data), **train_kwargs)
             ev = evaluate(f"{run_name}-eval", train) if evaluate is not None else None
-            runs.append(SweepRun(recipe=r, train=train, evaluation=ev))
+            runs.append(SweepRun(recipe=r, train=train, evaluation=ev, warnings=tuple(warnings)))
     return runs
 
 
@@ -75,7 +86,7 @@ class SweepResultsConfig:
     """Config of the sweep-results step."""
 
     runs: list
-    """`[{"budget": C, "name": str, "train": handle, "evaluation": handle or None}, ...]`."""
+    """`[{"budget": C, "name": str, "train": handle, "evaluation": handle or None, "warnings": [str]}, ...]`."""
     metric: str = "eval/loss"
     """The `metrics.jsonl` key read when a run has no evaluation step."""
 
@@ -95,7 +106,8 @@ def isoflop_sweep(
     """An isoFLOP sweep (Hoffmann et al. 2022, approach 2's design) as steps; returns the results step.
 
     See `isoflop_runs` for the arguments; `resources` is where each training run goes (None: in the
-    runner's process). The results step runs in the runner's process (it only reads small files).
+    runner's process). The results step runs in the runner's process (it only reads small files); its
+    result holds `runs`, `budgets`, the `best_loss` per budget and the recipe's `warnings` per budget.
     """
     runs = isoflop_runs(
         name, budgets=budgets, data=data, sizes_per_budget=sizes_per_budget, recipe=recipe, spread=spread,
@@ -103,7 +115,13 @@ def isoflop_sweep(
     )  # fmt: skip
     config = SweepResultsConfig(
         runs=[
-            {"budget": r.recipe.budget, "name": r.train.name, "train": r.train, "evaluation": r.evaluation}
+            {
+                "budget": r.recipe.budget,
+                "name": r.train.name,
+                "train": r.train,
+                "evaluation": r.evaluation,
+                "warnings": list(r.warnings),
+            }
             for r in runs
         ]
     )
@@ -223,6 +241,7 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
 
     os.makedirs(output_path, exist_ok=True)
     rows, runs = [], []
+    warnings: dict[str, list[str]] = {}
     for entry in config.runs:
         counts = run_counts(entry["train"])
         scores = run_loss(entry["train"], entry.get("evaluation"), config.metric, final_step=counts["steps"])
@@ -231,9 +250,16 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
             loss=scores["loss"], flops=float(counts["flops"]), name=entry["name"], bpb=scores.get("bpb"),
         )  # fmt: skip
         runs.append(run)
+        notes = list(entry.get("warnings", []))
         rows.append(
-            {**run.to_dict(), **{k: v for k, v in counts.items() if k not in ("params", "tokens", "flops")}}
+            {
+                **run.to_dict(),
+                **{k: v for k, v in counts.items() if k not in ("params", "tokens", "flops")},
+                "warnings": notes,
+            }
         )
+        budget_notes = warnings.setdefault(f"{run.budget:.3g}", [])
+        budget_notes.extend(n for n in notes if n not in budget_notes)
     with open(f"{output_path}/runs.jsonl", "w") as f:
         f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
     plot_isoflops(runs, f"{output_path}/isoflops.png")
@@ -241,7 +267,12 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
     for r in runs:
         key = f"{r.budget:.3g}"
         best[key] = min(best.get(key, float("inf")), r.loss)
-    return {"runs": len(runs), "budgets": sorted({r.budget for r in runs}), "best_loss": best}
+    return {
+        "runs": len(runs),
+        "budgets": sorted({r.budget for r in runs}),
+        "best_loss": best,
+        "warnings": {k: v for k, v in warnings.items() if v},
+    }
 
 
 def read_runs(path: str) -> list[ScalingRun]:

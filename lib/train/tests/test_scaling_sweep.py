@@ -1,0 +1,79 @@
+"""The sweep records what the recipe warned of (a grid on one side of the prior optimum, runs below
+min_steps) in its runs and in its results, not only in the log of the process that declared it.
+
+Expected warnings come from the recipe's own rules, recomputed here: which member is the smallest that fits
+(the family's `min_width`), and which runs train fewer than `min_steps` steps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from schooner.cluster import StepRunner
+from schooner.train.scaling import BatchRule, ModelFamily, ScalingRecipe, isoflop_runs, isoflop_sweep
+
+RULES = ScalingRecipe(
+    family=ModelFamily(vocab_size=320, min_width=16, max_width=64, width_per_layer=64),
+    batch=BatchRule(base_sequences=8, minimum=8, maximum=8),
+    seq_len=32,
+    min_steps=20,
+)
+TINY, CLEAN = (
+    1e8,
+    3e10,
+)  # at 1e8 the prior optimum is the smallest member and every run is short; 3e10 is fine
+
+
+def test_each_run_carries_its_budget_s_grid_warnings_and_the_results_step_is_given_them(
+    data_dir, caplog
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._sweep"):
+        runs = isoflop_runs(
+            "scaling/w", budgets=[TINY, CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES
+        )
+    tiny = [r for r in runs if r.recipe.budget == TINY]
+    clean = [r for r in runs if r.recipe.budget == CLEAN]
+    assert len(tiny) == 3 and len(clean) == 3
+    assert (
+        tiny[0].recipe.width == RULES.family.min_width
+    )  # the prior optimum (width 16) is the smallest member
+    short = [r.recipe.width for r in tiny if r.recipe.num_train_steps < RULES.min_steps]
+    assert short == [r.recipe.width for r in tiny]
+    for r in tiny:
+        assert len(r.warnings) == 2
+        one_sided, few_steps = r.warnings
+        assert "smallest family member" in one_sided and "one side" in one_sided
+        assert f"width(s) {short}" in few_steps and "min_steps=20" in few_steps
+    assert all(r.warnings == () for r in clean)
+    assert all(w in caplog.text for w in tiny[0].warnings)  # still logged at declaration
+
+    sweep = isoflop_sweep(
+        "scaling/w", budgets=[TINY, CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES
+    )
+    given = {e["name"]: e["warnings"] for e in sweep.config.runs}
+    assert given == {r.train.name: list(r.warnings) for r in runs}
+
+
+@pytest.mark.slow
+def test_the_results_record_the_warnings_per_run_and_per_budget(data_dir, tmp_path) -> None:
+    """One real run (width 16, 7 steps: below min_steps=20) through the step runner (10 s under load)."""
+    sweep = isoflop_sweep(
+        "scaling/short",
+        budgets=[TINY],
+        sizes_per_budget=1,
+        data={data_dir: 1.0},
+        recipe=RULES,
+        resources=None,
+    )
+    (run,) = isoflop_runs(
+        "scaling/short", budgets=[TINY], sizes_per_budget=1, data={data_dir: 1.0}, recipe=RULES
+    )
+    assert run.recipe.num_train_steps < RULES.min_steps and len(run.warnings) == 1
+    done = StepRunner(prefix=str(tmp_path)).run([sweep], max_concurrent=1)
+    with open(f"{done[sweep].output_path}/runs.jsonl") as f:
+        (row,) = [json.loads(line) for line in f]
+    assert row["warnings"] == list(run.warnings) and row["steps"] == run.recipe.num_train_steps
+    assert done[sweep].result["warnings"] == {f"{TINY:.3g}": list(run.warnings)}
