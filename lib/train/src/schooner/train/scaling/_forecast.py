@@ -38,7 +38,7 @@ __all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "score", "sco
 
 METHODS = (*LAW_METHODS, "frontier")
 FORECAST_VERSION = "scaling-forecast-v2"  # v2: the target's whole training config, the recipe checked
-SCORE_VERSION = "scaling-score-v2"  # v2: finished runs only, the run's start, the whole config compared
+SCORE_VERSION = "scaling-score-v3"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line)
 
 
 def target_run(
@@ -297,25 +297,33 @@ def score_forecast(
 
 
 def run_started(train_path: str) -> tuple[float | None, str]:
-    """When the run began (unix time) and where that was read: the earliest attempt's start in the step's
-    history (`.schooner/history.jsonl`, written by the step runner before the run compiles), else the run's
-    first metrics row (later than its start by the compile time)."""
+    """When the run began (unix time) and where that was read: the earliest evidence of any attempt.
+
+    Two sources, the earlier wins: the attempts' starts in the step's history (`.schooner/history.jsonl`:
+    the step runner appends an attempt's line, with its start before compiling, when the attempt ENDS, so an
+    attempt killed with SIGKILL leaves none), and the run's first metrics row (later than its attempt's start
+    by the compile time; a resumed attempt appends to the rows of the attempts before it). A forecast written
+    between a killed attempt and its resumption is therefore not "before the run".
+    """
     import fsspec
 
+    found: list[tuple[float, str]] = []
     try:
         with fsspec.open(f"{train_path}/.schooner/history.jsonl", "r") as f:
             starts = [json.loads(line).get("started") for line in f if line.strip()]
-        starts = [float(t) for t in starts if t is not None]
-        if starts:
-            return min(starts), "step history"
+        found += [(float(t), "step history") for t in starts if t is not None]
     except FileNotFoundError:
         pass
-    with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
-        for line in f:
-            t = json.loads(line).get("time")
-            if t is not None:
-                return float(t), "first metrics row"
-    return None, "nothing recorded"
+    try:
+        with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
+            for line in f:
+                t = json.loads(line).get("time") if line.strip() else None
+                if t is not None:
+                    found.append((float(t), "first metrics row"))
+                    break
+    except FileNotFoundError:
+        pass
+    return min(found) if found else (None, "nothing recorded")
 
 
 def _mismatches(expected: Any, got: Any, where: str = "") -> list[str]:
