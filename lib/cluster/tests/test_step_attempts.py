@@ -80,6 +80,13 @@ def _kill_then_rerun(tmp_path: Path, *args: str, **env: str) -> None:
     assert _status(rows.parent)["status"] == "SUCCESS"
     record = json.loads((rows.parent / ".schooner" / "step.json").read_text())
     assert record["result"] == {"rows": 20}
+    # The killed attempt wrote no end; the next one records it, so the history lists every attempt.
+    history = [
+        json.loads(ln) for ln in (rows.parent / ".schooner" / "history.jsonl").read_text().splitlines()
+    ]
+    assert [h["state"] for h in history] == ["LOST", "SUCCESS"], history
+    assert history[0]["ended"] is None and history[0]["started"] < history[1]["started"]
+    assert "no end was recorded" in history[0]["error"]
 
 
 @pytest.mark.slow  # a full-suite budget cut (see pyproject's --durations); the LocalClient variant stays

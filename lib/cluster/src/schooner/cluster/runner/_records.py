@@ -203,6 +203,28 @@ def append_history(storage: Storage, output_path: str, record: dict[str, Any]) -
     storage.write_text(path, "\n".join(lines) + "\n")
 
 
+def record_lost_attempt(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    """If the step's record still says RUNNING, its attempt ended without a record (killed with SIGKILL, its
+    machine lost): add that attempt to the history as ``LOST`` (its start, no end) and return the entry.
+
+    Called by the attempt that takes the step over, before it writes its own record: without it a killed
+    attempt would leave no trace in the history, and its start (the run's real start) would be lost.
+    """
+    previous = read_step_record(storage, output_path)
+    if previous is None or previous.get("state") != "RUNNING":
+        return None
+    lost = {
+        **previous,
+        "state": "LOST",
+        "ended": None,
+        "duration_s": None,
+        "error": "no end was recorded: the attempt was killed (e.g. SIGKILL) or its machine was lost; "
+        "a later attempt found its record still RUNNING",
+    }
+    append_history(storage, output_path, lost)
+    return lost
+
+
 def read_history(storage: Storage, output_path: str) -> list[dict[str, Any]]:
     """The attempts of a step, oldest first (unreadable lines skipped)."""
     out = []

@@ -16,7 +16,14 @@ from schooner.cluster._storage import clear_folder, is_local, list_folder, stora
 
 from ._lease import Lease
 from ._lower import Step
-from ._records import append_history, read_step_record, scrub_any, step_record, write_step_record
+from ._records import (
+    append_history,
+    read_step_record,
+    record_lost_attempt,
+    scrub_any,
+    step_record,
+    write_step_record,
+)
 from ._results import StepOutcome
 from ._status import META_DIR, StepState, meta_path, read_status, write_status
 from ._step import join_path, resolve_config
@@ -209,6 +216,7 @@ class StepExecutor:
             self._running[step.key] = (step, lease, record, t0)
         try:
             self._prepare_folder(step, out)
+            record_lost_attempt(storage, out)
             write_step_record(storage, out, record)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
             config = resolve_config(
