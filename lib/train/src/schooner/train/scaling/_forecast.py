@@ -300,8 +300,9 @@ def run_started(train_path: str) -> tuple[float | None, str]:
     """When the run began (unix time) and where that was read: the earliest evidence of any attempt.
 
     Two sources, the earlier wins: the attempts' starts in the step's history (`.schooner/history.jsonl`:
-    the step runner appends an attempt's line, with its start before compiling, when the attempt ENDS, so an
-    attempt killed with SIGKILL leaves none), and the run's first metrics row (later than its attempt's start
+    the step runner appends an attempt's line, with its start before compiling, when the attempt ends, and a
+    SIGKILLed attempt's, as LOST, only when a later attempt takes the step over; folders written by older
+    runners lack those), and the run's first metrics row (later than its attempt's start
     by the compile time; a resumed attempt appends to the rows of the attempts before it). A forecast written
     between a killed attempt and its resumption is therefore not "before the run".
     """
