@@ -49,6 +49,18 @@ import jax.numpy as jnp
 import numpy as np
 
 MODES = ("none", "aux_loss", "quantile_no_resolve", "quantile")
+RUN_ARGS = (
+    "steps",
+    "warmup",
+    "batch",
+    "seq",
+    "lr",
+    "rate",
+    "seed",
+    "pool",
+    "floor_batches",
+    "floor_n",
+)  # shared by merged runs
 LABELS = {"quantile_no_resolve": "quantile, no re-solve", "quantile": "quantile + re-solve (default)"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -114,11 +126,14 @@ def summarise(name: str, mode: str, rows: list[dict], args: argparse.Namespace, 
     }
 
 
-def train(name: str, modes: list[str], args: argparse.Namespace, stream: np.ndarray) -> list[dict]:
+def train(
+    name: str, modes: list[str], args: argparse.Namespace, stream: np.ndarray, finished: list[dict]
+) -> list[dict]:
     """Train one model in every mode of ``modes``, the modes interleaved step by step in this process on the
     same batches (so a load change on the machine hits them alike, and a run stopped early has the same number
-    of steps in every mode). Every 10 steps the figures so far are written to ``--json`` (``steps_done``):
-    an interrupted run leaves a usable, plottable record."""
+    of steps in every mode). Every 10 steps the figures so far are written to ``--json`` (``steps_done``),
+    after the ``finished`` results of models trained before: an interrupted run leaves a usable, plottable
+    record."""
     from schooner.model import init
     from schooner.train import AdamConfig, build_optimizer, init_state, make_train_step
 
@@ -148,7 +163,7 @@ def train(name: str, modes: list[str], args: argparse.Namespace, stream: np.ndar
             )
             eta = (time.perf_counter() - t0) / (i + 1) * (args.steps - i - 1)
             print(f"  {name} step {i + 1}/{args.steps}: {done} | ETA {eta / 60:.0f} min", flush=True)
-            write_json([summarise(name, m, rows[m], args, seconds[m]) for m in modes], args)
+            write_json([*finished, *(summarise(name, m, rows[m], args, seconds[m]) for m in modes)], args)
     out = []
     for mode in modes:
         r = summarise(name, mode, rows[mode], args, seconds[mode])
@@ -249,6 +264,8 @@ def plot(results: list[dict], args: argparse.Namespace, path: str) -> None:
                 f"{r.get('label', r['mode'])}: after warm-up mean {r['mean_after_warmup']:.2f}, p95 {r['p95_after_warmup']:.2f}, "
                 f"max {r['max_after_warmup']:.2f}; final CE {r['final_ce']:.3f}"
             )
+            if len(r["load"]) < args.steps:
+                label += f" (stopped at step {len(r['load'])} of {args.steps})"
             ax.plot(np.arange(1, len(r["load"]) + 1), r["load"], linewidth=1, label=label)
         here = [f for f in floors.get(name, []) if f["batch"] == args.batch]
         if here:
@@ -320,10 +337,20 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.merge:
-        results = []
+        results, runs = [], []
         for path in args.merge.split(","):
             with open(path) as f:
-                results += json.load(f)["results"]
+                record = json.load(f)
+            results += record["results"]
+            runs.append((path, {k: record["args"].get(k) for k in RUN_ARGS}))
+        differ = [f"{path}: {run}" for path, run in runs if run != runs[0][1]]
+        if differ:
+            raise SystemExit(
+                f"--merge: the runs differ in {', '.join(RUN_ARGS)} ({runs[0][0]}: {runs[0][1]}; "
+                + "; ".join(differ)
+                + "): merge only runs made with the same settings"
+            )
+        vars(args).update(runs[0][1])  # the figure and the merged record describe the runs, not this command
         save(results, args)
         return
     print(f"devices {jax.devices()}  cpus {os.cpu_count()}  load average {os.getloadavg()}")
@@ -334,7 +361,7 @@ def main() -> None:
         return
     results: list[dict] = []
     for name in args.models.split(","):
-        for r in train(name, args.modes.split(","), args, stream):
+        for r in train(name, args.modes.split(","), args, stream, results):
             results.append(r)
             print(
                 f"{name:9s} {r['mode']:9s} after step {args.warmup}: max/mean load mean {r['mean_after_warmup']:.2f}, "
