@@ -343,12 +343,17 @@ def main() -> None:
                 record = json.load(f)
             results += record["results"]
             runs.append((path, {k: record["args"].get(k) for k in RUN_ARGS}))
-        differ = [f"{path}: {run}" for path, run in runs if run != runs[0][1]]
+        first_path, first = runs[0]
+        differ = [
+            f"{path} has " + ", ".join(f"{k}={run[k]!r}" for k in RUN_ARGS if run[k] != first[k])
+            for path, run in runs[1:]
+            if run != first
+        ]
         if differ:
             raise SystemExit(
-                f"--merge: the runs differ in {', '.join(RUN_ARGS)} ({runs[0][0]}: {runs[0][1]}; "
+                f"--merge: runs made with other settings than {first_path} ({first}): "
                 + "; ".join(differ)
-                + "): merge only runs made with the same settings"
+                + ". Merge only runs made with the same settings."
             )
         vars(args).update(runs[0][1])  # the figure and the merged record describe the runs, not this command
         save(results, args)
