@@ -13,6 +13,7 @@ import html
 import html.parser
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -526,3 +527,13 @@ def test_report_loads_in_headless_chromium_without_console_errors(prefix: Prefix
     # the browser parsed the charts as SVG: each series still has its points
     figures = tree.all("figure", "chart")
     assert figures and all(chart_series(f) for f in figures)
+
+
+def test_every_state_an_attempt_can_have_is_coloured_in_the_report() -> None:
+    """A badge is white text on its state's colour: a state without a CSS rule is invisible (LOST was)."""
+    from schooner.cluster.cli._report import _CSS
+    from schooner.cluster.runner._records import LOST_STATE
+    from schooner.cluster.runner._status import StepState
+
+    for state in [*StepState, LOST_STATE]:
+        assert re.search(rf"\.{state}[,{{]", _CSS), f"no CSS rule for the badge of {state}"

@@ -38,7 +38,7 @@ pre.error{background:#fdecec;color:#8a1f1f}details.error summary{color:#8a1f1f;f
 .badge{display:inline-block;border-radius:10px;padding:1px 9px;font-size:12px;font-weight:600;color:#fff}
 .SUCCESS,.succeeded,.cached,.ok{background:#2e7d32}.FAILED,.failed,.bad{background:#c62828}
 .RUNNING,.running{background:#1565c0}.skipped,.UNKNOWN,.will_run,.unfinished{background:#757575}
-.INTERRUPTED,.interrupted{background:#ef6c00}
+.INTERRUPTED,.interrupted{background:#ef6c00}.LOST{background:#6d4c41}
 .muted{color:#6b7280}.kv td:first-child{width:190px;color:#4b5563}
 img.plot{max-width:100%;border:1px solid #eceff3;border-radius:4px;margin:4px 8px 4px 0}
 details summary{cursor:pointer;color:#12324a;margin:4px 0}svg.chart{background:#fff}

@@ -203,23 +203,33 @@ def append_history(storage: Storage, output_path: str, record: dict[str, Any]) -
     storage.write_text(path, "\n".join(lines) + "\n")
 
 
-def record_lost_attempt(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    """If the step's record still says RUNNING, its attempt ended without a record (killed with SIGKILL, its
-    machine lost): add that attempt to the history as ``LOST`` (its start, no end) and return the entry.
+LOST_STATE = "LOST"
+"""The history's state for an attempt whose end was never recorded (see :func:`record_lost_attempt`)."""
 
-    Called by the attempt that takes the step over, before it writes its own record: without it a killed
-    attempt would leave no trace in the history, and its start (the run's real start) would be lost.
+
+def record_lost_attempt(storage: Storage, output_path: str) -> dict[str, Any] | None:
+    """If the step's record still says RUNNING, its attempt ended without a record: add that attempt to the
+    history as ``LOST`` (its start, no end) and return the entry; None if there is nothing to add.
+
+    Called by the attempt that takes the step over (its lease was free or stale), before it writes its own
+    record: without it a killed attempt would leave no trace in the history, and its start (the run's real
+    start) would be lost. An attempt already in the history (same run, owner and start: a taker killed
+    right after adding it) is not added twice.
     """
     previous = read_step_record(storage, output_path)
     if previous is None or previous.get("state") != "RUNNING":
         return None
+    same = ("run_id", "owner", "started")
+    if any(all(h.get(k) == previous.get(k) for k in same) for h in read_history(storage, output_path)):
+        return None
     lost = {
         **previous,
-        "state": "LOST",
+        "state": LOST_STATE,
         "ended": None,
         "duration_s": None,
-        "error": "no end was recorded: the attempt was killed (e.g. SIGKILL) or its machine was lost; "
-        "a later attempt found its record still RUNNING",
+        "error": "no end was recorded: a later attempt found this one's record still RUNNING and its lease "
+        "free or stale (its runner was killed, e.g. with SIGKILL, its machine was lost, or it stalled "
+        "past the lease's time-out)",
     }
     append_history(storage, output_path, lost)
     return lost
