@@ -33,3 +33,10 @@ def test_the_history_s_earliest_start_precedes_the_first_metrics_row(tmp_path) -
     """Normally the earliest attempt's start (before compiling) is the earliest evidence."""
     folder = _train_folder(tmp_path, history_starts=[3_000.0, 900.0], metrics_times=[960.0, 970.0])
     assert run_started(folder) == (900.0, "step history")
+
+
+def test_a_torn_history_line_is_skipped_not_fatal(tmp_path) -> None:
+    folder = _train_folder(tmp_path, history_starts=[900.0], metrics_times=[960.0])
+    with open(tmp_path / ".schooner" / "history.jsonl", "a") as f:
+        f.write('{"started": 12')  # a writer killed mid-line
+    assert run_started(folder) == (900.0, "step history")

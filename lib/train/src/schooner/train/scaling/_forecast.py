@@ -16,6 +16,7 @@ and checks the registration: that the forecast was written before the run's firs
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -311,8 +312,11 @@ def run_started(train_path: str) -> tuple[float | None, str]:
     found: list[tuple[float, str]] = []
     try:
         with fsspec.open(f"{train_path}/.schooner/history.jsonl", "r") as f:
-            starts = [json.loads(line).get("started") for line in f if line.strip()]
-        found += [(float(t), "step history") for t in starts if t is not None]
+            for line in f:
+                with contextlib.suppress(ValueError):  # a torn line (a writer killed mid-write) says nothing
+                    t = json.loads(line).get("started") if line.strip() else None
+                    if t is not None:
+                        found.append((float(t), "step history"))
     except FileNotFoundError:
         pass
     try:
