@@ -1,5 +1,6 @@
 import dataclasses
 import json
+from typing import ClassVar
 
 import pytest
 
@@ -12,6 +13,7 @@ from schooner.model import (
     num_active_parameters,
     num_parameters,
     presets,
+    register_config,
 )
 
 
@@ -33,8 +35,7 @@ def test_registry_picks_class_by_type():
 @pytest.mark.parametrize("name", sorted(presets.PRESETS))
 def test_moe_gives_the_expert_settings_of_moe_configs_only(name):
     """`config.moe` is where code asks for the config's kind: the config itself (typed as a MoEConfig) for a
-    mixture of experts, None for a dense model, and `is_moe` agrees, for every preset and a registered
-    subclass's round trip."""
+    mixture of experts, None for a dense model, and `is_moe` agrees, for every preset and its round trip."""
     cfg = presets.PRESETS[name]
     again = config_from_dict(config_to_dict(cfg))
     for c in (cfg, again):
@@ -42,6 +43,39 @@ def test_moe_gives_the_expert_settings_of_moe_configs_only(name):
             assert c.moe is c and c.is_moe
         else:
             assert c.moe is None and not c.is_moe
+
+
+@dataclasses.dataclass(frozen=True)
+class _WiderMoE(MoEConfig):
+    type: str = "test-wider-moe"
+    config_type: ClassVar[str] = "test-wider-moe"
+    note: str = "a registered MoE subclass"
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotedLlama(LlamaConfig):
+    type: str = "test-noted-llama"
+    config_type: ClassVar[str] = "test-noted-llama"
+    note: str = "a registered dense subclass"
+
+
+def test_moe_of_registered_subclasses_follows_their_base():
+    """A registered subclass of MoEConfig is a mixture of experts (`moe` is itself, typed as a MoEConfig), one
+    of LlamaConfig is dense, through a `config_to_dict`/`config_from_dict` round trip too."""
+    for cls in (_WiderMoE, _NotedLlama):
+        register_config(cls)
+    moe = _WiderMoE(hidden_dim=64, num_heads=4, num_kv_heads=4, num_experts=4)
+    dense = _NotedLlama(hidden_dim=64, num_heads=4, num_kv_heads=4)
+    for c in (moe, config_from_dict(config_to_dict(moe))):
+        assert (
+            type(c) is _WiderMoE
+            and c.moe is c
+            and c.is_moe
+            and num_parameters(c)
+            == num_parameters(MoEConfig(hidden_dim=64, num_heads=4, num_kv_heads=4, num_experts=4))
+        )
+    for c in (dense, config_from_dict(config_to_dict(dense))):
+        assert type(c) is _NotedLlama and c.moe is None and not c.is_moe
 
 
 def test_known_parameter_counts_of_published_shapes():

@@ -204,7 +204,8 @@ class LlamaConfig:
 
     @property
     def is_moe(self) -> bool:
-        """Whether the MLPs are mixtures of experts (``config.moe is not None``)."""
+        """Whether the MLPs are mixtures of experts: ``config.moe is not None`` (a subclass overrides ``moe``,
+        not this)."""
         return self.moe is not None
 
     @property

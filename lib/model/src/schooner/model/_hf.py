@@ -268,7 +268,7 @@ def export_hf(
 
 def _check_router_bias(model: Transformer, config: LlamaConfig) -> None:
     check_hf_exportable(config)
-    if config.is_moe:
+    if config.moe is not None:
         bias = np.asarray(model.layers.stacked.mlp.router_bias.array)
         if np.any(bias != 0):
             raise ValueError(
@@ -382,7 +382,7 @@ def import_hf(
             return where(m).array
 
         model = eqx.tree_at(leaf, model, value)
-    if config.is_moe:  # HF routers have no bias: selection by the scores alone
+    if config.moe is not None:  # HF routers have no bias: selection by the scores alone
         bias = shapes.layers.stacked.mlp.router_bias.array
         zeros = jnp.zeros(bias.shape, jnp.float32, device=shardings[id(bias)])
         model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, zeros)

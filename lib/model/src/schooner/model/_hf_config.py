@@ -177,7 +177,7 @@ def check_hf_exportable(config: LlamaConfig) -> None:
 
 def hf_architecture(config: LlamaConfig) -> tuple[str, str]:
     """``(architecture, model_type)`` of the HF layout ``config`` exports to."""
-    if config.is_moe:
+    if config.moe is not None:
         return ("Qwen3MoeForCausalLM", "qwen3_moe") if config.qk_norm else ("MixtralForCausalLM", "mixtral")
     return ("Qwen3ForCausalLM", "qwen3") if config.qk_norm else ("LlamaForCausalLM", "llama")
 
