@@ -257,7 +257,7 @@ def plot(results: list[dict], args: argparse.Namespace, path: str) -> None:
     models = sorted({r["model"] for r in results}, key=["toy", "moe_small"].index)
     floors = {r["model"]: r["noise_floor"] for r in results if r.get("noise_floor")}
     panels = len(models) + bool(floors)
-    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.3), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(max(6.5 * panels, 11.0), 4.3), dpi=110, squeeze=False)
     for ax, name in zip(axes[0], models):
         for r in (r for r in results if r["model"] == name):
             label = (
