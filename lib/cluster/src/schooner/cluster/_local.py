@@ -254,9 +254,14 @@ class LocalClient:
                 self._pool.unreserve(held)
         except BaseException as exc:  # noqa: BLE001 - never leave a handle hanging
             if not job._done.is_set():
-                job._finish(
-                    JobStatus.FAILED, error=JobError(job.name, f"LocalClient internal error: {exc!r}")
+                # After shutdown, closing the worker under a running attempt can surface here (a closed file
+                # descriptor) before the attempt loop sees the worker die: that is the shutdown, not a bug.
+                why = (
+                    "LocalClient was shut down while it ran"
+                    if self._closed
+                    else f"LocalClient internal error: {exc!r}"
                 )
+                job._finish(JobStatus.FAILED, error=JobError(job.name, why))
         finally:
             self._threads.discard(threading.current_thread())
 
