@@ -1,4 +1,5 @@
-"""The suite's `--dist loadgroup` scheduler finishes a run in which a worker dies (tools/xdist_schedule.py).
+"""The suite's `--dist loadgroup` scheduler finishes a run in which a worker dies, and keeps each `xdist_group`
+on one worker (tools/xdist_schedule.py).
 
 With pytest-xdist 3.8.0's own scheduler these runs never end: both workers sit idle waiting for work. Each
 case runs a small suite in a subprocess with a deadline and checks that every other test ran exactly once.
@@ -34,6 +35,24 @@ def test_z1(): pass
 def test_z2(): pass
 """
 
+# Grouped tests first: xdist hands the first two scheduling units to different workers, so a group that is not
+# one unit is split. Each test records its worker.
+GROUPED = """
+import os
+import pytest
+
+def note(name):
+    with open(name + ".worker", "w") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"])
+
+@pytest.mark.xdist_group("g")
+@pytest.mark.parametrize("i", [0, 1, 2])
+def test_grouped(i): note(f"grouped-{i}")
+
+def test_free_a(): note("free-a")
+def test_free_b(): note("free-b")
+"""
+
 SLOW_THEN_CRASH = """
 import os, time
 
@@ -51,6 +70,7 @@ def run(tmp_path: Path, source: str, workers: int) -> subprocess.CompletedProces
         "xs = importlib.util.module_from_spec(spec)\n"
         "spec.loader.exec_module(xs)\n"
         "pytest_xdist_make_scheduler = xs.pytest_xdist_make_scheduler\n"
+        "pytest_collection_modifyitems = xs.pytest_collection_modifyitems\n"
     )
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     # Only xdist among the installed plugins: loading them all (hypothesis alone takes seconds to import, in
@@ -83,6 +103,16 @@ def test_a_crash_in_a_group_fails_that_test_and_runs_the_rest_once(tmp_path: Pat
     assert "FAILED test_cases.py::test_group_crash" in out, out
     for name in ("test_a1", "test_a2", "test_a3", "test_group_after", "test_z1", "test_z2"):
         assert out.count(f"PASSED test_cases.py::{name}") == 1, (name, out)
+
+
+def test_a_group_runs_on_one_worker(tmp_path: Path) -> None:
+    """pytest 9.2 with xdist 3.8.0 dropped the groups silently: the suite's Ray tests ran on both workers, each
+    starting its own Ray."""
+    out = run(tmp_path, GROUPED, 2).stdout
+    assert "5 passed" in out, out
+    workers = {p.stem: p.read_text() for p in tmp_path.glob("*.worker")}
+    assert len(workers) == 5, workers
+    assert len({workers[f"grouped-{i}"] for i in range(3)}) == 1, workers
 
 
 @pytest.mark.slow

@@ -12,6 +12,12 @@ workers idle. This scheduler is xdist's own `LoadGroupScheduling` with those two
 - `_reschedule` never leaves a worker holding fewer than two tests while work remains, and stops a worker
   when the queue is empty, so its last test runs.
 
+It also puts each test's `xdist_group` back into the node id a worker reports, which is how the scheduler
+learns the groups: pytest 9.2 keeps node ids as a structured `NodeId` (`item._id`), and xdist 3.8.0 still
+writes the old `item._nodeid`, which pytest no longer reads (pytest-xdist issue #1386, fix not released).
+Without it every grouped test was scheduled on its own: the Ray tests ran on both workers, and each worker
+started a Ray of its own (two ~25 s starts per run, and two Rays competing for 2 cores).
+
 Installed through xdist's `pytest_xdist_make_scheduler` hook by the repository's conftest.py; any other
 `--dist` mode is left to xdist.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from xdist.scheduler import LoadGroupScheduling
 
 
@@ -57,3 +64,20 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> CrashSafeLoadGroupSche
     if config.getvalue("dist") == "loadgroup":
         return CrashSafeLoadGroupScheduling(config, log)
     return None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """On a `--dist loadgroup` worker, after xdist's own hook: `<nodeid>@<group>` as xdist 3.8.0 means it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId
+
+            item._id = NodeId.parse(item.nodeid + suffix)
