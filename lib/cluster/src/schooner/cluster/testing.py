@@ -21,6 +21,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ._ray import RayClient
@@ -44,6 +45,7 @@ def shared_ray_client() -> RayClient:
     global _client
     with _lock:
         if _client is None or _client._closed:
+            _claim_the_run()
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
             for attempt in range(_START_ATTEMPTS):
                 before = _children()
@@ -61,6 +63,42 @@ def shared_ray_client() -> RayClient:
                 _cleanup_failed_start(before)
         assert _client is not None
         return _client
+
+
+def _run_marker() -> Path | None:
+    run, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER")
+    if not run or not worker:
+        return None
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"schooner-shared-ray-{run}"
+
+
+def _claim_the_run() -> None:
+    """Under pytest-xdist, refuse a second worker of the same run starting a Ray of its own: its Ray tests are
+    not in the "ray" group (or the groups do not reach the scheduler: pytest 9.2 with pytest-xdist 3.8.0 did
+    that silently), and the run pays for two Rays. A worker that died may be replaced: only a live one counts."""
+    marker = _run_marker()
+    if marker is None:
+        return
+    import psutil
+
+    worker, me = os.environ["PYTEST_XDIST_WORKER"], f"{os.environ['PYTEST_XDIST_WORKER']} {os.getpid()}"
+    try:
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL)  # atomic: two workers starting at once
+    except FileExistsError:
+        owner, _, pid = marker.read_text().partition(" ")
+        if owner != worker and pid.isdigit() and psutil.pid_exists(int(pid)):
+            raise RuntimeError(
+                f"xdist worker {worker} is starting the shared test Ray, but worker {owner} (pid {pid}) of the "
+                f"same run already has one ({marker}): mark every test that uses it "
+                '`@pytest.mark.xdist_group("ray")` and run with `--dist loadgroup` (the suite\'s setting), so '
+                "that one Ray serves the whole run"
+            ) from None
+        marker.write_text(me)
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(me)
 
 
 @contextlib.contextmanager
@@ -133,6 +171,10 @@ def shutdown_shared_ray() -> None:
         if _client is not None:
             _client.shutdown()
             _client = None
+            marker = _run_marker()
+            with contextlib.suppress(OSError):
+                if marker is not None and marker.read_text().endswith(f" {os.getpid()}"):
+                    marker.unlink()
 
 
 _s3_lock = threading.Lock()
