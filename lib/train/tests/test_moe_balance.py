@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from haliax import NamedArray
 
 from schooner.model import MoEConfig, balance_router, balance_stats, init, loss_and_balance, loss_fn
 from schooner.model._balancing import SOLVER_DAMPING, SOLVER_STEPS
@@ -54,31 +55,34 @@ def _np_shift(select: np.ndarray, k: int) -> np.ndarray:
 
 
 @eqx.filter_jit
-def _router_inputs(model, tokens: jax.Array) -> list[jax.Array]:
-    """Per MoE layer, the router's input [tokens, embed], taken through the blocks one by one."""
+def _block_io(block, x: NamedArray, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, NamedArray]:
+    """A block's router input [tokens, embed] and its output."""
+    attn_out = block.attn(rms_norm(x, block.attn_norm, EMBED, block.norm_eps), cos, sin, None, kernels="xla")
+    inputs = rms_norm(x + attn_out, block.mlp_norm, EMBED, block.norm_eps).array
+    return inputs.reshape(-1, inputs.shape[-1]), block(x, cos, sin, None, kernels="xla")[0]
+
+
+def _np_solve(model, tokens: np.ndarray, *, rebalance: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(shift [layers, experts], mean router input [layers, embed]) of `tokens` under `model`, in numpy, the
+    blocks run one by one. `rebalance` (the re-solve pass): each layer routes its tokens with the shift just
+    solved for it before the next layer runs; otherwise with the model's bias as it is."""
     cfg = model.config
-    b, t = tokens.shape
-    x = hax.named(model.embed.array[tokens], ("batch", "position", "embed"))
-    cos, sin = rope_cos_sin(t, cfg.resolved_head_dim, cfg.rope)
-    out = []
+    x = hax.named(model.embed.array[jnp.asarray(tokens)], ("batch", "position", "embed"))
+    cos, sin = rope_cos_sin(tokens.shape[1], cfg.resolved_head_dim, cfg.rope)
+    shifts, means = [], []
     for i in range(cfg.num_layers):
         block = model.layers.get_layer(i)
-        attn_out = block.attn(
-            rms_norm(x, block.attn_norm, EMBED, cfg.norm_eps), cos, sin, None, kernels="xla"
+        inputs = np.asarray(_block_io(block, x, cos, sin)[0], np.float64)
+        router, bias = (
+            np.asarray(a, np.float64) for a in (block.mlp.router.array, block.mlp.router_bias.array)
         )
-        out.append(rms_norm(x + attn_out, block.mlp_norm, EMBED, cfg.norm_eps).array.reshape(b * t, -1))
-        x = block(x, cos, sin, None, kernels="xla")[0]
-    return out
-
-
-def _np_solve(model, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(shift [layers, experts], mean router input [layers, embed]) of `tokens` under `model`, in numpy."""
-    mlp = model.layers.stacked.mlp
-    router, bias = np.asarray(mlp.router.array, np.float64), np.asarray(mlp.router_bias.array, np.float64)
-    k = model.config.num_experts_per_token
-    inputs = [np.asarray(x, np.float64) for x in _router_inputs(model, jnp.asarray(tokens))]
-    shifts = [_np_shift(x @ router[i].T + bias[i], k) for i, x in enumerate(inputs)]
-    return np.stack(shifts), np.stack([x.mean(0) for x in inputs])
+        shifts.append(_np_shift(inputs @ router.T + bias, cfg.num_experts_per_token))
+        means.append(inputs.mean(0))
+        if rebalance:
+            routed = jnp.asarray(bias + shifts[-1], jnp.float32)
+            block = eqx.tree_at(lambda blk: blk.mlp.router_bias.array, block, routed)
+        x = _block_io(block, x, cos, sin)[1]
+    return np.stack(shifts), np.stack(means)
 
 
 TINY = MoEConfig(
@@ -116,14 +120,19 @@ def _centred(a: np.ndarray) -> np.ndarray:
     return a - a.mean(-1, keepdims=True)
 
 
-def _todays_bias(before, after, tokens: np.ndarray) -> np.ndarray:
+def _todays_bias(before, after, tokens: np.ndarray, rate: float = TINY.router_bias_rate) -> np.ndarray:
     """numpy: the bias the step's own forward pass sets (no re-solve): the microbatches' shifts and mean router
     inputs under the parameters BEFORE the step, averaged (equal token counts), the rate applied, and the
     router's move compensated."""
-    solved = [_np_solve(before.model, half) for half in (tokens[:2], tokens[2:])]
-    shift, x_mean = (np.mean([s[i] for s in solved], axis=0) for i in (0, 1))
+    shift, x_mean = _own_stats(before, tokens)
     moved = np.einsum("ld,led->le", x_mean, _router(after) - _router(before))
-    return _bias(before) + TINY.router_bias_rate * _centred(shift) - _centred(moved)
+    return _bias(before) + rate * _centred(shift) - _centred(moved)
+
+
+def _own_stats(before, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """numpy: the step's own (shift, mean router input), its two microbatches solved on their own and averaged."""
+    solved = [_np_solve(before.model, half) for half in (tokens[:2], tokens[2:])]
+    return np.mean([s[0] for s in solved], axis=0), np.mean([s[1] for s in solved], axis=0)
 
 
 def test_the_re_solve_balances_the_batch_under_the_model_as_it_is() -> None:
@@ -137,7 +146,7 @@ def test_the_re_solve_balances_the_batch_under_the_model_as_it_is() -> None:
     tokens = _tiny_batch()["tokens"]
     stats = eqx.filter_jit(balance_stats)(model, tokens)
     assert stats is not None
-    shift, x_mean = _np_solve(model, np.asarray(tokens))
+    shift, x_mean = _np_solve(model, np.asarray(tokens), rebalance=True)
     assert np.abs(shift).max() > 1e-2  # the non-zero bias leaves something to balance
     np.testing.assert_allclose(np.asarray(stats.shift), shift, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(stats.input_mean), x_mean, rtol=1e-4, atol=1e-5)
@@ -149,22 +158,50 @@ def test_the_re_solve_balances_the_batch_under_the_model_as_it_is() -> None:
         assert balance_stats(eqx.filter_eval_shape(init, cfg, key=jax.random.PRNGKey(0)), tokens) is None
 
 
+def test_the_re_solve_balances_its_own_batch_in_every_layer() -> None:
+    """The re-solve routes each layer with the shift just solved for it before the next layer runs, so a deep
+    layer is solved on the inputs it gets under the new biases of the layers before it: after
+    `balance_router(model, model, balance_stats(model, tokens))` the same tokens load every expert of every
+    layer evenly. The experts' outputs are scaled up so that a layer's routing moves the next layer's inputs
+    (as in a trained model); solving every layer on one pass under the old biases left layers 2-4 at
+    1.08-1.10 here."""
+    cfg = dataclasses.replace(
+        CFG, hidden_dim=32, intermediate_dim=32, num_layers=4, num_heads=2, num_kv_heads=1
+    )
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    down = lambda m: m.layers.stacked.mlp.down.array  # noqa: E731
+    model = eqx.tree_at(down, model, down(model) * 100.0)
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 256, size=(16, 64)), jnp.int32)
+    loads = eqx.filter_jit(lambda m: jnp.max(m.hidden_states(tokens)[1]["load"], axis=-1) * cfg.num_experts)
+    assert np.asarray(loads(model))[1:].max() > 1.1  # something to balance in the deeper layers
+    balanced = balance_router(model, model, eqx.filter_jit(balance_stats)(model, tokens))
+    np.testing.assert_array_less(np.asarray(loads(balanced)), 1.02)  # 1.02: 5 of each expert's 256 tokens
+
+
 @pytest.mark.slow  # compiles a MoE train step with two microbatches: ~13 s of CPU, 131 s at load 15
 def test_the_train_step_re_solves_the_router_bias_on_the_batch_just_trained() -> None:
-    """With `router_bias_resolve` (the default) the step's bias is the bias the step's own statistics set, plus
-    the shift that balances the batch just trained on under the UPDATED parameters (that bias), each
-    microbatch solved on its own and the shifts averaged: checked against a numpy solve, two microbatches,
-    rate 0.6 so the rate's place shows."""
+    """With `router_bias_resolve` (the default) the step's bias is the shift that balances the batch just
+    trained on under the UPDATED parameters (each microbatch solved on its own, layer by layer, the shifts
+    averaged; the solver starts from the bias the step's own statistics set at rate 1), less (1 - rate) times
+    the step's own shift: checked against a numpy solve, two microbatches, rate 0.6 so the rate's place shows
+    (at step 3: the rate is at least 1 / (step + 1))."""
     state, step = _tiny_step(TINY)
+    state = eqx.tree_at(
+        lambda s: s.step, state, state.step + 3
+    )  # past the first steps' rate of 1 / (step + 1)
     batch = _tiny_batch()
     new, _ = step(state, batch)
     tokens = np.asarray(batch["tokens"])
-    first = _todays_bias(state, new, tokens)
+    first = _todays_bias(state, new, tokens, rate=1.0)
     where = lambda m: m.layers.stacked.mlp.router_bias.array  # noqa: E731
     between = eqx.tree_at(where, new.model, jnp.asarray(first, jnp.float32))  # new parameters, first bias
-    again = np.mean([_np_solve(between, half)[0] for half in (tokens[:2], tokens[2:])], axis=0)
+    again = np.mean(
+        [_np_solve(between, half, rebalance=True)[0] for half in (tokens[:2], tokens[2:])], axis=0
+    )
     assert np.abs(_centred(again)).max() > 1e-2  # the re-solve has something to do
-    want = first + TINY.router_bias_rate * _centred(again)
+    own = _centred(_own_stats(state, tokens)[0])
+    assert np.abs(own).max() > 1e-2  # the rate has something to take back
+    want = first + _centred(again) - (1 - TINY.router_bias_rate) * own
     np.testing.assert_allclose(_bias(new), want, rtol=1e-4, atol=1e-5)
 
 

@@ -235,8 +235,12 @@ class MoEConfig(LlamaConfig):
             loss), or ``"none"``.
         aux_loss_weight: weight of the auxiliary load-balancing loss (used when ``load_balancing="aux_loss"``).
         router_z_loss_weight: weight of the router z-loss (mean squared logsumexp of router logits).
-        router_bias_rate: fraction of each batch's balancing shift applied to the bias, in (0, 1]; 1 (the
-            default) moves the bias to the one that balanced the last batch exactly.
+        router_bias_rate: in (0, 1]. With the re-solve (the default): the weight of the last batch's solution
+            in the new bias, the rest the previous bias carried along by the step's change of the solution, so
+            the bias follows the training at once and averages the data's sampling noise over about
+            ``2 / rate - 1`` batches (0.5, the default: 3; at least ``1 / (step + 1)``, so the first steps
+            average every batch so far). Without the re-solve: the fraction of each batch's balancing shift
+            applied to the bias. 1 moves the bias to the one that balanced the last batch exactly.
         router_bias_resolve: with ``load_balancing="quantile"``, after each optimizer step solve the
             balancing shift again on the batch just trained on, under the UPDATED parameters (one more
             forward pass per step and the solver again, no backward: 1.38x the step time on the toy MoE of
@@ -258,7 +262,7 @@ class MoEConfig(LlamaConfig):
     load_balancing: str = "quantile"
     aux_loss_weight: float = 0.01
     router_z_loss_weight: float = 0.001
-    router_bias_rate: float = 1.0
+    router_bias_rate: float = 0.5
     router_bias_resolve: bool = True
     capacity_factor: float | None = None
     type: str = "moe"

@@ -63,7 +63,12 @@ class MoE(eqx.Module):
             config=config,
         )
 
-    def __call__(self, x: NamedArray, *, kernels: str = "xla") -> tuple[NamedArray, dict[str, jax.Array]]:
+    def __call__(
+        self, x: NamedArray, *, kernels: str = "xla", rebalance: bool = False
+    ) -> tuple[NamedArray, dict[str, jax.Array]]:
+        """The layer's output and its routing statistics. ``rebalance`` (quantile balancing's re-solve pass,
+        see ``_balancing.py``): solve the balancing shift on these tokens first and route them with it, so the
+        layers after this one see inputs routed as the next step will route them."""
         cfg = self.config
         dtype = x.dtype
         embed = x.resolve_axis(EMBED)
@@ -78,6 +83,11 @@ class MoE(eqx.Module):
         )
         # Both activations are increasing, so the top-k of the logits is the top-k of the scores.
         select = jax.lax.stop_gradient(logits + self.router_bias.array[None, :])
+        shift = None
+        if cfg.load_balancing == "quantile":
+            shift = balancing_shift(select, k)
+            if rebalance:
+                select = select + shift[None, :]
         _, idx = jax.lax.top_k(select, k)  # [n, k]
         weights = jnp.take_along_axis(scores, idx, axis=-1)
         if cfg.normalize_topk:
@@ -105,8 +115,8 @@ class MoE(eqx.Module):
             out_named = out_named + self.shared(x.rearrange((*lead, embed)), kernels=kernels)
 
         stats = _routing_stats(logits, scores, group_sizes, kept[inverse], cfg, n)
-        if cfg.load_balancing == "quantile":
-            stats["balance_shift"] = balancing_shift(select, k)
+        if shift is not None:
+            stats["balance_shift"] = shift
             stats["router_input_mean"] = jax.lax.stop_gradient(jnp.mean(x32, axis=0))
         return out_named, stats
 

@@ -80,13 +80,14 @@ class Block(eqx.Module):
         *,
         kernels: str,
         reference: bool = False,
+        rebalance: bool = False,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         normed = rms_norm(x, self.attn_norm, EMBED, self.norm_eps)
         h = self.attn(normed, cos, sin, segment_ids, kernels=kernels, reference=reference)
         x = constrain(x + h)
         normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps)
         if isinstance(self.mlp, MoE):
-            h, stats = self.mlp(normed, kernels=kernels)
+            h, stats = self.mlp(normed, kernels=kernels, rebalance=rebalance)
         else:
             h, stats = self.mlp(normed, kernels=kernels), {}
         return constrain(x + h), stats
@@ -126,9 +127,18 @@ class Transformer(eqx.Module):
         return self.embed if self.lm_head is None else self.lm_head
 
     def hidden_states(
-        self, tokens: jax.Array, *, segment_ids: jax.Array | None = None, reference_attention: bool = False
+        self,
+        tokens: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        reference_attention: bool = False,
+        rebalance: bool = False,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
-        """Final-normed hidden states (batch, position, embed) in the compute dtype, and the aux arrays."""
+        """Final-normed hidden states (batch, position, embed) in the compute dtype, and the aux arrays.
+
+        ``rebalance``: quantile balancing's re-solve pass (:func:`schooner.model.balance_stats`): every MoE
+        layer solves its balancing shift on these tokens and routes them with it before the next layer runs.
+        """
         cfg = self.config
         tokens = jnp.asarray(tokens)
         if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
@@ -151,7 +161,15 @@ class Transformer(eqx.Module):
         kernels = resolve_kernels(cfg.kernels)  # the one backend decision of this trace
 
         def run_block(block: Block, carry: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
-            return block(carry, cos, sin, segment_ids, kernels=kernels, reference=reference_attention)
+            return block(
+                carry,
+                cos,
+                sin,
+                segment_ids,
+                kernels=kernels,
+                reference=reference_attention,
+                rebalance=rebalance,
+            )
 
         if cfg.scan_layers:
             x, aux = self.layers.scan_via(run_block)(x)

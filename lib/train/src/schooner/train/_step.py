@@ -80,7 +80,13 @@ def make_train_step(
         `"segment_ids"` and `"loss_mask"` (1 where the token is a target, as the data loader gives it);
         metrics are float32 scalars.
     """
-    from schooner.model import balance_router, balance_stats, loss_and_balance, target_mask_to_loss_mask
+    from schooner.model import (
+        balance_router,
+        balance_stats,
+        damp_router_bias,
+        loss_and_balance,
+        target_mask_to_loss_mask,
+    )
 
     def loss_of(model: Any, mb: dict[str, jax.Array], key: jax.Array) -> tuple[jax.Array, tuple]:
         # A batch's "loss_mask" marks the tokens that are targets (the data loader's convention).
@@ -145,7 +151,7 @@ def make_train_step(
                 lambda c, mb: (c, stats_of(mb)), None, _split_microbatches(batch, microbatches)
             )
             stats = jax.tree.map(lambda x: jnp.mean(x, axis=0), per)
-        return balance_router(model, model, stats)
+        return balance_router(model, model, stats, rate=1.0)
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(state.key, state.step)
@@ -154,9 +160,13 @@ def make_train_step(
         updates, new_opt = tx.update(grads, state.opt_state, state.model)
         new_model = eqx.apply_updates(state.model, updates)
         # The state transition's non-gradient part: MoE router biases set to balance the next batch.
-        new_model = balance_router(state.model, new_model, balance)
         if balance is not None and new_model.config.resolves_router_bias:
-            new_model = rebalance(new_model, batch)
+            # The solution on the batch just trained on under the new parameters (the solver starts from the
+            # step's own at rate 1), blended with the carried bias by the rate (`damp_router_bias`).
+            new_model = rebalance(balance_router(state.model, new_model, balance, rate=1.0), batch)
+            new_model = damp_router_bias(new_model, balance, step=state.step)
+        else:
+            new_model = balance_router(state.model, new_model, balance)
         # The updated parameters too: a finite loss and gradient can still give Inf/NaN parameters (an
         # overflowing learning rate or update). The largest |parameter| is finite exactly when all are (max
         # propagates NaN) and, unlike a norm, cannot overflow: one reduction per leaf, no copy.
