@@ -80,7 +80,12 @@ def _fake_hub_cache(cache: Path, repo: str, tokenizer: Tokenizer) -> None:
 def test_hub_id_resolves_through_huggingface_hub_cache(
     tokenizer: Tokenizer, tmp_path: Path, monkeypatch
 ) -> None:
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, when its constants are first imported: in a process where an
+    # earlier test did that, the lookups went to the (unreachable) hub, 5 retries each, 23 s.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     _fake_hub_cache(tmp_path / "hub", "schooner-test/tiny-bpe", tokenizer)
     tok = load_tokenizer("schooner-test/tiny-bpe", cache_dir=str(tmp_path / "hub"))
     assert tok.fingerprint == tokenizer.fingerprint and tok.eos_id == tokenizer.eos_id
