@@ -56,8 +56,10 @@ def test_sweep_fit_forecast_and_score(data_dir, tmp_path) -> None:
         evaluate=evaluate,
     )  # fmt: skip
     # 24 resamplings: a forecast gives no interval from fewer than 20 successful refits (MIN_REPLICATES).
+    # Approach 3 from its one best start (each replicate restarts L-BFGS from the full fit's best ones): the
+    # forecast uses variable projection, and approach 3's accuracy is test_scaling_fits.py's concern.
     coarse = {"alpha": (0.2, 0.6), "beta": (0.2, 0.6), "e": (0.0, 1.0), "a": (2.0, 8.0), "b": (2.0, 8.0)}
-    fit = fit_scaling_law("scaling/test-fit", sweep, samples=24, approach3=Approach3Config(**coarse, top_k=4))
+    fit = fit_scaling_law("scaling/test-fit", sweep, samples=24, approach3=Approach3Config(**coarse, top_k=1))
     guess = forecast("scaling/test-forecast", fit, budget=4e9, recipe=RULES, width=16)
     runner = StepRunner(prefix=str(tmp_path))
     first = runner.run([guess], max_concurrent=1)  # in-process training runs, one at a time
