@@ -128,7 +128,7 @@ def balance_router(
         after: the model after the optimizer step.
         stats: the batch's :class:`BalanceStats`; None (a dense model, or balancing other than
             ``"quantile"``) returns ``after`` unchanged.
-        rate: the fraction of the shift applied; None: the config's ``router_bias_rate``.
+        rate: the fraction of the shift applied; None: the config's ``resolved_router_bias_rate``.
 
     Raises:
         ValueError: ``stats`` of another shape than the model's router bias, or given for a dense model.
@@ -150,7 +150,7 @@ def balance_router(
     moved = jnp.einsum("ld,led->le", stats.input_mean, mlp_after.router.array - mlp_before.router.array)
     moved = moved - jnp.mean(moved, axis=-1, keepdims=True)
     shift = stats.shift - jnp.mean(stats.shift, axis=-1, keepdims=True)
-    rate = cfg.router_bias_rate if rate is None else rate
+    rate = cfg.resolved_router_bias_rate if rate is None else rate
     new_bias = bias + rate * shift - jax.lax.stop_gradient(moved)
     return eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, after, new_bias)
 
@@ -160,14 +160,14 @@ def damp_router_bias(
 ) -> Transformer:
     """``solved`` (its bias re-solved on the batch just trained on, at rate 1) with ``1 - rate`` times the
     step's own shift ``own.shift`` taken back: the re-solve's rate (see the module docstring). ``rate`` is
-    ``router_bias_rate`` but at least ``1 / (step + 1)``, so the first biases average every batch so far (the
+    ``resolved_router_bias_rate`` but at least ``1 / (step + 1)``, so the first biases average every batch so far (the
     first step takes its batch's solution whole, as there is no earlier bias worth keeping) and from step
     ``1 / router_bias_rate - 1`` on the noise is averaged at the configured rate. Unchanged at rate 1 or when
     ``own`` is None."""
     cfg = solved.config.moe
-    if own is None or cfg is None or cfg.router_bias_rate == 1.0:
+    if own is None or cfg is None or cfg.resolved_router_bias_rate == 1.0:
         return solved
-    rate = jnp.maximum(cfg.router_bias_rate, 1.0 / (jnp.asarray(step, jnp.float32) + 1.0))
+    rate = jnp.maximum(cfg.resolved_router_bias_rate, 1.0 / (jnp.asarray(step, jnp.float32) + 1.0))
     bias = solved.layers.stacked.mlp.router_bias.array
     own_shift = own.shift - jnp.mean(own.shift, axis=-1, keepdims=True)
     new_bias = bias - (1.0 - rate) * jax.lax.stop_gradient(own_shift)

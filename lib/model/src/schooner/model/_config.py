@@ -235,12 +235,14 @@ class MoEConfig(LlamaConfig):
             loss), or ``"none"``.
         aux_loss_weight: weight of the auxiliary load-balancing loss (used when ``load_balancing="aux_loss"``).
         router_z_loss_weight: weight of the router z-loss (mean squared logsumexp of router logits).
-        router_bias_rate: in (0, 1]. With the re-solve (the default): the weight of the last batch's solution
-            in the new bias, the rest the previous bias carried along by the step's change of the solution, so
-            the bias follows the training at once and averages the data's sampling noise over about
-            ``2 / rate - 1`` batches (0.5, the default: 3; at least ``1 / (step + 1)``, so the first steps
-            average every batch so far). Without the re-solve: the fraction of each batch's balancing shift
-            applied to the bias. 1 moves the bias to the one that balanced the last batch exactly.
+        router_bias_rate: in (0, 1], or None (the default): 0.5 with the re-solve, 1 without
+            (``resolved_router_bias_rate``). With the re-solve: the weight of the last batch's solution in the
+            new bias, the rest the previous bias carried along by the step's change of the solution, so the
+            bias follows the training at once and averages the data's sampling noise over about
+            ``2 / rate - 1`` batches (at least ``1 / (step + 1)``, so the first steps average every batch so
+            far). Without the re-solve: the fraction of each batch's balancing shift applied to the bias (below
+            1 the bias also lags the router's drift: 1 is best there). 1 moves the bias to the one that
+            balanced the last batch exactly.
         router_bias_resolve: with ``load_balancing="quantile"``, after each optimizer step solve the
             balancing shift again on the batch just trained on, under the UPDATED parameters (one more
             forward pass per step and the solver again, no backward: 1.38x the step time on the toy MoE of
@@ -262,7 +264,7 @@ class MoEConfig(LlamaConfig):
     load_balancing: str = "quantile"
     aux_loss_weight: float = 0.01
     router_z_loss_weight: float = 0.001
-    router_bias_rate: float = 0.5
+    router_bias_rate: float | None = None
     router_bias_resolve: bool = True
     capacity_factor: float | None = None
     type: str = "moe"
@@ -294,8 +296,10 @@ class MoEConfig(LlamaConfig):
             raise ValueError(
                 f"loss weights must be >= 0; got {self.aux_loss_weight=}, {self.router_z_loss_weight=}."
             )
-        if not 0 < self.router_bias_rate <= 1:
-            raise ValueError(f"router_bias_rate must be in (0, 1]; got {self.router_bias_rate=}.")
+        if self.router_bias_rate is not None and not 0 < self.router_bias_rate <= 1:
+            raise ValueError(
+                f"router_bias_rate must be in (0, 1], or None for the default; got {self.router_bias_rate=}."
+            )
         if not isinstance(self.router_bias_resolve, bool):
             raise ValueError(f"router_bias_resolve must be True or False; got {self.router_bias_resolve=!r}.")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
@@ -310,6 +314,14 @@ class MoEConfig(LlamaConfig):
     @property
     def resolves_router_bias(self) -> bool:
         return self.load_balancing == "quantile" and self.router_bias_resolve
+
+    @property
+    def resolved_router_bias_rate(self) -> float:
+        """``router_bias_rate``, or its default: 0.5 with the re-solve (it averages the sampling noise and follows
+        the drift at any rate), 1 without (a rate below 1 would also lag the drift)."""
+        if self.router_bias_rate is not None:
+            return self.router_bias_rate
+        return 0.5 if self.router_bias_resolve else 1.0
 
     @property
     def resolved_shared_dim(self) -> int:
