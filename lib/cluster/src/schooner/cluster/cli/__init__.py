@@ -84,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._plugins import add_plugin_parsers
 
     add_cluster_parser(sub)
-    plugins = add_plugin_parsers(sub)
     argv = list(sys.argv[1:] if argv is None else argv)
+    plugins = add_plugin_parsers(sub, argv[0] if argv else None)
     script_args: list[str] = []
     if "--" in argv:
         i = argv.index("--")

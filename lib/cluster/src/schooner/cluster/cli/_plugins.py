@@ -17,11 +17,20 @@ from typing import Any
 GROUP = "schooner.commands"
 
 
-def add_plugin_parsers(sub: argparse._SubParsersAction) -> dict[str, Any]:
+def add_plugin_parsers(sub: argparse._SubParsersAction, command: str | None = None) -> dict[str, Any]:
     """A subparser per installed plugin command; `{name: plugin}`. A plugin that fails to load is skipped
-    with a one-line warning (the other commands still work)."""
+    with a one-line warning (the other commands still work).
+
+    `command` (the command line's first word) limits the loading to what it needs: none for a built-in
+    command, only that plugin for a plugin's name, all of them otherwise (`--help`, a typo). Loading a
+    plugin imports its package (schooner-train's imports jax: seconds before `schooner run` could start)."""
     found: dict[str, Any] = {}
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+    if command in sub.choices:
+        return found
+    eps = sorted(entry_points(group=GROUP), key=lambda e: e.name)
+    if any(ep.name == command for ep in eps):
+        eps = [ep for ep in eps if ep.name == command]
+    for ep in eps:
         if ep.name in sub.choices:
             continue  # the built-in commands win
         try:
