@@ -13,10 +13,10 @@ from schooner.model import (
     BalanceStats,
     MoEConfig,
     balance_router,
-    damp_router_bias,
     init,
     loss_and_balance,
     loss_fn,
+    rate_take_back,
     trainable_mask,
 )
 from schooner.model._balancing import balancing_shift, margin_quantiles
@@ -185,23 +185,24 @@ def test_balance_router_follows_its_formula(tokens):
         balance_router(before, after, BalanceStats(shift=jnp.zeros((3, 4)), input_mean=mean))
 
 
-def test_damp_router_bias_takes_back_the_rest_of_the_rate():
-    """The re-solve's rate: bias - (1 - rate) * (own shift - mean), per layer, the rate at least 1 / (step + 1);
-    unchanged at rate 1 or without stats."""
+def test_rate_take_back_is_the_rest_of_the_rate_of_the_own_shift():
+    """(1 - rate) * (own shift - mean), per layer, the rate at least 1 / (step + 1); zeros at rate 1; and
+    `balance_router` subtracts a take-back and refuses a rate outside (0, 1]."""
     cfg = _cfg(num_layers=2, vocab_size=50, router_bias_rate=0.3, num_heads=1, num_kv_heads=1)
     model = init(cfg, key=jax.random.PRNGKey(0))
-    bias = jax.random.normal(jax.random.PRNGKey(1), model.layers.stacked.mlp.router_bias.array.shape)
-    model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, bias)
     shift = jax.random.normal(jax.random.PRNGKey(2), (2, 4))
     stats = BalanceStats(shift=shift, input_mean=jnp.zeros((2, 16)))
     s = np.asarray(shift, np.float64)
+    centred = s - s.mean(-1, keepdims=True)
     for step, rate in ((0, 1.0), (1, 0.5), (2, 1 / 3), (5, 0.3)):  # the rate is at least 1 / (step + 1)
-        got = damp_router_bias(model, stats, step=step).layers.stacked.mlp.router_bias.array
-        want = np.asarray(bias, np.float64) - (1 - rate) * (s - s.mean(-1, keepdims=True))
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert damp_router_bias(model, None) is model
+        np.testing.assert_allclose(rate_take_back(model, stats, step=step), (1 - rate) * centred, atol=1e-6)
     full = init(dataclasses.replace(cfg, router_bias_rate=1.0), key=jax.random.PRNGKey(0))
-    assert damp_router_bias(full, stats) is full
+    np.testing.assert_array_equal(rate_take_back(full, stats, step=7), np.zeros((2, 4)))
+    back = rate_take_back(model, stats, step=5)
+    moved = balance_router(model, model, stats, rate=1.0, take_back=back).layers.stacked.mlp.router_bias.array
+    np.testing.assert_allclose(moved, centred - 0.7 * centred, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="rate must be in"):
+        balance_router(model, model, stats, rate=0.0)
 
 
 def test_balance_router_refuses_stats_for_a_dense_model(tiny_dense):

@@ -12,7 +12,7 @@ from ._attention import reference_attention as reference_attention
 from ._balancing import BalanceStats as BalanceStats
 from ._balancing import balance_router as balance_router
 from ._balancing import balance_stats as balance_stats
-from ._balancing import damp_router_bias as damp_router_bias
+from ._balancing import rate_take_back as rate_take_back
 from ._checkpoint import CHECKPOINT_MARKER as CHECKPOINT_MARKER
 from ._checkpoint import checkpoint_folder_name as checkpoint_folder_name
 from ._checkpoint import checkpoint_step as checkpoint_step

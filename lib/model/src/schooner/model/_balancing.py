@@ -43,7 +43,13 @@ is r times that solution plus (1 - r) times the previous bias carried along by t
 (the step's own shift is ``solution(batch, old params) - bias``; the two solutions differ by what the step
 changed, their sampling noise cancels). The drift is followed at once at any rate; only the noise is averaged,
 over about 2/r - 1 batches (the first steps average all batches so far: the rate is at least 1/(step + 1)).
-:func:`balance_router` with ``rate=1`` then :func:`damp_router_bias` do this.
+The take-back ``(1 - r) * shift(batch, old params)`` (:func:`rate_take_back`) is applied inside the re-solve
+pass, layer by layer (each layer routes with its solution less its take-back before the next layer runs), so
+a deeper layer is solved under the biases the layers before it will really have; taking it back only after
+the pass would leave a deeper layer solved under upstream biases no batch meets, and its error would not
+average out. The trainer: ``start = balance_router(model, updated, own, rate=1.0)`` (the solver's starting
+point), ``take_back = rate_take_back(start, own, step=step)``, ``stats = balance_stats(start, tokens,
+take_back=take_back)``, ``balance_router(start, start, stats, rate=1.0, take_back=take_back)``.
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ class BalanceStats(eqx.Module):
     float32[layers, experts] and the mean router input ``input_mean`` float32[layers, embed].
 
     Returned by :func:`schooner.model.loss_and_balance` next to the loss, averaged over microbatches by
-    token count like a gradient, and applied after the optimizer step with :func:`balance_router`.
+    microbatch (every microbatch routes the same number of tokens), and applied after the optimizer step with
+    :func:`balance_router`.
     """
 
     shift: jax.Array
@@ -102,24 +109,37 @@ class BalanceStats(eqx.Module):
 
 
 def balance_stats(
-    model: Transformer, tokens: jax.Array, *, segment_ids: jax.Array | None = None
+    model: Transformer,
+    tokens: jax.Array,
+    *,
+    segment_ids: jax.Array | None = None,
+    take_back: jax.Array | None = None,
 ) -> BalanceStats | None:
-    """The :class:`BalanceStats` of ``tokens`` [B, T] under ``model`` as it is (its current router bias), or
-    None where the model's config asks for no re-solve (``config.resolves_router_bias``: dense models, other
-    balancing modes, ``router_bias_resolve=False``).
+    """The :class:`BalanceStats` of ``tokens`` [B, T] under ``model`` as it is (its current router bias), each
+    MoE layer solved under the routing the layers before it get from their solutions less their ``take_back``
+    (float32[layers, experts], :func:`rate_take_back`; None: zeros, the whole solutions), or None where the
+    model's config asks for no re-solve (``config.resolves_router_bias``: dense models, other balancing
+    modes, ``router_bias_resolve=False``).
 
     One forward pass through the decoder's blocks (no output layer, no gradient). The trainer calls it after
     the optimizer step on the batch just trained on and applies the result with
-    ``balance_router(model, model, stats)`` (see the module docstring).
+    ``balance_router(model, model, stats, rate=1.0, take_back=take_back)`` (see the module docstring).
     """
     if not model.config.resolves_router_bias:
         return None
-    _, aux = model.hidden_states(tokens, segment_ids=segment_ids, rebalance=True)
+    if take_back is None:
+        take_back = jnp.zeros(model.layers.stacked.mlp.router_bias.array.shape, jnp.float32)
+    _, aux = model.hidden_states(tokens, segment_ids=segment_ids, rebalance=take_back)
     return BalanceStats(shift=aux["balance_shift"], input_mean=aux["router_input_mean"])
 
 
 def balance_router(
-    before: Transformer, after: Transformer, stats: BalanceStats | None, *, rate: float | None = None
+    before: Transformer,
+    after: Transformer,
+    stats: BalanceStats | None,
+    *,
+    rate: float | None = None,
+    take_back: jax.Array | None = None,
 ) -> Transformer:
     """``after`` with every MoE layer's router bias moved to balance the next batch (see the module docstring).
 
@@ -128,7 +148,10 @@ def balance_router(
         after: the model after the optimizer step.
         stats: the batch's :class:`BalanceStats`; None (a dense model, or balancing other than
             ``"quantile"``) returns ``after`` unchanged.
-        rate: the fraction of the shift applied; None: the config's ``resolved_router_bias_rate``.
+        rate: the fraction of the shift applied, in (0, 1]; None: the config's ``router_bias_rate``, or 1
+            where that is None (the re-solve's rate works through ``take_back`` instead).
+        take_back: float32[layers, experts] subtracted from the new bias: the re-solve's
+            :func:`rate_take_back`, the one its ``stats`` were solved under; None: nothing.
 
     Raises:
         ValueError: ``stats`` of another shape than the model's router bias, or given for a dense model.
@@ -150,25 +173,25 @@ def balance_router(
     moved = jnp.einsum("ld,led->le", stats.input_mean, mlp_after.router.array - mlp_before.router.array)
     moved = moved - jnp.mean(moved, axis=-1, keepdims=True)
     shift = stats.shift - jnp.mean(stats.shift, axis=-1, keepdims=True)
-    rate = cfg.resolved_router_bias_rate if rate is None else rate
+    if rate is None:
+        rate = 1.0 if cfg.router_bias_rate is None else cfg.router_bias_rate
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1]; got {rate=}.")
     new_bias = bias + rate * shift - jax.lax.stop_gradient(moved)
+    if take_back is not None:
+        new_bias = new_bias - jax.lax.stop_gradient(take_back)
     return eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, after, new_bias)
 
 
-def damp_router_bias(
-    solved: Transformer, own: BalanceStats | None, *, step: jax.Array | int = 0
-) -> Transformer:
-    """``solved`` (its bias re-solved on the batch just trained on, at rate 1) with ``1 - rate`` times the
-    step's own shift ``own.shift`` taken back: the re-solve's rate (see the module docstring). ``rate`` is
-    ``resolved_router_bias_rate`` but at least ``1 / (step + 1)``, so the first biases average every batch so far (the
-    first step takes its batch's solution whole, as there is no earlier bias worth keeping) and from step
-    ``1 / router_bias_rate - 1`` on the noise is averaged at the configured rate. Unchanged at rate 1 or when
-    ``own`` is None."""
-    cfg = solved.config.moe
-    if own is None or cfg is None or cfg.resolved_router_bias_rate == 1.0:
-        return solved
+def rate_take_back(model: Transformer, own: BalanceStats, *, step: jax.Array | int) -> jax.Array:
+    """float32[layers, experts]: what the re-solve's rate takes back from the solution, ``(1 - rate)`` times
+    the step's own shift ``own.shift`` (centred per layer; see the module docstring). ``rate`` is the config's
+    ``resolved_router_bias_rate`` but at least ``1 / (step + 1)``: the first step takes its batch's solution
+    whole (there is no earlier bias worth keeping), the first biases average every batch so far, and from
+    step ``1 / rate - 1`` on the noise is averaged at the configured rate. Zeros at rate 1."""
+    cfg = model.config.moe
+    if cfg is None:
+        raise ValueError(f"a take-back asked for a model without MoE layers ({type(model.config).__name__}).")
     rate = jnp.maximum(cfg.resolved_router_bias_rate, 1.0 / (jnp.asarray(step, jnp.float32) + 1.0))
-    bias = solved.layers.stacked.mlp.router_bias.array
     own_shift = own.shift - jnp.mean(own.shift, axis=-1, keepdims=True)
-    new_bias = bias - (1.0 - rate) * jax.lax.stop_gradient(own_shift)
-    return eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, solved, new_bias)
+    return jax.lax.stop_gradient((1.0 - rate) * own_shift).astype(jnp.float32)

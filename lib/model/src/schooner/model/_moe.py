@@ -64,11 +64,12 @@ class MoE(eqx.Module):
         )
 
     def __call__(
-        self, x: NamedArray, *, kernels: str = "xla", rebalance: bool = False
+        self, x: NamedArray, *, kernels: str = "xla", rebalance: jax.Array | None = None
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         """The layer's output and its routing statistics. ``rebalance`` (quantile balancing's re-solve pass,
-        see ``_balancing.py``): solve the balancing shift on these tokens first and route them with it, so the
-        layers after this one see inputs routed as the next step will route them."""
+        see ``_balancing.py``), float32[experts]: solve the balancing shift on these tokens first and route
+        them with it less ``rebalance`` (the rate's take-back; zeros for the whole solution), so the layers
+        after this one see inputs routed as the next step will route them. None: the plain forward pass."""
         cfg = self.config
         dtype = x.dtype
         embed = x.resolve_axis(EMBED)
@@ -86,8 +87,8 @@ class MoE(eqx.Module):
         shift = None
         if cfg.load_balancing == "quantile":
             shift = balancing_shift(select, k)
-            if rebalance:
-                select = select + shift[None, :]
+            if rebalance is not None:
+                select = select + (shift - rebalance)[None, :]
         _, idx = jax.lax.top_k(select, k)  # [n, k]
         weights = jnp.take_along_axis(scores, idx, axis=-1)
         if cfg.normalize_topk:

@@ -80,7 +80,7 @@ class Block(eqx.Module):
         *,
         kernels: str,
         reference: bool = False,
-        rebalance: bool = False,
+        rebalance: jax.Array | None = None,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         normed = rms_norm(x, self.attn_norm, EMBED, self.norm_eps)
         h = self.attn(normed, cos, sin, segment_ids, kernels=kernels, reference=reference)
@@ -132,12 +132,13 @@ class Transformer(eqx.Module):
         *,
         segment_ids: jax.Array | None = None,
         reference_attention: bool = False,
-        rebalance: bool = False,
+        rebalance: jax.Array | None = None,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         """Final-normed hidden states (batch, position, embed) in the compute dtype, and the aux arrays.
 
-        ``rebalance``: quantile balancing's re-solve pass (:func:`schooner.model.balance_stats`): every MoE
-        layer solves its balancing shift on these tokens and routes them with it before the next layer runs.
+        ``rebalance``, float32[layers, experts]: quantile balancing's re-solve pass
+        (:func:`schooner.model.balance_stats`): every MoE layer solves its balancing shift on these tokens and
+        routes them with it, less its row of ``rebalance`` (the rate's take-back), before the next layer runs.
         """
         cfg = self.config
         tokens = jnp.asarray(tokens)
@@ -160,7 +161,9 @@ class Transformer(eqx.Module):
 
         kernels = resolve_kernels(cfg.kernels)  # the one backend decision of this trace
 
-        def run_block(block: Block, carry: NamedArray) -> tuple[NamedArray, dict[str, jax.Array]]:
+        def run_block(
+            block: Block, carry: NamedArray, *take_back: jax.Array
+        ) -> tuple[NamedArray, dict[str, jax.Array]]:
             return block(
                 carry,
                 cos,
@@ -168,23 +171,29 @@ class Transformer(eqx.Module):
                 segment_ids,
                 kernels=kernels,
                 reference=reference_attention,
-                rebalance=rebalance,
+                rebalance=take_back[0] if take_back else None,
             )
 
+        per_layer = (
+            () if rebalance is None else (jnp.asarray(rebalance, jnp.float32),)
+        )  # scanned with the layers
         if cfg.scan_layers:
-            x, aux = self.layers.scan_via(run_block)(x)
+            x, aux = self.layers.scan_via(run_block)(x, *per_layer)
         else:
-            x, aux = self._unrolled(run_block, x)
+            x, aux = self._unrolled(run_block, x, *per_layer)
         return rms_norm(x, self.final_norm, EMBED, cfg.norm_eps), aux
 
     def _unrolled(
-        self, run_block: Callable[[Block, NamedArray], tuple[NamedArray, dict[str, jax.Array]]], x: NamedArray
+        self,
+        run_block: Callable[..., tuple[NamedArray, dict[str, jax.Array]]],
+        x: NamedArray,
+        *per_layer: jax.Array,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         policy = self.config.gradient_checkpointing
         fn = run_block if policy == "none" else eqx.filter_checkpoint(run_block)
         outs = []
         for i in range(self.config.num_layers):
-            x, stats = fn(self.layers.get_layer(i), x)
+            x, stats = fn(self.layers.get_layer(i), x, *(a[i] for a in per_layer))
             outs.append(stats)
         aux = {k: jnp.stack([o[k] for o in outs]) for k in outs[0]} if outs and outs[0] else {}
         return x, aux

@@ -83,8 +83,8 @@ def make_train_step(
     from schooner.model import (
         balance_router,
         balance_stats,
-        damp_router_bias,
         loss_and_balance,
+        rate_take_back,
         target_mask_to_loss_mask,
     )
 
@@ -103,7 +103,8 @@ def make_train_step(
     grad_fn = eqx.filter_value_and_grad(loss if loss is not None else loss_of, has_aux=True)
 
     def grads_and_aux(model: Any, batch: dict[str, jax.Array], key: jax.Array) -> tuple[Any, dict, Any]:
-        """Gradients, metrics and balancing statistics of the batch (token-weighted over microbatches)."""
+        """Gradients and metrics of the batch (weighted over microbatches by loss tokens) and its balancing
+        statistics (the microbatches' mean: routing ignores the loss mask)."""
         if microbatches == 1:
             mb = constrain_batch(batch) if constrain_batch else batch
             (_, (metrics, balance)), grads = grad_fn(model, mb, key)
@@ -115,12 +116,14 @@ def make_train_step(
             mb, i = xs
             mb = constrain_batch(mb) if constrain_batch else mb
             (_, (m, b)), g = grad_fn(model, mb, jax.random.fold_in(key, i))
-            # Token-weighted sums so the accumulated loss and gradient equal the full batch's token mean.
+            # Token-weighted sums so the accumulated loss and gradient equal the full batch's token mean. The
+            # balancing statistics are a plain sum: routing sends every token, loss target or not, and every
+            # microbatch routes the same number of tokens.
             w = m["token_count"]
-            acc_g, acc_m, acc_b = (
-                jax.tree.map(lambda a, x: a + w * x, acc, new)
-                for acc, new in ((acc_g, g), (acc_m, m), (acc_b, b))
+            acc_g, acc_m = (
+                jax.tree.map(lambda a, x: a + w * x, acc, new) for acc, new in ((acc_g, g), (acc_m, m))
             )
+            acc_b = jax.tree.map(lambda a, x: a + x, acc_b, b)
             acc_m["token_count"] = carry[1]["token_count"] + w
             return (acc_g, acc_m, acc_b), None
 
@@ -131,18 +134,21 @@ def make_train_step(
         init = (zero_g, zeros(m_shape), zeros(b_shape))
         (g_sum, m_sum, b_sum), _ = jax.lax.scan(one, init, (mbs, jnp.arange(microbatches)))
         total = jnp.maximum(m_sum["token_count"], 1.0)
-        grads, balance = (jax.tree.map(lambda x: x / total, t) for t in (g_sum, b_sum))
+        grads = jax.tree.map(lambda x: x / total, g_sum)
+        balance = jax.tree.map(lambda x: x / microbatches, b_sum)
         metrics = {k: (v if k == "token_count" else v / total) for k, v in m_sum.items()}
         return grads, metrics, balance
 
-    def rebalance(model: Any, batch: dict[str, jax.Array]) -> Any:
-        """`model` with its router bias re-solved on `batch` under its own (updated) parameters: the mean of
-        the microbatches' shifts, each solved on its own (every microbatch routes the same number of tokens,
-        so the plain mean is the token-weighted one; exact with one microbatch)."""
+    def rebalance(model: Any, batch: dict[str, jax.Array], own: Any, step: jax.Array) -> Any:
+        """`model` with its router bias re-solved on `batch` under its own (updated) parameters, less the rate's
+        take-back from the step's own statistics `own` (`rate_take_back`): the mean of the microbatches'
+        shifts, each solved on its own (every microbatch routes the same number of tokens, so the plain mean
+        is the per-token one, as for `own`; exact with one microbatch)."""
+        take_back = rate_take_back(model, own, step=step)
 
         def stats_of(mb: dict[str, jax.Array]) -> Any:
             mb = constrain_batch(mb) if constrain_batch else mb
-            return balance_stats(model, mb["tokens"], segment_ids=mb.get("segment_ids"))
+            return balance_stats(model, mb["tokens"], segment_ids=mb.get("segment_ids"), take_back=take_back)
 
         if microbatches == 1:
             stats = stats_of(batch)
@@ -151,7 +157,7 @@ def make_train_step(
                 lambda c, mb: (c, stats_of(mb)), None, _split_microbatches(batch, microbatches)
             )
             stats = jax.tree.map(lambda x: jnp.mean(x, axis=0), per)
-        return balance_router(model, model, stats, rate=1.0)
+        return balance_router(model, model, stats, rate=1.0, take_back=take_back)
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, jax.Array]]:
         key = jax.random.fold_in(state.key, state.step)
@@ -162,9 +168,9 @@ def make_train_step(
         # The state transition's non-gradient part: MoE router biases set to balance the next batch.
         if balance is not None and new_model.config.resolves_router_bias:
             # The solution on the batch just trained on under the new parameters (the solver starts from the
-            # step's own at rate 1), blended with the carried bias by the rate (`damp_router_bias`).
-            new_model = rebalance(balance_router(state.model, new_model, balance, rate=1.0), batch)
-            new_model = damp_router_bias(new_model, balance, step=state.step)
+            # step's own at rate 1), blended with the carried bias by the rate (`rate_take_back`).
+            start = balance_router(state.model, new_model, balance, rate=1.0)
+            new_model = rebalance(start, batch, balance, state.step)
         else:
             new_model = balance_router(state.model, new_model, balance)
         # The updated parameters too: a finite loss and gradient can still give Inf/NaN parameters (an
