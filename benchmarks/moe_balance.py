@@ -20,9 +20,10 @@ floor against tokens per batch) goes to `docs/images/moe_balance.png`, the per-s
 Measured 2026-12-01/02 (toy, the defaults: 130 steps of 128 x 64 bytes, one process per mode, merged with
 `--merge`), after step 30: none 4.00 (collapsed), CE 3.821; aux loss mean 1.55, p95 1.99, max 2.82, CE 3.817;
 quantile without the re-solve mean 1.13, p95 1.25, max 1.35 (1.56 in steps 2-30: the bias lags the router's
-inputs by a step), CE 3.816; quantile with the re-solve (the default) mean 1.11, p95 1.19, max 1.295, and
-every step from step 2 at or under 1.3 (1.28 in steps 2-30), CE 3.816. `--cost N` times the re-solve's extra
-forward pass. Noise floor: see lib/model/README.md. `moe_small`: a cut-down run only (lib/model/README.md).
+inputs by a step), CE 3.816; quantile with the re-solve (the default; since 2026-12-02 solved layer by layer
+at rate 0.5; none and aux loss rerun the same day, merged with the no-re-solve run of 2026-12-01) mean 1.09,
+p95 1.16, max 1.20, every step from step 2 at or under 1.25, CE 3.816: at the data's noise floor (p95 1.15,
+largest 1.22 at 8,192 bytes). `--cost N` times the re-solve's extra forward pass. Noise floor: see lib/model/README.md. `moe_small`: a cut-down run only (lib/model/README.md).
 
 Usage:
     uv run python benchmarks/moe_balance.py                        # toy, 130 steps of 128 x 64 bytes (the PNG)
