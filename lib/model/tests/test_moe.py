@@ -203,6 +203,8 @@ def test_rate_take_back_is_the_rest_of_the_rate_of_the_own_shift():
     np.testing.assert_allclose(moved, centred - 0.7 * centred, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="rate must be in"):
         balance_router(model, model, stats, rate=0.0)
+    with pytest.raises(ValueError, match=r"rebalance must be float32\[layers, experts\] = \(2, 4\)"):
+        model.hidden_states(jnp.zeros((1, 4), jnp.int32), rebalance=True)  # an old caller's flag
 
 
 def test_balance_router_refuses_stats_for_a_dense_model(tiny_dense):

@@ -151,8 +151,9 @@ def _own_stats(before, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def test_the_re_solve_balances_the_batch_under_the_model_as_it_is() -> None:
     """The re-solve's two parts outside the train step (whose compile is too slow for the default run; the
     slow tests above check the wiring): `balance_stats` is the numpy solve of the batch under the model's own
-    parameters and non-zero bias, layer by layer, each layer routed with its solution less a take-back, and `balance_router(model, model, stats)` adds the rate
-    times that shift and nothing else; configs that ask for no re-solve get None."""
+    parameters and non-zero bias, layer by layer, each layer routed with its solution less a take-back, and
+    `balance_router(model, model, stats)` adds the rate times that shift and nothing else; configs that ask
+    for no re-solve get None."""
     model = init(TINY, key=jax.random.PRNGKey(0))
     bias = jax.random.normal(jax.random.PRNGKey(2), model.layers.stacked.mlp.router_bias.array.shape)
     model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, bias)

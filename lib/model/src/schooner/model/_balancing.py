@@ -99,8 +99,8 @@ class BalanceStats(eqx.Module):
     """What quantile balancing takes from one batch, per MoE layer: the balancing ``shift``
     float32[layers, experts] and the mean router input ``input_mean`` float32[layers, embed].
 
-    Returned by :func:`schooner.model.loss_and_balance` next to the loss, averaged over microbatches by
-    microbatch (every microbatch routes the same number of tokens), and applied after the optimizer step with
+    Returned by :func:`schooner.model.loss_and_balance` next to the loss, averaged over microbatches as a
+    plain mean (every microbatch routes the same number of tokens), and applied after the optimizer step with
     :func:`balance_router`.
     """
 
@@ -175,7 +175,7 @@ def balance_router(
     shift = stats.shift - jnp.mean(stats.shift, axis=-1, keepdims=True)
     if rate is None:
         rate = 1.0 if cfg.router_bias_rate is None else cfg.router_bias_rate
-    if not 0 < rate <= 1:
+    if isinstance(rate, (int, float)) and not 0 < rate <= 1:  # a traced rate is the caller's to check
         raise ValueError(f"rate must be in (0, 1]; got {rate=}.")
     new_bias = bias + rate * shift - jax.lax.stop_gradient(moved)
     if take_back is not None:

@@ -174,9 +174,15 @@ class Transformer(eqx.Module):
                 rebalance=take_back[0] if take_back else None,
             )
 
-        per_layer = (
-            () if rebalance is None else (jnp.asarray(rebalance, jnp.float32),)
-        )  # scanned with the layers
+        per_layer: tuple[jax.Array, ...] = ()  # scanned with the layers
+        if rebalance is not None:
+            want = (cfg.num_layers, cfg.moe.num_experts if cfg.moe is not None else None)
+            if jnp.shape(rebalance) != want:
+                raise ValueError(
+                    f"rebalance must be float32[layers, experts] = {want}, a MoE model's take-back per layer; "
+                    f"got shape {jnp.shape(rebalance)}."
+                )
+            per_layer = (jnp.asarray(rebalance, jnp.float32),)
         if cfg.scan_layers:
             x, aux = self.layers.scan_via(run_block)(x, *per_layer)
         else:
