@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import equinox as eqx
 import haliax as hax
 import jax
 import jax.numpy as jnp
 from haliax import Axis, NamedArray
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import PartitionSpec
 
 from ._config import LlamaConfig
+from ._kernels import pallas_interpret, resolve_attention
 from ._layers import (
     BATCH,
     EMBED,
@@ -25,6 +28,8 @@ from ._layers import (
     rms_norm,
 )
 from ._matmul import named_dot
+from ._sharding import active_specs
+from ._splash import splash_attention
 
 
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
@@ -57,18 +62,23 @@ def attention(
         k: [B, T, K, H] keys; K divides N (grouped-query attention is native to the kernel).
         v: [B, T, K, H] values.
         segment_ids: int[B, T] or None (one document per row).
-        implementation: ``"blocked"`` (:func:`blocked_attention`), or ``"xla"`` / ``"cudnn"`` for
+        implementation: ``"blocked"`` (:func:`blocked_attention`), ``"splash"`` (jax's Pallas TPU kernel,
+            ``_splash.py``; interpreted off a TPU), or ``"xla"`` / ``"cudnn"`` for
             ``jax.nn.dot_product_attention``; ``None`` lets jax choose (cuDNN flash attention on GPU when it
-            can). The model passes ``"blocked"`` on its CPU kernel path (``LlamaConfig.kernels``).
+            can). The model passes ``"blocked"`` on its CPU kernel path and ``"splash"`` on its TPU path
+            (``LlamaConfig.kernels``).
 
     Returns:
         [B, T, N, H] attention outputs in q's dtype.
     """
     if implementation == "blocked":
         return blocked_attention(q, k, v, segment_ids)
+    if implementation == "splash":
+        return splash_attention(q, k, v, segment_ids, interpret=pallas_interpret())
     if implementation not in _JAX_ATTENTION:
         raise ValueError(
-            f"attention implementation must be None, 'blocked', 'xla' or 'cudnn'; got {implementation!r}."
+            "attention implementation must be None, 'blocked', 'splash', 'xla' or 'cudnn'; got "
+            f"{implementation!r}."
         )
     mask = None if segment_ids is None else segment_mask(segment_ids)
     return jax.nn.dot_product_attention(
@@ -125,6 +135,24 @@ def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: j
     return jnp.einsum("bnts,bsnh->btnh", probs, v).astype(q.dtype)
 
 
+ATTENTION_QKV = "attention_qkv"
+"""``checkpoint_name`` of the queries, keys and values after RoPE (see the "dots" remat)."""
+ATTENTION_OUTPUT = "attention_output"
+"""``checkpoint_name`` of the attention's [B, T, N, H] output (before the output projection)."""
+
+
+def _shard_specs(q_axes: tuple[Axis, ...], kv_axes: tuple[Axis, ...]) -> Any:
+    """(mesh, q spec, kv spec) for running a kernel per shard under the active activation mapping (batch and
+    heads split; heads only when query and key heads split alike), or None without one."""
+    active = active_specs(q_axes, kv_axes)
+    if active is None:
+        return None
+    mesh, (sq, skv) = active
+    if sq[2] != skv[2]:  # e.g. 8 query heads split 4 ways but 2 key heads not: keep heads whole
+        sq, skv = PartitionSpec(sq[0], None, None, None), PartitionSpec(skv[0], None, None, None)
+    return mesh, PartitionSpec(sq[0], None, sq[2], None), PartitionSpec(skv[0], None, skv[2], None)
+
+
 class Attention(eqx.Module):
     """Self-attention with HF-shaped projections: q (heads, head_dim, embed), k/v (kv_heads, head_dim, embed),
     o (embed, heads, head_dim); optional per-head RMSNorm on q and k before RoPE (``qk_norm``)."""
@@ -169,19 +197,31 @@ class Attention(eqx.Module):
         k = named_dot(x, self.k_proj.astype(dtype), EMBED, kernels=kernels)
         v = named_dot(x, self.v_proj.astype(dtype), EMBED, kernels=kernels)
         if self.q_norm is not None and self.k_norm is not None:
-            q = rms_norm(q, self.q_norm, HEAD_DIM, self.norm_eps)
-            k = rms_norm(k, self.k_norm, HEAD_DIM, self.norm_eps)
+            q = rms_norm(q, self.q_norm, HEAD_DIM, self.norm_eps, recompute=kernels != "cpu")
+            k = rms_norm(k, self.k_norm, HEAD_DIM, self.norm_eps, recompute=kernels != "cpu")
         q_raw = q.rearrange((BATCH, POSITION, HEADS, HEAD_DIM)).array
         k_raw = k.rearrange((BATCH, POSITION, KV_HEADS, HEAD_DIM)).array
         v_raw = v.rearrange((BATCH, POSITION, KV_HEADS, HEAD_DIM)).array
-        q_raw = apply_rope(q_raw, cos, sin)
-        k_raw = apply_rope(k_raw, cos, sin)
+        by_matmul = kernels == "tpu"
+        q_raw = checkpoint_name(apply_rope(q_raw, cos, sin, by_matmul=by_matmul), ATTENTION_QKV)
+        k_raw = checkpoint_name(apply_rope(k_raw, cos, sin, by_matmul=by_matmul), ATTENTION_QKV)
+        v_raw = checkpoint_name(v_raw, ATTENTION_QKV)
+        q_axes = (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
+        impl = resolve_attention(self.implementation, kernels)
         if reference:
             out = reference_attention(q_raw, k_raw, v_raw, segment_ids)
+        elif impl == "splash":
+            kv_axes = (*q_axes[:2], self.k_proj.axes[0], self.k_proj.axes[1])
+            out = splash_attention(
+                q_raw,
+                k_raw,
+                v_raw,
+                segment_ids,
+                interpret=pallas_interpret(),
+                specs=_shard_specs(q_axes, kv_axes),
+            )
         else:
-            impl = self.implementation or ("blocked" if kernels == "cpu" else None)
             out = attention(q_raw, k_raw, v_raw, segment_ids, implementation=impl)
-        out_named = hax.named(
-            out, (x.resolve_axis(BATCH), x.resolve_axis(POSITION), self.q_proj.axes[0], self.q_proj.axes[1])
-        )
+        out = checkpoint_name(out, ATTENTION_OUTPUT)
+        out_named = hax.named(out, q_axes)
         return named_dot(out_named, self.o_proj.astype(dtype), (HEADS, HEAD_DIM), kernels=kernels)

@@ -143,6 +143,19 @@ def _haliax_context() -> tuple[Any, AxisMapping] | None:
     return mesh, mapping
 
 
+def active_specs(*axes: Sequence[hax.Axis]) -> tuple[Any, list[PartitionSpec]] | None:
+    """The active mesh and the PartitionSpec of arrays with each of the named ``axes`` under the active
+    activation mapping (see :func:`constrain`), or None when no mapping is active (then XLA decides).
+
+    Kernels that cannot be partitioned by XLA (Pallas calls) run per shard with these in ``shard_map``.
+    """
+    active = getattr(_ACTIVE, "value", None) or _haliax_context()
+    if active is None:
+        return None
+    mesh, mapping = active
+    return mesh, [pspec_for_named(a, mesh, mapping) for a in axes]
+
+
 def constrain(x: NamedArray) -> NamedArray:
     """Constrain an activation to the active :func:`activation_sharding`.
 
