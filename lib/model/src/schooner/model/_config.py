@@ -17,7 +17,7 @@ from ._kernels import KERNELS, platform
 
 _COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _ROPE_KINDS = ("default", "llama3")
-_CHECKPOINTING = ("none", "full", "offload", "save_carries", "nested")
+_CHECKPOINTING = ("none", "dots", "save_carries", "full", "offload", "nested")
 
 
 @dataclass(frozen=True)
@@ -86,21 +86,31 @@ class LlamaConfig:
             and float32 on CPU.
         scan_layers: run the (always stacked) layers with ``lax.scan``; False unrolls a Python loop
             (same parameters and results, longer compile).
-        gradient_checkpointing: ``"none"``, ``"full"`` (recompute each block in backward), ``"save_carries"``
-            (haliax default: keep block inputs), ``"offload"`` or ``"nested"`` (haliax policies).
-        attention_implementation: ``None`` (``"blocked"`` on CPU, jax's choice elsewhere), ``"blocked"``
-            (pure-JAX causal attention by query blocks, skipping keys past each block; see
-            ``blocked_attention``), or, passed to ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"``
-            (cuDNN flash attention on NVIDIA GPUs; needs a bf16/fp16 compute dtype).
+        gradient_checkpointing: the remat policy of the layers, from most memory and least recompute:
+            ``"none"`` (keep every intermediate the backward needs), ``"dots"`` (keep the matmul outputs
+            and the attention's output; recompute norms, RoPE, activations and routing: a few percent more
+            time), ``"save_carries"`` (keep only each block's input and recompute the whole block in the
+            backward: one more forward, about a third more time), ``"full"`` (the same through haliax's
+            non-carry policy), ``"offload"`` (block inputs offloaded to host memory) or ``"nested"``
+            (sqrt-blocked remat of the layer stack). Which fits where: ``docs/accelerators.md``; ``train()``
+            checks the compiled step's memory against the device before the first step.
+        attention_implementation: ``None`` (by the kernel path: ``"blocked"`` on CPU, ``"splash"`` on TPU,
+            jax's choice elsewhere), ``"blocked"`` (pure-JAX causal attention by query blocks, skipping keys
+            past each block; see ``blocked_attention``), ``"splash"`` (jax's Pallas TPU flash-attention
+            kernel: no [T, T] scores in memory; interpreted, slowly, off a TPU), or, passed to
+            ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"`` (cuDNN flash attention on NVIDIA GPUs;
+            needs a bf16/fp16 compute dtype).
         loss_chunk_tokens: 0 (default): the output projection + cross-entropy works on chunks of about
             128 MiB of float32 logits (at most 8 chunks); on the CPU kernel path it keeps the softmax in the
             compute dtype for the backward (one [tokens, vocab] array). N > 0: chunks of N // batch positions
             (at least one position, i.e. batch tokens) whose logits are recomputed in the backward, so
             nothing of size [tokens, vocab] is ever held (one more vocab-sized matmul; the "xla" kernel path
             always recomputes).
-        kernels: ``"auto"`` (``"cpu"`` on the CPU backend, ``"xla"`` elsewhere), ``"cpu"`` (kernels tuned
-            for XLA:CPU) or ``"xla"`` (the plain path for GPU/TPU: ``preferred_element_type`` products and
-            plain autodiff); the one backend switch, see ``schooner.model._kernels``. Same model and
+        kernels: ``"auto"`` (``"cpu"`` on the CPU backend, ``"tpu"`` on TPUs, ``"xla"`` elsewhere),
+            ``"cpu"`` (kernels tuned for XLA:CPU), ``"xla"`` (the plain path: ``preferred_element_type``
+            products and plain autodiff) or ``"tpu"`` (the plain path with jax's Pallas TPU kernels: splash
+            attention, megablox grouped matmuls for experts); the one backend switch, see
+            ``schooner.model._kernels``. Same model and
             parameters either way; results differ by float rounding only.
         type: registry key (``"llama"``); do not change.
     """
@@ -167,9 +177,9 @@ class LlamaConfig:
             raise ValueError(
                 f"gradient_checkpointing must be one of {_CHECKPOINTING}; got {self.gradient_checkpointing=!r}."
             )
-        if self.attention_implementation not in (None, "blocked", "xla", "cudnn"):
+        if self.attention_implementation not in (None, "blocked", "splash", "xla", "cudnn"):
             raise ValueError(
-                "attention_implementation must be None, 'blocked', 'xla' or 'cudnn'; got "
+                "attention_implementation must be None, 'blocked', 'splash', 'xla' or 'cudnn'; got "
                 f"{self.attention_implementation=!r}."
             )
         if self.attention_implementation == "cudnn" and self.compute_dtype in ("float32",):
@@ -179,7 +189,8 @@ class LlamaConfig:
             )
         if self.kernels not in KERNELS:
             raise ValueError(
-                f"kernels must be one of {KERNELS} ('auto': 'cpu' on the CPU backend, 'xla' elsewhere); got "
+                f"kernels must be one of {KERNELS} ('auto': 'cpu' on the CPU backend, 'tpu' on TPUs, 'xla' "
+                "elsewhere); got "
                 f"{self.kernels=!r}."
             )
         if not isinstance(self.loss_chunk_tokens, int) or self.loss_chunk_tokens < 0:
@@ -385,4 +396,4 @@ def resolve_compute_dtype(config: LlamaConfig) -> Any:
     return jnp.dtype(name)
 
 
-CheckpointPolicy = Literal["none", "full", "offload", "save_carries", "nested"]
+CheckpointPolicy = Literal["none", "dots", "save_carries", "full", "offload", "nested"]

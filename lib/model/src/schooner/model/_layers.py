@@ -9,6 +9,7 @@ import haliax as hax
 import jax
 import jax.numpy as jnp
 from haliax import Axis, NamedArray
+from jax.ad_checkpoint import checkpoint_name
 
 from ._config import LlamaConfig, RopeConfig
 from ._matmul import named_dot
@@ -65,8 +66,21 @@ def ones(axes: tuple[Axis, ...]) -> NamedArray:
     return hax.named(jnp.ones(tuple(a.size for a in axes), jnp.float32), axes)
 
 
-def rms_norm(x: NamedArray, weight: NamedArray, axis: str, eps: float) -> NamedArray:
-    """RMSNorm over ``axis``, computed in float32 (bf16 variance is too coarse), returned in x's dtype."""
+MLP_GATE_UP = "mlp_gate_up"
+"""``checkpoint_name`` of the SwiGLU's gate and up products (dense and expert MLPs; see the "dots" remat)."""
+
+
+def rms_norm(
+    x: NamedArray, weight: NamedArray, axis: str, eps: float, *, recompute: bool = False
+) -> NamedArray:
+    """RMSNorm over ``axis``, computed in float32 (bf16 variance is too coarse), returned in x's dtype.
+
+    ``recompute``: the backward recomputes the float32 work from ``x`` instead of keeping float32 copies of
+    the activations (on accelerators they would be the largest thing a layer keeps; the "xla"/"tpu" kernel
+    paths set it).
+    """
+    if recompute:
+        return jax.checkpoint(lambda a, w: rms_norm(a, w, axis, eps))(x, weight)
     dtype = x.dtype
     xf = x.astype(jnp.float32)
     inv = hax.rsqrt(hax.mean(hax.square(xf), axis=axis) + eps)
@@ -100,14 +114,28 @@ def rope_cos_sin(seq_len: int, head_dim: int, rope: RopeConfig) -> tuple[jax.Arr
     return jnp.cos(emb), jnp.sin(emb)
 
 
-def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array, *, by_matmul: bool = False) -> jax.Array:
     """Rotate x[B, T, N, H] by position (HF ``apply_rotary_pos_emb``: halves, not interleaved pairs).
 
     Positions are absolute within the packed row; attention never crosses segments and RoPE scores depend
     only on relative position, so restarting positions per document would give identical results.
+
+    ``by_matmul`` (the TPU kernel path): the rotated halves ``[-x2, x1]`` come from one product with a
+    signed permutation matrix instead of slicing the head dimension in two: a TPU keeps the minor dimension
+    in 128-wide lanes, so halves of a 64-wide head are lane shuffles (about 6% of a 134M Llama's step), while
+    the product runs on the matrix unit. Exact: each output is one input times +-1.
     """
     half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    if by_matmul:
+        eye = jnp.eye(half, dtype=x.dtype)
+        zero = jnp.zeros((half, half), x.dtype)
+        rotate = jnp.block([[zero, eye], [-eye, zero]])  # x @ rotate == concat([-x2, x1])
+        exact = jax.lax.Precision.HIGHEST if x.dtype == jnp.float32 else None  # no bf16 passes for float32
+        rotated = jnp.einsum(
+            "btnh,hk->btnk", x, rotate, precision=exact, preferred_element_type=jnp.float32
+        ).astype(x.dtype)
+    else:
+        rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     c = cos[None, :, None, :].astype(x.dtype)
     s = sin[None, :, None, :].astype(x.dtype)
     return x * c + rotated * s
@@ -139,7 +167,12 @@ class SwiGLU(eqx.Module):
     def __call__(self, x: NamedArray, *, kernels: str) -> NamedArray:
         dtype = x.dtype
         mlp_axis = self.gate.axes[0].name
-        g = named_dot(x, self.gate.astype(dtype), EMBED, kernels=kernels)
-        u = named_dot(x, self.up.astype(dtype), EMBED, kernels=kernels)
-        h = hax.nn.silu(g) * u
-        return named_dot(h, self.down.astype(dtype), mlp_axis, kernels=kernels)
+        g = checkpoint_name(named_dot(x, self.gate.astype(dtype), EMBED, kernels=kernels), MLP_GATE_UP)
+        u = checkpoint_name(named_dot(x, self.up.astype(dtype), EMBED, kernels=kernels), MLP_GATE_UP)
+
+        def down(g: NamedArray, u: NamedArray, w: NamedArray) -> NamedArray:
+            return named_dot(hax.nn.silu(g) * u, w, mlp_axis, kernels=kernels)
+
+        if kernels != "cpu":  # keep g and u only; silu(g) * u is recomputed in the backward (elementwise)
+            down = jax.checkpoint(down)
+        return down(g, u, self.down.astype(dtype))

@@ -26,10 +26,14 @@ import haliax as hax
 import jax
 import jax.numpy as jnp
 from haliax import Axis, NamedArray
+from jax.ad_checkpoint import checkpoint_name
 
 from ._balancing import balancing_shift
 from ._config import MoEConfig
-from ._layers import EMBED, EXPERTS, MLP, ParamFactory, SwiGLU, axes_for
+from ._layers import EMBED, EXPERTS, MLP, MLP_GATE_UP, ParamFactory, SwiGLU, axes_for
+
+MOE_ROUTING = "moe_routing"
+"""``checkpoint_name`` of the routing's chosen experts and sort orders (integers; see the "dots" remat)."""
 
 
 class MoE(eqx.Module):
@@ -90,25 +94,31 @@ class MoE(eqx.Module):
             if rebalance is not None:
                 select = select + (shift - rebalance)[None, :]
         _, idx = jax.lax.top_k(select, k)  # [n, k]
+        idx = checkpoint_name(idx, MOE_ROUTING)
         weights = jnp.take_along_axis(scores, idx, axis=-1)
         if cfg.normalize_topk:
             weights = weights / (jnp.sum(weights, axis=-1, keepdims=True) + 1e-9)
 
         flat_expert = idx.reshape(-1)
-        order = jnp.argsort(flat_expert, stable=True)
+        order = checkpoint_name(jnp.argsort(flat_expert, stable=True), MOE_ROUTING)
         sorted_expert = flat_expert[order]
         xs = xf[order // k].astype(dtype)
         group_sizes = jnp.bincount(flat_expert, length=e).astype(jnp.int32)
         w_gate, w_up, w_down = (w.array.astype(dtype) for w in (self.gate, self.up, self.down))
         if cfg.capacity_factor is None:
-            h = jax.nn.silu(jax.lax.ragged_dot(xs, w_gate, group_sizes)) * jax.lax.ragged_dot(
-                xs, w_up, group_sizes
-            )
-            ys = jax.lax.ragged_dot(h, w_down, group_sizes)
+            g = checkpoint_name(grouped_matmul(xs, w_gate, group_sizes, kernels=kernels), MLP_GATE_UP)
+            u = checkpoint_name(grouped_matmul(xs, w_up, group_sizes, kernels=kernels), MLP_GATE_UP)
+
+            def down(g: jax.Array, u: jax.Array, w: jax.Array) -> jax.Array:
+                return grouped_matmul(jax.nn.silu(g) * u, w, group_sizes, kernels=kernels)
+
+            if kernels != "cpu":  # keep g and u only (as the dense SwiGLU does)
+                down = jax.checkpoint(down)
+            ys = down(g, u, w_down)
             kept = jnp.ones((n * k,), dtype=bool)
         else:
             ys, kept = _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg, n)
-        inverse = jnp.argsort(order)
+        inverse = checkpoint_name(jnp.argsort(order), MOE_ROUTING)
         y = ys[inverse].reshape(n, k, -1)
         out = jnp.sum(y * weights.astype(dtype)[:, :, None], axis=1)
         out_named = hax.named(out.reshape(*(a.size for a in lead), embed.size), (*lead, embed))
@@ -120,6 +130,37 @@ class MoE(eqx.Module):
             stats["balance_shift"] = shift
             stats["router_input_mean"] = jax.lax.stop_gradient(jnp.mean(x32, axis=0))
         return out_named, stats
+
+
+def _tile(size: int, largest: int = 512) -> int | None:
+    """The largest of 512, 256, 128 (at most ``largest``) dividing ``size``, or None."""
+    return next((t for t in (512, 256, 128) if t <= largest and size % t == 0), None)
+
+
+def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, kernels: str) -> jax.Array:
+    """``x[rows of group g] @ w[g]`` for consecutive groups of rows: [m, k] x [groups, k, n] -> [m, n].
+
+    ``jax.lax.ragged_dot``, except on the ``"tpu"`` kernel path, where it is the megablox grouped matmul of
+    ``jax.experimental.pallas.ops.tpu.megablox`` (a Pallas kernel with its own backward; interpreted off a
+    TPU) when ``k`` and ``n`` are multiples of 128. Rows are padded to the kernel's row tile as zeros
+    counted in the last group (zero rows give zero outputs and no gradient), then dropped.
+    """
+    m, k = x.shape
+    n = w.shape[-1]
+    tk, tn = _tile(k), _tile(n)
+    if kernels != "tpu" or tk is None or tn is None:
+        return jax.lax.ragged_dot(x, w, group_sizes)
+    from jax.experimental.pallas.ops.tpu.megablox import ops
+
+    from ._kernels import pallas_interpret
+
+    tm = 512 if m >= 512 else 128
+    pad = (-m) % tm
+    if pad:
+        x = jnp.pad(x, ((0, pad), (0, 0)))
+        group_sizes = group_sizes.at[-1].add(pad)
+    out = ops.gmm(x, w, group_sizes, x.dtype, (tm, tk, tn), None, None, False, pallas_interpret())
+    return out[:m] if pad else out
 
 
 def _capacity_dispatch(

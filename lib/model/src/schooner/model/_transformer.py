@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from haliax import NamedArray, ScanCheckpointPolicy
 
-from ._attention import Attention
+from ._attention import ATTENTION_OUTPUT, ATTENTION_QKV, Attention
 from ._config import LlamaConfig, resolve_compute_dtype
 from ._kernels import resolve_kernels
 from ._layers import (
@@ -20,6 +20,7 @@ from ._layers import (
     EMBED,
     LAYERS,
     MLP,
+    MLP_GATE_UP,
     POSITION,
     VOCAB,
     ParamFactory,
@@ -30,8 +31,9 @@ from ._layers import (
     rope_cos_sin,
 )
 from ._matmul import named_dot
-from ._moe import MoE
+from ._moe import MOE_ROUTING, MoE
 from ._sharding import constrain
+from ._splash import RESIDUALS as SPLASH_RESIDUALS
 
 _POLICIES: dict[str, Any] = {
     "none": False,
@@ -39,7 +41,18 @@ _POLICIES: dict[str, Any] = {
     "offload": "offload",
     "save_carries": True,
     "nested": "nested",
+    "dots": False,  # haliax's scan saves everything; the block itself is checkpointed (`_dots_remat`)
 }
+
+
+def _dots_remat(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` under the "dots" policy: the backward keeps the products it needs (queries, keys and values
+    after RoPE, the attention's output and log-sum-exp, the MLPs' gate and up products, the experts'
+    routing) and recomputes only elementwise work from them and the block's input (norms, RoPE, the SwiGLU
+    gate, the dispatch gathers). No matmul is computed twice, except the attention's forward where the
+    implementation saves no statistics (any but "splash")."""
+    names = (ATTENTION_QKV, ATTENTION_OUTPUT, SPLASH_RESIDUALS, MLP_GATE_UP, MOE_ROUTING)
+    return eqx.filter_checkpoint(fn, policy=jax.checkpoint_policies.save_only_these_names(*names))
 
 
 class Block(eqx.Module):
@@ -82,10 +95,11 @@ class Block(eqx.Module):
         reference: bool = False,
         rebalance: jax.Array | None = None,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
-        normed = rms_norm(x, self.attn_norm, EMBED, self.norm_eps)
+        recompute = kernels != "cpu"
+        normed = rms_norm(x, self.attn_norm, EMBED, self.norm_eps, recompute=recompute)
         h = self.attn(normed, cos, sin, segment_ids, kernels=kernels, reference=reference)
         x = constrain(x + h)
-        normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps)
+        normed = rms_norm(x, self.mlp_norm, EMBED, self.norm_eps, recompute=recompute)
         if isinstance(self.mlp, MoE):
             h, stats = self.mlp(normed, kernels=kernels, rebalance=rebalance)
         else:
@@ -174,6 +188,8 @@ class Transformer(eqx.Module):
                 rebalance=take_back[0] if take_back else None,
             )
 
+        if cfg.gradient_checkpointing == "dots":
+            run_block = _dots_remat(run_block)
         per_layer: tuple[jax.Array, ...] = ()  # scanned with the layers
         if rebalance is not None:
             want = (cfg.num_layers, cfg.moe.num_experts if cfg.moe is not None else None)
@@ -187,7 +203,7 @@ class Transformer(eqx.Module):
             x, aux = self.layers.scan_via(run_block)(x, *per_layer)
         else:
             x, aux = self._unrolled(run_block, x, *per_layer)
-        return rms_norm(x, self.final_norm, EMBED, cfg.norm_eps), aux
+        return rms_norm(x, self.final_norm, EMBED, cfg.norm_eps, recompute=kernels != "cpu"), aux
 
     def _unrolled(
         self,
@@ -196,7 +212,7 @@ class Transformer(eqx.Module):
         *per_layer: jax.Array,
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         policy = self.config.gradient_checkpointing
-        fn = run_block if policy == "none" else eqx.filter_checkpoint(run_block)
+        fn = run_block if policy in ("none", "dots") else eqx.filter_checkpoint(run_block)
         outs = []
         for i in range(self.config.num_layers):
             x, stats = fn(self.layers.get_layer(i), x, *(a[i] for a in per_layer))

@@ -31,18 +31,26 @@ import jax.numpy as jnp
 
 from ._matmul import barrier, matmul
 
-# Automatic chunking: chunks of about this many bytes of float32 logits (for the whole batch), but never
-# more than _MAX_AUTO_CHUNKS of them: each chunk adds a read-modify-write of the float32 [D, V] weight
-# gradient, so many small chunks would cost more than the memory they save. Batches whose logits exceed
-# _MAX_AUTO_CHUNKS x the budget should set `loss_chunk_tokens` (the recomputing, memory-bounded mode).
+# Automatic chunking: chunks of about this many bytes of float32 logits (for the whole batch). On the CPU path
+# never more than _MAX_AUTO_CHUNKS of them: each chunk adds a read-modify-write of the float32 [D, V] weight
+# gradient, so many small chunks would cost more than the memory they save there, and batches whose logits
+# exceed _MAX_AUTO_CHUNKS x the budget should set `loss_chunk_tokens`. The XLA/TPU paths recompute each
+# chunk's logits in the backward and take as many chunks as the budget needs: an accelerator's memory, not
+# the extra pass over the weight gradient, is what runs out (16 x 2048 tokens of a 128k vocabulary are 16 GiB
+# of float32 logits).
 _AUTO_CHUNK_BYTES = 128 << 20
 _MAX_AUTO_CHUNKS = 8
 
 
-def auto_chunk_positions(batch: int, positions: int, vocab: int) -> int:
-    """Positions per chunk: chunks of about 128 MiB of float32 logits [batch * chunk, vocab], at most 8."""
+def auto_chunk_positions(
+    batch: int, positions: int, vocab: int, *, max_chunks: int | None = _MAX_AUTO_CHUNKS
+) -> int:
+    """Positions per chunk: chunks of about 128 MiB of float32 logits [batch * chunk, vocab], at most
+    ``max_chunks`` of them (None: no limit)."""
     total = batch * positions * vocab * 4
-    n = min(_MAX_AUTO_CHUNKS, max(1, -(-total // _AUTO_CHUNK_BYTES)))
+    n = max(1, -(-total // _AUTO_CHUNK_BYTES))
+    if max_chunks is not None:
+        n = min(max_chunks, n)
     return balanced_chunk(positions, -(-positions // n))
 
 
@@ -199,7 +207,8 @@ def output_cross_entropy(
             gradient is accumulated in float32 and returned in ``head``'s dtype).
         targets: int[B, T] target ids in [0, V).
         chunk_positions: positions per chunk (all batch rows together), evened out so the last chunk is not
-            mostly padding; None: chunks of about 128 MiB of float32 logits for the whole batch, at most 8.
+            mostly padding; None: chunks of about 128 MiB of float32 logits for the whole batch (at most 8 on
+            the CPU path).
         keep_probs: keep the softmax (compute dtype) for the backward; False recomputes each chunk's logits
             in the backward instead, so no [B*T, V] array is ever held. The "xla" path always recomputes.
         kernels: ``"cpu"``: the hand-written backward described in the module docstring; ``"xla"``: plain
@@ -211,7 +220,11 @@ def output_cross_entropy(
     if t == 0:
         empty = jnp.zeros((b, 0), jnp.float32)
         return empty, empty
-    chunk = auto_chunk_positions(b, t, head.shape[0]) if chunk_positions is None else chunk_positions
+    if chunk_positions is None:
+        cap = _MAX_AUTO_CHUNKS if kernels == "cpu" else None
+        chunk = auto_chunk_positions(b, t, head.shape[0], max_chunks=cap)
+    else:
+        chunk = chunk_positions
     chunk = balanced_chunk(t, chunk)
     if kernels == "cpu":
         return _xent(hidden, head, targets, chunk, keep_probs)
