@@ -27,6 +27,7 @@ from ._dpo import (
     sequence_logps,
 )
 from ._loop import _Run
+from ._memory import CompiledStep
 
 logger = logging.getLogger("schooner.train")
 
@@ -180,12 +181,13 @@ class DpoRun(_Run):
                     return step_fn(state, batch)
 
             # Batches arrive placed by the data loader ([B, T] and [B] arrays split over the batch axes).
-            self.step_fn = jax.jit(
+            plain = jax.jit(
                 wrapped,
                 in_shardings=(self.state_sharding, None),
                 out_shardings=(self.state_sharding, replicated(self.mesh)),
                 donate_argnums=(0,),
             )
+            self.step_fn = CompiledStep(plain, self.memory_hint(), log=logger.info)
             return
         import equinox as eqx
 
@@ -220,7 +222,7 @@ class DpoRun(_Run):
             out_shardings=(self.state_sharding, replicated(self.mesh)),
             donate_argnums=(0,),
         )
-        self.step_fn = lambda state, batch: jitted(state, reference, batch)
+        self.step_fn = CompiledStep(jitted, self.memory_hint(), bound=(reference,), log=logger.info)
 
     def _make_evaluator(self) -> Any:
         if "validation" not in self.datasets:

@@ -23,6 +23,7 @@ import numpy as np
 from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
 from ._config import BatchSchedule, TrainConfig, check_run
 from ._malloc import malloc_env
+from ._memory import CompiledStep, advice
 from ._mesh import make_mesh, replicated
 from ._progress import Progress
 from ._run_info import (
@@ -178,6 +179,15 @@ class _Run:
 
         abstract = eqx.filter_eval_shape(make_state, k_init, k_train)
         self.state_sharding = model_shardings(abstract, self.mesh, self.param_map)
+
+        def fresh_state(k_init: jax.Array, k_train: jax.Array) -> Any:
+            # Two programs: the weights (drawn as one flat buffer, sliced: twice their size at the peak), then
+            # the optimizer state around them (the weights donated). In one program both peaks coincided: a
+            # 0.95B model's init did not fit a 15.7 GiB chip that trains it.
+            model = jax.jit(lambda k: init(mc, key=k), out_shardings=self.state_sharding.model)(k_init)
+            make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
+            return jax.jit(make, out_shardings=self.state_sharding, donate_argnums=(0,))(model, k_train)
+
         self.abstract_state = abstract
         latest = latest_checkpoint(self.root)
         self.initialized_from: str | None = None
@@ -187,7 +197,7 @@ class _Run:
             if cfg.initialize_from is not None:
                 self.state = self._initial_state(k_train)
             else:
-                self.state = jax.jit(make_state, out_shardings=self.state_sharding)(k_init, k_train)
+                self.state = fresh_state(k_init, k_train)
         else:
             self.start_step, path = latest
             self.state = self._restore(path)
@@ -265,12 +275,18 @@ class _Run:
             with hax.axis_mapping(self.compute_map):
                 return step_fn(state, batch)
 
-        self.step_fn = jax.jit(
+        jitted = jax.jit(
             wrapped,
             in_shardings=(self.state_sharding, bs),  # every array of the batch: tokens, segment ids, masks
             out_shardings=(self.state_sharding, replicated(self.mesh)),
             donate_argnums=(0,),
         )
+        self.step_fn = CompiledStep(jitted, self.memory_hint(), log=logger.info)
+
+    def memory_hint(self) -> str:
+        """What lowers this run's step memory (for the preflight check's message)."""
+        cfg = self.config
+        return advice(self.model_config, max(cfg.batch_sizes), cfg.microbatches)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _batch_size_fn(self) -> Any:
@@ -413,6 +429,9 @@ class _Run:
                     if "compile_seconds" not in summary:
                         # The first call traces and compiles synchronously; execution itself is asynchronous.
                         summary["compile_seconds"] = time.perf_counter() - t_dispatch
+                        memory = next(iter(self.step_fn.memory.values()), None)
+                        if memory is not None:  # what XLA said the compiled step holds per device
+                            summary["step_memory_bytes"] = memory.total
                     if pending is not None:
                         finish(pending)
                     pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)
