@@ -50,14 +50,70 @@ import time
 
 CONFIGS = ("dense-fp32", "dense-bf16", "moe-fp32", "dense-ckpt10", "first-step-cold", "first-step-warm")
 GPU_CONFIGS = ("gpu-1b",)  # not in the default list: `--configs gpu-1b` on a machine with a GPU
+# `--configs tpu` (on a TPU machine): these, each in its own process (one program holds the chip at a time).
+TPU_CONFIGS = ("tpu-134m", "tpu-374m", "tpu-moe", "tpu-1b")
 EXTRA_CONFIGS = ("dense-fp32-4k-pages", "dense-bf16-4k-pages")  # on request: glibc malloc defaults
 VOCAB, SEQ, BATCH = 32000, 512, 8
 GPU_SEQ, GPU_BATCH = 2048, 16
+SMOKE = os.environ.get("SCHOONER_TPU_BENCH_SMOKE") == "1"  # the TPU configs shrunk to run on a CPU (a check)
+if SMOKE:
+    GPU_SEQ = 128
+
+
+def tpu_models() -> dict:
+    """The TPU benchmark's models at seq 2048, vocab 32000, bf16 compute, fp32 parameters and Adam state:
+    the 134M and 374M dense Llamas, a MoE of the 134M's width with 8 experts of half its MLP width, top-2
+    (equal active parameters, 304M in all), and a 0.95B dense model (the largest of this shape whose fp32
+    parameters, gradients and Adam moments, 16 bytes a parameter, leave room for activations on a 15.7 GiB
+    v5e chip)."""
+    from schooner.model import LlamaConfig, MoEConfig
+
+    common = dict(vocab_size=VOCAB, max_seq_len=GPU_SEQ, compute_dtype="bfloat16")
+    d134 = dict(hidden_dim=768, num_layers=12, num_heads=12, num_kv_heads=12)
+    if SMOKE:
+        tiny = LlamaConfig(
+            hidden_dim=128, intermediate_dim=256, num_layers=2, num_heads=4, num_kv_heads=2, **common
+        )
+        moe = MoEConfig(
+            hidden_dim=128, intermediate_dim=128, num_layers=2, num_heads=4, num_kv_heads=2, **common
+        )
+        return {"tpu-134m": tiny, "tpu-374m": tiny, "tpu-moe": moe, "tpu-1b": tiny}
+    return {
+        "tpu-134m": LlamaConfig(intermediate_dim=2048, **d134, **common),
+        "tpu-374m": LlamaConfig(
+            hidden_dim=1024, intermediate_dim=2816, num_layers=24, num_heads=16, num_kv_heads=16, **common
+        ),
+        "tpu-moe": MoEConfig(intermediate_dim=1024, num_experts=8, num_experts_per_token=2, **d134, **common),
+        "tpu-1b": LlamaConfig(
+            hidden_dim=2048,
+            intermediate_dim=8192,
+            num_layers=14,
+            num_heads=16,
+            num_kv_heads=8,
+            tie_embeddings=True,
+            **common,
+        ),
+    }
+
+
+# Per TPU config: (batch, microbatches, remat policy, scan the layers): the documented settings
+# (docs/accelerators.md). Unrolled layers keep each layer's saved activations in buffers of their own; a scan
+# copies them into and out of stacked buffers (14% of the 134M's step on a v5e).
+TPU_SETTINGS = {
+    "tpu-134m": (16, 1, "none", False),
+    "tpu-374m": (16, 1, "save_carries", False),
+    "tpu-moe": (16, 1, "dots", False),
+    "tpu-1b": (4, 1, "save_carries", False),
+}
 
 
 def model_config(kind: str):
     from schooner.model import LlamaConfig, MoEConfig, presets
 
+    if kind.startswith("tpu-"):
+        _, _, remat, scan = TPU_SETTINGS[kind]
+        model = tpu_models()[kind]
+        return dataclasses.replace(model, gradient_checkpointing=remat, scan_layers=scan)
     if kind == "gpu-1b":
         # Llama-3.2-1B shape, bf16 compute, fp32 parameters and optimizer state.
         return dataclasses.replace(presets.llama_1b, max_seq_len=GPU_SEQ, compute_dtype="bfloat16")
@@ -115,12 +171,16 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
     )
 
     total = warmup + steps
-    seq, batch = (GPU_SEQ, GPU_BATCH) if kind.startswith("gpu") else (SEQ, BATCH)
+    seq, batch = (GPU_SEQ, GPU_BATCH) if kind.startswith(("gpu", "tpu")) else (SEQ, BATCH)
+    microbatches = TPU_SETTINGS[kind][1] if kind.startswith("tpu") else 1
+    if kind.startswith("tpu"):
+        batch = TPU_SETTINGS[kind][0]
     cfg = TrainConfig(
         model=model_config(kind),
         data=DataConfig({f"{data}/train": 1.0}, seq_len=seq, validation={}),
         output_path=out,
         batch_size=batch,
+        microbatches=microbatches,
         num_train_steps=total,
         optimizer=AdamConfig(learning_rate=1e-3, warmup=1),
         compute_dtype="bfloat16" if "bf16" in kind else None,
@@ -130,7 +190,22 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         trackers=TrackerConfig(loss_plot=False, log_every=10),
         name=kind,
     )
-    summary = train(cfg)
+    if kind.startswith("tpu"):
+        from schooner.train._memory import StepMemoryError
+
+        while True:  # the largest batch of the settings' that fits (halved until it does)
+            try:
+                summary = train(cfg)
+                break
+            except StepMemoryError as e:
+                if batch // 2 < microbatches:
+                    raise
+                print(f"{kind}: batch {batch} does not fit ({e}); trying {batch // 2}", flush=True)
+                batch //= 2
+                shutil.rmtree(out, ignore_errors=True)
+                cfg = dataclasses.replace(cfg, batch_size=batch)
+    else:
+        summary = train(cfg)
     rows = [r for r in read_metrics(f"{out}/metrics.jsonl") if "train/loss" in r]
     times = {r["step"]: r["time"] for r in rows}
     # Metrics of step s are read back right after step s+1 is dispatched, so consecutive timestamps are
@@ -153,6 +228,19 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         "intervals": {s: times[s + 1] - times[s] for s in range(warmup, total)},
         "checkpoint_every": cfg.checkpoint.every,
     }
+    if kind.startswith("tpu"):
+        import jax
+
+        from schooner.train import matmul_ceiling
+
+        stats = jax.devices()[0].memory_stats() or {}
+        result["peak_hbm_gib"] = stats.get("peak_bytes_in_use", 0) / 2**30
+        result["hbm_limit_gib"] = stats.get("bytes_limit", 0) / 2**30
+        result["matmul_ceiling"] = matmul_ceiling(8192, "bfloat16", repeats=5)  # this chip, this run
+        names = ("batch", "microbatches", "remat", "scan_layers")
+        result["settings"] = dict(zip(names, TPU_SETTINGS[kind], strict=True)) | {"batch": batch}
+        result["parameters"] = summary["parameters"]
+        result["step_memory_gib"] = summary.get("step_memory_bytes", 0) / 2**30
     with open(result_path, "w") as f:
         json.dump(result, f)
 
@@ -212,12 +300,43 @@ def _line(kind: str, r: dict, ceiling: float) -> str:
     if kind.startswith("first-step"):
         return line
     which = ("bf16" if "bf16" in kind else "fp32") + " ceiling"
+    if kind.startswith("tpu"):
+        fpt_tps = r["flops_per_token"] * r["tokens_per_second"]
+        return line.replace("peak RSS", "host peak RSS") + (
+            f" | {r['tokens_per_second']:8.0f} tok/s | step {r['step_seconds']:6.3f}s | MFU "
+            f"{fpt_tps / r['peak_flops']:.3f} of the datasheet peak ({r['peak_flops'] / 1e12:.0f} TFLOP/s), "
+            f"{fpt_tps / r['matmul_ceiling']:.3f} of the 8192^3 bf16 matmul ceiling "
+            f"({r['matmul_ceiling'] / 1e12:.0f} TFLOP/s) | compiled step {r['step_memory_gib']:.2f} GiB, peak HBM "
+            f"in use {r['peak_hbm_gib']:.2f} of {r['hbm_limit_gib']:.2f} GiB | {r['settings']} | {r['parameters']['total'] / 1e6:.0f}M parameters"
+        )
     if kind.startswith("gpu"):
         ceiling, which = r["peak_flops"], r["peak_source"]  # the accelerator's datasheet bf16 peak
     mfu = r["flops_per_token"] * r["tokens_per_second"] / ceiling
     return line + (
         f" | {r['tokens_per_second']:8.0f} tok/s | step {r['step_seconds']:6.3f}s | MFU {mfu:.3f} of the {which}"
     )
+
+
+def run_tpu(kinds: list[str], args: argparse.Namespace) -> None:
+    """The TPU configurations, each in its own process: this one never opens the chip (one program holds it
+    at a time); each child measures its own matmul ceiling and peak HBM."""
+    env = dict(os.environ)
+    os.environ["JAX_PLATFORMS"] = "cpu"  # this process only writes the token cache
+    print(f"{args.steps} timed steps after {args.warmup} warm-up steps per run, seq {GPU_SEQ}")
+    work = tempfile.mkdtemp(prefix="schooner-bench-")
+    data = make_data(os.path.join(work, "data"))
+    env["SCHOONER_COMPILATION_CACHE"] = "off"
+    for kind in kinds:
+        try:
+            r = run_child(kind, data, args.steps, args.warmup, work, env)
+        except subprocess.CalledProcessError as e:
+            print(f"{kind:16s} failed (exit {e.returncode}); its output is above", flush=True)
+            continue
+        print("tpu   " + _line(kind, r, r["matmul_ceiling"]), flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps({"kind": kind, **r}) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -230,19 +349,25 @@ def main() -> None:
     p.add_argument("--data")
     p.add_argument("--out")
     p.add_argument("--result")
+    p.add_argument("--json", help="append each TPU result as a JSON line to this file")
     args = p.parse_args()
     if args.child:
         child(args.child, args.data, args.out, args.steps, args.warmup, args.result)
         return
 
+    kinds = [k for k in args.configs.split(",") if k]
+    kinds = [x for k in kinds for x in (TPU_CONFIGS if k == "tpu" else (k,))]
+    known = CONFIGS + GPU_CONFIGS + TPU_CONFIGS + EXTRA_CONFIGS
+    unknown = sorted(set(kinds) - set(known))
+    if unknown:
+        sys.exit(f"unknown configs {unknown}; choose from {known} or 'tpu'")
+    if any(k.startswith("tpu") for k in kinds):
+        run_tpu(kinds, args)
+        return
     import jax
 
     from schooner.train import malloc_env, matmul_ceiling
 
-    kinds = [k for k in args.configs.split(",") if k]
-    unknown = sorted(set(kinds) - set(CONFIGS) - set(GPU_CONFIGS) - set(EXTRA_CONFIGS))
-    if unknown:
-        sys.exit(f"unknown configs {unknown}; choose from {CONFIGS + GPU_CONFIGS + EXTRA_CONFIGS}")
     print(f"devices: {jax.devices()}  cpus: {os.cpu_count()}  load average: {os.getloadavg()}")
     print(f"{args.steps} timed steps after {args.warmup} warm-up steps per run")
     work = tempfile.mkdtemp(prefix="schooner-bench-")
