@@ -78,14 +78,18 @@ def _run(out: Path, mode: str, pause: float) -> str:
     return p.stderr.decode()
 
 
-def _kill_family(pid: int) -> None:
-    """SIGKILL a process and every process it started (the client's workers), all at once."""
+def _signal_family(pid: int, sig: int) -> None:
+    """Send `sig` to a process and every process it started (the client's workers), all at once."""
     import psutil
 
     family = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
     for p in family:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
+            os.kill(p, sig)
+
+
+def _kill_family(pid: int) -> None:
+    _signal_family(pid, signal.SIGKILL)
 
 
 def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
@@ -100,7 +104,12 @@ def test_sigkill_mid_write_then_resume_is_identical(tmp_path) -> None:
             done = [n for n in names if n.startswith("part-")]
             temps = [n for n in names if ".tmp-" in n]
             if len(done) >= 3 and temps:
-                break
+                # Freeze the family, then look again: a shard may have been renamed since the listing. Kill
+                # only while a temp file is really there, so the kill lands mid-shard on a loaded machine too.
+                _signal_family(proc.pid, signal.SIGSTOP)
+                if [n for n in os.listdir(out) if ".tmp-" in n]:
+                    break
+                _signal_family(proc.pid, signal.SIGCONT)
             time.sleep(0.02)
         else:
             raise AssertionError(f"the writer never got 3 shards in: {names}")

@@ -106,7 +106,7 @@ def test_known_parameter_counts_of_published_shapes():
         ({"loss_chunk_tokens": -4}, "loss_chunk_tokens must be an int >= 0"),
         (
             {"attention_implementation": "flash"},
-            "attention_implementation must be None, 'blocked', 'xla' or 'cudnn'",
+            "attention_implementation must be None, 'blocked', 'splash', 'xla' or 'cudnn'",
         ),
         (
             {"attention_implementation": "cudnn", "compute_dtype": "float32"},
