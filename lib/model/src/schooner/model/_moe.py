@@ -101,9 +101,14 @@ class MoE(eqx.Module):
 
         flat_expert = idx.reshape(-1)
         order = checkpoint_name(jnp.argsort(flat_expert, stable=True), MOE_ROUTING)
+        inverse = checkpoint_name(jnp.argsort(order), MOE_ROUTING)
         sorted_expert = flat_expert[order]
-        xs = xf[order // k].astype(dtype)
-        group_sizes = jnp.bincount(flat_expert, length=e).astype(jnp.int32)
+        # Each token's row once per choice, in expert order. A permutation's gradient is the inverse
+        # permutation (a gather), and the group sizes a comparison's sum: no scatter-add (slow on TPUs) in
+        # the forward or the backward, as indexing's gradient and bincount would have.
+        xs = permute_rows(jnp.repeat(xf.astype(dtype), k, axis=0), order, inverse)
+        one_hot = flat_expert[:, None] == jnp.arange(e, dtype=flat_expert.dtype)[None, :]
+        group_sizes = jnp.sum(one_hot, axis=0, dtype=jnp.int32)
         w_gate, w_up, w_down = (w.array.astype(dtype) for w in (self.gate, self.up, self.down))
         if cfg.capacity_factor is None:
             g = checkpoint_name(grouped_matmul(xs, w_gate, group_sizes, kernels=kernels), MLP_GATE_UP)
@@ -118,8 +123,7 @@ class MoE(eqx.Module):
             kept = jnp.ones((n * k,), dtype=bool)
         else:
             ys, kept = _capacity_dispatch(xs, sorted_expert, group_sizes, w_gate, w_up, w_down, cfg, n)
-        inverse = checkpoint_name(jnp.argsort(order), MOE_ROUTING)
-        y = ys[inverse].reshape(n, k, -1)
+        y = permute_rows(ys, inverse, order).reshape(n, k, -1)
         out = jnp.sum(y * weights.astype(dtype)[:, :, None], axis=1)
         out_named = hax.named(out.reshape(*(a.size for a in lead), embed.size), (*lead, embed))
         if self.shared is not None:
@@ -130,6 +134,25 @@ class MoE(eqx.Module):
             stats["balance_shift"] = shift
             stats["router_input_mean"] = jax.lax.stop_gradient(jnp.mean(x32, axis=0))
         return out_named, stats
+
+
+@jax.custom_vjp
+def permute_rows(x: jax.Array, perm: jax.Array, inverse: jax.Array) -> jax.Array:
+    """``x[perm]`` for a permutation ``perm`` of x's rows, whose inverse is ``inverse``; the gradient is
+    ``g[inverse]``, a gather, where autodiff of ``x[perm]`` would scatter-add."""
+    return x[perm]
+
+
+def _permute_rows_fwd(x: jax.Array, perm: jax.Array, inverse: jax.Array) -> tuple[jax.Array, tuple]:
+    return x[perm], (perm, inverse)
+
+
+def _permute_rows_bwd(res: tuple, g: jax.Array) -> tuple[jax.Array, None, None]:
+    _, inverse = res
+    return g[inverse], None, None
+
+
+permute_rows.defvjp(_permute_rows_fwd, _permute_rows_bwd)
 
 
 def _tile(size: int, largest: int = 512) -> int | None:
