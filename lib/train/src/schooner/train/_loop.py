@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -23,7 +24,7 @@ import numpy as np
 from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
 from ._config import BatchSchedule, TrainConfig, check_run
 from ._malloc import malloc_env
-from ._memory import CompiledStep, advice
+from ._memory import CompiledStep, StepMemoryError, advice
 from ._mesh import make_mesh, replicated
 from ._progress import Progress
 from ._run_info import (
@@ -66,6 +67,9 @@ def train(config: TrainConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: an inconsistent configuration (before anything is compiled).
+        StepMemoryError: the compiled step does not fit in device memory (before the first step; the message
+            names the options). The run's device buffers are released first, so the caller can retry with a
+            smaller batch in the same process.
         NonFiniteLossError: the loss or gradient became NaN/Inf (the message names the step; the last good
             checkpoint is kept).
     """
@@ -75,8 +79,17 @@ def train(config: TrainConfig) -> dict[str, Any]:
     fs.makedirs(out_path, exist_ok=True)
     maybe_init_distributed()  # before the log: on several hosts only process 0 writes train.log
     logs = RunLog(config.output_path)
+    run = _Run(config)
     try:
-        return _Run(config).run()
+        return run.run()
+    except StepMemoryError as e:
+        # The traceback's frames (and the cycle through the XLA error it chains) hold the model and optimizer
+        # state: drop them now, not at some later garbage collection, so a retry finds the device empty.
+        run.state = None
+        for err in (e, e.__cause__):
+            if err is not None:
+                traceback.clear_frames(err.__traceback__)
+        raise
     finally:
         logs.close()
 
@@ -92,7 +105,7 @@ class _Run:
     """One training run; `run()` does the work. Split into methods for readability only."""
 
     dataset: _Batches
-    step_fn: Callable[[Any, dict[str, Any]], tuple[Any, dict[str, Any]]]
+    step_fn: CompiledStep
     """(state, batch) -> (state, metrics): the compiled training step (`DpoRun` binds its reference model)."""
 
     def __init__(self, config: TrainConfig) -> None:
