@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import resource
@@ -63,9 +64,9 @@ if SMOKE:
 def tpu_models() -> dict:
     """The TPU benchmark's models at seq 2048, vocab 32000, bf16 compute, fp32 parameters and Adam state:
     the 134M and 374M dense Llamas, a MoE of the 134M's width with 8 experts of half its MLP width, top-2
-    (equal active parameters, 304M in all), and a 0.95B dense model (the largest of this shape whose fp32
+    (equal active parameters, 304M in all), and a 0.88B dense model (the largest of this shape whose fp32
     parameters, gradients and Adam moments, 16 bytes a parameter, leave room for activations on a 15.7 GiB
-    v5e chip)."""
+    v5e chip: 14 layers, 0.95B, needs 15.78 GiB at batch 1)."""
     from schooner.model import LlamaConfig, MoEConfig
 
     common = dict(vocab_size=VOCAB, max_seq_len=GPU_SEQ, compute_dtype="bfloat16")
@@ -87,7 +88,7 @@ def tpu_models() -> dict:
         "tpu-1b": LlamaConfig(
             hidden_dim=2048,
             intermediate_dim=8192,
-            num_layers=14,
+            num_layers=13,
             num_heads=16,
             num_kv_heads=8,
             tie_embeddings=True,
@@ -103,7 +104,7 @@ TPU_SETTINGS = {
     "tpu-134m": (16, 1, "none", False),
     "tpu-374m": (16, 1, "save_carries", False),
     "tpu-moe": (16, 1, "dots", False),
-    "tpu-1b": (4, 1, "save_carries", False),
+    "tpu-1b": (2, 1, "save_carries", False),
 }
 
 
@@ -202,6 +203,8 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
                     raise
                 print(f"{kind}: batch {batch} does not fit ({e}); trying {batch // 2}", flush=True)
                 batch //= 2
+                del e
+                gc.collect()  # the failed attempt's arrays, before the next allocates its own
                 shutil.rmtree(out, ignore_errors=True)
                 cfg = dataclasses.replace(cfg, batch_size=batch)
     else:
