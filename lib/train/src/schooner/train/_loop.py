@@ -14,7 +14,6 @@ import math
 import os
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import jax
