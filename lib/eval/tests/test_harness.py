@@ -102,3 +102,78 @@ def test_harness_rolling_and_generation(setup):
 
     full = tok.decode(greedy_tokens(model, tok.encode("The quick"), 8, eos_id=tok.eos_id))
     assert full.startswith(text_out)
+
+
+# Boundaries that are not a space: a newline (code next-line), a tab, and no delimiter at all.
+CODE_ROWS = [
+    {"question": "def add(a, b):", "choices": ["    return a + b", "class", "    import os"], "gold": 0},
+    {"question": "def add(a, b):\n    x = a", "choices": ["    return x + b", "\treturn", "def"], "gold": 0},
+    {"question": "The quick brown", "choices": ["fox", " dog jumps", "\tcat"], "gold": 0},
+    {"question": "A lazy dog\n", "choices": ["sleeps", "    jumps", "\nbarks"], "gold": 1},
+]
+
+DELIMITER_YAML = """
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{gold}}}}"
+target_delimiter: "{delimiter}"
+metric_list:
+  - metric: acc
+"""
+
+DELIMITERS = {"code_newline": ("\\n", "\n"), "code_tab": ("\\t", "\t"), "code_nodelim": ("", "")}
+
+
+def test_newline_tab_and_empty_delimiters_split_as_lm_eval_does(setup, monkeypatch):
+    """Schooner's own tasks and the adapter give, choice by choice, the numbers of lm-eval's own request path
+    (`TemplateLM.loglikelihood` -> `_encode_pair`: whole-string encoding, all trailing whitespace moved to the
+    continuation) fed to the same model, on harness tasks whose boundaries are a newline, a tab and nothing."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+
+    class HarnessSplitLM(SchoonerLM):
+        loglikelihood = TemplateLM.loglikelihood  # lm-eval's tokenization, then `_loglikelihood_tokens`
+
+    root, tok, model = setup
+    data = root / "code.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in CODE_ROWS))
+    tasks = root / "delimiter_tasks"
+    tasks.mkdir()
+    for name, (escaped, _) in DELIMITERS.items():
+        (tasks / f"{name}.yaml").write_text(DELIMITER_YAML.format(name=name, path=data, delimiter=escaped))
+    manager = TaskManager(include_path=str(tasks), include_defaults=False)
+    names = sorted(DELIMITERS)
+
+    def per_choice(lm):
+        out = simple_evaluate(model=lm, tasks=names, task_manager=manager, log_samples=True)
+        return {
+            n: [
+                [float(r[0][0]) for r in s["resps"]]
+                for s in sorted(out["samples"][n], key=lambda s: s["doc_id"])
+            ]
+            for n in names
+        }
+
+    reference = per_choice(HarnessSplitLM(model=model, tokenizer=tok, batch_size=3))
+    adapter = per_choice(SchoonerLM(model=model, tokenizer=tok, batch_size=3))
+    rows = [
+        {"contexts": [r["question"]], "continuations": r["choices"], "gold": r["gold"]} for r in CODE_ROWS
+    ]
+    path = root / "code_ours.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, (_, delimiter) in DELIMITERS.items():
+        task = Task(name=name, path=str(path), layout="examples", delimiter=delimiter)
+        ours = evaluate_task(model, tok, task, keep_documents=True)
+        assert [d["logprobs"] for d in ours["per_document"]] == reference[name], name  # the same bits
+        assert adapter[name] == reference[name], name

@@ -7,9 +7,10 @@ Importing this module imports `lm_eval` (nothing else in `schooner.eval` does) a
 
 or, in Python, `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
 
-Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, with the
-context/continuation boundary in token space (`encode_pair`): the adapter's numbers equal Schooner's for the
-same requests, and do not depend on the harness's batch size or request order. Generation uses the KV cache
+Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, on requests
+split by `encode_pair` (lm-eval's own `_encode_pair` rule: trailing whitespace to the continuation, cut from
+the whole string's tokens): the adapter's numbers equal Schooner's for the same requests, and do not depend
+on the harness's batch size or request order. Generation uses the KV cache
 (`generate_texts`; greedy unless the request asks to sample), cut at the first of the request's `until` strings.
 """
 

@@ -290,7 +290,7 @@ def evaluate(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v4",
+        version="evaluate-v5",
         resources=resources,
         description=description or "; ".join(what),
     )
@@ -601,7 +601,7 @@ def evaluate_checkpoints(
         name,
         _run_evaluate_checkpoints,
         config,
-        version="evaluate-checkpoints-v3",
+        version="evaluate-checkpoints-v4",
         resources=resources,
         description="scores of every checkpoint of a run",
     )
