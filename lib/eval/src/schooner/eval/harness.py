@@ -1,11 +1,13 @@
 """The lm-evaluation-harness adapter: any harness task runs on a Schooner checkpoint (extra `[harness]`).
 
 Importing this module imports `lm_eval` (nothing else in `schooner.eval` does) and registers the model
-`schooner`, so the harness's own command line and API find it:
+`schooner` in lm-eval's registry. lm-eval has no plugin lookup for models, so a bare `lm_eval --model schooner`
+does not see it; `schooner-lm-eval` (or `python -m schooner.eval.lm_eval_cli`) is lm-eval's own command line
+with this module imported first, taking the same arguments:
 
-    lm_eval --model schooner --model_args checkpoint=/runs/nano,tokenizer=/tok --tasks piqa
+    schooner-lm-eval --model schooner --model_args checkpoint=/runs/nano,tokenizer=/tok --tasks piqa
 
-or, in Python, `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
+In Python: `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
 
 Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, on requests
 split by `encode_pair` (lm-eval's own `_encode_pair` rule: trailing whitespace to the continuation, cut from
