@@ -102,3 +102,147 @@ def test_harness_rolling_and_generation(setup):
 
     full = tok.decode(greedy_tokens(model, tok.encode("The quick"), 8, eos_id=tok.eos_id))
     assert full.startswith(text_out)
+
+
+# Boundaries that are not a space: a newline (code next-line), a tab, and no delimiter at all.
+CODE_ROWS = [
+    {"question": "def add(a, b):", "choices": ["    return a + b", "class", "    import os"], "gold": 0},
+    {"question": "def add(a, b):\n    x = a", "choices": ["    return x + b", "\treturn", "def"], "gold": 0},
+    {"question": "The quick brown", "choices": ["fox", " dog jumps", "\tcat"], "gold": 0},
+    {"question": "A lazy dog\n", "choices": ["sleeps", "    jumps", "\nbarks"], "gold": 1},
+]
+
+DELIMITER_YAML = """
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{gold}}}}"
+target_delimiter: "{delimiter}"
+metric_list:
+  - metric: acc
+"""
+
+DELIMITERS = {"code_newline": ("\\n", "\n"), "code_tab": ("\\t", "\t"), "code_nodelim": ("", "")}
+
+
+def test_newline_tab_and_empty_delimiters_split_as_lm_eval_does(setup, monkeypatch):
+    """Schooner's own tasks and the adapter give, choice by choice, the numbers of lm-eval's own request path
+    (`TemplateLM.loglikelihood` -> `_encode_pair`: whole-string encoding, all trailing whitespace moved to the
+    continuation) fed to the same model, on harness tasks whose boundaries are a newline, a tab and nothing."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+
+    class HarnessSplitLM(SchoonerLM):
+        loglikelihood = TemplateLM.loglikelihood  # lm-eval's tokenization, then `_loglikelihood_tokens`
+
+    root, tok, model = setup
+    data = root / "code.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in CODE_ROWS))
+    tasks = root / "delimiter_tasks"
+    tasks.mkdir()
+    for name, (escaped, _) in DELIMITERS.items():
+        (tasks / f"{name}.yaml").write_text(DELIMITER_YAML.format(name=name, path=data, delimiter=escaped))
+    manager = TaskManager(include_path=str(tasks), include_defaults=False)
+    names = sorted(DELIMITERS)
+
+    def per_choice(lm):
+        out = simple_evaluate(model=lm, tasks=names, task_manager=manager, log_samples=True)
+        return {
+            n: [
+                [float(r[0][0]) for r in s["resps"]]
+                for s in sorted(out["samples"][n], key=lambda s: s["doc_id"])
+            ]
+            for n in names
+        }
+
+    reference = per_choice(HarnessSplitLM(model=model, tokenizer=tok, batch_size=3))
+    adapter = per_choice(SchoonerLM(model=model, tokenizer=tok, batch_size=3))
+    rows = [
+        {"contexts": [r["question"]], "continuations": r["choices"], "gold": r["gold"]} for r in CODE_ROWS
+    ]
+    path = root / "code_ours.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name, (_, delimiter) in DELIMITERS.items():
+        task = Task(name=name, path=str(path), layout="examples", delimiter=delimiter)
+        ours = evaluate_task(model, tok, task, keep_documents=True)
+        assert [d["logprobs"] for d in ours["per_document"]] == reference[name], name  # the same bits
+        assert adapter[name] == reference[name], name
+
+
+def test_the_command_line_runs_the_schooner_model_on_a_checkpoint(setup, tmp_path):
+    """`schooner-lm-eval --model schooner ...` (lm-eval's own command line, the model registered first) in a
+    subprocess, on a checkpoint and tokenizer folder and a local task YAML: its per-choice scores are Schooner's
+    own for the checkpoint's model."""
+    import glob
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from schooner.eval import load_checkpoint
+    from schooner.model import save_model
+
+    root, tok, model = setup
+    save_model(str(tmp_path / "ckpt"), model, model.config)
+    tok.save(str(tmp_path / "tok"))
+    command = shutil.which("schooner-lm-eval", path=os.path.dirname(sys.executable))
+    assert command, "the console script schooner-lm-eval is not installed beside this Python"
+    args = [
+        command,
+        "--model", "schooner",
+        "--model_args", f"checkpoint={tmp_path / 'ckpt'},tokenizer={tmp_path / 'tok'}",
+        "--batch_size", "2",
+        "--tasks", "local_mc",
+        "--include_path", str(root / "tasks"),
+        "--output_path", str(tmp_path / "out"),
+        "--log_samples",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (samples_file,) = glob.glob(str(tmp_path / "out" / "**" / "samples_local_mc_*.jsonl"), recursive=True)
+    with open(samples_file) as f:
+        samples = sorted((json.loads(line) for line in f), key=lambda s: s["doc_id"])
+    loaded, _, _ = load_checkpoint(str(tmp_path / "ckpt"))
+    rows = [{"contexts": [r["question"]], "continuations": r["choices"], "gold": r["gold"]} for r in ROWS]
+    path = tmp_path / "ours.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ours = evaluate_task(
+        loaded, tok, Task(name="ours", path=str(path), layout="examples"), keep_documents=True
+    )
+    for sample, doc in zip(samples, ours["per_document"], strict=True):
+        assert [float(r[0][0]) for r in sample["resps"]] == doc["logprobs"]
+
+
+def test_bare_lm_eval_does_not_know_the_model_and_python_m_does(setup):
+    """lm-eval has no plugin lookup for models: `lm_eval --model schooner` stops at "no model for this name"
+    (the reason for `schooner-lm-eval`); `python -m schooner.eval.lm_eval_cli` gets as far as the model's own
+    argument check (here: no checkpoint given)."""
+    import os
+    import subprocess
+    import sys
+
+    root, _, _ = setup
+    args = ["--model", "schooner", "--model_args", "tokenizer=unused", "--tasks", "local_mc"]
+    args += ["--include_path", str(root / "tasks")]
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "JAX_PLATFORMS": "cpu"}
+    bare = subprocess.run(
+        [sys.executable, "-m", "lm_eval", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert bare.returncode != 0 and "no model for this name" in bare.stderr, bare.stderr[-2000:]
+    ours = subprocess.run(
+        [sys.executable, "-m", "schooner.eval.lm_eval_cli", *args],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert ours.returncode != 0 and "SchoonerLM needs checkpoint=" in ours.stderr, ours.stderr[-2000:]
+    assert "no model for this name" not in ours.stderr

@@ -248,3 +248,160 @@ def test_too_small_fewshot_pool_names_task_and_file(env, tmp_path):
         evaluate_task(model, tok, task)
     message = str(info.value)
     assert "task 'small'" in message and str(path) in message and "'num_fewshot'" in message, message
+
+
+# ---------------------------------------------------------------- empty and repeated choices
+
+
+@pytest.mark.parametrize(
+    ("row", "layout", "choice"),
+    [
+        ({"goal": "g", "sol1": "a", "sol2": "  ", "label": 0}, "piqa", "choice 1 "),
+        (
+            {"sentence": "The cat _ sat.", "option1": "", "option2": "dog", "answer": "2"},
+            "winogrande",
+            "choice 0 ",
+        ),
+        (
+            {
+                "activity_label": "A",
+                "ctx_a": "x",
+                "ctx_b": "y",
+                "endings": ["a", "[title]", "c", "d"],
+                "label": 0,
+            },
+            "hellaswag",
+            "choice 1 ",
+        ),
+    ],
+)
+def test_an_empty_choice_names_task_document_and_choice(tmp_path, row, layout, choice):
+    # document 1 (line 3: a blank line in between is skipped and not a document)
+    good = {
+        "piqa": {"goal": "g", "sol1": "a", "sol2": "b", "label": 1},
+        "winogrande": {"sentence": "The cat _ sat.", "option1": "dog", "option2": "cat", "answer": "1"},
+        "hellaswag": {"activity_label": "A", "ctx_a": "x", "ctx_b": "y", "endings": list("abcd"), "label": 0},
+    }[layout]
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(good) + "\n\n" + json.dumps(row) + "\n")
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t")
+    message = str(info.value)
+    assert "task 't'" in message and "document 1" in message and f"{path}:3" in message, message
+    assert choice in message and "empty" in message, message
+
+
+@pytest.mark.parametrize(
+    ("row", "layout", "choices"),
+    [
+        ({"goal": "g", "sol1": "Boil it.", "sol2": "Boil it.", "label": 1}, "piqa", "choices 0 and 1"),
+        (
+            {
+                "question": "q",
+                "choices": {"text": ["a", "b", "a"], "label": ["A", "B", "C"]},
+                "answerKey": "C",
+            },
+            "arc",
+            "choices 0 and 2",
+        ),
+        (
+            {"sentence": "The _ sat.", "option1": "cat", "option2": "cat", "answer": "2"},
+            "winogrande",
+            "choices 0 and 1",
+        ),
+        (
+            {"contexts": ["x"], "continuations": ["a", "b", "c", "b"], "gold": 0},
+            "examples",
+            "choices 1 and 3",
+        ),
+    ],
+)
+def test_a_repeated_choice_names_task_document_and_choices(tmp_path, row, layout, choices):
+    path = _jsonl(tmp_path / "dup.jsonl", [row])
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t")
+    message = str(info.value)
+    assert "task 't'" in message and "document 0" in message and f"{path}:1" in message, message
+    assert choices in message and "same" in message, message
+
+
+def test_repeated_choices_in_a_separate_fewshot_pool_are_fine(tmp_path):
+    # demonstrations show only the right answer: a pool row's repeated wrong choices change nothing
+    from schooner.eval._taskspec import prepared_examples
+
+    pool = _jsonl(tmp_path / "pool.jsonl", [{"contexts": ["p"], "continuations": ["a", "b", "b"], "gold": 0}])
+    path = _jsonl(tmp_path / "mc.jsonl", ROWS)
+    task = Task(name="t", path=str(path), layout="examples", num_fewshot=1, fewshot_path=str(pool))
+    assert prepared_examples(task)[0].contexts == ("p a\n\nThe quick brown",)
+
+
+# ---------------------------------------------------------------- unreadable files
+
+
+def _load(path, layout="examples"):
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t")
+    return str(info.value)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
+def test_a_file_that_is_not_utf8_names_path_line_and_fix(tmp_path, suffix):
+    import gzip
+
+    rows = [json.dumps(r) for r in ROWS]
+    text = (rows[0] + "\n" + rows[1].replace("class", "caf\u00e9") + "\n").encode("latin-1")
+    if suffix == ".json":
+        text = ("[" + rows[0] + ",\n" + rows[1].replace("class", "caf\u00e9") + "]").encode("latin-1")
+    path = tmp_path / f"latin1{suffix}"
+    path.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    message = _load(path)
+    assert f"{path}:2" in message and "UTF-8" in message and "0xe9" in message, message
+
+
+def test_a_gz_file_that_is_not_gzip_names_path_and_fix(tmp_path):
+    path = _jsonl(tmp_path / "plain.jsonl.gz", ROWS)
+    message = _load(path)
+    assert str(path) in message and "not gzip" in message and "rename" in message, message
+
+
+def test_a_gzip_file_without_gz_in_its_name_says_so(tmp_path):
+    import gzip
+
+    path = tmp_path / "packed.jsonl"
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in ROWS).encode()))
+    message = _load(path)
+    assert f"{path}" in message and "gzip" in message and ".gz" in message, message
+
+
+def test_a_truncated_gzip_file_names_path(tmp_path):
+    import gzip
+
+    data = gzip.compress("".join(json.dumps(r) + "\n" for r in ROWS * 50).encode())
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    message = _load(path)
+    assert str(path) in message and "truncated" in message, message
+
+
+def test_a_json_or_parquet_file_that_does_not_parse_names_path(tmp_path):
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('[{"contexts": ["x"],\n "continuations": ["a", "b"] "gold": 0}]')
+    message = _load(bad_json)
+    assert f"{bad_json}:2" in message and "JSON" in message, message
+    bad_parquet = tmp_path / "bad.parquet"
+    bad_parquet.write_bytes(b"not parquet at all")
+    message = _load(bad_parquet)
+    assert str(bad_parquet) in message and "parquet" in message, message
+
+
+def test_a_task_yaml_that_is_not_utf8_or_yaml_names_its_path(tmp_path):
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("name: caf\u00e9\npath: mc.jsonl\nlayout: examples\n".encode("latin-1"))
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(latin))
+    assert f"{latin}:1" in str(info.value) and "UTF-8" in str(info.value), str(info.value)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: t\npath: [mc.jsonl\nlayout: examples\n")
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(broken))
+    assert str(broken) in str(info.value) and "YAML" in str(info.value), str(info.value)

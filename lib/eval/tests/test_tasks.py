@@ -127,7 +127,7 @@ def test_long_requests_keep_their_last_tokens(model):
 
 
 def test_the_boundary_is_in_token_space(tok):
-    # the context's trailing space moves to the continuation; nothing merges across the boundary
+    # the context's trailing space moves to the continuation (lm-eval's split: see test_encode_pair.py)
     r1 = encode_pair(tok, "Answer: ", "Paris")
     r2 = encode_pair(tok, "Answer:", " Paris")
     assert r1 == r2

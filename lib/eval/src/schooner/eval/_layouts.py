@@ -131,6 +131,11 @@ def winogrande(row: dict[str, Any]) -> Example:
     if "_" not in sentence:
         raise ValueError(f"a WinoGrande sentence needs a '_' blank, got {sentence!r}")
     blank = sentence.index("_")
+    for i, field in enumerate(("option1", "option2")):
+        if not isinstance(row[field], str) or not row[field].strip():
+            raise ValueError(
+                f"choice {i} (field {field!r}) is empty ({row[field]!r}); every choice needs text"
+            )
     contexts = (sentence[:blank] + row["option1"], sentence[:blank] + row["option2"])
     answer = str(row["answer"]).strip()
     if answer not in ("1", "2"):

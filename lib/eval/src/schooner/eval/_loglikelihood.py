@@ -1,10 +1,11 @@
 """Log-likelihood of continuations given contexts, the same for any batch size, padding or request order.
 
-A request is a context and a continuation, both already in token space: the two are tokenized separately and
-concatenated (`encode_pair`), so no BPE merge crosses the boundary and every choice of a multiple-choice
-question is scored after the very same context tokens. The model reads `context + continuation[:-1]` and the
-request's score is the sum of the log-probabilities of the continuation tokens, plus whether each of them is
-the argmax (the greedy continuation, LAMBADA's accuracy).
+A request is a context and a continuation, both already in token space, split from text as
+lm-evaluation-harness splits it (`encode_pair`: trailing whitespace goes with the continuation, which is cut
+from the encoding of the whole string), so every choice of a multiple-choice question is scored after the very
+same context tokens and the numbers are those of lm-eval's `hf` backend for the same model and tokenizer. The
+model reads `context + continuation[:-1]` and the request's score is the sum of the log-probabilities of the
+continuation tokens, plus whether each of them is the argmax (the greedy continuation, LAMBADA's accuracy).
 
 Why the numbers do not depend on the batch: each request becomes one row on its own, its length rounded up to
 a bucket that depends on that request alone (`_bucket`), the padding after it is a separate segment (real
@@ -77,25 +78,42 @@ def start_id(tokenizer: Any) -> int:
 
 
 def encode_pair(tokenizer: Any, context: str, continuation: str) -> Request:
-    """Tokenize `context` and `continuation` separately (no merge across the boundary) into a `Request`.
+    """The `Request` of `context` + `continuation`, split exactly as lm-evaluation-harness splits it.
 
-    Trailing spaces of `context` move to the front of `continuation` (so "Answer: " + "Paris" and "Answer:" +
-    " Paris" are the same request, and the space stays a prefix of the word as BPE vocabularies expect). An
-    empty context starts from `start_id(tokenizer)`.
+    lm-eval's rule (`TemplateLM._encode_pair`, causal models): all trailing whitespace of `context` (spaces,
+    tabs, newlines: `str.rstrip()`) moves to the front of `continuation`, so "Answer: " + "Paris" and
+    "Answer:" + " Paris" are the same request and a code task's "\n    " is scored with the next line it
+    starts, as a byte-level BPE pre-tokenizes it. The context is then encoded alone, the whole string
+    `context + continuation` is encoded once, and the continuation is the whole string's tokens after the
+    context's token count. Every choice is scored after the same context tokens, and the continuation's tokens
+    are those the tokenizer gives in running text (with no delimiter, `target_delimiter: ""`, a word split
+    across the boundary is tokenized as one word would be).
+
+    An empty (or whitespace-only) context starts from `start_id(tokenizer)` (lm-eval's `prefix_token_id`)
+    and the continuation is encoded alone.
+
+    Raises:
+        ValueError: the continuation gets no token of its own (e.g. it is empty, or merges into the context's
+            last token); lm-eval would score it as log-probability 0.
     """
-    stripped = context.rstrip(" ")
+    stripped = context.rstrip()
     if len(stripped) != len(context):
         continuation = context[len(stripped) :] + continuation
         context = stripped
-    ctx = list(tokenizer.encode(context)) if context else []
+    if context:
+        ctx = [int(t) for t in tokenizer.encode(context)]
+        cont = [int(t) for t in tokenizer.encode(context + continuation)][len(ctx) :]
+    else:
+        ctx, cont = [], [int(t) for t in tokenizer.encode(continuation)]
     if not ctx:
         ctx = [start_id(tokenizer)]
-    cont = list(tokenizer.encode(continuation))
     if not cont:
         raise ValueError(
-            f"continuation {continuation!r} encodes to no tokens (context ends {context[-40:]!r})"
+            f"continuation {continuation!r} gets no token of its own after context ending {context[-40:]!r} "
+            "(it is empty, or the tokenizer merges it into the context's last token); give every choice "
+            "some text, or a delimiter between context and continuation"
         )
-    return Request(tuple(int(t) for t in ctx), tuple(int(t) for t in cont))
+    return Request(tuple(ctx), tuple(cont))
 
 
 def _chunk_scores(model: Any, tokens: jax.Array, segment_ids: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -98,8 +99,13 @@ class Task:
         """Read a task definition (the dataclass's fields as YAML keys); relative paths are taken from its folder."""
         import yaml
 
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
+        text = _decode_utf8(raw, path)
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ValueError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
             raise ValueError(
                 f"{path}: a task definition is a mapping of Task fields, got {type(data).__name__}"
@@ -141,8 +147,58 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
         )
 
 
-def _open_text(path: str) -> Any:
-    return gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8")
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
+    """A ValueError naming `where` (file:line), the offending byte and how to fix the file."""
+    bad = data[error.start : error.start + 1]
+    hint = (
+        "it is gzip-compressed: name it *.jsonl.gz (or decompress it)"
+        if data.startswith(GZIP_MAGIC)
+        else "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+    )
+    return ValueError(
+        f"{where}: not UTF-8 text (byte 0x{bad.hex()} at column {error.start + 1}: {error.reason}); {hint}"
+    )
+
+
+def _decode_utf8(raw: bytes, where: str) -> str:
+    """A whole file's bytes as text; a ValueError naming `where` and the line of the first non-UTF-8 byte."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        start = raw.rfind(b"\n", 0, e.start) + 1
+        moved = UnicodeDecodeError(e.encoding, raw[start:], e.start - start, e.end - start, e.reason)
+        raise _not_utf8(f"{where}:{line}", raw[start:], moved) from None
+
+
+def _text_lines(path: str, who: str) -> Iterator[tuple[int, str]]:
+    """`(line number, text)` of a UTF-8 (optionally gzip-compressed, by the `.gz` suffix) text file; decoding
+    and decompression errors name the file, the line and the fix."""
+    n = 0
+    try:
+        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                try:
+                    yield n, raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise _not_utf8(f"{who}{path}:{n}", raw, e) from None
+    except gzip.BadGzipFile:
+        with open(path, "rb") as f:
+            head = f.read(8)
+        raise ValueError(
+            f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
+            "compress it with gzip, or rename it without .gz"
+        ) from None
+    except EOFError:
+        raise ValueError(
+            f"{who}{path}: the gzip data is truncated (it ends after line {n}, before the end of the "
+            "compressed stream); copy or re-create the file"
+        ) from None
+    except zlib.error as e:
+        raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
 
 
 def missing_file_message(task: str, paths: Sequence[str]) -> str:
@@ -161,14 +217,26 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
     if not os.path.exists(path):
         raise FileNotFoundError(missing_file_message(task, [path]))
     if path.endswith(".parquet"):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
+        try:
+            table = pq.read_table(path)
+        except (pa.ArrowException, OSError) as e:
+            raise ValueError(f"{who}{path}: not a readable parquet file ({e}); re-export it") from None
+        for i, row in enumerate(table.to_pylist()):
             yield f"{path}:row {i}", row
         return
     if path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
+        text = _decode_utf8(raw, f"{who}{path}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{who}{path}:{e.lineno}: not valid JSON ({e.msg} at column {e.colno})"
+            ) from None
         if not isinstance(data, list):
             raise ValueError(
                 f"{who}{path}: a .json task file holds a list of rows, got {type(data).__name__}"
@@ -176,26 +244,34 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
         for i, row in enumerate(data):
             yield f"{path}:item {i}", row
         return
-    with _open_text(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{who}{path}:{n}: not a JSON line ({e})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{who}{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            yield f"{path}:{n}", row
+    for n, line in _text_lines(path, who):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{who}{path}:{n}: not a JSON line ({e})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{who}{path}:{n}: expected a JSON object, got {type(row).__name__}")
+        yield f"{path}:{n}", row
 
 
 def load_examples(
-    path: str, layout: str, *, task: str = "", limit: int | None = None, kind: str = ""
+    path: str,
+    layout: str,
+    *,
+    task: str = "",
+    limit: int | None = None,
+    kind: str = "",
+    check_choices: bool = True,
 ) -> list[Example]:
-    """The `Example`s of a file in `layout`; a bad row raises naming the file, line and field.
+    """The `Example`s of a file in `layout`; a bad row raises naming the task, document, file, line and field.
 
     With `kind="multiple_choice"` (the layout's default kind when not given) a row of one choice is an error:
-    its accuracy would be 1 whatever the model does.
+    its accuracy would be 1 whatever the model does. With `check_choices` (the evaluated documents; a
+    few-shot pool shows only its right answers) an empty choice or two identical choices are errors naming the
+    document and the choices: an empty choice has nothing to score, and identical choices score the same, so
+    `acc` would depend on which of them comes first (the harness scores both silently).
     """
     kind = kind or LAYOUTS[layout][1]
     convert = LAYOUTS[layout][0]
@@ -203,24 +279,47 @@ def load_examples(
     for where, row in load_rows(path, task=task):
         if limit is not None and len(out) >= limit:
             break
+        doc = f"task {task!r}: document {len(out)} ({where})"
         try:
             example = convert(row)
         except KeyError as e:
             raise ValueError(
-                f"task {task!r}: {where}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
+                f"{doc}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
             ) from None
         except (ValueError, TypeError, IndexError) as e:
-            raise ValueError(f"task {task!r}: {where}: bad row for layout {layout!r}: {e}") from None
+            raise ValueError(f"{doc}: bad row for layout {layout!r}: {e}") from None
         if kind == "multiple_choice" and example.num_choices < 2:
             raise ValueError(
-                f"task {task!r}: {where}: field 'continuations' holds one choice but a multiple-choice row "
+                f"{doc}: field 'continuations' holds one choice but a multiple-choice row "
                 "needs at least 2 choices (its accuracy would always be 1); add the wrong choices, or set "
                 "`kind: continuation` for a single expected continuation"
             )
+        if check_choices and kind == "multiple_choice":
+            _check_choices(doc, layout, example)
         out.append(example)
     if not out:
         raise ValueError(f"task {task!r}: {path} holds no rows")
     return out
+
+
+def _check_choices(doc: str, layout: str, example: Example) -> None:
+    """A ValueError naming the document and choice when a choice is empty or two choices are the same."""
+    partial = len(example.continuations) == 1  # one context per choice (WinoGrande): the contexts differ
+    texts = example.contexts if partial else example.continuations
+    for i, text in enumerate(texts):
+        if not text.strip():
+            raise ValueError(
+                f"{doc}: choice {i} {text!r} is empty (layout {layout!r}): there is nothing to score; give it "
+                "text, or remove the choice (or the row)"
+            )
+    seen: dict[tuple[str, str], int] = {}
+    for i, pair in enumerate(example.pairs()):
+        if pair in seen:
+            raise ValueError(
+                f"{doc}: choices {seen[pair]} and {i} are the same text {texts[i]!r} (layout {layout!r}): they "
+                "score the same, so `acc` would depend on their order; remove the repeated choice (or the row)"
+            )
+        seen[pair] = i
 
 
 def prepared_examples(task: Task) -> list[Example]:
@@ -232,7 +331,9 @@ def prepared_examples(task: Task) -> list[Example]:
     pool = (
         examples
         if task.fewshot_path is None
-        else load_examples(task.fewshot_path, task.layout, task=task.name, kind=task.kind)
+        else load_examples(
+            task.fewshot_path, task.layout, task=task.name, kind=task.kind, check_choices=False
+        )
     )
     available = len(pool) - (1 if same else 0)
     if available < task.num_fewshot:

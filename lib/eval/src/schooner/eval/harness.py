@@ -1,15 +1,18 @@
 """The lm-evaluation-harness adapter: any harness task runs on a Schooner checkpoint (extra `[harness]`).
 
 Importing this module imports `lm_eval` (nothing else in `schooner.eval` does) and registers the model
-`schooner`, so the harness's own command line and API find it:
+`schooner` in lm-eval's registry. lm-eval has no plugin lookup for models, so a bare `lm_eval --model schooner`
+does not see it; `schooner-lm-eval` (or `python -m schooner.eval.lm_eval_cli`) is lm-eval's own command line
+with this module imported first, taking the same arguments:
 
-    lm_eval --model schooner --model_args checkpoint=/runs/nano,tokenizer=/tok --tasks piqa
+    schooner-lm-eval --model schooner --model_args checkpoint=/runs/nano,tokenizer=/tok --tasks piqa
 
-or, in Python, `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
+In Python: `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=...), tasks=[...])`.
 
-Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, with the
-context/continuation boundary in token space (`encode_pair`): the adapter's numbers equal Schooner's for the
-same requests, and do not depend on the harness's batch size or request order. Generation uses the KV cache
+Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, on requests
+split by `encode_pair` (lm-eval's own `_encode_pair` rule: trailing whitespace to the continuation, cut from
+the whole string's tokens): the adapter's numbers equal Schooner's for the same requests, and do not depend
+on the harness's batch size or request order. Generation uses the KV cache
 (`generate_texts`; greedy unless the request asks to sample), cut at the first of the request's `until` strings.
 """
 

@@ -290,7 +290,7 @@ def evaluate(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v4",
+        version="evaluate-v5",
         resources=resources,
         description=description or "; ".join(what),
     )
@@ -549,7 +549,10 @@ def _run_task_texts(config: TaskTextsConfig, output_path: str) -> dict[str, Any]
             if config.include_fewshot and task.fewshot_path and task.fewshot_path != task.path:
                 files.append(("fewshot", task.fewshot_path))
             for split, path in files:
-                for i, ex in enumerate(load_examples(path, task.layout, task=task.name, kind=task.kind)):
+                examples = load_examples(
+                    path, task.layout, task=task.name, kind=task.kind, check_choices=split == "eval"
+                )
+                for i, ex in enumerate(examples):
                     key = f"{task.name}/{i}" if split == "eval" else f"{task.name}/fewshot/{i}"
                     records.append(
                         {
@@ -601,7 +604,7 @@ def evaluate_checkpoints(
         name,
         _run_evaluate_checkpoints,
         config,
-        version="evaluate-checkpoints-v3",
+        version="evaluate-checkpoints-v4",
         resources=resources,
         description="scores of every checkpoint of a run",
     )
