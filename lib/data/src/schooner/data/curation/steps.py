@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle, step
@@ -509,16 +509,14 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     folders = input_locations(config.attributes)
     keep = [resolve_top_fraction(k, _scored(folders, k.key)) if isinstance(k, TopFraction) else k
             for k in config.keep]  # fmt: skip
-    clean = {"fix_text": config.fix_text, "normalize_whitespace": config.normalize_whitespace}
-    c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, **clean)
+    c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, fix_text=config.fix_text,
+                     normalize_whitespace=config.normalize_whitespace)  # fmt: skip
     ds = with_attributes(src, folders, locate=True)
     manifest = ds.map_shard(c, with_counters=True, name="consolidate").write_jsonl(
         output_path, skip_existing=True, num_shards=config.num_shards
     )
     if config.dropped_samples:
-        sampler = Consolidator(
-            tuple(keep), tuple(config.remove), True, "dropped", config.dropped_samples, **clean
-        )
+        sampler = replace(c, attach=True, mode="dropped", sample=config.dropped_samples)
         ds.map_shard(sampler, with_counters=True, name="dropped").write_jsonl(
             storage.join(output_path, "dropped"), num_shards=1, progress=False
         )
