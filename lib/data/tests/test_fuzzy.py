@@ -295,6 +295,7 @@ def _survivors(folder: str, out: str) -> tuple[dict[str, dict], dict[str, list[s
 def _datasketch_clusters(docs: list[dict]) -> list[set[str]]:
     """Clusters by datasketch's MinHashLSH (Marin's 26 bands x 11 rows) over the reference 5-grams, each
     candidate pair verified by the reference Jaccard >= 0.8, joined into connected components."""
+    pytest.importorskip("datasketch")
     from datasketch import MinHash, MinHashLSH
 
     lsh = MinHashLSH(num_perm=286, params=(26, 11))
