@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,18 @@ def test_consolidate_counts_every_drop_by_reason(run):
     assert not [t for t in truth if t["dup_of"] and t["url"] in urls and t["dup_of"] in urls]
     rules = result[h["rules"]].result["failures"]
     assert rules["gopher_quality.failed"] >= 1 and any(k.startswith("gopher_quality.") for k in rules)
+
+
+def test_consolidate_writes_clean_text(run):
+    """pydoc's pages hold `&nbsp;`: the extracted pages keep U+00A0, the consolidated text has plain spaces,
+    no trailing whitespace and no run of blank lines, each repair counted."""
+    result, h = run["result"], run["handles"]
+    pages = "".join(r["text"] for r in read_shards(result[h["pages"]].output_path))
+    assert "\u00a0" in pages
+    kept = [r["text"] for r in read_shards(result[h["clean"]].output_path)]
+    assert kept and not [t for t in kept if "\u00a0" in t or "\n\n\n" in t or re.search(r"[ \t]$", t, re.M)]
+    cleaned = result[h["clean"]].result["cleaned"]
+    assert cleaned["whitespace"] >= 1 and cleaned["whitespace.chars"] >= 0
 
 
 @pytest.mark.skipif(

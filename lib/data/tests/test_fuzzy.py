@@ -222,3 +222,148 @@ def test_arrow_arrays_for_the_kernels_keep_ids_exactly():
     texts = ["plain", "", "ünïcödé ✓", "lone \ud800 surrogate"]
     assert [b.decode("utf-8", "surrogatepass") for b in string_array(texts, binary=True).to_pylist()] == texts
     assert string_array(texts).to_pylist() == ["plain", "", "ünïcödé ✓", "lone ? surrogate"]
+
+
+# ------------------------------------------------------------------ which member of a cluster survives
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """12 planted clusters among 60 unique documents (Python's docs, ~600 characters each), the members of
+    each cluster in input order: a truncated copy, the original, a chrome-padded copy (the longest, last);
+    3 more clusters whose two longest members tie (two one-word edits of the original, same length) after a
+    truncated copy. Every cluster is a clique at reference 5-gram Jaccard >= 0.8; `score` is a metadata
+    number, highest on the truncated copy. The same records are written as 1 shard and as 4 shards."""
+    from schooner.data.sources import iter_source
+
+    base: list[str] = []
+    for r in iter_source("python-docs"):
+        t = r["text"]
+        # pieces of varied text (repetitive pieces have few distinct 5-grams: a cut changes them a lot)
+        base += [p for i in range(0, len(t) - 600, 600) if len(_ref_grams(p := t[i : i + 600])) >= 450]
+        if len(base) >= 80:
+            break
+    rng = random.Random(29)
+    docs: list[dict] = []
+    clusters: list[list[str]] = []
+
+    def add(i: str, text: str, score: float) -> None:
+        docs.append({"id": i, "text": text, "source": "t", "metadata": {"score": score}})
+
+    for k in range(15):
+        t = base[k]
+        members = [(f"c{k}-trunc", t[:570], 0.9)]
+        if k < 12:
+            members += [(f"c{k}-orig", t, 0.5), (f"c{k}-padded", "Menu | Docs\n" + t + "\nTerms", 0.1)]
+        else:  # a tie: one word swapped for another of the same length, twice
+            ws = t.split(" ")
+            j = next(j for j in range(len(ws) // 2, len(ws)) if len(ws[j]) == 4 and ws[j].isalpha())
+            members += [
+                (f"c{k}-tie{n}", " ".join([*ws[:j], w, *ws[j + 1 :]]), 0.2)
+                for n, w in enumerate(("abcd", "wxyz"))
+            ]
+        grams = [_ref_grams(text) for _, text, _ in members]
+        assert all(_ref_jaccard(a, b) >= 0.8 for a, b in combinations(grams, 2)), k
+        clusters.append([m[0] for m in members])
+        for m in members:
+            add(*m)
+    for k in range(15, 75):
+        add(f"u{k}", base[k], rng.random() / 2)
+    # shuffle, then put each cluster's members back in their order at the positions they took
+    rng.shuffle(docs)
+    pos = {d["id"]: p for p, d in enumerate(docs)}
+    by_id = {d["id"]: d for d in docs}
+    for members in clusters:
+        for p, i in zip(sorted(pos[m] for m in members), members):
+            docs[p] = by_id[i]
+    folders = {}
+    for shards in (1, 4):
+        folders[shards] = str(tmp_path_factory.mktemp("planted") / f"src{shards}")
+        Dataset.from_records(docs, num_shards=shards).write_jsonl(folders[shards], progress=False)
+    return {"docs": docs, "clusters": clusters, "folders": folders}
+
+
+def _survivors(folder: str, out: str) -> tuple[dict[str, dict], dict[str, list[str]]]:
+    attrs = _clusters(folder, out)
+    groups: dict[str, list[str]] = {}
+    for i, a in attrs.items():
+        if a["fuzzy_cluster"] is not None:
+            groups.setdefault(a["fuzzy_cluster"], []).append(i)
+    return attrs, {k: v for k, v in groups.items() if len(v) > 1}
+
+
+def _datasketch_clusters(docs: list[dict]) -> list[set[str]]:
+    """Clusters by datasketch's MinHashLSH (Marin's 26 bands x 11 rows) over the reference 5-grams, each
+    candidate pair verified by the reference Jaccard >= 0.8, joined into connected components."""
+    pytest.importorskip("datasketch")
+    from datasketch import MinHash, MinHashLSH
+
+    lsh = MinHashLSH(num_perm=286, params=(26, 11))
+    grams = {d["id"]: _ref_grams(d["text"]) for d in docs}
+    for i, g in grams.items():
+        m = MinHash(num_perm=286, seed=1)
+        m.update_batch([s.encode() for s in g])
+        lsh.insert(i, m)
+        grams[i] = g
+    index = {d["id"]: k for k, d in enumerate(docs)}
+    edges = set()
+    for i, g in grams.items():
+        m = MinHash(num_perm=286, seed=1)
+        m.update_batch([s.encode() for s in g])
+        for j in lsh.query(m):
+            if j != i and _ref_jaccard(g, grams[j]) >= 0.8:
+                edges.add(tuple(sorted((index[i], index[j]))))
+    labels = _bfs_components(len(docs), edges)
+    out: dict[int, set[str]] = {}
+    for k, lab in enumerate(labels):
+        out.setdefault(lab, set()).add(docs[k]["id"])
+    return [c for c in out.values() if len(c) > 1]
+
+
+@pytest.mark.parametrize("keep", [None, "longest", "first", "metadata.score"])
+def test_fuzzy_dedup_keeps_the_longest_or_best_scored_member_whatever_the_shards(planted, keep, tmp_path):
+    docs = {d["id"]: d for d in planted["docs"]}
+    order = {d["id"]: k for k, d in enumerate(planted["docs"])}
+    cfg = MinHashConfig() if keep is None else MinHashConfig(keep=keep)
+    rank = {
+        None: lambda i: len(docs[i]["text"]),
+        "longest": lambda i: len(docs[i]["text"]),
+        "first": lambda i: 0,
+        "metadata.score": lambda i: docs[i]["metadata"]["score"],
+    }[keep]
+    got = {}
+    for shards, folder in planted["folders"].items():
+        out = str(tmp_path / f"out{shards}")
+        fuzzy_dedup_attributes(
+            folder, out, cfg, work=str(tmp_path / f"w{shards}"), max_workers=2, progress=False
+        )
+        attrs, groups = _survivors(folder, out)
+        got[shards] = attrs
+        assert sorted(map(sorted, groups.values())) == sorted(map(sorted, planted["clusters"]))
+        for members in planted["clusters"]:
+            # the highest rank, ties broken by input order
+            want = max(members, key=lambda i: (rank(i), -order[i]))
+            kept = [i for i in members if not attrs[i]["fuzzy_dup"]]
+            assert kept == [want], (members, kept)
+            assert all(attrs[i]["fuzzy_cluster"] == want for i in members)
+            assert attrs[want]["fuzzy_cluster_size"] == len(members)
+    assert got[1] == got[4]  # the same attributes whatever the shard count
+    if keep is None:
+        assert {frozenset(c) for c in _datasketch_clusters(planted["docs"])} == {
+            frozenset(c) for c in planted["clusters"]
+        }
+        assert [i for i in order if i.endswith("-padded") and got[1][i]["fuzzy_dup"]] == []
+
+
+def test_fuzzy_dedup_keep_names_a_missing_or_bad_score_field(planted, tmp_path):
+    with pytest.raises(ValueError, match=r"keep='best'.*'longest', 'first' or 'metadata.<field>'"):
+        MinHashConfig(keep="best")
+    docs = [dict(d, metadata={}) if k == 7 else d for k, d in enumerate(planted["docs"])]
+    folder = str(tmp_path / "src")
+    Dataset.from_records(docs, num_shards=2).write_jsonl(folder, progress=False)
+    bad = docs[7]["id"]
+    with pytest.raises(
+        ValueError, match=rf"record {bad!r} has no number in metadata field 'score' \(got None\)"
+    ):
+        fuzzy_dedup_attributes(folder, str(tmp_path / "out"), MinHashConfig(keep="metadata.score"),
+                               work=str(tmp_path / "w"), client="inline", progress=False)  # fmt: skip

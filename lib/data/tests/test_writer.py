@@ -40,7 +40,7 @@ def test_manifest_layout(tmp_path) -> None:
     assert [s["records"] for s in m["shards"]] == [25, 25, 25, 25]
     assert [s["bytes"] for s in m["shards"]] == [os.path.getsize(p) for p in list_shards(str(tmp_path / "o"))]
     assert m["counters"] == {"made": 100}
-    assert m["errors"] == {"skipped": 0, "examples": []}
+    assert m["errors"] == {"skipped": 0, "examples": [], "reasons": {}}
     assert sorted(os.listdir(tmp_path / "o"))[0] == ".shard-stats"
 
 

@@ -139,7 +139,8 @@ def report_skips(errors: SkipLog) -> None:
     """Say how much bad input was skipped (a collect has no manifest to count it in)."""
     if errors.skipped:
         _logger.warning(
-            "skipped %d bad input record(s) (on_error='skip'); the first: %s",
+            "skipped %d bad input record(s) (on_error='skip'; by reason: %s); the first: %s",
             errors.skipped,
+            ", ".join(f"{k} {n}" for k, n in errors.counts().items()),
             "; ".join(errors.examples),
         )

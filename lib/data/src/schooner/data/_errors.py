@@ -12,6 +12,9 @@ OnError = Literal["raise", "skip"]
 
 _logger = logging.getLogger("schooner.data")
 
+DEFAULT_KIND = "bad_input"
+"""The reason a `DataError` is listed under when it names none."""
+
 _SKIP_HINT = "pass on_error='skip' to skip bad records (they are counted in the manifest)"
 
 
@@ -23,6 +26,7 @@ class DataError(ValueError):
         line: The 1-based line number (text formats), or None.
         row_group: The parquet row group, or None.
         reason: What is wrong, without the location.
+        kind: A short name for the reason (`"empty_body"`, `"damaged_stream"`): skips are listed by it.
     """
 
     def __init__(
@@ -34,8 +38,10 @@ class DataError(ValueError):
         row_group: int | None = None,
         row: int | None = None,
         fix: str | None = None,
+        kind: str | None = None,
     ) -> None:
         self.path = path
+        self.kind = kind or DEFAULT_KIND
         self.line = line
         self.row_group = row_group
         self.row = row
@@ -67,7 +73,7 @@ class DataError(ValueError):
     ]:  # keep the fields when the error crosses a process boundary
         return (
             _rebuild,
-            (self.path, self.reason, self.line, self.row_group, self.row, self.fix),
+            (self.path, self.reason, self.line, self.row_group, self.row, self.fix, self.kind),
         )
 
 
@@ -78,8 +84,9 @@ def _rebuild(
     row_group: int | None,
     row: int | None,
     fix: str | None,
+    kind: str | None = None,
 ) -> DataError:
-    return DataError(path, reason, line=line, row_group=row_group, row=row, fix=fix)
+    return DataError(path, reason, line=line, row_group=row_group, row=row, fix=fix, kind=kind)
 
 
 def record_error(
@@ -89,37 +96,56 @@ def record_error(
     line: int | None = None,
     row_group: int | None = None,
     row: int | None = None,
+    kind: str | None = None,
 ) -> DataError:
     """A bad *record* (skippable): the message ends with the `on_error='skip'` hint."""
-    return DataError(path, reason, line=line, row_group=row_group, row=row, fix=_SKIP_HINT)
+    return DataError(path, reason, line=line, row_group=row_group, row=row, fix=_SKIP_HINT, kind=kind)
 
 
 MAX_EXAMPLES = 5
-"""How many skipped-record examples a `SkipLog` keeps (the count is always exact)."""
+"""How many skipped-record examples a `SkipLog` keeps in `examples` (`reasons` lists every one)."""
 
 
 @dataclass
 class SkipLog:
-    """Counts skipped bad input and keeps the first few messages, for the manifest and step record."""
+    """Counts skipped bad input, for the manifest and step record: the first few messages (`examples`, what a
+    log line shows) and every message by its reason (`reasons`: `{kind: [message, ...]}`, in reading order
+    within a task, tasks in order)."""
 
     skipped: int = 0
     examples: list[str] = field(default_factory=list)
+    reasons: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, err: DataError) -> None:
         self.skipped += 1
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(err.skipped_message)
+        self.reasons.setdefault(err.kind, []).append(err.skipped_message)
 
     def merge(self, other: SkipLog | dict) -> None:
         if isinstance(other, dict):
-            other = SkipLog(int(other.get("skipped", 0)), list(other.get("examples", [])))
+            other = SkipLog(
+                int(other.get("skipped", 0)),
+                list(other.get("examples", [])),
+                {k: list(v) for k, v in other.get("reasons", {}).items()},
+            )
         self.skipped += other.skipped
         room = MAX_EXAMPLES - len(self.examples)
         if room > 0:
             self.examples.extend(other.examples[:room])
+        for kind, messages in other.reasons.items():
+            self.reasons.setdefault(kind, []).extend(messages)
+
+    def counts(self) -> dict[str, int]:
+        """How many skips of each reason."""
+        return {k: len(v) for k, v in sorted(self.reasons.items())}
 
     def to_dict(self) -> dict:
-        return {"skipped": self.skipped, "examples": list(self.examples)}
+        return {
+            "skipped": self.skipped,
+            "examples": list(self.examples),
+            "reasons": {k: list(v) for k, v in sorted(self.reasons.items())},
+        }
 
 
 def check_on_error(on_error: str) -> OnError:

@@ -3,7 +3,7 @@
 Operators as functions and configs (this module), as cached steps (`schooner.data.curation.steps`), an
 offline test crawl (`schooner.data.curation.crawl`) and a page to look at record folders
 (`schooner.data.curation.browse`). Heavy libraries (resiliparse, fastwarc, trafilatura, fastText,
-floret, dupekit, rbloom) come with `schooner-data[curation]` and are imported only inside the modules that
+floret, dupekit, rbloom, ftfy) come with `schooner-data[curation]` and are imported only inside the modules that
 wrap them.
 """
 
@@ -12,6 +12,9 @@ from ._attributes import iter_attributes as iter_attributes
 from ._attributes import with_attributes as with_attributes
 from ._classifier import ClassifierConfig as ClassifierConfig
 from ._classifier import train_classifier as train_classifier
+from ._clean import clean_text as clean_text
+from ._clean import fix_text as fix_text
+from ._clean import normalize_whitespace as normalize_whitespace
 from ._consolidate import Keep as Keep
 from ._consolidate import lang_is as lang_is
 from ._consolidate import not_contaminated as not_contaminated

@@ -3,7 +3,9 @@
 Filters (`Keep`) are small frozen objects over a record's merged attributes, applied in order: a record
 is dropped by the first that rejects it, and counted as `dropped.<filter name>`. Span attributes named in
 `remove` are cut out of the kept texts (`removed.<attribute>.spans` / `.chars`); a text left empty is
-dropped as `dropped.empty_after_removal`. A sample of the dropped records of every reason is written
+dropped as `dropped.empty_after_removal`. Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
+counted `cleaned.fixed_text`; unicode spaces, trailing whitespace and runs of blank lines normalised,
+`cleaned.whitespace`), each repair on by default and optional. A sample of the dropped records of every reason is written
 beside the output (`dropped/`), with the reason and their attributes, so a filter can be inspected before
 it is trusted (`schooner browse`).
 """
@@ -16,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._clean import fix_text as _fix_text
+from ._clean import normalize_whitespace as _normalize_whitespace
 from ._text import remove_spans
 
 
@@ -209,19 +213,25 @@ def resolve_top_fraction(keep: Keep, scored: Sequence[tuple[float, tuple[int, in
 @dataclass(frozen=True)
 class Consolidator:
     """The per-shard work of `consolidate`: kept records out (mode "kept"), or a sample of the dropped
-    ones (mode "dropped", at most `sample` per reason per shard)."""
+    ones (mode "dropped", at most `sample` per reason per shard). A kept text is repaired (`fix_text`: ftfy's
+    mojibake repair) and its whitespace normalised (`normalize_whitespace`) after its spans are cut out."""
 
     keep: tuple[Keep, ...]
     remove: tuple[str, ...] = ()
     attach: bool = True
     mode: str = "kept"
     sample: int = 20
+    fix_text: bool = True
+    normalize_whitespace: bool = True
 
     @property
     def __name__(self) -> str:
         return "consolidate" if self.mode == "kept" else "dropped_sample"
 
     def decide(self, rec: dict) -> tuple[str | None, dict, dict[str, tuple[int, int]]]:
+        """`(drop reason or None, attributes, {attribute: (spans, chars) removed})`; a kept record's text is
+        cut and cleaned in place, and `removed` then also holds `cleaned.<repair>` for each repair that
+        changed it."""
         attrs = rec.get("_attrs", {})
         loc = rec.get("_loc")
         for k in self.keep:
@@ -238,6 +248,15 @@ class Consolidator:
             rec["text"] = remove_spans(rec["text"], spans)
             if not rec["text"].strip():
                 return "empty_after_removal", attrs, removed
+        for name, on, repair in (("fixed_text", self.fix_text, _fix_text),
+                                 ("whitespace", self.normalize_whitespace, _normalize_whitespace)):  # fmt: skip
+            if on:
+                text = repair(rec["text"])
+                if text != rec["text"]:
+                    removed[f"cleaned.{name}"] = (1, len(rec["text"]) - len(text))
+                    rec["text"] = text
+        if not rec["text"].strip():
+            return "empty_after_cleaning", attrs, removed
         return None, attrs, removed
 
     def __call__(self, records: Iterator[dict], counters: dict[str, int]) -> Iterator[dict]:
@@ -252,6 +271,10 @@ class Consolidator:
                     counters[f"dropped.{reason}"] = counters.get(f"dropped.{reason}", 0) + 1
                     continue
                 for key, (n, chars) in removed.items():
+                    if key.startswith("cleaned."):  # records changed by the repair, and characters it removed
+                        counters[key] = counters.get(key, 0) + n
+                        counters[f"{key}.chars"] = counters.get(f"{key}.chars", 0) + chars
+                        continue
                     counters[f"removed.{key}.spans"] = counters.get(f"removed.{key}.spans", 0) + n
                     counters[f"removed.{key}.chars"] = counters.get(f"removed.{key}.chars", 0) + chars
                 if self.attach:

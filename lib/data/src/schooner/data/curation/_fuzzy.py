@@ -4,12 +4,13 @@ Four passes, none of them a shuffle of per-band items:
 
 1. Signatures (one task per source shard): the kernels (`_minhash`) normalise each text and compute its
    band keys in batches; the task writes two files to `work`: the shard's band keys (`uint64 [bands, n]`,
-   one contiguous row per band) and an Arrow file of ids and normalised texts.
+   one contiguous row per band) and an Arrow file of ids, normalised texts and ranks (`MinHashConfig.keep`).
 2. Candidates (here, vectorised, `_lsh`): per band, documents sharing a key are linked (a stable sort,
    equal neighbours); the unique pairs become connected components. Only the band keys are in memory
    (8 bytes per band and document, a group of bands at a time when they do not fit `memory_budget`).
-3. Verification (tasks over groups of components): in input order, each member is compared with the
-   component's representatives so far by the exact Jaccard of its character n-gram set (from the
+3. Verification (tasks over groups of components): best first (`MinHashConfig.keep`: the longest text by
+   default, or the first, or the highest metadata score; ties in input order), each member is compared with
+   the component's representatives so far by the exact Jaccard of its character n-gram set (from the
    normalised texts of pass 1); at `threshold` or above it is a duplicate of the most similar one, else it
    becomes a representative itself. LSH false positives are never removed.
 4. Attributes (one task per shard, from the ids of pass 1: the source is not read again), co-partitioned
@@ -52,33 +53,39 @@ class SignatureSink(Sink):
         tag = storage.unique_tag()
         text_path = storage.join(self.work, f"norm-{index:05d}-{tag}.arrow")
         bands: list[np.ndarray] = []
-        schema = pa.schema([("id", pa.binary()), ("norm", pa.string())])
+        schema = pa.schema([("id", pa.binary()), ("norm", pa.string()), ("rank", pa.float64())])
         n = nbytes = 0
         with storage.open_file(text_path, "wb") as f, pa.ipc.new_file(f, schema) as w:
             ids: list[str] = []
             texts: list[str] = []
+            ranks: list[float] = []
             for rec in records:
                 ids.append(rec["id"])
                 texts.append(rec["text"])
+                ranks.append(self.config.rank(rec))
                 nbytes += len(rec["text"])
                 if len(ids) >= self.config.batch_size:
-                    bands.append(self._flush(ids, texts, w))
+                    bands.append(self._flush(ids, texts, ranks, w))
                     n += len(ids)
-                    ids, texts = [], []
+                    ids, texts, ranks = [], [], []
             if ids or not bands:
-                bands.append(self._flush(ids, texts, w))
+                bands.append(self._flush(ids, texts, ranks, w))
                 n += len(ids)
         band_path = storage.join(self.work, f"bands-{index:05d}-{tag}.npy")
         with storage.open_file(band_path, "wb") as f:
             np.save(f, np.ascontiguousarray(np.concatenate(bands, axis=0).T))
         return {"records": n, "bytes": nbytes, "texts": text_path, "bands": band_path}
 
-    def _flush(self, ids: list[str], texts: list[str], writer: Any) -> np.ndarray:
+    def _flush(self, ids: list[str], texts: list[str], ranks: list[float], writer: Any) -> np.ndarray:
         norm, bands = kernel_batch(texts, self.config)
         import pyarrow as pa
 
-        writer.write_batch(pa.RecordBatch.from_arrays([string_array(ids, binary=True), norm],
-                                                      names=["id", "norm"]))  # fmt: skip
+        rank = np.asarray(ranks, dtype=np.float64)
+        rank_array = pa.Array.from_buffers(
+            pa.float64(), len(rank), [None, pa.py_buffer(rank)]
+        )  # not pa.array: pandas
+        writer.write_batch(pa.RecordBatch.from_arrays([string_array(ids, binary=True), norm, rank_array],
+                                                      names=["id", "norm", "rank"]))  # fmt: skip
         return bands
 
 
@@ -101,17 +108,20 @@ class VerifySplit(Split):
         return None
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
-        ids, texts = self._read_members()
+        ids, texts, ranks = self._read_members()
         for members in self.components:
-            yield from self._verify(members, ids, texts)
+            # best first (`MinHashConfig.keep`), ties in input order: the first of a cluster is kept
+            ordered = sorted(members, key=lambda g: (-ranks[g], g))
+            yield from self._verify(ordered, ids, texts)
 
-    def _read_members(self) -> tuple[dict[int, str], dict[int, str]]:
+    def _read_members(self) -> tuple[dict[int, str], dict[int, str], dict[int, float]]:
         import pyarrow as pa
 
         wanted = np.sort(np.fromiter((g for c in self.components for g in c), dtype=np.int64))
         files = np.searchsorted(np.asarray(self.offsets), wanted, side="right") - 1
         ids: dict[int, str] = {}
         texts: dict[int, str] = {}
+        ranks: dict[int, float] = {}
         for f in np.unique(files):
             g = wanted[files == f]
             table = read_arrow(self.text_files[f])
@@ -119,12 +129,14 @@ class VerifySplit(Split):
             rows = pa.Array.from_buffers(
                 pa.int64(), len(rows), [None, pa.py_buffer(rows)]
             )  # not pa.array: pandas
-            for k, i, t in zip(
-                g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist()
+            rank = table["rank"].take(rows).to_pylist()
+            for k, i, t, r in zip(
+                g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist(), rank
             ):
                 ids[k] = i.decode("utf-8", "surrogatepass")
                 texts[k] = t
-        return ids, texts
+                ranks[k] = r
+        return ids, texts, ranks
 
     def _verify(self, members: Sequence[int], ids: dict[int, str], texts: dict[int, str]) -> Iterator[dict]:
         if not self.config.verify:

@@ -32,7 +32,12 @@ targets, form fields, `<noscript>` and comment sections left out."""
 
 
 class BadPage(ValueError):
-    """A page that cannot become a record (the caller names its file and offset)."""
+    """A page that cannot become a record (the caller names its file and offset); `kind` names the reason
+    (what skips are listed by: `"empty_body"`, `"over_max_bytes"`, ...)."""
+
+    def __init__(self, message: str, kind: str = "bad_page") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def decode_html(body: bytes, declared: str | None) -> tuple[str, str, bool]:
             return body[len(bom) :].decode(enc, "replace"), enc, False
     head = body[:1024]
     if b"\x00" in head:
-        raise BadPage("binary body (NUL bytes), not text")
+        raise BadPage("binary body (NUL bytes), not text", "binary_body")
     candidates: list[str | None] = []
     if declared:
         candidates.append(whatwg_codec(declared))
@@ -177,7 +182,7 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
                 favor_precision=config.main_content, deduplicate=False, with_metadata=False, fast=True,
             ) or ""  # fmt: skip
     except (ValueError, RuntimeError, TypeError) as e:  # the extractors' parse errors
-        raise BadPage(f"{config.extractor} could not extract this page ({e})") from None
+        raise BadPage(f"{config.extractor} could not extract this page ({e})", "extractor_failed") from None
     return _tidy(text), _title(tree)
 
 

@@ -43,7 +43,7 @@ def _read_bounded(path: str, limit: int) -> bytes:
                 with gzip.GzipFile(fileobj=f) as g:
                     return g.read(limit + 1)
             except (OSError, EOFError, zlib.error) as e:
-                raise BadPage(f"does not decompress as gzip ({e})") from e
+                raise BadPage(f"does not decompress as gzip ({e})", "damaged_stream") from e
         if lower.endswith(".zst"):
             import zstandard
 
@@ -51,7 +51,7 @@ def _read_bounded(path: str, limit: int) -> bytes:
                 with zstandard.ZstdDecompressor().stream_reader(f) as z:
                     return z.read(limit + 1)
             except zstandard.ZstdError as e:
-                raise BadPage(f"does not decompress as zstd ({e})") from e
+                raise BadPage(f"does not decompress as zstd ({e})", "damaged_stream") from e
         return f.read(limit + 1)
 
 
@@ -59,9 +59,9 @@ def _page_record(path: str, url: str, config: ExtractConfig, source: str) -> dic
     """The record of one HTML file, None when its text is shorter than `min_chars`."""
     body = _read_bounded(path, config.max_bytes)
     if len(body) > config.max_bytes:
-        raise BadPage(f"page over max_bytes={config.max_bytes:,} (read or decompressed)")
+        raise BadPage(f"page over max_bytes={config.max_bytes:,} (read or decompressed)", "over_max_bytes")
     if not body or body.isspace():
-        raise BadPage("empty page")
+        raise BadPage("empty page", "empty_body")
     html, charset, _ = decode_html(body, None)
     text, title = extract_page(html, config)
     if len(text) < config.min_chars:
@@ -101,8 +101,9 @@ class HtmlFilesSplit(Split):
             try:
                 record = _page_record(path, url, self.config, self.source)
             except (BadPage, OSError) as e:
+                kind = e.kind if isinstance(e, BadPage) else "unreadable_file"
                 handle(DataError(path, f"HTML file: {e}", fix="pass on_error='skip' to skip bad pages (they "
-                                 "are counted)"), self.on_error, skips)  # fmt: skip
+                                 "are counted)", kind=kind), self.on_error, skips)  # fmt: skip
                 continue
             if record is None:
                 counters["dropped.empty_text"] = counters.get("dropped.empty_text", 0) + 1

@@ -40,16 +40,16 @@ def decode_body(headers: dict[str, str], body: bytes, max_bytes: int, counters: 
                 continue
             decode = _DECODERS.get(coding)
             if decode is None:
-                raise BadPage(f"unsupported {header.title()}: {coding}")
+                raise BadPage(f"unsupported {header.title()}: {coding}", "unsupported_encoding")
             try:
                 body = decode(body, max_bytes)
             except _NotChunked:
                 counters["extract.not_chunked"] = counters.get("extract.not_chunked", 0) + 1
             except _Undecodable as e:
-                raise BadPage(f"body declared {header.title()}: {coding} {e}") from None
+                raise BadPage(f"body declared {header.title()}: {coding} {e}", "bad_encoding") from None
             if len(body) > max_bytes:
                 raise BadPage(f"body declared {header.title()}: {coding} decodes past max_bytes={max_bytes:,}; "
-                              "not decoded further")  # fmt: skip
+                              "not decoded further", "over_max_bytes")  # fmt: skip
     return body
 
 

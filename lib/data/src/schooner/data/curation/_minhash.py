@@ -10,6 +10,7 @@ threshold of Lee et al. 2022, "Deduplicating Training Data Makes Language Models
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,19 @@ class MinHashConfig:
     """Verify candidates against the text (False: every LSH candidate counts, as Marin does)."""
     batch_size: int = 512
     """Documents per kernel call."""
+    keep: str = "longest"
+    """Which member of a cluster is kept (the others are its duplicates): `"longest"` (most characters of
+    text: the full page, not a truncated copy), `"first"` (input order), or `"metadata.<field>"` (the highest
+    number in that metadata field, e.g. a quality score). Ties go to the first in input order."""
 
     def __post_init__(self) -> None:
+        if self.keep not in ("longest", "first") and not (
+            self.keep.startswith("metadata.") and len(self.keep) > len("metadata.")
+        ):
+            raise ValueError(
+                f"MinHashConfig: keep={self.keep!r}; use 'longest', 'first' or 'metadata.<field>' (a number in "
+                "each record's metadata, the highest kept)"
+            )
         if self.num_perms % self.num_bands:
             raise ValueError(
                 f"MinHashConfig: num_perms={self.num_perms} must be a multiple of num_bands={self.num_bands}"
@@ -44,6 +56,26 @@ class MinHashConfig:
             raise ValueError(f"MinHashConfig.threshold must be in (0, 1], got {self.threshold}")
         if self.ngram < 1 or self.max_chars < 1 or self.batch_size < 1:
             raise ValueError(f"MinHashConfig: ngram, max_chars and batch_size must be >= 1, got {self}")
+
+    def rank(self, record: dict) -> float:
+        """How strongly `record` is kept in its cluster under `keep` (higher first).
+
+        Raises:
+            ValueError: `keep="metadata.<field>"` and the record has no finite number there.
+        """
+        if self.keep == "longest":
+            return float(len(record["text"]))
+        if self.keep == "first":
+            return 0.0
+        name = self.keep.removeprefix("metadata.")
+        meta = record.get("metadata")
+        value = meta.get(name) if isinstance(meta, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(
+                f"fuzzy dedup keep={self.keep!r}: record {record.get('id')!r} has no number in metadata field "
+                f"{name!r} (got {value!r}); give every record one, or use keep='longest'"
+            )
+        return float(value)
 
     @property
     def rows(self) -> int:

@@ -54,12 +54,12 @@ def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
     if not sep:
         head, sep, body = block.partition(b"\n\n")
     if not sep:
-        raise BadPage("HTTP response without a header/body separator")
+        raise BadPage("HTTP response without a header/body separator", "bad_http")
     # HTTP lines end at \n (\r\n): not str.splitlines(), which also breaks at \x0c, \x1c-\x1e and \x85 in values
     lines = [ln.removesuffix("\r") for ln in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ", 2) if lines else []
     if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise BadPage(f"not an HTTP response status line: {lines[0][:60] if lines else ''!r}")
+        raise BadPage(f"not an HTTP response status line: {lines[0][:60] if lines else ''!r}", "bad_http")
     headers: dict[str, str] = {}
     for ln in lines[1:]:
         k, _, v = ln.partition(":")
@@ -117,22 +117,39 @@ def iter_pages(
                 length = headers.get("content-length")
                 if length is not None and not (length.isascii() and length.strip().isdigit()):
                     rec.reader.consume()
-                    raise BadPage(f"WARC Content-Length {length[:40]!r} is not an integer >= 0")
+                    raise BadPage(
+                        f"WARC Content-Length {length[:40]!r} is not an integer >= 0", "bad_content_length"
+                    )
                 declared = -1 if length is None else int(length)
                 if declared > config.max_bytes:
                     rec.reader.consume()
-                    raise BadPage(f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}")
+                    raise BadPage(
+                        f"page of {declared:,} bytes is over max_bytes={config.max_bytes:,}", "over_max_bytes"
+                    )
                 block = rec.reader.read()
                 if declared >= 0 and len(block) < declared:
-                    raise BadPage(f"truncated record: {len(block):,} of {declared:,} bytes")
+                    raise BadPage(
+                        f"truncated record: {len(block):,} of {declared:,} bytes", "truncated_record"
+                    )
                 page = _page(block, config, counters, headers.get("warc-identified-payload-type"))
                 if page is None:
                     continue
                 text, title, charset, mime = page
             except BadPage as e:
                 err = DataError(path, f"WARC record at byte offset {offset} ({url or 'no URL'}): {e}",
-                                fix="pass on_error='skip' to skip bad pages (they are counted)")  # fmt: skip
+                                fix="pass on_error='skip' to skip bad pages (they are counted)", kind=e.kind)  # fmt: skip
                 handle(err, on_error, skips)
+                continue
+            except OSError as e:  # the record's body does not decompress: a large page (fastwarc inflates
+                # ~300 KB ahead, so a small record's damage shows at `next(it)` above, a large one's here)
+                rid = headers.get("warc-record-id", "").strip("<>") or "no WARC-Record-ID"
+                what = f"WARC record {rid} at byte offset {offset} ({url or 'no URL'})"
+                resume = _skip_damaged_member(f, path, e, None, 0, offset, on_error, skips, record=what)
+                if resume is None:
+                    return
+                f.seek(resume)
+                it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
+                last, restart = None, resume
                 continue
             if len(text) < config.min_chars:
                 _add(counters, "dropped.empty_text")
@@ -151,10 +168,11 @@ def iter_pages(
 
 def _skip_damaged_member(
     f: Any, path: str, error: OSError, last: int | None, last_length: int, restart: int, on_error: str,
-    skips: SkipLog,
+    skips: SkipLog, *, record: str | None = None,
 ) -> int | None:  # fmt: skip
-    """A WARC stream that fails after the record at `last` (None: no record since `restart`), named and
-    counted as one skip; returns where reading resumes (None: nowhere). A gzip file is a series of gzip
+    """A WARC stream that fails after the record at `last` (None: no record since `restart`; `record` names
+    the record whose body failed there), named and counted as one skip (`damaged_stream`); returns where
+    reading resumes (None: nowhere). A gzip file is a series of gzip
     members (one per record, as crawlers write them): the damaged member starts where the last good one ends,
     and reading resumes at the next member that inflates to a whole WARC record. In a plain file the damage
     starts where the last record ends by its Content-Length, and reading resumes at the next `WARC/1.x` line
@@ -180,7 +198,9 @@ def _skip_damaged_member(
     else:
         rest = f"reading resumes at byte offset {resume}" if resume is not None else "to the end of the file"
         msg = f"{what} at byte offset {bad} is unreadable ({error}); {rest}"
-    handle(DataError(path, msg), on_error, skips)
+    if record is not None:
+        msg = f"{record}: {msg}"
+    handle(DataError(path, msg, kind="damaged_stream"), on_error, skips)
     return None if bad is None else resume
 
 
@@ -294,9 +314,9 @@ def _page(
     if not decoded:
         body = decode_body(headers, body, config.max_bytes, counters)
     if not body or body.isspace():  # not `body.strip()`, which copies the page
-        raise BadPage("empty body")
+        raise BadPage("empty body", "empty_body")
     if len(body) > config.max_bytes:
-        raise BadPage(f"page of {len(body):,} bytes is over max_bytes={config.max_bytes:,}")
+        raise BadPage(f"page of {len(body):,} bytes is over max_bytes={config.max_bytes:,}", "over_max_bytes")
     html, used, fell_back = decode_html(body, charset)
     if fell_back:
         _add(counters, "extract.charset_fallback")

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle, step
@@ -431,8 +431,9 @@ def _run_decontam(config: DecontamStepConfig, output_path: str) -> dict:
     if config.remove is not None:
         documents = config.remove == "documents"
         c = Consolidator(
-            (not_contaminated(),) if documents else (), () if documents else ("contaminated",), False
-        )
+            (not_contaminated(),) if documents else (), () if documents else ("contaminated",), False,
+            fix_text=False, normalize_whitespace=False,
+        )  # fmt: skip
         out = with_attributes(src, [output_path], locate=True).map_shard(
             c, with_counters=True, name="decontaminate"
         )
@@ -487,6 +488,8 @@ class ConsolidateConfig:
     dropped_samples: int = 20
     num_shards: int | None = None
     extra: dict = field(default_factory=dict)
+    fix_text: bool = True
+    normalize_whitespace: bool = True
 
 
 def _scored(folders: Sequence[str], key: str) -> list[tuple[float, tuple[int, int]]]:
@@ -506,21 +509,23 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     folders = input_locations(config.attributes)
     keep = [resolve_top_fraction(k, _scored(folders, k.key)) if isinstance(k, TopFraction) else k
             for k in config.keep]  # fmt: skip
-    c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes)
+    c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, fix_text=config.fix_text,
+                     normalize_whitespace=config.normalize_whitespace)  # fmt: skip
     ds = with_attributes(src, folders, locate=True)
     manifest = ds.map_shard(c, with_counters=True, name="consolidate").write_jsonl(
         output_path, skip_existing=True, num_shards=config.num_shards
     )
     if config.dropped_samples:
-        sampler = Consolidator(tuple(keep), tuple(config.remove), True, "dropped", config.dropped_samples)
+        sampler = replace(c, attach=True, mode="dropped", sample=config.dropped_samples)
         ds.map_shard(sampler, with_counters=True, name="dropped").write_jsonl(
             storage.join(output_path, "dropped"), num_shards=1, progress=False
         )
     counters = manifest["counters"]
     dropped = {k.removeprefix("dropped."): v for k, v in counters.items() if k.startswith("dropped.")}
     removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
+    cleaned = {k.removeprefix("cleaned."): v for k, v in counters.items() if k.startswith("cleaned.")}
     return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
-            "removed": removed, "filters": [k.name for k in keep],
+            "removed": removed, "cleaned": cleaned, "filters": [k.name for k in keep],
             "thresholds": {k.name: getattr(k, "threshold", None) for k in keep},
             "ties_cut_at": {k.name: list(k.cut) for k in keep if isinstance(k, TopFraction) and k.cut}}  # fmt: skip
 
@@ -528,14 +533,21 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
 def consolidate(
     name: str, records: Any, attributes: Sequence[Any], *, keep: Sequence[Keep] = (), remove: Sequence[str] = (),
     attach_attributes: bool = True, dropped_samples: int = 20, num_shards: int | None = None,
-    resources: ResourceConfig | None = None,
+    resources: ResourceConfig | None = None, fix_text: bool = True, normalize_whitespace: bool = True,
 ) -> StepHandle:  # fmt: skip
     """Records of `records` that pass every filter of `keep` (applied in order; a drop counts under the
     first filter that rejects it), with the spans of the attributes named in `remove` cut out. The
     attribute folders must be computed from `records`. The output also holds `dropped/`, up to
-    `dropped_samples` dropped records per reason per shard with their reason and attributes."""
+    `dropped_samples` dropped records per reason per shard with their reason and attributes.
+
+    Kept texts are cleaned after the cut: `fix_text` repairs mojibake with ftfy (`curation.fix_text`),
+    `normalize_whitespace` makes unicode spaces (no-break, thin, ...) plain spaces, strips trailing whitespace
+    and keeps at most one blank line in a row (`curation.normalize_whitespace`); records changed and
+    characters removed are counted under `cleaned` in the step record. A text left empty is dropped
+    (`empty_after_cleaning`)."""
     cfg = ConsolidateConfig(as_step_inputs(records, what="consolidate records"),
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
-                            tuple(remove), attach_attributes, dropped_samples, num_shards)  # fmt: skip
-    return step(name, _run_consolidate, cfg, version="consolidate-v2", resources=resources, resumable=True,
+                            tuple(remove), attach_attributes, dropped_samples, num_shards,
+                            fix_text=fix_text, normalize_whitespace=normalize_whitespace)  # fmt: skip
+    return step(name, _run_consolidate, cfg, version="consolidate-v3", resources=resources, resumable=True,
                 description="consolidate: filters and span removals")  # fmt: skip
