@@ -292,8 +292,8 @@ class CheckpointManager:
         os.replace(fpath, trash)
         if os.environ.get(_PRUNE_PAUSE_ENV) == str(self._prunes):
             files = sorted(os.path.join(d, f) for d, _, fs_ in os.walk(trash) for f in fs_)
-            for f in files[: len(files) // 2]:
-                os.remove(f)
+            for file in files[: len(files) // 2]:
+                os.remove(file)
             with open(os.path.join(trash, ".paused"), "w") as f:
                 f.write("paused")
             time.sleep(3600)
