@@ -70,7 +70,8 @@ def expected_text_and_mask(
     messages: list[dict], tok: Tokenizer, last_only: bool = False
 ) -> tuple[bytes, list[tuple[int, int]]]:
     """The conversation's text per the schooner template's strings, and the byte spans that are targets:
-    each assistant message's content and its end-of-turn marker (only the last message's with `last_only`)."""
+    each assistant message's content and its end-of-turn marker (only the last message's with `last_only`),
+    and the closing EOS when the conversation ends with such a message (so the model learns to stop)."""
     t = SCHOONER_CHAT
     text, spans = tok.bos_token.encode(), []
     for m in messages:
@@ -79,7 +80,10 @@ def expected_text_and_mask(
         if m["role"] == "assistant" and (not last_only or m is messages[-1]):
             spans.append((len(text), len(text) + len(body)))
         text += body
-    return text + tok.eos_token.encode(), spans
+    eos = tok.eos_token.encode()
+    if spans and spans[-1][1] == len(text):
+        spans[-1] = (spans[-1][0], len(text) + len(eos))
+    return text + eos, spans
 
 
 def check_document(

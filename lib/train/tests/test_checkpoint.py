@@ -72,3 +72,87 @@ def test_should_save() -> None:
     assert [s for s in range(1, 13) if m.should_save(s, last_step=12)] == [5, 10, 12]
     m = CheckpointManager("/nonexistent-dir-for-test", CheckpointConfig(every=None, save_final=False))
     assert not any(m.should_save(s, last_step=12) for s in range(1, 13))
+
+
+_PRUNING_RUN = """
+import sys, jax
+from schooner.model import init, save_model
+from schooner.train import CheckpointConfig, CheckpointManager
+sys.path.insert(0, sys.argv[2])
+from conftest import _nano
+
+cfg = _nano()
+model = init(cfg, key=jax.random.PRNGKey(0))
+m = CheckpointManager(sys.argv[1], CheckpointConfig(every=1, keep_last=1, asynchronous=False))
+for step in (1, 2):  # step 2's commit prunes step 1: paused (then killed) halfway through its files
+    m.save(step, model, lambda folder, snap: save_model(folder, snap, cfg), {})
+"""
+
+
+def _real_checkpoint_files(folder) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs)
+
+
+@pytest.mark.slow
+def test_a_prune_killed_midway_leaves_nothing_loadable_and_the_next_start_cleans_it(tmp_path) -> None:
+    """A real run's checkpoint (save_model's arrays and config) pruned, and the process `kill -9`-ed with
+    half its files deleted: no `step-000001/` with files missing is there to load, and the next start
+    removes what is left."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from schooner.model import find_checkpoint, list_checkpoints, load_model
+
+    root = tmp_path / "run"
+    env = {**os.environ, "SCHOONER_TRAIN_PAUSE_CHECKPOINT_PRUNE": "1", "JAX_PLATFORMS": "cpu"}
+    tests = os.path.dirname(__file__)
+    proc = subprocess.Popen([sys.executable, "-c", _PRUNING_RUN, str(root), tests], env=env)
+    try:
+        deadline = time.time() + 120
+        while not list(root.glob("step-000001*/.paused")):
+            assert proc.poll() is None and time.time() < deadline, "the prune never paused"
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = [p.name for p in root.iterdir()]
+    (half,) = [p for p in root.iterdir() if p.name.startswith("step-000001")]
+    full = _real_checkpoint_files(root / "step-000002")
+    assert 0 < len(_real_checkpoint_files(half)) - 1 < len(full)  # half its files gone (.paused aside)
+    assert "step-000001" not in left
+    assert [s for s, _ in list_checkpoints(str(root))] == [2]
+    with pytest.raises(FileNotFoundError):
+        find_checkpoint(str(root), step=1)
+    load_model(find_checkpoint(str(root)))  # the latest loads
+    CheckpointManager(str(root), CheckpointConfig(every=1))
+    assert sorted(p.name for p in root.iterdir()) == ["step-000002"]
+
+
+def test_a_half_deleted_step_folder_from_an_older_prune_is_cleaned_at_start(tmp_path) -> None:
+    """A real checkpoint folder that an older, non-atomic prune left half deleted (its marker among the
+    files gone) stayed forever: it is removed when the next manager starts; the complete one is kept."""
+    import jax
+
+    from schooner.model import init, list_checkpoints, save_model
+
+    from .conftest import _nano
+
+    cfg = _nano()
+    model = init(cfg, key=jax.random.PRNGKey(0))
+    m = CheckpointManager(str(tmp_path), CheckpointConfig(every=1, keep_last=2))
+    for step in (1, 2):
+        m.save(step, model, lambda folder, snap: save_model(folder, snap, cfg), {})
+    m.close()
+    old = tmp_path / "step-000001"
+    files = _real_checkpoint_files(old)
+    assert "checkpoint.json" in files and len(files) > 4
+    for f in [*files[: len(files) // 2], "checkpoint.json"]:
+        if os.path.exists(old / f):
+            os.remove(old / f)
+    assert [s for s, _ in list_checkpoints(str(tmp_path))] == [2]
+    CheckpointManager(str(tmp_path), CheckpointConfig(every=1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000002"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -152,6 +153,16 @@ def test_sequence_logps_and_log2_at_step_0(nano, pref_cache) -> None:
     assert float(loss) == pytest.approx(math.log(2), abs=1e-6)
     for k in ("rewards/chosen", "rewards/rejected", "rewards/margins"):
         assert abs(float(metrics[k])) < 1e-5  # float32 rounding of the same sums, no more
+    # Under the gradient, as in the train step, the policy's log-probs differ from the reference's forward
+    # pass in the last bits. Told that the policy is the reference (a run's step 1 from it): exactly TRL's
+    # 0 rewards, strict accuracy 0.0 and log 2, not that noise.
+    objective = make_dpo_loss(beta=0.1, loss_type="sigmoid", label_smoothing=0.0)
+    grad_fn = eqx.filter_jit(eqx.filter_value_and_grad(objective, has_aux=True))
+    same = batch | {"ref_is_policy": np.ones(8, bool)}
+    (loss, (metrics, _)), _ = grad_fn(model, same, None)
+    assert float(loss) == np.float32(math.log(2))
+    for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies"):
+        assert float(metrics[k]) == 0.0, k
 
 
 @pytest.mark.slow
@@ -292,3 +303,48 @@ def test_an_empty_validation_split_is_said_not_silently_skipped(data_dir, tmp_pa
     assert len(said) == 2
     assert all("is empty" in m and "no held-out" in m and "validation_fraction" in m for m in said)
     assert str(chat / "validation") in said[0] and str(prefs / "validation") in said[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("live", [False, True])
+def test_first_step_rewards_are_exactly_zero_as_in_trl(nano, pref_cache, tmp_path, live: bool) -> None:
+    """Starting from the reference, step 1's policy is the reference: TRL's rewards `beta * (policy - ref)`
+    are 0 and its accuracy `(chosen > rejected).mean()` (strict) is 0.0 exactly, with a cached reference
+    (scored in another program) and with a live one. Before, float noise between the two computations gave
+    rewards of +-1e-6 and an accuracy like 0.375."""
+    from schooner.model import init, save_model
+    from schooner.train._dpo import DpoConfig, ReferenceConfig, _run_dpo, _run_reference
+
+    start = str(tmp_path / "start")
+    save_model(start, init(nano(), key=jax.random.PRNGKey(5)), nano())
+    reference = start
+    if not live:
+        reference = str(tmp_path / "ref")
+        os.makedirs(reference)
+        _run_reference(ReferenceConfig(model=start, preferences=pref_cache, seq_len=48), reference)
+    from schooner.train import AdamConfig
+
+    config = DpoConfig(
+        model=nano(), initialize_from=start, reference=reference, datasets=[{"input": pref_cache, "weight": 1.0}],
+        beta=0.1, loss_type="sigmoid", label_smoothing=0.0, optimizer=AdamConfig(learning_rate=1e-3),
+        batch_size=32, seq_len=48, num_train_steps=2,
+    )  # fmt: skip
+    out = str(tmp_path / "run")
+    _run_dpo(config, out)
+    with open(f"{out}/metrics.jsonl") as f:
+        row, second = [r for r in map(json.loads, f) if "train/loss" in r]
+    # TRL's formulas in numpy on the same log-probs (the policy's are the reference's: one model)
+    pc = pr = None
+    if not live:
+        ref = np.load(f"{reference}/train.npz")
+        pc, pr = ref["chosen_logps"], ref["rejected_logps"]
+    else:
+        pc, pr = np.full(32, row["train/logps/chosen"]), np.full(32, row["train/logps/rejected"])
+    rc, rr = pc, pr
+    chosen, rejected = 0.1 * (pc - rc), 0.1 * (pr - rr)
+    assert row["train/rewards/chosen"] == chosen.mean() == 0.0
+    assert row["train/rewards/rejected"] == rejected.mean() == 0.0
+    assert row["train/rewards/margins"] == 0.0
+    assert row["train/rewards/accuracies"] == float((chosen > rejected).mean()) == 0.0
+    assert row["train/loss"] == pytest.approx(math.log(2), abs=1e-7)
+    assert second["train/rewards/chosen"] != 0.0  # step 2's policy has moved: its own rewards again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +80,17 @@ def test_sweep_fit_forecast_and_score(data_dir, tmp_path) -> None:
         registered = json.load(f)
     assert registered["method"] == "varpro" and registered["extrapolation"] == pytest.approx(2.0)
     assert len(registered["fit"]["runs"]) == 6 and registered["target"]["width"] == 16
+    # The data the fitted runs trained and were evaluated on, by content (read here from the caches' own files)
+    from schooner.tokenize import load_tokenizer
+
+    manifests = {
+        s: json.loads(Path(f"{data_dir}/{s}/manifest.json").read_text()) for s in ("train", "validation")
+    }
+    assert registered["data"] == {
+        "tokenizer": load_tokenizer(f"{data_dir}/tokenizer.json").fingerprint,
+        "train": {manifests["train"]["content_sha256"]: 1.0},
+        "validation": {os.path.basename(data_dir): manifests["validation"]["content_sha256"]},
+    }
 
     # Only now does the target run exist, declared from the forecast's target.
     run = train_lm("scaling/test-target", **RULES.run(4e9, 16), datasets=data, resources=None)
@@ -95,11 +107,12 @@ def test_sweep_fit_forecast_and_score(data_dir, tmp_path) -> None:
     )
     assert {"score.json", "forecast.png"} <= set(os.listdir(second[scored].output_path))
     assert result["mismatches"] == [] and result["run_started_from"] == "step history"
+    assert result["same_data"] is True and result["data_mismatches"] == []
     assert second[scored].result["tables"][0]["title"] == "Forecast and outcome"
 
     # What a score must refuse or flag, on copies of the real run's folder (found by a review):
     target_dir, forecast_dir = second[run].output_path, first[guess].output_path
-    _refusals_and_flags(target_dir, forecast_dir, registered, tmp_path)
+    _refusals_and_flags(target_dir, forecast_dir, registered, tmp_path, data_dir)
     # A recipe that did not make the fitted runs (the default one: another vocabulary and seq_len) is refused.
     with pytest.raises(ValueError, match="does not make the fitted run scaling/test/1.00e"):
         _run_forecast(ForecastConfig(fit=fit_dir, budget=4e9), str(tmp_path / "wrong-recipe"))
@@ -110,7 +123,9 @@ def _copy_run(src: str, dst) -> str:
     return str(dst)
 
 
-def _refusals_and_flags(target_dir: str, forecast_dir: str, registered: dict, tmp_path) -> None:
+def _refusals_and_flags(
+    target_dir: str, forecast_dir: str, registered: dict, tmp_path, data_dir: str
+) -> None:
     cfg = lambda run: ScoreConfig(forecast=forecast_dir, run=run)  # noqa: E731
     with open(f"{target_dir}/run.json") as f:
         last_step = json.load(f)["config"]["num_train_steps"]
@@ -155,6 +170,48 @@ def _refusals_and_flags(target_dir: str, forecast_dir: str, registered: dict, tm
     flagged = _run_score(cfg(other), str(tmp_path / "s4"))
     assert flagged["matches_target"] is False
     assert [m.split(":")[0] for m in flagged["mismatches"]] == ["optimizer.learning_rate"]
+    # 5. The target's shape on other data (its own train/validation caches, same tokenizer): refused, naming
+    # what differs; accepted with the override, flagged. A 3.5% "better" loss on other data proves nothing.
+    other_data = _other_data(tmp_path / "other-data", data_dir)
+    elsewhere = _copy_run(target_dir, tmp_path / "other-data-run")
+    with open(f"{elsewhere}/run.json") as f:
+        info = json.load(f)
+    info["config"]["data"]["components"] = {other_data: 1.0}
+    with open(f"{elsewhere}/run.json", "w") as f:
+        json.dump(info, f)
+    with pytest.raises(ValueError, match=r"training data: forecast .*; validation sets: forecast") as e:
+        _run_score(cfg(elsewhere), str(tmp_path / "s5"))
+    assert "tokenizer: forecast" not in str(e.value) and "accept_other_data=True" in str(e.value)
+    accepted = _run_score(
+        ScoreConfig(forecast=forecast_dir, run=elsewhere, accept_other_data=True), str(tmp_path / "s6")
+    )
+    assert accepted["same_data"] is False
+    assert [m.split(":")[0] for m in accepted["data_mismatches"]] == ["training data", "validation sets"]
+    # 6. Another tokenizer (its fingerprint in run.json), the same caches: refused, naming the tokenizer.
+    retok = _copy_run(target_dir, tmp_path / "other-tokenizer")
+    with open(f"{retok}/run.json") as f:
+        info = json.load(f)
+    info["tokenizer_fingerprint"] = "0" * 64
+    with open(f"{retok}/run.json", "w") as f:
+        json.dump(info, f)
+    with pytest.raises(
+        ValueError, match=r"fitted on, so its loss is not the predicted one: tokenizer: forecast"
+    ):
+        _run_score(cfg(retok), str(tmp_path / "s7"))
+
+
+def _other_data(root, data_dir: str) -> str:
+    """Token caches `root/train`, `root/validation` of other text, with the sweep's tokenizer."""
+    from schooner.tokenize import load_tokenizer, write_cache
+
+    from .conftest import stdlib_texts
+
+    texts = [t[::-1] for t in stdlib_texts()]  # other data: the same characters, reversed
+    tok = load_tokenizer(f"{data_dir}/tokenizer.json")
+    docs = [tok.encode(t) for t in texts]
+    write_cache(str(root / "train"), docs[8:], tok)
+    write_cache(str(root / "validation"), docs[:8], tok)
+    return str(root)
 
 
 def test_sweep_runs_are_named_by_budget_and_width_and_share_their_data(data_dir) -> None:

@@ -223,3 +223,98 @@ def test_the_sft_step_builds_a_train_lm_handle_from_the_source(init_checkpoint, 
     assert train_lm_model_config(h).num_layers == 2  # export_hf and a later dpo/sft take it
     assert h.config.optimizer.schedule == "linear" and str(h.config.initialize_from) == init_checkpoint
     assert dataclasses.replace(h.config.optimizer).learning_rate == 1e-4
+
+
+def _export_chat_trained(init_checkpoint, data_dir, chat_dir, out) -> dict:
+    """Export `init_checkpoint` as a run trained on `chat_dir` would be (its chat cache among the sources)."""
+    from schooner.train._export import ExportHfConfig, _run_export_hf
+
+    return _run_export_hf(
+        ExportHfConfig(run=init_checkpoint, tokenizer=data_dir, tokenizer_sources=(chat_dir,)), str(out)
+    )
+
+
+def _token(value) -> str:
+    return value["content"] if isinstance(value, dict) else value
+
+
+def test_a_chat_model_s_export_and_sft_mask_end_the_turn(
+    init_checkpoint, data_dir, chat_dir, tmp_path
+) -> None:
+    """generation_config.json stops on [EOS, end-of-turn]; the SFT mask trains each assistant turn's
+    end-of-turn and the EOS after a final one, checked against the exported Jinja template rendered with
+    jinja2 and tokenized with HF `tokenizers` (not schooner's renderer)."""
+    import json
+
+    import jinja2
+    import tokenizers
+
+    from schooner.tokenize import TokenCache
+
+    out = tmp_path / "hf"
+    _export_chat_trained(init_checkpoint, data_dir, chat_dir, out)
+    hf = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    tcfg = json.loads((out / "tokenizer_config.json").read_text())
+    eos, eot = hf.token_to_id(_token(tcfg["eos_token"])), hf.token_to_id("<|end_of_turn|>")
+    assistant = hf.token_to_id("<|assistant|>")
+    roles = {hf.token_to_id(f"<|{r}|>") for r in ("system", "user", "assistant", "tool")}
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == [eos, eot]
+    # a base model (no chat data behind it) keeps the EOS alone
+    from schooner.train._export import ExportHfConfig, _run_export_hf
+
+    _run_export_hf(ExportHfConfig(run=init_checkpoint, tokenizer=data_dir), str(tmp_path / "base"))
+    assert json.loads((tmp_path / "base" / "generation_config.json").read_text())["eos_token_id"] == eos
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # as transformers renders it
+    template = env.from_string(tcfg["chat_template"])
+    chats = _chats(400)
+    cache = TokenCache.open(f"{chat_dir}/train")
+    checked = 0
+    for d in range(min(60, cache.num_documents)):
+        messages = chats[int(cache.document_info(d)["id"][1:])]
+        text = template.render(
+            messages=messages, bos_token=_token(tcfg["bos_token"]), add_generation_prompt=False
+        )
+        want = hf.encode(text, add_special_tokens=False).ids + [eos]  # the cache closes a document with EOS
+        lo, hi = cache.document_bounds(d)
+        ids, mask = cache.tokens(lo, hi).tolist(), cache.loss_mask(lo, hi).tolist()
+        assert ids == want
+        role = None
+        for k, t in enumerate(ids):
+            role = t if t in roles else role
+            if t == eot:  # an end-of-turn: a target exactly in an assistant turn
+                assert mask[k] == int(role == assistant), (d, k)
+                checked += role == assistant
+        assert messages[-1]["role"] == "assistant" and mask[-1] == 1  # the EOS closing the answer
+    assert checked >= 60
+
+
+def test_transformers_generate_stops_at_the_end_of_the_answer(
+    init_checkpoint, data_dir, chat_dir, tmp_path
+) -> None:
+    """The exported folder in transformers: `generate` (steered to answer "42" then end the turn) stops
+    right after the end-of-turn token, not at `max_new_tokens`."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+
+    out = tmp_path / "hf"
+    _export_chat_trained(init_checkpoint, data_dir, chat_dir, out)
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    model = transformers.AutoModelForCausalLM.from_pretrained(out)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 40 + 2?"}], add_generation_prompt=True, return_tensors="pt"
+    )
+    prompt = prompt["input_ids"] if not isinstance(prompt, torch.Tensor) else prompt
+    eot = tok.convert_tokens_to_ids("<|end_of_turn|>")
+    answer = [*tok.encode("42", add_special_tokens=False), eot]
+    filler = tok.encode("x", add_special_tokens=False)
+
+    def allowed(_batch: int, ids) -> list[int]:  # the answer, its end-of-turn, then anything but a stop
+        k = ids.shape[-1] - prompt.shape[-1]
+        return [answer[k]] if k < len(answer) else filler
+
+    generated = model.generate(
+        prompt, max_new_tokens=len(answer) + 8, prefix_allowed_tokens_fn=allowed, do_sample=False
+    )
+    assert generated[0, prompt.shape[-1] :].tolist() == answer

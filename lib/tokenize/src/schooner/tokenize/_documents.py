@@ -114,9 +114,13 @@ def _messages(value: Any, what: str) -> list[dict]:
 
 
 def _finish(ids: np.ndarray, mask: np.ndarray, tok: Tokenizer, max_length: int | None, what: str) -> tuple:
-    """Append EOS (not a target), cut to `max_length`, and insist on a target token left."""
+    """Append EOS, cut to `max_length`, and insist on a target token left.
+
+    The EOS is a target exactly when the token before it is (the conversation ends with an assistant
+    turn's trained end-of-turn): the model learns to close its answer, end-of-turn then EOS, so generation
+    stops whichever of the two a runtime waits for."""
     ids = np.concatenate([ids, np.array([tok.eos_id], dtype=np.int32)])
-    mask = np.concatenate([mask, np.zeros(1, dtype=np.int32)])
+    mask = np.concatenate([mask, np.asarray(mask[-1:] if mask.size else [0], dtype=np.int32)])
     if max_length is not None and ids.size > max_length:
         ids, mask = ids[:max_length], mask[:max_length]
     if not mask[1:].any():

@@ -359,7 +359,7 @@ def _documents_step(
         name,
         _run_tokenize_chat,
         config,
-        version=f"tokenize-{kind}-v1",
+        version=f"tokenize-{kind}-v2",  # v2: the EOS after a final assistant turn is a target
         resources=resources,
         description=f"{kind} token cache of {source!r}",
         resumable=True,  # the cache's ledger of finished shards: a rerun builds only the rest
@@ -382,7 +382,8 @@ def tokenized_chat(
 
     Records hold `messages` (`[{"role": "system"|"user"|"assistant"|"tool", "content": str}, ...]`, top
     level or in `metadata`; `schooner.tokenize.chat_record` builds them). Each conversation is one
-    document, rendered with `chat_template` and ended with EOS (not a target). Resumable like `tokenized`.
+    document, rendered with `chat_template` and ended with EOS (a target when the conversation ends with an
+    assistant turn, so the model learns to stop). Resumable like `tokenized`.
     Read it for SFT with `MixtureDataset({out: w, ...}, seq_len)`, which packs whole conversations per row.
 
     Args:

@@ -12,6 +12,11 @@ A checkpoint is first written to `step-000010.tmp-<pid>/` and renamed into place
 `checkpoint.json` is in it, so a crash (even `kill -9`) mid-write leaves a `.tmp-` folder that is never
 loaded and is removed by the next run. On object stores without atomic rename the marker alone decides.
 
+Pruning is atomic the same way: an old checkpoint is renamed to `step-000010.trash-<pid>/` and only then
+deleted, so a prune cut midway leaves a `.trash-` folder, never a `step-000010/` with half its files that a
+load could pick. On object stores the marker goes first. The manager's start and every prune remove such
+leftovers (and a local step folder without its marker, which no write of this manager leaves).
+
 Several hosts (a multi-host run) write one checkpoint together: process 0 prepares the folder, all wait,
 each writes the pieces of the arrays its own devices hold (`schooner.model.save_pytree`), all wait, then
 process 0 alone writes the marker, renames and prunes, and all wait once more so every host sees the commit.
@@ -37,6 +42,10 @@ from schooner.model import CHECKPOINT_MARKER, checkpoint_folder_name, checkpoint
 # Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
 # touches `<tmp>/.paused` after writing the arrays and then sleeps, so a test can `kill -9` it mid-write.
 _PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE"
+# The same for pruning: when set to N, the N-th checkpoint this process prunes is renamed to its trash name,
+# half its files deleted, `<trash>/.paused` touched, and then it sleeps (the interrupted-prune test).
+_PRUNE_PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_PRUNE"
+_TRASH = ".trash-"
 BARRIER_TIMEOUT_S = 600
 """How long a host waits for the others at a checkpoint barrier before the write fails."""
 
@@ -122,6 +131,7 @@ class CheckpointManager:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._writes = 0
+        self._prunes = 0
         self.write_seconds: list[float] = []
         self._multi, self._primary = jax.process_count() > 1, jax.process_index() == 0
         self._barriers = 0
@@ -129,21 +139,31 @@ class CheckpointManager:
             self._remove_stale_temporaries()
         self._barrier("start")
 
-    def _remove_stale_temporaries(self) -> None:
+    def _remove_stale_temporaries(self, *, writes: bool = True) -> None:
+        """Remove what interrupted writes (`writes`) and prunes left: `.tmp-` and `.trash-` folders, and step
+        folders without their marker (an object store's in-place write, or a prune cut after the marker)."""
         fs, base = fsspec.core.url_to_fs(self.root)
         if not fs.exists(base):
             return
         for entry in fs.ls(base, detail=False):
             name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if ".tmp-" in name and name.startswith("step-"):
-                self._log(f"removing incomplete checkpoint {name} (left by an interrupted write)")
+            if not name.startswith("step-"):
+                continue
+            if _TRASH in name:
+                self._log(f"removing {name} (a checkpoint whose pruning was interrupted)")
                 fs.rm(entry, recursive=True)
-            elif (
-                checkpoint_step(name) is not None
-                and not fs.exists(f"{entry.rstrip('/')}/{CHECKPOINT_MARKER}")
-                and not _is_local(self.root)
+            elif ".tmp-" in name:
+                if writes:
+                    self._log(f"removing incomplete checkpoint {name} (left by an interrupted write)")
+                    fs.rm(entry, recursive=True)
+            elif checkpoint_step(name) is not None and not fs.exists(
+                f"{entry.rstrip('/')}/{CHECKPOINT_MARKER}"
             ):
-                # On object stores a folder without its marker is an interrupted in-place write.
+                # Locally a step folder only ever appears by the rename after its marker: without one it is
+                # what an interrupted prune left. On object stores, also an interrupted in-place write.
+                self._log(
+                    f"removing {name}: a step folder without {CHECKPOINT_MARKER} (interrupted prune or write)"
+                )
                 fs.rm(entry, recursive=True)
 
     def _barrier(self, what: str) -> None:
@@ -252,10 +272,32 @@ class CheckpointManager:
         keep = {s for s, _ in found[-self.config.keep_last :]}
         if self.config.keep_every:
             keep |= {s for s, _ in found if s % self.config.keep_every == 0}
-        fs, _ = fsspec.core.url_to_fs(self.root)
         for s, path in found:
             if s not in keep:
-                fs.rm(fsspec.core.url_to_fs(path)[1], recursive=True)
+                self._remove_checkpoint(path)
+        self._remove_stale_temporaries(writes=False)  # what an earlier, interrupted prune left
+
+    def _remove_checkpoint(self, path: str) -> None:
+        """Delete a checkpoint folder so that no moment leaves it loadable with files missing: locally, rename
+        it to a `.trash-` name (atomic) and delete that; on object stores, delete its marker first."""
+        self._prunes += 1
+        fs, fpath = fsspec.core.url_to_fs(path)
+        if not _is_local(self.root):
+            fs.rm(f"{fpath}/{CHECKPOINT_MARKER}")
+            fs.rm(fpath, recursive=True)
+            return
+        trash = f"{fpath}{_TRASH}{self._tmp_tag()}"
+        if os.path.exists(trash):
+            shutil.rmtree(trash)
+        os.replace(fpath, trash)
+        if os.environ.get(_PRUNE_PAUSE_ENV) == str(self._prunes):
+            files = sorted(os.path.join(d, f) for d, _, fs_ in os.walk(trash) for f in fs_)
+            for file in files[: len(files) // 2]:
+                os.remove(file)
+            with open(os.path.join(trash, ".paused"), "w") as f:
+                f.write("paused")
+            time.sleep(3600)
+        shutil.rmtree(trash)
 
     def wait(self) -> None:
         """Block until the pending write (if any) is done; re-raise its error."""

@@ -97,7 +97,15 @@ def sequence_logps(model: Any, tokens: Any, segment_ids: Any, loss_mask: Any) ->
 
 def make_dpo_loss(*, beta: float, loss_type: str, label_smoothing: float) -> Any:
     """`loss(model, batch, key) -> (loss, (metrics, None))` for `make_train_step`: the batch holds a
-    `PreferenceDataset` batch and the reference's `ref_{chosen,rejected}_logps` (and `_count`s)."""
+    `PreferenceDataset` batch and the reference's `ref_{chosen,rejected}_logps` (and `_count`s).
+
+    A batch may also hold `ref_is_policy` (bool [B]): True where the policy being trained is the reference
+    itself (the first step of a run that starts from the reference). There the reference's log-probs are
+    the policy's own, the same numbers, not a second computation of them (in another program, or a forward
+    pass outside the gradient's) that differs in the last bits: the rewards are exactly 0, the strict
+    accuracy `chosen > rejected` exactly 0.0 as in TRL (float noise gave values like 0.375), the loss
+    exactly log 2, and the gradient is unchanged (the reference's terms carry none)."""
+    import jax
     import jax.numpy as jnp
 
     def loss(model: Any, b: dict, key: Any) -> tuple[Any, tuple]:
@@ -110,6 +118,10 @@ def make_dpo_loss(*, beta: float, loss_type: str, label_smoothing: float) -> Any
         n = b["chosen_tokens"].shape[0]
         pc, pr = logps[:n], logps[n:]
         rc, rr = b["ref_chosen_logps"], b["ref_rejected_logps"]
+        if "ref_is_policy" in b:
+            same = b["ref_is_policy"]
+            rc = jnp.where(same, jax.lax.stop_gradient(pc), rc)
+            rr = jnp.where(same, jax.lax.stop_gradient(pr), rr)
         if loss_type == "ipo":  # per-token means, for the policy and the reference alike
             cc, cr = jnp.maximum(counts[:n], 1), jnp.maximum(counts[n:], 1)
             pc, pr, rc, rr = pc / cc, pr / cr, rc / cc, rr / cr
@@ -297,13 +309,21 @@ class WithReference:
     def __init__(self, dataset: Any, reference: Mapping[str, np.ndarray]) -> None:
         self.dataset, self.seq_len = dataset, dataset.seq_len
         self.reference = {k: np.asarray(v, np.float32) for k, v in reference.items()}
+        self.starts_at_reference = False
+        """The run's policy starts as the reference model: step 0's batch says so (`ref_is_policy`)."""
 
     def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        return self.add(self.dataset.batch(step, batch_size, rows))
+        return with_ref_is_policy(self.add(self.dataset.batch(step, batch_size, rows)), self, step)
 
     def add(self, b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         idx = b.pop("pair_index")
         return b | {f"ref_{k}": v[idx] for k, v in self.reference.items()}
+
+
+def with_ref_is_policy(b: dict[str, Any], data: Any, step: int) -> dict[str, Any]:
+    """`b` with `ref_is_policy` (bool [B]): True at step 0 of a run whose policy starts as the reference."""
+    n = b["chosen_tokens"].shape[0]
+    return b | {"ref_is_policy": np.full(n, bool(data.starts_at_reference and step == 0))}
 
 
 def read_reference(folder: str, split: str, dataset: Any, seq_len: int) -> dict[str, np.ndarray]:

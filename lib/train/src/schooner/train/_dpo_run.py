@@ -9,6 +9,7 @@ evaluation batch): no cached step, a second model in memory, one more forward pa
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -25,6 +26,7 @@ from ._dpo import (
     make_dpo_loss,
     read_reference,
     sequence_logps,
+    with_ref_is_policy,
 )
 from ._loop import _Run
 from ._memory import CompiledStep
@@ -67,11 +69,13 @@ class LiveReference:
 
         self.dataset, self.seq_len, self.model = dataset, dataset.seq_len, model
         self._score = eqx.filter_jit(reference_logps)
+        self.starts_at_reference = False
+        """The run's policy starts as the reference model: step 0's batch says so (`ref_is_policy`)."""
 
     def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
         b = self.dataset.batch(step, batch_size, rows)
         del b["pair_index"]
-        return b
+        return with_ref_is_policy(b, self, step)
 
     def add(self, b: dict[str, np.ndarray]) -> dict[str, Any]:
         del b["pair_index"]
@@ -98,6 +102,12 @@ class DpoEvaluator:
                 if k != "token_count":
                     sums[k] = sums.get(k, 0.0) + v * idx.size
         return {f"eval/{k}": v / n for k, v in sums.items()}
+
+
+def _same_folder(a: str, b: str) -> bool:
+    """Whether two checkpoint folders are one (local paths compared resolved, others as written)."""
+    norm = lambda p: os.path.realpath(p) if "://" not in p else p.rstrip("/")  # noqa: E731
+    return norm(os.fspath(a)) == norm(os.fspath(b))
 
 
 class DpoRun(_Run):
@@ -158,6 +168,23 @@ class DpoRun(_Run):
         self.objective = make_dpo_loss(
             beta=self.dpo.beta, loss_type=self.dpo.loss_type, label_smoothing=self.dpo.label_smoothing
         )
+
+    def _setup_state(self) -> None:
+        super()._setup_state()
+        # A fresh run whose policy starts from the reference's own checkpoint: at step 0 they are one model.
+        if self.initialized_from is None:
+            return
+        if self.reference_folder is not None:
+            ref_model = self.reference_folder
+        else:
+            with open(os.path.join(self.reference, "reference.json")) as f:
+                ref_model = json.load(f)["model"]
+        same = _same_folder(ref_model, self.initialized_from)
+        self.datasets["train"].starts_at_reference = same
+        if same:
+            logger.info(
+                "the policy starts as the reference: step 1 takes the reference's log-probs as its own"
+            )
 
     def _compile_step(self) -> None:
         import haliax as hax

@@ -213,6 +213,43 @@ def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | 
     return template.name
 
 
+def end_of_turn_id(tok: Any, template: Any) -> int | None:
+    """The id of the special token that closes a turn in `template` (the first of its footer's tokens that
+    is one of the template's special tokens: `<|end_of_turn|>`, `<|im_end|>`), or None if it has none."""
+    from schooner.tokenize import resolve_template
+
+    template = resolve_template(tok, template)
+    special = {tok.token_to_id(t) for t in template.required_tokens} - {None}
+    footer = tok.encode(template.footer, parse_special=True)
+    return next((int(i) for i in footer if i in special), None)
+
+
+def _stop_on_end_of_turn(folder: str, tok: Any, config: ExportHfConfig) -> list[int] | None:
+    """For a model trained on a chat template (the run's chat or preference caches recorded one, or the
+    export names one), make `generation_config.json`'s `eos_token_id` the list [EOS, end-of-turn], as
+    Llama-3-Instruct does, so `generate` stops at the end of the answer; return that list (None: untouched).
+
+    A base model's export keeps the tokenizer's EOS alone: it was never taught to close a turn."""
+    template = config.chat_template or _recorded_chat_template(config.tokenizer_sources)
+    if template is None:
+        return None
+    eot = end_of_turn_id(tok, template)
+    if eot is None:
+        return None
+    stop = [i for i in (tok.eos_id, eot) if i is not None]
+    stop = list(dict.fromkeys(stop))  # a template whose footer is the EOS itself: one id
+    path = os.path.join(folder, "generation_config.json")
+    with open(path) as f:
+        gen = json.load(f)
+    gen["eos_token_id"] = stop if len(stop) > 1 else stop[0]
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(gen, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    return stop
+
+
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
     import fsspec
 
@@ -246,6 +283,7 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
         **{k: v for k, v in ids.items() if v is not None},
     )
     chat = write_chat_template(output_path, tok, config) if tok_path is not None else None
+    stop_ids = _stop_on_end_of_turn(output_path, tok, config) if tok_path is not None else None
     fs, marker = fsspec.core.url_to_fs(f"{folder}/{CHECKPOINT_MARKER}")  # none in a save_model folder
     record = {
         "checkpoint": folder,
@@ -254,6 +292,7 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
         "tokenizer_fingerprint": fingerprint,
         "dtype": config.dtype,
         "chat_template": chat,
+        "eos_token_ids": stop_ids if stop_ids is not None else ids.get("eos_token_id"),
     }
     with open(os.path.join(output_path, "export.json"), "w") as f:
         json.dump(record, f, indent=2)

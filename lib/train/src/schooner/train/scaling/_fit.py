@@ -25,7 +25,7 @@ from ._varpro import VarProConfig, fit_varpro
 
 __all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v4"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway
+VERSION = "scaling-fit-v5"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data
 LAW_METHODS = ("approach3", "varpro")
 _LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
 
@@ -267,18 +267,36 @@ def fit_scaling_law(
 
 
 def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
-    from ._sweep import read_runs
+    from ._sweep import read_run_data, read_runs
 
     runs = read_runs(str(config.sweep))
+    data = read_run_data(str(config.sweep))
     fit = fit_runs(
         runs, samples=config.samples, level=config.level, seed=config.seed,
         approach3=config.approach3, varpro=config.varpro,
     )  # fmt: skip
+    fit["data"] = fitted_data(data, runs)
     os.makedirs(output_path, exist_ok=True)
     with open(f"{output_path}/fit.json", "w") as f:
         json.dump(fit, f, indent=1, sort_keys=True)
     write_plots(fit, output_path)
     return fit_summary(fit)
+
+
+def fitted_data(data: Sequence[Mapping[str, Any] | None], runs: Sequence[ScalingRun]) -> dict[str, Any]:
+    """The data the fitted runs trained on (`_sweep.run_data`), which they must share: that, or an `error`
+    naming the runs that differ or record none (a sweep collected before isoflop-results-v3)."""
+    missing = [r.name or f"run {i}" for i, (r, d) in enumerate(zip(runs, data, strict=True)) if d is None]
+    if missing:
+        return {"error": f"runs record no data (collected before isoflop-results-v3): {', '.join(missing)}"}
+    first = data[0]
+    assert first is not None
+    other = [r.name or f"run {i}" for i, (r, d) in enumerate(zip(runs, data, strict=True)) if d != first]
+    if other:
+        return {
+            "error": f"the runs trained on different data: {', '.join(other)} differ from {runs[0].name!r}"
+        }
+    return dict(first)
 
 
 def fit_summary(fit: Mapping[str, Any]) -> dict[str, Any]:

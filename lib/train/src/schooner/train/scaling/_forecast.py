@@ -11,7 +11,11 @@ forecast's reach (times log(target / largest) / log(largest / next largest): a m
 compute), which the bootstrap interval does not cover.
 
 `score_forecast` reads the run's final loss, the error in percent and whether it fell inside the interval,
-and checks the registration: that the forecast was written before the run's first step.
+and checks the registration: that the forecast was written before the run's first step. It also checks the
+data: `forecast.json` records what the fitted runs trained and were evaluated on (`_sweep.run_data`: the
+tokenizer's fingerprint, the training caches and the validation sets, by content), and a target run on other
+data, another tokenizer or other evaluation sets is refused, naming what differs (`accept_other_data=True`
+scores it anyway, flagged): its loss is not the one the law predicts.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from ._recipe import Recipe, ScalingRecipe
 __all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "score", "score_forecast"]
 
 METHODS = (*LAW_METHODS, "frontier")
-FORECAST_VERSION = "scaling-forecast-v2"  # v2: the target's whole training config, the recipe checked
-SCORE_VERSION = "scaling-score-v3"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line)
+FORECAST_VERSION = "scaling-forecast-v3"  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
+SCORE_VERSION = "scaling-score-v4"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line); v4: the data compared, a difference refused
 
 
 def target_run(
@@ -223,6 +227,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "target": target.summary(),
         "train": _train_config(target),
         "backtest": backtest,
+        "data": fit.get("data", {"error": "the fit records no data (fitted before scaling-fit-v5)"}),
         "fit": {
             "path": str(config.fit),
             "law": fit[config.method]["law"]
@@ -283,6 +288,9 @@ class ScoreConfig:
     evaluation: Any = None
     """An evaluation step of the run whose `results.json` gives the loss (None: the run's own final eval)."""
     metric: str = "eval/loss"
+    accept_other_data: bool = False
+    """Score a run whose data, tokenizer or validation sets differ from the fitted runs' (flagged in
+    `data_mismatches`); False: refuse it, naming what differs."""
 
 
 def score_forecast(
@@ -291,9 +299,16 @@ def score_forecast(
     *,
     run: StepHandle | str,
     evaluation: StepHandle | str | None = None,
+    accept_other_data: bool = False,
 ) -> StepHandle:
-    """A step scoring a registered forecast against the finished run (`score.json`, `forecast.png`)."""
-    config = ScoreConfig(forecast=forecast, run=run, evaluation=evaluation)
+    """A step scoring a registered forecast against the finished run (`score.json`, `forecast.png`).
+
+    A run whose training data, tokenizer or validation sets differ from those of the runs the forecast's law
+    was fitted on is refused (the error names what differs); `accept_other_data=True` scores it, with
+    `same_data: false` and the differences in `data_mismatches`."""
+    config = ScoreConfig(
+        forecast=forecast, run=run, evaluation=evaluation, accept_other_data=accept_other_data
+    )
     return step(name, _run_score, config, version=SCORE_VERSION, description="score a registered forecast")
 
 
@@ -341,14 +356,40 @@ def _mismatches(expected: Any, got: Any, where: str = "") -> list[str]:
     return [] if expected == got else [f"{where}: forecast {expected!r}, run {got!r}"]
 
 
+_DATA_PARTS = {"tokenizer": "tokenizer", "train": "training data", "validation": "validation sets"}
+
+
+def _data_mismatches(recorded: Any, run: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """`(differences, note)`: what differs between the fitted runs' data (`forecast.json`'s `data`) and the
+    run's, one line per part, e.g. "training data: forecast {...}, run {...}"; the note says why nothing
+    could be compared (a forecast written before scaling-forecast-v3, or fitted runs on mixed data)."""
+    if not isinstance(recorded, Mapping) or "error" in recorded:
+        why = recorded.get("error") if isinstance(recorded, Mapping) else "none recorded"
+        return [], f"the forecast's data is unknown ({why}): not compared"
+    out = []
+    for key, what in _DATA_PARTS.items():
+        if recorded.get(key) != run.get(key):
+            out.append(f"{what}: forecast {recorded.get(key)!r}, run {run.get(key)!r}")
+    return out, None
+
+
 def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
     import fsspec
 
     from ._plots import plot_forecast
-    from ._sweep import run_counts, run_loss
+    from ._sweep import run_counts, run_data, run_loss
 
     with fsspec.open(f"{config.forecast}/forecast.json", "r") as f:
         prediction = json.load(f)
+    data_mismatches, data_note = _data_mismatches(prediction.get("data"), run_data(str(config.run)))
+    if data_mismatches and not config.accept_other_data:
+        raise ValueError(
+            f"score_forecast: the run {config.run} did not train or evaluate on the data of the runs the "
+            f"forecast {config.forecast} was fitted on, so its loss is not the predicted one: "
+            + "; ".join(data_mismatches)
+            + ". Train the target on the sweep's data, tokenizer and validation sets, or pass "
+            "accept_other_data=True to score it anyway (flagged)"
+        )
     counts = run_counts(str(config.run))
     actual = run_loss(
         str(config.run),
@@ -386,6 +427,9 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         "registered_before_run": started is not None and prediction["created_unix"] < started,
         "matches_target": not mismatches,
         "mismatches": mismatches,
+        "same_data": None if data_note else not data_mismatches,
+        "data_mismatches": data_mismatches,
+        **({"data_note": data_note} if data_note else {}),
         "run_flops": counts["flops"],
         "actual_bpb": actual.get("bpb"),
         "backtest_error_pct": backtest.get("error_pct"),
@@ -421,5 +465,6 @@ def _score_table(result: Mapping[str, Any]) -> dict[str, Any]:
         ["run started", result["run_started"]],
         ["registered before the run", result["registered_before_run"]],
         ["the run is the forecast's target", result["matches_target"]],
+        ["the fitted runs' data, tokenizer and validation sets", result["same_data"]],
     ]
     return {"title": "Forecast and outcome", "columns": ["", "value"], "rows": rows}

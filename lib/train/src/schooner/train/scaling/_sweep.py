@@ -26,7 +26,7 @@ from ._recipe import Recipe, ScalingRecipe
 
 __all__ = ["SweepRun", "isoflop_runs", "isoflop_sweep", "read_runs", "run_loss"]
 
-VERSION = "isoflop-results-v2"  # v2: the recipe's grid warnings per run and per budget
+VERSION = "isoflop-results-v3"  # v2: the recipe's grid warnings per run and per budget; v3: each run's data
 _CPU = ResourceConfig.with_cpu()
 logger = logging.getLogger(__name__)
 
@@ -236,6 +236,50 @@ def run_counts(train_path: str) -> dict[str, Any]:
     }
 
 
+def _cache_id(path: str) -> str:
+    """A token cache's identity by content (its manifest's `content_sha256`), never its path."""
+    from schooner.tokenize import TokenCache
+
+    try:
+        manifest = TokenCache.open(path).manifest
+    except Exception as e:  # a cache gone or unreadable: the identity says so, and compares unequal
+        return f"unreadable: {type(e).__name__}: {e}"
+    return str(manifest.get("content_sha256") or f"no content_sha256 in {path}/manifest.json")
+
+
+def run_data(train_path: str) -> dict[str, Any]:
+    """What a finished run trained and was evaluated on, by content: `{"tokenizer": fingerprint, "train":
+    {cache content sha256: weight}, "validation": {name: cache content sha256}}` from its `run.json` (the
+    validation sets the run scored: its own, or the `validation/` caches beside its components). A forecast
+    records its fitted runs' and a score compares the target run's: a loss on other data, tokens or
+    evaluation sets is not the loss the law predicts."""
+    import fsspec
+
+    from schooner.train._evaluate import default_validation
+
+    with fsspec.open(f"{train_path}/run.json") as f:
+        info = json.load(f)
+    data = info["config"]["data"]
+    components = {str(k): float(v) for k, v in data["components"].items()}
+    validation = data.get("validation")
+    if validation is None:
+        validation = default_validation(components)
+    return {
+        "tokenizer": info.get("tokenizer_fingerprint"),
+        "train": {_cache_id(p): w for p, w in sorted(components.items())},
+        "validation": {name: _cache_id(p) for name, p in sorted(validation.items())},
+    }
+
+
+def read_run_data(path: str) -> list[dict[str, Any] | None]:
+    """Each run's `run_data` from a sweep-results folder's `runs.jsonl` (None for a row that has none)."""
+    import fsspec
+
+    file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
+    with fsspec.open(file, "r") as f:
+        return [json.loads(line).get("data") for line in f if line.strip()]
+
+
 def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
     from ._plots import plot_isoflops
 
@@ -256,6 +300,7 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
                 **run.to_dict(),
                 **{k: v for k, v in counts.items() if k not in ("params", "tokens", "flops")},
                 "warnings": notes,
+                "data": run_data(entry["train"]),
             }
         )
         budget_notes = warnings.setdefault(f"{run.budget:.3g}", [])
