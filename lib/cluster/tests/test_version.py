@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schooner.cluster import ConfigError, ResourceConfig, is_secret_name, runtime_field, step
+from schooner.cluster import ConfigError, ResourceConfig, Secret, runtime_field, secret_field, step
 from schooner.cluster.runner._version import canonicalize
 
 scalars = st.one_of(
@@ -33,7 +33,7 @@ json_like = st.recursive(
     scalars,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.text(max_size=8).filter(lambda k: not is_secret_name(k)), inner, max_size=4),
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
     ),
     max_leaves=20,
 )
@@ -228,23 +228,61 @@ def test_equal_values_give_equal_keys() -> None:
 
 
 @dataclass(frozen=True)
-class WithToken:
-    repo: str
-    hf_token: str | None = None
-    extra: Any = None
+class Routing:
+    """Settings whose names end in `_token` like a credential's would: all of them are settings."""
+
+    num_experts_per_token: int = 1
+    eot_token: str = "<|endoftext|>"
+    min_chars_per_token: float = 2.0
+    token: str = "t"
 
 
-def test_secret_named_fields_are_runtime_only() -> None:
-    a = step("dl", fn, WithToken("org/model", hf_token="hf_aaaa", extra={"api_key": "k1", "n": 1}))
-    b = step("dl", fn, WithToken("org/model", hf_token="hf_bbbb", extra={"api_key": "k2", "n": 1}))
-    assert a.key == b.key  # rotating a token reruns nothing
-    assert b.config.hf_token == "hf_bbbb"  # the step itself still gets it
-    assert step("dl", fn, WithToken("org/other", hf_token="hf_aaaa")).key != a.key
-    assert step("dl", fn, WithToken("org/model", extra={"api_key": "k1", "n": 2})).key != a.key
+@pytest.mark.parametrize(
+    "change",
+    [{"num_experts_per_token": 2}, {"eot_token": "</s>"}, {"min_chars_per_token": 3.5}, {"token": "u"}],
+)
+def test_fields_named_like_tokens_are_part_of_the_key(change: dict) -> None:
+    """Top-1 and top-2 MoE routing are two models: a name never makes a field a secret."""
+    base = step("moe", fn, Routing())
+    changed = step("moe", fn, Routing(**change))
+    assert changed.key != base.key
+    field = next(iter(change))
+    assert field in changed.canonical_config and changed.canonical_config[field] == change[field]
     assert (
-        step("dl", fn, WithToken("org/model", extra={"eos_token": "</s>"})).key
-        != step("dl", fn, WithToken("org/model", extra={"eos_token": "<eos>"})).key
+        step("moe", fn, {field: change[field]}).key != step("moe", fn, {field: getattr(Routing(), field)}).key
     )
+
+
+@dataclass(frozen=True)
+class Download:
+    repo: str
+    hf_token: str | None = secret_field(None)
+    api: Any = None
+    extra: Any = None
+    marked: str = dataclasses.field(default="", metadata={"secret": True})
+
+
+def test_marked_secrets_are_runtime_only() -> None:
+    a = step(
+        "dl", fn, Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="p1", extra=[Secret("x1")])
+    )
+    b = step(
+        "dl", fn, Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="p2", extra=[Secret("x2")])
+    )
+    assert a.key == b.key  # rotating a token reruns nothing
+    assert (
+        step("dl", fn, Download("org/model")).key
+        == step("dl", fn, Download("org/model", api=Secret("k"))).key
+    )
+    assert b.config.hf_token == "hf_bbbb" and b.config.api.get() == "k2-bbbbbb"  # the step still gets them
+    assert step("dl", fn, Download("org/other", "hf_aaaa")).key != a.key
+    assert (
+        step("dl", fn, {"repo": "r", "token": Secret("s1")}).key
+        == step("dl", fn, {"repo": "r", "token": None}).key
+    )
+    text = json.dumps(a.canonical_config)
+    assert all(v not in text for v in ("hf_aaaa", "k1-aaaaaa", "p1", "x1")) and "hf_token" not in text
+    assert repr(a.config.api) == "Secret('***')" and "k1" not in str(a.config.api)
 
 
 def test_key_is_the_same_in_another_process_with_another_hash_seed() -> None:

@@ -23,8 +23,10 @@ from ._local_ray import LocalRayCluster as LocalRayCluster
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
+from ._secrets import Secret as Secret
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
+from ._secrets import secret_field as secret_field
 from ._storage import atomic_open as atomic_open
 from ._storage import atomic_write as atomic_write
 from ._storage import is_temp_name as is_temp_name

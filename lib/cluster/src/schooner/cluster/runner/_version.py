@@ -11,11 +11,14 @@ Canonical form, by type (deterministic, independent of dict insertion order):
   equal `int` when it is integral (`1.0` and `1` are one value); non-finite floats:
   `{"__float__": "nan" | "inf" | "-inf"}`.
 - dataclass instance: `{"__class__": QualName, field: value, ...}` without fields marked runtime-only
-  (see `runtime_field`) and without secret-named fields (`hf_token`, `api_key`: see `is_secret_name`),
-  which are runtime-only too: rotating a token never reruns a step. The class name (not its module) is kept so that two config classes with the
-  same field names (say `AdamConfig` and `MuonConfig`) never share a key.
-- mapping with only `str` keys: a JSON object (secret-named keys left out); any other mapping (keys that are handles, ints, tuples):
+  (see `runtime_field`) and without fields marked `secret_field()` (or `metadata={"secret": True}`),
+  which are runtime-only too, so rotating a token never reruns a step. Secrets are marked, never guessed from a field's name (`num_experts_per_token`
+  is a setting). The class name (not its module) is kept so that two config classes with the same field
+  names (say `AdamConfig` and `MuonConfig`) never share a key.
+- mapping with only `str` keys: a JSON object; any other mapping (keys that are handles, ints, tuples):
   `{"__dict__": [[key, value], ...]}` sorted by the key's canonical JSON.
+- a `Secret` (in a field, a dict, a list): `None`, whatever its value, so giving or rotating a credential
+  never changes the key.
 - list / tuple: a JSON list; set / frozenset: `{"__set__": [...]}` sorted.
 - enum member: `{"__enum__": "Class.NAME"}`; `pathlib` path: its string; numpy scalar: its Python value.
 - module-level function or class: `{"__callable__": "module:qualname"}`, where a function of the file run
@@ -40,7 +43,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from schooner.cluster._secrets import is_secret_name
+from schooner.cluster._secrets import Secret, is_secret_field, register_secret
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -106,6 +109,8 @@ def canonicalize(config: Any, *, step_name: str = "?", field: str = "config") ->
 def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
     if value is None or isinstance(value, bool | int | str) and not isinstance(value, enum.Enum):
         return value
+    if isinstance(value, Secret):
+        return None  # present or not, rotated or not: one key
     if isinstance(value, float):
         if math.isfinite(value):
             # Equal values give equal keys: `lr=1` and `lr=1.0` are one config.
@@ -134,20 +139,20 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         active.add(id(value))
         out: dict[str, Any] = {"__class__": type(value).__qualname__}
         for f in dataclasses.fields(value):
-            if f.metadata.get(RUNTIME_META) or is_secret_name(f.name):
+            v = getattr(value, f.name)
+            if is_secret_field(f):
+                register_secret(v)  # scrubbed from logs and records of this run
                 continue
-            out[f.name] = _canon(getattr(value, f.name), step, f"{path}.{f.name}", active)
+            if f.metadata.get(RUNTIME_META):
+                continue
+            out[f.name] = _canon(v, step, f"{path}.{f.name}", active)
         active.discard(id(value))
         return out
     if isinstance(value, Mapping):
         active.add(id(value))
         try:
             if all(isinstance(k, str) for k in value):
-                return {
-                    k: _canon(v, step, f"{path}[{k!r}]", active)
-                    for k, v in value.items()
-                    if not is_secret_name(k)
-                }
+                return {k: _canon(v, step, f"{path}[{k!r}]", active) for k, v in value.items()}
             items = []
             for k, v in value.items():
                 ck = _canon(k, step, f"{path}<key {_describe(k)}>", active)
