@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -362,3 +364,81 @@ def test_runtime_fields_cannot_hold_inputs() -> None:
 
     with pytest.raises(ConfigError, match="runtime-only field"):
         step("s", fn, Cfg(data=up))
+
+
+@dataclass(frozen=True)
+class Threshold:
+    limit: int
+
+    def keep(self, record: dict) -> bool:
+        return len(record["text"]) >= self.limit
+
+
+def test_a_bound_method_is_keyed_with_its_object() -> None:
+    """`Threshold(10).keep` and `Threshold(1000).keep` filter differently: they are two configs."""
+    assert (
+        step("f", fn, {"keep": Threshold(10).keep}).key != step("f", fn, {"keep": Threshold(1000).keep}).key
+    )
+    assert step("f", fn, {"keep": Threshold(10).keep}).key == step("f", fn, {"keep": Threshold(10).keep}).key
+    with pytest.raises(ConfigError, match=r"config\['keep'\]\.__self__"):
+        step("f", fn, {"keep": Unkeyable().method})
+
+
+class Unkeyable:
+    def method(self) -> None:
+        return None
+
+
+def test_partials_are_keyed_with_their_arguments() -> None:
+    a = step("f", fn, {"f": functools.partial(other_fn, out="a")})
+    assert a.key != step("f", fn, {"f": functools.partial(other_fn, out="b")}).key
+    assert a.key == step("f", fn, {"f": functools.partial(other_fn, out="a")}).key
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"x": {"__float__": "nan"}}, {"x": float("nan")}),
+        ({"x": {"__float__": "inf"}}, {"x": float("inf")}),
+        ({"x": {"__step__": "0" * 64}}, {"x": {"__dict__": [["__step__", "0" * 64]]}}),
+        ({"x": {"__class__": "Inner", "a": 1, "b": 0}}, {"x": Inner(a=1)}),
+        ({"x": {"__set__": [1, 2]}}, {"x": {1, 2}}),
+        ({"x": {"__bytes__": "6869"}}, {"x": b"hi"}),
+        ({"x": {"__tuple__": [1, 2]}}, {"x": (1, 2)}),
+        ({"x": -0.0}, {"x": 0.0}),
+        ({"x": -0.0}, {"x": 0}),
+        ({"x": (1, 2)}, {"x": [1, 2]}),
+        ({"x": ()}, {"x": []}),
+        ({"x": [(1,), [2]]}, {"x": [[1], (2,)]}),
+    ],
+)
+def test_values_that_merely_look_alike_have_different_keys(one: Any, other: Any) -> None:
+    """Dicts shaped like the canonical form's own tags, -0.0 and 0.0, tuples and lists: each pair is two
+    different configs, so two different keys."""
+    assert step("o", fn, one).key != step("o", fn, other).key
+    assert step("o", fn, one).key == step("o", fn, copy.deepcopy(one)).key  # and each is stable
+
+
+def test_a_lone_surrogate_is_a_config_error_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"'my/step'.*config\.payload\['name'\].*not valid Unicode"):
+        step("my/step", fn, Outer(payload={"name": "ab\ud800cd"}, inner=Inner(a=1)))
+    with pytest.raises(ConfigError, match=r"config\.payload<key .*not valid Unicode"):
+        step("my/step", fn, Outer(payload={"k\udfff": 1}, inner=Inner(a=1)))
+    assert step("ok", fn, {"name": "naïve ☃ 𝔘"}).key  # valid non-ASCII text is fine
+
+
+def test_deep_nesting_is_a_config_error_naming_the_field() -> None:
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ConfigError, match=r"'my/step'.*config\.payload\[0\]\[0\].*nested more than"):
+        step("my/step", fn, Outer(payload=deep, inner=Inner(a=1)))
+    nested: Any = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    with pytest.raises(ConfigError, match="nested more than"):
+        step("my/step", fn, {"n": nested})
+    ok: Any = 1
+    for _ in range(45):
+        ok = {"a": [ok]}
+    assert step("fine", fn, {"n": ok}).key  # 90 levels is still a config
