@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schooner.cluster import ConfigError, ResourceConfig, Secret, runtime_field, secret_field, step
-from schooner.cluster.runner._version import canonicalize
+from schooner.cluster.runner._version import canonicalize, code_fingerprint
 
 scalars = st.one_of(
     st.none(),
@@ -155,16 +155,24 @@ def test_an_input_key_change_changes_the_key_and_runtime_args_do_not(payload: An
 def test_key_is_sha256_of_the_documented_canonical_json() -> None:
     up = step("up", fn, {"n": 1})
     h = step("tok/x", fn, Outer(payload={"b": [1, 2.5, None], "a": "é"}, inner=Inner(a=up)), version="v3")
-    up_text = '{"config":{"n":1},"name":"up","version":null}'
+    code = code_fingerprint(fn)
+    assert code is not None and len(code) == 64 and up.code == h.code == code
+    up_text = '{"code":"' + code + '","config":{"n":1},"name":"up","version":null}'
     assert up.key == hashlib.sha256(up_text.encode()).hexdigest()
     text = (
-        '{"config":{"__class__":"Outer","inner":{"__class__":"Inner","a":{"__step__":"'
+        '{"code":"'
+        + code
+        + '","config":{"__class__":"Outer","inner":{"__class__":"Inner","a":{"__step__":"'
         + up.key
         + '"},"b":0},'
         '"input":null,"payload":{"a":"é","b":[1,2.5,null]}},"name":"tok/x","version":"v3"}'
     )
     assert h.key == hashlib.sha256(text.encode("utf-8")).hexdigest()
     assert h.dir_name == f"tok/x-{h.key[:8]}"
+    # A library function (a step builder's) is named by its version string, not read.
+    lib = step("up", json.dumps, {"n": 1})
+    assert lib.code is None
+    assert lib.key == hashlib.sha256(b'{"code":null,"config":{"n":1},"name":"up","version":null}').hexdigest()
 
 
 _EXPERIMENT = """

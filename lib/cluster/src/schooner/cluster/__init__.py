@@ -14,6 +14,9 @@ from ._client import ResourcesUnavailableError as ResourcesUnavailableError
 from ._client import WorkerDiedError as WorkerDiedError
 from ._current import current_client as current_client
 from ._current import using_client as using_client
+from ._fingerprint import Unfingerprintable as Unfingerprintable
+from ._fingerprint import code_fingerprint as code_fingerprint
+from ._fingerprint import fingerprint_token as fingerprint_token
 from ._gang import GangInfo as GangInfo
 from ._gang import current_gang as current_gang
 from ._local import LocalClient as LocalClient

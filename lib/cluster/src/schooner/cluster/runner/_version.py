@@ -1,7 +1,11 @@
 """Step identity: the canonical JSON form of a config and the version key hashed from it.
 
-A step's key is the SHA-256 of the canonical JSON of `{"name", "config", "version"}`, where every input
-handle in the config is replaced by the input's own key. Nothing physical (prefix, absolute output path,
+A step's key is the SHA-256 of the canonical JSON of `{"name", "config", "version", "code"}`, where every
+input handle in the config is replaced by the input's own key and `code` is the fingerprint of the step
+function's code (`schooner.cluster._fingerprint.code_fingerprint`: its body, the helpers it calls and the
+module-level constants they read, followed transitively; None for a library function such as a step
+builder's, whose `version` string stands for its code). Editing the body of a helper the step calls gives
+the step (and every step downstream) a new key; reformatting, comments, or an unchanged file do not. Nothing physical (prefix, absolute output path,
 host, region, resources) can enter the key, so moving a prefix or failing over to another region reuses
 every finished step.
 
@@ -11,7 +15,8 @@ Canonical form, by type (deterministic, independent of dict insertion order):
   surrogate, is refused); finite `float`: itself (shortest round-trip repr), or the equal `int` when it is
   integral (`1.0` and `1` are one value; `-0.0` stays `-0.0`); non-finite floats:
   `{"__float__": "nan" | "inf" | "-inf"}`.
-- dataclass instance: `{"__class__": QualName, field: value, ...}` without fields marked runtime-only
+- dataclass instance: `{"__class__": QualName, field: value, ...}` (plus `"__code__"`, its class's code
+  fingerprint, when it is a user-defined callable: a transform object) without fields marked runtime-only
   (see `runtime_field`) and without fields marked `secret_field()` (or `metadata={"secret": True}`),
   which are runtime-only too, so rotating a token never reruns a step. Secrets are marked, never guessed from a field's name (`num_experts_per_token`
   is a setting). The class name (not its module) is kept so that two config classes with the same field
@@ -25,7 +30,8 @@ Canonical form, by type (deterministic, independent of dict insertion order):
   `{"__set__": [...]}` sorted.
 - enum member: `{"__enum__": "Class.NAME"}`; `pathlib` path: its string; numpy scalar: its Python value.
 - module-level function or class: `{"__callable__": "module:qualname"}`, where a function of the file run
-  as `__main__` is named as that file is imported (see `stable_module_name`); a bound method:
+  as `__main__` is named as that file is imported (see `stable_module_name`), plus `"__code__"`: the
+  fingerprint of its code for user code (a `transform` edited changes the key); a bound method:
   `{"__method__": function, "__self__": its object}`; a `functools.partial`:
   `{"__partial__": function, "args": [...], "kwargs": {...}}`.
 - an input (a `StepHandle` or `InputPath`): `{"__step__": key}` or `{"__step__": key, "__path__": "sub"}`.
@@ -44,13 +50,13 @@ import functools
 import hashlib
 import json
 import math
-import os
 import pathlib
-import sys
 import types
 from collections.abc import Mapping
 from typing import Any
 
+from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
+from schooner.cluster._fingerprint import stable_module_name as stable_module_name
 from schooner.cluster._secrets import Secret, is_secret_field, register_secret
 
 RUNTIME_META = "schooner_runtime"
@@ -84,9 +90,10 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def version_key(name: str, canonical_config: Any, version: str | None) -> str:
-    """The 64-hex-digit SHA-256 key of a step, from its name, canonical config and code version."""
-    text = dumps({"name": name, "config": canonical_config, "version": version})
+def version_key(name: str, canonical_config: Any, version: str | None, code: str | None = None) -> str:
+    """The 64-hex-digit SHA-256 key of a step, from its name, canonical config, version string and the
+    fingerprint of its function's code (`code_fingerprint`; None for a library function)."""
+    text = dumps({"name": name, "config": canonical_config, "version": version, "code": code})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -179,6 +186,8 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         active.add(id(value))
         out: dict[str, Any] = {"__class__": type(value).__qualname__}
+        if callable(value):  # a callable config object (a transform): what its class's code does counts
+            _add_code(out, type(value))
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if is_secret_field(f):
@@ -236,7 +245,7 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
         mod = getattr(value, "__module__", None)
         qual = getattr(value, "__qualname__", None)
         if mod and qual and "<" not in qual:
-            return {"__callable__": f"{stable_module_name(mod)}:{qual}"}
+            return _add_code({"__callable__": f"{stable_module_name(mod)}:{qual}"}, value)
         raise ConfigError(
             f"step {step!r}: config field {_short_path(path)!r} holds {_describe(value)}, a lambda or local "
             "function with no stable name; use a module-level function instead"
@@ -249,40 +258,17 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
     )
 
 
+def _add_code(out: dict[str, Any], value: Any) -> dict[str, Any]:
+    """Note the code fingerprint of a user function or class (library code is named only)."""
+    fp = code_fingerprint(value)
+    if fp is not None:
+        out["__code__"] = fp
+    return out
+
+
 def _is_tag(key: str) -> bool:
     """Keys shaped like the tags of the canonical form (`__float__`, `__step__`, `__class__`...)."""
     return len(key) > 4 and key.startswith("__") and key.endswith("__")
-
-
-def stable_module_name(module: str) -> str:
-    """The name a module has whichever way its file was started.
-
-    A function defined in an experiment file run as a script (`python exp.py`, `schooner run exp.py`)
-    lives in `__main__`; imported from another experiment it lives in `exp` or `experiments.exp`. For
-    `__main__`, this returns the name the file is imported under: its stem, prefixed by the regular
-    packages (folders with `__init__.py`) that hold it, as Python resolves `import experiments.exp`.
-    Other modules keep their name.
-
-    Example:
-        >>> stable_module_name("schooner.cluster.runner._version")
-        'schooner.cluster.runner._version'
-    """
-    if module != "__main__":
-        return module
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not path:
-        return module  # an interactive session: no file to name it by
-    return _importable_name(os.path.abspath(path))
-
-
-def _importable_name(path: str) -> str:
-    folder, stem = os.path.split(os.path.splitext(path)[0])
-    parts = [stem]
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
-        folder, pkg = os.path.split(folder)
-        parts.insert(0, pkg)
-    return ".".join(parts)
 
 
 def to_jsonable(value: Any) -> Any:
