@@ -238,3 +238,25 @@ class _Opaque:
     @property
     def value(self) -> int:
         return 1
+
+
+def writes_one(config: Any, out: str) -> int:
+    return 1
+
+
+def writes_two(config: Any, out: str) -> int:
+    return 2
+
+
+def test_explain_names_a_code_change_as_the_reason_for_a_new_key(tmp_path: Path) -> None:
+    from schooner.cluster import StepRunner, lower
+    from schooner.cluster.runner._explain import explain_step
+
+    prefix = str(tmp_path / "out")
+    first = step("w", writes_one, {"n": 1})
+    assert StepRunner(prefix=prefix).run([first]).ok
+    edited = step("w", writes_two, {"n": 1})  # the same step after its function's body was edited
+    (low,) = lower(edited)
+    why = explain_step(low, prefix)
+    assert why.verdict == "will run" and [c.path for c in why.changes] == ["code"]
+    assert why.changes[0].old == first.code and why.changes[0].new == edited.code != first.code

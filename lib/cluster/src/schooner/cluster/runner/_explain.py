@@ -212,6 +212,8 @@ def explain_step(
     changes = []
     if rec.get("version") != h.version:
         changes.append(FieldChange("version", rec.get("version"), h.version))
+    if "code" in rec and rec.get("code") != h.code:  # the function's code or a helper it calls was edited
+        changes.append(FieldChange("code", rec.get("code"), h.code))
     names = {i["key"]: i.get("name", "?") for i in rec.get("inputs", [])}
     names.update({k: s.name for k, s in by_key.items()})
     changes += diff_configs(rec.get("config"), today, names=names)

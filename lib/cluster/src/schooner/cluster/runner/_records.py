@@ -148,6 +148,7 @@ def step_record(
         "fn": h.fn_name(),
         "fn_source_sha256": fn_source_hash(h.fn),
         "version": h.version,
+        "code": h.code,
         "config": redact_config(h.canonical_config, secrets),
         "inputs": [{"field": f, "key": d.key, "name": d.name} for f, d in h.inputs()],
         "resources": resources,
