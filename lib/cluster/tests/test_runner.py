@@ -19,10 +19,12 @@ from rich.console import Console
 from schooner.cluster import (
     ConfigError,
     ResourceConfig,
+    Secret,
     StepFailedError,
     StepRunner,
     lower,
     resolve_prefix,
+    secret_field,
     step,
     using_client,
 )
@@ -40,7 +42,7 @@ class Cfg:
     inputs: Any = ()
     value: int = 1
     fail: bool = False
-    hf_token: str | None = None
+    hf_token: str | None = secret_field(None)
 
 
 def _open(path: str, mode: str = "r"):
@@ -142,6 +144,41 @@ def test_records_hold_provenance_and_no_secrets(tmp_path, calls: list[str], monk
     assert "was told to fail" in bad_record
     everything = [bad_record, buf.getvalue()] + [_read(p) for p in _all_files(prefix)]
     assert all(secret not in text for text in everything)
+
+
+@dataclass(frozen=True)
+class Login:
+    user: str
+    password: Secret
+    num_experts_per_token: int = 2
+
+
+def log_in(config: Login, out: str) -> None:
+    raise PermissionError(f"the server refused password {config.password.get()!r}")
+
+
+def test_a_marked_secret_stays_out_of_the_key_records_and_output(tmp_path, capfd) -> None:
+    """A `Secret` is never part of the key nor of anything the runner writes or prints, even when the step
+    puts it in its error; a setting named like a token is recorded as it is."""
+    secret = "pw-" + uuid.uuid4().hex
+    h = step("login", log_in, Login("ada", Secret(secret)))
+    assert h.key == step("login", log_in, Login("ada", Secret("another-password"))).key
+    prefix = str(tmp_path / "out")
+    runner, buf = _runner(prefix)
+    failed = runner.run([h], raise_on_failure=False)
+    assert not failed.ok
+    record = json.loads(_read(meta_path(failed[h].output_path, "step.json")))
+    assert record["config"] == {
+        "__class__": "Login",
+        "user": "ada",
+        "password": None,
+        "num_experts_per_token": 2,
+    }
+    assert "the server refused password" in record["error"]
+    out, err = capfd.readouterr()
+    everything = [buf.getvalue(), out, err] + [_read(p) for p in _all_files(prefix)]
+    assert all(secret not in text for text in everything)
+    assert any("***" in text for text in everything)
 
 
 def _all_files(root: str) -> list[str]:
@@ -422,28 +459,22 @@ def test_the_runner_client_is_current_inside_in_process_steps(tmp_path, local_cl
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
-        ("hf_token", True),
-        ("api_key", True),
-        ("wandb_api_key", True),
-        ("password", True),
-        ("Authorization", True),
-        ("aws_secret_access_key", True),
-        ("token", True),
-        ("eos_token", False),
-        ("pad_token", False),
-        ("max_tokens", False),
-        ("tokenizer", False),
-        ("author", False),
-        ("sort_key", False),
-        ("num_kv_heads", False),
+        ("HF_TOKEN", True),
+        ("WANDB_API_KEY", True),
+        ("DB_PASSWORD", True),
+        ("AUTHORIZATION", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("PATH", False),
+        ("KEYBOARD_LAYOUT", False),
     ],
 )
-def test_secret_field_names(name: str, secret: bool) -> None:
+def test_environment_variables_are_judged_by_name_config_fields_never(name: str, secret: bool) -> None:
     from schooner.cluster import is_secret_name
     from schooner.cluster.runner._records import redact_config
 
     assert is_secret_name(name) is secret
-    assert (redact_config({name: "value"}, [])[name] == "***") is secret
+    config = {name.lower(): "value", "num_experts_per_token": 2, "eot_token": "</s>", "api_key": "k"}
+    assert redact_config(config, []) == config  # marked secrets never reach a canonical config
 
 
 def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:

@@ -48,7 +48,8 @@ def test_handles_are_lazy_hashable_values_and_divide_into_input_paths() -> None:
     assert calls == []  # nothing runs at build time
     assert isinstance(h / "train", InputPath)
     assert (h / "a" / "b/").path == "a/b" and (h / "a" / "b").step is h
-    assert {h: 1}[step("raw", lambda c, o: None, {"n": 1})] == 1  # same key -> same dict key
+    assert {h: 1}[step("raw", lambda c, o: calls.append(o), {"n": 1})] == 1  # same key -> same dict key
+    assert step("raw", lambda c, o: None, {"n": 1}) != h  # other code: another step
     with pytest.raises(ValueError, match=r"'\.\.'"):
         h / "../escape"
 

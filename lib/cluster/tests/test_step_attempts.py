@@ -212,11 +212,11 @@ def test_force_reruns_a_resumable_step_from_an_empty_folder(tmp_path: Path) -> N
 
 def test_a_forced_step_that_fails_is_not_done_and_its_dependents_are_not_cached(tmp_path: Path) -> None:
     attempts = str(tmp_path / "attempts")
-    ok = step("rows", append_and_maybe_fail, AppendCfg(rows=2, attempts_file=attempts))
+    ok = step("rows", _fail_if_marked, AppendCfg(rows=2, attempts_file=attempts))
     down = step("reader", reader, {"rows": ok})
     first, _ = _run(tmp_path / "out", [down])
     assert first.ok and first[down].result == {"rows": 2}
-    # The same step (same key: `fail_always` is read from a file here) fails when forced.
+    # The same step (same key and code: whether it fails is read from a file here) fails when forced.
     Path(attempts).write_text("")
     failing = step("rows", _fail_if_marked, AppendCfg(rows=2, attempts_file=attempts))
     assert failing.key == ok.key

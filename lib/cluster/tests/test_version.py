@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -19,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schooner.cluster import ConfigError, ResourceConfig, is_secret_name, runtime_field, step
-from schooner.cluster.runner._version import canonicalize
+from schooner.cluster import ConfigError, ResourceConfig, Secret, runtime_field, secret_field, step
+from schooner.cluster.runner._version import canonicalize, code_fingerprint
 
 scalars = st.one_of(
     st.none(),
@@ -33,7 +35,7 @@ json_like = st.recursive(
     scalars,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.text(max_size=8).filter(lambda k: not is_secret_name(k)), inner, max_size=4),
+        st.dictionaries(st.text(max_size=8), inner, max_size=4),
     ),
     max_leaves=20,
 )
@@ -153,16 +155,24 @@ def test_an_input_key_change_changes_the_key_and_runtime_args_do_not(payload: An
 def test_key_is_sha256_of_the_documented_canonical_json() -> None:
     up = step("up", fn, {"n": 1})
     h = step("tok/x", fn, Outer(payload={"b": [1, 2.5, None], "a": "é"}, inner=Inner(a=up)), version="v3")
-    up_text = '{"config":{"n":1},"name":"up","version":null}'
+    code = code_fingerprint(fn)
+    assert code is not None and len(code) == 64 and up.code == h.code == code
+    up_text = '{"code":"' + code + '","config":{"n":1},"name":"up","version":null}'
     assert up.key == hashlib.sha256(up_text.encode()).hexdigest()
     text = (
-        '{"config":{"__class__":"Outer","inner":{"__class__":"Inner","a":{"__step__":"'
+        '{"code":"'
+        + code
+        + '","config":{"__class__":"Outer","inner":{"__class__":"Inner","a":{"__step__":"'
         + up.key
         + '"},"b":0},'
         '"input":null,"payload":{"a":"é","b":[1,2.5,null]}},"name":"tok/x","version":"v3"}'
     )
     assert h.key == hashlib.sha256(text.encode("utf-8")).hexdigest()
     assert h.dir_name == f"tok/x-{h.key[:8]}"
+    # A library function (a step builder's) is named by its version string, not read.
+    lib = step("up", json.dumps, {"n": 1})
+    assert lib.code is None
+    assert lib.key == hashlib.sha256(b'{"code":null,"config":{"n":1},"name":"up","version":null}').hexdigest()
 
 
 _EXPERIMENT = """
@@ -228,23 +238,61 @@ def test_equal_values_give_equal_keys() -> None:
 
 
 @dataclass(frozen=True)
-class WithToken:
-    repo: str
-    hf_token: str | None = None
-    extra: Any = None
+class Routing:
+    """Settings whose names end in `_token` like a credential's would: all of them are settings."""
+
+    num_experts_per_token: int = 1
+    eot_token: str = "<|endoftext|>"
+    min_chars_per_token: float = 2.0
+    token: str = "t"
 
 
-def test_secret_named_fields_are_runtime_only() -> None:
-    a = step("dl", fn, WithToken("org/model", hf_token="hf_aaaa", extra={"api_key": "k1", "n": 1}))
-    b = step("dl", fn, WithToken("org/model", hf_token="hf_bbbb", extra={"api_key": "k2", "n": 1}))
-    assert a.key == b.key  # rotating a token reruns nothing
-    assert b.config.hf_token == "hf_bbbb"  # the step itself still gets it
-    assert step("dl", fn, WithToken("org/other", hf_token="hf_aaaa")).key != a.key
-    assert step("dl", fn, WithToken("org/model", extra={"api_key": "k1", "n": 2})).key != a.key
+@pytest.mark.parametrize(
+    "change",
+    [{"num_experts_per_token": 2}, {"eot_token": "</s>"}, {"min_chars_per_token": 3.5}, {"token": "u"}],
+)
+def test_fields_named_like_tokens_are_part_of_the_key(change: dict) -> None:
+    """Top-1 and top-2 MoE routing are two models: a name never makes a field a secret."""
+    base = step("moe", fn, Routing())
+    changed = step("moe", fn, Routing(**change))
+    assert changed.key != base.key
+    field = next(iter(change))
+    assert field in changed.canonical_config and changed.canonical_config[field] == change[field]
     assert (
-        step("dl", fn, WithToken("org/model", extra={"eos_token": "</s>"})).key
-        != step("dl", fn, WithToken("org/model", extra={"eos_token": "<eos>"})).key
+        step("moe", fn, {field: change[field]}).key != step("moe", fn, {field: getattr(Routing(), field)}).key
     )
+
+
+@dataclass(frozen=True)
+class Download:
+    repo: str
+    hf_token: str | None = secret_field(None)
+    api: Any = None
+    extra: Any = None
+    marked: str = dataclasses.field(default="", metadata={"secret": True})
+
+
+def test_marked_secrets_are_runtime_only() -> None:
+    a = step(
+        "dl", fn, Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="p1", extra=[Secret("x1")])
+    )
+    b = step(
+        "dl", fn, Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="p2", extra=[Secret("x2")])
+    )
+    assert a.key == b.key  # rotating a token reruns nothing
+    assert (
+        step("dl", fn, Download("org/model")).key
+        == step("dl", fn, Download("org/model", api=Secret("k"))).key
+    )
+    assert b.config.hf_token == "hf_bbbb" and b.config.api.get() == "k2-bbbbbb"  # the step still gets them
+    assert step("dl", fn, Download("org/other", "hf_aaaa")).key != a.key
+    assert (
+        step("dl", fn, {"repo": "r", "token": Secret("s1")}).key
+        == step("dl", fn, {"repo": "r", "token": None}).key
+    )
+    text = json.dumps(a.canonical_config)
+    assert all(v not in text for v in ("hf_aaaa", "k1-aaaaaa", "p1", "x1")) and "hf_token" not in text
+    assert repr(a.config.api) == "Secret('***')" and "k1" not in str(a.config.api)
 
 
 def test_key_is_the_same_in_another_process_with_another_hash_seed() -> None:
@@ -324,3 +372,81 @@ def test_runtime_fields_cannot_hold_inputs() -> None:
 
     with pytest.raises(ConfigError, match="runtime-only field"):
         step("s", fn, Cfg(data=up))
+
+
+@dataclass(frozen=True)
+class Threshold:
+    limit: int
+
+    def keep(self, record: dict) -> bool:
+        return len(record["text"]) >= self.limit
+
+
+def test_a_bound_method_is_keyed_with_its_object() -> None:
+    """`Threshold(10).keep` and `Threshold(1000).keep` filter differently: they are two configs."""
+    assert (
+        step("f", fn, {"keep": Threshold(10).keep}).key != step("f", fn, {"keep": Threshold(1000).keep}).key
+    )
+    assert step("f", fn, {"keep": Threshold(10).keep}).key == step("f", fn, {"keep": Threshold(10).keep}).key
+    with pytest.raises(ConfigError, match=r"config\['keep'\]\.__self__"):
+        step("f", fn, {"keep": Unkeyable().method})
+
+
+class Unkeyable:
+    def method(self) -> None:
+        return None
+
+
+def test_partials_are_keyed_with_their_arguments() -> None:
+    a = step("f", fn, {"f": functools.partial(other_fn, out="a")})
+    assert a.key != step("f", fn, {"f": functools.partial(other_fn, out="b")}).key
+    assert a.key == step("f", fn, {"f": functools.partial(other_fn, out="a")}).key
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ({"x": {"__float__": "nan"}}, {"x": float("nan")}),
+        ({"x": {"__float__": "inf"}}, {"x": float("inf")}),
+        ({"x": {"__step__": "0" * 64}}, {"x": {"__dict__": [["__step__", "0" * 64]]}}),
+        ({"x": {"__class__": "Inner", "a": 1, "b": 0}}, {"x": Inner(a=1)}),
+        ({"x": {"__set__": [1, 2]}}, {"x": {1, 2}}),
+        ({"x": {"__bytes__": "6869"}}, {"x": b"hi"}),
+        ({"x": {"__tuple__": [1, 2]}}, {"x": (1, 2)}),
+        ({"x": -0.0}, {"x": 0.0}),
+        ({"x": -0.0}, {"x": 0}),
+        ({"x": (1, 2)}, {"x": [1, 2]}),
+        ({"x": ()}, {"x": []}),
+        ({"x": [(1,), [2]]}, {"x": [[1], (2,)]}),
+    ],
+)
+def test_values_that_merely_look_alike_have_different_keys(one: Any, other: Any) -> None:
+    """Dicts shaped like the canonical form's own tags, -0.0 and 0.0, tuples and lists: each pair is two
+    different configs, so two different keys."""
+    assert step("o", fn, one).key != step("o", fn, other).key
+    assert step("o", fn, one).key == step("o", fn, copy.deepcopy(one)).key  # and each is stable
+
+
+def test_a_lone_surrogate_is_a_config_error_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"'my/step'.*config\.payload\['name'\].*not valid Unicode"):
+        step("my/step", fn, Outer(payload={"name": "ab\ud800cd"}, inner=Inner(a=1)))
+    with pytest.raises(ConfigError, match=r"config\.payload<key .*not valid Unicode"):
+        step("my/step", fn, Outer(payload={"k\udfff": 1}, inner=Inner(a=1)))
+    assert step("ok", fn, {"name": "naïve ☃ 𝔘"}).key  # valid non-ASCII text is fine
+
+
+def test_deep_nesting_is_a_config_error_naming_the_field() -> None:
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ConfigError, match=r"'my/step'.*config\.payload\[0\]\[0\].*nested more than"):
+        step("my/step", fn, Outer(payload=deep, inner=Inner(a=1)))
+    nested: Any = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    with pytest.raises(ConfigError, match="nested more than"):
+        step("my/step", fn, {"n": nested})
+    ok: Any = 1
+    for _ in range(45):
+        ok = {"a": [ok]}
+    assert step("fine", fn, {"n": ok}).key  # 90 levels is still a config

@@ -14,6 +14,9 @@ from ._client import ResourcesUnavailableError as ResourcesUnavailableError
 from ._client import WorkerDiedError as WorkerDiedError
 from ._current import current_client as current_client
 from ._current import using_client as using_client
+from ._fingerprint import Unfingerprintable as Unfingerprintable
+from ._fingerprint import code_fingerprint as code_fingerprint
+from ._fingerprint import fingerprint_token as fingerprint_token
 from ._gang import GangInfo as GangInfo
 from ._gang import current_gang as current_gang
 from ._local import LocalClient as LocalClient
@@ -23,8 +26,10 @@ from ._local_ray import LocalRayCluster as LocalRayCluster
 from ._ray import RayClient as RayClient
 from ._ray import RayJobHandle as RayJobHandle
 from ._resources import ResourceConfig as ResourceConfig
+from ._secrets import Secret as Secret
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
+from ._secrets import secret_field as secret_field
 from ._storage import atomic_open as atomic_open
 from ._storage import atomic_write as atomic_write
 from ._storage import is_temp_name as is_temp_name

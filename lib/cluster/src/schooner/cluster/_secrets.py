@@ -1,9 +1,23 @@
-"""Recognise secret-looking environment variables and keep their values out of logs and records."""
+"""Secrets: credentials in configs (marked explicitly) and in the environment (recognised by name).
+
+A config marks a credential explicitly, never by its name: wrap the value in `Secret("hf_...")`, or
+declare the dataclass field with `secret_field()` (`dataclasses.field(metadata={"secret": True})` is the
+same marker). Marked values never enter a step's key (rotating a token reruns nothing) nor its record, and
+their values are scrubbed from logs, errors and results like secret environment variables. Guessing from
+names is wrong both ways: `num_experts_per_token` or `eot_token` are model settings that must stay in the
+key, while a credential may be called anything.
+
+Environment variables carry no marker, so for them (and only them) the name decides: `HF_TOKEN`,
+`WANDB_API_KEY`, `DB_PASSWORD`... (`is_secret_name`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 _SECRET_NAME = re.compile(
     r"password|passwd|secret|api_?key|access_?key|private_?key|session_?key|signing_?key|credential|"
@@ -19,13 +33,97 @@ _VOCAB_TOKEN = re.compile(
 REDACTED = "***"
 
 
-def is_secret_name(name: str) -> bool:
-    """True when a name (an environment variable or a config field) looks like it holds a credential.
+SECRET_META = "secret"
+"""Dataclass field metadata flag marking a credential: `dataclasses.field(metadata={"secret": True})`."""
 
-    The one secret pattern of Schooner: `HF_TOKEN`, `WANDB_API_KEY`, `MY_KEY`, `hf_token`, `password`,
-    `api_key` are secrets; vocabulary items (`eos_token`, `pad_token`), `max_tokens`, `tokenizer`,
-    `sort_key` or `author` are not. Secret values are scrubbed from logs and records, and config fields
-    with such names are runtime-only (never part of a step's identity).
+_registered: set[str] = set()
+_registered_lock = threading.Lock()
+
+
+class Secret:
+    """A credential held in a config: kept out of step keys, records and logs.
+
+    `Secret("hf_...")` in a config field, dict or list is left out of the step's key (a field or dict
+    entry holding one is omitted, elsewhere it counts as a fixed placeholder) and its value is scrubbed
+    from everything the runner records or prints. The step reads it with `.get()`. Its `repr` and `str`
+    never show the value.
+
+    Example:
+        >>> s = Secret("hf_abcdef123")
+        >>> s, str(s), s.get()
+        (Secret('***'), '***', 'hf_abcdef123')
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str | Secret) -> None:
+        if isinstance(value, Secret):
+            value = value.get()
+        if not isinstance(value, str):
+            raise TypeError(f"Secret(...) holds a string (a token, a password), got a {type(value).__name__}")
+        self._value = value
+        register_secret(value)
+
+    def get(self) -> str:
+        """The secret value itself (give it to the client library; never print or return it)."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({REDACTED!r})"
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (Secret, (self._value,))  # rebuilt (and registered) in the worker process too
+
+
+def secret_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field holding a credential: not part of the step's key, never recorded, scrubbed from logs.
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Download:
+        ...     repo: str
+        ...     hf_token: str | None = secret_field(None)
+    """
+    kw: dict[str, Any] = {"metadata": {SECRET_META: True}}
+    if default is not dataclasses.MISSING:
+        kw["default"] = default
+    if default_factory is not dataclasses.MISSING:
+        kw["default_factory"] = default_factory
+    return dataclasses.field(**kw)
+
+
+def is_secret_field(field: dataclasses.Field) -> bool:
+    """True for a dataclass field marked as a credential (`secret_field()` or `metadata={"secret": True}`)."""
+    return bool(field.metadata.get(SECRET_META))
+
+
+def register_secret(value: Any) -> None:
+    """Scrub `value` (a string, or a `Secret`) from logs and records of this process from now on."""
+    if isinstance(value, Secret):
+        value = value.get()
+    if isinstance(value, str) and value:
+        with _registered_lock:
+            _registered.add(value)
+
+
+def is_secret_name(name: str) -> bool:
+    """True when an environment variable's name looks like it holds a credential.
+
+    For environment variables only, which carry no other marker: `HF_TOKEN`, `WANDB_API_KEY`, `MY_KEY`,
+    `DB_PASSWORD` are secrets; `PATH`, `KEYBOARD_LAYOUT` are not. Their values are scrubbed from logs and
+    records. Config fields are never judged by name: mark them with `Secret` or `secret_field()`.
 
     Example:
         >>> is_secret_name("HF_TOKEN"), is_secret_name("eos_token"), is_secret_name("sort_key")
@@ -40,11 +138,18 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def secret_values(env: Mapping[str, str] | None = None, *, min_length: int = 6) -> list[str]:
-    """The values of secret-looking variables (in `env`, default `os.environ`), longest first."""
+    """The values of secret-looking variables (in `env`, default `os.environ`), longest first.
+
+    Without `env`, the values of the `Secret`s and `secret_field`s this process has seen are included.
+    """
     import os
 
-    env = os.environ if env is None else env
-    vals = {v for k, v in env.items() if is_secret_name(k) and len(v) >= min_length}
+    vals = set()
+    if env is None:
+        env = os.environ
+        with _registered_lock:
+            vals |= {v for v in _registered if len(v) >= min_length}
+    vals |= {v for k, v in env.items() if is_secret_name(k) and len(v) >= min_length}
     return sorted(vals, key=len, reverse=True)
 
 

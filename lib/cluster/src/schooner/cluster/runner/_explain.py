@@ -105,6 +105,8 @@ def diff_configs(
             return [] if old == new else [FieldChange(path, old, new)]
         if "__dict__" in old and "__dict__" in new:
             return _diff_pairs(old["__dict__"], new["__dict__"], path, names)
+        if "__tuple__" in old and "__tuple__" in new and old.get("__class__") == new.get("__class__"):
+            return diff_configs(old["__tuple__"], new["__tuple__"], path, names)  # tuples read as lists
         changes = []
         for k in sorted(set(old) | set(new)):
             changes += diff_configs(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{path}.{k}", names)
@@ -210,6 +212,8 @@ def explain_step(
     changes = []
     if rec.get("version") != h.version:
         changes.append(FieldChange("version", rec.get("version"), h.version))
+    if "code" in rec and rec.get("code") != h.code:  # the function's code or a helper it calls was edited
+        changes.append(FieldChange("code", rec.get("code"), h.code))
     names = {i["key"]: i.get("name", "?") for i in rec.get("inputs", [])}
     names.update({k: s.name for k, s in by_key.items()})
     changes += diff_configs(rec.get("config"), today, names=names)

@@ -1,9 +1,9 @@
 """Step and experiment records: JSON provenance of what ran, where, from which code, with which result.
 
 `{output}/.schooner/step.json` describes one step attempt; `{prefix}/experiments/{script}-{key}.json`
-one run of an experiment. Records never hold secrets: config fields with secret-looking names are
-replaced by '***', and the values of secret-looking environment variables are scrubbed from every
-string (errors, results, argv).
+one run of an experiment. Records never hold secrets: configs are recorded in their canonical form, which
+leaves out fields marked secret (`Secret`, `secret_field()`), and the values of those and of secret-looking
+environment variables are scrubbed from every string (errors, results, argv).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from schooner.cluster._secrets import REDACTED, is_secret_name, redact_env, scrub, secret_values
+from schooner.cluster._secrets import redact_env, scrub, secret_values
 from schooner.cluster._storage import Storage
 
 from ._status import meta_path
@@ -50,12 +50,16 @@ _PACKAGES = (
 
 
 def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
-    """A copy of a canonical (JSON-able) config with secret-named fields and secret values replaced."""
+    """A copy of a canonical (JSON-able) config with secret values scrubbed from every string.
+
+    Marked secrets are already out of the canonical form; fields are never judged by their names (a
+    `num_experts_per_token` or `eot_token` is recorded as it is).
+    """
     secrets = secret_values() if secrets is None else secrets
 
     def go(v: Any) -> Any:
         if isinstance(v, dict):
-            return {k: (REDACTED if is_secret_name(k) and v2 is not None else go(v2)) for k, v2 in v.items()}
+            return {k: go(v2) for k, v2 in v.items()}
         if isinstance(v, list):
             return [go(x) for x in v]
         if isinstance(v, str) and secrets:
@@ -144,6 +148,7 @@ def step_record(
         "fn": h.fn_name(),
         "fn_source_sha256": fn_source_hash(h.fn),
         "version": h.version,
+        "code": h.code,
         "config": redact_config(h.canonical_config, secrets),
         "inputs": [{"field": f, "key": d.key, "name": d.name} for f, d in h.inputs()],
         "resources": resources,

@@ -14,7 +14,15 @@ from typing import Any, overload
 
 from schooner.cluster._resources import ResourceConfig
 
-from ._version import RUNTIME_META, ConfigError, canonicalize, dumps, stable_module_name, version_key
+from ._version import (
+    RUNTIME_META,
+    ConfigError,
+    canonicalize,
+    code_fingerprint,
+    dumps,
+    stable_module_name,
+    version_key,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")
 
@@ -26,7 +34,7 @@ def join_path(base: str, sub: str) -> str:
 
 
 class StepHandle:
-    """A lazy step: name, config, inputs (handles inside the config) and code version; hashable by key.
+    """A lazy step: name, config, inputs (handles inside the config), version and code; hashable by key.
 
     Build with `step(...)` or a step builder. `handle / "sub/path"` is an `InputPath` inside its output.
     Two handles with the same key are equal: they are the same step.
@@ -43,6 +51,7 @@ class StepHandle:
         "resumable",
         "resume_hint",
         "key",
+        "code",
         "canonical_config",
         "_canonical_text",
     )
@@ -95,7 +104,9 @@ class StepHandle:
         _check_runtime_fields(config, name, "config")
         self.canonical_config = canonicalize(config, step_name=name, field="config")
         self._canonical_text = dumps(self.canonical_config)
-        self.key: str = version_key(name, self.canonical_config, version)
+        self.code: str | None = code_fingerprint(fn)
+        """Fingerprint of `fn`'s code and the helpers it calls (None for a library function)."""
+        self.key: str = version_key(name, self.canonical_config, version, self.code)
 
     # -- identity ---------------------------------------------------------------------------------------
     def __hash__(self) -> int:

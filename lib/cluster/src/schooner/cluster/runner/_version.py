@@ -1,46 +1,63 @@
 """Step identity: the canonical JSON form of a config and the version key hashed from it.
 
-A step's key is the SHA-256 of the canonical JSON of `{"name", "config", "version"}`, where every input
-handle in the config is replaced by the input's own key. Nothing physical (prefix, absolute output path,
+A step's key is the SHA-256 of the canonical JSON of `{"name", "config", "version", "code"}`, where every
+input handle in the config is replaced by the input's own key and `code` is the fingerprint of the step
+function's code (`schooner.cluster._fingerprint.code_fingerprint`: its body, the helpers it calls and the
+module-level constants they read, followed transitively; None for a library function such as a step
+builder's, whose `version` string stands for its code). Editing the body of a helper the step calls gives
+the step (and every step downstream) a new key; reformatting, comments, or an unchanged file do not. Nothing physical (prefix, absolute output path,
 host, region, resources) can enter the key, so moving a prefix or failing over to another region reuses
 every finished step.
 
 Canonical form, by type (deterministic, independent of dict insertion order):
 
-- `None`, `bool`, `int`, `str`: themselves; finite `float`: itself (shortest round-trip repr), or the
-  equal `int` when it is integral (`1.0` and `1` are one value); non-finite floats:
+- `None`, `bool`, `int`, `str`: themselves (a string that is not valid Unicode, such as a lone
+  surrogate, is refused); finite `float`: itself (shortest round-trip repr), or the equal `int` when it is
+  integral (`1.0` and `1` are one value; `-0.0` stays `-0.0`); non-finite floats:
   `{"__float__": "nan" | "inf" | "-inf"}`.
-- dataclass instance: `{"__class__": QualName, field: value, ...}` without fields marked runtime-only
-  (see `runtime_field`) and without secret-named fields (`hf_token`, `api_key`: see `is_secret_name`),
-  which are runtime-only too: rotating a token never reruns a step. The class name (not its module) is kept so that two config classes with the
-  same field names (say `AdamConfig` and `MuonConfig`) never share a key.
-- mapping with only `str` keys: a JSON object (secret-named keys left out); any other mapping (keys that are handles, ints, tuples):
+- dataclass instance: `{"__class__": QualName, field: value, ...}` (plus `"__code__"`, its class's code
+  fingerprint, when it is a user-defined callable: a transform object) without fields marked runtime-only
+  (see `runtime_field`) and without fields marked `secret_field()` (or `metadata={"secret": True}`),
+  which are runtime-only too, so rotating a token never reruns a step. Secrets are marked, never guessed from a field's name (`num_experts_per_token`
+  is a setting). The class name (not its module) is kept so that two config classes with the same field
+  names (say `AdamConfig` and `MuonConfig`) never share a key.
+- mapping with only `str` keys: a JSON object; any other mapping (keys that are handles, ints, tuples,
+  or strings shaped like the tags here, `__x__`, so a user's `{"__float__": "nan"}` is no NaN):
   `{"__dict__": [[key, value], ...]}` sorted by the key's canonical JSON.
-- list / tuple: a JSON list; set / frozenset: `{"__set__": [...]}` sorted.
+- a `Secret` (in a field, a dict, a list): `None`, whatever its value, so giving or rotating a credential
+  never changes the key.
+- list: a JSON list; tuple: `{"__tuple__": [...]}` (a namedtuple adds `"__class__"`); set / frozenset:
+  `{"__set__": [...]}` sorted.
 - enum member: `{"__enum__": "Class.NAME"}`; `pathlib` path: its string; numpy scalar: its Python value.
 - module-level function or class: `{"__callable__": "module:qualname"}`, where a function of the file run
-  as `__main__` is named as that file is imported (see `stable_module_name`).
+  as `__main__` is named as that file is imported (see `stable_module_name`), plus `"__code__"`: the
+  fingerprint of its code for user code (a `transform` edited changes the key); a bound method:
+  `{"__method__": function, "__self__": its object}`; a `functools.partial`:
+  `{"__partial__": function, "args": [...], "kwargs": {...}}`.
 - an input (a `StepHandle` or `InputPath`): `{"__step__": key}` or `{"__step__": key, "__path__": "sub"}`.
 - any object with a `__schooner_canonical__()` method: the canonical form of what it returns
   (e.g. a tokenizer object returning its fingerprint).
 
-Anything else raises `ConfigError` naming the step, the field path and the fix.
+Anything else raises `ConfigError` naming the step, the field path and the fix, as does nesting deeper
+than `MAX_DEPTH` levels.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import math
-import os
 import pathlib
-import sys
+import types
 from collections.abc import Mapping
 from typing import Any
 
-from schooner.cluster._secrets import is_secret_name
+from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
+from schooner.cluster._fingerprint import stable_module_name as stable_module_name
+from schooner.cluster._secrets import Secret, is_secret_field, register_secret
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -73,9 +90,10 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def version_key(name: str, canonical_config: Any, version: str | None) -> str:
-    """The 64-hex-digit SHA-256 key of a step, from its name, canonical config and code version."""
-    text = dumps({"name": name, "config": canonical_config, "version": version})
+def version_key(name: str, canonical_config: Any, version: str | None, code: str | None = None) -> str:
+    """The 64-hex-digit SHA-256 key of a step, from its name, canonical config, version string and the
+    fingerprint of its function's code (`code_fingerprint`; None for a library function)."""
+    text = dumps({"name": name, "config": canonical_config, "version": version, "code": code})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -103,14 +121,49 @@ def canonicalize(config: Any, *, step_name: str = "?", field: str = "config") ->
     return _canon(config, step_name, field, set())
 
 
-def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
-    if value is None or isinstance(value, bool | int | str) and not isinstance(value, enum.Enum):
+MAX_DEPTH = 100
+"""Deepest nesting of containers a config may have (deeper is refused with the field path, not a crash)."""
+
+
+def _short_path(path: str) -> str:
+    return path if len(path) <= 160 else f"{path[:70]}...{path[-70:]}"
+
+
+def _check_text(text: str, step: str, path: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(
+                f"step {step!r}: config field {_short_path(path)!r} holds a string that is not valid Unicode "
+                f"(a lone surrogate {text[e.start]!r} at position {e.start}: {_describe(text)}); such text "
+                "cannot be written as UTF-8, so fix the string (e.g. decode its bytes with "
+                "errors='replace') before putting it in a config"
+            ) from None
+
+
+def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -> Any:
+    if depth > MAX_DEPTH:
+        raise ConfigError(
+            f"step {step!r}: config field {_short_path(path)!r} is nested more than {MAX_DEPTH} levels deep; "
+            "configs are small trees of values: keep large or recursive data in files and pass their path "
+            "(or `InputFiles`) instead"
+        )
+    if isinstance(value, str) and not isinstance(value, enum.Enum):
+        _check_text(value, step, path)
         return value
+    if value is None or isinstance(value, bool | int) and not isinstance(value, enum.Enum):
+        return value
+    if isinstance(value, Secret):
+        return None  # present or not, rotated or not: one key
     if isinstance(value, float):
         if math.isfinite(value):
+            if value == 0 and math.copysign(1.0, value) < 0:
+                return value  # -0.0 stays a float ("-0.0"): it is not 0 (its sign shows in 1/x, copysign)
             # Equal values give equal keys: `lr=1` and `lr=1.0` are one config.
             return int(value) if value.is_integer() and abs(value) < 2**63 else value
         return {"__float__": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+    nxt = depth + 1
     ref = getattr(type(value), "__schooner_ref__", None)
     if ref is not None:
         return ref(value)
@@ -118,98 +171,104 @@ def _canon(value: Any, step: str, path: str, active: set[int]) -> Any:
         return {"__enum__": f"{type(value).__qualname__}.{value.name}"}
     hook = getattr(value, "__schooner_canonical__", None)
     if hook is not None and not isinstance(value, type):
-        return _canon(hook(), step, path + ".__schooner_canonical__()", active)
+        return _canon(hook(), step, path + ".__schooner_canonical__()", active, nxt)
     if isinstance(value, pathlib.PurePath):
-        return str(value)
+        return _canon(str(value), step, path, active, nxt)
     if _is_numpy_scalar(value):
-        return _canon(value.item(), step, path, active)
+        return _canon(value.item(), step, path, active, nxt)
     if isinstance(value, bytes):
         return {"__bytes__": value.hex()}
     if id(value) in active:
         raise ConfigError(
-            f"step {step!r}: config field {path!r} contains itself (a reference cycle); "
+            f"step {step!r}: config field {_short_path(path)!r} contains itself (a reference cycle); "
             "configs must be trees of values"
         )
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         active.add(id(value))
         out: dict[str, Any] = {"__class__": type(value).__qualname__}
+        if callable(value):  # a callable config object (a transform): what its class's code does counts
+            _add_code(out, type(value))
         for f in dataclasses.fields(value):
-            if f.metadata.get(RUNTIME_META) or is_secret_name(f.name):
+            v = getattr(value, f.name)
+            if is_secret_field(f):
+                register_secret(v)  # scrubbed from logs and records of this run
                 continue
-            out[f.name] = _canon(getattr(value, f.name), step, f"{path}.{f.name}", active)
+            if f.metadata.get(RUNTIME_META):
+                continue
+            out[f.name] = _canon(v, step, f"{path}.{f.name}", active, nxt)
         active.discard(id(value))
         return out
     if isinstance(value, Mapping):
         active.add(id(value))
         try:
-            if all(isinstance(k, str) for k in value):
-                return {
-                    k: _canon(v, step, f"{path}[{k!r}]", active)
-                    for k, v in value.items()
-                    if not is_secret_name(k)
-                }
+            if all(isinstance(k, str) and not _is_tag(k) for k in value):
+                out = {}
+                for k, v in value.items():
+                    _check_text(k, step, f"{path}<key {_describe(k)}>")
+                    out[k] = _canon(v, step, f"{path}[{k!r}]", active, nxt)
+                return out
+            # Keys that are handles, ints, tuples... or strings like our tags (`{"__float__": "nan"}` is a
+            # user's dict, not a NaN): sorted [key, value] pairs.
             items = []
             for k, v in value.items():
-                ck = _canon(k, step, f"{path}<key {_describe(k)}>", active)
-                items.append((dumps(ck), [ck, _canon(v, step, f"{path}[{_describe(k)}]", active)]))
+                ck = _canon(k, step, f"{path}<key {_describe(k)}>", active, nxt)
+                items.append((dumps(ck), [ck, _canon(v, step, f"{path}[{_describe(k)}]", active, nxt)]))
             items.sort(key=lambda kv: kv[0])
             return {"__dict__": [kv for _, kv in items]}
         finally:
             active.discard(id(value))
     if isinstance(value, list | tuple):
         active.add(id(value))
-        out_list = [_canon(v, step, f"{path}[{i}]", active) for i, v in enumerate(value)]
+        out_list = [_canon(v, step, f"{path}[{i}]", active, nxt) for i, v in enumerate(value)]
         active.discard(id(value))
-        return out_list
+        if isinstance(value, list):
+            return out_list
+        if hasattr(value, "_fields"):  # a namedtuple: its class, like a dataclass
+            return {"__tuple__": out_list, "__class__": type(value).__qualname__}
+        return {"__tuple__": out_list}  # (1, 2) and [1, 2] are different values (and types) to a step
     if isinstance(value, set | frozenset):
-        members = [_canon(v, step, f"{path}<member>", active) for v in value]
+        members = [_canon(v, step, f"{path}<member>", active, nxt) for v in value]
         return {"__set__": sorted(members, key=dumps)}
+    if isinstance(value, types.MethodType):
+        # A bound method is its function and its object: Threshold(10).keep is not Threshold(1000).keep.
+        return {
+            "__method__": _canon(value.__func__, step, path, active, nxt),
+            "__self__": _canon(value.__self__, step, f"{path}.__self__", active, nxt),
+        }
+    if isinstance(value, functools.partial):
+        return {
+            "__partial__": _canon(value.func, step, f"{path}.func", active, nxt),
+            "args": _canon(list(value.args), step, f"{path}.args", active, nxt),
+            "kwargs": _canon(dict(value.keywords), step, f"{path}.keywords", active, nxt),
+        }
     if callable(value):
         mod = getattr(value, "__module__", None)
         qual = getattr(value, "__qualname__", None)
         if mod and qual and "<" not in qual:
-            return {"__callable__": f"{stable_module_name(mod)}:{qual}"}
+            return _add_code({"__callable__": f"{stable_module_name(mod)}:{qual}"}, value)
         raise ConfigError(
-            f"step {step!r}: config field {path!r} holds {_describe(value)}, a lambda or local function "
-            "with no stable name; use a module-level function instead"
+            f"step {step!r}: config field {_short_path(path)!r} holds {_describe(value)}, a lambda or local "
+            "function with no stable name; use a module-level function instead"
         )
     raise ConfigError(
-        f"step {step!r}: config field {path!r} holds {_describe(value)} of type "
+        f"step {step!r}: config field {_short_path(path)!r} holds {_describe(value)} of type "
         f"{type(value).__module__}.{type(value).__qualname__}, which has no canonical JSON form; use plain "
         "values (str, int, float, bool, None), dataclasses, lists, tuples or dicts, or give the class a "
         "`__schooner_canonical__()` method returning such values"
     )
 
 
-def stable_module_name(module: str) -> str:
-    """The name a module has whichever way its file was started.
-
-    A function defined in an experiment file run as a script (`python exp.py`, `schooner run exp.py`)
-    lives in `__main__`; imported from another experiment it lives in `exp` or `experiments.exp`. For
-    `__main__`, this returns the name the file is imported under: its stem, prefixed by the regular
-    packages (folders with `__init__.py`) that hold it, as Python resolves `import experiments.exp`.
-    Other modules keep their name.
-
-    Example:
-        >>> stable_module_name("schooner.cluster.runner._version")
-        'schooner.cluster.runner._version'
-    """
-    if module != "__main__":
-        return module
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not path:
-        return module  # an interactive session: no file to name it by
-    return _importable_name(os.path.abspath(path))
+def _add_code(out: dict[str, Any], value: Any) -> dict[str, Any]:
+    """Note the code fingerprint of a user function or class (library code is named only)."""
+    fp = code_fingerprint(value)
+    if fp is not None:
+        out["__code__"] = fp
+    return out
 
 
-def _importable_name(path: str) -> str:
-    folder, stem = os.path.split(os.path.splitext(path)[0])
-    parts = [stem]
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
-        folder, pkg = os.path.split(folder)
-        parts.insert(0, pkg)
-    return ".".join(parts)
+def _is_tag(key: str) -> bool:
+    """Keys shaped like the tags of the canonical form (`__float__`, `__step__`, `__class__`...)."""
+    return len(key) > 4 and key.startswith("__") and key.endswith("__")
 
 
 def to_jsonable(value: Any) -> Any:

@@ -1,0 +1,473 @@
+"""Fingerprints of code and values: what a step's key and a data pipeline's reuse notice of the code they run.
+
+`token(obj)` is a JSON-able value that is equal for equal code and values and changes when either changes:
+a function's bytecode, constants, default arguments, closure values and the module-level values,
+functions and classes it uses (and the attributes it reads from user modules), followed through the helpers
+it calls; a class's methods; an object's fields. Functions and classes of installed libraries (the standard
+library, site-packages, `schooner` itself) are named, not read: their code is the library's version.
+
+Tokens are stable across interpreter runs (no `id()`, addresses or hash-seed order; functions of a script
+run as `__main__` are named as that file is imported), so a fingerprint computed in one process matches the
+one computed in the next. Bytecode holds no line numbers or comments: reformatting a file, or moving a
+function down it, changes nothing; a different Python minor version compiles different bytecode.
+
+Two uses:
+
+- `code_fingerprint(fn)`, for step keys (`schooner.cluster.runner`): code is followed as above, but a
+  module-level value that is not code enters by the source of the statement assigning it (`SCALE = 2`,
+  `DELAY = float(os.environ["DELAY"])`), not by what it holds: editing the assignment changes the key,
+  while the environment, a path, or what a cache or counter holds while the program runs does not (keys
+  never depend on where or how a run happens). Without such a statement (a value set at run time),
+  immutable values (numbers, strings, tuples, frozensets, enums, frozen dataclasses of such) count by
+  value, others by their type. A value that cannot be described is named by its type, with a warning.
+- `token(obj)`, for data pipeline plans (`schooner.data`): everything by value, and what cannot be
+  described raises `Unfingerprintable` (nothing is reused then).
+
+An object can define `__schooner_fingerprint__()` returning a JSON-able value to take part explicitly.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import enum
+import functools
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import sys
+import sysconfig
+import types
+from typing import Any
+
+_logger = logging.getLogger("schooner.cluster")
+
+
+class Unfingerprintable(Exception):
+    """Raised inside `token` for a value that has no stable description."""
+
+
+_SCALARS = (type(None), bool, int, float, str)
+_MAX_DEPTH = 12
+_KEY_MAX_DEPTH = 48
+# Set while computing a step key's code fingerprint: the value policy of `code_fingerprint`.
+_KEY_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "schooner_fingerprint_key_mode", default=False
+)
+_warned: set[tuple[str, str]] = set()
+
+
+def code_fingerprint(obj: Any) -> str | None:
+    """SHA-256 of the code behind a user function or class (and the helpers it calls), for a step's key.
+
+    None for functions and classes of installed libraries and `schooner` itself, which are named (by
+    their module and qualified name) wherever they appear instead: their code changes with their version.
+
+    Example:
+        >>> code_fingerprint(json.dumps) is None
+        True
+    """
+    target = _unwrap(obj)
+    if _is_library(target):
+        return None
+    reset = _KEY_MODE.set(True)
+    try:
+        tok = _value(target, frozenset(), 0, _qualname(target))
+    finally:
+        _KEY_MODE.reset(reset)
+    text = json.dumps(tok, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _unwrap(obj: Any) -> Any:
+    """What a decorator object (`functools.cache`, ...) wraps. A wrapper *function* stays itself: its
+    closure holds what it wraps, and its own code counts too."""
+    for _ in range(16):
+        inner = getattr(obj, "__wrapped__", None)
+        if inner is None or isinstance(obj, types.FunctionType | type):
+            break
+        obj = inner
+    return obj
+
+
+def token(obj: Any, _seen: frozenset[int] = frozenset(), _depth: int = 0) -> Any:
+    """A JSON-able value that is equal for equal code and values and changes when either changes."""
+    limit = _KEY_MAX_DEPTH if _KEY_MODE.get() else _MAX_DEPTH
+    if _depth > limit:
+        raise Unfingerprintable(f"nesting deeper than {limit} levels at {type(obj).__name__}")
+    t = type(obj)
+    if t in _SCALARS:
+        return [t.__name__, repr(obj) if t is float else obj if t is not int else str(obj)]
+    nxt = _depth + 1
+    if t in (bytes, bytearray, memoryview):
+        return ["bytes", hashlib.sha256(bytes(obj)).hexdigest()]
+    custom = getattr(obj, "__schooner_fingerprint__", None)
+    if custom is not None and not isinstance(obj, type):
+        return ["custom", _qualname(t), token(custom(), _seen, nxt)]
+    if isinstance(obj, enum.Enum):
+        return ["enum", _qualname(t), obj.name]
+    if isinstance(obj, re.Pattern):
+        return ["re", token(obj.pattern, _seen, nxt), obj.flags]
+    if isinstance(obj, logging.Logger):
+        return ["logger", obj.name]  # its handlers and levels are how it prints, not what code computes
+    if id(obj) in _seen:
+        return ["cycle", _qualname(t)]
+    seen = _seen | {id(obj)}
+    if t in (list, tuple):
+        return [t.__name__, [token(x, seen, nxt) for x in obj]]
+    if t in (set, frozenset):
+        return [t.__name__, sorted((token(x, seen, nxt) for x in obj), key=_sort_key)]
+    if t is dict:
+        items = [[token(k, seen, nxt), token(v, seen, nxt)] for k, v in obj.items()]
+        return ["dict", sorted(items, key=_sort_key)]
+    if isinstance(obj, types.FunctionType):
+        return _function(obj, seen, nxt)
+    if isinstance(obj, types.MethodType):
+        return ["method", token(obj.__func__, seen, nxt), _value(obj.__self__, seen, nxt, "__self__")]
+    if isinstance(obj, functools.partial):
+        return [
+            "partial",
+            token(obj.func, seen, nxt),
+            _value(obj.args, seen, nxt, "args"),
+            _value(obj.keywords, seen, nxt, "keywords"),
+        ]
+    if isinstance(obj, types.BuiltinFunctionType | types.ModuleType):
+        return [
+            t.__name__,
+            getattr(obj, "__module__", None) or "",
+            getattr(obj, "__qualname__", obj.__name__),
+        ]
+    if isinstance(obj, type):
+        return _class(obj, seen, nxt)
+    if isinstance(obj, types.CodeType):
+        return _code(obj, seen, nxt)
+    return _instance(obj, seen, nxt)
+
+
+fingerprint_token = token
+"""`token` under its public name (`schooner.cluster.fingerprint_token`, used by `schooner.data`)."""
+
+
+def _sort_key(tok: Any) -> str:
+    return json.dumps(tok, sort_keys=True, ensure_ascii=True)
+
+
+def _qualname(obj: Any) -> str:
+    module = stable_module_name(getattr(obj, "__module__", None) or "?")
+    return f"{module}:{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
+
+
+def _code(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
+    consts = [_code(c, seen, depth + 1) if isinstance(c, types.CodeType) else token(c, seen, depth + 1)
+              for c in code.co_consts]  # fmt: skip
+    return ["code", code.co_code.hex(), consts, list(code.co_names), list(code.co_freevars)]
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _global_names(c)
+    return names
+
+
+def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
+    """A function by what it does: its code, defaults, closure and the globals it reads (not its name, so
+    renaming or moving it changes nothing; callers name it by the global they read)."""
+    where = _qualname(fn)
+    closure = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
+        try:
+            closure.append(_value(cell.cell_contents, seen, depth, f"{where} (closure {name})"))
+        except ValueError:  # an empty cell: a variable of the enclosing function not assigned yet
+            closure.append(["empty"])
+    names = sorted(_global_names(fn.__code__))
+    used = {}
+    for name in names:
+        if name not in fn.__globals__:
+            continue
+        value = fn.__globals__[name]
+        if isinstance(value, types.ModuleType):
+            used[name] = _module(value, names, seen, depth, where)
+        elif _is_library(value):
+            used[name] = ["library", _qualname(value)]
+        else:
+            used[name] = _global(value, fn.__module__, name, seen, depth, f"{where} (global {name})")
+    return [
+        "function", _code(fn.__code__, seen, depth), _value(fn.__defaults__, seen, depth, f"{where} (defaults)"),
+        _value(fn.__kwdefaults__, seen, depth, f"{where} (defaults)"), closure, used,
+    ]  # fmt: skip
+
+
+def _module(mod: types.ModuleType, names: list[str], seen: frozenset[int], depth: int, where: str) -> Any:
+    """A module a function uses: a library by name; a user module (`import helpers; helpers.clean(x)`) with
+    the attributes of it the function may read (the names its code uses)."""
+    if _library_module(mod.__name__) or id(mod) in seen:
+        return ["module", mod.__name__]
+    seen = seen | {id(mod)}
+    attrs = {}
+    for name in names:
+        value = vars(mod).get(name, _MISSING)
+        if value is _MISSING or isinstance(value, types.ModuleType):
+            continue
+        if _is_library(value):
+            attrs[name] = ["library", _qualname(value)]
+        else:
+            attrs[name] = _global(
+                value, mod.__name__, name, seen, depth + 1, f"{where} ({mod.__name__}.{name})"
+            )
+    return ["module", stable_module_name(mod.__name__), attrs]
+
+
+_MISSING: Any = object()
+
+
+def _value(value: Any, seen: frozenset[int], depth: int, where: str) -> Any:
+    """A value a function reads (global, closure, default): all of it for data plans; for step keys code and
+    immutable values, and mutable ones by type (see the module docstring)."""
+    if not _KEY_MODE.get():
+        return token(value, seen, depth)
+    if not (_is_code(value) or _is_constant(value, 0)):
+        if callable(value) and not isinstance(value, type):
+            return ["instance", _guarded(type(value), seen, depth, where)]  # a callable object: its class
+        return ["value", _qualname(type(value))]
+    return _guarded(value, seen, depth, where)
+
+
+def _global(value: Any, module: str, name: str, seen: frozenset[int], depth: int, where: str) -> Any:
+    """A module-level value a function reads. For step keys, a value that is not code is described by the
+    source of the statement that assigns it (`SCALE = 2`, `DELAY = float(os.environ["DELAY"])`), not by
+    what it holds now: editing the assignment changes the key, while the environment, a path or what a
+    cache or counter holds at run time does not. Without such a statement, immutable values count by value
+    and others by their type."""
+    if not _KEY_MODE.get() or _is_code(value):
+        return _value(value, seen, depth, where)
+    source = _assignment_source(module, name)
+    if source is not None:
+        return ["assigned", source]
+    return _value(value, seen, depth, where)
+
+
+def _assignment_source(module: str, name: str, hops: int = 0) -> str | None:
+    """SHA-256 of the top-level statements of `module`'s file that assign `name` (following `from x import
+    name` into user modules), or None when the file or such a statement is not found."""
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    if not path or not path.endswith(".py") or hops > 4:
+        return None
+    try:
+        st = os.stat(path)
+        assigns, imports = _module_statements(path, st.st_mtime_ns, st.st_size)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    if name in assigns:
+        return assigns[name]
+    if name in imports:
+        source_module, original = imports[name]
+        if source_module.startswith("."):
+            try:
+                source_module = importlib.util.resolve_name(source_module, getattr(mod, "__package__", None))
+            except (ImportError, ValueError):
+                return None
+        if not _library_module(source_module):
+            return _assignment_source(source_module, original, hops + 1)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _module_statements(
+    path: str, mtime_ns: int, size: int
+) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """For one file (cached while it is unchanged): name -> hash of the statements assigning it at module
+    level (also inside `if`/`try`/`with`/`for` blocks, not in functions or classes), and name -> (module,
+    name) of its `from ... import` statements."""
+    import ast
+
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), filename=path)
+    texts: dict[str, list[str]] = {}
+    imports: dict[str, tuple[str, str]] = {}
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+                targets = [node.target]
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    imports[alias.asname or alias.name] = ("." * node.level + (node.module or ""), alias.name)
+            for target in targets:
+                for n in ast.walk(target):
+                    if isinstance(n, ast.Name):
+                        texts.setdefault(n.id, []).append(ast.dump(node))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                sub = getattr(node, field, None)
+                if isinstance(sub, list) and not isinstance(
+                    node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+                ):
+                    visit([x for x in sub if isinstance(x, ast.stmt | ast.excepthandler)])  # type: ignore[misc]
+
+    visit(tree.body)
+    digests = {
+        k: hashlib.sha256("\n".join(v).encode("utf-8", "surrogatepass")).hexdigest() for k, v in texts.items()
+    }
+    return digests, imports
+
+
+def _guarded(value: Any, seen: frozenset[int], depth: int, where: str) -> Any:
+    try:
+        return token(value, seen, depth)
+    except (Unfingerprintable, RecursionError) as e:
+        warned = (where, type(value).__qualname__)
+        if warned not in _warned:
+            _warned.add(warned)
+            _logger.warning(
+                "%s: a %s it uses has no stable description (%s), so only its type is part of the step's key; "
+                "give it a __schooner_fingerprint__() method, or pass it in the config",
+                where,
+                _qualname(type(value)),
+                e,
+            )
+        return ["opaque", _qualname(type(value))]
+
+
+def _is_code(value: Any) -> bool:
+    return isinstance(
+        value,
+        types.FunctionType
+        | types.MethodType
+        | types.BuiltinFunctionType
+        | functools.partial
+        | type
+        | staticmethod
+        | classmethod
+        | property,
+    ) or hasattr(value, "__schooner_fingerprint__")
+
+
+def _is_constant(value: Any, depth: int) -> bool:
+    """Immutable values: scalars, bytes, enums, compiled patterns, tuples and frozensets of such, frozen
+    dataclasses of such (or of functions)."""
+    if depth > 20:
+        return False
+    t = type(value)
+    if t in _SCALARS or t is bytes or isinstance(value, enum.Enum | re.Pattern | logging.Logger):
+        return True
+    if t in (tuple, frozenset):
+        return all(_is_constant(v, depth + 1) or _is_code(v) for v in value)
+    params = getattr(t, "__dataclass_params__", None)
+    if params is not None and params.frozen and not isinstance(value, type):
+        return all(
+            _is_constant(getattr(value, f.name), depth + 1) or _is_code(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+        )
+    return False
+
+
+def _is_library(value: Any) -> bool:
+    """Functions and classes of installed libraries (site-packages, the standard library, schooner) are
+    named, not read: their code is the library's version, and reading it would be slow and fragile."""
+    module = getattr(value, "__module__", None) or ""
+    if not (callable(value) and isinstance(module, str) and module):
+        return False
+    return _library_module(module)
+
+
+@functools.cache
+def _library_module(module: str) -> bool:
+    if module.split(".")[0] in ("builtins", "schooner") or module in sys.builtin_module_names:
+        return True
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None) or ""
+    if not path:
+        return mod is not None and module != "__main__"  # a built-in or namespace module
+    path = os.path.realpath(path)
+    return "site-packages" in path or "dist-packages" in path or path.startswith(_STDLIB)
+
+
+_STDLIB = os.path.realpath(sysconfig.get_path("stdlib"))
+
+
+def _class(cls: type, seen: frozenset[int], depth: int) -> Any:
+    if _is_library(cls):
+        return ["class", _qualname(cls)]
+    methods = {}
+    for k, v in sorted(vars(cls).items()):
+        dunder = k.startswith("__") and k not in ("__call__", "__init__", "__iter__", "__next__")
+        if not dunder and isinstance(v, types.FunctionType | staticmethod | classmethod | property):
+            if _KEY_MODE.get() and _generated(v):
+                continue  # made by @dataclass from the fields: the fields are keyed where they are used
+            methods[k] = token(v, seen, depth)
+    bases = [_qualname(b) for b in cls.__mro__[1:]]
+    return ["class", _qualname(cls), bases, methods]
+
+
+def _generated(v: Any) -> bool:
+    """A method written by `dataclasses` (its `__init__`): its code is a function of the field list."""
+    code = getattr(v, "__code__", None)
+    return code is not None and code.co_filename == "<string>"
+
+
+def _instance(obj: Any, seen: frozenset[int], depth: int) -> Any:
+    cls = type(obj)
+    if isinstance(obj, staticmethod | classmethod):
+        return [cls.__name__, token(obj.__func__, seen, depth)]
+    if isinstance(obj, property):
+        return ["property", token(obj.fget, seen, depth)]
+    if cls.__module__ == "numpy" or cls.__name__ == "ndarray":
+        import numpy as np
+
+        arr = np.asarray(obj)
+        if arr.dtype.hasobject:
+            raise Unfingerprintable(f"numpy array of Python objects {arr.shape}")
+        return ["ndarray", str(arr.dtype), list(arr.shape), hashlib.sha256(arr.tobytes()).hexdigest()]
+    if dataclasses.is_dataclass(obj):
+        fields = {f.name: token(getattr(obj, f.name), seen, depth) for f in dataclasses.fields(obj)}
+        return ["dataclass", token(cls, seen, depth), fields]
+    state = getattr(obj, "__dict__", None)
+    if state is None and hasattr(cls, "__slots__"):
+        state = {k: getattr(obj, k) for k in cls.__slots__ if hasattr(obj, k)}
+    if state is None:
+        raise Unfingerprintable(f"{_qualname(cls)} object {_short(obj)} has no fields to describe it")
+    return ["object", token(cls, seen, depth), {k: token(v, seen, depth) for k, v in sorted(state.items())}]
+
+
+def _short(obj: Any) -> str:
+    r = repr(obj)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def stable_module_name(module: str) -> str:
+    """The name a module has whichever way its file was started.
+
+    A function defined in an experiment file run as a script (`python exp.py`, `schooner run exp.py`)
+    lives in `__main__`; imported from another experiment it lives in `exp` or `experiments.exp`. For
+    `__main__`, this returns the name the file is imported under: its stem, prefixed by the regular
+    packages (folders with `__init__.py`) that hold it, as Python resolves `import experiments.exp`.
+    Other modules keep their name.
+
+    Example:
+        >>> stable_module_name("schooner.cluster.runner._version")
+        'schooner.cluster.runner._version'
+    """
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return module  # an interactive session: no file to name it by
+    return _importable_name(os.path.abspath(path))
+
+
+def _importable_name(path: str) -> str:
+    folder, stem = os.path.split(os.path.splitext(path)[0])
+    parts = [stem]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        folder, pkg = os.path.split(folder)
+        parts.insert(0, pkg)
+    return ".".join(parts)
