@@ -19,6 +19,7 @@ from ._loop import NonFiniteLossError as NonFiniteLossError
 from ._loop import train as train
 from ._malloc import malloc_env as malloc_env
 from ._malloc import malloc_tuned as malloc_tuned
+from ._memory import StepMemoryError as StepMemoryError
 from ._mesh import MeshConfig as MeshConfig
 from ._mesh import make_mesh as make_mesh
 from ._mfu import matmul_ceiling as matmul_ceiling
