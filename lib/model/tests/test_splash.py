@@ -161,3 +161,16 @@ def test_splash_under_a_mesh_runs_per_shard_and_equals_unsharded(tiny_dense, tok
     np.testing.assert_allclose(float(got[0]), float(ref[0]), rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(ref[1]), jax.tree_util.tree_leaves(got[1]), strict=True):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=2e-4, atol=1e-6)
+
+
+@pytest.mark.slow  # ~15-35 s on 2 shared cores, as the test above
+def test_the_whole_tpu_path_equals_the_cpu_path(tiny_dense, tokens):
+    """kernels="tpu" off a TPU (splash and the grouped matmul interpreted, RoPE by the product, norms and
+    SwiGLU recomputed) gives the loss and gradients of the CPU path, float32."""
+    toks = tokens(2, 24, tiny_dense.vocab_size)
+    segs = jnp.asarray([[0] * 10 + [1] * 14, [0] * 24], jnp.int32)
+    tpu = _loss_and_grads(dataclasses.replace(tiny_dense, kernels="tpu", compute_dtype="float32"), toks, segs)
+    cpu = _loss_and_grads(dataclasses.replace(tiny_dense, kernels="cpu", compute_dtype="float32"), toks, segs)
+    assert tpu[0] == pytest.approx(cpu[0], rel=1e-6)
+    for got, want in zip(tpu[1], cpu[1], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
