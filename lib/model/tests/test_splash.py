@@ -1,7 +1,7 @@
 """Splash attention (the TPU kernel path) equals the reference attention, forward and gradients.
 
 CI has no TPU: jax's Pallas splash kernel runs here through Pallas's interpreter (``interpret=True``, what
-``kernels._pallas_interpret()`` picks off a TPU), which executes the kernel's own block program (the mask
+``_kernels.pallas_interpret()`` picks off a TPU), which executes the kernel's own block program (the mask
 tables, the block skipping, the online softmax and the saved log-sum-exp of its backward) in plain XLA. The
 reference is :func:`reference_attention`: repeated kv heads, an explicit causal and segment mask, one softmax.
 """
