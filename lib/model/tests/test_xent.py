@@ -182,3 +182,34 @@ def test_edge_cases(kernels):
     for bad in (0, -3, 2.5):
         with pytest.raises(ValueError, match="chunk_positions must be an int >= 1"):
             output_cross_entropy(hidden, head, targets, chunk_positions=bad)
+
+
+@pytest.mark.parametrize("kernels", ["xla", "tpu"])
+def test_accelerator_paths_take_as_many_automatic_chunks_as_the_budget_needs(monkeypatch, kernels):
+    """Off the CPU path the automatic chunk count is uncapped (the CPU path stops at 8): with a budget of
+    one position of the batch, every one of T=10 positions is its own chunk, and the loss and gradients
+    still equal the full-logits reference."""
+    from schooner.model import _xent
+
+    monkeypatch.setattr(_xent, "_AUTO_CHUNK_BYTES", B * V * 4)  # one position's float32 logits
+    assert _xent.auto_chunk_positions(B, T, V, max_chunks=None) == 1
+    assert _xent.auto_chunk_positions(B, T, V) == 2  # capped at 8 chunks: 5 chunks of 2
+    hidden, head, targets, w_nll, w_lse = _inputs(seed=3)
+
+    def chunks_in(kernels: str) -> str:
+        f = lambda h, w: output_cross_entropy(h, w, targets, kernels=kernels)  # noqa: E731
+        return str(jax.make_jaxpr(f)(hidden, head))
+
+    assert f"f32[{T},{B},1,{D}]" in chunks_in(kernels)  # T chunks of one position
+    assert f"f32[5,{B},2,{D}]" in chunks_in("cpu") and f"f32[{T},{B},1,{D}]" not in chunks_in("cpu")
+
+    fused = lambda h, w: output_cross_entropy(h, w, targets, kernels=kernels)  # noqa: E731
+    (v1, (gh1, gw1)) = jax.jit(_weighted(fused, w_nll, w_lse))(hidden, head)
+    (v2, (gh2, gw2)) = jax.jit(_weighted(lambda h, w: _reference(h, w, targets), w_nll, w_lse))(hidden, head)
+    nll, lse = output_cross_entropy(hidden, head, targets, kernels=kernels)
+    want_nll, want_lse = _reference(hidden, head, targets)
+    np.testing.assert_allclose(nll, want_nll, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(v1, v2, rtol=1e-5)
+    np.testing.assert_allclose(gh1, gh2, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(gw1, gw2, rtol=1e-4, atol=1e-6)

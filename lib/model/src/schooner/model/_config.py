@@ -87,9 +87,10 @@ class LlamaConfig:
         scan_layers: run the (always stacked) layers with ``lax.scan``; False unrolls a Python loop
             (same parameters and results, longer compile).
         gradient_checkpointing: the remat policy of the layers, from most memory and least recompute:
-            ``"none"`` (keep every intermediate the backward needs), ``"dots"`` (keep the matmul outputs
-            and the attention's output; recompute norms, RoPE, activations and routing: a few percent more
-            time), ``"save_carries"`` (keep only each block's input and recompute the whole block in the
+            ``"none"`` (keep every intermediate the backward needs), ``"dots"`` (keep q/k/v, the
+            attention's output, the MLPs' gate/up products and the experts' routing; recompute norms, RoPE,
+            activations, the attention's output projection and, in MoE layers, the router logits and the
+            experts' down projection: a few percent more time), ``"save_carries"`` (keep only each block's input and recompute the whole block in the
             backward: one more forward, about a third more time), ``"full"`` (the same through haliax's
             non-carry policy), ``"offload"`` (block inputs offloaded to host memory) or ``"nested"``
             (sqrt-blocked remat of the layer stack). Which fits where: ``docs/accelerators.md``; ``train()``

@@ -22,7 +22,16 @@ from typing import Any
 import jax
 
 _GIB = 1 << 30
+_UNITS = ((1 << 40, "TiB"), (_GIB, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB"))
 _OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Ran out of memory", "out of memory")
+
+
+def format_bytes(n: int | float) -> str:
+    """``n`` bytes in the largest binary unit it reaches, e.g. ``"14.75 GiB"``, ``"512.00 MiB"``, ``"900 B"``."""
+    for size, unit in _UNITS:
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
 
 
 class StepMemoryError(MemoryError):
@@ -46,9 +55,9 @@ class StepMemory:
 
     def describe(self) -> str:
         return (
-            f"{self.total / _GIB:.2f} GiB (arguments {self.arguments / _GIB:.2f}, outputs not donated "
-            f"{(self.outputs - self.aliased) / _GIB:.2f}, temporaries {self.temporaries / _GIB:.2f}, code "
-            f"{self.code / _GIB:.3f})"
+            f"{format_bytes(self.total)} (arguments {format_bytes(self.arguments)}, outputs not donated "
+            f"{format_bytes(self.outputs - self.aliased)}, temporaries {format_bytes(self.temporaries)}, code "
+            f"{format_bytes(self.code)})"
         )
 
 
@@ -64,6 +73,15 @@ def step_memory(compiled: Any) -> StepMemory | None:
         temporaries=int(stats.temp_size_in_bytes),
         code=int(stats.generated_code_size_in_bytes),
     )
+
+
+def local_device(sharding: Any) -> jax.Device:
+    """The device of this process whose memory the check compares with: the lowest-id device of
+    ``sharding`` that this process addresses (the train step's shards are alike on every device of its
+    mesh), else this process's first device. On several hosts the sharding spans other processes' devices
+    too, whose memory this process cannot ask about."""
+    mine = [d for d in sharding.device_set if d.process_index == jax.process_index()]
+    return min(mine, key=lambda d: d.id) if mine else jax.local_devices()[0]
 
 
 def device_memory_limit(device: jax.Device) -> tuple[int, str] | None:
@@ -109,7 +127,7 @@ def check_fits(memory: StepMemory, limit: tuple[int, str], hint: str) -> None:
     bytes_, source = limit
     if memory.total > bytes_:
         raise StepMemoryError(
-            f"the train step needs {memory.describe()} but the device holds {bytes_ / _GIB:.2f} GiB ({source}); "
+            f"the train step needs {memory.describe()} but the device holds {format_bytes(bytes_)} ({source}); "
             f"it would fail with RESOURCE_EXHAUSTED. Options: {hint}. (SCHOONER_MEMORY_CHECK=0 skips this check.)"
         )
 
@@ -164,10 +182,9 @@ class CompiledStep:
         self.memory[key] = memory
         if memory is None:
             return compiled
-        device = next(iter(jax.tree.leaves(batch))).sharding.device_set
-        limit = device_memory_limit(min(device, key=lambda d: d.id))
+        limit = device_memory_limit(local_device(next(iter(jax.tree.leaves(batch))).sharding))
         if self.log is not None:
-            where = f" of {limit[1]} {limit[0] / _GIB:.2f} GiB" if limit else ""
+            where = f" of {limit[1]} {format_bytes(limit[0])}" if limit else ""
             self.log(f"train step memory per device: {memory.describe()}{where}")
         if limit is not None and os.environ.get("SCHOONER_MEMORY_CHECK", "1") != "0":
             check_fits(memory, limit, self.hint)
