@@ -40,7 +40,8 @@ def _driver(prefix: Path, *args: str, **env: str) -> subprocess.Popen:
 
 
 def _rows_file(prefix: Path) -> Path | None:
-    found = list(prefix.glob("rows-*/rows.txt"))
+    """The rows being written: in the running attempt's own folder (or, once done, the published one)."""
+    found = list(prefix.glob(".rows-*.attempt-*/rows.txt")) + list(prefix.glob("rows-*/rows.txt"))
     return found[0] if found else None
 
 
@@ -69,14 +70,17 @@ def _status(folder: Path) -> dict:
 def _kill_then_rerun(tmp_path: Path, *args: str, **env: str) -> None:
     prefix = tmp_path / "out"
     first = _driver(prefix, *args, APP_DELAY="0.2", **env)
-    rows = _wait_for_rows(prefix, 5, first)
+    killed = _wait_for_rows(prefix, 5, first)
     os.kill(first.pid, signal.SIGKILL)  # the driver only: what it started must not outlive it
     first.communicate(timeout=30)
     second = _driver(prefix, *args, APP_DELAY="0.01", **env)
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 0, out
     time.sleep(1.5)  # an orphaned first attempt would still be appending now
+    (rows,) = prefix.glob("rows-*/rows.txt")
     assert _count(rows) == 20, rows.read_text()
+    # The killed attempt's own folder is gone (the rerun removed it), nothing else is left beside the output.
+    assert not killed.parent.exists() and not list(prefix.glob(".rows-*"))
     assert _status(rows.parent)["status"] == "SUCCESS"
     record = json.loads((rows.parent / ".schooner" / "step.json").read_text())
     assert record["result"] == {"rows": 20}
@@ -207,7 +211,7 @@ def test_force_reruns_a_resumable_step_from_an_empty_folder(tmp_path: Path) -> N
     folder = Path(again[h].output_path)
     assert sorted(p.name for p in folder.iterdir()) == [".schooner", "rows.txt"]
     assert len((folder / "rows.txt").read_text().splitlines()) == 4
-    assert "--force: emptied" in text
+    assert "--force: reruns from an empty folder" in text
 
 
 def test_a_forced_step_that_fails_is_not_done_and_its_dependents_are_not_cached(tmp_path: Path) -> None:

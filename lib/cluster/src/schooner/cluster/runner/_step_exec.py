@@ -1,8 +1,17 @@
-"""Running one step: lease, record, the function (here or on the cluster), then SUCCESS or FAILED."""
+"""Running one step: lease, record, the function (here or on the cluster), then SUCCESS or FAILED.
+
+Writers are fenced (see `_publish`): the function writes into a folder of its own attempt, never into the
+step's output folder; on success, with the lease still held, the attempt is swapped into place in one
+atomic rename, with its SUCCESS status inside. A reader of a step's output thus only ever sees a complete
+published attempt, even while `--force` reruns it, and a runner that was stopped past its lease (and lost
+it to another) writes only into its own orphaned folder: its heartbeat notices the loss, says so, stops the
+step (cancels its job; raises `LeaseLostError` inside an in-process step) and it publishes nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 import time
@@ -16,6 +25,7 @@ from schooner.cluster._storage import clear_folder, is_local, list_folder, stora
 
 from ._lease import Lease
 from ._lower import Step
+from ._publish import prepare_attempt, publish, remove_tree
 from ._records import (
     append_history,
     read_step_record,
@@ -39,7 +49,8 @@ MAX_RESULT_CHARS = 1_000_000
 
 
 class LeaseLostError(RuntimeError):
-    """Another runner took this step's lease over while it ran (this runner looked dead to it)."""
+    """Another runner took this step's lease over while it ran (this runner looked dead to it): this
+    attempt stops and publishes nothing."""
 
 
 class ForeignOutputError(RuntimeError):
@@ -121,6 +132,10 @@ class StepExecutor:
         self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
         self._interrupted = False
         self._stopped: list[str] = []
+        self._threads: dict[str, int] = {}
+        """Steps running in this process now: the id of the thread calling their function."""
+        self._lost: set[str] = set()
+        """Steps whose lease another runner took over while they ran."""
         """Steps that raised KeyboardInterrupt themselves (already recorded INTERRUPTED)."""
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
@@ -135,7 +150,33 @@ class StepExecutor:
                 # A transient storage error (OSError or a store client's own exception type): the next
                 # beat retries, and the ttl has slack for several missed beats.
                 with contextlib.suppress(Exception):
-                    lease.heartbeat()
+                    if not lease.heartbeat():
+                        self._lease_lost(lease)
+
+    def _lease_lost(self, lease: Lease) -> None:
+        """Another runner took a running step over (this one stalled past the ttl): say so, stop the step."""
+        with self._lock:
+            found = [(k, s) for k, (s, held, _r, _t) in self._running.items() if held is lease]
+            if not found or found[0][0] in self._lost:
+                return
+            key, step = found[0]
+            self._lost.add(key)
+            job = self._jobs.get(key)
+            thread = self._threads.get(key)
+            if thread is not None:  # in process: stop the function at its next Python line
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(thread), ctypes.py_object(LeaseLostError)
+                )
+        holder = lease.read()
+        self.progress.note(
+            step,
+            f"lost its lease on {self.paths[key]} to "
+            f"{holder.describe() if holder else 'another runner'} (this runner stalled past the lease ttl): "
+            "stopping this attempt; it publishes nothing",
+        )
+        if job is not None:
+            with contextlib.suppress(Exception):
+                job.cancel()
 
     def _acquire(self, step: Step, out: str) -> tuple[Lease | None, StepOutcome | None]:
         """Take the lease, or return the outcome decided by another runner (done or failed)."""
@@ -212,11 +253,15 @@ class StepExecutor:
         )
         t0 = time.time()
         outcome: StepOutcome | None = None
+        attempt = out
         with self._lock:
             self._running[step.key] = (step, lease, record, t0)
         try:
             self._prepare_folder(step, out)
+            previous = read_step_record(storage, out) or {}
             record_lost_attempt(storage, out)
+            attempt = self._prepare_attempt(step, out, lease, previous)
+            record["attempt_path"] = attempt
             write_step_record(storage, out, record)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
             config = resolve_config(
@@ -225,20 +270,21 @@ class StepExecutor:
             self._check_input_paths(step)
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
-            value = self._call(step, config, out)
+            value = self._call(step, config, out, attempt)
             if not lease.still_held():
-                holder = lease.read()
-                raise LeaseLostError(
-                    f"lease on {out} was taken over by "
-                    f"{holder.describe() if holder else 'another runner'} while this step ran "
-                    "(heartbeats stalled longer than the lease ttl); its result is discarded"
-                )
+                raise LeaseLostError(self._lost_message(step, lease))
             result = scrub_any(value, self.secrets)
             if len(repr(result)) > MAX_RESULT_CHARS:
                 result = {"note": f"result too large to record ({len(repr(result))} chars)"}
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             fn_sha = record.get("fn_source_sha256") or ""
-            _record_end(step, out, record, lease, StepState.SUCCESS, fn_sha=fn_sha)
+            if not publish(
+                out,
+                attempt,
+                lambda folder: _record_end(step, folder, record, lease, StepState.SUCCESS, fn_sha=fn_sha),
+                lease.still_held,
+            ):
+                raise LeaseLostError(self._lost_message(step, lease))
             outcome = StepOutcome(
                 step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
             )
@@ -248,6 +294,8 @@ class StepExecutor:
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
             outcome = self._failed(step, out, e, (lease, record), t0)
+            if outcome.error_type != "LeaseLostError" and not step.handle.resumable and attempt != out:
+                remove_tree(attempt)  # still ours (the lease is held): a rerun starts from nothing anyway
             if not isinstance(e, Exception):
                 raise
         finally:
@@ -255,22 +303,21 @@ class StepExecutor:
                 self._leases.pop(step.key, None)
                 self._jobs.pop(step.key, None)
                 self._running.pop(step.key, None)
+                self._lost.discard(step.key)
             lease.release(checked=outcome is not None and outcome.state == "succeeded")
         assert outcome is not None
         self.progress.finished(outcome)
         return outcome
 
     def _prepare_folder(self, step: Step, out: str) -> None:
-        """Refuse a folder holding files this step did not write; empty it when the step is forced.
+        """Refuse a folder holding files this step did not write.
 
-        The runner empties a non-resumable step's folder before every attempt, and a forced step's before
-        it reruns: both must never delete data that is not the step's own (an `override_output_path`
-        pointing at a user's folder).
+        Publishing an attempt replaces the whole output folder (and deletes the version it replaces): that
+        must never delete data that is not the step's own (an `override_output_path` pointing at a user's
+        folder).
         """
         storage = storage_for(out)
         forced = step.key in self.forced
-        if step.handle.resumable and not forced:
-            return
         others = [e for e in list_folder(out) if e != META_DIR]
         if not others:
             return
@@ -283,8 +330,39 @@ class StepExecutor:
                 "remove those files or give the step another override_output_path"
             )
         if forced:
-            removed = clear_folder(out, keep=META_DIR)
-            self.progress.note(step, f"--force: emptied {out} ({len(removed)} entries) to rerun from scratch")
+            self.progress.note(
+                step,
+                f"--force: reruns from an empty folder; the {len(others)} entries of {out} stay readable until "
+                "the new output replaces them whole",
+            )
+
+    def _prepare_attempt(self, step: Step, out: str, lease: Lease, previous: dict) -> str:
+        """This attempt's own folder (see `_publish`); a resumable step adopts the one a dead attempt left.
+
+        A resumable step whose partial output sits in the output folder itself (written before attempt
+        folders existed) gets it moved into its attempt folder.
+        """
+        resume = step.handle.resumable and step.key not in self.forced
+        attempt, adopted = prepare_attempt(
+            out, lease.owner, adopt=previous.get("attempt_path"), resume=resume
+        )
+        if adopted:
+            self.progress.note(step, f"resumes the partial output of an earlier attempt ({adopted})")
+        elif resume and previous.get("state") != "SUCCESS" and is_local(out):
+            legacy = [e for e in list_folder(out) if e != META_DIR]
+            for name in legacy:
+                os.rename(os.path.join(out, name), os.path.join(attempt, name))
+            if legacy:
+                self.progress.note(step, f"resumes the partial output left in {out}")
+        return attempt
+
+    def _lost_message(self, step: Step, lease: Lease) -> str:
+        holder = lease.read()
+        return (
+            f"step {step.name!r} lost its lease on {self.paths[step.key]} to "
+            f"{holder.describe() if holder else 'another runner'} while it ran (this runner stalled past the "
+            "lease ttl, e.g. stopped or swapping): this attempt published nothing and its output is discarded"
+        )
 
     def _check_input_paths(self, step: Step) -> None:
         """Every `handle / "sub"` input must exist once its step is done: catch typos before running."""
@@ -299,16 +377,25 @@ class StepExecutor:
                     f"{ref.step.name!r} did not write; check the sub path {ref.path!r} in `handle / {ref.path!r}`"
                 )
 
-    def _call(self, step: Step, config: Any, out: str) -> Any:
+    def _call(self, step: Step, config: Any, out: str, attempt: str) -> Any:
+        """Run the function into `attempt` (its own folder); its job's log goes to `out`'s `.schooner/`."""
         h = step.handle
         if h.resources is None:
-            return call_step(h.fn, config, out, h.resumable)
+            with self._lock:
+                self._threads[step.key] = threading.get_ident()
+            try:
+                return call_step(h.fn, config, attempt, h.resumable)
+            finally:
+                with self._lock:
+                    del self._threads[step.key]
+                    # A stop that the heartbeat asked for but that was not raised yet never fires later.
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
         client = self.runner.client
         if client is None:
             from schooner.cluster._current import current_client
 
             client = current_client()
-        job = client.submit(call_step, h.fn, config, out, h.resumable, resources=h.resources, name=h.name)
+        job = client.submit(call_step, h.fn, config, attempt, h.resumable, resources=h.resources, name=h.name)
         with self._lock:
             self._jobs[step.key] = job
         try:
@@ -344,6 +431,29 @@ class StepExecutor:
             # Ctrl-C: `interrupt()` has recorded this step INTERRUPTED; its job's end is no failure.
             return StepOutcome(
                 step.name, step.key, out, "interrupted", duration_s=duration, error="interrupted"
+            )
+        if held is not None and not isinstance(err, LeaseLostError) and not held[0].still_held():
+            # Whatever the step raised after its lease was taken over (e.g. its attempt folder was removed by
+            # the new holder) is not the step's failure: this attempt was fenced off.
+            cause = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:300]
+            return StepOutcome(
+                step.name,
+                step.key,
+                out,
+                "failed",
+                duration_s=duration,
+                error=f"{self._lost_message(step, held[0])} (the step then raised {cause})",
+                error_type="LeaseLostError",
+            )
+        if held is not None and isinstance(err, LeaseLostError):
+            return StepOutcome(
+                step.name,
+                step.key,
+                out,
+                "failed",
+                duration_s=duration,
+                error=self._lost_message(step, held[0]),
+                error_type="LeaseLostError",
             )
         if held is not None:
             lease, record = held
@@ -390,7 +500,8 @@ class StepExecutor:
             if lease.still_held():
                 _record_end(step, out, record, lease, StepState.INTERRUPTED)
             lease.release()
-        return f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})"
+        how = _how_it_continues(step, record.get("attempt_path") or out)
+        return f"{step.name} after {_seconds(time.time() - t0)} ({how})"
 
     def cancel_all(self) -> None:
         with self._lock:
@@ -420,7 +531,8 @@ def _seconds(s: float) -> str:
 
 
 def _how_it_continues(step: Step, out: str) -> str:
-    """'a rerun resumes it from checkpoint step-000040' / 'a rerun starts it again'."""
+    """'a rerun resumes it from checkpoint step-000040' / 'a rerun starts it again'. `out`: the attempt's
+    folder (what the hint reads)."""
     h = step.handle
     if not h.resumable:
         return "a rerun starts it again from an empty folder"
