@@ -92,7 +92,7 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
         shutil.rmtree(meta)
     shutil.copytree(os.path.join(out, META_DIR), meta)
     for name in os.listdir(meta):
-        if name.startswith("gang-") or ".takeover-" in name:
+        if name.startswith("gang-") or ".takeover-" in name or name == "disk-reserve":
             os.unlink(os.path.join(meta, name))
     write_end(attempt)
     if not still_held():

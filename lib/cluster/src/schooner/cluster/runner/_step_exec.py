@@ -44,6 +44,11 @@ if TYPE_CHECKING:
     from ._progress import Progress
     from ._runner import StepRunner
 
+DISK_RESERVE_BYTES = 256 * 1024
+"""Space kept aside in a local step's `.schooner/` while it runs, freed to record its end when the step
+filled the disk (a full disk would otherwise leave the status RUNNING, read as INTERRUPTED)."""
+DISK_RESERVE = "disk-reserve"
+
 MAX_RESULT_CHARS = 1_000_000
 """A step's return value is stored in its record; larger values are replaced by a note."""
 
@@ -263,6 +268,7 @@ class StepExecutor:
             attempt = self._prepare_attempt(step, out, lease, previous)
             record["attempt_path"] = attempt
             write_step_record(storage, out, record)
+            _reserve_disk(out)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
             config = resolve_config(
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
@@ -293,9 +299,11 @@ class StepExecutor:
             outcome = StepOutcome(step.name, step.key, out, "interrupted", duration_s=time.time() - t0)
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
+            if not step.handle.resumable and attempt != out and lease.still_held():
+                # Still ours: a rerun starts from nothing anyway, and a full disk gets its space back first.
+                with contextlib.suppress(Exception):
+                    remove_tree(attempt)
             outcome = self._failed(step, out, e, (lease, record), t0)
-            if outcome.error_type != "LeaseLostError" and not step.handle.resumable and attempt != out:
-                remove_tree(attempt)  # still ours (the lease is held): a rerun starts from nothing anyway
             if not isinstance(e, Exception):
                 raise
         finally:
@@ -304,6 +312,7 @@ class StepExecutor:
                 self._jobs.pop(step.key, None)
                 self._running.pop(step.key, None)
                 self._lost.discard(step.key)
+            _free_reserve(out)
             lease.release(checked=outcome is not None and outcome.state == "succeeded")
         assert outcome is not None
         self.progress.finished(outcome)
@@ -464,12 +473,18 @@ class StepExecutor:
                 error=text,
                 logs_tail=scrub(logs, self.secrets) if logs else None,
             )
-            try:
-                if lease.still_held():
-                    error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
-                    _record_end(step, out, record, lease, StepState.FAILED, error=error)
-            except OSError:
-                pass  # the status stays RUNNING with a dead lease: the next run retries the step
+            error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
+            for last_try in (False, True):
+                try:
+                    if lease.still_held():
+                        _record_end(step, out, record, lease, StepState.FAILED, error=error)
+                    break
+                except OSError as write_err:
+                    # A full disk (the step filled it): free the space kept aside, then try once more.
+                    if last_try or not _free_reserve(out):
+                        # The status stays RUNNING with a dead lease: the next run retries the step.
+                        self.progress.note(step, f"could not record its failure in {out}: {write_err}")
+                        break
         return StepOutcome(
             step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=type(err).__name__
         )
@@ -524,6 +539,28 @@ def _record_end(
     write_status(
         storage, out, state, key=step.key, name=step.name, owner=lease.owner, error=error, fn_sha=fn_sha
     )
+
+
+def _reserve_disk(out: str) -> None:
+    """Keep `DISK_RESERVE_BYTES` aside in a local step's `.schooner/` (best effort: a disk already this full
+    fails the step's own writes soon enough)."""
+    if not is_local(out):
+        return
+    with contextlib.suppress(OSError), open(meta_path(out, DISK_RESERVE), "wb") as f:
+        f.write(b"\0" * DISK_RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _free_reserve(out: str) -> bool:
+    """Delete the space kept aside; True when there was some."""
+    if not is_local(out):
+        return False
+    try:
+        os.unlink(meta_path(out, DISK_RESERVE))
+    except OSError:
+        return False
+    return True
 
 
 def _seconds(s: float) -> str:
