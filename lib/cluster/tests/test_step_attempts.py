@@ -294,3 +294,37 @@ def test_a_lost_attempt_is_recorded_once(tmp_path: Path) -> None:
     ]
     write_step_record(storage, out, {"run_id": "r2", "owner": "o2", "state": "SUCCESS", "started": 20.0})
     assert record_lost_attempt(storage, out) is None and len(read_history(storage, out)) == 1
+
+
+def die_on_first_start(config: dict, out: str) -> dict:
+    """The first start kills its own worker (a preempted host); the next one writes its output."""
+    marker = config["marker"]
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(out, "done.txt").write_text("done")
+    return {"pid": os.getpid()}
+
+
+def test_a_preempted_start_is_recorded_with_its_node_in_the_record_and_history(
+    tmp_path: Path, local_client
+) -> None:
+    marker = tmp_path / "first-pid"
+    h = step("preempted", die_on_first_start, {"marker": str(marker)}, resources=ResourceConfig.with_cpu())
+    with using_client(local_client):
+        result, text = _run(tmp_path / "out", [h])
+    assert result[h].state == "succeeded"
+    folder = Path(result[h].output_path)
+    record = json.loads((folder / ".schooner" / "step.json").read_text())
+    starts = record["starts"]
+    first_pid, second_pid = int(marker.read_text()), result[h].result["pid"]
+    assert [(s["pid"], s["how"]) for s in starts] == [
+        (first_pid, "died (worker or node lost)"),
+        (second_pid, "returned"),
+    ], starts
+    assert starts[0]["ended"] is None and starts[0]["started"] < starts[1]["started"] <= starts[1]["ended"]
+    assert {s["node"] for s in starts} == {os.uname().nodename}  # LocalClient: this host
+    (line,) = [json.loads(x) for x in (folder / ".schooner" / "history.jsonl").read_text().splitlines()]
+    assert line["state"] == "SUCCESS" and line["starts"] == starts
+    assert "started 2 times" in text and "(died) ->" in text
+    assert not (folder / ".schooner" / "starts.jsonl").exists()  # only the record keeps them

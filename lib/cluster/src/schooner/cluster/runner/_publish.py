@@ -78,6 +78,7 @@ def prepare_attempt(out: str, owner: str, *, adopt: str | None, resume: bool) ->
     for old in left:
         remove_tree(old)
     storage_for(mine).makedirs(mine)
+    storage_for(mine).remove(f"{mine}/{META_DIR}/starts.jsonl")  # an adopted folder's: those are recorded
     return mine, adopted
 
 
@@ -92,7 +93,7 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
         shutil.rmtree(meta)
     shutil.copytree(os.path.join(out, META_DIR), meta)
     for name in os.listdir(meta):
-        if name.startswith("gang-") or ".takeover-" in name or name == "disk-reserve":
+        if name.startswith("gang-") or ".takeover-" in name or name in ("disk-reserve", "starts.jsonl"):
             os.unlink(os.path.join(meta, name))
     write_end(attempt)
     if not still_held():

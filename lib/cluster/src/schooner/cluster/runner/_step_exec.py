@@ -72,16 +72,91 @@ def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -
     `fn`. The runner's own files (`.schooner/`) stay.
 
     In a gang (a step with `hosts > 1`), process 0 prepares the folder and the others wait for it, so no
-    process writes into a folder that is about to be emptied."""
+    process writes into a folder that is about to be emptied.
+
+    Every start appends a line to `{output_path}/.schooner/starts.jsonl` (node, host, pid, time) and, when
+    the function returns or raises, its end: a start without an end died with its worker or node (a
+    preemption), and the runner records all of them in the step's record and history."""
     gang = current_gang()
     if gang is not None and gang.num_processes > 1:
         _gang_prepare(output_path, resumable, gang.process_id, gang.attempt)
-        return fn(config, output_path)
-    if not resumable:
-        clear_folder(output_path, keep=META_DIR)
-    if is_local(output_path) and not os.path.isdir(output_path):
-        os.makedirs(output_path, exist_ok=True)
-    return fn(config, output_path)
+    else:
+        if not resumable:
+            clear_folder(output_path, keep=META_DIR)
+        if is_local(output_path) and not os.path.isdir(output_path):
+            os.makedirs(output_path, exist_ok=True)
+    start = _log_start(output_path, gang.process_id if gang is not None else 0)
+    try:
+        value = fn(config, output_path)
+    except BaseException as e:
+        _log_end(output_path, start, f"raised {type(e).__name__}")
+        raise
+    _log_end(output_path, start, "returned")
+    return value
+
+
+STARTS = "starts.jsonl"
+
+
+def _node_name() -> str:
+    """The Ray node this runs on (its `--node-name`), else the host name."""
+    import socket
+    import sys
+
+    ray = sys.modules.get("ray")
+    with contextlib.suppress(Exception):
+        if ray is not None and ray.is_initialized():
+            me = ray.get_runtime_context().get_node_id()
+            return str(next(n["NodeName"] for n in ray.nodes() if n["NodeID"] == me))
+    return socket.gethostname()
+
+
+def _log_start(output_path: str, process: int) -> str:
+    """Append this start to the attempt's `starts.jsonl` (best effort: it is a record, not a requirement)."""
+    import json
+    import socket
+
+    start = uuid.uuid4().hex[:12]
+    line = {"start": start, "node": _node_name(), "host": socket.gethostname(), "pid": os.getpid()}
+    line.update(process=process, started=time.time())
+    _append_line(output_path, json.dumps(line))
+    return start
+
+
+def _log_end(output_path: str, start: str, how: str) -> None:
+    import json
+
+    _append_line(output_path, json.dumps({"start": start, "ended": time.time(), "how": how}))
+
+
+def _append_line(output_path: str, line: str) -> None:
+    with contextlib.suppress(Exception):
+        if is_local(output_path):
+            os.makedirs(os.path.join(output_path, META_DIR), exist_ok=True)
+            with open(meta_path(output_path, STARTS), "a") as f:
+                f.write(line + "\n")
+            return
+        storage = storage_for(output_path)
+        path = meta_path(output_path, STARTS)
+        storage.write_text(path, (storage.read_text(path) or "") + line + "\n")
+
+
+def read_starts(attempt: str) -> list[dict[str, Any]]:
+    """The starts of an attempt's function, oldest first: node, host, pid, process, started, and ended with
+    `how` ('returned', 'raised X') or, for a start that never ended (its worker or node died), `how`
+    'died (worker or node lost)' and `ended` None."""
+    import json
+
+    text = storage_for(attempt).read_text(meta_path(attempt, STARTS)) or ""
+    starts: dict[str, dict[str, Any]] = {}
+    for raw in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            d = json.loads(raw)
+            if "node" in d:
+                starts[d["start"]] = {**d, "ended": None, "how": "died (worker or node lost)"}
+            elif d["start"] in starts:
+                starts[d["start"]].update(ended=d["ended"], how=d["how"])
+    return sorted(starts.values(), key=lambda d: d["started"])
 
 
 GANG_READY_TIMEOUT_S = 600.0
@@ -276,7 +351,10 @@ class StepExecutor:
             self._check_input_paths(step)
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
-            value = self._call(step, config, out, attempt)
+            try:
+                value = self._call(step, config, out, attempt)
+            finally:
+                self._record_starts(step, record, attempt)
             if not lease.still_held():
                 raise LeaseLostError(self._lost_message(step, lease))
             result = scrub_any(value, self.secrets)
@@ -364,6 +442,15 @@ class StepExecutor:
             if legacy:
                 self.progress.note(step, f"resumes the partial output left in {out}")
         return attempt
+
+    def _record_starts(self, step: Step, record: dict, attempt: str) -> None:
+        """Put the starts of the function (see `call_step`) into the record; say so when it started again."""
+        with contextlib.suppress(Exception):
+            starts = read_starts(attempt)
+            record["starts"] = starts
+            if len(starts) > 1:
+                path = " -> ".join(f"{s['node']} ({s['how'].split(' (')[0]})" for s in starts)
+                self.progress.note(step, f"started {len(starts)} times: {path}")
 
     def _lost_message(self, step: Step, lease: Lease) -> str:
         holder = lease.read()
