@@ -162,3 +162,71 @@ def test_a_driver_stopped_past_its_lease_never_writes_into_the_takers_output(tmp
     assert history[-1]["owner"] == done["owner"]
     # The stale attempt's own folder is gone, nothing but the published folder is left.
     assert sorted(p.name for p in prefix.iterdir() if p.name != "experiments") == [folder.name]
+
+
+# -- publication in one process: the atomic exchange, its fallback, object stores ------------------------
+
+
+def test_exchange_swaps_two_folders(tmp_path: Path) -> None:
+    from schooner.cluster.runner._publish import exchange
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x").write_text("from a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "y").write_text("from b")
+    exchange(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["y"]
+    assert (tmp_path / "b" / "x").read_text() == "from a"
+
+
+def write_tagged(config: dict, out: str) -> dict:
+    import fsspec
+
+    with fsspec.open(f"{out}/rows.txt", "w") as f:  # a local folder or a memory:// one
+        f.write(os.environ.get("PUBLISH_TEST_TAG", "none"))
+    return {"n": config["n"]}
+
+
+def _run_tagged(prefix: str, tag: str, **kw):
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import StepRunner, step
+
+    os.environ["PUBLISH_TEST_TAG"] = tag
+    try:
+        h = step("tagged", write_tagged, {"n": 1})
+        return h, StepRunner(prefix=prefix, console=Console(file=io.StringIO())).run([h], **kw)
+    finally:
+        del os.environ["PUBLISH_TEST_TAG"]
+
+
+def test_without_renameat2_the_old_output_is_renamed_aside(tmp_path: Path, monkeypatch) -> None:
+    from schooner.cluster.runner import _publish
+
+    def no_exchange(a: str, b: str) -> None:
+        raise OSError(38, "renameat2 is not available")
+
+    monkeypatch.setattr(_publish, "exchange", no_exchange)
+    h, first = _run_tagged(str(tmp_path), "old")
+    h, again = _run_tagged(str(tmp_path), "new", force="tagged")
+    assert again[h].state == "succeeded"
+    folder = Path(again[h].output_path)
+    assert (folder / "rows.txt").read_text() == "new"
+    assert json.loads((folder / ".schooner" / "status.json").read_text())["status"] == "SUCCESS"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["experiments", folder.name]
+
+
+def test_an_object_store_prefix_publishes_the_attempt_too() -> None:
+    import fsspec
+
+    prefix = f"memory://publish-{os.getpid()}-{time.time_ns()}"
+    h, first = _run_tagged(prefix, "old")
+    h, again = _run_tagged(prefix, "new", force="tagged")
+    fs = fsspec.filesystem("memory")
+    out = again[h].output_path
+    assert fs.cat_file(out + "/rows.txt") == b"new"
+    assert json.loads(fs.cat_file(out + "/.schooner/status.json"))["status"] == "SUCCESS"
+    names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls(prefix, detail=False))
+    assert names == ["experiments", out.rsplit("/", 1)[-1]]

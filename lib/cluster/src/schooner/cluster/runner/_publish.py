@@ -103,7 +103,12 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
     except OSError:  # no RENAME_EXCHANGE here: the old version aside, then the new one in
         aside = attempt + ".old"
         os.rename(out, aside)
-        os.rename(attempt, out)
+        try:
+            os.rename(attempt, out)
+        except OSError:  # someone made the folder meanwhile: put the old version back, fail the attempt
+            with contextlib.suppress(OSError):
+                os.rename(aside, out)
+            raise
         attempt = aside
     remove_tree(attempt)  # the previous version now
     return True
