@@ -58,7 +58,17 @@ def attempt_paths(out: str) -> list[str]:
     """Every attempt folder of the step whose output is `out` (finished attempts leave none)."""
     parent, base = _split(out)
     prefix = f".{base}{_ATTEMPT}"
-    return [f"{parent}/{name}" for name in list_folder(parent) if name.startswith(prefix)]
+    return [f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)]
+
+
+def _fresh_list(folder: str) -> list[str]:
+    """`list_folder`, not from a client's listing cache (s3fs keeps one per process)."""
+    if not is_local(folder):
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(folder)
+        fs.invalidate_cache(root)
+    return list_folder(folder)
 
 
 def prepare_attempt(out: str, owner: str, *, adopt: str | None, resume: bool) -> tuple[str, str | None]:
@@ -122,14 +132,10 @@ def _publish_remote(
     if not still_held():
         return False
     fs, root = fsspec.core.url_to_fs(out)
-    _, aroot = fsspec.core.url_to_fs(attempt)
-    for name in list_folder(out):
+    for name in _fresh_list(out):
         if name != META_DIR:
             fs.rm(f"{root}/{name}", recursive=True)
-    for name in list_folder(attempt):
-        if name != META_DIR:
-            fs.mv(f"{aroot}/{name}", f"{root}/{name}", recursive=True)
-    remove_tree(attempt)
+    _move_files(attempt, out, skip=META_DIR)
     write_end(out)
     return True
 
@@ -150,10 +156,23 @@ def _rename(src: str, dst: str) -> None:
     if is_local(src):
         os.rename(src, dst)
         return
+    _move_files(src, dst)
+
+
+def _move_files(src: str, dst: str, skip: str | None = None) -> None:
+    """Move every object under `src` to the same name under `dst` (object stores: copy, then delete), except
+    those under its top-level entry `skip`; then delete `src`."""
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(src)
-    fs.mv(root, fsspec.core.url_to_fs(dst)[1], recursive=True)
+    fs, sroot = fsspec.core.url_to_fs(src)
+    droot = fsspec.core.url_to_fs(dst)[1]
+    sroot = sroot.rstrip("/")
+    fs.invalidate_cache(sroot)
+    for path in fs.find(sroot):
+        rel = path[len(sroot) :].lstrip("/")
+        if skip is None or rel.split("/", 1)[0] != skip:
+            fs.cp_file(path, f"{droot}/{rel}")
+    remove_tree(src)
 
 
 def _mtime(path: str) -> float:

@@ -119,7 +119,7 @@ def _log_start(output_path: str, process: int) -> str:
     start = uuid.uuid4().hex[:12]
     line = {"start": start, "node": _node_name(), "host": socket.gethostname(), "pid": os.getpid()}
     line.update(process=process, started=time.time())
-    _append_line(output_path, json.dumps(line))
+    _append_line(output_path, json.dumps(line), make=True)
     return start
 
 
@@ -129,10 +129,12 @@ def _log_end(output_path: str, start: str, how: str) -> None:
     _append_line(output_path, json.dumps({"start": start, "ended": time.time(), "how": how}))
 
 
-def _append_line(output_path: str, line: str) -> None:
+def _append_line(output_path: str, line: str, make: bool = False) -> None:
+    """`make`: create the folder if needed (never for an end: a fenced-off attempt's folder may be gone)."""
     with contextlib.suppress(Exception):
         if is_local(output_path):
-            os.makedirs(os.path.join(output_path, META_DIR), exist_ok=True)
+            if make:
+                os.makedirs(os.path.join(output_path, META_DIR), exist_ok=True)
             with open(meta_path(output_path, STARTS), "a") as f:
                 f.write(line + "\n")
             return
