@@ -379,7 +379,7 @@ class StepExecutor:
             outcome = StepOutcome(step.name, step.key, out, "interrupted", duration_s=time.time() - t0)
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
-            if not step.handle.resumable and attempt != out and lease.still_held():
+            if not step.handle.resumable and attempt != out and _held_now(lease):
                 # Still ours: a rerun starts from nothing anyway, and a full disk gets its space back first.
                 with contextlib.suppress(Exception):
                     remove_tree(attempt)
@@ -530,7 +530,7 @@ class StepExecutor:
             return StepOutcome(
                 step.name, step.key, out, "interrupted", duration_s=duration, error="interrupted"
             )
-        if held is not None and not isinstance(err, LeaseLostError) and not held[0].still_held():
+        if held is not None and not isinstance(err, LeaseLostError) and not _held_now(held[0]):
             # Whatever the step raised after its lease was taken over (e.g. its attempt folder was removed by
             # the new holder) is not the step's failure: this attempt was fenced off.
             cause = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:300]
@@ -628,6 +628,15 @@ def _record_end(
     write_status(
         storage, out, state, key=step.key, name=step.name, owner=lease.owner, error=error, fn_sha=fn_sha
     )
+
+
+def _held_now(lease: Lease) -> bool:
+    """Whether the lease is still ours; True when the lease file cannot be read (a storage error is not a
+    lost lease: the status write that follows is checked again)."""
+    try:
+        return lease.still_held()
+    except Exception:  # noqa: BLE001 - OSError or a store client's own exception type
+        return True
 
 
 def _reserve_disk(out: str) -> None:
