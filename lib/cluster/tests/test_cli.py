@@ -153,7 +153,8 @@ def test_kill_9_mid_step_then_rerun_takes_over_and_matches_an_uninterrupted_run(
     try:
         _wait_for(lambda: ("start", "squares") in log_lines(log), driver)
         squares = next(prefix.glob("squares-*"))
-        _wait_for(lambda: (squares / "part-0.json").exists(), driver)
+        # It writes into its attempt's own folder beside the output (published whole when it is done).
+        _wait_for(lambda: any(prefix.glob(f".{squares.name}.attempt-*/part-0.json")), driver)
         driver.kill()  # SIGKILL: no cleanup of any kind
         driver.wait(timeout=30)
     finally:

@@ -66,7 +66,7 @@ def test_a_worker_node_killed_mid_step_is_retried_elsewhere_and_resumes(
     deadline = time.monotonic() + 300
     rows_file = None
     while time.monotonic() < deadline:
-        found = list(prefix.glob("mn/rows-*/rows.txt"))
+        found = list(prefix.glob("mn/.rows-*.attempt-*/rows.txt"))  # the attempt's own folder
         if found and len(found[0].read_text().splitlines()) >= 4:
             rows_file = found[0]
             break
@@ -77,12 +77,16 @@ def test_a_worker_node_killed_mid_step_is_retried_elsewhere_and_resumes(
     cluster.kill_node(victim)  # the TPU host running the step dies
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out  # the driver survived
+    rows_file = _folder(prefix, "mn/rows") / "rows.txt"  # published whole once done
     attempts = (rows_file.parent / "attempts.txt").read_text().split()
     assert attempts[0] == victim and attempts[-1] != victim and len(attempts) == 2, attempts
     rows = [json.loads(x)["row"] for x in rows_file.read_text().splitlines()]
     assert rows == list(range(16))  # nothing lost, nothing counted twice
     record = json.loads((rows_file.parent / ".schooner" / "step.json").read_text())
     assert record["state"] == "SUCCESS" and record["result"]["resumed_at"] >= 4
+    # The preemption is in the record: a start on the victim that died, then one elsewhere that returned.
+    starts = [(s["node"], s["how"]) for s in record["starts"]]
+    assert starts == [(victim, "died (worker or node lost)"), (attempts[-1], "returned")], starts
     cluster.add_node(LocalNode(victim, 1, TPU))  # back for the other tests
 
 
@@ -99,15 +103,45 @@ def test_the_cluster_command_starts_inspects_breaks_and_stops_a_cluster(tmp_path
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "export RAY_ADDRESS=" in up.stdout and "export RAY_AUTH_TOKEN_PATH=" in up.stdout
-        assert run("status").stdout.count(": up,") == 2
+        assert "the head (head) runs no steps" in up.stdout
+        status = run("status").stdout
+        assert status.count(": up,") == 3 and "head: up, 0 CPU (head, runs no steps)" in status, status
+        # Jobs land on the worker nodes only, as the cluster itself reports where each one ran.
+        env = {**os.environ, **LocalRayCluster.load(state).env()}
+        placed = subprocess.run([sys.executable, "-c", _WHERE], env=env, capture_output=True, text=True,
+                                timeout=300)  # fmt: skip
+        assert placed.returncode == 0, placed.stdout + placed.stderr
+        nodes = json.loads(placed.stdout.splitlines()[-1])
+        assert nodes and set(nodes) <= {"node-0", "node-1"}, nodes
         assert run("kill-node", "node-1").returncode == 0
         status = run("status").stdout
         assert "node-0: up" in status and "node-1: DOWN" in status
         assert "already up" in run("up", "--local-nodes", "1").stdout
+        head = run("kill-node", "head")
+        assert head.returncode == 0 and "is the head" in head.stdout, head.stdout
+        assert "kill a worker node instead (node-0, node-1)" in " ".join(head.stdout.split()), head.stdout
     finally:
         down = run("down")
     assert down.returncode == 0 and "stopped" in down.stdout
     assert run("status").returncode == 2  # nothing recorded any more
+
+
+# Where six 1-CPU jobs ran: the node names Ray reports for them.
+_WHERE = """
+import json
+from schooner.cluster import RayClient, ResourceConfig
+
+def node():
+    import time
+    import ray
+    time.sleep(0.3)
+    me = ray.get_runtime_context().get_node_id()
+    return next(n["NodeName"] for n in ray.nodes() if n["NodeID"] == me)
+
+client = RayClient()
+jobs = [client.submit(node, resources=ResourceConfig.with_cpu(1), name=f"where-{i}") for i in range(6)]
+print(json.dumps(sorted({j.result() for j in jobs})))
+"""
 
 
 def test_a_gang_spreads_over_nodes_computes_as_one_process_and_restarts_whole(

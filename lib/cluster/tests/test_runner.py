@@ -314,7 +314,9 @@ def test_a_missing_input_path_names_the_step_and_field(tmp_path) -> None:
 
 def steal_lease(config: dict, out: str) -> None:
     """Simulates this runner stalling past its ttl: another runner's lease replaces ours."""
-    path = meta_path(out, "lease.json")
+    # `out` is this attempt's own folder, `.{name}-{key8}.attempt-{owner}` beside the step's output.
+    published = os.path.join(os.path.dirname(out), os.path.basename(out)[1:].split(".attempt-")[0])
+    path = meta_path(published, "lease.json")
     with open(path) as f:
         lease = json.load(f)
     lease.update(owner="thief", run_id="thief", heartbeat=time.time() + 3600)

@@ -40,7 +40,8 @@ def _driver(prefix: Path, *args: str, **env: str) -> subprocess.Popen:
 
 
 def _rows_file(prefix: Path) -> Path | None:
-    found = list(prefix.glob("rows-*/rows.txt"))
+    """The rows being written: in the running attempt's own folder (or, once done, the published one)."""
+    found = list(prefix.glob(".rows-*.attempt-*/rows.txt")) + list(prefix.glob("rows-*/rows.txt"))
     return found[0] if found else None
 
 
@@ -69,14 +70,17 @@ def _status(folder: Path) -> dict:
 def _kill_then_rerun(tmp_path: Path, *args: str, **env: str) -> None:
     prefix = tmp_path / "out"
     first = _driver(prefix, *args, APP_DELAY="0.2", **env)
-    rows = _wait_for_rows(prefix, 5, first)
+    killed = _wait_for_rows(prefix, 5, first)
     os.kill(first.pid, signal.SIGKILL)  # the driver only: what it started must not outlive it
     first.communicate(timeout=30)
     second = _driver(prefix, *args, APP_DELAY="0.01", **env)
     out, _ = second.communicate(timeout=300)
     assert second.returncode == 0, out
     time.sleep(1.5)  # an orphaned first attempt would still be appending now
+    (rows,) = prefix.glob("rows-*/rows.txt")
     assert _count(rows) == 20, rows.read_text()
+    # The killed attempt's own folder is gone (the rerun removed it), nothing else is left beside the output.
+    assert not killed.parent.exists() and not list(prefix.glob(".rows-*"))
     assert _status(rows.parent)["status"] == "SUCCESS"
     record = json.loads((rows.parent / ".schooner" / "step.json").read_text())
     assert record["result"] == {"rows": 20}
@@ -207,7 +211,7 @@ def test_force_reruns_a_resumable_step_from_an_empty_folder(tmp_path: Path) -> N
     folder = Path(again[h].output_path)
     assert sorted(p.name for p in folder.iterdir()) == [".schooner", "rows.txt"]
     assert len((folder / "rows.txt").read_text().splitlines()) == 4
-    assert "--force: emptied" in text
+    assert "--force: reruns from an empty folder" in text
 
 
 def test_a_forced_step_that_fails_is_not_done_and_its_dependents_are_not_cached(tmp_path: Path) -> None:
@@ -290,3 +294,37 @@ def test_a_lost_attempt_is_recorded_once(tmp_path: Path) -> None:
     ]
     write_step_record(storage, out, {"run_id": "r2", "owner": "o2", "state": "SUCCESS", "started": 20.0})
     assert record_lost_attempt(storage, out) is None and len(read_history(storage, out)) == 1
+
+
+def die_on_first_start(config: dict, out: str) -> dict:
+    """The first start kills its own worker (a preempted host); the next one writes its output."""
+    marker = config["marker"]
+    if not os.path.exists(marker):
+        Path(marker).write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    Path(out, "done.txt").write_text("done")
+    return {"pid": os.getpid()}
+
+
+def test_a_preempted_start_is_recorded_with_its_node_in_the_record_and_history(
+    tmp_path: Path, local_client
+) -> None:
+    marker = tmp_path / "first-pid"
+    h = step("preempted", die_on_first_start, {"marker": str(marker)}, resources=ResourceConfig.with_cpu())
+    with using_client(local_client):
+        result, text = _run(tmp_path / "out", [h])
+    assert result[h].state == "succeeded"
+    folder = Path(result[h].output_path)
+    record = json.loads((folder / ".schooner" / "step.json").read_text())
+    starts = record["starts"]
+    first_pid, second_pid = int(marker.read_text()), result[h].result["pid"]
+    assert [(s["pid"], s["how"]) for s in starts] == [
+        (first_pid, "died (worker or node lost)"),
+        (second_pid, "returned"),
+    ], starts
+    assert starts[0]["ended"] is None and starts[0]["started"] < starts[1]["started"] <= starts[1]["ended"]
+    assert {s["node"] for s in starts} == {os.uname().nodename}  # LocalClient: this host
+    (line,) = [json.loads(x) for x in (folder / ".schooner" / "history.jsonl").read_text().splitlines()]
+    assert line["state"] == "SUCCESS" and line["starts"] == starts
+    assert "started 2 times" in text and "(died) ->" in text
+    assert not (folder / ".schooner" / "starts.jsonl").exists()  # only the record keeps them

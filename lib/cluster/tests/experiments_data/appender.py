@@ -3,7 +3,7 @@
 Knobs (environment): APP_ROWS (rows to write, default 20), APP_DELAY (seconds per row, default 0.1),
 APP_WHERE ("process": in the runner; "cluster": through the client, the default), APP_CHILD (a file: the
 step starts a child process that appends a line to it every 0.1 s until killed, and writes its pid to
-`<file>.pid`).
+`<file>.pid`), APP_TAG (a word written before every row, so a test can tell attempts apart).
 """
 
 import os
@@ -18,6 +18,7 @@ ROWS = int(os.environ.get("APP_ROWS", "20"))
 DELAY = float(os.environ.get("APP_DELAY", "0.1"))
 WHERE = os.environ.get("APP_WHERE", "cluster")
 CHILD = os.environ.get("APP_CHILD")
+TAG = os.environ.get("APP_TAG", "")
 
 # A child that, like most tools, dies quietly on SIGINT (Python's default would print a traceback).
 _CHILD_CODE = (
@@ -39,7 +40,7 @@ def append_rows(config: RowsConfig, out: str) -> dict:
     path = os.path.join(out, "rows.txt")
     for i in range(config.rows):
         with open(path, "a") as f:
-            f.write(f"row {i}\n")
+            f.write(f"{TAG} row {i}\n".lstrip())
         time.sleep(DELAY)
     with open(path) as f:
         return {"rows": sum(1 for _ in f)}

@@ -37,6 +37,7 @@ class LocalNode:
     name: str
     """The Ray node name (`ray start --node-name`); also how `kill_node` finds it."""
     cpus: float = 1.0
+    """CPUs it offers to tasks; 0 for a head that runs none (only the cluster's control processes)."""
     resources: Mapping[str, float] = field(default_factory=dict)
     """Custom Ray resources, e.g. `{"TPU-v5p-8-head": 1, "TPU": 4}` to make it look like a TPU host."""
     pgid: int | None = None
@@ -45,8 +46,10 @@ class LocalNode:
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
             raise ValueError(f"LocalNode.name must be letters, digits, '-', '_' or '.', got {self.name!r}")
-        if not self.cpus > 0:
-            raise ValueError(f"LocalNode {self.name!r}: cpus must be > 0, got {self.cpus!r}")
+        if not self.cpus >= 0:
+            raise ValueError(
+                f"LocalNode {self.name!r}: cpus must be >= 0 (0: it runs no steps), got {self.cpus!r}"
+            )
         bad = {k: v for k, v in self.resources.items() if not isinstance(v, int | float) or v < 0}
         if bad:
             raise ValueError(f"LocalNode {self.name!r}: resources must be numbers >= 0, got {bad}")

@@ -1,9 +1,16 @@
 """`schooner cluster up | status | kill-node | down`: a multi-node Ray cluster on this machine.
 
-    schooner cluster up --local-nodes 3 [--cpus 1] [--node NAME:CPUS:RESOURCES_JSON ...] [--state-dir D]
+    schooner cluster up --local-nodes 3 [--cpus 1] [--head-cpus 0] [--node NAME:CPUS:RESOURCES_JSON ...]
+                        [--state-dir D]
     schooner cluster status [--state-dir D]
     schooner cluster kill-node NAME [--state-dir D]     # SIGKILL one node, like a preempted host
     schooner cluster down [--state-dir D]
+
+`up --local-nodes N` starts a head node named `head` and N worker nodes `node-0` ... `node-{N-1}`. The head
+holds the cluster's state (Ray's GCS) and every driver's connection: killing it ends the cluster and the
+drivers with it, which no real preemption does. So by default it offers no CPUs and runs no steps: steps
+land on the worker nodes, and killing one of them is a preempted host (`--head-cpus C` lets the head run
+steps too). `kill-node` of the head says what it does.
 
 `up` prints the environment a driver needs (`RAY_ADDRESS`, the auth token path); with it exported,
 `schooner run EXP.py --cluster ray --shared-prefix` runs on the cluster (every node of a local cluster sees
@@ -25,8 +32,21 @@ def add_cluster_parser(sub: argparse._SubParsersAction) -> None:
     )
     cmds = p.add_subparsers(dest="cluster_command", required=True)
     up = cmds.add_parser("up", help="start a head and worker nodes, each its own raylet")
-    up.add_argument("--local-nodes", type=int, default=None, metavar="N", help="N nodes of --cpus CPUs each")
+    up.add_argument(
+        "--local-nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N worker nodes of --cpus CPUs each, after a head node (named 'head' unless --node gives one)",
+    )
     up.add_argument("--cpus", type=float, default=1.0, help="CPUs of each node started by --local-nodes")
+    up.add_argument(
+        "--head-cpus",
+        type=float,
+        default=0.0,
+        help="CPUs the head started by --local-nodes offers to steps (default 0: steps run on worker nodes "
+        "only, so killing one is a preemption and never takes the cluster and its drivers down)",
+    )
     up.add_argument(
         "--node",
         action="append",
@@ -73,7 +93,9 @@ def cmd_cluster(ns: argparse.Namespace, console: object) -> int:
             print_(f"[bold red]error:[/] {e}")
             return 2
         if ns.local_nodes:
-            nodes += [LocalNode(f"node-{i}", ns.cpus) for i in range(len(nodes), len(nodes) + ns.local_nodes)]
+            if not nodes:
+                nodes = [LocalNode("head", ns.head_cpus)]
+            nodes += [LocalNode(f"node-{i}", ns.cpus) for i in range(ns.local_nodes)]
         if not nodes:
             print_("[bold red]error:[/] give --local-nodes N or --node NAME:CPUS[:RESOURCES]")
             return 2
@@ -87,6 +109,9 @@ def cmd_cluster(ns: argparse.Namespace, console: object) -> int:
             pass
         cluster = LocalRayCluster(nodes, state_dir=ns.state_dir).start()
         print_(f"local Ray cluster up at {cluster.address}: {', '.join(n.name for n in cluster.nodes)}")
+        head = cluster.nodes[0]
+        if not head.cpus and not head.resources:
+            print_(f"the head ({head.name}) runs no steps: they land on the worker nodes")
         print_("for drivers:")
         for k, v in cluster.env().items():
             print(f"export {k}={shlex.quote(v)}")
@@ -99,9 +124,12 @@ def cmd_cluster(ns: argparse.Namespace, console: object) -> int:
     if ns.cluster_command == "status":
         print_(f"local Ray cluster at {cluster.address} (state in {ns.state_dir})")
         alive = cluster.alive()
-        for n in cluster.nodes:
+        for i, n in enumerate(cluster.nodes):
             res = f" {json.dumps(dict(n.resources))}" if n.resources else ""
-            print_(f"  {n.name}: {'up' if alive[n.name] else 'DOWN'}, {n.cpus:g} CPU{res}")
+            role = (
+                " (head" + (", runs no steps)" if not n.cpus and not n.resources else ")") if i == 0 else ""
+            )
+            print_(f"  {n.name}: {'up' if alive[n.name] else 'DOWN'}, {n.cpus:g} CPU{res}{role}")
         return 0
     if ns.cluster_command == "kill-node":
         try:
@@ -110,6 +138,13 @@ def cmd_cluster(ns: argparse.Namespace, console: object) -> int:
             print_(f"[bold red]error:[/] {e.args[0]}")
             return 2
         print_(f"killed node {ns.name} (SIGKILL to all its processes)")
+        if ns.name == cluster.nodes[0].name:
+            workers = ", ".join(n.name for n in cluster.nodes[1:]) or "none"
+            print_(
+                f"[yellow]note:[/] {ns.name} is the head: it held the cluster's state and every driver's "
+                "connection, so the cluster is gone and its drivers fail (no retry survives that). To simulate "
+                f"a preempted host, kill a worker node instead ({workers}); `schooner cluster down` cleans up."
+            )
         return 0
     cluster.stop()
     print_("local Ray cluster stopped")

@@ -203,6 +203,8 @@ def append_history(storage: Storage, output_path: str, record: dict[str, Any]) -
         k: record.get(k) for k in ("run_id", "owner", "state", "started", "ended", "duration_s", "error")
     }
     entry["host"] = (record.get("env") or {}).get("host")
+    if record.get("starts"):  # every start of the function: node, pid, how it ended (preemptions too)
+        entry["starts"] = record["starts"]
     lines = (storage.read_text(path) or "").splitlines()
     lines = [*lines, json.dumps(entry, sort_keys=True)][-HISTORY_KEEP:]
     storage.write_text(path, "\n".join(lines) + "\n")

@@ -4,6 +4,15 @@ Per step: read the status file (SUCCESS -> cached; no lock, no client call, so a
 bookkeeping); otherwise take the output folder's lease (waiting while another live runner holds it),
 write the record and RUNNING, run the function (in this process, or through the current cluster client
 when the step has resources), then write the final record and SUCCESS (last) or FAILED.
+
+Writers are fenced (`_publish`, `_step_exec`): the function writes into a folder of its own attempt beside
+the output, never into the output folder. On success, with the lease checked once more, the attempt (with
+its record and SUCCESS) is swapped with the output folder in one atomic rename, so a reader resolving a
+step's output only ever sees a complete published attempt, even while `--force` reruns it. A runner that
+stalled past its lease and lost it (SIGSTOP, swapping) writes only into its own orphaned folder; its
+heartbeat notices, says so, stops the step and it publishes nothing. Resumable steps adopt the folder of a
+dead attempt (their checkpoints, their ledger of finished shards); every start of a function (node, pid,
+how it ended: a preemption is a start that died) goes into the step's record and history.
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
-"""Running one step: lease, record, the function (here or on the cluster), then SUCCESS or FAILED."""
+"""Running one step: lease, record, the function (here or on the cluster), then SUCCESS or FAILED.
+
+Writers are fenced (see `_publish`): the function writes into a folder of its own attempt, never into the
+step's output folder; on success, with the lease still held, the attempt is swapped into place in one
+atomic rename, with its SUCCESS status inside. A reader of a step's output thus only ever sees a complete
+published attempt, even while `--force` reruns it, and a runner that was stopped past its lease (and lost
+it to another) writes only into its own orphaned folder: its heartbeat notices the loss, says so, stops the
+step (cancels its job; raises `LeaseLostError` inside an in-process step) and it publishes nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 import time
@@ -16,6 +25,7 @@ from schooner.cluster._storage import clear_folder, is_local, list_folder, stora
 
 from ._lease import Lease
 from ._lower import Step
+from ._publish import prepare_attempt, publish, remove_tree
 from ._records import (
     append_history,
     read_step_record,
@@ -34,12 +44,18 @@ if TYPE_CHECKING:
     from ._progress import Progress
     from ._runner import StepRunner
 
+DISK_RESERVE_BYTES = 256 * 1024
+"""Space kept aside in a local step's `.schooner/` while it runs, freed to record its end when the step
+filled the disk (a full disk would otherwise leave the status RUNNING, read as INTERRUPTED)."""
+DISK_RESERVE = "disk-reserve"
+
 MAX_RESULT_CHARS = 1_000_000
 """A step's return value is stored in its record; larger values are replaced by a note."""
 
 
 class LeaseLostError(RuntimeError):
-    """Another runner took this step's lease over while it ran (this runner looked dead to it)."""
+    """Another runner took this step's lease over while it ran (this runner looked dead to it): this
+    attempt stops and publishes nothing."""
 
 
 class ForeignOutputError(RuntimeError):
@@ -56,16 +72,93 @@ def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -
     `fn`. The runner's own files (`.schooner/`) stay.
 
     In a gang (a step with `hosts > 1`), process 0 prepares the folder and the others wait for it, so no
-    process writes into a folder that is about to be emptied."""
+    process writes into a folder that is about to be emptied.
+
+    Every start appends a line to `{output_path}/.schooner/starts.jsonl` (node, host, pid, time) and, when
+    the function returns or raises, its end: a start without an end died with its worker or node (a
+    preemption), and the runner records all of them in the step's record and history."""
     gang = current_gang()
     if gang is not None and gang.num_processes > 1:
         _gang_prepare(output_path, resumable, gang.process_id, gang.attempt)
-        return fn(config, output_path)
-    if not resumable:
-        clear_folder(output_path, keep=META_DIR)
-    if is_local(output_path) and not os.path.isdir(output_path):
-        os.makedirs(output_path, exist_ok=True)
-    return fn(config, output_path)
+    else:
+        if not resumable:
+            clear_folder(output_path, keep=META_DIR)
+        if is_local(output_path) and not os.path.isdir(output_path):
+            os.makedirs(output_path, exist_ok=True)
+    start = _log_start(output_path, gang.process_id if gang is not None else 0)
+    try:
+        value = fn(config, output_path)
+    except BaseException as e:
+        _log_end(output_path, start, f"raised {type(e).__name__}")
+        raise
+    _log_end(output_path, start, "returned")
+    return value
+
+
+STARTS = "starts.jsonl"
+
+
+def _node_name() -> str:
+    """The Ray node this runs on (its `--node-name`), else the host name."""
+    import socket
+    import sys
+
+    ray = sys.modules.get("ray")
+    with contextlib.suppress(Exception):
+        if ray is not None and ray.is_initialized():
+            me = ray.get_runtime_context().get_node_id()
+            return str(next(n["NodeName"] for n in ray.nodes() if n["NodeID"] == me))
+    return socket.gethostname()
+
+
+def _log_start(output_path: str, process: int) -> str:
+    """Append this start to the attempt's `starts.jsonl` (best effort: it is a record, not a requirement)."""
+    import json
+    import socket
+
+    start = uuid.uuid4().hex[:12]
+    line = {"start": start, "node": _node_name(), "host": socket.gethostname(), "pid": os.getpid()}
+    line.update(process=process, started=time.time())
+    _append_line(output_path, json.dumps(line), make=True)
+    return start
+
+
+def _log_end(output_path: str, start: str, how: str) -> None:
+    import json
+
+    _append_line(output_path, json.dumps({"start": start, "ended": time.time(), "how": how}))
+
+
+def _append_line(output_path: str, line: str, make: bool = False) -> None:
+    """`make`: create the folder if needed (never for an end: a fenced-off attempt's folder may be gone)."""
+    with contextlib.suppress(Exception):
+        if is_local(output_path):
+            if make:
+                os.makedirs(os.path.join(output_path, META_DIR), exist_ok=True)
+            with open(meta_path(output_path, STARTS), "a") as f:
+                f.write(line + "\n")
+            return
+        storage = storage_for(output_path)
+        path = meta_path(output_path, STARTS)
+        storage.write_text(path, (storage.read_text(path) or "") + line + "\n")
+
+
+def read_starts(attempt: str) -> list[dict[str, Any]]:
+    """The starts of an attempt's function, oldest first: node, host, pid, process, started, and ended with
+    `how` ('returned', 'raised X') or, for a start that never ended (its worker or node died), `how`
+    'died (worker or node lost)' and `ended` None."""
+    import json
+
+    text = storage_for(attempt).read_text(meta_path(attempt, STARTS)) or ""
+    starts: dict[str, dict[str, Any]] = {}
+    for raw in text.splitlines():
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            d = json.loads(raw)
+            if "node" in d:
+                starts[d["start"]] = {**d, "ended": None, "how": "died (worker or node lost)"}
+            elif d["start"] in starts:
+                starts[d["start"]].update(ended=d["ended"], how=d["how"])
+    return sorted(starts.values(), key=lambda d: d["started"])
 
 
 GANG_READY_TIMEOUT_S = 600.0
@@ -121,6 +214,10 @@ class StepExecutor:
         self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
         self._interrupted = False
         self._stopped: list[str] = []
+        self._threads: dict[str, int] = {}
+        """Steps running in this process now: the id of the thread calling their function."""
+        self._lost: set[str] = set()
+        """Steps whose lease another runner took over while they ran."""
         """Steps that raised KeyboardInterrupt themselves (already recorded INTERRUPTED)."""
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
@@ -135,7 +232,33 @@ class StepExecutor:
                 # A transient storage error (OSError or a store client's own exception type): the next
                 # beat retries, and the ttl has slack for several missed beats.
                 with contextlib.suppress(Exception):
-                    lease.heartbeat()
+                    if not lease.heartbeat():
+                        self._lease_lost(lease)
+
+    def _lease_lost(self, lease: Lease) -> None:
+        """Another runner took a running step over (this one stalled past the ttl): say so, stop the step."""
+        with self._lock:
+            found = [(k, s) for k, (s, held, _r, _t) in self._running.items() if held is lease]
+            if not found or found[0][0] in self._lost:
+                return
+            key, step = found[0]
+            self._lost.add(key)
+            job = self._jobs.get(key)
+            thread = self._threads.get(key)
+            if thread is not None:  # in process: stop the function at its next Python line
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                    ctypes.c_ulong(thread), ctypes.py_object(LeaseLostError)
+                )
+        holder = lease.read()
+        self.progress.note(
+            step,
+            f"lost its lease on {self.paths[key]} to "
+            f"{holder.describe() if holder else 'another runner'} (this runner stalled past the lease ttl): "
+            "stopping this attempt; it publishes nothing",
+        )
+        if job is not None:
+            with contextlib.suppress(Exception):
+                job.cancel()
 
     def _acquire(self, step: Step, out: str) -> tuple[Lease | None, StepOutcome | None]:
         """Take the lease, or return the outcome decided by another runner (done or failed)."""
@@ -212,12 +335,17 @@ class StepExecutor:
         )
         t0 = time.time()
         outcome: StepOutcome | None = None
+        attempt = out
         with self._lock:
             self._running[step.key] = (step, lease, record, t0)
         try:
             self._prepare_folder(step, out)
+            previous = read_step_record(storage, out) or {}
             record_lost_attempt(storage, out)
+            attempt = self._prepare_attempt(step, out, lease, previous)
+            record["attempt_path"] = attempt
             write_step_record(storage, out, record)
+            _reserve_disk(out)
             write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
             config = resolve_config(
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
@@ -225,20 +353,24 @@ class StepExecutor:
             self._check_input_paths(step)
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
-            value = self._call(step, config, out)
+            try:
+                value = self._call(step, config, out, attempt)
+            finally:
+                self._record_starts(step, record, attempt)
             if not lease.still_held():
-                holder = lease.read()
-                raise LeaseLostError(
-                    f"lease on {out} was taken over by "
-                    f"{holder.describe() if holder else 'another runner'} while this step ran "
-                    "(heartbeats stalled longer than the lease ttl); its result is discarded"
-                )
+                raise LeaseLostError(self._lost_message(step, lease))
             result = scrub_any(value, self.secrets)
             if len(repr(result)) > MAX_RESULT_CHARS:
                 result = {"note": f"result too large to record ({len(repr(result))} chars)"}
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             fn_sha = record.get("fn_source_sha256") or ""
-            _record_end(step, out, record, lease, StepState.SUCCESS, fn_sha=fn_sha)
+            if not publish(
+                out,
+                attempt,
+                lambda folder: _record_end(step, folder, record, lease, StepState.SUCCESS, fn_sha=fn_sha),
+                lease.still_held,
+            ):
+                raise LeaseLostError(self._lost_message(step, lease))
             outcome = StepOutcome(
                 step.name, step.key, out, "succeeded", duration_s=time.time() - t0, _result=result
             )
@@ -247,6 +379,10 @@ class StepExecutor:
             outcome = StepOutcome(step.name, step.key, out, "interrupted", duration_s=time.time() - t0)
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
+            if not step.handle.resumable and attempt != out and _held_now(lease):
+                # Still ours: a rerun starts from nothing anyway, and a full disk gets its space back first.
+                with contextlib.suppress(Exception):
+                    remove_tree(attempt)
             outcome = self._failed(step, out, e, (lease, record), t0)
             if not isinstance(e, Exception):
                 raise
@@ -255,22 +391,22 @@ class StepExecutor:
                 self._leases.pop(step.key, None)
                 self._jobs.pop(step.key, None)
                 self._running.pop(step.key, None)
+                self._lost.discard(step.key)
+            _free_reserve(out)
             lease.release(checked=outcome is not None and outcome.state == "succeeded")
         assert outcome is not None
         self.progress.finished(outcome)
         return outcome
 
     def _prepare_folder(self, step: Step, out: str) -> None:
-        """Refuse a folder holding files this step did not write; empty it when the step is forced.
+        """Refuse a folder holding files this step did not write.
 
-        The runner empties a non-resumable step's folder before every attempt, and a forced step's before
-        it reruns: both must never delete data that is not the step's own (an `override_output_path`
-        pointing at a user's folder).
+        Publishing an attempt replaces the whole output folder (and deletes the version it replaces): that
+        must never delete data that is not the step's own (an `override_output_path` pointing at a user's
+        folder).
         """
         storage = storage_for(out)
         forced = step.key in self.forced
-        if step.handle.resumable and not forced:
-            return
         others = [e for e in list_folder(out) if e != META_DIR]
         if not others:
             return
@@ -283,8 +419,48 @@ class StepExecutor:
                 "remove those files or give the step another override_output_path"
             )
         if forced:
-            removed = clear_folder(out, keep=META_DIR)
-            self.progress.note(step, f"--force: emptied {out} ({len(removed)} entries) to rerun from scratch")
+            self.progress.note(
+                step,
+                f"--force: reruns from an empty folder; the {len(others)} entries of {out} stay readable until "
+                "the new output replaces them whole",
+            )
+
+    def _prepare_attempt(self, step: Step, out: str, lease: Lease, previous: dict) -> str:
+        """This attempt's own folder (see `_publish`); a resumable step adopts the one a dead attempt left.
+
+        A resumable step whose partial output sits in the output folder itself (written before attempt
+        folders existed) gets it moved into its attempt folder.
+        """
+        resume = step.handle.resumable and step.key not in self.forced
+        attempt, adopted = prepare_attempt(
+            out, lease.owner, adopt=previous.get("attempt_path"), resume=resume
+        )
+        if adopted:
+            self.progress.note(step, f"resumes the partial output of an earlier attempt ({adopted})")
+        elif resume and previous.get("state") != "SUCCESS" and is_local(out):
+            legacy = [e for e in list_folder(out) if e != META_DIR]
+            for name in legacy:
+                os.rename(os.path.join(out, name), os.path.join(attempt, name))
+            if legacy:
+                self.progress.note(step, f"resumes the partial output left in {out}")
+        return attempt
+
+    def _record_starts(self, step: Step, record: dict, attempt: str) -> None:
+        """Put the starts of the function (see `call_step`) into the record; say so when it started again."""
+        with contextlib.suppress(Exception):
+            starts = read_starts(attempt)
+            record["starts"] = starts
+            if len(starts) > 1:
+                path = " -> ".join(f"{s['node']} ({s['how'].split(' (')[0]})" for s in starts)
+                self.progress.note(step, f"started {len(starts)} times: {path}")
+
+    def _lost_message(self, step: Step, lease: Lease) -> str:
+        holder = lease.read()
+        return (
+            f"step {step.name!r} lost its lease on {self.paths[step.key]} to "
+            f"{holder.describe() if holder else 'another runner'} while it ran (this runner stalled past the "
+            "lease ttl, e.g. stopped or swapping): this attempt published nothing and its output is discarded"
+        )
 
     def _check_input_paths(self, step: Step) -> None:
         """Every `handle / "sub"` input must exist once its step is done: catch typos before running."""
@@ -299,16 +475,25 @@ class StepExecutor:
                     f"{ref.step.name!r} did not write; check the sub path {ref.path!r} in `handle / {ref.path!r}`"
                 )
 
-    def _call(self, step: Step, config: Any, out: str) -> Any:
+    def _call(self, step: Step, config: Any, out: str, attempt: str) -> Any:
+        """Run the function into `attempt` (its own folder); its job's log goes to `out`'s `.schooner/`."""
         h = step.handle
         if h.resources is None:
-            return call_step(h.fn, config, out, h.resumable)
+            with self._lock:
+                self._threads[step.key] = threading.get_ident()
+            try:
+                return call_step(h.fn, config, attempt, h.resumable)
+            finally:
+                with self._lock:
+                    del self._threads[step.key]
+                    # A stop that the heartbeat asked for but that was not raised yet never fires later.
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
         client = self.runner.client
         if client is None:
             from schooner.cluster._current import current_client
 
             client = current_client()
-        job = client.submit(call_step, h.fn, config, out, h.resumable, resources=h.resources, name=h.name)
+        job = client.submit(call_step, h.fn, config, attempt, h.resumable, resources=h.resources, name=h.name)
         with self._lock:
             self._jobs[step.key] = job
         try:
@@ -345,6 +530,29 @@ class StepExecutor:
             return StepOutcome(
                 step.name, step.key, out, "interrupted", duration_s=duration, error="interrupted"
             )
+        if held is not None and not isinstance(err, LeaseLostError) and not _held_now(held[0]):
+            # Whatever the step raised after its lease was taken over (e.g. its attempt folder was removed by
+            # the new holder) is not the step's failure: this attempt was fenced off.
+            cause = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:300]
+            return StepOutcome(
+                step.name,
+                step.key,
+                out,
+                "failed",
+                duration_s=duration,
+                error=f"{self._lost_message(step, held[0])} (the step then raised {cause})",
+                error_type="LeaseLostError",
+            )
+        if held is not None and isinstance(err, LeaseLostError):
+            return StepOutcome(
+                step.name,
+                step.key,
+                out,
+                "failed",
+                duration_s=duration,
+                error=self._lost_message(step, held[0]),
+                error_type="LeaseLostError",
+            )
         if held is not None:
             lease, record = held
             record.update(
@@ -354,12 +562,18 @@ class StepExecutor:
                 error=text,
                 logs_tail=scrub(logs, self.secrets) if logs else None,
             )
-            try:
-                if lease.still_held():
-                    error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
-                    _record_end(step, out, record, lease, StepState.FAILED, error=error)
-            except OSError:
-                pass  # the status stays RUNNING with a dead lease: the next run retries the step
+            error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
+            for last_try in (False, True):
+                try:
+                    if lease.still_held():
+                        _record_end(step, out, record, lease, StepState.FAILED, error=error)
+                    break
+                except OSError as write_err:
+                    # A full disk (the step filled it): free the space kept aside, then try once more.
+                    if last_try or not _free_reserve(out):
+                        # The status stays RUNNING with a dead lease: the next run retries the step.
+                        self.progress.note(step, f"could not record its failure in {out}: {write_err}")
+                        break
         return StepOutcome(
             step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=type(err).__name__
         )
@@ -390,7 +604,8 @@ class StepExecutor:
             if lease.still_held():
                 _record_end(step, out, record, lease, StepState.INTERRUPTED)
             lease.release()
-        return f"{step.name} after {_seconds(time.time() - t0)} ({_how_it_continues(step, out)})"
+        how = _how_it_continues(step, record.get("attempt_path") or out)
+        return f"{step.name} after {_seconds(time.time() - t0)} ({how})"
 
     def cancel_all(self) -> None:
         with self._lock:
@@ -415,12 +630,44 @@ def _record_end(
     )
 
 
+def _held_now(lease: Lease) -> bool:
+    """Whether the lease is still ours; True when the lease file cannot be read (a storage error is not a
+    lost lease: the status write that follows is checked again)."""
+    try:
+        return lease.still_held()
+    except Exception:  # noqa: BLE001 - OSError or a store client's own exception type
+        return True
+
+
+def _reserve_disk(out: str) -> None:
+    """Keep `DISK_RESERVE_BYTES` aside in a local step's `.schooner/` (best effort: a disk already this full
+    fails the step's own writes soon enough)."""
+    if not is_local(out):
+        return
+    with contextlib.suppress(OSError), open(meta_path(out, DISK_RESERVE), "wb") as f:
+        f.write(b"\0" * DISK_RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _free_reserve(out: str) -> bool:
+    """Delete the space kept aside; True when there was some."""
+    if not is_local(out):
+        return False
+    try:
+        os.unlink(meta_path(out, DISK_RESERVE))
+    except OSError:
+        return False
+    return True
+
+
 def _seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {int(s % 60)} s"
 
 
 def _how_it_continues(step: Step, out: str) -> str:
-    """'a rerun resumes it from checkpoint step-000040' / 'a rerun starts it again'."""
+    """'a rerun resumes it from checkpoint step-000040' / 'a rerun starts it again'. `out`: the attempt's
+    folder (what the hint reads)."""
     h = step.handle
     if not h.resumable:
         return "a rerun starts it again from an empty folder"

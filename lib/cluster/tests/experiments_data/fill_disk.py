@@ -1,0 +1,31 @@
+"""An experiment whose one step writes into its output until the filesystem is full (OSError ENOSPC).
+
+Knobs (environment): FILL_WHERE ("process": in the runner, the default; "cluster": through the client),
+FILL_RESUMABLE ("1": a resumable step, whose partial output is kept for the next attempt).
+"""
+
+import os
+
+from schooner.cluster import ResourceConfig, StepRunner, step
+
+WHERE = os.environ.get("FILL_WHERE", "process")
+
+
+def fill(config: dict, out: str) -> None:
+    chunk = b"x" * config["chunk"]
+    with open(os.path.join(out, "big.bin"), "wb") as f:
+        while True:  # ends with OSError(ENOSPC) when the filesystem is full
+            f.write(chunk)
+            f.flush()
+
+
+big = step(
+    "big",
+    fill,
+    {"chunk": 4096},
+    resources=ResourceConfig.with_cpu() if WHERE == "cluster" else None,
+    resumable=os.environ.get("FILL_RESUMABLE") == "1",
+)
+
+if __name__ == "__main__":
+    StepRunner().run([big])
