@@ -50,6 +50,7 @@ from .runner import lower as lower
 from .runner import resolve_prefix as resolve_prefix
 from .runner import runtime_field as runtime_field
 from .runner import step as step
+from .runner._publish import published_path as published_path
 
 
 def _publish() -> None:

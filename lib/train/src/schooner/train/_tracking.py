@@ -130,8 +130,11 @@ class WandbTracker:
     ) -> None:
         import wandb
 
-        # A stable id from the run folder lets a resumed run continue the same W&B run.
-        run_id = hashlib.sha256(run_dir.encode()).hexdigest()[:16]
+        # A stable id from the run folder lets a resumed run continue the same W&B run: the folder the step
+        # publishes, not the attempt's own (each attempt of a step writes into a folder of its own).
+        from schooner.cluster import published_path
+
+        run_id = hashlib.sha256(published_path(run_dir.rstrip("/")).encode()).hexdigest()[:16]
         os.makedirs(run_dir, exist_ok=True)
         self._run = wandb.init(
             project=config.wandb_project,

@@ -54,6 +54,20 @@ def attempt_path(out: str, owner: str) -> str:
     return f"{parent}/.{base}{_ATTEMPT}{owner}"
 
 
+def published_path(path: str) -> str:
+    """The path that `path` will have once its attempt is published: an attempt folder's name (and any path
+    inside one) is mapped to the step's output folder; other paths are returned unchanged.
+
+    A step that needs an identity stable across attempts (a tracker's run id, a cache key) derives it from
+    this, never from its `output_path`, which names the attempt's own folder."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        base, sep, owner = part.partition(_ATTEMPT)
+        if sep and owner and base.startswith(".") and len(base) > 1:
+            parts[i] = base[1:]
+    return "/".join(parts)
+
+
 def attempt_paths(out: str) -> list[str]:
     """Every attempt folder of the step whose output is `out` (finished attempts leave none)."""
     parent, base = _split(out)
