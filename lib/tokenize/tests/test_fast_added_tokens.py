@@ -228,3 +228,17 @@ def test_the_load_time_probe_catches_a_wrong_added_token_rule(bases) -> None:
     wrong._hf_json = tok.to_json()
     with pytest.raises(FastPathRefused, match="added-token probe"):
         probe_added_tokens(tok.hf, wrong)
+
+
+@pytest.mark.parametrize("base", ["schooner", "qwen2"])
+def test_lone_surrogates_fail_as_in_hf_between_added_tokens(bases, base) -> None:
+    tok = _with(bases[base], "unicode")  # normalized added tokens: the second pass normalizes each stretch
+    hf = tokenizers.Tokenizer.from_str(tok.to_json())
+    for text in ("a\ud800b", "\udfff<|", "cafe\u0301\ud83d", "数字\udc00数字"):
+        for ours, theirs in ((tok.encode, hf.encode), (lambda t: tok.encode_batch([t]), hf.encode_batch)):
+            arg = text if ours is tok.encode else [text]
+            with pytest.raises(TypeError) as hf_error:
+                theirs(arg)
+            with pytest.raises(TypeError) as fast_error:
+                ours(text)
+            assert str(fast_error.value) == str(hf_error.value)
