@@ -6,7 +6,12 @@ test_release_e2e.py."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
+import tarfile
+import tomllib
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
@@ -18,9 +23,10 @@ if str(ROOT) not in sys.path:
 
 from tools import changelog  # noqa: E402
 from tools.compat import plan  # noqa: E402
-from tools.release import next_version, widen  # noqa: E402
+from tools.release import next_version, prepare, widen  # noqa: E402
 from tools.testing import clone, commit, git, tool  # noqa: E402
-from tools.workspace import ToolError  # noqa: E402
+from tools.wheeltest import select_tests  # noqa: E402
+from tools.workspace import ToolError, get_package  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -158,6 +164,7 @@ def test_refuses_a_version_that_has_a_tag(repo: Path) -> None:
         re.search(r'^version = "(.*)"', (repo / "lib/model/pyproject.toml").read_text(), re.M)[1]
     )
     taken = f"{current.major}.{current.minor}.{current.micro + 1}"
+    git(repo, "tag", f"schooner-model-v{current}")  # released: `patch` counts from it
     git(repo, "tag", f"schooner-model-v{taken}")
     out = _refused(repo, "schooner-model", "patch")
     assert f"tag schooner-model-v{taken} exists already" in out
@@ -228,3 +235,165 @@ def test_contributing_links_resolve() -> None:
     assert len(local) >= 10, local
     missing = [link for link in local if not (ROOT / link).exists()]
     assert not missing, f"CONTRIBUTING.md links to paths that do not exist: {missing}"
+
+
+# --- the first release of a version: the one pyproject.toml and the changelog were written for ---
+
+
+def _set_version(repo: Path, lib: str, version: str, log: str) -> None:
+    path = repo / f"lib/{lib}/pyproject.toml"
+    path.write_text(
+        re.sub(r'^version = ".*"', f'version = "{version}"', path.read_text(), count=1, flags=re.M)
+    )
+    (repo / f"lib/{lib}/CHANGELOG.md").write_text(log)
+    commit(repo, f"{lib} {version}, not released yet")
+
+
+MODEL_LOG = """# Changelog — schooner-model
+
+## Unreleased
+
+- Newer.
+
+## 0.2.0 — unreleased
+
+- Written for 0.2.0.
+
+## 0.1.1 — 2026-11-29 (landed on main)
+
+- Old.
+"""
+
+
+def test_an_unreleased_version_is_released_as_itself(repo: Path) -> None:
+    """pyproject.toml says 0.2.0, never released (no tag, no dated section); the last release is 0.1.1. The
+    release is 0.2.0 (given, or `minor` from 0.1.1), not 0.2.1 / 0.3.0, which would skip it."""
+    _set_version(repo, "model", "0.2.0", MODEL_LOG)
+    assert prepare("schooner-model", "0.2.0", repo, True)[1] == Version("0.2.0")
+    assert prepare("schooner-model", "minor", repo, True)[1] == Version("0.2.0")
+    assert prepare("schooner-model", "major", repo, True)[1] == Version("1.0.0")
+    assert prepare("schooner-model", "0.2.1", repo, True)[1] == Version("0.2.1")  # skipping it, knowingly
+    out = _refused(repo, "schooner-model", "patch")  # 0.1.2 is below the version the changelog is for
+    assert "a patch release after 0.1.1 (the last release) is 0.1.2, below 0.2.0" in out
+    assert "release 0.2.0" in out
+    out = _refused(repo, "schooner-model", "0.1.5")
+    assert "at least 0.2.0, the unreleased version lib/model/pyproject.toml names" in out
+
+
+def test_the_changelog_data_and_train_were_written_for(repo: Path) -> None:
+    """As the tree stands: data says 0.1.2 (last dated 0.1.1), train 0.1.1 (last dated 0.1.0): `patch`
+    releases exactly those; data `minor` is 0.2.0 (from 0.1.1, folding its '0.1.2 — unreleased' notes)."""
+    data = get_package("schooner-data", repo)
+    train = get_package("schooner-train", repo)
+    assert prepare("schooner-data", "patch", repo, False)[1] == data.version
+    assert prepare("schooner-train", "patch", repo, False)[1] == train.version
+    assert prepare("schooner-data", "minor", repo, True)[1] == Version(f"0.{data.version.minor + 1}.0")
+
+
+def test_a_first_ever_release_names_its_version(repo: Path) -> None:
+    _set_version(repo, "eval", "0.1.0", "# Changelog — schooner-eval\n\n## 0.1.0 — unreleased\n\n- All.\n")
+    assert prepare("schooner-eval", "0.1.0", repo, False)[1] == Version("0.1.0")
+    out = _refused(repo, "schooner-eval", "patch")
+    assert "schooner-eval has never been released" in out
+    assert "give the version: 0.1.0" in out
+
+
+def test_a_released_version_bumps_from_itself(repo: Path) -> None:
+    _set_version(repo, "model", "0.2.0", MODEL_LOG)
+    git(repo, "tag", "schooner-model-v0.2.0")
+    assert prepare("schooner-model", "patch", repo, True)[1] == Version("0.2.1")
+    out = _refused(repo, "schooner-model", "0.2.0")
+    assert "the new version must be above the current one: got 0.2.0, current is 0.2.0" in out
+
+
+# --- --pytest-args: test files and node ids, as given from the repository, the package or its tests ---
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (["-q"], ["tests", "-q"]),
+        (["-n", "2", "-k", "not slow", "-p", "no:randomly"], ["tests", "-n", "2", "-k", "not slow", "-p", "no:randomly"]),
+        (["lib/model/tests/test_config.py", "-q"], ["tests/test_config.py", "-q"]),
+        (["tests/test_config.py::test_x", "-x"], ["tests/test_config.py::test_x", "-x"]),
+        (["test_config.py", "test_loss.py"], ["tests/test_config.py", "tests/test_loss.py"]),
+        (["lib/model/tests"], ["tests"]),
+        (["--deselect", "lib/model/tests/test_config.py::test_x"], ["tests", "--deselect", "tests/test_config.py::test_x"]),
+    ],
+)  # fmt: skip
+def test_pytest_args_narrow_to_files(given: list[str], expected: list[str]) -> None:
+    model = get_package("schooner-model", ROOT)
+    for f in ("test_config.py", "test_loss.py"):
+        assert (model.dir / "tests" / f).is_file(), f
+    assert select_tests(model, given, ROOT) == expected
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["tests/test_nope.py"], "names 'tests/test_nope.py', which is not a file or folder"),
+        (
+            ["lib/data/tests/test_formats.py"],
+            "names 'lib/data/tests/test_formats.py', which is outside lib/model/tests",
+        ),
+    ],
+)
+def test_pytest_args_naming_no_test_of_the_package_are_refused(given: list[str], message: str) -> None:
+    with pytest.raises(ToolError, match=re.escape(message)):
+        select_tests(get_package("schooner-model", ROOT), given, ROOT)
+
+
+def test_a_release_with_a_wrong_test_path_is_refused_before_any_edit(repo: Path) -> None:
+    out = _refused(repo, "schooner-model", "patch", "--pytest-args", "tests/test_nope.py -q")
+    assert "release refused: --pytest-args names 'tests/test_nope.py', which is not a file or folder" in out
+    assert "+ uv build" not in out  # refused before building anything
+
+
+# --- what the wheel and the sdist carry: README, CHANGELOG, project URLs ---
+
+LIBS = sorted(p.parent.name for p in ROOT.glob("lib/*/pyproject.toml"))
+
+
+def _urls(pyproject: Path) -> dict[str, str]:
+    return tomllib.loads(pyproject.read_text())["project"].get("urls", {})
+
+
+def test_project_urls_agree() -> None:
+    """Every library names the same home, source and issue tracker, and its own CHANGELOG.md in the source."""
+    first = _urls(ROOT / "lib" / LIBS[0] / "pyproject.toml")
+    assert sorted(first) == ["Changelog", "Homepage", "Issues", "Source"], first
+    for lib in LIBS:
+        urls = _urls(ROOT / "lib" / lib / "pyproject.toml")
+        assert {k: urls.get(k) for k in ("Homepage", "Source", "Issues")} == {
+            k: first[k] for k in ("Homepage", "Source", "Issues")
+        }, lib
+        assert urls["Issues"] == f"{urls['Source']}/issues", lib
+        assert urls["Changelog"] == f"{urls['Source']}/blob/main/lib/{lib}/CHANGELOG.md", lib
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_wheel_and_sdist_carry_readme_changelog_and_urls(lib: str, tmp_path: Path) -> None:
+    name = f"schooner-{lib}"
+    pkg = ROOT / "lib" / lib
+    subprocess.run(["uv", "build", "--package", name, "--out-dir", str(tmp_path), "-q"], cwd=ROOT, check=True)
+    (wheel,) = tmp_path.glob("*.whl")
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    with zipfile.ZipFile(wheel) as z:
+        meta = Parser().parsestr(
+            z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+        )
+    urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+    assert urls == _urls(pkg / "pyproject.toml") and sorted(urls) == [
+        "Changelog",
+        "Homepage",
+        "Issues",
+        "Source",
+    ]
+    assert urls["Changelog"].endswith(f"/lib/{lib}/CHANGELOG.md")
+    assert meta.get_payload().strip() == (pkg / "README.md").read_text().strip()  # the long description
+    assert meta["Description-Content-Type"] == "text/markdown"
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        for f in ("README.md", "CHANGELOG.md"):
+            member = tar.extractfile(f"{top}/{f}")
+            assert member is not None and member.read() == (pkg / f).read_bytes(), f

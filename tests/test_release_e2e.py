@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -150,6 +151,57 @@ def test_release_refuses_a_failing_test(tmp_path: Path) -> None:
         (repo / "lib/model/pyproject.toml").read_text(),
         (repo / "lib/model/CHANGELOG.md").read_text(),
     ) == old
+
+
+def test_first_release_of_the_changelog_version_with_narrowed_tests(tmp_path: Path) -> None:
+    """schooner-model's pyproject.toml names a version never released (the one its changelog was written for):
+    `patch` from the last dated release reaches it, and it is what gets released; `--pytest-args` naming one
+    test file runs that file only against the wheel (a failing test elsewhere stays out); the wheel links the
+    changelog, the sdist holds it."""
+    repo = clone(tmp_path / "repo")
+    current = _version(repo, "lib/model")
+    assert not git(repo, "tag", "--list", f"schooner-model-v{current}").strip()
+    assert not re.search(
+        rf"^## {re.escape(str(current))} — \d{{4}}-", (repo / "lib/model/CHANGELOG.md").read_text(), re.M
+    )
+    (repo / "lib/model/tests/test_release_canary.py").write_text(
+        "def test_release_canary():\n    assert 1 + 1 == 3\n"
+    )
+    commit(repo, "a failing test outside the file the release runs")
+    proc = tool(
+        repo, "release", "schooner-model", "patch", "--date", DATE,
+        "--pytest-args", "lib/model/tests/test_config.py -q -p no:randomly",
+    )  # fmt: skip
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    assert (
+        f"release: schooner-model {current} (patch; the unreleased version pyproject.toml names)"
+        in proc.stdout
+    )
+    assert git(repo, "log", "-1", "--format=%s").strip() == f"release: schooner-model {current}"
+    assert git(repo, "rev-parse", f"schooner-model-v{current}^{{commit}}") == git(repo, "rev-parse", "HEAD")
+    assert set(git(repo, "show", "--name-only", "--format=", "HEAD").split()) == {"lib/model/CHANGELOG.md"}
+    assert _version(repo, "lib/model") == current
+    log = (repo / "lib/model/CHANGELOG.md").read_text()
+    assert re.search(rf"^## Unreleased\n\n## {re.escape(str(current))} — {DATE}\n", log, re.M)
+    assert re.search(r"pytest -p no:cacheprovider tests/test_config.py -q -p no:randomly \(in ", proc.stdout)
+    assert "test_release_canary" not in proc.stdout
+    collected = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", "lib/model/tests/test_config.py"],
+        cwd=repo, capture_output=True, text=True, env=env(),
+    ).stdout  # fmt: skip
+    n_config = sum(
+        1 for line in collected.splitlines() if line.startswith("lib/model/tests/test_config.py::")
+    )
+    assert n_config > 10, collected
+    assert f"release: tests against the wheel: {n_config} passed" in proc.stdout
+    wheel = repo / "dist" / f"schooner_model-{current}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as z:
+        meta = z.read(f"schooner_model-{current}.dist-info/METADATA").decode()
+    assert "Project-URL: Changelog, " in meta and "/blob/main/lib/model/CHANGELOG.md" in meta
+    with tarfile.open(repo / "dist" / f"schooner_model-{current}.tar.gz") as tar:
+        shipped = tar.extractfile(f"schooner_model-{current}/CHANGELOG.md")
+        assert shipped is not None and shipped.read().decode() == log
 
 
 def _fresh_install(where: Path, index: PackageIndex, name: str, repo: Path) -> Path:

@@ -3,9 +3,13 @@
     uv run python -m tools.release schooner-data minor [--update-ranges] [--date YYYY-MM-DD]
 
 In order, stopping at the first refusal with nothing changed:
-1. refuses a dirty working tree, a tag or changelog section that already holds the new version, and an empty
-   "Unreleased" section in the package's CHANGELOG.md;
-2. bumps the version (`major`, `minor`, `patch`, or an explicit `A.B.C` above the current one);
+1. refuses a dirty working tree, a tag or changelog section that already holds the new version, an empty
+   "Unreleased" section in the package's CHANGELOG.md, and a `--pytest-args` path that is no test of the package;
+2. sets the version (`major`, `minor`, `patch`, or an explicit `A.B.C`). A version is released when it has a tag
+   or a dated CHANGELOG section. When the one pyproject.toml names is released, the new one comes after it; when
+   it is not (the version its changelog is being written for), it is what gets released: a bump counts from the
+   last release and may not fall below it, an explicit version may be it, and a package never released names
+   its first version explicitly;
 3. checks that every sibling depending on the package (and the root project) still admits the new version;
    when one does not, it shows the range change and stops, unless `--update-ranges` is given: then the range
    keeps its lower bound, gets the next breaking version as upper bound, and the sibling's CHANGELOG gets a line;
@@ -33,7 +37,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import changelog
-from .wheeltest import Wheel, run_against_wheels
+from .wheeltest import Wheel, run_against_wheels, select_tests
 from .workspace import (
     ROOT,
     Package,
@@ -73,6 +77,52 @@ def next_version(current: Version, part: str) -> Version:
     if new <= current:
         raise ToolError(f"the new version must be above the current one: got {new}, current is {current}")
     return new
+
+
+def released_versions(pkg: Package, root: Path) -> set[Version]:
+    """The versions of `pkg` that were released: its tags `NAME-vA.B.C` and its CHANGELOG's dated sections."""
+    out: set[Version] = set()
+    tags = [t.removeprefix(f"{pkg.name}-v") for t in git(root, "tag", "--list", f"{pkg.name}-v*").split()]
+    log = pkg.dir / "CHANGELOG.md"
+    dated = changelog.released_versions(log.read_text()) if log.is_file() else set()
+    for raw in [*tags, *dated]:
+        try:
+            out.add(Version(raw))
+        except InvalidVersion:
+            continue
+    return out
+
+
+def version_to_release(pkg: Package, part: str, released: set[Version], root: Path) -> Version:
+    """The version this release cuts (see the module docstring, step 2)."""
+    current = pkg.version
+    where = (pkg.dir / "pyproject.toml").relative_to(root)
+    if current in released:
+        return next_version(current, part)
+    last = max((v for v in released if v < current), default=None)
+    if part in PARTS:
+        if last is None:
+            raise ToolError(
+                f"{pkg.name} has never been released (no tag, no dated CHANGELOG section), so `{part}` has "
+                f"nothing to count from; give the version: {current} (what {where} names) or another"
+            )
+        new = next_version(last, part)
+        if new < current:
+            raise ToolError(
+                f"a {part} release after {last} (the last release) is {new}, below {current}, the unreleased "
+                f"version {where} names (and its changelog was written for); release {current} (give it, or "
+                "the part that reaches it) or a version above it"
+            )
+        return new
+    try:
+        new = Version(part)
+    except InvalidVersion:
+        raise ToolError(f"{part!r} is neither {', '.join(PARTS)} nor a version such as 1.2.3") from None
+    if new < current:
+        raise ToolError(
+            f"the new version must be at least {current}, the unreleased version {where} names: got {new}"
+        )
+    return new  # one already released (a tag, a dated section) is refused by `prepare`
 
 
 def next_breaking(version: Version) -> Version:
@@ -178,7 +228,7 @@ def prepare(
     """The checks that need no edit: clean tree, new version free, something to release, ranges."""
     pkg = get_package(name, root)
     check_clean(root)
-    new = next_version(pkg.version, part)
+    new = version_to_release(pkg, part, released_versions(pkg, root), root)
     tag = tag_name(pkg.name, new)
     if git(root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}", check=False).strip():
         raise ToolError(f"tag {tag} exists already: {pkg.name} {new} was released; choose another version")
@@ -261,12 +311,17 @@ def release(
 ) -> str:
     """Cut the release; returns its tag."""
     pkg, new, changes = prepare(name, part, root, update_ranges)
+    pytest_args = pytest_args or ["-n", "auto", "-q"]
+    select_tests(pkg, pytest_args, root)  # a path that is no test of the package: refused before any edit
     date = date or datetime.date.today().isoformat()
-    print(f"release: {pkg.name} {pkg.version} -> {new} ({part})", flush=True)
+    if new == pkg.version:
+        print(f"release: {pkg.name} {new} ({part}; the unreleased version pyproject.toml names)", flush=True)
+    else:
+        print(f"release: {pkg.name} {pkg.version} -> {new} ({part})", flush=True)
     edits = Edits(root)
     try:
         apply(pkg, new, date, changes, edits)
-        build_and_test(pkg, new, root, dist or root / "dist", pytest_args or ["-n", "auto", "-q"])
+        build_and_test(pkg, new, root, dist or root / "dist", pytest_args)
         paths = edits.paths
         message = f"release: {pkg.name} {new}"
         if changes:
@@ -295,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--date", help="the release date in the changelog (default: today)")
     parser.add_argument("--dist", type=Path, help="where the sdist and wheel go (default: dist/)")
     parser.add_argument(
-        "--pytest-args", default="-n auto -q", help="arguments for the test run against the wheel"
+        "--pytest-args",
+        default="-n auto -q",
+        help="arguments for the test run against the wheel; test files, folders and node ids narrow it "
+        "(given from the repository, the package folder or its tests/ folder)",
     )
     args = parser.parse_args(argv)
     if args.date and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", args.date):

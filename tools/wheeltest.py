@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,52 @@ def _toml_table(name: str, values: dict) -> str:
     return f"[{name}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in values.items())
 
 
+_TEST_FILE = re.compile(r"\.py$")
+_NOT_A_SELECTION = ("--deselect", "--ignore", "--ignore-glob")
+"""Options whose value is a test path that does not say what to run."""
+
+
+def select_tests(package: Package, pytest_args: list[str], root: Path = ROOT) -> list[str]:
+    """`pytest_args` for the staged copy of `package`'s tests (`tests/` in the run folder): every test file,
+    folder or node id in them, given from the package folder, from its tests/ folder or from the repository
+    root, is rewritten to its place in the copy; `tests` leads when none names what to run. A test file or
+    node id that is no file under the package's tests/ raises ToolError; anything else (options, their
+    values) passes as it is."""
+    tests = (package.dir / "tests").resolve()
+    out: list[str] = []
+    narrowed = False
+    for i, arg in enumerate(pytest_args):
+        if arg.startswith("-"):
+            out.append(arg)
+            continue
+        path, sep, node = arg.partition("::")
+        bases = (package.dir, tests, root) if not Path(path).is_absolute() else (Path("/"),)
+        found = next((b / path for b in bases if path and (b / path).exists()), None)
+        if found is None:
+            if sep or _TEST_FILE.search(path):
+                raise ToolError(
+                    f"--pytest-args names {arg!r}, which is not a file or folder under "
+                    f"{_shown(package.dir / 'tests', root)}; name a test file from there (tests/test_x.py, "
+                    "test_x.py or the path from the repository root)"
+                )
+            out.append(arg)  # an option's value (`-k expr`, `-n 2`, `-p no:x`)
+            continue
+        found = found.resolve()
+        if not found.is_relative_to(tests):
+            raise ToolError(
+                f"--pytest-args names {arg!r}, which is outside {_shown(package.dir / 'tests', root)}: only "
+                f"{package.name}'s own tests run against its wheel"
+            )
+        rel = found.relative_to(tests).as_posix()
+        out.append(("tests" if rel == "." else f"tests/{rel}") + sep + node)
+        narrowed = narrowed or i == 0 or pytest_args[i - 1] not in _NOT_A_SELECTION
+    return out if narrowed else ["tests", *out]
+
+
+def _shown(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 @dataclass(frozen=True)
 class WheelTestRun:
     returncode: int
@@ -183,7 +230,7 @@ def run_tests(
     env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"  # pytest's progress streams through our pipe as it happens
     env["SCHOONER_WHEEL_MODULES"] = ",".join(w.name.replace("-", ".", 1) for w in wheels)
-    cmd = [str(python.parent / "pytest"), "tests", "-p", "no:cacheprovider", *pytest_args]
+    cmd = [str(python.parent / "pytest"), "-p", "no:cacheprovider", *select_tests(package, pytest_args, root)]
     print("+", " ".join(cmd), f"(in {where})", flush=True)
     start = time.monotonic()
     proc = subprocess.Popen(

@@ -124,8 +124,8 @@ def _prefix_space(s: dict) -> None:
     s["pre_tokenizer"]["add_prefix_space"] = True
 
 
-def _lstrip(s: dict) -> None:
-    s["added_tokens"][3]["lstrip"] = True
+def _single_word(s: dict) -> None:
+    s["added_tokens"][3]["single_word"] = True
 
 
 def _byte_fallback(s: dict) -> None:
@@ -149,7 +149,7 @@ def _reordered_merges(s: dict) -> None:
     [
         (_lowercase, "normalizer 'Lowercase'"),
         (_prefix_space, "add_prefix_space"),
-        (_lstrip, r"has \['lstrip'\]"),
+        (_single_word, "has single_word"),
         (_byte_fallback, "byte_fallback"),
         (_other_regex, "not one of the known patterns"),
         (_reordered_merges, "not in rank order"),

@@ -22,9 +22,17 @@ a `tokenizer.json` and accepts it only when each step is the same in both:
   non-decreasing rank, a token's bytes (as long as nothing outside merges with them) pass through the same
   states as when encoded alone, which end in the token by its one listed merge, so two tokens forming
   another without being its merge are never adjacent in HF's state, and tiktoken never sees them either;
-- added tokens have no lstrip / rstrip / single_word (and are not normalized when there is a
-  normalizer); they are matched here leftmost-longest, as HF's matcher does, special ones only with
-  `parse_special` (HF's `encode_special_tokens`), and never given to tiktoken.
+- added tokens are split off as HF does, in two passes: the non-normalized ones on the raw text, then the
+  normalized ones (their content normalized) on each normalized stretch between, leftmost-longest each
+  time; special ones only with `parse_special` (HF's `encode_special_tokens`: a special match skipped
+  still consumes its text in that pass); lstrip / rstrip widen a match over Unicode White_Space (the
+  `\\s` of HF's Rust regex); what is left between goes to tiktoken. Refused: single_word (HF's word
+  characters come from its Rust regex crate's Unicode tables, which no Python table here matches exactly),
+  two added tokens matching the same text in one pass, and an added token the model's vocabulary also
+  has where the BPE model has `ignore_merges` (HF would find it by whole-word lookup; tiktoken never sees
+  added tokens). At load (unless the fingerprint was checked already) `probe_added_tokens` compares both
+  libraries on each added token alone, doubled, inside words, between spaces, next to the others, cut,
+  and in NFD.
 
 Anything else, or `SCHOONER_TOKENIZER_ENCODER=hf`, keeps HF `tokenizers`; the choice and its reason are
 logged and recorded in each cache's manifest.
@@ -41,6 +49,7 @@ import json
 import logging
 import os
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,14 +145,23 @@ def _check_model(model: dict) -> None:
         raise FastPathRefused("BPE byte_fallback (SentencePiece style)")
 
 
-def _added(spec: dict, normalizer: bool) -> list[dict]:
-    added = spec.get("added_tokens") or []
+def _added(spec: dict) -> list[dict]:
+    added = [t for t in spec.get("added_tokens") or [] if t.get("content")]  # HF ignores empty ones
     for t in added:
-        flags = [f for f in ("lstrip", "rstrip", "single_word") if t.get(f)]
-        if normalizer and t.get("normalized"):
-            flags.append("normalized")
-        if flags:
-            raise FastPathRefused(f"added token {t['content']!r} has {flags}")
+        if t.get("single_word"):
+            raise FastPathRefused(
+                f"added token {t['content']!r} has single_word (HF's word characters are its regex crate's "
+                "Unicode tables, not reproduced here)"
+            )
+    model = spec.get("model") or {}
+    if model.get("ignore_merges"):
+        vocab = model.get("vocab") or {}
+        for t in added:
+            if len(t["content"]) > 1 and t["content"] in vocab:
+                raise FastPathRefused(
+                    f"added token {t['content']!r} is also in the model's vocabulary and the BPE model has "
+                    "ignore_merges (HF finds it by whole-word lookup where it is not split off)"
+                )
     return added
 
 
@@ -272,7 +290,7 @@ def analyse(hf: Any, *, checks: bool = True) -> tuple[dict, str]:
     layout = _pattern(spec)
     model = spec.get("model") or {}
     _check_model(model)
-    added = _added(spec, norm is not None)
+    added = _added(spec)
     ranks, merges = _ranks(model, added)
     if checks:
         _check_merges(model, merges, added)
@@ -282,6 +300,68 @@ def analyse(hf: Any, *, checks: bool = True) -> tuple[dict, str]:
     if norm is not None:
         layout += "+nfc"
     return {"pat_str": PATTERNS[layout.split("+")[0]], "mergeable_ranks": ranks, "added": added}, layout
+
+
+# Rust regex's `\s` (HF's lstrip / rstrip): Unicode White_Space, 25 characters (not Python's `str.isspace`,
+# which adds \x1c-\x1f).
+_WHITE_SPACE = frozenset(
+    "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+@dataclass(frozen=True)
+class _AddedToken:
+    pattern: str
+    """The text it matches: its content, normalized for a normalized token where there is a normalizer."""
+    id: int
+    special: bool
+    lstrip: bool
+    rstrip: bool
+
+
+class _AddedPass:
+    """One of HF's two added-token passes (`AddedVocabulary::find_matches` over one trie): non-overlapping
+    leftmost-longest matches (an alternation longest first, tried at each position from the left, finds
+    the same), a special token skipped unless `parse_special` (its text still consumed by the match),
+    lstrip / rstrip widening a match over white space."""
+
+    def __init__(self, tokens: list[_AddedToken], which: str) -> None:
+        self.tokens: dict[str, _AddedToken] = {}
+        for t in tokens:
+            other = self.tokens.setdefault(t.pattern, t)
+            if other.id != t.id:
+                raise FastPathRefused(
+                    f"added tokens {other.id} and {t.id} both match {t.pattern!r} in the {which} pass"
+                )
+        ordered = sorted(self.tokens, key=len, reverse=True)
+        self.regex = re.compile("|".join(re.escape(p) for p in ordered))
+        self.plain = any(not t.special for t in self.tokens.values())
+        """Whether it can match with `parse_special=False`."""
+
+    def split(self, text: str, parse_special: bool) -> list[tuple[int | None, int, int]]:
+        """(added token id or None, start, stop) covering `text`, as HF's `find_matches`."""
+        splits: list[tuple[int | None, int, int]] = []
+        offset = 0
+        for m in self.regex.finditer(text):
+            t = self.tokens[m.group()]
+            if t.special and not parse_special:
+                continue
+            start, stop = m.span()
+            if t.lstrip:
+                while start > 0 and text[start - 1] in _WHITE_SPACE:
+                    start -= 1
+                start = max(start, offset)  # spaces an earlier match took stay with it
+            if t.rstrip:
+                while stop < len(text) and text[stop] in _WHITE_SPACE:
+                    stop += 1
+            if offset < start:
+                splits.append((None, offset, start))
+            splits.append((t.id, start, stop))
+            offset = stop
+        if offset != len(text):
+            splits.append((None, offset, len(text)))
+        return splits
 
 
 class FastEncoder:
@@ -299,10 +379,20 @@ class FastEncoder:
             special_tokens={_SENTINEL: max(ranks.values()) + 1},  # never allowed, never emitted
         )._core_bpe
         self._normalize = hf.normalizer.normalize_str if "+nfc" in layout else None
-        added = sorted(args["added"], key=lambda t: -len(t["content"]))  # leftmost-longest, as HF matches
-        self._added = {t["content"]: (int(t["id"]), bool(t.get("special"))) for t in added}
-        self._regex = re.compile("|".join(re.escape(t["content"]) for t in added)) if added else None
-        self._plain_split = any(not special for _, special in self._added.values())
+        raw: list[_AddedToken] = []
+        normalized: list[_AddedToken] = []
+        for t in args["added"]:
+            content, is_normalized = t["content"], bool(t.get("normalized", True))
+            if is_normalized and self._normalize is not None:
+                content = self._normalize(content)
+            token = _AddedToken(content, int(t["id"]), bool(t.get("special")), bool(t.get("lstrip")),
+                                bool(t.get("rstrip")))  # fmt: skip
+            (normalized if is_normalized else raw).append(token)
+        self._raw = _AddedPass(raw, "raw-text") if raw else None
+        self._normalized = _AddedPass(normalized, "normalized-text") if normalized else None
+        # Whether text with special tokens read as text can contain an added token: if not, it is one
+        # stretch of ordinary text (the common case, and the one `encode_arrays` keeps free of Python ints).
+        self._plain_split = any(p is not None and p.plain for p in (self._raw, self._normalized))
 
     @classmethod
     def for_tokenizer(
@@ -325,6 +415,8 @@ class FastEncoder:
             try:
                 args, layout = analyse(hf, checks=not checked)
                 verdict = cls(hf, args, layout)
+                if not checked:
+                    probe_added_tokens(hf, verdict)
             except FastPathRefused as e:
                 verdict = e
             if fingerprint is not None:
@@ -339,11 +431,12 @@ class FastEncoder:
             return None, EncoderChoice("hf", f"fast path refused: {verdict}")
         return verdict, EncoderChoice("tiktoken", f"byte-level BPE, {verdict.layout} layout, checked")
 
-    def _ordinary(self, text: str) -> list[int]:
+    def _ordinary(self, text: str, *, normalized: bool = False) -> list[int]:
+        """Ids of a stretch with no added token in it (`normalized`: the normalizer has been applied)."""
         if not text:
             return []
         try:
-            if self._normalize is not None and not text.isascii():
+            if not normalized and self._normalize is not None and not text.isascii():
                 text = self._normalize(text)
             return self._core.encode_ordinary(text)
         except UnicodeEncodeError:
@@ -362,26 +455,37 @@ class FastEncoder:
 
     def encode(self, text: str, *, parse_special: bool = False) -> list[int]:
         """Ids of `text` (no post-processor), identical to HF's `encode(text, add_special_tokens=False)`
-        with `encode_special_tokens = not parse_special`."""
-        if self._regex is None or not (parse_special or self._plain_split):
+        with `encode_special_tokens = not parse_special`: HF's `extract_and_normalize`, then tiktoken on
+        what lies between the added tokens."""
+        if not (parse_special or self._plain_split):
             return self._ordinary(text)
+        raw, norm = self._raw, self._normalized
         out: list[int] = []
-        pos = 0
-        for m in self._regex.finditer(text):
-            tid, special = self._added[m.group()]
-            if special and not parse_special:
-                continue  # HF's matcher consumed it, and left it in the surrounding text
-            out += self._ordinary(text[pos : m.start()])
-            out.append(tid)
-            pos = m.end()
-        out += self._ordinary(text[pos:])
+        stretches = raw.split(text, parse_special) if raw is not None else [(None, 0, len(text))]
+        for tid, start, stop in stretches:
+            if tid is not None:
+                out.append(tid)
+                continue
+            piece = text[start:stop]
+            if norm is None:
+                out += self._ordinary(piece)
+                continue
+            if self._normalize is not None and not piece.isascii():
+                try:
+                    piece = self._normalize(piece)
+                except UnicodeEncodeError:
+                    raise TypeError("TextInputSequence must be str") from None
+            for tid2, start2, stop2 in norm.split(piece, parse_special):
+                if tid2 is not None:
+                    out.append(tid2)
+                else:
+                    out += self._ordinary(piece[start2:stop2], normalized=True)
         return out
 
     def encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
         """`encode` of each text (`parse_special=False`) as a uint32 array: no Python object per token."""
-        plain = self._regex is None or not self._plain_split
         try:
-            if plain:
+            if not self._plain_split:
                 return [self._ordinary_array(t) for t in texts]
             return [np.array(self.encode(t), dtype=np.uint32) for t in texts]
         except TypeError:  # a lone surrogate: as `encode_batch` words it
@@ -397,3 +501,47 @@ class FastEncoder:
             raise TypeError(
                 "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence, InputSequence]]"
             ) from None
+
+
+_PROBE_LIMIT = 4096
+"""At most this many added tokens are probed (each with a dozen strings, both ways), so a tokenizer with a
+huge added vocabulary does not spend minutes at load; the rest are covered by the same code path."""
+
+
+def _probe_texts(contents: list[str]) -> list[str]:
+    out: list[str] = []
+    for i, c in enumerate(contents[:_PROBE_LIMIT]):
+        other = contents[(i + 1) % len(contents)]
+        out += [c, c + c, f"a{c}b", f" {c} ", f"  {c}\n\n x", f"word{c}word", f"1{c}_", c + other, other + c]
+        out += [
+            c + " " + other,
+            c[1:] + other,
+            c + other[:-1],
+            c[:-1],
+            c[1:],
+            unicodedata.normalize("NFD", f"é{c}Å"),
+        ]
+    return out
+
+
+def probe_added_tokens(hf: Any, encoder: FastEncoder) -> None:
+    """Compare `encoder` with HF itself on strings around every added token (alone, doubled, inside words,
+    between spaces and newlines, next to the following one, cut, in NFD), special tokens both read and
+    not; raise `FastPathRefused` naming the first string on which they differ."""
+    import tokenizers
+
+    contents = [t.content for _, t in sorted(hf.get_added_tokens_decoder().items()) if t.content]
+    if not contents:
+        return
+    texts = _probe_texts(contents)
+    reference = tokenizers.Tokenizer.from_str(hf.to_str())
+    for parse_special in (False, True):
+        reference.encode_special_tokens = not parse_special
+        expected = [e.ids for e in reference.encode_batch_fast(texts, add_special_tokens=False)]
+        for text, want in zip(texts, expected):
+            got = encoder.encode(text, parse_special=parse_special)
+            if got != want:
+                raise FastPathRefused(
+                    f"added-token probe {text!r} (parse_special={parse_special}) gives {got[:12]} here and "
+                    f"{want[:12]} in HF tokenizers"
+                )
