@@ -295,7 +295,7 @@ def test_parquet_and_yaml_task_files(tmp_path, model, tok):
 
 def test_bad_rows_and_missing_files_are_named(tmp_path, model, tok):
     path = _write_jsonl(tmp_path / "arc.jsonl", [HF_ROWS["arc"][0], {"question": "q", "answerKey": "A"}])
-    with pytest.raises(ValueError, match=r"arc.jsonl:2: missing field 'choices'"):
+    with pytest.raises(ValueError, match=r"document 1 \(.*arc.jsonl:2\): missing field 'choices'"):
         evaluate_task(model, tok, Task(name="arc", path=path, layout="arc"))
     with pytest.raises(ValueError, match="unknown layout"):
         Task(name="x", path=path, layout="arcc")
