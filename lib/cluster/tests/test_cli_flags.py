@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from schooner.cluster import published_path
+
 HERE = Path(__file__).parent / "experiments_data"
 CHAIN = str(HERE / "chain.py")
 
@@ -135,7 +137,9 @@ def test_ctrl_c_prints_one_line_records_interrupted_and_stops_the_job(tmp_path: 
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         preexec_fn=_as_from_a_terminal,
     )  # fmt: skip
-    rows = _wait_for("rows-*/rows.txt", prefix, 3, proc)
+    # The step writes into its attempt's own folder; the output folder holds its status meanwhile.
+    rows = _wait_for(".rows-*.attempt-*/rows.txt", prefix, 3, proc)
+    output = Path(published_path(str(rows.parent)))
     child = int(Path(f"{child_log}.pid").read_text())
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     out, _ = proc.communicate(timeout=60)
@@ -143,9 +147,9 @@ def test_ctrl_c_prints_one_line_records_interrupted_and_stops_the_job(tmp_path: 
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
     lines = [ln for ln in out.splitlines() if "interrupted" in ln]
     assert len(lines) == 1 and "rows after" in lines[0] and "a rerun starts it again" in lines[0], out
-    status = json.loads((rows.parent / ".schooner" / "status.json").read_text())
+    status = json.loads((output / ".schooner" / "status.json").read_text())
     assert status["status"] == "INTERRUPTED"
-    history = (rows.parent / ".schooner" / "history.jsonl").read_text().splitlines()
+    history = (output / ".schooner" / "history.jsonl").read_text().splitlines()
     assert json.loads(history[-1])["state"] == "INTERRUPTED"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(child):
@@ -157,7 +161,7 @@ def test_ctrl_c_prints_one_line_records_interrupted_and_stops_the_job(tmp_path: 
         env={**env, "APP_DELAY": "0", "APP_CHILD": ""}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
-    assert len(rows.read_text().splitlines()) == 20
+    assert len((output / "rows.txt").read_text().splitlines()) == 20
 
 
 def _as_from_a_terminal() -> None:
