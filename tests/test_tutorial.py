@@ -77,6 +77,13 @@ def _check_outputs(prefix: Path, steps: str = STEPS, task_documents: str = TASK_
     records = _step_records(prefix)
     assert set(records) == set(STEP_NAMES)
     assert all(r["state"] == "SUCCESS" for r in records.values()), {n: r["state"] for n, r in records.items()}
+    # Each step wrote into its attempt's own folder, renamed into place when published: no path to that
+    # folder (gone now) survives in a step's result or in the files it wrote (its records keep it on purpose).
+    for name, record in records.items():
+        assert ".attempt-" not in json.dumps(record.get("result")), (name, record.get("result"))
+    for path in prefix.rglob("*.json"):
+        if ".schooner" not in path.parts:
+            assert ".attempt-" not in path.read_text(), path
     train_out = Path(records["checkpoints/tutorial-nano"]["output_path"])
     rows = [json.loads(line) for line in (train_out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["train/loss"] for r in rows if "train/loss" in r]

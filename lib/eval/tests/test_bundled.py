@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 
 import equinox as eqx
@@ -144,3 +145,19 @@ def test_a_briefly_trained_model_beats_chance_on_the_cloze_task(tmp_path):
     threshold = m["chance"] + 3 * math.sqrt(m["chance"] * (1 - m["chance"]) / m["documents"])
     assert m["documents"] > 400 and abs(m["reference"]["unigram_acc"] - m["chance"]) < 0.03
     assert m["acc"] > threshold, (m["acc"], m["acc_norm"], threshold, m["reference"], losses[-5:])
+
+
+def test_a_moved_bundled_folder_is_reused_with_its_own_files(tmp_path):
+    """A step's output folder is renamed when its attempt is published: the tasks a reused tasks.json gives
+    back must point at the files where the folder is now."""
+    first = bundled_suite(str(tmp_path / "attempt"), size=20)
+    os.rename(tmp_path / "attempt", tmp_path / "published")
+    again = bundled_suite(str(tmp_path / "published"), size=20)
+    assert [t.name for t in again.tasks] == [t.name for t in first.tasks]
+    for task in again.tasks:
+        assert os.path.dirname(task.path) == str(tmp_path / "published") and os.path.isfile(task.path), (
+            task.path
+        )
+    assert [dataclasses.replace(t, path="") for t in again.tasks] == [
+        dataclasses.replace(t, path="") for t in first.tasks
+    ]

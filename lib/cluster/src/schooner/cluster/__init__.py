@@ -51,6 +51,7 @@ from .runner import resolve_prefix as resolve_prefix
 from .runner import runtime_field as runtime_field
 from .runner import step as step
 from .runner._publish import published_path as published_path
+from .runner._publish import published_paths as published_paths
 
 
 def _publish() -> None:

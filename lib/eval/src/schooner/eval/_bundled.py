@@ -251,7 +251,14 @@ def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:
         with open(index, encoding="utf-8") as f:
             saved = json.load(f)
         if saved.get("settings") == settings:
-            return Suite("bundled", tuple(Task(**t) for t in saved["tasks"]))
+            # Each task's file is `{folder}/{name}.jsonl`: found where the folder is now (a step's attempt
+            # folder is renamed when it is published, and an older tasks.json holds absolute paths).
+            return Suite(
+                "bundled",
+                tuple(
+                    Task(**{**t, "path": os.path.join(folder, f"{t['name']}.jsonl")}) for t in saved["tasks"]
+                ),
+            )
     from schooner.data.sources import iter_source
 
     records = list(iter_source("python-docs"))
@@ -272,7 +279,9 @@ def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:
                 reference=_unigram_scores(unigram, examples),
             )
         )
-    payload: dict[str, Any] = {"settings": settings, "tasks": [t.to_dict() for t in tasks]}
+    # Paths relative to the folder: it may move (a step's attempt folder is renamed when published).
+    saved_tasks = [{**t.to_dict(), "path": os.path.basename(t.path)} for t in tasks]
+    payload: dict[str, Any] = {"settings": settings, "tasks": saved_tasks}
     tmp = f"{index}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(payload, f, indent=2, sort_keys=True)

@@ -306,8 +306,11 @@ def resolve_cache_path(path: str, split: str) -> str:
 
 
 def _write_json(path: str, value: Any) -> None:
+    """`value` as JSON at `path`, its paths as they read once the step's attempt folder is published."""
+    from schooner.cluster import published_paths
+
     with fsspec.open(path, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
+        json.dump(published_paths(value), f, indent=2, sort_keys=True)
         f.write("\n")
 
 

@@ -347,6 +347,8 @@ class _Run:
         logger.info(
             f"model: {parameters['total']:,} parameters ({parameters['non_embedding']:,} non-embedding)"
         )
+        from schooner.cluster import published_paths
+
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
             with (
@@ -354,7 +356,8 @@ class _Run:
                 if "://" not in self.root
                 else _fs_open(f"{self.root}/run.json") as f
             ):
-                json.dump(run_info, f, indent=1, default=str)
+                # Paths as they read once the step's attempt folder is published (see schooner.cluster).
+                json.dump(published_paths(run_info), f, indent=1, default=str)
         trackers = make_trackers(
             cfg.trackers if primary else None,
             run_dir=self.root,

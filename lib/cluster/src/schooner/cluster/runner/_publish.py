@@ -34,6 +34,7 @@ import errno
 import os
 import shutil
 from collections.abc import Callable
+from typing import Any
 
 from schooner.cluster._storage import is_local, list_folder, storage_for
 
@@ -66,6 +67,36 @@ def published_path(path: str) -> str:
         if sep and owner and base.startswith(".") and len(base) > 1:
             parts[i] = base[1:]
     return "/".join(parts)
+
+
+def published_paths(value: Any) -> Any:
+    """`value` (dicts, lists, tuples, strings) with :func:`published_path` applied to every string: for a
+    step that records paths of its own output in its files (a run's config, a manifest of task files)."""
+    if isinstance(value, str):
+        return published_path(value) if _ATTEMPT in value else value
+    if isinstance(value, dict):
+        return {k: published_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(published_paths(v) for v in value)
+    return value
+
+
+def rebase_paths(value: Any, attempt: str, out: str) -> Any:
+    """`value` (a step's result: dicts, lists, tuples, strings) with every path inside the attempt's folder
+    rewritten to the same path inside the published output `out`: a result naming the files it wrote (a
+    checkpoint, a manifest) stays valid once the attempt folder is gone."""
+    attempt, out = attempt.rstrip("/"), out.rstrip("/")
+    if attempt == out:
+        return value
+    if isinstance(value, str):
+        if value == attempt or value.startswith(attempt + "/"):
+            return out + value[len(attempt) :]
+        return value
+    if isinstance(value, dict):
+        return {k: rebase_paths(v, attempt, out) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(rebase_paths(v, attempt, out) for v in value)
+    return value
 
 
 def attempt_paths(out: str) -> list[str]:

@@ -25,7 +25,7 @@ from schooner.cluster._storage import clear_folder, is_local, list_folder, stora
 
 from ._lease import Lease
 from ._lower import Step
-from ._publish import prepare_attempt, publish, remove_tree
+from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import (
     append_history,
     read_step_record,
@@ -359,7 +359,7 @@ class StepExecutor:
                 self._record_starts(step, record, attempt)
             if not lease.still_held():
                 raise LeaseLostError(self._lost_message(step, lease))
-            result = scrub_any(value, self.secrets)
+            result = scrub_any(rebase_paths(value, attempt, out), self.secrets)
             if len(repr(result)) > MAX_RESULT_CHARS:
                 result = {"note": f"result too large to record ({len(repr(result))} chars)"}
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
