@@ -201,6 +201,22 @@ def test_module_values_count_by_their_assignment_not_their_runtime_value(monkeyp
     assert code_fingerprint(reads_unassigned) != one  # no statement assigns it: its (immutable) value counts
 
 
+def reads_an_attribute(config: Any, out: str) -> int:
+    return config.parts + len(out.split("/"))
+
+
+def test_an_attribute_name_is_not_a_global_the_function_reads(monkeypatch) -> None:
+    """`config.parts` reads an attribute: a module-level `parts` (here a global no statement assigns, so its
+    value would count) is not something the function uses, and changing it (or a secret on the statement
+    that assigns it) must not move the key. Names come from the bytecode's global loads, not `co_names`."""
+    monkeypatch.setattr(sys.modules[__name__], "parts", 1, raising=False)
+    monkeypatch.setattr(sys.modules[__name__], "split", "a", raising=False)
+    before = code_fingerprint(reads_an_attribute)
+    monkeypatch.setattr(sys.modules[__name__], "parts", 2)
+    monkeypatch.setattr(sys.modules[__name__], "split", "b")
+    assert code_fingerprint(reads_an_attribute) == before
+
+
 @dataclass(frozen=True)
 class Scaler:
     factor: int

@@ -166,12 +166,29 @@ def _code(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
     return ["code", code.co_code.hex(), consts, list(code.co_names), list(code.co_freevars)]
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
+_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
+_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
+
+
+def _global_names(code: types.CodeType) -> tuple[set[str], set[str]]:
+    """(the globals `code` and its nested functions read or write, the attribute names they read).
+
+    From the bytecode, not `co_names`, which mixes both: `config.words` must not make a function depend
+    on a module-level `words = ...`."""
+    import dis
+
+    globals_, attrs = set(), set()
+    for ins in dis.get_instructions(code):
+        if ins.opname in _GLOBAL_OPS:
+            globals_.add(ins.argval)
+        elif ins.opname in _ATTR_OPS:
+            attrs.add(ins.argval)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
-            names |= _global_names(c)
-    return names
+            g, a = _global_names(c)
+            globals_ |= g
+            attrs |= a
+    return globals_, attrs
 
 
 def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
@@ -184,14 +201,15 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
             closure.append(_value(cell.cell_contents, seen, depth, f"{where} (closure {name})"))
         except ValueError:  # an empty cell: a variable of the enclosing function not assigned yet
             closure.append(["empty"])
-    names = sorted(_global_names(fn.__code__))
+    global_names, attr_names = _global_names(fn.__code__)
+    names = sorted(global_names)
     used = {}
     for name in names:
         if name not in fn.__globals__:
             continue
         value = fn.__globals__[name]
         if isinstance(value, types.ModuleType):
-            used[name] = _module(value, names, seen, depth, where)
+            used[name] = _module(value, sorted(attr_names), seen, depth, where)
         elif _is_library(value):
             used[name] = ["library", _qualname(value)]
         else:
