@@ -6,6 +6,7 @@ import importlib.metadata
 import io
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -179,6 +180,25 @@ def test_a_marked_secret_stays_out_of_the_key_records_and_output(tmp_path, capfd
     everything = [buf.getvalue(), out, err] + [_read(p) for p in _all_files(prefix)]
     assert all(secret not in text for text in everything)
     assert any("***" in text for text in everything)
+
+
+def prints_its_password(config: Login, out: str) -> None:
+    print(f"logging in with {config.password.get()}")
+    sys.stderr.write(f"retrying with {config.password.get()}\n")
+
+
+def test_what_an_in_process_step_prints_is_scrubbed_of_its_secrets(tmp_path, capfd) -> None:
+    """A worker's output is scrubbed when its log is read; an in-process step prints straight to the
+    console, so the runner scrubs sys.stdout and sys.stderr while it runs (and restores them after)."""
+    secret = "pw-" + uuid.uuid4().hex
+    stdout, stderr = sys.stdout, sys.stderr
+    h = step("printer", prints_its_password, Login("ada", Secret(secret)))
+    runner, buf = _runner(str(tmp_path / "out"))
+    assert runner.run([h]).ok
+    out, err = capfd.readouterr()
+    assert "logging in with ***" in out and "retrying with ***" in err
+    assert secret not in out + err + buf.getvalue()
+    assert sys.stdout is stdout and sys.stderr is stderr
 
 
 def _all_files(root: str) -> list[str]:
