@@ -8,6 +8,7 @@ import enum
 import functools
 import hashlib
 import json
+import logging
 import math
 import os
 import random
@@ -450,3 +451,25 @@ def test_deep_nesting_is_a_config_error_naming_the_field() -> None:
     for _ in range(45):
         ok = {"a": [ok]}
     assert step("fine", fn, {"n": ok}).key  # 90 levels is still a config
+
+
+@dataclass(frozen=True)
+class Fetch:
+    repo: str
+    hf_token: str = ""
+    eot_token: str = "<|eot_id|>"
+    num_experts_per_token: int = 2
+
+
+def test_an_unmarked_field_named_like_a_credential_is_keyed_but_warned_about(caplog) -> None:
+    """Names never decide what is secret (they dropped num_experts_per_token from keys); a field named like
+    a credential but not marked is keyed and recorded as it is, and the user is told once how to mark it."""
+    fn = lambda config, out: None  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="schooner.cluster"):
+        a = step("dl", fn, Fetch("r", hf_token="hf_ABCDEFGHIJKLMNOP"))
+        b = step("dl", fn, Fetch("r", hf_token="hf_QRSTUVWXYZ123456"))
+        step("dl", fn, Fetch("r", hf_token="hf_QRSTUVWXYZ123456"))
+    assert a.key != b.key
+    warned = [r.getMessage() for r in caplog.records if "named like a credential" in r.getMessage()]
+    assert len(warned) == 1 and "hf_token" in warned[0] and "secret_field()" in warned[0], warned
+    assert "eot_token" not in warned[0] and "num_experts_per_token" not in warned[0]

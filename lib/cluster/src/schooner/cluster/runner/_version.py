@@ -49,15 +49,17 @@ import enum
 import functools
 import hashlib
 import json
+import logging
 import math
 import pathlib
+import re
 import types
 from collections.abc import Mapping
 from typing import Any
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
-from schooner.cluster._secrets import Secret, is_secret_field, register_secret
+from schooner.cluster._secrets import Secret, is_secret_field, is_secret_name, register_secret
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -142,6 +144,34 @@ def _check_text(text: str, step: str, path: str) -> None:
             ) from None
 
 
+_WARNED: set[tuple[str, str]] = set()
+_CREDENTIAL_TOKENS = re.compile(
+    r"^(hf|huggingface|gh|github|gitlab|wandb|api|access|auth|bearer|refresh|id)_token$", re.I
+)
+
+
+def _looks_like_credential(name: str) -> bool:
+    """A field name worth a warning when unmarked: the environment's secret names, less `*_token` names
+    other than known credentials (`eot_token`, `pad_token` name vocabulary items)."""
+    if not is_secret_name(name):
+        return False
+    return not name.lower().endswith("_token") or bool(_CREDENTIAL_TOKENS.match(name))
+
+
+def _warn_unmarked(step: str, path: str, cls: str, name: str) -> None:
+    """Say once per class and field that a field named like a credential is keyed and recorded as it is:
+    secrets are never guessed from names (that dropped `num_experts_per_token` from keys), so the user marks
+    them, and this warning is the only thing the name decides."""
+    if (cls, name) in _WARNED:
+        return
+    _WARNED.add((cls, name))
+    logging.getLogger("schooner.cluster").warning(
+        f"step {step!r}: config field {_short_path(path)!r} is named like a credential but not marked "
+        "secret, so its value is part of the step's key and recorded in plain text; if it is one, declare it "
+        "with schooner.cluster.secret_field() or pass Secret(value)"
+    )
+
+
 def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         raise ConfigError(
@@ -195,6 +225,8 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
                 continue
             if f.metadata.get(RUNTIME_META):
                 continue
+            if isinstance(v, str) and v and _looks_like_credential(f.name):
+                _warn_unmarked(step, f"{path}.{f.name}", type(value).__qualname__, f.name)
             out[f.name] = _canon(v, step, f"{path}.{f.name}", active, nxt)
         active.discard(id(value))
         return out
