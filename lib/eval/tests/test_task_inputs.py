@@ -405,3 +405,15 @@ def test_a_task_yaml_that_is_not_utf8_or_yaml_names_its_path(tmp_path):
     with pytest.raises(ValueError) as info:
         Task.from_yaml(str(broken))
     assert str(broken) in str(info.value) and "YAML" in str(info.value), str(info.value)
+
+
+def test_a_whitespace_choice_is_text_not_empty(tmp_path):
+    """A blank next line is a real choice of a code task (lm-eval scores it): only "" is empty."""
+    path = tmp_path / "code.jsonl"
+    row = {"contexts": ["def f():"], "continuations": ["\n", "    return 1\n"], "gold": 1}
+    path.write_text(json.dumps(row) + "\n")
+    (example,) = load_examples(str(path), "examples", task="t")
+    assert example.continuations == ("\n", "    return 1\n")
+    path.write_text(json.dumps({**row, "continuations": ["", "x"]}) + "\n")
+    with pytest.raises(ValueError, match="empty"):
+        load_examples(str(path), "examples", task="t")

@@ -43,8 +43,8 @@ def _strings(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str,
             raise ValueError(
                 f"field {field!r} must hold strings, entry {i} is {item!r} ({type(item).__name__}); quote it"
             )
-        if not allow_empty and not item.strip():
-            raise ValueError(f"field {field!r} entry {i} is empty ({item!r}); every choice needs text")
+        if not allow_empty and not item:  # whitespace is text: "\n" is a real next line of a code task
+            raise ValueError(f"field {field!r} entry {i} is empty; every choice needs text")
     return tuple(value)
 
 

@@ -307,7 +307,9 @@ def _check_choices(doc: str, layout: str, example: Example) -> None:
     partial = len(example.continuations) == 1  # one context per choice (WinoGrande): the contexts differ
     texts = example.contexts if partial else example.continuations
     for i, text in enumerate(texts):
-        if not text.strip():
+        # In Schooner's own layout whitespace is text (a blank next line is a real choice of a code task, as
+        # lm-eval scores it); in the natural-language layouts a blank choice is a broken row.
+        if not (text if layout == "examples" else text.strip()):
             raise ValueError(
                 f"{doc}: choice {i} {text!r} is empty (layout {layout!r}): there is nothing to score; give it "
                 "text, or remove the choice (or the row)"
