@@ -65,7 +65,7 @@ def test_a_step_that_does_not_fit_is_refused_naming_the_options(nano, data_dir, 
     msg = str(err.value)
     assert "the device holds 1.00 MiB (SCHOONER_DEVICE_MEMORY_BYTES)" in msg
     assert "a smaller batch_size (now 16)" in msg
-    assert "TrainConfig.microbatches, now 2" in msg
+    assert "`microbatches=` of train_lm or TrainConfig, now 2" in msg
     assert "gradient_checkpointing='dots'" in msg and "(now 'none'" in msg  # nano trains without remat
     assert "SCHOONER_MEMORY_CHECK=0" in msg
     # The figures read in binary units (not "0.00 GiB" for a small step): the need and each part of it.

@@ -38,6 +38,9 @@ class StepMemoryError(MemoryError):
     """The train step needs more memory than the device has (found before its first run)."""
 
 
+StepMemoryError.__module__ = "schooner.train"  # tracebacks name it where users import it from
+
+
 @dataclasses.dataclass(frozen=True)
 class StepMemory:
     """What a compiled program holds on its device, in bytes (``compiled.memory_analysis()``)."""
@@ -111,7 +114,7 @@ def advice(model_config: Any, batch_size: int, microbatches: int) -> str:
     lighter = {"none": "dots", "dots": "save_carries"}.get(str(policy))
     options = [
         f"a smaller batch_size (now {batch_size})",
-        f"more microbatches (TrainConfig.microbatches, now {microbatches}; the batch size must divide by it)",
+        f"more microbatches (`microbatches=` of train_lm or TrainConfig, now {microbatches}; the batch size must divide by it)",
     ]
     if lighter:
         options.append(
