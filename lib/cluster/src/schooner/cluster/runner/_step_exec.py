@@ -712,8 +712,8 @@ def _scrubbed_output(secrets: list[str] | None) -> Any:
     with _scrub_lock:
         if _scrub_users == 0:
             _scrub_saved = (sys.stdout, sys.stderr)
-            sys.stdout = _ScrubbingStream(sys.stdout, secrets)  # type: ignore[assignment]
-            sys.stderr = _ScrubbingStream(sys.stderr, secrets)  # type: ignore[assignment]
+            sys.stdout = _ScrubbingStream(sys.stdout, secrets)
+            sys.stderr = _ScrubbingStream(sys.stderr, secrets)
         _scrub_users += 1
     try:
         yield
