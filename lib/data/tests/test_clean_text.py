@@ -7,7 +7,7 @@ from __future__ import annotations
 import unicodedata
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("ftfy")
@@ -82,6 +82,7 @@ _SPACEY = st.sampled_from(
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_SPACEY, st.text(alphabet="ab é€\u200b", max_size=4)), max_size=40))
+@example(["a", "\r", "\u2028", "a"])  # a lone \r before another break is two breaks, not a \r\n
 def test_whitespace_normalisation_matches_the_reference_on_any_text(parts):
     text = "".join(parts)
     assert normalize_whitespace(text) == _reference_whitespace(text)

@@ -34,6 +34,8 @@ def normalize_whitespace(text: str) -> str:
     >>> normalize_whitespace("a\\u00a0b  \\n\\n\\n\\nc\\u2009d\\n")
     'a b\\n\\nc d'
     """
+    if "\r" in text:  # before the other breaks become "\n": "\r" + U+2028 is two line breaks, not a "\r\n"
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     return _tidy(text.translate(_SPACE_TABLE))
 
 
