@@ -96,7 +96,12 @@ def secret_field(default: Any = dataclasses.MISSING, *, default_factory: Any = d
         ...     repo: str
         ...     hf_token: str | None = secret_field(None)
     """
-    kw: dict[str, Any] = {"metadata": {SECRET_META: True}}
+    return marked_field(SECRET_META, default, default_factory)
+
+
+def marked_field(marker: str, default: Any, default_factory: Any) -> Any:
+    """A dataclass field with `metadata={marker: True}` and the default (or factory) given, if any."""
+    kw: dict[str, Any] = {"metadata": {marker: True}}
     if default is not dataclasses.MISSING:
         kw["default"] = default
     if default_factory is not dataclasses.MISSING:

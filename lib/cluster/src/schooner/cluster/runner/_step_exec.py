@@ -531,27 +531,20 @@ class StepExecutor:
             return StepOutcome(
                 step.name, step.key, out, "interrupted", duration_s=duration, error="interrupted"
             )
-        if held is not None and not isinstance(err, LeaseLostError) and not _held_now(held[0]):
-            # Whatever the step raised after its lease was taken over (e.g. its attempt folder was removed by
-            # the new holder) is not the step's failure: this attempt was fenced off.
-            cause = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:300]
+        if held is not None and (isinstance(err, LeaseLostError) or not _held_now(held[0])):
+            # A fenced-off attempt: what the step raised after its lease was taken over (e.g. its attempt
+            # folder was removed by the new holder) is not the step's failure.
+            error = self._lost_message(step, held[0])
+            if not isinstance(err, LeaseLostError):
+                cause = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:300]
+                error += f" (the step then raised {cause})"
             return StepOutcome(
                 step.name,
                 step.key,
                 out,
                 "failed",
                 duration_s=duration,
-                error=f"{self._lost_message(step, held[0])} (the step then raised {cause})",
-                error_type="LeaseLostError",
-            )
-        if held is not None and isinstance(err, LeaseLostError):
-            return StepOutcome(
-                step.name,
-                step.key,
-                out,
-                "failed",
-                duration_s=duration,
-                error=self._lost_message(step, held[0]),
+                error=error,
                 error_type="LeaseLostError",
             )
         if held is not None:

@@ -59,7 +59,7 @@ from typing import Any
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
-from schooner.cluster._secrets import Secret, is_secret_field, is_secret_name, register_secret
+from schooner.cluster._secrets import Secret, is_secret_field, is_secret_name, marked_field, register_secret
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -79,12 +79,7 @@ def runtime_field(default: Any = dataclasses.MISSING, *, default_factory: Any = 
         ...     vocab_size: int
         ...     num_workers: int = runtime_field(4)
     """
-    kw: dict[str, Any] = {"metadata": {RUNTIME_META: True}}
-    if default is not dataclasses.MISSING:
-        kw["default"] = default
-    if default_factory is not dataclasses.MISSING:
-        kw["default_factory"] = default_factory
-    return dataclasses.field(**kw)
+    return marked_field(RUNTIME_META, default, default_factory)
 
 
 def dumps(obj: Any) -> str:
