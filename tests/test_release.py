@@ -281,13 +281,14 @@ def test_an_unreleased_version_is_released_as_itself(repo: Path) -> None:
 
 
 def test_the_changelog_data_and_train_were_written_for(repo: Path) -> None:
-    """As the tree stands: data says 0.1.2 (last dated 0.1.1), train 0.1.1 (last dated 0.1.0): `patch`
-    releases exactly those; data `minor` is 0.2.0 (from 0.1.1, folding its '0.1.2 — unreleased' notes)."""
+    """As the tree stands: data says 0.2.0 (last dated 0.1.1; its defaults changed), train 0.1.1 (last dated
+    0.1.0): `minor` releases data's and `patch` train's exactly; data `patch` (0.1.2) is below what the tree
+    names and refused."""
     data = get_package("schooner-data", repo)
     train = get_package("schooner-train", repo)
-    assert prepare("schooner-data", "patch", repo, False)[1] == data.version
+    assert prepare("schooner-data", "minor", repo, False)[1] == data.version == Version("0.2.0")
     assert prepare("schooner-train", "patch", repo, False)[1] == train.version
-    assert prepare("schooner-data", "minor", repo, True)[1] == Version(f"0.{data.version.minor + 1}.0")
+    assert "below 0.2.0" in _refused(repo, "schooner-data", "patch")
 
 
 def test_a_first_ever_release_names_its_version(repo: Path) -> None:
