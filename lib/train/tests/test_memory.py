@@ -8,6 +8,7 @@ the real compiled step and its ``memory_analysis()``, on the test's CPU devices.
 from __future__ import annotations
 
 import re
+import traceback
 
 import jax
 import pytest
@@ -63,6 +64,8 @@ def test_a_step_that_does_not_fit_is_refused_naming_the_options(nano, data_dir, 
     with pytest.raises(StepMemoryError) as err:
         train(cfg)
     msg = str(err.value)
+    # A traceback names the error where users import it from, not the private module.
+    assert "".join(traceback.format_exception_only(err.value)).startswith("schooner.train.StepMemoryError: ")
     assert "the device holds 1.00 MiB (SCHOONER_DEVICE_MEMORY_BYTES)" in msg
     assert "a smaller batch_size (now 16)" in msg
     assert "`microbatches=` of train_lm or TrainConfig, now 2" in msg
