@@ -1,7 +1,7 @@
 """The experts' grouped matmul and dispatch of the TPU kernel path, checked on CPU.
 
-``grouped_matmul`` is jax's megablox ``gmm`` Pallas kernel on the "tpu" path (run here through Pallas's
-interpreter) and ``jax.lax.ragged_dot`` elsewhere; both must equal a per-group numpy product (float64),
+``grouped_matmul`` is ``jax.lax.ragged_dot``, or with ``implementation="megablox"`` on the "tpu" path jax's
+megablox ``gmm`` Pallas kernel (run here through Pallas's interpreter); both must equal a per-group numpy product (float64),
 forward and gradients, empty groups included. ``permute_rows`` (the scatter-free dispatch) must have
 plain indexing's gradient. And a whole MoE model on the "tpu" dispatch must give the loss, gradients and
 quantile-balancing statistics of the CPU path.
@@ -35,9 +35,9 @@ def _reference(x: np.ndarray, w: np.ndarray, sizes: np.ndarray, cot: np.ndarray)
     return out, dx, dw
 
 
-def _run(x, w, sizes, cot, kernels):
+def _run(x, w, sizes, cot, kernels, implementation):
     def f(x, w):
-        out = grouped_matmul(x, w, sizes, kernels=kernels)
+        out = grouped_matmul(x, w, sizes, kernels=kernels, implementation=implementation)
         return jnp.sum(out * cot), out
 
     (_, out), (dx, dw) = jax.jit(jax.value_and_grad(f, argnums=(0, 1), has_aux=True))(x, w)
@@ -54,14 +54,16 @@ def _run(x, w, sizes, cot, kernels):
         (96, 48, 80, [10, 0, 86]),  # k, n not multiples of 128: ragged_dot even on the tpu path
     ],
 )
-@pytest.mark.parametrize("kernels", ["tpu", "xla"])
-def test_grouped_matmul_equals_per_group_products(m, k, n, sizes, kernels):
+@pytest.mark.parametrize(
+    "kernels,implementation", [("tpu", "megablox"), ("tpu", "ragged_dot"), ("xla", "ragged_dot")]
+)
+def test_grouped_matmul_equals_per_group_products(m, k, n, sizes, kernels, implementation):
     ks = jax.random.split(jax.random.PRNGKey(m + k), 3)
     x = jax.random.normal(ks[0], (m, k), jnp.float32)
     w = jax.random.normal(ks[1], (len(sizes), k, n), jnp.float32) / np.sqrt(k)
     cot = jax.random.normal(ks[2], (m, n), jnp.float32)
     group_sizes = jnp.asarray(sizes, jnp.int32)
-    out, dx, dw = _run(x, w, group_sizes, cot, kernels)
+    out, dx, dw = _run(x, w, group_sizes, cot, kernels, implementation)
     want, want_dx, want_dw = _reference(x, w, np.asarray(sizes), cot)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dx, want_dx, rtol=1e-4, atol=1e-4)
@@ -71,14 +73,24 @@ def test_grouped_matmul_equals_per_group_products(m, k, n, sizes, kernels):
             assert np.all(dw[g] == 0.0)
 
 
-def test_the_tpu_path_really_runs_the_megablox_kernel():
+def test_megablox_runs_on_the_tpu_path_only_when_asked():
     x = jnp.zeros((128, 128), jnp.float32)
     w = jnp.zeros((2, 128, 128), jnp.float32)
     sizes = jnp.asarray([64, 64], jnp.int32)
-    tpu = str(jax.make_jaxpr(lambda x, w: grouped_matmul(x, w, sizes, kernels="tpu"))(x, w))
-    xla = str(jax.make_jaxpr(lambda x, w: grouped_matmul(x, w, sizes, kernels="xla"))(x, w))
+
+    def jaxpr(kernels, implementation):
+        f = lambda x, w: grouped_matmul(x, w, sizes, kernels=kernels, implementation=implementation)  # noqa: E731
+        return str(jax.make_jaxpr(f)(x, w))
+
+    tpu = jaxpr("tpu", "megablox")
     assert "pallas_call" in tpu and "ragged_dot" not in tpu
-    assert "ragged_dot" in xla and "pallas_call" not in xla
+    for kernels, implementation in (("tpu", "ragged_dot"), ("xla", "megablox"), ("cpu", "ragged_dot")):
+        other = jaxpr(kernels, implementation)
+        assert "ragged_dot" in other and "pallas_call" not in other, (kernels, implementation)
+    with pytest.raises(ValueError, match="'ragged_dot' or 'megablox'"):
+        jaxpr("tpu", "gmm")
+    with pytest.raises(ValueError, match="grouped_matmul must be 'ragged_dot' or 'megablox'"):
+        _moe_cfg(grouped_matmul="gmm")
 
 
 def test_permute_rows_gradient_equals_plain_indexing():
@@ -98,7 +110,8 @@ def test_permute_rows_gradient_equals_plain_indexing():
 
 
 def _moe_cfg(**kw) -> MoEConfig:
-    """Expert widths of 128 so the "tpu" path really takes the megablox kernel (not its ragged_dot fallback)."""
+    """Expert widths of 128 so the "tpu" path with megablox really takes the kernel (not its ragged_dot
+    fallback)."""
     base = dict(
         vocab_size=61,
         hidden_dim=128,
@@ -119,21 +132,23 @@ def _moe_cfg(**kw) -> MoEConfig:
 
 
 @pytest.mark.slow  # 20-50 s on 2 shared cores: six interpreted gmm kernels per layer, forward and backward
-def test_moe_on_the_tpu_dispatch_equals_the_cpu_path_with_quantile_balancing(tokens):
+@pytest.mark.parametrize("implementation", ["megablox", "ragged_dot"])
+def test_moe_on_the_tpu_dispatch_equals_the_cpu_path_with_quantile_balancing(tokens, implementation):
     """Loss, every gradient, the ``moe/...`` metrics and the balancing statistics (shift and input mean) of
-    a MoE model with the "tpu" kernels (megablox gmm, interpreted) equal those of the "cpu" kernels, float32,
-    with a non-zero router bias steering the routing."""
+    a MoE model with the "tpu" kernels (megablox gmm interpreted, or ragged_dot) equal those of the "cpu"
+    kernels, float32, with a non-zero router bias steering the routing."""
     results = {}
     toks = tokens(2, 24, 61)
     segs = jnp.asarray([[0] * 9 + [1] * 15, [0] * 24], jnp.int32)
     for kernels in ("cpu", "tpu"):
-        cfg = _moe_cfg(kernels=kernels)
+        cfg = _moe_cfg(kernels=kernels, grouped_matmul=implementation)
         model = init(cfg, key=jax.random.PRNGKey(0))
         bias = jax.random.normal(jax.random.PRNGKey(5), model.layers.stacked.mlp.router_bias.array.shape)
         model = eqx.tree_at(lambda m: m.layers.stacked.mlp.router_bias.array, model, 0.05 * bias)
         if kernels == "tpu":
             loss_of = lambda m: loss_and_balance(m, toks, segment_ids=segs)[0]  # noqa: E731
-            assert "pallas_call" in str(eqx.filter_make_jaxpr(loss_of)(model)[0])
+            jaxpr = str(eqx.filter_make_jaxpr(loss_of)(model)[0])
+            assert ("pallas_call" in jaxpr) == (implementation == "megablox")
         f = eqx.filter_jit(
             eqx.filter_value_and_grad(lambda m: loss_and_balance(m, toks, segment_ids=segs), has_aux=True)
         )

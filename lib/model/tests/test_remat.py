@@ -189,7 +189,7 @@ def test_what_dots_recomputes(moe):
     layers = 2
     want = {"o_proj": layers}
     if moe:
-        want.update({"self.router": layers, "grouped_matmul(jax.nn.silu(g) * u": layers})
+        want.update({"self.router": layers, "gmm(jax.nn.silu(g) * u": layers})
     found = {key: sum(n for line, n in got.items() if key in line) for key in want}
     assert found == want, got
     assert sum(got.values()) == sum(want.values()), got

@@ -9,7 +9,7 @@ changing what the gradient sees. ``router_bias`` is not trained by gradients (re
 from the statistics each forward pass returns; otherwise it stays 0.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
-``jax.lax.ragged_dot`` grouped matmuls, so no token is ever dropped. With ``capacity_factor`` set, each
+``jax.lax.ragged_dot`` grouped matmuls (or jax's megablox Pallas kernel on a TPU: ``grouped_matmul``), so no token is ever dropped. With ``capacity_factor`` set, each
 expert takes at most ``ceil(capacity_factor * tokens * k / E)`` assignments (earlier tokens first) in a
 dense [experts, capacity, embed] buffer; the overflow is dropped and reported in ``moe/dropped_fraction``.
 
@@ -19,6 +19,7 @@ balancing loss (``load_balancing="aux_loss"``) and the ``moe/...`` metrics.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import equinox as eqx
@@ -111,11 +112,14 @@ class MoE(eqx.Module):
         group_sizes = jnp.sum(one_hot, axis=0, dtype=jnp.int32)
         w_gate, w_up, w_down = (w.array.astype(dtype) for w in (self.gate, self.up, self.down))
         if cfg.capacity_factor is None:
-            g = checkpoint_name(grouped_matmul(xs, w_gate, group_sizes, kernels=kernels), MLP_GATE_UP)
-            u = checkpoint_name(grouped_matmul(xs, w_up, group_sizes, kernels=kernels), MLP_GATE_UP)
+            gmm = functools.partial(
+                grouped_matmul, group_sizes=group_sizes, kernels=kernels, implementation=cfg.grouped_matmul
+            )
+            g = checkpoint_name(gmm(xs, w_gate), MLP_GATE_UP)
+            u = checkpoint_name(gmm(xs, w_up), MLP_GATE_UP)
 
             def down(g: jax.Array, u: jax.Array, w: jax.Array) -> jax.Array:
-                return grouped_matmul(jax.nn.silu(g) * u, w, group_sizes, kernels=kernels)
+                return gmm(jax.nn.silu(g) * u, w)
 
             if kernels != "cpu":  # keep g and u only (as the dense SwiGLU does)
                 down = jax.checkpoint(down)
@@ -160,18 +164,23 @@ def _tile(size: int, largest: int = 512) -> int | None:
     return next((t for t in (512, 256, 128) if t <= largest and size % t == 0), None)
 
 
-def grouped_matmul(x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, kernels: str) -> jax.Array:
+def grouped_matmul(
+    x: jax.Array, w: jax.Array, group_sizes: jax.Array, *, kernels: str, implementation: str = "ragged_dot"
+) -> jax.Array:
     """``x[rows of group g] @ w[g]`` for consecutive groups of rows: [m, k] x [groups, k, n] -> [m, n].
 
-    ``jax.lax.ragged_dot``, except on the ``"tpu"`` kernel path, where it is the megablox grouped matmul of
-    ``jax.experimental.pallas.ops.tpu.megablox`` (a Pallas kernel with its own backward; interpreted off a
-    TPU) when ``k`` and ``n`` are multiples of 128. Rows are padded to the kernel's row tile as zeros
-    counted in the last group (zero rows give zero outputs and no gradient), then dropped.
+    ``jax.lax.ragged_dot``, except with ``implementation="megablox"`` on the ``"tpu"`` kernel path, where it
+    is the megablox grouped matmul of ``jax.experimental.pallas.ops.tpu.megablox`` (a Pallas kernel with its
+    own backward; interpreted off a TPU) when ``k`` and ``n`` are multiples of 128. Rows are padded to the
+    kernel's row tile as zeros counted in the last group (zero rows give zero outputs and no gradient), then
+    dropped. (``MoEConfig.grouped_matmul`` chooses; ragged_dot measured faster on a TPU v5e.)
     """
     m, k = x.shape
     n = w.shape[-1]
     tk, tn = _tile(k), _tile(n)
-    if kernels != "tpu" or tk is None or tn is None:
+    if implementation not in ("ragged_dot", "megablox"):
+        raise ValueError(f"implementation must be 'ragged_dot' or 'megablox'; got {implementation!r}.")
+    if implementation != "megablox" or kernels != "tpu" or tk is None or tn is None:
         return jax.lax.ragged_dot(x, w, group_sizes)
     from jax.experimental.pallas.ops.tpu.megablox import ops
 
