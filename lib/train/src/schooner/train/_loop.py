@@ -281,6 +281,7 @@ class _Run:
             microbatches=cfg.microbatches,
             lr_schedule=self.lr_schedule,
             constrain_batch=lambda b: jax.lax.with_sharding_constraint(b, {k: bs for k in b}),
+            shards=cfg.mesh.data_parallel_size(len(jax.devices())),
         )
 
         def wrapped(state: Any, batch: dict[str, jax.Array]) -> Any:

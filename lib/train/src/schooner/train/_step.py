@@ -4,8 +4,9 @@ The step computes the loss, gradients and MoE balancing statistics (over microba
 applies the optimizer and then the state's non-gradient transition: MoE router biases set by quantile
 balancing (`schooner.model.balance_router`), and, where the model's config asks for it
 (`MoEConfig.router_bias_resolve`, the default), solved once more on the batch just trained on under the
-updated parameters (one forward pass per microbatch, no backward; the bias then does not lag the drift of
-the router's inputs by a step). The router bias is a leaf of the model, so it lives in the train state and
+updated parameters (a forward pass, no backward, over the batch's first rows up to
+`MoEConfig.router_bias_resolve_tokens`: `resolve_rows`; the bias then does not lag the drift of the router's
+inputs by a step). The router bias is a leaf of the model, so it lives in the train state and
 its checkpoint like any parameter (the optimizer leaves it alone). The step then checks the loss, the gradient and the updated parameters for NaN/Inf. A
 non-finite one leaves the state unchanged (the update is selected away on device) and reports `finite = 0`,
 so the host can stop with the step named while the last good state and checkpoint stay intact: a
@@ -52,6 +53,29 @@ def _split_microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Ar
     return {name: x.reshape((k, x.shape[0] // k, *x.shape[1:])) for name, x in batch.items()}
 
 
+def resolve_rows(
+    batch_rows: int, seq_len: int, microbatches: int, shards: int, max_tokens: int | None
+) -> int:
+    """How many of a batch's rows (its first ones) the router-bias re-solve reads: enough for ``max_tokens``
+    tokens (`MoEConfig.router_bias_resolve_tokens`; None: every row), rounded up to a multiple of ``shards``
+    (the devices the batch is split over) and, past one microbatch, to whole microbatches (the pass runs a
+    microbatch at a time, as the step does), at most the batch.
+
+    >>> resolve_rows(16, 2048, 1, 1, 16384), resolve_rows(16, 2048, 1, 1, None), resolve_rows(16, 2048, 4, 1, 16384)
+    (8, 16, 8)
+    >>> resolve_rows(64, 512, 1, 8, 1000), resolve_rows(64, 512, 8, 8, 20000)
+    (8, 40)
+    """
+    if max_tokens is None:
+        return batch_rows
+    rows = -(-max_tokens // seq_len)
+    rows = -(-rows // shards) * shards
+    per_microbatch = batch_rows // microbatches
+    if rows > per_microbatch:
+        rows = -(-rows // per_microbatch) * per_microbatch
+    return min(rows, batch_rows)
+
+
 def make_train_step(
     tx: optax.GradientTransformation,
     *,
@@ -60,6 +84,7 @@ def make_train_step(
     lr_schedule: optax.Schedule,
     constrain_batch: Callable[[dict[str, jax.Array]], dict[str, jax.Array]] | None = None,
     loss: Callable[..., tuple[jax.Array, tuple]] | None = None,
+    shards: int = 1,
 ) -> Callable[[TrainState, dict[str, jax.Array]], tuple[TrainState, dict[str, jax.Array]]]:
     """Build the (unjitted) train step.
 
@@ -74,6 +99,7 @@ def make_train_step(
             microbatch when accumulating); None: next-token cross-entropy (DPO passes its own). Where it
             returns balancing statistics and the model's config re-solves the router bias
             (`resolves_router_bias`), the re-solve reads the batch's `"tokens"` and `"segment_ids"`.
+        shards: the devices each batch is split over (data-parallel size): the re-solve's rows are a multiple.
 
     Returns:
         `train_step(state, batch) -> (state, metrics)`; `batch` holds int `"tokens"` [B, T] and optionally
@@ -140,22 +166,25 @@ def make_train_step(
         return grads, metrics, balance
 
     def rebalance(model: Any, batch: dict[str, jax.Array], own: Any, step: jax.Array) -> Any:
-        """`model` with its router bias re-solved on `batch` under its own (updated) parameters, less the rate's
-        take-back from the step's own statistics `own` (`rate_take_back`): the mean of the microbatches'
-        shifts, each solved on its own (every microbatch routes the same number of tokens, so the plain mean
-        is the per-token one, as for `own`; exact with one microbatch)."""
+        """`model` with its router bias re-solved on the batch's first `resolve_rows` rows under its own
+        (updated) parameters, less the rate's take-back from the step's own statistics `own`
+        (`rate_take_back`): the mean of the shifts of the rows' microbatches, each solved on its own (every
+        microbatch routes the same number of tokens, so the plain mean is the per-token one, as for `own`;
+        exact with one microbatch)."""
         take_back = rate_take_back(model, own, step=step)
 
         def stats_of(mb: dict[str, jax.Array]) -> Any:
             mb = constrain_batch(mb) if constrain_batch else mb
             return balance_stats(model, mb["tokens"], segment_ids=mb.get("segment_ids"), take_back=take_back)
 
-        if microbatches == 1:
+        b, t = batch["tokens"].shape[:2]
+        rows = resolve_rows(b, t, microbatches, shards, model.config.moe.router_bias_resolve_tokens)
+        batch = {name: x[:rows] for name, x in batch.items()} if rows < b else batch
+        parts = rows // (b // microbatches)  # whole microbatches; 0: fewer rows than one microbatch
+        if parts <= 1:
             stats = stats_of(batch)
         else:
-            _, per = jax.lax.scan(
-                lambda c, mb: (c, stats_of(mb)), None, _split_microbatches(batch, microbatches)
-            )
+            _, per = jax.lax.scan(lambda c, mb: (c, stats_of(mb)), None, _split_microbatches(batch, parts))
             stats = jax.tree.map(lambda x: jnp.mean(x, axis=0), per)
         return balance_router(model, model, stats, rate=1.0, take_back=take_back)
 
