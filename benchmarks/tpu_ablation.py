@@ -54,11 +54,11 @@ def model_configs() -> dict[str, Any]:
 
 
 def parse_variant(name: str) -> dict[str, Any]:
-    """`model-attention-remat[-bB][-mbK][-opt...]`, e.g. `d134-splash-none-b16`, `m304-splash-dots-ragged`.
+    """`model-attention-remat[-bB][-mbK][-opt...]`, e.g. `d134-splash-none-b16`, `m304-splash-none-mb4-unroll-megablox`.
 
     attention: splash | xla (jax.nn.dot_product_attention) | blocked; remat: none | dots | carries | full;
-    options: bN batch, mbK microbatches, ragged (MoE: ragged_dot instead of megablox), nores (MoE: no
-    re-solve), aux (MoE: aux loss instead of quantile), lcN (loss_chunk_tokens N), unroll (scan_layers=False),
+    options: bN batch, mbK microbatches, megablox (MoE: the Pallas gmm kernel instead of ragged_dot), nores
+    (MoE: no re-solve), rtN (MoE: the re-solve reads at most N tokens; rtall: the whole batch), aux (MoE: aux loss instead of quantile), lcN (loss_chunk_tokens N), unroll (scan_layers=False),
     onlymem (compile only).
     """
     parts = name.split("-")
@@ -75,6 +75,8 @@ def parse_variant(name: str) -> dict[str, Any]:
             spec["microbatches"] = int(p[2:])
         elif p.startswith("b") and p[1:].isdigit():
             spec["batch"] = int(p[1:])
+        elif p.startswith("rt"):
+            spec["resolve_tokens"] = None if p == "rtall" else int(p[2:])
         elif p.startswith("lc"):
             spec["loss_chunk"] = int(p[2:])
         else:
@@ -103,6 +105,10 @@ def build(spec: dict[str, Any]) -> Any:
             cfg = dataclasses.replace(cfg, router_bias_resolve=False)
         if "aux" in spec["options"]:
             cfg = dataclasses.replace(cfg, load_balancing="aux_loss")
+        if "megablox" in spec["options"]:
+            cfg = dataclasses.replace(cfg, grouped_matmul="megablox")
+        if "resolve_tokens" in spec:
+            cfg = dataclasses.replace(cfg, router_bias_resolve_tokens=spec["resolve_tokens"])
     return cfg
 
 
@@ -140,14 +146,6 @@ def run_variant(
     from schooner.train._mfu import datasheet_peak
 
     spec = spec or parse_variant(name)
-    if "ragged" in spec["options"]:  # grouped matmuls by jax.lax.ragged_dot on the TPU kernel path too
-        from unittest import mock
-
-        import schooner.model._moe as moe
-
-        with mock.patch.object(moe, "_tile", lambda size, largest=512: None):
-            spec["options"].discard("ragged")
-            return run_variant(name, steps, warmup, ceiling, profile, spec=spec)
     cfg = build(spec)
     b, mb = spec["batch"], spec["microbatches"]
     result: dict[str, Any] = {
