@@ -3,6 +3,8 @@ a path source is keyed by the checkpoint it resolves to (its folder and a finger
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from schooner.train._init import check_compatible
@@ -20,6 +22,25 @@ def test_every_differing_field_is_named_with_both_values(nano) -> None:
     )
     # runtime fields may differ and are not listed
     check_compatible(nano(max_seq_len=64, compute_dtype="bfloat16"), nano(), where="'src'")
+
+
+def test_moe_runtime_settings_may_differ_from_the_source() -> None:
+    """The MoE fields that change no parameter (balancing's re-solve and its token budget, the grouped-matmul
+    kernel, capacity) may differ; the experts may not."""
+    from schooner.model import MoEConfig
+
+    src = MoEConfig(
+        vocab_size=64, hidden_dim=32, intermediate_dim=32, num_layers=2, num_heads=2, num_kv_heads=2
+    )
+    for kw in (
+        {"router_bias_resolve_tokens": 16384},
+        {"grouped_matmul": "megablox"},
+        {"router_bias_resolve": False},
+        {"capacity_factor": 1.25},
+    ):
+        check_compatible(dataclasses.replace(src, **kw), src, where="'src'")
+    with pytest.raises(ValueError, match="'num_experts' differs: the source has num_experts=8"):
+        check_compatible(dataclasses.replace(src, num_experts=4), src, where="'src'")
 
 
 def _checkpoint(run, step: int, config, seed: int = 0) -> str:

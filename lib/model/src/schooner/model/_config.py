@@ -110,7 +110,7 @@ class LlamaConfig:
         kernels: ``"auto"`` (``"cpu"`` on the CPU backend, ``"tpu"`` on TPUs, ``"xla"`` elsewhere),
             ``"cpu"`` (kernels tuned for XLA:CPU), ``"xla"`` (the plain path: ``preferred_element_type``
             products and plain autodiff) or ``"tpu"`` (the plain path with jax's Pallas TPU kernels: splash
-            attention, megablox grouped matmuls for experts); the one backend switch, see
+            attention, and megablox grouped matmuls for experts where ``MoEConfig.grouped_matmul`` asks); the one backend switch, see
             ``schooner.model._kernels``. Same model and
             parameters either way; results differ by float rounding only.
         type: registry key (``"llama"``); do not change.
@@ -263,17 +263,21 @@ class MoEConfig(LlamaConfig):
             from step 2 on that benchmark (without: up to 1.56 in the first 30 steps). False sets the bias
             from the statistics of the step's own forward pass only. A runtime setting: it changes no
             parameter.
-        router_bias_resolve_tokens: the re-solve reads at most about this many tokens of the batch (its first
-            rows, rounded up to whole rows, data shards and microbatches); None (the default): the whole batch.
-            A trade of balance for speed: the pass over a whole 16 x 2048 batch is 29% of a MoE step on a TPU
-            v5e (16k tokens: the step 12% faster), but a smaller sample carries more noise into the bias: on
-            ``schooner-train``'s toy with 8k-token batches, a quarter of the batch let the busiest expert reach
-            1.40x its share after the warm-up (the whole batch: at most 1.30), while still following the drift
-            better than no re-solve. A runtime setting: it changes no parameter.
+        router_bias_resolve_tokens: the re-solve reads the batch's first rows holding at least this many
+            tokens (rounded up to whole rows, a multiple of the data shards and, past one microbatch, whole
+            microbatches; so it can read more), or the whole batch if that is fewer; None (the default): the
+            whole batch. Ignored without the re-solve. The first rows are a fair sample when the loader
+            shuffles rows (the trainer's mixtures do); a loader that orders rows (by source, by length) would
+            bias it. A trade of balance for speed: the pass over a whole 16 x 2048 batch is 29% of a MoE step
+            on a TPU v5e, and with 16384 the train step runs 11% more tokens/s; but a smaller sample carries
+            its noise into the bias: on ``schooner-train``'s toy with 8k-token batches, re-solving on a quarter
+            of each batch still followed the early drift far better than no re-solve, but after the warm-up
+            the busiest expert averaged 1.17x its share (max 1.40), worse than the whole batch's (max 1.30) and
+            than no re-solve's (1.14). A runtime setting: it changes no parameter.
         grouped_matmul: the experts' dropless grouped matmuls: ``"ragged_dot"`` (``jax.lax.ragged_dot``, every
             backend; the default: 7.5% faster per step than megablox on the TPU benchmark's MoE) or
-            ``"megablox"`` (jax's Pallas ``gmm`` kernel on the TPU kernel path, where ``embed`` and
-            ``intermediate_dim`` are multiples of 128; ``ragged_dot`` elsewhere).
+            ``"megablox"`` (jax's Pallas ``gmm`` kernel on the TPU kernel path, where ``hidden_dim`` and
+            ``intermediate_dim`` are multiples of 128; ``ragged_dot`` elsewhere). A runtime setting.
         capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
             each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
     """

@@ -7,8 +7,9 @@ Three code paths compute the same model:
   (cuDNN flash attention on NVIDIA when it applies), and an output cross-entropy computed by chunks whose
   logits the backward recomputes (``jax.checkpoint``), so nothing of size [tokens, vocab] is held.
 - ``"tpu"``, the ``"xla"`` path with jax's Pallas TPU kernels where XLA alone is slow or holds too much:
-  splash attention (flash attention with block skipping: no [T, T] scores in HBM; ``_splash.py``) and the
-  megablox grouped matmul for mixture-of-experts layers (``_moe.py``). Off a TPU these kernels run through
+  splash attention (flash attention with block skipping: no [T, T] scores in HBM; ``_splash.py``) and, where
+  ``MoEConfig.grouped_matmul="megablox"`` asks, the megablox grouped matmul for mixture-of-experts layers
+  (``_moe.py``; ``jax.lax.ragged_dot`` by default, measured faster). Off a TPU these kernels run through
   Pallas's interpreter (same math, slowly): that is how the CPU tests check them.
 - ``"cpu"``, tuned for XLA:CPU and measured there (see the model README): matrix products flattened to 2-D
   GEMMs with a hand-written 16-bit backward that keeps the transposed operand (XLA:CPU's fast bf16 kernels

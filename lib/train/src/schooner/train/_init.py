@@ -4,7 +4,8 @@ checkpoint folder, or a Hugging Face folder (through `schooner.model.import_hf`)
 Only the weights are taken: the optimizer state, the step and the learning-rate schedule start fresh. The
 source's architecture must equal the run's, field by field, except for the fields that do not change the
 parameters (`RUNTIME_FIELDS`: precision, kernels, loss chunking, rematerialisation, attention backend,
-context length, init scale) and `vocab_size`, which may grow: the new rows of the embedding (and of the
+context length, init scale, the MoE losses' weights, balancing rate and re-solve, grouped-matmul kernel and
+capacity) and `vocab_size`, which may grow: the new rows of the embedding (and of the
 output head) start at the mean of the source's rows, as `transformers`' `resize_token_embeddings(...,
 mean_resizing=True)` does, so a new special token starts as an average token instead of a random one.
 """
@@ -35,6 +36,8 @@ RUNTIME_FIELDS = frozenset(
         "router_z_loss_weight",
         "router_bias_rate",
         "router_bias_resolve",
+        "router_bias_resolve_tokens",
+        "grouped_matmul",
         "capacity_factor",
     }
 )

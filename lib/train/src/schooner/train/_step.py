@@ -106,6 +106,8 @@ def make_train_step(
         `"segment_ids"` and `"loss_mask"` (1 where the token is a target, as the data loader gives it);
         metrics are float32 scalars.
     """
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise ValueError(f"shards (the devices a batch is split over) must be an int >= 1; got {shards=!r}.")
     from schooner.model import (
         balance_router,
         balance_stats,
