@@ -272,8 +272,8 @@ class MoEConfig(LlamaConfig):
             on a TPU v5e, and with 16384 the train step runs 11% more tokens/s; but a smaller sample carries
             its noise into the bias: on ``schooner-train``'s toy with 8k-token batches, re-solving on a quarter
             of each batch still followed the early drift far better than no re-solve, but after the warm-up
-            the busiest expert averaged 1.17x its share (max 1.40), worse than the whole batch's (max 1.30) and
-            than no re-solve's (1.14). A runtime setting: it changes no parameter.
+            the busiest expert averaged 1.17x its share (max 1.40): a higher maximum than the whole batch's
+            1.30 and a higher mean than no re-solve's 1.14 (whose maximum was 1.55). A runtime setting: it changes no parameter.
         grouped_matmul: the experts' dropless grouped matmuls: ``"ragged_dot"`` (``jax.lax.ragged_dot``, every
             backend; the default: 7.5% faster per step than megablox on the TPU benchmark's MoE) or
             ``"megablox"`` (jax's Pallas ``gmm`` kernel on the TPU kernel path, where ``hidden_dim`` and
