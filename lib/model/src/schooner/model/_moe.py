@@ -9,7 +9,8 @@ changing what the gradient sees. ``router_bias`` is not trained by gradients (re
 from the statistics each forward pass returns; otherwise it stays 0.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
-``jax.lax.ragged_dot`` grouped matmuls (or jax's megablox Pallas kernel on a TPU: ``grouped_matmul``), so no token is ever dropped. With ``capacity_factor`` set, each
+``jax.lax.ragged_dot`` grouped matmuls (or jax's megablox Pallas kernel on a TPU: ``grouped_matmul``), so no
+token is ever dropped. With ``capacity_factor`` set, each
 expert takes at most ``ceil(capacity_factor * tokens * k / E)`` assignments (earlier tokens first) in a
 dense [experts, capacity, embed] buffer; the overflow is dropped and reported in ``moe/dropped_fraction``.
 

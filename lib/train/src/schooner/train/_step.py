@@ -59,21 +59,19 @@ def resolve_rows(
     """How many of a batch's rows (its first ones) the router-bias re-solve reads: enough for ``max_tokens``
     tokens (`MoEConfig.router_bias_resolve_tokens`; None: every row), rounded up to a multiple of ``shards``
     (the devices the batch is split over) and, past one microbatch, to whole microbatches (the pass runs a
-    microbatch at a time, as the step does), at most the batch.
-
-    >>> resolve_rows(16, 2048, 1, 1, 16384), resolve_rows(16, 2048, 1, 1, None), resolve_rows(16, 2048, 4, 1, 16384)
-    (8, 16, 8)
-    >>> resolve_rows(64, 512, 1, 8, 1000), resolve_rows(64, 512, 8, 8, 20000)
-    (8, 40)
+    microbatch at a time, as the step does), at most the batch (cases: tests/test_moe_balance.py).
     """
     if max_tokens is None:
         return batch_rows
-    rows = -(-max_tokens // seq_len)
-    rows = -(-rows // shards) * shards
+    rows = _round_up(-(-max_tokens // seq_len), shards)
     per_microbatch = batch_rows // microbatches
     if rows > per_microbatch:
-        rows = -(-rows // per_microbatch) * per_microbatch
+        rows = _round_up(rows, per_microbatch)
     return min(rows, batch_rows)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
 
 
 def make_train_step(
