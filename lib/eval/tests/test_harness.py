@@ -246,3 +246,33 @@ def test_bare_lm_eval_does_not_know_the_model_and_python_m_does(setup):
     )  # fmt: skip
     assert ours.returncode != 0 and "SchoonerLM needs checkpoint=" in ours.stderr, ours.stderr[-2000:]
     assert "no model for this name" not in ours.stderr
+
+
+def test_generate_until_truncates_a_long_prompt_from_the_left_and_keeps_max_gen_toks(setup):
+    """lm-eval's `hf` backend keeps the last `max_length - max_gen_toks` prompt tokens and generates up to
+    `max_gen_toks` tokens (its `generate_until`: `left_truncate_len=max_ctx_len`); `max_new_tokens` is an alias
+    of `max_gen_toks` (`normalize_gen_kwargs`). The reference is the no-cache greedy decoder on that window."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval import greedy_tokens
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok, max_gen_toks=32)
+    prompt = "The quick brown fox jumps over the lazy dog. " * 6
+    ids = tok.encode(prompt)
+    assert len(ids) > 64  # longer than the model's window
+
+    def reference(prompt_ids, n):
+        new = greedy_tokens(model, prompt_ids, n, eos_id=tok.eos_id)
+        return tok.decode(new[:-1] if new and new[-1] == tok.eos_id else new)
+
+    for kwargs, n in (({"until": [], "max_gen_toks": 16}, 16), ({"until": [], "max_new_tokens": 5}, 5)):
+        (got,) = lm.generate_until([Instance("generate_until", {}, (prompt, kwargs), 0)])
+        assert got == reference(ids[-(64 - n) :], n), kwargs
+    short = Instance("generate_until", {}, ("The quick", {"until": [], "max_new_tokens": 3}), 0)
+    (got,) = lm.generate_until([short])
+    assert got == reference(tok.encode("The quick"), 3)
+    too_many = Instance("generate_until", {}, ("The quick", {"until": [], "max_gen_toks": 64}), 0)
+    with pytest.raises(ValueError, match="max_gen_toks=64"):
+        lm.generate_until([too_many])

@@ -27,6 +27,9 @@ from ._checkpoint import load_checkpoint
 from ._kv_generate import SamplingConfig, generate_texts
 from ._loglikelihood import encode_pair, model_max_length, score_requests, score_rolling, start_id
 
+GEN_TOKS_ALIASES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
+"""Names a generation request gives its token budget by, in lm-eval's order of priority."""
+
 
 @register_model("schooner")
 class SchoonerLM(TemplateLM):
@@ -115,7 +118,10 @@ class SchoonerLM(TemplateLM):
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS.
 
-        `do_sample`/`temperature`/`top_k`/`top_p`/`seed` in a request's arguments select sampling; greedy otherwise.
+        As lm-eval's `hf` backend: up to `max_gen_toks` tokens (or its aliases `max_new_tokens`, `max_tokens`,
+        `max_completion_tokens`; default the adapter's `max_gen_toks`) after the context's last
+        `max_length - max_gen_toks` tokens (a longer context is cut from the left); sampling when `do_sample`
+        is true, or when it is absent and `temperature` > 0 (with `top_k`/`top_p`/`seed`); greedy otherwise.
         """
         out = []
         for req in requests:
@@ -123,17 +129,29 @@ class SchoonerLM(TemplateLM):
             kwargs = dict(kwargs or {})
             until = kwargs.get("until") or []
             until = [until] if isinstance(until, str) else list(until)
-            temperature = float(kwargs.get("temperature", 1.0)) if kwargs.get("do_sample") else 0.0
+            do_sample = kwargs.get("do_sample")
+            # sampling asked for without a temperature samples the model's own distribution
+            temperature = float(kwargs.get("temperature", 1.0 if do_sample else 0.0) or 0.0)
+            if do_sample is None:
+                do_sample = temperature > 0.0
             sampling = SamplingConfig(
-                temperature=temperature,
+                temperature=temperature if do_sample else 0.0,
                 top_k=kwargs.get("top_k"),
                 top_p=kwargs.get("top_p"),
                 seed=int(kwargs.get("seed", 0)),
             )
-            n = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            n = next((kwargs[k] for k in GEN_TOKS_ALIASES if kwargs.get(k) is not None), self.max_gen_toks)
+            n = int(n)
+            if not 0 < n < self.max_length:
+                raise ValueError(
+                    f"generate_until: max_gen_toks={n} must be between 1 and the model's window less one "
+                    f"({self.max_length - 1}) to leave room for the context; lower max_gen_toks in the task's "
+                    "generation_kwargs (or the adapter's max_gen_toks)"
+                )
             prompt = self.tok_encode(context) or [self.prefix_token_id]
-            n = min(n, self.max_length - min(len(prompt), self.max_length - 1))
-            prompt = prompt[-(self.max_length - n) :]
+            prompt = prompt[
+                -(self.max_length - n) :
+            ]  # lm-eval's left truncation to max_length - max_gen_toks
             (text,) = generate_texts(self.model, self.tok, [prompt], n, sampling=sampling, stop=until)
             out.append(text)
         return out
