@@ -318,3 +318,27 @@ def test_core_suite_runs_when_its_files_are_present(tmp_path, model, tok):
     assert set(out["tasks"]) == set(layout_of)
     assert out["tasks"]["arc_easy"]["num_fewshot"] == 10
     assert 0.0 <= out["average"]["acc"] <= 1.0
+
+
+def test_a_tokenizer_larger_than_the_models_vocabulary_is_an_error(tok, tmp_path):
+    """A checkpoint of another vocabulary (here 260 entries) scored with a 300-token tokenizer: ids past the
+    embedding table gave NaN log-probabilities, and `acc` 1.0 (argmax of NaNs is choice 0, the gold one)."""
+    from schooner.eval import generate, generate_texts
+
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=260, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=64,
+    )  # fmt: skip
+    small = init(config, key=jax.random.key(0))
+    ids = tok.encode("The quick brown fox")
+    assert max(ids) >= 260
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"contexts": ["The quick brown"], "continuations": ["fox", "dog"], "gold": 0}))
+    with pytest.raises(ValueError, match=r"token id \d+ .*vocabulary has 260 entries"):
+        evaluate_task(small, tok, Task(name="t", path=str(path), layout="examples"))
+    with pytest.raises(ValueError, match=r"token id \d+ .*vocabulary has 260 entries"):
+        score_rolling(small, [ids], start=tok.bos_id)
+    with pytest.raises(ValueError, match=r"token id \d+ .*vocabulary has 260 entries"):
+        generate_texts(small, tok, ["The quick brown"], 4)
+    with pytest.raises(ValueError, match=r"token id \d+ .*vocabulary has 260 entries"):
+        generate(small, tok, "The quick brown", 4)

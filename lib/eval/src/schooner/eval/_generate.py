@@ -62,6 +62,9 @@ def greedy_tokens(
         raise ValueError("greedy_tokens needs a non-empty prompt (e.g. the tokenizer's BOS or EOS token id)")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens=}")
+    from ._loglikelihood import check_token_ids
+
+    check_token_ids(model, [prompt], "prompt")
     needed = len(prompt) + max_new_tokens
     length = -(-needed // _BUCKET) * _BUCKET
     limit = max_seq_len if max_seq_len is not None else _model_max_seq_len(model)

@@ -281,6 +281,9 @@ def generate_tokens(
     rows = [[int(t) for t in p] for p in prompts]
     if not rows or any(not r for r in rows):
         raise ValueError("every prompt needs at least one token (start empty prompts with BOS/EOS)")
+    from ._loglikelihood import check_token_ids
+
+    check_token_ids(model, rows, "prompt")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     longest = max(len(r) for r in rows)

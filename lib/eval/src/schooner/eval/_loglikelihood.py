@@ -162,6 +162,25 @@ def model_max_length(model: Any, default: int = 2048) -> int:
     return int(value) if value else default
 
 
+def check_token_ids(model: Any, rows: Sequence[Sequence[int]], what: str) -> None:
+    """A ValueError when a token id is negative or past the model's vocabulary (`model.config.vocab_size`).
+
+    Such an id reads outside the embedding table, which gives NaN (or another row's) log-probabilities
+    silently: it means the tokenizer is not the one the model was trained with.
+    """
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    for i, row in enumerate(rows):
+        if not len(row):
+            continue
+        top, low = max(row), min(row)
+        if (vocab is not None and top >= vocab) or low < 0:
+            bad = top if low >= 0 else low
+            raise ValueError(
+                f"{what} {i} holds token id {int(bad)} but the model's vocabulary has {vocab} entries: the "
+                "tokenizer is not the one the model was trained with; pass the checkpoint's own tokenizer"
+            )
+
+
 def score_requests(
     model: Any,
     requests: Sequence[Request],
@@ -189,6 +208,7 @@ def score_requests(
     batch_size = -(-batch_size // micro_batch) * micro_batch
     limit = max_length or model_max_length(model)
     windows = [_window(r, limit) for r in requests]
+    check_token_ids(model, windows, "request")
     by_bucket: dict[int, list[int]] = {}
     for i, w in enumerate(windows):
         by_bucket.setdefault(_bucket(len(w), limit + 1), []).append(i)
