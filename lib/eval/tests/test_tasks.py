@@ -250,7 +250,7 @@ HF_ROWS = {
     ),
     "copa": (
         {"premise": "My body cast a shadow over the grass.", "choice1": "The sun was rising.", "choice2": "The grass was cut.", "question": "cause", "idx": 0, "label": 0},
-        ["My body cast a shadow over the grass because"], ["the sun was rising.", "the grass was cut."], 0,
+        ["My body cast a shadow over the grass because"], [" the sun was rising.", " the grass was cut."], 0,
     ),
     "openbookqa": (
         {"id": "7-980", "question_stem": "The sun is responsible for", "choices": {"text": ["puppies learning new tricks", "plants sprouting"], "label": ["A", "B"]}, "answerKey": "B"},
@@ -342,3 +342,43 @@ def test_a_tokenizer_larger_than_the_models_vocabulary_is_an_error(tok, tmp_path
         generate_texts(small, tok, ["The quick brown"], 4)
     with pytest.raises(ValueError, match=r"token id \d+ .*vocabulary has 260 entries"):
         generate(small, tok, "The quick brown", 4)
+
+
+def _lm_eval_task_module(relative: str):
+    """A task helper module of the installed lm-eval (its own `utils.py`), loaded from its file alone."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("lm-eval is not installed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tasks", relative)
+    module_spec = importlib.util.spec_from_file_location(f"lm_eval_task_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+COPA_ROWS = [
+    {"premise": "My body cast a shadow over the grass.", "choice1": "The sun was rising.", "choice2": "The grass was cut.", "question": "cause", "idx": 0, "label": 0},
+    {"premise": "The man broke his toe.", "choice1": "He dropped a hammer on his foot.", "choice2": "He got a hole in his sock.", "question": "cause", "idx": 1, "label": 0},
+    {"premise": "I tipped the bottle. ", "choice1": "The liquid in the bottle froze.", "choice2": "The liquid in the bottle poured out.", "question": "effect", "idx": 2, "label": 1},
+]  # fmt: skip
+
+
+def test_copa_requests_and_lengths_are_lm_evals(tmp_path):
+    """lm-eval's `copa` (super_glue/copa/utils.py): context `premise[:-1] + " because"`, choices
+    `" " + lowercased choice` after the default target delimiter " " (two spaces), `acc_norm` dividing by the
+    choice's length with its leading space."""
+    from schooner.eval._taskspec import load_examples
+
+    utils = _lm_eval_task_module("super_glue/copa/utils.py")
+    path = _write_jsonl(tmp_path / "copa.jsonl", COPA_ROWS)
+    examples = load_examples(path, "copa", task="copa")
+    for row, ex in zip(COPA_ROWS, examples, strict=True):
+        choices = utils.doc_to_choice(row)
+        want = [
+            (utils.doc_to_text(row), " " + c) for c in choices
+        ]  # construct_requests, target_delimiter " "
+        assert [(c, " " + cont) for c, cont in ex.pairs()] == want
+        assert ex.gold == row["label"] and list(ex.norm_texts()) == choices

@@ -10,7 +10,7 @@ builds the prompt lm-evaluation-harness builds for that task, so scores are comp
 | `piqa` | ybisk/piqa | multiple choice | `Question: {goal}\\nAnswer:` + ` {sol}` |
 | `boolq` | super_glue/boolq | multiple choice | `{passage}\\nQuestion: {question}?\\nAnswer:` + ` no`/` yes` |
 | `winogrande` | allenai/winogrande | partial (one context per choice) | `{sentence up to _ with option}` + ` {rest}` |
-| `copa` | super_glue/copa | multiple choice | `{premise minus '.'} because/therefore` + ` {choice, lowercased}` |
+| `copa` | super_glue/copa | multiple choice | `{premise minus '.'} because/therefore` + `  {choice, lowercased}` (two spaces, as lm-eval) |
 | `openbookqa` | allenai/openbookqa | multiple choice | `{question_stem}` + ` {choice}` |
 | `commonsense_qa` | tau/commonsense_qa | multiple choice | `Question: {question}\\nAnswer:` + ` {choice}` |
 | `lambada` | EleutherAI/lambada_openai | continuation | `{text minus its last word}` + ` {last word}` |
@@ -147,7 +147,9 @@ def copa(row: dict[str, Any]) -> Example:
     connector = {"cause": "because", "effect": "therefore"}[row["question"]]
     premise = row["premise"].strip()
     premise = premise[:-1] if premise.endswith(".") else premise
-    choices = tuple(c[0].lower() + c[1:] for c in (row["choice1"], row["choice2"]))
+    # lm-eval's choices start with a space, after its default target delimiter " ": two spaces, and acc_norm
+    # divides by the length with that space (super_glue/copa/utils.py); published COPA scores are these
+    choices = tuple(" " + c[0].lower() + c[1:] for c in (row["choice1"], row["choice2"]))
     return Example((f"{premise} {connector}",), choices, _index(row, "label", digits=True))
 
 

@@ -290,7 +290,7 @@ def evaluate(
         name,
         _run_evaluate,
         config,
-        version="evaluate-v5",
+        version="evaluate-v6",
         resources=resources,
         description=description or "; ".join(what),
     )
@@ -607,7 +607,7 @@ def evaluate_checkpoints(
         name,
         _run_evaluate_checkpoints,
         config,
-        version="evaluate-checkpoints-v4",
+        version="evaluate-checkpoints-v5",
         resources=resources,
         description="scores of every checkpoint of a run",
     )
