@@ -417,3 +417,49 @@ def test_a_whitespace_choice_is_text_not_empty(tmp_path):
     path.write_text(json.dumps({**row, "continuations": ["", "x"]}) + "\n")
     with pytest.raises(ValueError, match="empty"):
         load_examples(str(path), "examples", task="t")
+
+
+_TEXT_ROWS = {
+    "lambada": {"text": "He opened the door and saw Tom"},
+    "piqa": {"goal": "g", "sol1": "a", "sol2": "b", "label": 0},
+    "hellaswag": {"activity_label": "Act", "ctx_a": "a", "ctx_b": "b", "endings": ["x", "y"], "label": "0"},
+    "winogrande": {"sentence": "The _ is small.", "option1": "box", "option2": "cup", "answer": "1"},
+    "copa": {"premise": "It rained.", "choice1": "A b.", "choice2": "C d.", "question": "effect", "label": 0},
+    "boolq": {"question": "q", "passage": "p", "label": 1},
+    "arc": {"question": "q", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "B"},
+    "openbookqa": {
+        "question_stem": "q",
+        "choices": {"text": ["a", "b"], "label": ["A", "B"]},
+        "answerKey": "B",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("layout", "field", "value", "fix"),
+    [
+        ("lambada", "text", 5, "string"),
+        ("lambada", "text", None, "string"),
+        ("piqa", "sol1", None, "string"),
+        ("piqa", "goal", ["g"], "string"),
+        ("hellaswag", "activity_label", None, "string"),
+        ("hellaswag", "ctx_b", 3, "string"),
+        ("winogrande", "sentence", None, "string"),
+        ("copa", "choice1", "", "empty"),
+        ("copa", "premise", None, "string"),
+        ("copa", "question", "why", "'cause' or 'effect'"),
+        ("boolq", "passage", None, "string"),
+        ("arc", "question", None, "string"),
+        ("openbookqa", "question_stem", {"x": 1}, "string"),
+    ],
+)
+def test_a_text_field_of_the_wrong_type_names_the_field(tmp_path, layout, field, value, fix):
+    """A text field holding a number, null, a list or an object (a mis-exported dataset) is a ValueError naming
+    the file:line, the field and the fix (was a raw AttributeError, a message about an operand type, "string
+    index out of range", or "missing field 'why'" for COPA's `question`)."""
+    row = {**_TEXT_ROWS[layout], field: value}
+    path = _jsonl(tmp_path / "bad.jsonl", [_TEXT_ROWS[layout], row])
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t")
+    message = str(info.value)
+    assert f"{path}:2" in message and repr(field) in message and fix in message, message

@@ -48,6 +48,19 @@ def _strings(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str,
     return tuple(value)
 
 
+def _text(row: dict[str, Any], field: str, *, allow_empty: bool = True) -> str:
+    """`row[field]` as a string, or a ValueError naming `field` and the fix (a number or null formatted into a
+    prompt would be scored as the text "5" or "None")."""
+    value = row[field]
+    if not isinstance(value, str):
+        raise ValueError(
+            f"field {field!r} must be a string, got {value!r} ({type(value).__name__}); quote it, or drop the row"
+        )
+    if not allow_empty and not value.strip():
+        raise ValueError(f"field {field!r} is empty ({value!r}); every choice needs text")
+    return value
+
+
 def _index(row: dict[str, Any], field: str, *, digits: bool = False) -> int:
     """`row[field]` as a choice index: an integer (an integral float such as 1.0 is taken as is; with `digits`,
     a string of digits too, as Hugging Face publishes some labels, e.g. HellaSwag's "2")."""
@@ -90,7 +103,7 @@ def _labelled_choices(row: dict[str, Any], key: str = "answerKey") -> tuple[tupl
 
 def arc(row: dict[str, Any]) -> Example:
     texts, gold = _labelled_choices(row)
-    return Example((f"Question: {row['question']}\nAnswer:",), texts, gold)
+    return Example((f"Question: {_text(row, 'question')}\nAnswer:",), texts, gold)
 
 
 def commonsense_qa(row: dict[str, Any]) -> Example:
@@ -99,7 +112,7 @@ def commonsense_qa(row: dict[str, Any]) -> Example:
 
 def openbookqa(row: dict[str, Any]) -> Example:
     texts, gold = _labelled_choices(row)
-    return Example((row["question_stem"],), texts, gold)
+    return Example((_text(row, "question_stem"),), texts, gold)
 
 
 def _hellaswag_clean(text: str) -> str:
@@ -109,30 +122,32 @@ def _hellaswag_clean(text: str) -> str:
 
 
 def hellaswag(row: dict[str, Any]) -> Example:
-    ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
-    query = _hellaswag_clean(row["activity_label"] + ": " + ctx)
+    ctx = _text(row, "ctx_a") + " " + _text(row, "ctx_b").capitalize()
+    query = _hellaswag_clean(_text(row, "activity_label") + ": " + ctx)
     endings = _strings(row["endings"], "endings")
     return Example((query,), tuple(_hellaswag_clean(e) for e in endings), _index(row, "label", digits=True))
 
 
 def piqa(row: dict[str, Any]) -> Example:
     return Example(
-        (f"Question: {row['goal']}\nAnswer:",), (row["sol1"], row["sol2"]), _index(row, "label", digits=True)
+        (f"Question: {_text(row, 'goal')}\nAnswer:",),
+        (_text(row, "sol1"), _text(row, "sol2")),
+        _index(row, "label", digits=True),
     )
 
 
 def boolq(row: dict[str, Any]) -> Example:
-    context = f"{row['passage']}\nQuestion: {row['question']}?\nAnswer:"
+    context = f"{_text(row, 'passage')}\nQuestion: {_text(row, 'question')}?\nAnswer:"
     return Example((context,), ("no", "yes"), _index(row, "label", digits=True))
 
 
 def winogrande(row: dict[str, Any]) -> Example:
-    sentence = row["sentence"]
+    sentence = _text(row, "sentence")
     if "_" not in sentence:
         raise ValueError(f"a WinoGrande sentence needs a '_' blank, got {sentence!r}")
     blank = sentence.index("_")
     for i, field in enumerate(("option1", "option2")):
-        if not isinstance(row[field], str) or not row[field].strip():
+        if not _text(row, field).strip():
             raise ValueError(
                 f"choice {i} (field {field!r}) is empty ({row[field]!r}); every choice needs text"
             )
@@ -144,9 +159,15 @@ def winogrande(row: dict[str, Any]) -> Example:
 
 
 def copa(row: dict[str, Any]) -> Example:
-    connector = {"cause": "because", "effect": "therefore"}[row["question"]]
-    premise = row["premise"].strip()
+    connectors = {"cause": "because", "effect": "therefore"}
+    question = row["question"]
+    if question not in connectors:
+        raise ValueError(f"field 'question' must be 'cause' or 'effect', got {question!r}")
+    connector = connectors[question]
+    premise = _text(row, "premise").strip()
     premise = premise[:-1] if premise.endswith(".") else premise
+    for field in ("choice1", "choice2"):
+        _text(row, field, allow_empty=False)
     # lm-eval's choices start with a space, after its default target delimiter " ": two spaces, and acc_norm
     # divides by the length with that space (super_glue/copa/utils.py); published COPA scores are these
     choices = tuple(" " + c[0].lower() + c[1:] for c in (row["choice1"], row["choice2"]))
@@ -154,7 +175,7 @@ def copa(row: dict[str, Any]) -> Example:
 
 
 def lambada(row: dict[str, Any]) -> Example:
-    context, _, word = row["text"].rpartition(" ")
+    context, _, word = _text(row, "text").rpartition(" ")
     if not word or not context:
         raise ValueError(f"a LAMBADA text needs at least two words, got {row['text']!r}")
     return Example((context,), (word,), 0)

@@ -286,7 +286,7 @@ def load_examples(
             raise ValueError(
                 f"{doc}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
             ) from None
-        except (ValueError, TypeError, IndexError) as e:
+        except (ValueError, TypeError, IndexError, AttributeError) as e:
             raise ValueError(f"{doc}: bad row for layout {layout!r}: {e}") from None
         if kind == "multiple_choice" and example.num_choices < 2:
             raise ValueError(
