@@ -382,3 +382,21 @@ def test_copa_requests_and_lengths_are_lm_evals(tmp_path):
         ]  # construct_requests, target_delimiter " "
         assert [(c, " " + cont) for c, cont in ex.pairs()] == want
         assert ex.gold == row["label"] and list(ex.norm_texts()) == choices
+
+
+def test_limit_does_not_change_the_fewshot_prompts_drawn_from_the_evaluated_file(tmp_path):
+    """With no `fewshot_path` the demonstrations come from the evaluated file. lm-eval draws them from the
+    whole split whatever `--limit` says; Schooner drew them from the first `limit` rows only, so a document's
+    prompt (and score) changed with `limit`, and `limit` <= `num_fewshot` was refused."""
+    from schooner.eval._taskspec import prepared_examples
+
+    rows = [
+        {"question": f"q{i}", "choices": {"text": ["x", "y"], "label": ["A", "B"]}, "answerKey": "B"}
+        for i in range(12)
+    ]
+    task = Task(
+        name="arc", path=_write_jsonl(tmp_path / "arc.jsonl", rows), layout="arc", num_fewshot=4, seed=3
+    )
+    full = prepared_examples(task)
+    for limit in (1, 4, 6):
+        assert prepared_examples(dataclasses.replace(task, limit=limit)) == full[:limit], limit

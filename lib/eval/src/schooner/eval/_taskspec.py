@@ -330,11 +330,13 @@ def prepared_examples(task: Task) -> list[Example]:
     if task.num_fewshot == 0 and not task.description:
         return examples
     same = task.fewshot_path is None or os.path.abspath(task.fewshot_path) == os.path.abspath(task.path)
+    # the whole file, whatever `limit` says (as lm-eval draws from the whole split): a document's prompt does not
+    # depend on how many documents are evaluated
     pool = (
         examples
-        if task.fewshot_path is None
+        if task.fewshot_path is None and task.limit is None
         else load_examples(
-            task.fewshot_path, task.layout, task=task.name, kind=task.kind, check_choices=False
+            task.fewshot_path or task.path, task.layout, task=task.name, kind=task.kind, check_choices=False
         )
     )
     available = len(pool) - (1 if same else 0)
