@@ -276,3 +276,29 @@ def test_generate_until_truncates_a_long_prompt_from_the_left_and_keeps_max_gen_
     too_many = Instance("generate_until", {}, ("The quick", {"until": [], "max_gen_toks": 64}), 0)
     with pytest.raises(ValueError, match="max_gen_toks=64"):
         lm.generate_until([too_many])
+
+
+def test_the_adapter_runs_under_lm_evals_request_cache(setup, tmp_path):
+    """`--use_cache` wraps the model in lm-eval's `CachingLM`, whose hook keys each partial result by
+    `hash_args(attr, request)` (json of the request's strings): the adapter gave it a token-space `Request`,
+    "not iterable", so every scored request failed. A second run reads the cache and gives the same numbers."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.api.model import CachingLM
+
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    requests = [
+        Instance("loglikelihood", {}, ("The quick brown", " fox"), 0),
+        Instance("loglikelihood", {}, ("", "def add(a, b):"), 1),
+    ]
+    tokens = [Instance("loglikelihood", {}, ("x", "y"), 0)]
+    direct = SchoonerLM(model=model, tokenizer=tok).loglikelihood(requests)
+    first = CachingLM(SchoonerLM(model=model, tokenizer=tok), str(tmp_path / "cache.db"))
+    assert first.loglikelihood(requests) == direct
+    again = CachingLM(SchoonerLM(model=model, tokenizer=tok), str(tmp_path / "cache.db"))
+    assert again.loglikelihood(requests) == direct
+    lm = SchoonerLM(model=model, tokenizer=tok)
+    CachingLM(lm, str(tmp_path / "tokens.db"))  # sets the hook
+    pair = (("x", "y"), tok.encode("x"), tok.encode("xy")[len(tok.encode("x")) :])
+    assert lm._loglikelihood_tokens([pair]) == SchoonerLM(model=model, tokenizer=tok).loglikelihood(tokens)

@@ -89,19 +89,22 @@ class SchoonerLM(TemplateLM):
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
         encoded = [encode_pair(self.tok, *req.args) for req in requests]
-        return self._score(encoded)
+        return self._score(encoded, [tuple(req.args) for req in requests])
 
     def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
         from ._loglikelihood import Request
 
         encoded = [Request(tuple(ctx) or (self.prefix_token_id,), tuple(cont)) for _, ctx, cont in requests]
-        return self._score(encoded)
+        return self._score(encoded, [key for key, _, _ in requests])
 
-    def _score(self, encoded: list[Any]) -> list[tuple[float, bool]]:
+    def _score(self, encoded: list[Any], keys: list[Any]) -> list[tuple[float, bool]]:
+        """Scores of `encoded`, each also given to lm-eval's cache hook (`--use_cache`) under its request's
+        strings `(context, continuation)`, as the `hf` backend keys them (None: not cached)."""
         scores = score_requests(self.model, encoded, batch_size=self.batch_size, max_length=self.max_length)
         out = [(s.logprob, s.greedy) for s in scores]
-        for req, result in zip(encoded, out, strict=True):
-            self.cache_hook.add_partial("loglikelihood", req, result)
+        for key, result in zip(keys, out, strict=True):
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, result)
         return out
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
