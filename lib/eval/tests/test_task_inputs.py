@@ -463,3 +463,33 @@ def test_a_text_field_of_the_wrong_type_names_the_field(tmp_path, layout, field,
         load_examples(str(path), layout, task="t")
     message = str(info.value)
     assert f"{path}:2" in message and repr(field) in message and fix in message, message
+
+
+def test_a_checkpoint_trained_with_another_tokenizer_of_the_same_size_is_refused(env, tmp_path):
+    """The train loop records its tokenizer's fingerprint in each checkpoint's `checkpoint.json`. Another
+    tokenizer of the same vocabulary size (the same corpus' BPE trained on other texts) gives valid ids and
+    plausible-looking, wrong scores: `load_checkpoint(..., tokenizer=)` and the evaluate step refuse it, naming
+    both fingerprints; the checkpoint's own tokenizer loads."""
+    from schooner.eval import load_checkpoint
+
+    root, tok, config = env
+    other = train_bpe(
+        ["Lorem ipsum dolor sit amet, consectetur adipiscing elit."] * 8, vocab_size=tok.vocab_size
+    )
+    assert other.vocab_size == tok.vocab_size and other.fingerprint != tok.fingerprint
+    other.save(str(tmp_path / "other-tok"))
+    folder = tmp_path / "run" / "step-000001"
+    save_model(str(folder), init(config, key=jax.random.key(0)), config)
+    (folder / "checkpoint.json").write_text(json.dumps({"step": 1, "tokenizer_fingerprint": tok.fingerprint}))
+    model, _, found = load_checkpoint(str(tmp_path / "run"), tokenizer=tok)
+    assert found == str(folder)
+    with pytest.raises(ValueError, match=f"{tok.fingerprint}.*{other.fingerprint}"):
+        load_checkpoint(str(tmp_path / "run"), tokenizer=other)
+    _jsonl(tmp_path / "mc.jsonl", ROWS)
+    task = Task(name="mc", path=str(tmp_path / "mc.jsonl"), layout="examples")
+    handle = evaluate(
+        "eval/t", checkpoint=str(tmp_path / "run"), tokenizer=str(tmp_path / "other-tok"), seq_len=32,
+        tasks=[task], prompts=(),
+    )  # fmt: skip
+    with pytest.raises(Exception, match="trained with the tokenizer of fingerprint"):
+        StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([handle])

@@ -27,10 +27,47 @@ def latest_checkpoint(path: str) -> str:
     return find_checkpoint(path)
 
 
-def load_checkpoint(path: str) -> tuple[Any, Any, str]:
-    """Load the model of `latest_checkpoint(path)`; returns `(model, config, checkpoint_path)`."""
+def check_tokenizer(folder: str, tokenizer: Any) -> None:
+    """A ValueError when `folder`'s `checkpoint.json` records a tokenizer fingerprint other than `tokenizer`'s.
+
+    The train loop records the run's tokenizer there. Another tokenizer of the same vocabulary size gives valid
+    ids and wrong scores (every task, sample and harness request), so it is refused; a checkpoint without the
+    record (a `save_model` folder) or a tokenizer without a fingerprint is not checked.
+    """
+    import json
+
+    import fsspec
+
+    from schooner.model import CHECKPOINT_MARKER
+
+    theirs = getattr(tokenizer, "fingerprint", None)
+    fs, root = fsspec.core.url_to_fs(folder)
+    marker = f"{root.rstrip('/')}/{CHECKPOINT_MARKER}"
+    if theirs is None or not fs.exists(marker):
+        return
+    with fs.open(marker, "r") as f:
+        try:
+            recorded = json.load(f).get("tokenizer_fingerprint")
+        except (ValueError, AttributeError):
+            return
+    if recorded and recorded != theirs:
+        raise ValueError(
+            f"checkpoint {folder} was trained with the tokenizer of fingerprint {recorded} (its "
+            f"{CHECKPOINT_MARKER}) but the tokenizer given has fingerprint {theirs} "
+            f"({getattr(tokenizer, 'source', 'unnamed')}); its ids mean other text to this model: pass the "
+            "tokenizer the run was trained with"
+        )
+
+
+def load_checkpoint(path: str, *, tokenizer: Any = None) -> tuple[Any, Any, str]:
+    """Load the model of `latest_checkpoint(path)`; returns `(model, config, checkpoint_path)`.
+
+    With `tokenizer`, the checkpoint must have been trained with it (`check_tokenizer`).
+    """
     from schooner.model import load_model
 
     folder = find_checkpoint(path)
+    if tokenizer is not None:
+        check_tokenizer(folder, tokenizer)
     model, config = load_model(folder)
     return model, config, folder

@@ -57,16 +57,16 @@ class SchoonerLM(TemplateLM):
         **unused: Any,
     ) -> None:
         super().__init__()
-        if model is None:
-            if checkpoint is None:
-                raise ValueError("SchoonerLM needs checkpoint= (a checkpoint or run folder) or model=")
-            model, _, _ = load_checkpoint(str(checkpoint))
+        if model is None and checkpoint is None:
+            raise ValueError("SchoonerLM needs checkpoint= (a checkpoint or run folder) or model=")
         if tokenizer is None:
             raise ValueError("SchoonerLM needs tokenizer= (the tokenizer folder the model was trained with)")
         if isinstance(tokenizer, str):
             from schooner.tokenize import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
+        if model is None:
+            model, _, _ = load_checkpoint(str(checkpoint), tokenizer=tokenizer)
         self.model, self.tok = model, tokenizer
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self.max_length = int(max_length) if max_length else model_max_length(model)

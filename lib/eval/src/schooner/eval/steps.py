@@ -343,7 +343,7 @@ def _evaluate_one(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
     from schooner.tokenize import load_tokenizer
 
     tokenizer = load_tokenizer(str(config.tokenizer))
-    model, model_config, checkpoint = load_checkpoint(str(config.checkpoint))
+    model, model_config, checkpoint = load_checkpoint(str(config.checkpoint), tokenizer=tokenizer)
     max_seq_len = getattr(model_config, "max_seq_len", None)
     if max_seq_len is not None and config.seq_len > max_seq_len:
         raise ValueError(
