@@ -273,6 +273,10 @@ def test_generate_until_truncates_a_long_prompt_from_the_left_and_keeps_max_gen_
     short = Instance("generate_until", {}, ("The quick", {"until": [], "max_new_tokens": 3}), 0)
     (got,) = lm.generate_until([short])
     assert got == reference(tok.encode("The quick"), 3)
+    # no max_gen_toks anywhere: 256 (lm-eval's default) does not fit a 64-token window; half of it is used
+    unset = Instance("generate_until", {}, ("The quick", {"until": []}), 0)
+    (got,) = SchoonerLM(model=model, tokenizer=tok).generate_until([unset])
+    assert got == reference(tok.encode("The quick"), 32)
     too_many = Instance("generate_until", {}, ("The quick", {"until": [], "max_gen_toks": 64}), 0)
     with pytest.raises(ValueError, match="max_gen_toks=64"):
         lm.generate_until([too_many])

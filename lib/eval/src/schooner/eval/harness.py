@@ -42,7 +42,8 @@ class SchoonerLM(TemplateLM):
         model: an already loaded model (instead of `checkpoint`).
         batch_size: requests per device call (speed only).
         max_length: the scoring window (default: the model's `max_seq_len`).
-        max_gen_toks: default tokens to generate when a request does not say.
+        max_gen_toks: default tokens to generate when a request does not say (default 256, as lm-eval's, or half
+            the window when that is shorter, so a small model's context keeps room).
     """
 
     def __init__(
@@ -53,7 +54,7 @@ class SchoonerLM(TemplateLM):
         model: Any = None,
         batch_size: int | str = 8,
         max_length: int | None = None,
-        max_gen_toks: int = 256,
+        max_gen_toks: int | None = None,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -70,7 +71,7 @@ class SchoonerLM(TemplateLM):
         self.model, self.tok = model, tokenizer
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self.max_length = int(max_length) if max_length else model_max_length(model)
-        self.max_gen_toks = int(max_gen_toks)
+        self.max_gen_toks = int(max_gen_toks) if max_gen_toks else min(256, self.max_length // 2)
 
     @property
     def eot_token_id(self) -> int:
