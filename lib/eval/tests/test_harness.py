@@ -270,6 +270,9 @@ def test_generate_until_truncates_a_long_prompt_from_the_left_and_keeps_max_gen_
     for kwargs, n in (({"until": [], "max_gen_toks": 16}, 16), ({"until": [], "max_new_tokens": 5}, 5)):
         (got,) = lm.generate_until([Instance("generate_until", {}, (prompt, kwargs), 0)])
         assert got == reference(ids[-(64 - n) :], n), kwargs
+    # top_k=0 is "no top-k" in transformers' (and so lm-eval task files') terms: greedy here, not an error
+    greedy = Instance("generate_until", {}, ("The quick", {"until": [], "max_gen_toks": 3, "top_k": 0}), 0)
+    assert lm.generate_until([greedy]) == [reference(tok.encode("The quick"), 3)]
     short = Instance("generate_until", {}, ("The quick", {"until": [], "max_new_tokens": 3}), 0)
     (got,) = lm.generate_until([short])
     assert got == reference(tok.encode("The quick"), 3)

@@ -140,7 +140,7 @@ class SchoonerLM(TemplateLM):
                 do_sample = temperature > 0.0
             sampling = SamplingConfig(
                 temperature=temperature if do_sample else 0.0,
-                top_k=kwargs.get("top_k"),
+                top_k=kwargs.get("top_k") or None,  # transformers' 0: no top-k filtering
                 top_p=kwargs.get("top_p"),
                 seed=int(kwargs.get("seed", 0)),
             )
