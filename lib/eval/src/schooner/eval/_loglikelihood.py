@@ -162,8 +162,9 @@ def model_max_length(model: Any, default: int = 2048) -> int:
     return int(value) if value else default
 
 
-def check_token_ids(model: Any, rows: Sequence[Sequence[int]], what: str) -> None:
-    """A ValueError when a token id is negative or past the model's vocabulary (`model.config.vocab_size`).
+def check_token_ids(model: Any, rows: Sequence[Any], what: str) -> None:
+    """A ValueError when a token id of `rows` (sequences or 1-D arrays of ids) is negative or past the model's
+    vocabulary (`model.config.vocab_size`).
 
     Such an id reads outside the embedding table, which gives NaN (or another row's) log-probabilities
     silently: it means the tokenizer is not the one the model was trained with.
