@@ -219,3 +219,26 @@ def test_jinja_equality_and_its_limit_at_a_text_header_end(
         differs += whole != rendered
     # chatml: the limit the docs state (whichever answers hit a merge across "\n" depends on the vocabulary)
     assert differs == 0 if which == "schooner" else differs > 0
+
+
+def test_a_tokenizer_without_the_template_tokens_saves_no_chat_template(texts: list[str], tmp_path) -> None:
+    """`BPEConfig.chat_template` defaults to "schooner"; a tokenizer trained without its role tokens must not
+    ship its Jinja template: transformers would render `<|user|>` as plain text, where it should refuse
+    (a base model has no chat format; `export_hf` then writes none)."""
+    base = train_bpe(
+        texts[:10], vocab_size=400, special_tokens=("<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
+    )
+    assert (
+        len(base.hf.encode("<|user|>", add_special_tokens=False).ids) > 1
+    )  # what the Jinja route would feed
+    cfg = json.loads((Path(base.save(tmp_path / "base")) / "tokenizer_config.json").read_text())
+    assert "chat_template" not in cfg and "schooner_chat_template" not in cfg, cfg
+    assert base.chat_template is None
+    # a tokenizer with the tokens keeps its template, and a named one it lacks is refused when rendering
+    chat = train_bpe(texts[:10], vocab_size=400)
+    assert chat.chat_template == "schooner"
+    assert "chat_template" in json.loads(
+        (Path(chat.save(tmp_path / "chat")) / "tokenizer_config.json").read_text()
+    )
+    with pytest.raises(ValueError, match="needs tokens"):
+        render_chat(base, CONV, "chatml")

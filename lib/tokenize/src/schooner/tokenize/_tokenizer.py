@@ -260,9 +260,12 @@ class Tokenizer:
         if self.chat_template is not None:
             from ._chat import CHAT_TEMPLATES, jinja_chat_template
 
-            cfg["schooner_chat_template"] = self.chat_template
-            if self.chat_template in CHAT_TEMPLATES:  # for transformers' apply_chat_template
-                cfg["chat_template"] = jinja_chat_template(self.chat_template)
+            template = CHAT_TEMPLATES.get(self.chat_template)
+            if template is None:
+                cfg["schooner_chat_template"] = self.chat_template
+            elif all(self.token_to_id(t) is not None for t in template.required_tokens):
+                cfg["schooner_chat_template"] = self.chat_template
+                cfg["chat_template"] = jinja_chat_template(template)  # for transformers' apply_chat_template
         storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
         return folder
 
