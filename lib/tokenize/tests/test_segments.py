@@ -76,3 +76,19 @@ def test_documents_written_without_eos_are_still_separate_segments(
     b = ds.batch(2, 4)
     _, _, seq = ds.sequence_ids(2, 4)
     _assert_segments(b, _expected_segments([len(d) for d in docs], seq * 32, 32), tokenizer.eos_id)
+
+
+@pytest.mark.parametrize("seq_len", [7, 256, 1031])
+def test_segments_over_thousands_of_documents(tokenizer: Tokenizer, tmp_path: Path, seq_len: int) -> None:
+    """Many short documents: windows start and end across the reader's sparse offset index (a stored
+    offset every 256 documents) and can hold hundreds of documents."""
+    rng = np.random.default_rng(seq_len)
+    lengths = rng.integers(1, 6, size=3000)
+    lengths[1500:1600] = 700  # a stretch of long ones: windows with no document start inside
+    docs = [rng.integers(10, 500, size=int(n)) for n in lengths]
+    write_cache(str(tmp_path / "c"), docs, tokenizer, append_eos=False)
+    ds = MixtureDataset({str(tmp_path / "c"): 1.0}, seq_len=seq_len, seed=2, block_size=16)
+    n = len(ds.sequences[0])
+    every = np.arange(n)
+    got = ds.sequences[0].batch(every)
+    assert np.array_equal(got["segment_ids"], _expected_segments(lengths.tolist(), every * seq_len, seq_len))
