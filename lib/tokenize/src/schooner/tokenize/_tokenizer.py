@@ -216,6 +216,12 @@ class Tokenizer:
         Summing these over the targets of a text gives its byte count, the denominator of bits-per-byte.
         Byte-level BPE tokens are mapped through the byte alphabet; SentencePiece-style `<0xNN>` byte
         fallback tokens count 1 and `▁` counts as a space.
+
+        Exact only where the tokens spell the text: byte-level BPE without a normalizer (or with NFC on
+        NFC text). A SentencePiece-style tokenizer that prepends `▁` (Llama 2, T5) counts one byte more
+        per encoded text than it has; normalizers that change the text (NFKC, lowercasing of some
+        letters) count the normalized bytes; WordPiece counts its `##` prefixes and none of the spaces
+        between words, so its sums are not byte counts at all.
         """
         if self._byte_lengths is None:
             self._byte_lengths = self._compute_byte_lengths()
