@@ -130,6 +130,43 @@ def test_a_cut_after_a_run_of_white_space_longer_than_the_check_window(case, enc
     )
 
 
+def test_cuts_around_white_space_runs_and_added_tokens_match_hf_on_generated_text() -> None:
+    """Random text of words, added tokens (rstrip, lstrip, white-space ones, one with a space inside) and
+    white-space runs of up to 1200 characters: the pieces' tokens are HF's for the whole text."""
+    import random
+
+    from schooner.tokenize._split_text import split_for_encoding
+
+    base = train_bpe(_corpus_texts()[:100], vocab_size=600)
+    hf = tokenizers.Tokenizer.from_str(base.to_json())
+    hf.add_tokens([
+        tokenizers.AddedToken("<a>", rstrip=True, normalized=False),
+        tokenizers.AddedToken("<b>", lstrip=True, normalized=False),
+        tokenizers.AddedToken("  ", normalized=False),
+        tokenizers.AddedToken("\n\n", normalized=False),
+        tokenizers.AddedToken("x y", normalized=False),
+    ])  # fmt: skip
+    tok = Tokenizer(hf, eos_token=base.eos_token)
+    reference = tokenizers.Tokenizer.from_str(tok.to_json())
+    reference.encode_special_tokens = True
+    rng = random.Random(7)
+    for _ in range(20):
+        parts: list[str] = []
+        while sum(map(len, parts)) < 6000:
+            k = rng.random()
+            if k < 0.4:
+                parts.append(rng.choice(["word", "x", "y", "<a>", "<b>", "é", "日本"]))
+            elif k < 0.8:
+                parts.append(rng.choice([" ", "\n", "\t", "  "]) * rng.choice([1, 2, 3, 50, 301, 600, 1200]))
+            else:
+                parts.append(" ".join(rng.choice(["x", "y", "x y"]) for _ in range(rng.randint(1, 400))))
+        text = "".join(parts)
+        pieces, _ = split_for_encoding(tok.encode, text, 1024)
+        assert [i for p in pieces for i in tok.encode(p)] == reference.encode(
+            text, add_special_tokens=False
+        ).ids
+
+
 def _status(field: str) -> int:
     with open("/proc/self/status") as f:
         return int(next(x for x in f if x.startswith(field + ":")).split()[1]) * 1024
