@@ -183,3 +183,62 @@ def test_transformers_apply_chat_template_on_a_saved_tokenizer(
                 messages,
                 gen,
             )
+
+
+# Assistant answers that begin with white space: code blocks, indented lines, blank lines.
+LEADING_SPACE_ANSWERS = [
+    "\n    def f(x):\n        return x",
+    "  indented",
+    "\n\nafter a blank line",
+    "\t tab",
+]
+
+
+@pytest.mark.parametrize("which", ["schooner", "chatml"])
+def test_jinja_equality_and_its_limit_at_a_text_header_end(
+    which: str, tokenizer: Tokenizer, chatml_tokenizer
+) -> None:
+    """The schooner template's headers end in a special token, so content starting with white space still
+    renders as `render_chat` does. ChatML's end in "\\n": rendered as one string, HF merges that newline with
+    white space opening the content ("\\n\\n   " is one byte-level token), where `render_chat` keeps the
+    content's own tokens, which are what a model generating after the "...assistant\\n" prompt emits."""
+    from schooner.tokenize import jinja_chat_template
+
+    tok = tokenizer if which == "schooner" else chatml_tokenizer
+    source = jinja_chat_template(which)
+    footer = {"schooner": "<|end_of_turn|>", "chatml": "<|im_end|>\n"}[which]
+    differs = 0
+    for answer in LEADING_SPACE_ANSWERS:
+        messages = [{"role": "user", "content": "Write it."}, {"role": "assistant", "content": answer}]
+        rendered = render_chat(tok, messages, which).ids.tolist()
+        # the generation view, all by HF: the prompt as transformers renders it, then the answer's tokens
+        prompt = tok.hf.encode(_jinja_render(source, tok, messages[:1], True), add_special_tokens=False).ids
+        answer_ids = tok.hf.encode(answer, add_special_tokens=False).ids
+        assert rendered == prompt + answer_ids + tok.hf.encode(footer, add_special_tokens=False).ids
+        whole = tok.hf.encode(_jinja_render(source, tok, messages, False), add_special_tokens=False).ids
+        differs += whole != rendered
+    # chatml: the limit the docs state (whichever answers hit a merge across "\n" depends on the vocabulary)
+    assert differs == 0 if which == "schooner" else differs > 0
+
+
+def test_a_tokenizer_without_the_template_tokens_saves_no_chat_template(texts: list[str], tmp_path) -> None:
+    """`BPEConfig.chat_template` defaults to "schooner"; a tokenizer trained without its role tokens must not
+    ship its Jinja template: transformers would render `<|user|>` as plain text, where it should refuse
+    (a base model has no chat format; `export_hf` then writes none)."""
+    base = train_bpe(
+        texts[:10], vocab_size=400, special_tokens=("<|begin_of_text|>", "<|end_of_text|>", "<|pad|>")
+    )
+    assert (
+        len(base.hf.encode("<|user|>", add_special_tokens=False).ids) > 1
+    )  # what the Jinja route would feed
+    cfg = json.loads((Path(base.save(tmp_path / "base")) / "tokenizer_config.json").read_text())
+    assert "chat_template" not in cfg and "schooner_chat_template" not in cfg, cfg
+    assert base.chat_template is None
+    # a tokenizer with the tokens keeps its template, and a named one it lacks is refused when rendering
+    chat = train_bpe(texts[:10], vocab_size=400)
+    assert chat.chat_template == "schooner"
+    assert "chat_template" in json.loads(
+        (Path(chat.save(tmp_path / "chat")) / "tokenizer_config.json").read_text()
+    )
+    with pytest.raises(ValueError, match="needs tokens"):
+        render_chat(base, CONV, "chatml")

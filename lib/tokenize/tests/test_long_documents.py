@@ -89,6 +89,84 @@ def test_a_tokenizer_without_exact_cuts_encodes_long_documents_whole(tmp_path) -
     assert TokenCache.open(str(tmp_path / "cache")).document(0).tolist() == tok.encode(doc) + [tok.eos_id]
 
 
+def _with_added(name: str, token: tokenizers.AddedToken) -> Tokenizer:
+    base = train_bpe(_corpus_texts()[:100], vocab_size=600)
+    hf = tokenizers.Tokenizer.from_str(base.to_json())
+    hf.add_tokens([token])
+    return Tokenizer(
+        hf, bos_token=base.bos_token, eos_token=base.eos_token, pad_token=base.pad_token, source=name
+    )
+
+
+@pytest.mark.parametrize("encoder", ["hf", "tiktoken"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        # an added token with rstrip takes the whole white-space run after it, hundreds of characters long
+        ("rstrip", tokenizers.AddedToken("<tok>", rstrip=True, normalized=False), "<tok>" + " " * 600),
+        # an added double space pairs the spaces of a run from its start: an even run (600, with the
+        # space after "word") ends on a pair
+        ("double space", tokenizers.AddedToken("  ", normalized=False), " " * 599),
+    ],
+    ids=lambda c: c[0] if isinstance(c, tuple) else c,
+)
+def test_a_cut_after_a_run_of_white_space_longer_than_the_check_window(case, encoder: str, tmp_path) -> None:
+    """The cut before the last space of a long run passes a check that sees only the run's last 256
+    characters, but the tokens at the cut depend on where the run starts."""
+    name, token, run = case
+    tok = _with_added(name, token)
+    # the only cut candidate in the first piece's second half is the end of the run
+    doc = "word " * 50 + run + "x" * 200 + " more words" * 400
+    assert 512 < doc.index("x") < 1024 < doc.index("x") + 200
+    write_records([make_record(doc, source="long", id="long")], str(tmp_path / "recs"))
+    build_cache(str(tmp_path / "recs"), str(tmp_path / "cache"), tok, piece_chars=1024, encoder=encoder)
+    reference = tokenizers.Tokenizer.from_str(tok.to_json())  # HF, the whole document at once
+    reference.encode_special_tokens = True
+    want = reference.encode(doc, add_special_tokens=False).ids + [tok.eos_id]
+    got = TokenCache.open(str(tmp_path / "cache")).document(0).tolist()
+    first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert got == want, (
+        f"{len(got)} tokens, HF {len(want)}; first difference at {first}: {got[first - 2 : first + 3]} vs {want[first - 2 : first + 3]}"
+    )
+
+
+def test_cuts_around_white_space_runs_and_added_tokens_match_hf_on_generated_text() -> None:
+    """Random text of words, added tokens (rstrip, lstrip, white-space ones, one with a space inside) and
+    white-space runs of up to 1200 characters: the pieces' tokens are HF's for the whole text."""
+    import random
+
+    from schooner.tokenize._split_text import split_for_encoding
+
+    base = train_bpe(_corpus_texts()[:100], vocab_size=600)
+    hf = tokenizers.Tokenizer.from_str(base.to_json())
+    hf.add_tokens([
+        tokenizers.AddedToken("<a>", rstrip=True, normalized=False),
+        tokenizers.AddedToken("<b>", lstrip=True, normalized=False),
+        tokenizers.AddedToken("  ", normalized=False),
+        tokenizers.AddedToken("\n\n", normalized=False),
+        tokenizers.AddedToken("x y", normalized=False),
+    ])  # fmt: skip
+    tok = Tokenizer(hf, eos_token=base.eos_token)
+    reference = tokenizers.Tokenizer.from_str(tok.to_json())
+    reference.encode_special_tokens = True
+    rng = random.Random(7)
+    for _ in range(20):
+        parts: list[str] = []
+        while sum(map(len, parts)) < 6000:
+            k = rng.random()
+            if k < 0.4:
+                parts.append(rng.choice(["word", "x", "y", "<a>", "<b>", "é", "日本"]))
+            elif k < 0.8:
+                parts.append(rng.choice([" ", "\n", "\t", "  "]) * rng.choice([1, 2, 3, 50, 301, 600, 1200]))
+            else:
+                parts.append(" ".join(rng.choice(["x", "y", "x y"]) for _ in range(rng.randint(1, 400))))
+        text = "".join(parts)
+        pieces, _ = split_for_encoding(tok.encode, text, 1024)
+        assert [i for p in pieces for i in tok.encode(p)] == reference.encode(
+            text, add_special_tokens=False
+        ).ids
+
+
 def _status(field: str) -> int:
     with open("/proc/self/status") as f:
         return int(next(x for x in f if x.startswith(field + ":")).split()[1]) * 1024

@@ -42,6 +42,23 @@ def test_train_then_tokenize_as_steps(records: str, tmp_path: Path) -> None:
     assert again[docs].output_path == docs_out and again[docs].state == "cached"
 
 
+def test_train_tokenizer_step_with_its_own_special_tokens(records: str, tmp_path: Path) -> None:
+    """GPT-2 style: one `<|endoftext|>` as BOS, EOS and padding, no chat tokens."""
+    tok = train_tokenizer(
+        "tokenizers/eot", paths=records, vocab_size=500, special_tokens=["<|endoftext|>"],
+        bos_token="<|endoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+    )  # fmt: skip
+    out = StepRunner(prefix=str(tmp_path), quiet=True).run([tok])[tok].output_path
+    loaded = load_tokenizer(out)
+    assert loaded.bos_id == loaded.eos_id == loaded.pad_id == loaded.token_to_id("<|endoftext|>") == 0
+    assert loaded.chat_template is None  # no role tokens: no chat template recorded
+    # the defaults keep the key they had (these fields were in BPEConfig already)
+    assert (
+        train_tokenizer("t", paths=records, vocab_size=600).key
+        == train_tokenizer("t", paths=records, vocab_size=600, bos_token="<|begin_of_text|>").key
+    )
+
+
 def test_identity_follows_config_and_tokenizer_content(records: str, tokenizer, tmp_path: Path) -> None:
     a = train_tokenizer("tok", paths=records, vocab_size=600)
     assert a.key == train_tokenizer("tok", paths=records, vocab_size=600).key

@@ -68,6 +68,28 @@ def test_bos_eos_from_hf_config_or_arguments(tokenizer: Tokenizer, tmp_path: Pat
         load_tokenizer(folder, bos_token="<nope>")
 
 
+def test_a_config_naming_a_missing_token_is_reported_as_the_config_s(
+    tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    folder = Path(tokenizer.save(tmp_path / "t"))
+    config = folder / "tokenizer_config.json"
+    cfg = json.loads(config.read_text())
+    config.write_text(
+        json.dumps({**cfg, "eos_token": "<|eot_id|>"})
+    )  # a Llama-3-Instruct config on another tokenizer
+    with pytest.raises(ValueError) as err:
+        load_tokenizer(folder)
+    message = str(err.value)
+    assert str(config) in message and "eos_token" in message and "'<|eot_id|>'" in message, message
+    assert load_tokenizer(folder, eos_token="<|end_of_turn|>").eos_id == tokenizer.token_to_id(
+        "<|end_of_turn|>"
+    )
+    # a value that is not a token string at all is an error too, not silently replaced by a guess
+    config.write_text(json.dumps({**cfg, "eos_token": 5}))
+    with pytest.raises(ValueError, match=r"tokenizer_config.json.*eos_token.*5"):
+        load_tokenizer(folder)
+
+
 def _fake_hub_cache(cache: Path, repo: str, tokenizer: Tokenizer) -> None:
     """The on-disk layout huggingface_hub itself writes: refs/main -> snapshots/<commit>/files."""
     commit = "0123456789abcdef0123456789abcdef01234567"

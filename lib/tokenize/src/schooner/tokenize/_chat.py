@@ -174,8 +174,13 @@ def jinja_chat_template(template: ChatTemplate | str | dict) -> str:
 
     Rendered text, tokenized with special tokens parsed (as `apply_chat_template` does): equal ids as long as
     message content holds no special-token strings (`render_chat` keeps those as plain text; a Jinja string
-    cannot) and the tokenizer splits text at a header's end the same as between separately encoded pieces
-    (true for byte-level BPE). A role outside the template's is refused with `raise_exception`.
+    cannot) and the tokenizer splits text at a header's end the same as between separately encoded pieces.
+    For the `"schooner"` template that always holds with byte-level BPE (its headers end in a special
+    token). ChatML's headers end in `"\n"`: content that starts with white space (an indented code line,
+    a blank line) is merged with that newline by byte-level BPE when the whole string is tokenized
+    (`"\n\n   "` one token), while `render_chat` keeps the content's own tokens, the ones a model emits
+    generating after the `"<|im_start|>assistant\n"` prompt. A role outside the template's is refused with
+    `raise_exception`.
     """
     template = chat_template_of(template)
     headers = ", ".join(f"{json.dumps(r)}: {json.dumps(template.header[r])}" for r in ROLES)

@@ -1,4 +1,4 @@
-"""Fixed-length sequences cut from a cache's token stream, and segment ids derived from EOS."""
+"""Fixed-length sequences cut from a cache's token stream, with segment ids from the cache's documents."""
 
 from __future__ import annotations
 
@@ -24,11 +24,19 @@ def segment_ids_from_eos(tokens: np.ndarray, eos_id: int) -> np.ndarray:
     return (np.cumsum(is_eos, axis=-1, dtype=np.int32) - is_eos).astype(np.int32)
 
 
+_INDEX_STRIDE = 256
+"""Every this-many-th document offset is held in memory (8 bytes per 256 documents); a window's own
+offsets are read from the cache beside its tokens."""
+
+
 class TokenSequences:
     """A cache seen as `len(self)` consecutive, non-overlapping sequences of `seq_len` tokens.
 
     Sequence `i` is tokens `[i * seq_len, (i + 1) * seq_len)` of the document stream; the final
-    `num_tokens % seq_len` tokens (`dropped_tokens`) belong to no sequence.
+    `num_tokens % seq_len` tokens (`dropped_tokens`) belong to no sequence. Segment ids come from the
+    cache's document offsets (a new segment at each document start), not from the tokens: a BOS that is
+    also the EOS token (`<|endoftext|>` with `prepend_bos=True`) starts its document's segment, and
+    documents written without EOS are still kept apart.
     """
 
     def __init__(self, cache: TokenCache, seq_len: int) -> None:
@@ -38,6 +46,7 @@ class TokenSequences:
         self.seq_len = int(seq_len)
         self.num_sequences = cache.num_tokens // self.seq_len
         self.dropped_tokens = cache.num_tokens - self.num_sequences * self.seq_len
+        self._sparse: np.ndarray | None = None  # offsets[::_INDEX_STRIDE], read on first use
 
     def __len__(self) -> int:
         return self.num_sequences
@@ -60,8 +69,27 @@ class TokenSequences:
         """`{"tokens", "loss_mask", "segment_ids"}` (int32 `[B, seq_len]`) of the given sequences; the loss
         mask is all ones (every token of a plain cache is a target)."""
         tokens = self.tokens(indices)
+        starts = np.asarray(indices, dtype=np.int64).reshape(-1) * self.seq_len
         return {
             "tokens": tokens,
             "loss_mask": np.ones_like(tokens),
-            "segment_ids": segment_ids_from_eos(tokens, self.cache.eos_id),
+            "segment_ids": self.segment_ids(starts),
         }
+
+    def segment_ids(self, starts: np.ndarray) -> np.ndarray:
+        """int32 `[len(starts), seq_len]`: for the window of `seq_len` tokens at each stream position in
+        `starts`, the number of documents that begin inside it at or before each position (0 at the
+        window's first token)."""
+        if self._sparse is None:
+            self._sparse = np.asarray(self.cache._off[::_INDEX_STRIDE].read().result(), dtype=np.int64)
+        sparse, n = self._sparse, self.cache.num_documents
+        lo = (np.searchsorted(sparse, starts, side="right") - 1) * _INDEX_STRIDE
+        hi = np.minimum(np.searchsorted(sparse, starts + self.seq_len, side="left") * _INDEX_STRIDE, n) + 1
+        reads = [self.cache._off[int(a) : int(b)].read() for a, b in zip(lo, hi)]  # issued together
+        positions = np.arange(self.seq_len, dtype=np.int64)
+        out = np.empty((starts.size, self.seq_len), dtype=np.int32)
+        for r, (s, f) in enumerate(zip(starts, reads)):
+            offsets = np.asarray(f.result(), dtype=np.int64)
+            inside = offsets[(offsets > s) & (offsets < s + self.seq_len)] - s
+            out[r] = np.searchsorted(inside, positions, side="right")
+        return out

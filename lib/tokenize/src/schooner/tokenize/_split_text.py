@@ -8,7 +8,8 @@ splits text into words with a bounded look-around (GPT-2, Llama 3, Whitespace, B
 prepending, digit splitting), normalizers that work per character, and any model on top of them.
 
 Each cut is therefore checked, not assumed: around a candidate position p (the last whitespace character
-before a non-whitespace one), the text `CHECK_CHARS` characters to each side must satisfy
+before a non-whitespace one), the text `CHECK_CHARS` characters to each side (the left side widened to
+the start of the white-space run ending at p) must satisfy
 `encode(left + right) == encode(left) + encode(right)`. A candidate that fails is skipped for an earlier
 or later one. Where a tokenizer fails the check everywhere (one that prepends a space or `▁` to every
 sequence, strips whitespace at the ends, or whose tokens span whitespace), no cut is found and the
@@ -26,10 +27,23 @@ CHECK_CHARS = 256
 _CANDIDATE = re.compile(r"\s(?=\S)")
 
 
+MAX_RUN_CHARS = 64 * CHECK_CHARS
+"""A cut after a longer run of white space is not used (checking it would encode the whole run)."""
+
+
 def cut_is_exact(encode: Callable[[str], list[int]], text: str, p: int) -> bool:
     """Whether encoding `text[:p]` and `text[p:]` separately gives the tokens of the two together, judged
-    on the `CHECK_CHARS` characters around `p`."""
-    left, right = text[max(0, p - CHECK_CHARS) : p], text[p : p + CHECK_CHARS]
+    on the `CHECK_CHARS` characters around `p`, the left side widened to hold the whole run of white space
+    that ends at `p` (and `CHECK_CHARS` before it): how that run is tokenized can depend on where it starts
+    (an added token with rstrip before it takes all of it; added white-space tokens pair it up from its
+    start), so a window starting inside it could pass a cut that is wrong. A run longer than
+    `MAX_RUN_CHARS` fails the check."""
+    run = p
+    while run > 0 and text[run - 1].isspace():
+        run -= 1
+        if p - run > MAX_RUN_CHARS:
+            return False
+    left, right = text[max(0, run - CHECK_CHARS) : p], text[p : p + CHECK_CHARS]
     return encode(left + right) == encode(left) + encode(right)
 
 

@@ -216,6 +216,12 @@ class Tokenizer:
         Summing these over the targets of a text gives its byte count, the denominator of bits-per-byte.
         Byte-level BPE tokens are mapped through the byte alphabet; SentencePiece-style `<0xNN>` byte
         fallback tokens count 1 and `▁` counts as a space.
+
+        Exact only where the tokens spell the text: byte-level BPE without a normalizer (or with NFC on
+        NFC text). A SentencePiece-style tokenizer that prepends `▁` (Llama 2, T5) counts one byte more
+        per encoded text than it has; normalizers that change the text (NFKC, lowercasing of some
+        letters) count the normalized bytes; WordPiece counts its `##` prefixes and none of the spaces
+        between words, so its sums are not byte counts at all.
         """
         if self._byte_lengths is None:
             self._byte_lengths = self._compute_byte_lengths()
@@ -260,9 +266,12 @@ class Tokenizer:
         if self.chat_template is not None:
             from ._chat import CHAT_TEMPLATES, jinja_chat_template
 
-            cfg["schooner_chat_template"] = self.chat_template
-            if self.chat_template in CHAT_TEMPLATES:  # for transformers' apply_chat_template
-                cfg["chat_template"] = jinja_chat_template(self.chat_template)
+            template = CHAT_TEMPLATES.get(self.chat_template)
+            if template is None:
+                cfg["schooner_chat_template"] = self.chat_template
+            elif all(self.token_to_id(t) is not None for t in template.required_tokens):
+                cfg["schooner_chat_template"] = self.chat_template
+                cfg["chat_template"] = jinja_chat_template(template)  # for transformers' apply_chat_template
         storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
         return folder
 
@@ -302,6 +311,23 @@ def _from_json(
     )
 
 
+def _special_from(hf: tokenizers.Tokenizer, cfg: dict, given: dict[str, str | None]) -> dict[str, str | None]:
+    """bos/eos/pad: the arguments, else the folder's tokenizer_config.json, whose tokens must exist (an
+    error names that file: the fix is there, not in an argument the user never passed)."""
+    out = {}
+    for key, value in given.items():
+        if value is None and cfg.get(key) is not None:
+            value = cfg[key]
+            if hf.token_to_id(value) is None:
+                raise ValueError(
+                    f"{cfg['config_path']}: {key}={value!r} is not in the tokenizer's vocabulary (a config from "
+                    f"another tokenizer?); fix the file, or pass {key}='...' to load_tokenizer naming one of its "
+                    "tokens"
+                )
+        out[key] = value
+    return out
+
+
 def _uses(component: dict | None, type_name: str) -> bool:
     """Whether a tokenizers component (possibly a Sequence of them) includes `type_name`."""
     if not component:
@@ -336,6 +362,12 @@ def _read_config(folder: Path | str) -> dict:
             v = v.get("content")
         if isinstance(v, str):
             out[key] = v
+        elif v is not None:
+            raise ValueError(
+                f"{cfg_path}: {key}={cfg.get(key)!r} is not a token string (nor {{'content': ...}}); fix the file, "
+                f"or pass {key}='...' to load_tokenizer"
+            )
+    out["config_path"] = cfg_path
     if isinstance(cfg.get("schooner_chat_template"), str):
         out["chat_template"] = cfg["schooner_chat_template"]
     return out
@@ -396,15 +428,8 @@ def load_tokenizer(
         hf = tokenizers.Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception with a serde message
         raise ValueError(f"{path}: not a Hugging Face tokenizers JSON file ({e})") from e
-    return Tokenizer(
-        hf,
-        bos_token=bos_token if bos_token is not None else cfg.get("bos_token"),
-        eos_token=eos_token if eos_token is not None else cfg.get("eos_token"),
-        pad_token=pad_token if pad_token is not None else cfg.get("pad_token"),
-        chat_template=cfg.get("chat_template"),
-        source=raw,
-        encoder=encoder,
-    )
+    special = _special_from(hf, cfg, {"bos_token": bos_token, "eos_token": eos_token, "pad_token": pad_token})
+    return Tokenizer(hf, **special, chat_template=cfg.get("chat_template"), source=raw, encoder=encoder)
 
 
 def _from_url(url: str, **special: str | None) -> Tokenizer:
@@ -423,12 +448,7 @@ def _from_url(url: str, **special: str | None) -> Tokenizer:
     except Exception as e:  # tokenizers raises a bare Exception with a serde message
         raise ValueError(f"{file}: not a Hugging Face tokenizers JSON file ({e})") from e
     return Tokenizer(
-        hf,
-        bos_token=special["bos_token"] if special["bos_token"] is not None else cfg.get("bos_token"),
-        eos_token=special["eos_token"] if special["eos_token"] is not None else cfg.get("eos_token"),
-        pad_token=special["pad_token"] if special["pad_token"] is not None else cfg.get("pad_token"),
-        chat_template=cfg.get("chat_template"),
-        source=url,
+        hf, **_special_from(hf, cfg, special), chat_template=cfg.get("chat_template"), source=url
     )
 
 

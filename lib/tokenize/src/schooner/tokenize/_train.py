@@ -38,7 +38,8 @@ class BPEConfig:
     max_token_length: int | None = 32
     """Longest merged token in characters (None: unlimited); keeps rare long merges out of small vocabs."""
     chat_template: str | None = "schooner"
-    """Name of the chat template the special tokens serve (recorded with the tokenizer)."""
+    """Name of the chat template the special tokens serve (recorded with the tokenizer, and written as Jinja
+    by `Tokenizer.save`); not recorded where `special_tokens` lacks the template's tokens."""
 
     def __post_init__(self) -> None:
         if isinstance(self.special_tokens, list):
@@ -113,9 +114,21 @@ def train_bpe(
         bos_token=config.bos_token,
         eos_token=config.eos_token,
         pad_token=config.pad_token,
-        chat_template=config.chat_template,
+        chat_template=_template_served(config),
         source="<trained>",
     )
+
+
+def _template_served(config: BPEConfig) -> str | None:
+    """`config.chat_template`, or None where it is a known template whose tokens are not among the special
+    tokens (the default "schooner" on a tokenizer trained without role tokens: a base tokenizer, which must
+    not ship a Jinja template that renders its role markers as plain text)."""
+    from ._chat import CHAT_TEMPLATES
+
+    template = CHAT_TEMPLATES.get(config.chat_template or "")
+    if template is not None and not set(template.required_tokens) <= set(config.special_tokens):
+        return None
+    return config.chat_template
 
 
 train_tokenizer = train_bpe

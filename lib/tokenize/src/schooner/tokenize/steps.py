@@ -24,7 +24,7 @@ from schooner.data.steps import as_step_inputs, input_locations
 from ._build import build_cache, resolve_shards
 from ._chat import CHAT_TEMPLATES, ChatTemplate
 from ._tokenizer import load_tokenizer
-from ._train import DEFAULT_SPECIAL_TOKENS, BPEConfig, train_bpe
+from ._train import BOS_TOKEN, DEFAULT_SPECIAL_TOKENS, EOS_TOKEN, PAD_TOKEN, BPEConfig, train_bpe
 
 
 def _inputs(source: str | None, paths: Any, what: str) -> list[Any]:
@@ -102,6 +102,10 @@ def train_tokenizer(
     vocab_size: int = 4096,
     min_frequency: int = 2,
     special_tokens: Sequence[str] = DEFAULT_SPECIAL_TOKENS,
+    bos_token: str = BOS_TOKEN,
+    eos_token: str = EOS_TOKEN,
+    pad_token: str = PAD_TOKEN,
+    chat_template: str | None = "schooner",
     max_token_length: int | None = 32,
     max_documents: int | None = None,
     max_chars: int | None = None,
@@ -115,6 +119,8 @@ def train_tokenizer(
         source: an embedded source ("python-docs", "python-code") to train on, or
         paths: record folders / files / globs / step handles to train on.
         vocab_size, min_frequency, special_tokens, max_token_length: see `BPEConfig`.
+        bos_token, eos_token, pad_token, chat_template: see `BPEConfig` (bos/eos/pad must be among
+            `special_tokens`; e.g. all three `"<|endoftext|>"` with `special_tokens=["<|endoftext|>"]`).
         max_documents, max_chars: cap the training text (deterministically: the first ones in order).
         resources: run on the cluster with these resources (default: in the runner process).
     """
@@ -122,6 +128,10 @@ def train_tokenizer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         special_tokens=tuple(special_tokens),
+        bos_token=bos_token,
+        eos_token=eos_token,
+        pad_token=pad_token,
+        chat_template=chat_template,
         max_token_length=max_token_length,
     )
     config = TrainTokenizerConfig(
