@@ -96,3 +96,49 @@ def test_browse_page_shows_samples_and_dropped_records_in_chromium(run, tmp_path
     kept = next(read_shards(folder))
     assert json.dumps(kept["id"])[1:-1] in dom.stdout
     assert os.path.getsize(out) > 1000
+
+
+def test_paragraph_dedup_step_takes_the_dedup_steps(tmp_path):
+    """`paragraph_dedup(duplicates=[fuzzy])`: the kept mirror B keeps the paragraphs it shares with the
+    original A that fuzzy dedup drops; without it they are cut from B, lost, and the step record says how many."""
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    rng = random.Random(0)
+    vocab = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "river",
+        "stone",
+        "light",
+        "paper",
+        "table",
+        "window",
+        "garden",
+        "music",
+        "silver",
+        "cloud",
+    ]
+    a = "\n".join(" ".join(rng.choice(vocab) for _ in range(30)) + "." for _ in range(8))
+    b = a + "\nMirrored, with one sentence added."
+    write_records([{"id": i, "text": t, "source": "s", "metadata": {}} for i, t in (("A", a), ("B", b))],
+                  str(tmp_path / "src"), num_shards=1)  # fmt: skip
+    fuzzy = fuzzy_dedup("attributes/fuzzy", str(tmp_path / "src"))
+    outs = {}
+    for dups in ([fuzzy], []):
+        par = paragraph_dedup(
+            f"attributes/par{len(dups)}", str(tmp_path / "src"), min_chars=40, duplicates=dups
+        )
+        outs[len(dups)] = consolidate(f"data/clean{len(dups)}", str(tmp_path / "src"), [fuzzy, par],
+                                      keep=[not_dup("fuzzy")], remove=["paragraph_dups"], dropped_samples=0)  # fmt: skip
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run(list(outs.values()))
+    assert result.ok
+    with_dups = [r["text"] for r in read_shards(result[outs[1]].output_path)]
+    assert with_dups == [b] and result[outs[1]].result["lost"] == {}
+    without = [r["text"] for r in read_shards(result[outs[0]].output_path)]
+    assert without == ["Mirrored, with one sentence added."]
+    assert result[outs[0]].result["lost"] == {"paragraph_dups": 8}

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,8 @@ from ._langid import LangIdConfig, LanguageAttributes
 from ._minhash import MinHashConfig
 from ._rules import RULE_SETS, RuleAttributes
 from ._warc import warc_dataset
+
+logger = logging.getLogger(__name__)
 
 
 def _one(inputs: Any, what: str) -> str:
@@ -240,7 +243,8 @@ def _run_attributes(config: AttributeStepConfig, output_path: str) -> dict:
     if kind == "exact_dedup":
         out = exact_dedup_attributes(src, output_path, work=work)
     elif kind == "paragraph_dedup":
-        out = paragraph_dedup_attributes(src, output_path, min_chars=p, work=work)
+        out = paragraph_dedup_attributes(src, output_path, min_chars=p, work=work,
+                                         duplicates=input_locations(config.extra_inputs))  # fmt: skip
     elif kind == "fuzzy_dedup":
         out = fuzzy_dedup_attributes(src, output_path, p, work=work)
     else:
@@ -303,11 +307,18 @@ def exact_dedup(name: str, records: Any, *, resources: ResourceConfig | None = N
 
 
 def paragraph_dedup(
-    name: str, records: Any, *, min_chars: int = 1, resources: ResourceConfig | None = None
-) -> StepHandle:
+    name: str, records: Any, *, min_chars: int = 1, duplicates: Sequence[Any] = (),
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
     """Attribute `paragraph_dups`: spans of lines seen earlier in the corpus. Remove with
-    `consolidate(..., remove=["paragraph_dups"])`."""
-    return _attribute_step(name, records, "paragraph_dedup", min_chars, "v1", resources)
+    `consolidate(..., remove=["paragraph_dups"])`.
+
+    `duplicates`: the `exact_dedup`/`fuzzy_dedup` steps of the same records whose duplicates `consolidate`
+    drops (`not_dup`). Give them: the records they mark take no part, so the member of a cluster that is
+    kept keeps the paragraphs it shares with the dropped ones (else a paragraph first seen in a dropped
+    record is cut from every kept copy: consolidate counts those as `lost.paragraph_dups`)."""
+    extra = as_step_inputs(list(duplicates), what="paragraph_dedup duplicates") if duplicates else ()
+    return _attribute_step(name, records, "paragraph_dedup", min_chars, "v2", resources, extra=extra)
 
 
 def fuzzy_dedup(
@@ -524,8 +535,16 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     dropped = {k.removeprefix("dropped."): v for k, v in counters.items() if k.startswith("dropped.")}
     removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
     cleaned = {k.removeprefix("cleaned."): v for k, v in counters.items() if k.startswith("cleaned.")}
+    lost = {k.removeprefix("lost."): v for k, v in counters.items() if k.startswith("lost.")}
+    if lost.get("paragraph_dups"):
+        logger.warning(
+            "consolidate %s: %d repeated paragraphs are gone from the output: their first copy is in a dropped "
+            "record and every later copy was cut (remove=['paragraph_dups']); compute paragraph_dedup with "
+            "duplicates=[the exact_dedup/fuzzy_dedup steps] so the kept member of a cluster keeps them",
+            output_path, lost["paragraph_dups"],
+        )  # fmt: skip
     return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
-            "removed": removed, "cleaned": cleaned, "filters": [k.name for k in keep],
+            "removed": removed, "lost": lost, "cleaned": cleaned, "filters": [k.name for k in keep],
             "thresholds": {k.name: getattr(k, "threshold", None) for k in keep},
             "ties_cut_at": {k.name: list(k.cut) for k in keep if isinstance(k, TopFraction) and k.cut}}  # fmt: skip
 
