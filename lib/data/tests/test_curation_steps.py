@@ -142,3 +142,42 @@ def test_paragraph_dedup_step_takes_the_dedup_steps(tmp_path):
     without = [r["text"] for r in read_shards(result[outs[0]].output_path)]
     assert without == ["Mirrored, with one sentence added."]
     assert result[outs[0]].result["lost"] == {"paragraph_dups": 8}
+
+
+def test_quality_scores_step_reads_the_text_the_classifier_was_trained_on(tmp_path):
+    """`ClassifierConfig(max_chars=200)`: the classifier learns from the first 200 characters, so the step's
+    score of a page is that of its first 200 characters (it scored 20,000: a documentation opening followed
+    by a long spam tail scored as spam)."""
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation import ClassifierConfig
+    from schooner.data.curation.steps import quality_scores, train_quality_classifier
+
+    rng = random.Random(1)
+    good = ["function", "returns", "argument", "module", "class", "value", "the", "of", "a", "list", "string"]
+    bad = ["casino", "bonus", "win", "free", "click", "prize", "cheap", "offer", "now", "best", "deal"]
+
+    def text(vocab: list[str], n: int) -> str:
+        return " ".join(rng.choice(vocab) for _ in range(n)) + "."
+
+    def folder(name: str, texts: list[str]) -> str:
+        recs = [{"id": f"{name}{i}", "text": t, "source": name, "metadata": {}} for i, t in enumerate(texts)]
+        write_records(recs, str(tmp_path / name), num_shards=1)
+        return str(tmp_path / name)
+
+    pos = folder("pos", [text(good, 40) for _ in range(80)])
+    neg = folder("neg", [text(bad, 40) for _ in range(80)])
+    opening = text(good, 40)[:200]
+    page = opening + " " + text(bad, 1500)
+    pages = folder("pages", [page, opening])
+    clf = train_quality_classifier("classifiers/q", positives=pos, negatives=neg,
+                                   config=ClassifierConfig(epoch=10, lr=0.5, max_chars=200))  # fmt: skip
+    scores = quality_scores("attributes/q", pages, clf)
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run([scores])
+    assert result.ok
+    from schooner.data.curation import iter_attributes
+
+    got = [a["quality"] for a in iter_attributes(result[scores].output_path)]
+    assert got[1] > 0.5  # the opening alone is documentation
+    assert got[0] == got[1]

@@ -231,8 +231,16 @@ def _run_attributes(config: AttributeStepConfig, output_path: str) -> dict:
         manifest = attribute_dataset(src, per_record=RuleAttributes(rules)).write_jsonl(output_path)
         return {**_summary(manifest), "failures": _count_failures(output_path, [n for n, _ in p])}
     if kind == "quality_scores":
-        model = storage.join(_one(config.extra_inputs, "classifier"), "model.bin")
-        manifest = attribute_dataset(src, per_shard=QualityScores(model, p)).write_jsonl(output_path)
+        folder = _one(config.extra_inputs, "classifier")
+        model = storage.join(folder, "model.bin")
+        info = storage.join(folder, "classifier.json")
+        # score the characters the model was trained on (a classifier folder of before: the default)
+        max_chars = (
+            storage.read_json(info)["max_chars"] if storage.exists(info) else ClassifierConfig().max_chars
+        )
+        manifest = attribute_dataset(src, per_shard=QualityScores(model, p, max_chars)).write_jsonl(
+            output_path
+        )
         scores = sorted(a[p] for a in iter_attributes(output_path, [p]))
         q = (
             {f"p{k}": scores[min(len(scores) - 1, len(scores) * k // 100)] for k in (10, 50, 90)}
@@ -296,7 +304,7 @@ def quality_scores(
     """Attribute `key`: the probability the trained `classifier` gives the high-quality class. Filter with
     `score_at_least(key, t)` or `top_fraction(key, f)`."""
     return _attribute_step(
-        name, records, "quality_scores", key, "v2", resources, extra=as_step_inputs(classifier)
+        name, records, "quality_scores", key, "v3", resources, extra=as_step_inputs(classifier)
     )
 
 
@@ -351,6 +359,8 @@ def _run_classifier(config: ClassifierStepConfig, output_path: str) -> dict:
     local = storage.join(output_path, "model.bin")
     metrics = train_classifier(pos, neg, storage.local_path(local), config.config)
     storage.write_json(storage.join(output_path, "metrics.json"), metrics)
+    # what scoring must read of each text: the characters the model was trained on
+    storage.write_json(storage.join(output_path, "classifier.json"), {"max_chars": config.config.max_chars})
     return metrics
 
 
@@ -362,7 +372,7 @@ def train_quality_classifier(
     `model.bin` and `metrics.json` (held-out precision, recall, F1, also in the step record)."""
     cfg = ClassifierStepConfig(as_step_inputs(positives, what="positives"), as_step_inputs(negatives, what="negatives"),
                                config or ClassifierConfig())  # fmt: skip
-    return step(name, _run_classifier, cfg, version="classifier-v1", resources=resources,
+    return step(name, _run_classifier, cfg, version="classifier-v2", resources=resources,
                 description="quality classifier (fastText)")  # fmt: skip
 
 
