@@ -448,3 +448,31 @@ def test_paragraph_dedup_with_fuzzy_dedup_keeps_each_paragraph_once(tmp_path):
     kept, counters = run([], str(tmp_path / "par-all"))
     assert next(r["text"] for r in kept if r["id"] == "B") == "Mirrored, with one sentence added."
     assert counters["lost.paragraph_dups"] == len(wanted)
+
+
+PROSE = "\n".join(
+    f"Sentence number {i} of this page says something plain about the module." for i in range(6)
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "page_rules", "line_rules"),
+    [
+        # TFDS c4_utils.clean_page / datatrove C4QualityFilter: the lines C4 removes (no terminal
+        # punctuation, too few words, "javascript") are gone before "lorem ipsum" and "{" are looked for
+        ('d = {"a": 1}', [], ["no_terminal_punctuation"]),
+        ("def f(x) { return x; }", [], ["no_terminal_punctuation"]),
+        ("{x}.", [], ["too_few_words"]),
+        ("Lorem ipsum", [], ["no_terminal_punctuation"]),
+        ("Please enable JavaScript {now}.", [], ["javascript"]),
+        # a kept line with a brace or lorem ipsum drops the page
+        ("The set {1, 2} has two elements.", ["curly_bracket"], []),
+        ("Lorem ipsum dolor sit amet.", ["lorem_ipsum"], []),
+    ],
+)
+def test_c4_page_rules_look_at_the_lines_c4_keeps(extra, page_rules, line_rules):
+    text = PROSE + "\n" + extra
+    failed, spans = C4Rules().check_lines(text)
+    assert failed == page_rules
+    assert [s[2] for s in spans] == line_rules
+    assert all(text[s:e].rstrip("\n") == extra for s, e, _ in spans)
