@@ -20,6 +20,7 @@ from schooner.data import (
     WRITE_FORMATS,
     Dataset,
     ShardWriter,
+    SkipLog,
     content_id,
     detect_format,
     list_shards,
@@ -309,3 +310,40 @@ def test_arrow_types_of_foreign_parquet_round_trip_as_json_values(stamps, amount
         for fmt in WRITE_FORMATS:
             write_records(recs, os.path.join(d, fmt), format=fmt)
             assert [r for s in list_shards(os.path.join(d, fmt)) for r in read_records(s)] == recs
+
+
+@pytest.mark.parametrize(
+    ("name", "compress"),
+    [("a.jsonl", None), ("a.jsonl.gz", gzip.compress), ("a.jsonl.zst", zstandard.ZstdCompressor().compress),
+     ("a.json", None)],
+)  # fmt: skip
+def test_utf8_byte_order_mark_is_not_data(tmp_path, name, compress) -> None:
+    """A file written with a UTF-8 byte order mark (Windows tools, PowerShell's `Out-File`) holds the same
+    records as without it, as pyarrow's JSON reader (Hugging Face datasets' json loader) reads it; the first
+    record was a `DataError` ("BOM is not supported"), and `on_error='skip'` dropped it."""
+    import io
+
+    import pyarrow.json as pj
+
+    body = b'{"id": "a", "text": "caf\xc3\xa9"}\r\n{"id": "b", "text": "y"}\r\n'
+    if name.endswith(".json"):
+        body = b'[{"id": "a", "text": "caf\xc3\xa9"}, {"id": "b", "text": "y"}]'
+    data = b"\xef\xbb\xbf" + body
+    (tmp_path / name).write_bytes(compress(data) if compress else data)
+    skips = SkipLog()
+    got = [(r["id"], r["text"]) for r in read_records(str(tmp_path / name), on_error="skip", skips=skips)]
+    if not name.endswith(".json"):
+        assert got == [(r["id"], r["text"]) for r in pj.read_json(io.BytesIO(data)).to_pylist()]
+    assert got == [("a", "café"), ("b", "y")] and skips.skipped == 0
+
+
+def test_utf8_byte_order_mark_of_text_files(tmp_path) -> None:
+    """Text files: the mark is not text (Python's `utf-8-sig`), in either text mode."""
+    data = "\ufeffhello\r\nworld\n".encode()
+    (tmp_path / "a.txt").write_bytes(data)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(data))
+    want = data.decode("utf-8-sig")
+    assert [r["text"] for r in read_records(str(tmp_path / "a.txt"))] == [want]
+    assert [r["text"] for r in read_records(str(tmp_path / "b.txt.gz"), text_mode="lines")] == want.split(
+        "\r\n"
+    )[:1] + ["world"]

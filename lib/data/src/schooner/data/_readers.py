@@ -169,7 +169,7 @@ def _read_json_lines(
     with storage.open_file(path, "rb") as f:
         chunks = iter_decompressed(f, comp)
         try:
-            first = next(chunks, b"")
+            first = _without_bom(chunks)
             if fmt == "json" and first.lstrip()[:1] == b"[":
                 yield from _read_json_array(
                     path, first, chunks, text_field, id_field, source, on_error, skips
@@ -215,6 +215,22 @@ def _read_json_lines(
             handle(record_error(path, str(e), line=lineno), on_error, skips)
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(chunks: Iterator[bytes]) -> bytes:
+    """The first chunk of a stream (at least 3 bytes unless the stream is shorter), without the UTF-8 byte
+    order mark some tools write at the start of a file: it is not data (Python's `utf-8-sig`, pyarrow's JSON
+    reader)."""
+    first = next(chunks, b"")
+    while len(first) < len(_BOM) and _BOM.startswith(first):
+        more = next(chunks, b"")
+        if not more:
+            break
+        first += more
+    return first[len(_BOM) :] if first.startswith(_BOM) else first
+
+
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     if first:
         yield first
@@ -252,7 +268,8 @@ def _read_text(
     name = os.path.basename(path.rstrip("/"))
     with storage.open_file(path, "rb") as f:
         try:
-            data = b"".join(iter_decompressed(f, comp))
+            chunks = iter_decompressed(f, comp)
+            data = _without_bom(chunks) + b"".join(chunks)
         except StreamError as e:
             handle(DataError(path, str(e), line=None, fix=_TRUNCATED_FIX), on_error, skips)
             return
