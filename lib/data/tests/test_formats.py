@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from schooner.data import (
     WRITE_FORMATS,
+    DataError,
     Dataset,
     ShardWriter,
     SkipLog,
@@ -372,3 +373,24 @@ def test_parquet_text_column_of_any_arrow_string_type(tmp_path, text_type) -> No
     ]
     assert got == [(r["id"], r["text"]) for r in ref if r["text"] is not None]
     assert skips.skipped == 1 and "row 1" in skips.examples[0]
+
+
+def test_gzip_zero_padding_is_not_damage(tmp_path) -> None:
+    """Zero bytes after a gzip member (a file padded to a block size, by dd or a tape) are padding, as
+    Python's gzip module and GNU gzip read them: the same records, no skip. They were a `DataError`
+    "corrupt gzip data" (on_error='skip': a bogus skip), in text files too."""
+    data = b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n'
+    padded = gzip.compress(data[:25]) + b"\x00" * 100 + gzip.compress(data[25:]) + b"\x00" * (1 << 19)
+    (tmp_path / "p.jsonl.gz").write_bytes(padded)
+    assert gzip.decompress(padded) == data  # the reference
+    skips = SkipLog()
+    got = [
+        (r["id"], r["text"]) for r in read_records(str(tmp_path / "p.jsonl.gz"), on_error="skip", skips=skips)
+    ]
+    assert got == [("a", "x"), ("b", "y")] and skips.skipped == 0
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress(b"some text\n") + b"\x00" * 10)
+    assert [r["text"] for r in read_records(str(tmp_path / "t.txt.gz"))] == ["some text\n"]
+    # other bytes after a member are still damage, named
+    (tmp_path / "g.jsonl.gz").write_bytes(gzip.compress(data) + b"\x00\x00garbage")
+    with pytest.raises(DataError, match=r"g\.jsonl\.gz, line 3: corrupt gzip data"):
+        list(read_records(str(tmp_path / "g.jsonl.gz")))
