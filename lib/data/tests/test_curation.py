@@ -476,3 +476,23 @@ def test_c4_page_rules_look_at_the_lines_c4_keeps(extra, page_rules, line_rules)
     assert failed == page_rules
     assert [s[2] for s in spans] == line_rules
     assert all(text[s:e].rstrip("\n") == extra for s, e, _ in spans)
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "\r"])
+def test_rules_do_not_depend_on_line_endings(ending):
+    """A document with Windows (or old Mac) line endings is the same document: each rule set fails the
+    same rules as on its `\\n` copy. FineWeb failed every CRLF document (`line_punct_ratio`: no line
+    ended in punctuation, each ended in `\\r`) and Gopher repetition counted the `\\r` of blank lines as
+    repeated lines (`dup_line_frac`)."""
+    import random
+
+    rng = random.Random(7)
+    vocab = ["river", "stone", "light", "paper", "garden", "window", "music", "silver", "cloud", "table",
+             "the", "of", "and", "with", "that", "a", "to", "over", "under", "bright"]  # fmt: skip
+    paras = [" ".join(rng.choice(vocab) for _ in range(rng.randrange(12, 30))).capitalize() + "."
+             for _ in range(12)]  # fmt: skip
+    lf = "\n\n".join(paras) + "\n"
+    other = lf.replace("\n", ending)
+    assert FineWebRules().check(lf) == [] and GopherRepetition().check(lf) == []  # prose passes both
+    for rules in (GopherQuality(), GopherRepetition(), FineWebRules(), C4Rules()):
+        assert rules.check(other) == rules.check(lf), type(rules).__name__

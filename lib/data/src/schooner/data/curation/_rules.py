@@ -29,6 +29,15 @@ _SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
 _LINES = re.compile("\n+")
 
 
+def _unix_newlines(text: str) -> str:
+    """`text` with `\r\n` and lone `\r` line endings as `\n`: the rules that split lines on `\n` judge a
+    Windows document as its `\n` copy (lines ending in `\r` ended in no punctuation; its blank lines, `\r`,
+    were repeated lines)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
 def _dups(items: list[str]) -> tuple[int, int]:
     seen: set[str] = set()
     n = chars = 0
@@ -113,6 +122,7 @@ class GopherRepetition:
     """(n, duplicated n-grams' character fraction)."""
 
     def check(self, text: str) -> list[str]:
+        text = _unix_newlines(text)
         if not text.strip():
             return ["empty"]
         failed: list[str] = []
@@ -241,6 +251,7 @@ class FineWebRules:
     """Drop when newlines per word exceed this (list-like pages)."""
 
     def check(self, text: str) -> list[str]:
+        text = _unix_newlines(text)
         if not text.strip():
             return ["empty"]
         failed: list[str] = []
