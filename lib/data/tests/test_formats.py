@@ -394,3 +394,28 @@ def test_gzip_zero_padding_is_not_damage(tmp_path) -> None:
     (tmp_path / "g.jsonl.gz").write_bytes(gzip.compress(data) + b"\x00\x00garbage")
     with pytest.raises(DataError, match=r"g\.jsonl\.gz, line 3: corrupt gzip data"):
         list(read_records(str(tmp_path / "g.jsonl.gz")))
+
+
+def test_pretty_printed_json_object_file(tmp_path) -> None:
+    """A `.json` file holding one pretty-printed object is one record, as `json.load` reads it; it was
+    "line 1: malformed JSON" (and under on_error='skip' one bogus skip per line, no record). An object
+    that nests its records (SQuAD's `{"data": [...]}`) is one error saying so, not one per line."""
+    rec = {"id": "a", "text": "one pretty record", "lang": "en"}
+    (tmp_path / "one.json").write_text(json.dumps(rec, indent=2))
+    (tmp_path / "one.json.gz").write_bytes(gzip.compress(json.dumps(rec, indent=4).encode()))
+    for name in ("one.json", "one.json.gz"):
+        got = list(read_records(str(tmp_path / name)))
+        assert [(r["id"], r["text"], r["metadata"]) for r in got] == [
+            ("a", "one pretty record", {"lang": "en"})
+        ]
+    nested = {"version": "1.1", "data": [{"title": "t", "paragraphs": []}]}
+    (tmp_path / "squad.json").write_text(json.dumps(nested, indent=2))
+    skips = SkipLog()
+    assert list(read_records(str(tmp_path / "squad.json"), on_error="skip", skips=skips)) == []
+    assert skips.skipped == 1
+    assert (
+        "squad.json" in skips.examples[0] and "no 'text' field (fields: data, version)" in skips.examples[0]
+    )
+    (tmp_path / "broken.json").write_text('{\n  "id": "a",\n  "text": "x"\n')
+    with pytest.raises(DataError, match=r"broken\.json, line 4: malformed JSON"):
+        list(read_records(str(tmp_path / "broken.json")))

@@ -175,6 +175,11 @@ def _read_json_lines(
                     path, first, chunks, text_field, id_field, source, on_error, skips
                 )
                 return
+            if fmt == "json" and _one_document(first):
+                yield from _read_json_document(
+                    path, first, chunks, text_field, id_field, source, on_error, skips
+                )
+                return
             for chunk in _chain(first, chunks):
                 cut = chunk.rfind(b"\n")
                 if cut < 0:
@@ -235,6 +240,40 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     if first:
         yield first
     yield from rest
+
+
+def _one_document(first: bytes) -> bool:
+    """Whether a `.json` stream starting with `first` is one (pretty-printed) JSON object rather than JSON
+    lines: it opens with `{` and its first line is not a JSON value on its own."""
+    head = first.lstrip()
+    if head[:1] != b"{":
+        return False
+    nl = head.find(b"\n")
+    if nl < 0:
+        return False  # one long first line: JSON lines (or one object on one line, the same to read)
+    try:
+        orjson.loads(head[:nl])
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
+def _read_json_document(
+    path: str, first: bytes, chunks: Iterator[bytes], text_field: str, id_field: str, source: str,
+    on_error: str, skips: SkipLog | None,
+) -> Iterator[dict]:  # fmt: skip
+    """A `.json` file holding one object (as `json.load` reads it): one record."""
+    data = first + b"".join(chunks)
+    try:
+        obj = exact(orjson.loads(data), data)
+    except orjson.JSONDecodeError as e:
+        reason = _utf8_reason(data) or f"malformed JSON ({e.msg})"
+        handle(record_error(path, reason, line=getattr(e, "lineno", None)), on_error, skips)
+        return
+    try:
+        yield normalize(obj, text_field, id_field, source)
+    except BadRecord as e:
+        handle(record_error(path, f"the file's one JSON object: {e}"), on_error, skips)
 
 
 def _read_json_array(
