@@ -339,7 +339,7 @@ def fuzzy_dedup(
     """Attributes `fuzzy_dup`, `fuzzy_cluster`, `fuzzy_cluster_size`, `fuzzy_jaccard` (MinHash + LSH at
     Marin's parameters, connected components, verification against the text). The step record holds
     candidate and verified counts and the largest clusters. Filter with `not_dup("fuzzy")`."""
-    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v2", resources)
+    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v3", resources)
 
 
 # -------------------------------------------------------------------------------------- classifier
