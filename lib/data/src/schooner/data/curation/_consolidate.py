@@ -107,7 +107,7 @@ class ScoreAtLeast(Keep):
 @dataclass(frozen=True)
 class TopFraction(Keep):
     """Keep the top `fraction` of the records by score `key`: exactly `round(fraction * n)` (at least one)
-    of the `n` scored records. `consolidate` resolves it against the scores (`resolve_top_fraction`):
+    of the `n` scored records that the filters before it keep. `consolidate` resolves it against the scores (`resolve_top_fraction`):
     scores above `threshold` pass; of the records scoring exactly `threshold`, those before `cut` (the
     `(shard, row)` of the first tied record left out; None: all of them), so ties go by input order."""
 

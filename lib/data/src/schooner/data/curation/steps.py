@@ -513,23 +513,34 @@ class ConsolidateConfig:
     normalize_whitespace: bool = True
 
 
-def _scored(folders: Sequence[str], key: str) -> list[tuple[float, tuple[int, int]]]:
-    """`(score, (shard, row))` of every record with a score `key` in the attribute folders."""
+def _scored(
+    folders: Sequence[str], key: str, before: Sequence[Keep] = ()
+) -> list[tuple[float, tuple[int, int]]]:
+    """`(score, (shard, row))` of every record with a score `key` in the attribute folders (merged as
+    `with_attributes` merges them, later folders winning) that the filters `before` keep: the records a
+    `top_fraction` after them sees."""
     out = []
-    for folder in folders:
-        for i, shard in enumerate(list_shards(folder)):
-            for j, rec in enumerate(read_records(shard)):
-                v = rec["metadata"].get(key)
-                if v is not None:
-                    out.append((float(v), (i, j)))
+    shards = [list_shards(f) for f in folders]
+    for i in range(min(map(len, shards), default=0)):
+        readers = [read_records(s[i]) for s in shards]
+        for j, recs in enumerate(zip(*readers)):
+            attrs: dict[str, Any] = {}
+            for r in recs:
+                attrs.update(r["metadata"])
+            v = attrs.get(key)
+            if v is not None and all(k.check(attrs, (i, j)) for k in before):
+                out.append((float(v), (i, j)))
     return out
 
 
 def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     src = _one(config.inputs, "consolidate")
     folders = input_locations(config.attributes)
-    keep = [resolve_top_fraction(k, _scored(folders, k.key)) if isinstance(k, TopFraction) else k
-            for k in config.keep]  # fmt: skip
+    keep: list[Keep] = []
+    for k in config.keep:  # a top fraction is a share of the records the filters before it keep
+        keep.append(
+            resolve_top_fraction(k, _scored(folders, k.key, keep)) if isinstance(k, TopFraction) else k
+        )
     c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, fix_text=config.fix_text,
                      normalize_whitespace=config.normalize_whitespace)  # fmt: skip
     ds = with_attributes(src, folders, locate=True)
@@ -578,5 +589,5 @@ def consolidate(
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
                             tuple(remove), attach_attributes, dropped_samples, num_shards,
                             fix_text=fix_text, normalize_whitespace=normalize_whitespace)  # fmt: skip
-    return step(name, _run_consolidate, cfg, version="consolidate-v3", resources=resources, resumable=True,
+    return step(name, _run_consolidate, cfg, version="consolidate-v4", resources=resources, resumable=True,
                 description="consolidate: filters and span removals")  # fmt: skip
