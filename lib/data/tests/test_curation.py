@@ -368,3 +368,131 @@ def test_extracted_records_equal_the_libraries_own_calls_on_each_record(crawl):
                 assert meta["title"] == " ".join((tree.title or "").split())
                 assert got["text"] == _tidy_reference(text), meta["url"]
     assert seen == len(recs) > 30
+
+
+def _mirror_corpus(folder: str) -> dict[str, str]:
+    """An original page A, an unrelated page C and B, A's mirror with one sentence added (later, longer):
+    fuzzy dedup keeps B and drops A, so every paragraph of A must survive in B."""
+    import random
+
+    from schooner.data import write_records
+
+    rng = random.Random(0)
+    vocab = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "river",
+        "stone",
+        "light",
+        "paper",
+        "table",
+        "window",
+        "garden",
+        "music",
+        "silver",
+        "cloud",
+    ]
+
+    def para() -> str:
+        return " ".join(rng.choice(vocab) for _ in range(30)) + "."
+
+    a = "\n".join(para() for _ in range(8))
+    texts = {
+        "A": a,
+        "C": "\n".join(para() for _ in range(8)),
+        "B": a + "\nMirrored, with one sentence added.",
+    }
+    write_records([{"id": i, "text": t, "source": "s", "metadata": {}} for i, t in texts.items()], folder,
+                  num_shards=2)  # fmt: skip
+    return texts
+
+
+def test_paragraph_dedup_with_fuzzy_dedup_keeps_each_paragraph_once(tmp_path):
+    """Repeated paragraphs computed on the same records as fuzzy dedup: a paragraph whose first copy lies
+    in a record dedup drops (the original A, kept over by its longer mirror B) must stay in B. Without
+    `duplicates=` every paragraph of A vanished from the output (B kept one sentence); consolidate now
+    counts such losses."""
+    from schooner.data.curation import not_dup
+    from schooner.data.curation._attributes import with_attributes
+    from schooner.data.curation._consolidate import Consolidator
+
+    src = str(tmp_path / "src")
+    texts = _mirror_corpus(src)
+    fuzzy = str(tmp_path / "fuzzy")
+    fuzzy_dedup_attributes(src, fuzzy, MinHashConfig(), work=str(tmp_path / "w1"), progress=False)
+    assert [a["fuzzy_dup"] for a in iter_attributes(fuzzy)] == [True, False, False]  # A, C | B
+    wanted = texts["A"].split("\n")  # each paragraph of A once, in the kept B
+
+    def run(duplicates: list[str], out: str) -> tuple[list[dict], dict]:
+        paragraph_dedup_attributes(src, out, min_chars=40, work=str(tmp_path / f"w-{out}"),
+                                   duplicates=duplicates, progress=False)  # fmt: skip
+        c = Consolidator((not_dup("fuzzy"),), ("paragraph_dups",), fix_text=False, normalize_whitespace=False)
+        counters: dict = {}
+        kept = []
+        for rec in with_attributes(src, [fuzzy, out], locate=True).iter_records(
+            client="inline", progress=False
+        ):
+            kept.extend(c([rec], counters))
+        return kept, counters
+
+    kept, counters = run([fuzzy], str(tmp_path / "par"))
+    joined = "\n".join(r["text"] for r in kept)
+    assert [r["id"] for r in kept] == ["C", "B"]
+    assert [joined.count(p) for p in wanted] == [1] * len(wanted)
+    assert next(r["text"] for r in kept if r["id"] == "B") == texts["B"]
+    assert counters.get("lost.paragraph_dups", 0) == 0
+
+    # computed without the dedup attributes: A's 8 paragraphs are cut from B, and the loss is counted
+    kept, counters = run([], str(tmp_path / "par-all"))
+    assert next(r["text"] for r in kept if r["id"] == "B") == "Mirrored, with one sentence added."
+    assert counters["lost.paragraph_dups"] == len(wanted)
+
+
+PROSE = "\n".join(
+    f"Sentence number {i} of this page says something plain about the module." for i in range(6)
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "page_rules", "line_rules"),
+    [
+        # TFDS c4_utils.clean_page / datatrove C4QualityFilter: the lines C4 removes (no terminal
+        # punctuation, too few words, "javascript") are gone before "lorem ipsum" and "{" are looked for
+        ('d = {"a": 1}', [], ["no_terminal_punctuation"]),
+        ("def f(x) { return x; }", [], ["no_terminal_punctuation"]),
+        ("{x}.", [], ["too_few_words"]),
+        ("Lorem ipsum", [], ["no_terminal_punctuation"]),
+        ("Please enable JavaScript {now}.", [], ["javascript"]),
+        # a kept line with a brace or lorem ipsum drops the page
+        ("The set {1, 2} has two elements.", ["curly_bracket"], []),
+        ("Lorem ipsum dolor sit amet.", ["lorem_ipsum"], []),
+    ],
+)
+def test_c4_page_rules_look_at_the_lines_c4_keeps(extra, page_rules, line_rules):
+    text = PROSE + "\n" + extra
+    failed, spans = C4Rules().check_lines(text)
+    assert failed == page_rules
+    assert [s[2] for s in spans] == line_rules
+    assert all(text[s:e].rstrip("\n") == extra for s, e, _ in spans)
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "\r"])
+def test_rules_do_not_depend_on_line_endings(ending):
+    """A document with Windows (or old Mac) line endings is the same document: each rule set fails the
+    same rules as on its `\\n` copy. FineWeb failed every CRLF document (`line_punct_ratio`: no line
+    ended in punctuation, each ended in `\\r`) and Gopher repetition counted the `\\r` of blank lines as
+    repeated lines (`dup_line_frac`)."""
+    import random
+
+    rng = random.Random(7)
+    vocab = ["river", "stone", "light", "paper", "garden", "window", "music", "silver", "cloud", "table",
+             "the", "of", "and", "with", "that", "a", "to", "over", "under", "bright"]  # fmt: skip
+    paras = [" ".join(rng.choice(vocab) for _ in range(rng.randrange(12, 30))).capitalize() + "."
+             for _ in range(12)]  # fmt: skip
+    lf = "\n\n".join(paras) + "\n"
+    other = lf.replace("\n", ending)
+    assert FineWebRules().check(lf) == [] and GopherRepetition().check(lf) == []  # prose passes both
+    for rules in (GopherQuality(), GopherRepetition(), FineWebRules(), C4Rules()):
+        assert rules.check(other) == rules.check(lf), type(rules).__name__

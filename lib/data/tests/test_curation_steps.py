@@ -96,3 +96,88 @@ def test_browse_page_shows_samples_and_dropped_records_in_chromium(run, tmp_path
     kept = next(read_shards(folder))
     assert json.dumps(kept["id"])[1:-1] in dom.stdout
     assert os.path.getsize(out) > 1000
+
+
+def test_paragraph_dedup_step_takes_the_dedup_steps(tmp_path):
+    """`paragraph_dedup(duplicates=[fuzzy])`: the kept mirror B keeps the paragraphs it shares with the
+    original A that fuzzy dedup drops; without it they are cut from B, lost, and the step record says how many."""
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    rng = random.Random(0)
+    vocab = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "river",
+        "stone",
+        "light",
+        "paper",
+        "table",
+        "window",
+        "garden",
+        "music",
+        "silver",
+        "cloud",
+    ]
+    a = "\n".join(" ".join(rng.choice(vocab) for _ in range(30)) + "." for _ in range(8))
+    b = a + "\nMirrored, with one sentence added."
+    write_records([{"id": i, "text": t, "source": "s", "metadata": {}} for i, t in (("A", a), ("B", b))],
+                  str(tmp_path / "src"), num_shards=1)  # fmt: skip
+    fuzzy = fuzzy_dedup("attributes/fuzzy", str(tmp_path / "src"))
+    outs = {}
+    for dups in ([fuzzy], []):
+        par = paragraph_dedup(
+            f"attributes/par{len(dups)}", str(tmp_path / "src"), min_chars=40, duplicates=dups
+        )
+        outs[len(dups)] = consolidate(f"data/clean{len(dups)}", str(tmp_path / "src"), [fuzzy, par],
+                                      keep=[not_dup("fuzzy")], remove=["paragraph_dups"], dropped_samples=0)  # fmt: skip
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run(list(outs.values()))
+    assert result.ok
+    with_dups = [r["text"] for r in read_shards(result[outs[1]].output_path)]
+    assert with_dups == [b] and result[outs[1]].result["lost"] == {}
+    without = [r["text"] for r in read_shards(result[outs[0]].output_path)]
+    assert without == ["Mirrored, with one sentence added."]
+    assert result[outs[0]].result["lost"] == {"paragraph_dups": 8}
+
+
+def test_quality_scores_step_reads_the_text_the_classifier_was_trained_on(tmp_path):
+    """`ClassifierConfig(max_chars=200)`: the classifier learns from the first 200 characters, so the step's
+    score of a page is that of its first 200 characters (it scored 20,000: a documentation opening followed
+    by a long spam tail scored as spam)."""
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation import ClassifierConfig
+    from schooner.data.curation.steps import quality_scores, train_quality_classifier
+
+    rng = random.Random(1)
+    good = ["function", "returns", "argument", "module", "class", "value", "the", "of", "a", "list", "string"]
+    bad = ["casino", "bonus", "win", "free", "click", "prize", "cheap", "offer", "now", "best", "deal"]
+
+    def text(vocab: list[str], n: int) -> str:
+        return " ".join(rng.choice(vocab) for _ in range(n)) + "."
+
+    def folder(name: str, texts: list[str]) -> str:
+        recs = [{"id": f"{name}{i}", "text": t, "source": name, "metadata": {}} for i, t in enumerate(texts)]
+        write_records(recs, str(tmp_path / name), num_shards=1)
+        return str(tmp_path / name)
+
+    pos = folder("pos", [text(good, 40) for _ in range(80)])
+    neg = folder("neg", [text(bad, 40) for _ in range(80)])
+    opening = text(good, 40)[:200]
+    page = opening + " " + text(bad, 1500)
+    pages = folder("pages", [page, opening])
+    clf = train_quality_classifier("classifiers/q", positives=pos, negatives=neg,
+                                   config=ClassifierConfig(epoch=10, lr=0.5, max_chars=200))  # fmt: skip
+    scores = quality_scores("attributes/q", pages, clf)
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run([scores])
+    assert result.ok
+    from schooner.data.curation import iter_attributes
+
+    got = [a["quality"] for a in iter_attributes(result[scores].output_path)]
+    assert got[1] > 0.5  # the opening alone is documentation
+    assert got[0] == got[1]

@@ -289,3 +289,23 @@ def test_group_by_many_megabytes_through_a_tiny_budget(tmp_path, local_client) -
     }
     assert got == expected
     assert m["counters"]["g.spilled_runs"] > 50
+
+
+def test_take_counts_the_records_it_passes_on(tmp_path) -> None:
+    """Each input shard's task stops at n records, the stage then keeps the first n of them: the manifest's
+    `take[n].out` is n, the records written (it said 4 x 10 = 40 for 10 records)."""
+    recs = make_records(100)
+    m = (
+        Dataset.from_records(recs, num_shards=4)
+        .filter(lambda r: r["metadata"]["i"] % 2 == 0, reason="odd")
+        .take(10)
+        .write_jsonl(str(tmp_path / "out"), progress=False)
+    )
+    assert m["records"] == 10
+    assert m["counters"]["take[10].out"] == 10
+    m = (
+        Dataset.from_records(recs[:7], num_shards=3)
+        .take(10)
+        .write_jsonl(str(tmp_path / "few"), progress=False)
+    )
+    assert m["records"] == 7 and m["counters"]["take[10].out"] == 7

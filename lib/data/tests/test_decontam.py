@@ -195,3 +195,65 @@ def test_decontaminate_step_reports_counts_and_removes(evals, tmp_path):
 def test_decontaminate_rejects_unknown_removal():
     with pytest.raises(ValueError, match="remove='spans'"):
         decontaminate("x", "crawl", against="evals.jsonl", remove="spans")
+
+
+def test_short_item_inside_a_training_text_shorter_than_an_ngram(tmp_path):
+    """An 11-word eval item (a short question and its answer) quoted in a 12-word line: 11 of its 12 words
+    lie in the item, so the line is contaminated (hand count: 11/12 >= 0.5), as it is in a longer line."""
+    item = "Which module parses command line options and writes usage messages? argparse"
+    build_index([{"id": "q1", "task": "quiz", "text": item}], str(tmp_path / "idx"))
+    for text, n_words in [
+        ("Quiz: Which module parses command-line options and writes usage messages? Argparse!", 12),
+        ("Which module parses command line options and writes usage messages? argparse. Yes", 12),
+        ("Quiz: which module parses command line options and writes usage messages? argparse, yes", 13),
+    ]:
+        assert len(normalized_words(text)) == n_words
+        hits = contamination_hits(text, str(tmp_path / "idx"))
+        assert [(h["span"], h["eval_item"]) for h in hits] == [([0, len(text)], "q1")], text
+        assert hits[0]["fraction"] == round(11 / n_words, 4)
+    # the item alone is found once, the whole text
+    assert [h["fraction"] for h in contamination_hits(item, str(tmp_path / "idx"))] == [1.0]
+
+
+@pytest.mark.parametrize("name", ["quiz.jsonl.gz", "quiz.jsonl.zst", "quiz.ndjson", "quiz.json"])
+def test_task_rows_in_compressed_and_json_files(tmp_path, name):
+    """Task rows (question/choices/answer) are eval items in any JSON file the readers take (HumanEval
+    ships as `HumanEval.jsonl.gz`), not only in plain `.jsonl`."""
+    import gzip
+
+    import zstandard
+
+    rows = [
+        {
+            "question": "Which module parses command-line options?",
+            "choices": ["argparse", "shlex"],
+            "answer": 0,
+        },
+        {"task_id": "HumanEval/0", "prompt": "def add(a, b):\n    return the sum of a and b"},
+    ]
+    data = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    if name.endswith(".json"):
+        data = json.dumps(rows).encode()
+    elif name.endswith(".gz"):
+        data = gzip.compress(data)
+    elif name.endswith(".zst"):
+        data = zstandard.ZstdCompressor().compress(data)
+    (tmp_path / name).write_bytes(data)
+    items = load_eval_items(str(tmp_path / name))
+    assert [(it["id"], it["task"], it["text"]) for it in items] == [
+        ("quiz/0", "quiz", "Which module parses command-line options? argparse"),
+        ("quiz/1", "quiz", "def add(a, b):\n    return the sum of a and b"),
+    ]
+
+
+def test_bad_task_row_in_compressed_file_is_named(tmp_path):
+    import gzip
+
+    (tmp_path / "quiz.jsonl.gz").write_bytes(
+        gzip.compress(b'{"question": "Which?", "answer": 1}\n{"choices": [1]}\n')
+    )
+    with pytest.raises(ValueError, match=r"quiz\.jsonl\.gz:2: .*no text, question"):
+        load_eval_items(str(tmp_path / "quiz.jsonl.gz"))
+    (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b'{"question": "Which?"}\n{not json\n'))
+    with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not JSON"):
+        load_eval_items(str(tmp_path / "bad.jsonl.gz"))

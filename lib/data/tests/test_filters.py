@@ -73,3 +73,31 @@ def test_gopher_repetition_does_not_count_blank_lines_as_repeated_lines():
         for i in range(12)
     )
     assert {"dup_line_frac", "dup_line_char_frac"} <= set(GopherRepetition().check(doubled))
+
+
+def test_top_fraction_is_the_share_of_what_reaches_it(tmp_path):
+    """`consolidate(keep=[lang_is("en"), top_fraction("q", 0.2)])` keeps the top 20% of the English pages
+    (DCLM takes its top 10% of the pool the earlier filters leave): 10 English pages of 40 -> 2, the two best
+    English scores (hand count). The share was taken of every scored page, so 20% of 40 = 8 places went to
+    the better-scored French pages, which `lang_is` drops: no English page was kept."""
+    from schooner.cluster import StepRunner
+    from schooner.data.curation import lang_is
+    from schooner.data.curation.steps import consolidate
+
+    recs, attrs = [], []
+    for i in range(40):
+        en = i % 4 == 0  # 10 English pages, scores 0.10-0.19; 30 French pages, scores 0.50-0.79
+        q = 0.1 + i / 400 if en else 0.5 + i / 100
+        recs.append({"id": f"p{i}", "text": f"page {i}", "source": "s", "metadata": {}})
+        attrs.append({"id": f"p{i}", "text": "", "source": "attributes",
+                      "metadata": {"lang": "en" if en else "fr", "lang_score": 0.9, "q": round(q, 4)}})  # fmt: skip
+    write_records(recs, str(tmp_path / "src"), num_shards=2)
+    write_records(attrs, str(tmp_path / "attrs"), num_shards=2)
+    clean = consolidate("data/clean", str(tmp_path / "src"), [str(tmp_path / "attrs")],
+                        keep=[lang_is("en"), top_fraction("q", 0.2)], dropped_samples=0)  # fmt: skip
+    result = StepRunner(prefix=str(tmp_path / "prefix")).run([clean])
+    assert result.ok
+    english = sorted((a["metadata"]["q"], a["id"]) for a in attrs if a["metadata"]["lang"] == "en")
+    want = sorted(i for _, i in english[-2:])
+    assert sorted(r["id"] for r in read_shards(result[clean].output_path)) == want
+    assert result[clean].result["dropped"] == {"lang_not_en": 30, "q_not_top_0.2": 8}

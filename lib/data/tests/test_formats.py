@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from schooner.data import (
     WRITE_FORMATS,
+    DataError,
     Dataset,
     ShardWriter,
+    SkipLog,
     content_id,
     detect_format,
     list_shards,
@@ -309,3 +311,111 @@ def test_arrow_types_of_foreign_parquet_round_trip_as_json_values(stamps, amount
         for fmt in WRITE_FORMATS:
             write_records(recs, os.path.join(d, fmt), format=fmt)
             assert [r for s in list_shards(os.path.join(d, fmt)) for r in read_records(s)] == recs
+
+
+@pytest.mark.parametrize(
+    ("name", "compress"),
+    [("a.jsonl", None), ("a.jsonl.gz", gzip.compress), ("a.jsonl.zst", zstandard.ZstdCompressor().compress),
+     ("a.json", None)],
+)  # fmt: skip
+def test_utf8_byte_order_mark_is_not_data(tmp_path, name, compress) -> None:
+    """A file written with a UTF-8 byte order mark (Windows tools, PowerShell's `Out-File`) holds the same
+    records as without it, as pyarrow's JSON reader (Hugging Face datasets' json loader) reads it; the first
+    record was a `DataError` ("BOM is not supported"), and `on_error='skip'` dropped it."""
+    import io
+
+    import pyarrow.json as pj
+
+    body = b'{"id": "a", "text": "caf\xc3\xa9"}\r\n{"id": "b", "text": "y"}\r\n'
+    if name.endswith(".json"):
+        body = b'[{"id": "a", "text": "caf\xc3\xa9"}, {"id": "b", "text": "y"}]'
+    data = b"\xef\xbb\xbf" + body
+    (tmp_path / name).write_bytes(compress(data) if compress else data)
+    skips = SkipLog()
+    got = [(r["id"], r["text"]) for r in read_records(str(tmp_path / name), on_error="skip", skips=skips)]
+    if not name.endswith(".json"):
+        assert got == [(r["id"], r["text"]) for r in pj.read_json(io.BytesIO(data)).to_pylist()]
+    assert got == [("a", "café"), ("b", "y")] and skips.skipped == 0
+
+
+def test_utf8_byte_order_mark_of_text_files(tmp_path) -> None:
+    """Text files: the mark is not text (Python's `utf-8-sig`), in either text mode."""
+    data = "\ufeffhello\r\nworld\n".encode()
+    (tmp_path / "a.txt").write_bytes(data)
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(data))
+    want = data.decode("utf-8-sig")
+    assert [r["text"] for r in read_records(str(tmp_path / "a.txt"))] == [want]
+    assert [r["text"] for r in read_records(str(tmp_path / "b.txt.gz"), text_mode="lines")] == want.split(
+        "\r\n"
+    )[:1] + ["world"]
+
+
+@pytest.mark.parametrize(
+    "text_type",
+    ["large_string", "string_view", "dictionary"],  # pandas categoricals are dictionary columns
+)
+def test_parquet_text_column_of_any_arrow_string_type(tmp_path, text_type) -> None:
+    """A text column of another Arrow string type is text: its rows are what pyarrow reads (the reference),
+    a null text one skipped record. It was a `DataError` "expected string" for the whole file, every row
+    lost under `on_error='skip'` and counted as 1."""
+    texts = ["first text", None, "third text"]
+    col = pa.array(texts, pa.large_string() if text_type == "large_string" else pa.string())
+    if text_type == "string_view":
+        col = col.cast(pa.string_view())
+    elif text_type == "dictionary":
+        col = col.dictionary_encode()
+    pq.write_table(pa.table({"id": ["a", "b", "c"], "text": col}), tmp_path / "a.parquet")
+    assert pq.read_schema(tmp_path / "a.parquet").field("text").type == col.type
+    ref = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    skips = SkipLog()
+    got = [
+        (r["id"], r["text"]) for r in read_records(str(tmp_path / "a.parquet"), on_error="skip", skips=skips)
+    ]
+    assert got == [(r["id"], r["text"]) for r in ref if r["text"] is not None]
+    assert skips.skipped == 1 and "row 1" in skips.examples[0]
+
+
+def test_gzip_zero_padding_is_not_damage(tmp_path) -> None:
+    """Zero bytes after a gzip member (a file padded to a block size, by dd or a tape) are padding, as
+    Python's gzip module and GNU gzip read them: the same records, no skip. They were a `DataError`
+    "corrupt gzip data" (on_error='skip': a bogus skip), in text files too."""
+    data = b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n'
+    padded = gzip.compress(data[:25]) + b"\x00" * 100 + gzip.compress(data[25:]) + b"\x00" * (1 << 19)
+    (tmp_path / "p.jsonl.gz").write_bytes(padded)
+    assert gzip.decompress(padded) == data  # the reference
+    skips = SkipLog()
+    got = [
+        (r["id"], r["text"]) for r in read_records(str(tmp_path / "p.jsonl.gz"), on_error="skip", skips=skips)
+    ]
+    assert got == [("a", "x"), ("b", "y")] and skips.skipped == 0
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress(b"some text\n") + b"\x00" * 10)
+    assert [r["text"] for r in read_records(str(tmp_path / "t.txt.gz"))] == ["some text\n"]
+    # other bytes after a member are still damage, named
+    (tmp_path / "g.jsonl.gz").write_bytes(gzip.compress(data) + b"\x00\x00garbage")
+    with pytest.raises(DataError, match=r"g\.jsonl\.gz, line 3: corrupt gzip data"):
+        list(read_records(str(tmp_path / "g.jsonl.gz")))
+
+
+def test_pretty_printed_json_object_file(tmp_path) -> None:
+    """A `.json` file holding one pretty-printed object is one record, as `json.load` reads it; it was
+    "line 1: malformed JSON" (and under on_error='skip' one bogus skip per line, no record). An object
+    that nests its records (SQuAD's `{"data": [...]}`) is one error saying so, not one per line."""
+    rec = {"id": "a", "text": "one pretty record", "lang": "en"}
+    (tmp_path / "one.json").write_text(json.dumps(rec, indent=2))
+    (tmp_path / "one.json.gz").write_bytes(gzip.compress(json.dumps(rec, indent=4).encode()))
+    for name in ("one.json", "one.json.gz"):
+        got = list(read_records(str(tmp_path / name)))
+        assert [(r["id"], r["text"], r["metadata"]) for r in got] == [
+            ("a", "one pretty record", {"lang": "en"})
+        ]
+    nested = {"version": "1.1", "data": [{"title": "t", "paragraphs": []}]}
+    (tmp_path / "squad.json").write_text(json.dumps(nested, indent=2))
+    skips = SkipLog()
+    assert list(read_records(str(tmp_path / "squad.json"), on_error="skip", skips=skips)) == []
+    assert skips.skipped == 1
+    assert (
+        "squad.json" in skips.examples[0] and "no 'text' field (fields: data, version)" in skips.examples[0]
+    )
+    (tmp_path / "broken.json").write_text('{\n  "id": "a",\n  "text": "x"\n')
+    with pytest.raises(DataError, match=r"broken\.json, line 4: malformed JSON"):
+        list(read_records(str(tmp_path / "broken.json")))

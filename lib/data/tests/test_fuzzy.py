@@ -367,3 +367,47 @@ def test_fuzzy_dedup_keep_names_a_missing_or_bad_score_field(planted, tmp_path):
     ):
         fuzzy_dedup_attributes(folder, str(tmp_path / "out"), MinHashConfig(keep="metadata.score"),
                                work=str(tmp_path / "w"), client="inline", progress=False)  # fmt: skip
+
+
+def test_fuzzy_keep_metadata_next_to_exact_dedup_leaves_one_copy(tmp_path):
+    """Exact copies of a page crawled on different dates, `keep="metadata.date"`: fuzzy dedup kept the newest
+    copy and exact dedup (which keeps the first copy of a text) dropped it, so `consolidate` with both
+    filters left no copy at all. Among exact copies the first now stands for them all (with the best score
+    among them), as in exact dedup, so exactly one copy of the text is kept, and a better-scored near copy
+    still wins over them."""
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation import exact_dedup_attributes, iter_attributes, not_dup
+    from schooner.data.curation._attributes import with_attributes
+    from schooner.data.curation._consolidate import Consolidator
+
+    rng = random.Random(1)
+    a = " ".join("".join(rng.choice("abcdefghij") for _ in range(6)) for _ in range(200))
+    b = " ".join("".join(rng.choice("abcdefghij") for _ in range(6)) for _ in range(200))
+    b_near = b + " garden"  # a near copy of b, scored higher than both copies of b
+    recs = [
+        ("a-2019", a, 2019),
+        ("b-2019", b, 2019),
+        ("a-2024", a, 2024),
+        ("b-2024", b, 2024),
+        ("b-near", b_near, 2030),
+    ]
+    write_records([{"id": i, "text": t, "source": "s", "metadata": {"date": d}} for i, t, d in recs],
+                  str(tmp_path / "src"), num_shards=2)  # fmt: skip
+    fuzzy_dedup_attributes(str(tmp_path / "src"), str(tmp_path / "fz"), MinHashConfig(keep="metadata.date"),
+                           work=str(tmp_path / "w1"), client="inline", progress=False)  # fmt: skip
+    exact_dedup_attributes(
+        str(tmp_path / "src"), str(tmp_path / "ex"), work=str(tmp_path / "w2"), progress=False
+    )
+    fz = {i: a for (i, _, _), a in zip(recs, iter_attributes(str(tmp_path / "fz")))}
+    assert fz["a-2019"]["fuzzy_dup"] is False and fz["a-2024"]["fuzzy_cluster"] == "a-2019"
+    assert fz["b-near"]["fuzzy_dup"] is False and fz["b-2019"]["fuzzy_cluster"] == "b-near"
+    c = Consolidator((not_dup("exact"), not_dup("fuzzy")), (), fix_text=False, normalize_whitespace=False)
+    counters: dict = {}
+    kept = []
+    for rec in with_attributes(
+        str(tmp_path / "src"), [str(tmp_path / "ex"), str(tmp_path / "fz")]
+    ).iter_records(client="inline", progress=False):
+        kept.extend(c([rec], counters))
+    assert sorted(r["id"] for r in kept) == ["a-2019", "b-near"]

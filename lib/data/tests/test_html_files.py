@@ -118,3 +118,44 @@ def test_a_compressed_page_is_never_inflated_past_max_bytes(tmp_path) -> None:
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert m == 0
     assert grown_mib < 100, f"peak RSS grew by {grown_mib:.0f} MiB"
+
+
+def _long_page(n: int) -> bytes:
+    paras = "".join(
+        f"<p>Paragraph number {i} of the saved page, with words {i * 7919 % 10007} to count as content.</p>"
+        for i in range(n)
+    )
+    return f"<html><head><title>T</title></head><body><article>{paras}</article></body></html>".encode()
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz"])
+def test_a_page_of_concatenated_frames_is_read_whole(tmp_path, suffix) -> None:
+    """A page compressed as two zstd frames (or gzip members), as `zstd -d` / `gunzip` read it: both
+    halves. The zstd reader stopped at the first frame: 20 of the 40 paragraphs, with no skip."""
+    page = _long_page(40)
+    pack = zstandard.ZstdCompressor().compress if suffix == ".zst" else gzip.compress
+    half = len(page) // 2
+    (tmp_path / f"a.html{suffix}").write_bytes(pack(page[:half]) + pack(page[half:]))
+    (tmp_path / "plain.html").write_bytes(page)
+    got = {
+        r["metadata"]["file"].rsplit("/", 1)[-1]: r["text"]
+        for r in html_dataset(str(tmp_path)).collect(client="inline", progress=False)
+    }
+    assert got[f"a.html{suffix}"].count("Paragraph number") == 40
+    assert got[f"a.html{suffix}"] == got["plain.html"]
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz"])
+def test_a_truncated_compressed_page_is_named_not_read_in_part(tmp_path, suffix) -> None:
+    """A page whose compressed file was cut short (an interrupted download) is a `damaged_stream` skip
+    naming the file; a .zst one became a record of its first part (3,138 of 6,000 paragraphs), uncounted,
+    or an "empty page" when cut inside the first block."""
+    pack = zstandard.ZstdCompressor().compress if suffix == ".zst" else gzip.compress
+    for name, n in (("big", 6000), ("small", 40)):
+        data = pack(_long_page(n))
+        (tmp_path / f"{name}.html{suffix}").write_bytes(data[: len(data) * 2 // 3])
+    m = html_dataset(str(tmp_path)).write_jsonl(str(tmp_path / "out"), progress=False)
+    assert m["records"] == 0
+    assert {k: len(v) for k, v in m["errors"]["reasons"].items()} == {"damaged_stream": 2}
+    with pytest.raises(DataError, match=rf"big\.html\{suffix}: HTML file: .*(truncated|ended before)"):
+        html_dataset(str(tmp_path / f"big.html{suffix}"), on_error="raise").collect(client="inline")

@@ -64,6 +64,12 @@ def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
     while raw := f.read(CHUNK):
         while raw:
             if started and d.eof:
+                if compression == "gzip":
+                    # zero bytes after a member are padding (a file padded to a block size), as gzip and
+                    # Python's gzip module read them
+                    raw = raw.lstrip(b"\x00")
+                    if not raw:
+                        break
                 d = new()
             try:
                 out = d.decompress(raw)

@@ -185,6 +185,14 @@ def row_groups(path: str, filter: Any = None) -> list[int]:
     return [f.row_groups[0].id for f in split]
 
 
+def _is_text_type(t: pa.DataType) -> bool:
+    """Whether a column of type `t` holds text: string, large_string, string_view, or a dictionary of them
+    (what pandas writes for a categorical column)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
 def read_parquet_records(
     path: str,
     *,
@@ -214,7 +222,7 @@ def read_parquet_records(
         handle(err, on_error, skips)
         return
     t = schema.field(text_field).type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+    if not _is_text_type(t):
         handle(DataError(path, f"column {text_field!r} has type {t}, expected string"), on_error, skips)
         return
     version = records_version(schema) if (text_field, id_field) == ("text", "id") else 0

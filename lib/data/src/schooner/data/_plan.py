@@ -208,6 +208,10 @@ def run_stages(
             results = _stage(splits, ops, sink, exe, f"stage {stage} (shuffle)")
             splits = _reduce_splits(results, node, stage_dir, p, sink.plan)
         last.add(results)
+        if isinstance(node, Take):  # each task passed on up to n records; the stage keeps the first n of all
+            done = sum(r["records"] for r in results)
+            key = f"take[{node.n}].out"
+            last.counters[key] = last.counters.get(key, 0) - done + min(done, node.n)
         last.splits, last.ops, last.stage = splits, [], stage + 1
     if target.given and target.num_shards != len(last.splits):
         plan = _fp(chain, len(nodes), "shards", target.num_shards, target.shard_bytes)

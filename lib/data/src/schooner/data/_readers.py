@@ -169,9 +169,14 @@ def _read_json_lines(
     with storage.open_file(path, "rb") as f:
         chunks = iter_decompressed(f, comp)
         try:
-            first = next(chunks, b"")
+            first = _without_bom(chunks)
             if fmt == "json" and first.lstrip()[:1] == b"[":
                 yield from _read_json_array(
+                    path, first, chunks, text_field, id_field, source, on_error, skips
+                )
+                return
+            if fmt == "json" and _one_document(first):
+                yield from _read_json_document(
                     path, first, chunks, text_field, id_field, source, on_error, skips
                 )
                 return
@@ -215,10 +220,60 @@ def _read_json_lines(
             handle(record_error(path, str(e), line=lineno), on_error, skips)
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(chunks: Iterator[bytes]) -> bytes:
+    """The first chunk of a stream (at least 3 bytes unless the stream is shorter), without the UTF-8 byte
+    order mark some tools write at the start of a file: it is not data (Python's `utf-8-sig`, pyarrow's JSON
+    reader)."""
+    first = next(chunks, b"")
+    while len(first) < len(_BOM) and _BOM.startswith(first):
+        more = next(chunks, b"")
+        if not more:
+            break
+        first += more
+    return first[len(_BOM) :] if first.startswith(_BOM) else first
+
+
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     if first:
         yield first
     yield from rest
+
+
+def _one_document(first: bytes) -> bool:
+    """Whether a `.json` stream starting with `first` is one (pretty-printed) JSON object rather than JSON
+    lines: it opens with `{` and its first line is not a JSON value on its own."""
+    head = first.lstrip()
+    if head[:1] != b"{":
+        return False
+    nl = head.find(b"\n")
+    if nl < 0:
+        return False  # one long first line: JSON lines (or one object on one line, the same to read)
+    try:
+        orjson.loads(head[:nl])
+    except orjson.JSONDecodeError:
+        return True
+    return False
+
+
+def _read_json_document(
+    path: str, first: bytes, chunks: Iterator[bytes], text_field: str, id_field: str, source: str,
+    on_error: str, skips: SkipLog | None,
+) -> Iterator[dict]:  # fmt: skip
+    """A `.json` file holding one object (as `json.load` reads it): one record."""
+    data = first + b"".join(chunks)
+    try:
+        obj = exact(orjson.loads(data), data)
+    except orjson.JSONDecodeError as e:
+        reason = _utf8_reason(data) or f"malformed JSON ({e.msg})"
+        handle(record_error(path, reason, line=getattr(e, "lineno", None)), on_error, skips)
+        return
+    try:
+        yield normalize(obj, text_field, id_field, source)
+    except BadRecord as e:
+        handle(record_error(path, f"the file's one JSON object: {e}"), on_error, skips)
 
 
 def _read_json_array(
@@ -252,7 +307,8 @@ def _read_text(
     name = os.path.basename(path.rstrip("/"))
     with storage.open_file(path, "rb") as f:
         try:
-            data = b"".join(iter_decompressed(f, comp))
+            chunks = iter_decompressed(f, comp)
+            data = _without_bom(chunks) + b"".join(chunks)
         except StreamError as e:
             handle(DataError(path, str(e), line=None, fix=_TRUNCATED_FIX), on_error, skips)
             return

@@ -3,7 +3,9 @@
 Filters (`Keep`) are small frozen objects over a record's merged attributes, applied in order: a record
 is dropped by the first that rejects it, and counted as `dropped.<filter name>`. Span attributes named in
 `remove` are cut out of the kept texts (`removed.<attribute>.spans` / `.chars`); a text left empty is
-dropped as `dropped.empty_after_removal`. Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
+dropped as `dropped.empty_after_removal`. A dropped record holding the first copy of repeated paragraphs
+whose later copies are cut takes them out of the output altogether: counted as `lost.paragraph_dups`
+(compute the paragraph attributes with `duplicates=` the dedup attributes to avoid it). Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
 counted `cleaned.fixed_text`; unicode spaces, trailing whitespace and runs of blank lines normalised,
 `cleaned.whitespace`), each repair on by default and optional. A sample of the dropped records of every reason is written
 beside the output (`dropped/`), with the reason and their attributes, so a filter can be inspected before
@@ -105,7 +107,7 @@ class ScoreAtLeast(Keep):
 @dataclass(frozen=True)
 class TopFraction(Keep):
     """Keep the top `fraction` of the records by score `key`: exactly `round(fraction * n)` (at least one)
-    of the `n` scored records. `consolidate` resolves it against the scores (`resolve_top_fraction`):
+    of the `n` scored records that the filters before it keep. `consolidate` resolves it against the scores (`resolve_top_fraction`):
     scores above `threshold` pass; of the records scoring exactly `threshold`, those before `cut` (the
     `(shard, row)` of the first tied record left out; None: all of them), so ties go by input order."""
 
@@ -269,6 +271,9 @@ class Consolidator:
             if self.mode == "kept":
                 if reason is not None:
                     counters[f"dropped.{reason}"] = counters.get(f"dropped.{reason}", 0) + 1
+                    lost = attrs.get("paragraph_firsts") if "paragraph_dups" in self.remove else 0
+                    if lost:  # its lines' later copies are cut: no copy of them is left
+                        counters["lost.paragraph_dups"] = counters.get("lost.paragraph_dups", 0) + int(lost)
                     continue
                 for key, (n, chars) in removed.items():
                     if key.startswith("cleaned."):  # records changed by the repair, and characters it removed

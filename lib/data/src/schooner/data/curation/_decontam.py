@@ -113,7 +113,7 @@ def _rows_of(x: Any) -> Iterator[tuple[str, str, Mapping]]:
     import os
 
     from schooner.data._dataset import Dataset
-    from schooner.data._readers import read_records
+    from schooner.data._readers import detect_format, read_records
 
     if isinstance(x, Mapping):
         yield "records", "eval", x
@@ -123,18 +123,13 @@ def _rows_of(x: Any) -> Iterator[tuple[str, str, Mapping]]:
     elif isinstance(x, str | os.PathLike):
         for path in expand_paths(str(x)):
             stem = os.path.basename(path).split(".")[0]
-            if ".jsonl" in path and not path.endswith((".gz", ".zst")):
-                with storage.open_file(path, "rb") as f:
-                    lines = f.read().splitlines()
-                for n, line in enumerate(lines, 1):
-                    if line.strip():
-                        try:
-                            row = orjson.loads(line)
-                        except orjson.JSONDecodeError as e:
-                            raise ValueError(
-                                f"{path}:{n}: not JSON ({e}); eval files are one JSON object a line"
-                            ) from None
-                        yield f"{path}:{n}", stem, row
+            try:
+                fmt, comp = detect_format(path)
+            except ValueError:
+                fmt, comp = "", None
+            if fmt in ("jsonl", "json"):
+                # task rows keep their own fields (question, choices, ...): read the JSON, not records
+                yield from _json_rows(path, stem, comp)
             else:
                 for i, row in enumerate(read_records(path)):
                     yield f"{path} record {i}", stem, row
@@ -143,6 +138,41 @@ def _rows_of(x: Any) -> Iterator[tuple[str, str, Mapping]]:
             f"decontaminate against {x!r}: give jsonl files, record folders or globs, step handles, a Dataset "
             "or records (dicts)"
         )
+
+
+def _json_rows(path: str, stem: str, comp: str | None) -> Iterator[tuple[str, str, Any]]:
+    """The rows of a JSON lines file or a JSON array file (plain, `.gz` or `.zst`), as they are."""
+    from schooner.data._compression import StreamError, iter_decompressed
+
+    with storage.open_file(path, "rb") as f:
+        try:
+            data = b"".join(iter_decompressed(f, comp))
+        except StreamError as e:
+            raise ValueError(
+                f"{path}: {e}; the file is incomplete or damaged, rewrite or re-download it"
+            ) from None
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte order mark
+    if data.lstrip()[:1] == b"[":
+        try:
+            rows = orjson.loads(data)
+        except orjson.JSONDecodeError as e:
+            raise ValueError(
+                f"{path}: not JSON ({e}); give a JSON array of objects or one object a line"
+            ) from None
+        if isinstance(rows, list):
+            for i, row in enumerate(rows):
+                yield f"{path} element {i}", stem, row
+            return
+    for n, line in enumerate(data.splitlines(), 1):
+        if line.strip():
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise ValueError(
+                    f"{path}:{n}: not JSON ({e}); eval files are one JSON object a line"
+                ) from None
+            yield f"{path}:{n}", stem, row
 
 
 def load_eval_items(against: Any) -> list[dict]:
@@ -289,11 +319,15 @@ def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator
         found = index.table.get(h) if h in index.bloom else None
         if found:
             yield a, b, found
-    if not index.shorter or len(words) < config.ngram:
-        return  # a text shorter than an n-gram is one window of all its words, looked up above
-    m = config.min_words
+    if not index.shorter:
+        return
+    # a short item is looked for inside every text, one shorter than an n-gram included (its one window
+    # of all its words, above, finds only an item of exactly its words, which is not looked for again)
+    m, whole = config.min_words, len(words) < config.ngram
     for a in range(len(words) - m + 1):
         for k, n, full in index.shorter.get(_gram_hash(" ".join(words[a : a + m])), ()):
+            if whole and n == len(words):
+                continue
             if a + n <= len(words) and _gram_hash(" ".join(words[a : a + n])) == full:
                 yield a, a + n, [k]
 

@@ -20,6 +20,7 @@ Four passes, none of them a shuffle of per-band items:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ class SignatureSink(Sink):
         tag = storage.unique_tag()
         text_path = storage.join(self.work, f"norm-{index:05d}-{tag}.arrow")
         bands: list[np.ndarray] = []
-        schema = pa.schema([("id", pa.binary()), ("norm", pa.string()), ("rank", pa.float64())])
+        schema = pa.schema([("id", pa.binary()), ("norm", pa.string()), ("rank", pa.float64()),
+                            ("text_hash", pa.uint64())])  # fmt: skip
         n = nbytes = 0
         with storage.open_file(text_path, "wb") as f, pa.ipc.new_file(f, schema) as w:
             ids: list[str] = []
@@ -84,9 +86,17 @@ class SignatureSink(Sink):
         rank_array = pa.Array.from_buffers(
             pa.float64(), len(rank), [None, pa.py_buffer(rank)]
         )  # not pa.array: pandas
-        writer.write_batch(pa.RecordBatch.from_arrays([string_array(ids, binary=True), norm, rank_array],
-                                                      names=["id", "norm", "rank"]))  # fmt: skip
+        hashes = np.frombuffer(b"".join(_text_hash(t) for t in texts), dtype=np.uint64)
+        hash_array = pa.Array.from_buffers(pa.uint64(), len(hashes), [None, pa.py_buffer(hashes)])
+        writer.write_batch(pa.RecordBatch.from_arrays(
+            [string_array(ids, binary=True), norm, rank_array, hash_array], names=["id", "norm", "rank", "text_hash"]
+        ))  # fmt: skip
         return bands
+
+
+def _text_hash(text: str) -> bytes:
+    """8 bytes of blake2b of a record's whole text: exact copies (what exact dedup groups) share it."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
 
 @dataclass(frozen=True)
@@ -108,13 +118,19 @@ class VerifySplit(Split):
         return None
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
-        ids, texts, ranks = self._read_members()
+        ids, texts, ranks, hashes = self._read_members()
         for members in self.components:
-            # best first (`MinHashConfig.keep`), ties in input order: the first of a cluster is kept
-            ordered = sorted(members, key=lambda g: (-ranks[g], g))
+            # best first (`MinHashConfig.keep`), ties in input order: the first of a cluster is kept. Exact
+            # copies of a text (all in one component: their band keys are equal) stand as their first copy
+            # with the best rank among them, the copy exact dedup keeps, so the two never drop every copy
+            best: dict[int, tuple[float, int]] = {}
+            for g in members:
+                r, first = best.get(hashes[g], (-np.inf, g))
+                best[hashes[g]] = (max(r, ranks[g]), min(first, g))
+            ordered = sorted(members, key=lambda g: (-best[hashes[g]][0], best[hashes[g]][1], g))
             yield from self._verify(ordered, ids, texts)
 
-    def _read_members(self) -> tuple[dict[int, str], dict[int, str], dict[int, float]]:
+    def _read_members(self) -> tuple[dict[int, str], dict[int, str], dict[int, float], dict[int, int]]:
         import pyarrow as pa
 
         wanted = np.sort(np.fromiter((g for c in self.components for g in c), dtype=np.int64))
@@ -122,6 +138,7 @@ class VerifySplit(Split):
         ids: dict[int, str] = {}
         texts: dict[int, str] = {}
         ranks: dict[int, float] = {}
+        hashes: dict[int, int] = {}
         for f in np.unique(files):
             g = wanted[files == f]
             table = read_arrow(self.text_files[f])
@@ -130,13 +147,16 @@ class VerifySplit(Split):
                 pa.int64(), len(rows), [None, pa.py_buffer(rows)]
             )  # not pa.array: pandas
             rank = table["rank"].take(rows).to_pylist()
-            for k, i, t, r in zip(
-                g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist(), rank
-            ):
+            text_hash = table["text_hash"].take(rows).to_pylist()
+            for k, i, t, r, h in zip(
+                g.tolist(), table["id"].take(rows).to_pylist(), table["norm"].take(rows).to_pylist(), rank,
+                text_hash,
+            ):  # fmt: skip
                 ids[k] = i.decode("utf-8", "surrogatepass")
                 texts[k] = t
                 ranks[k] = r
-        return ids, texts, ranks
+                hashes[k] = h
+        return ids, texts, ranks, hashes
 
     def _verify(self, members: Sequence[int], ids: dict[int, str], texts: dict[int, str]) -> Iterator[dict]:
         if not self.config.verify:

@@ -48,11 +48,28 @@ def _read_bounded(path: str, limit: int) -> bytes:
             import zstandard
 
             try:
-                with zstandard.ZstdDecompressor().stream_reader(f) as z:
-                    return z.read(limit + 1)
+                # across frames (a file of several, as `zstd -d` reads it), never past limit + 1 bytes out
+                with zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True) as z:
+                    parts: list[bytes] = []
+                    got = 0
+                    while got <= limit and (part := z.read(limit + 1 - got)):
+                        parts.append(part)
+                        got += len(part)
             except zstandard.ZstdError as e:
                 raise BadPage(f"does not decompress as zstd ({e})", "damaged_stream") from e
-        return f.read(limit + 1)
+            if got > limit:
+                return b"".join(parts)
+        else:
+            return f.read(limit + 1)
+    # zstandard's reader ends a cut-short stream without an error: decompress it again (no more than the
+    # `got` <= limit bytes just read come out) with the readers' decoder, which notices a truncated frame
+    from schooner.data._compression import StreamError, iter_decompressed
+
+    with storage.open_file(path, "rb") as f:
+        try:
+            return b"".join(iter_decompressed(f, "zstd"))
+        except StreamError as e:
+            raise BadPage(f"does not decompress as zstd: {e}", "damaged_stream") from None
 
 
 def _page_record(path: str, url: str, config: ExtractConfig, source: str) -> dict | None:

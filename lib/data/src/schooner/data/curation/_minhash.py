@@ -38,7 +38,8 @@ class MinHashConfig:
     keep: str = "longest"
     """Which member of a cluster is kept (the others are its duplicates): `"longest"` (most characters of
     text: the full page, not a truncated copy), `"first"` (input order), or `"metadata.<field>"` (the highest
-    number in that metadata field, e.g. a quality score). Ties go to the first in input order."""
+    number in that metadata field, e.g. a quality score). Ties go to the first in input order, and exact
+    copies of a text stand as their first copy (with the best rank among them), the copy exact dedup keeps."""
 
     def __post_init__(self) -> None:
         if self.keep not in ("longest", "first") and not (

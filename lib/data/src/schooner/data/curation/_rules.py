@@ -29,6 +29,15 @@ _SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
 _LINES = re.compile("\n+")
 
 
+def _unix_newlines(text: str) -> str:
+    """`text` with `\r\n` and lone `\r` line endings as `\n`: the rules that split lines on `\n` judge a
+    Windows document as its `\n` copy (lines ending in `\r` ended in no punctuation; its blank lines, `\r`,
+    were repeated lines)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
 def _dups(items: list[str]) -> tuple[int, int]:
     seen: set[str] = set()
     n = chars = 0
@@ -113,6 +122,7 @@ class GopherRepetition:
     """(n, duplicated n-grams' character fraction)."""
 
     def check(self, text: str) -> list[str]:
+        text = _unix_newlines(text)
         if not text.strip():
             return ["empty"]
         failed: list[str] = []
@@ -159,7 +169,9 @@ def _dup_ngram_chars(ws: list[str], k: int) -> int:
 
 @dataclass(frozen=True)
 class C4Rules:
-    """C4's rules (Raffel et al. 2020): line rules remove lines (spans), page rules drop the page."""
+    """C4's rules (Raffel et al. 2020): line rules remove lines (spans), page rules drop the page. As in C4's
+    reference code, "lorem ipsum" and a curly bracket drop the page when they are in a line the line rules
+    keep; bad words anywhere in the page."""
 
     min_words_per_line: int = 3
     max_word_length: int = 1000
@@ -177,20 +189,13 @@ class C4Rules:
         failed: list[str] = []
         spans: list[list] = []
         sentences = 0
-        low = text.lower()
-        if self.lorem_ipsum and "lorem ipsum" in low:
-            failed.append("lorem_ipsum")
-        if self.curly_bracket and "{" in text:
-            failed.append("curly_bracket")
-        if self.bad_words:
-            bad = re.compile(r"(?:\W|^)(" + "|".join(map(re.escape, self.bad_words)) + r")(?:\W|$)")
-            if bad.search(low):
-                failed.append("bad_words")
+        lorem = curly = False
         for start, end, line in line_spans(text):
             ln = _CITATION.sub("", line.strip())
             ws = ln.split()
             if not ws:
                 continue
+            low = ln.lower()
             rule = None
             if any(len(w) > self.max_word_length for w in ws):
                 rule = "long_word"
@@ -198,14 +203,30 @@ class C4Rules:
                 rule = "no_terminal_punctuation"
             elif len(ws) < self.min_words_per_line:
                 rule = "too_few_words"
-            elif self.javascript_lines and "javascript" in ln.lower():
+            # as C4's reference code (TFDS c4_utils.clean_page) and datatrove: "lorem ipsum" and "{" drop the
+            # page only in a line the rules above keep (a code line without terminal punctuation goes alone)
+            elif self.lorem_ipsum and "lorem ipsum" in low:
+                lorem = True
+                continue
+            elif self.javascript_lines and "javascript" in low:
                 rule = "javascript"
-            elif self.policy_lines and any(p in ln.lower() for p in POLICY):
+            elif self.curly_bracket and "{" in ln:
+                curly = True
+                continue
+            elif self.policy_lines and any(p in low for p in POLICY):
                 rule = "policy"
             if rule:
                 spans.append([start, end, rule])
             else:
                 sentences += max(1, len(_SENTENCE.findall(ln)))
+        if lorem:
+            failed.append("lorem_ipsum")
+        if curly:
+            failed.append("curly_bracket")
+        if self.bad_words:
+            bad = re.compile(r"(?:\W|^)(" + "|".join(map(re.escape, self.bad_words)) + r")(?:\W|$)")
+            if bad.search(text.lower()):
+                failed.append("bad_words")
         if sentences < self.min_sentences:
             failed.append("too_few_sentences")
         return failed, spans
@@ -230,6 +251,7 @@ class FineWebRules:
     """Drop when newlines per word exceed this (list-like pages)."""
 
     def check(self, text: str) -> list[str]:
+        text = _unix_newlines(text)
         if not text.strip():
             return ["empty"]
         failed: list[str] = []

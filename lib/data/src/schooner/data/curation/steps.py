@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,6 +45,8 @@ from ._langid import LangIdConfig, LanguageAttributes
 from ._minhash import MinHashConfig
 from ._rules import RULE_SETS, RuleAttributes
 from ._warc import warc_dataset
+
+logger = logging.getLogger(__name__)
 
 
 def _one(inputs: Any, what: str) -> str:
@@ -228,8 +231,16 @@ def _run_attributes(config: AttributeStepConfig, output_path: str) -> dict:
         manifest = attribute_dataset(src, per_record=RuleAttributes(rules)).write_jsonl(output_path)
         return {**_summary(manifest), "failures": _count_failures(output_path, [n for n, _ in p])}
     if kind == "quality_scores":
-        model = storage.join(_one(config.extra_inputs, "classifier"), "model.bin")
-        manifest = attribute_dataset(src, per_shard=QualityScores(model, p)).write_jsonl(output_path)
+        folder = _one(config.extra_inputs, "classifier")
+        model = storage.join(folder, "model.bin")
+        info = storage.join(folder, "classifier.json")
+        # score the characters the model was trained on (a classifier folder of before: the default)
+        max_chars = (
+            storage.read_json(info)["max_chars"] if storage.exists(info) else ClassifierConfig().max_chars
+        )
+        manifest = attribute_dataset(src, per_shard=QualityScores(model, p, max_chars)).write_jsonl(
+            output_path
+        )
         scores = sorted(a[p] for a in iter_attributes(output_path, [p]))
         q = (
             {f"p{k}": scores[min(len(scores) - 1, len(scores) * k // 100)] for k in (10, 50, 90)}
@@ -240,7 +251,8 @@ def _run_attributes(config: AttributeStepConfig, output_path: str) -> dict:
     if kind == "exact_dedup":
         out = exact_dedup_attributes(src, output_path, work=work)
     elif kind == "paragraph_dedup":
-        out = paragraph_dedup_attributes(src, output_path, min_chars=p, work=work)
+        out = paragraph_dedup_attributes(src, output_path, min_chars=p, work=work,
+                                         duplicates=input_locations(config.extra_inputs))  # fmt: skip
     elif kind == "fuzzy_dedup":
         out = fuzzy_dedup_attributes(src, output_path, p, work=work)
     else:
@@ -278,7 +290,7 @@ def quality_rules(
             raise ValueError(f"quality_rules: unknown rule set {r!r}; use some of {sorted(RULE_SETS)}")
         RULE_SETS[r](**kw)  # validates the overrides now, not on a worker
     params = tuple((r, tuple(sorted(kw.items()))) for r, kw in spec.items())
-    return _attribute_step(name, records, "quality_rules", params, "v2", resources)
+    return _attribute_step(name, records, "quality_rules", params, "v3", resources)
 
 
 def quality_scores(
@@ -292,7 +304,7 @@ def quality_scores(
     """Attribute `key`: the probability the trained `classifier` gives the high-quality class. Filter with
     `score_at_least(key, t)` or `top_fraction(key, f)`."""
     return _attribute_step(
-        name, records, "quality_scores", key, "v2", resources, extra=as_step_inputs(classifier)
+        name, records, "quality_scores", key, "v3", resources, extra=as_step_inputs(classifier)
     )
 
 
@@ -303,11 +315,18 @@ def exact_dedup(name: str, records: Any, *, resources: ResourceConfig | None = N
 
 
 def paragraph_dedup(
-    name: str, records: Any, *, min_chars: int = 1, resources: ResourceConfig | None = None
-) -> StepHandle:
+    name: str, records: Any, *, min_chars: int = 1, duplicates: Sequence[Any] = (),
+    resources: ResourceConfig | None = None,
+) -> StepHandle:  # fmt: skip
     """Attribute `paragraph_dups`: spans of lines seen earlier in the corpus. Remove with
-    `consolidate(..., remove=["paragraph_dups"])`."""
-    return _attribute_step(name, records, "paragraph_dedup", min_chars, "v1", resources)
+    `consolidate(..., remove=["paragraph_dups"])`.
+
+    `duplicates`: the `exact_dedup`/`fuzzy_dedup` steps of the same records whose duplicates `consolidate`
+    drops (`not_dup`). Give them: the records they mark take no part, so the member of a cluster that is
+    kept keeps the paragraphs it shares with the dropped ones (else a paragraph first seen in a dropped
+    record is cut from every kept copy: consolidate counts those as `lost.paragraph_dups`)."""
+    extra = as_step_inputs(list(duplicates), what="paragraph_dedup duplicates") if duplicates else ()
+    return _attribute_step(name, records, "paragraph_dedup", min_chars, "v2", resources, extra=extra)
 
 
 def fuzzy_dedup(
@@ -320,7 +339,7 @@ def fuzzy_dedup(
     """Attributes `fuzzy_dup`, `fuzzy_cluster`, `fuzzy_cluster_size`, `fuzzy_jaccard` (MinHash + LSH at
     Marin's parameters, connected components, verification against the text). The step record holds
     candidate and verified counts and the largest clusters. Filter with `not_dup("fuzzy")`."""
-    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v2", resources)
+    return _attribute_step(name, records, "fuzzy_dedup", config or MinHashConfig(), "v3", resources)
 
 
 # -------------------------------------------------------------------------------------- classifier
@@ -340,6 +359,8 @@ def _run_classifier(config: ClassifierStepConfig, output_path: str) -> dict:
     local = storage.join(output_path, "model.bin")
     metrics = train_classifier(pos, neg, storage.local_path(local), config.config)
     storage.write_json(storage.join(output_path, "metrics.json"), metrics)
+    # what scoring must read of each text: the characters the model was trained on
+    storage.write_json(storage.join(output_path, "classifier.json"), {"max_chars": config.config.max_chars})
     return metrics
 
 
@@ -351,7 +372,7 @@ def train_quality_classifier(
     `model.bin` and `metrics.json` (held-out precision, recall, F1, also in the step record)."""
     cfg = ClassifierStepConfig(as_step_inputs(positives, what="positives"), as_step_inputs(negatives, what="negatives"),
                                config or ClassifierConfig())  # fmt: skip
-    return step(name, _run_classifier, cfg, version="classifier-v1", resources=resources,
+    return step(name, _run_classifier, cfg, version="classifier-v2", resources=resources,
                 description="quality classifier (fastText)")  # fmt: skip
 
 
@@ -471,7 +492,7 @@ def decontaminate(
         raise ValueError(f"decontaminate(remove={remove!r}): use None, 'paragraphs' or 'documents'")
     cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"), _decontam_against(against),
                              config or DecontamConfig(), remove)  # fmt: skip
-    return step(name, _run_decontam, cfg, version="decontam-v3", resources=resources,
+    return step(name, _run_decontam, cfg, version="decontam-v4", resources=resources,
                 description="decontamination (13-gram Bloom index)")  # fmt: skip
 
 
@@ -492,23 +513,34 @@ class ConsolidateConfig:
     normalize_whitespace: bool = True
 
 
-def _scored(folders: Sequence[str], key: str) -> list[tuple[float, tuple[int, int]]]:
-    """`(score, (shard, row))` of every record with a score `key` in the attribute folders."""
+def _scored(
+    folders: Sequence[str], key: str, before: Sequence[Keep] = ()
+) -> list[tuple[float, tuple[int, int]]]:
+    """`(score, (shard, row))` of every record with a score `key` in the attribute folders (merged as
+    `with_attributes` merges them, later folders winning) that the filters `before` keep: the records a
+    `top_fraction` after them sees."""
     out = []
-    for folder in folders:
-        for i, shard in enumerate(list_shards(folder)):
-            for j, rec in enumerate(read_records(shard)):
-                v = rec["metadata"].get(key)
-                if v is not None:
-                    out.append((float(v), (i, j)))
+    shards = [list_shards(f) for f in folders]
+    for i in range(min(map(len, shards), default=0)):
+        readers = [read_records(s[i]) for s in shards]
+        for j, recs in enumerate(zip(*readers)):
+            attrs: dict[str, Any] = {}
+            for r in recs:
+                attrs.update(r["metadata"])
+            v = attrs.get(key)
+            if v is not None and all(k.check(attrs, (i, j)) for k in before):
+                out.append((float(v), (i, j)))
     return out
 
 
 def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     src = _one(config.inputs, "consolidate")
     folders = input_locations(config.attributes)
-    keep = [resolve_top_fraction(k, _scored(folders, k.key)) if isinstance(k, TopFraction) else k
-            for k in config.keep]  # fmt: skip
+    keep: list[Keep] = []
+    for k in config.keep:  # a top fraction is a share of the records the filters before it keep
+        keep.append(
+            resolve_top_fraction(k, _scored(folders, k.key, keep)) if isinstance(k, TopFraction) else k
+        )
     c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, fix_text=config.fix_text,
                      normalize_whitespace=config.normalize_whitespace)  # fmt: skip
     ds = with_attributes(src, folders, locate=True)
@@ -524,8 +556,16 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     dropped = {k.removeprefix("dropped."): v for k, v in counters.items() if k.startswith("dropped.")}
     removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
     cleaned = {k.removeprefix("cleaned."): v for k, v in counters.items() if k.startswith("cleaned.")}
+    lost = {k.removeprefix("lost."): v for k, v in counters.items() if k.startswith("lost.")}
+    if lost.get("paragraph_dups"):
+        logger.warning(
+            "consolidate %s: %d repeated paragraphs are gone from the output: their first copy is in a dropped "
+            "record and every later copy was cut (remove=['paragraph_dups']); compute paragraph_dedup with "
+            "duplicates=[the exact_dedup/fuzzy_dedup steps] so the kept member of a cluster keeps them",
+            output_path, lost["paragraph_dups"],
+        )  # fmt: skip
     return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
-            "removed": removed, "cleaned": cleaned, "filters": [k.name for k in keep],
+            "removed": removed, "lost": lost, "cleaned": cleaned, "filters": [k.name for k in keep],
             "thresholds": {k.name: getattr(k, "threshold", None) for k in keep},
             "ties_cut_at": {k.name: list(k.cut) for k in keep if isinstance(k, TopFraction) and k.cut}}  # fmt: skip
 
@@ -549,5 +589,5 @@ def consolidate(
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
                             tuple(remove), attach_attributes, dropped_samples, num_shards,
                             fix_text=fix_text, normalize_whitespace=normalize_whitespace)  # fmt: skip
-    return step(name, _run_consolidate, cfg, version="consolidate-v3", resources=resources, resumable=True,
+    return step(name, _run_consolidate, cfg, version="consolidate-v4", resources=resources, resumable=True,
                 description="consolidate: filters and span removals")  # fmt: skip
