@@ -13,6 +13,7 @@ room for other CPUs' kernels while a wrong RoPE base, scaling rule, router or no
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -171,3 +172,32 @@ def test_exports_load_in_transformers_and_match(tmp_path, name):
     got = np.asarray(_logits(model, np.asarray(tokens, np.int32)))
     assert float(np.abs(got - want).max()) < ATOL
     shutil.rmtree(folder)
+
+
+def test_a_config_override_that_changes_the_architecture_is_refused():
+    """`import_hf(config=...)` may change how the model runs, never what it computes: a RoPE base, norm epsilon
+    or top-k that differs from config.json (tensor shapes unchanged) would give other logits than
+    transformers' without a word."""
+    folder = FIXTURES / "llama-theta5e5"
+    derived = config_from_hf(json.loads((folder / "config.json").read_text()))
+    wrong = dataclasses.replace(derived, rope=RopeConfig(theta=10000.0), norm_eps=1e-5)
+    with pytest.raises(ValueError, match=r"'rope'.*theta=500000\.0.*theta=10000\.0") as err:
+        import_hf(folder, config=wrong)
+    assert "'norm_eps'" in str(err.value) and "llama-theta5e5" in str(err.value)
+    moe_folder = FIXTURES / "mixtral"
+    moe = config_from_hf(json.loads((moe_folder / "config.json").read_text()))
+    with pytest.raises(ValueError, match=r"'num_experts_per_token'.*2.*1"):
+        import_hf(moe_folder, config=dataclasses.replace(moe, num_experts_per_token=1))
+    with pytest.raises(ValueError, match="MoEConfig.*LlamaConfig"):
+        import_hf(folder, config=MoEConfig(**{f: getattr(derived, f) for f in ("vocab_size", "hidden_dim")}))
+    # What changes how the model runs, not what it computes, may differ.
+    runtime = dataclasses.replace(
+        derived, compute_dtype="float32", attention_implementation="xla", head_dim=None, max_seq_len=4096
+    )
+    ref = dict(np.load(folder / "reference.npz"))
+    model, config = import_hf(folder, config=runtime)
+    assert config == runtime
+    got = np.asarray(_logits(model, np.asarray(ref["tokens"], np.int32)))
+    assert float(np.abs(got - ref["logits"]).max()) < ATOL
+    balanced = dataclasses.replace(moe, load_balancing="quantile", capacity_factor=2.0, aux_loss_weight=0.1)
+    assert import_hf(moe_folder, config=balanced)[1] == balanced
