@@ -60,11 +60,12 @@ class CheckpointConfig:
     """
 
     every: int | None = 1000
-    """Write a checkpoint every this many steps (None: only at the end)."""
+    """Write a checkpoint every this many steps (None: only at the end, and at multiples of `keep_every`)."""
     keep_last: int = 2
     """Keep this many most recent checkpoints (older ones are deleted after a newer one is complete)."""
     keep_every: int | None = None
-    """Also keep, for good, checkpoints whose step is a multiple of this."""
+    """Also write and keep, for good, a checkpoint at every multiple of this step (written even where `every`
+    does not land on it)."""
     save_final: bool = True
     """Write a checkpoint after the last step."""
     asynchronous: bool = True
@@ -199,6 +200,8 @@ class CheckpointManager:
         """Whether the policy asks for a checkpoint after `step` (steps counted from 1)."""
         if step == last_step and self.config.save_final:
             return True
+        if self.config.keep_every is not None and step % self.config.keep_every == 0:
+            return True  # kept for good: written whether or not `every` lands on it
         return self.config.every is not None and step % self.config.every == 0
 
     def save(
