@@ -1,6 +1,6 @@
 import dataclasses
-import re
 import json
+import re
 from typing import ClassVar
 
 import pytest

@@ -317,7 +317,9 @@ def _check_override(config: LlamaConfig, derived: LlamaConfig, folder: str) -> N
         name = _RESOLVED.get(f.name, f.name)
         want, got = getattr(derived, name), getattr(config, name)
         if want != got:
-            differ.append(f"  {f.name!r}: config.json gives {f.name}={want!r}, config= gives {f.name}={got!r}")
+            differ.append(
+                f"  {f.name!r}: config.json gives {f.name}={want!r}, config= gives {f.name}={got!r}"
+            )
     if differ:
         raise ValueError(
             f"{folder}: the config= override differs from config.json in what the weights compute:\n"
