@@ -201,3 +201,15 @@ def test_a_config_override_that_changes_the_architecture_is_refused():
     assert float(np.abs(got - ref["logits"]).max()) < ATOL
     balanced = dataclasses.replace(moe, load_balancing="quantile", capacity_factor=2.0, aux_loss_weight=0.1)
     assert import_hf(moe_folder, config=balanced)[1] == balanced
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "vocab_size", "hidden_size", "intermediate_size"])
+def test_a_config_json_without_a_required_key_is_named(key):
+    hf = json.loads((FIXTURES / "llama-theta5e5" / "config.json").read_text())
+    del hf[key]
+    with pytest.raises(ValueError, match=rf"config\.json of model_type 'llama' lacks {key!r}"):
+        config_from_hf(hf)
+    moe = json.loads((FIXTURES / "qwen3-moe" / "config.json").read_text())
+    del moe["moe_intermediate_size"]
+    with pytest.raises(ValueError, match="lacks 'moe_intermediate_size'"):
+        config_from_hf(moe)

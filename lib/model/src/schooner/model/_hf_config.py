@@ -88,6 +88,15 @@ def _num_experts(hf: Mapping[str, Any]) -> int:
     raise ValueError("the HF MoE config gives neither num_local_experts nor num_experts.")
 
 
+def _required(hf: Mapping[str, Any], key: str) -> Any:
+    if hf.get(key) is None:
+        raise ValueError(
+            f"the HF config.json of model_type {hf.get('model_type')!r} lacks {key!r}, which Schooner cannot "
+            f"infer; add it (the value transformers' {hf.get('model_type')} config class was built with)."
+        )
+    return hf[key]
+
+
 def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
     """Our config for an HF ``config.json`` dict (llama, mistral without sliding window, qwen3, mixtral,
     qwen3_moe), written by transformers 4.x or 5.x.
@@ -101,14 +110,15 @@ def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
             f"unsupported HF model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}."
         )
     _refuse_unsupported(hf, model_type)
-    heads = int(hf["num_attention_heads"])
+    heads = int(_required(hf, "num_attention_heads"))
+    hidden = int(_required(hf, "hidden_size"))
     common: dict[str, Any] = dict(
-        vocab_size=int(hf["vocab_size"]),
-        hidden_dim=int(hf["hidden_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
+        vocab_size=int(_required(hf, "vocab_size")),
+        hidden_dim=hidden,
+        num_layers=int(_required(hf, "num_hidden_layers")),
         num_heads=heads,
         num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
+        head_dim=int(hf.get("head_dim") or hidden // heads),
         max_seq_len=int(hf.get("max_position_embeddings", 2048)),
         rope=_rope_from_hf(hf),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
@@ -118,9 +128,9 @@ def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
     )
     if model_type == "mixtral":
         return MoEConfig(
-            intermediate_dim=int(hf["intermediate_size"]),
+            intermediate_dim=int(_required(hf, "intermediate_size")),
             num_experts=_num_experts(hf),
-            num_experts_per_token=int(hf["num_experts_per_tok"]),
+            num_experts_per_token=int(_required(hf, "num_experts_per_tok")),
             load_balancing="aux_loss",
             **common,
         )
@@ -131,14 +141,14 @@ def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
                 f"mlp_only_layers={hf.get('mlp_only_layers')}, decoder_sparse_step={hf.get('decoder_sparse_step')}."
             )
         return MoEConfig(
-            intermediate_dim=int(hf["moe_intermediate_size"]),
+            intermediate_dim=int(_required(hf, "moe_intermediate_size")),
             num_experts=_num_experts(hf),
-            num_experts_per_token=int(hf["num_experts_per_tok"]),
+            num_experts_per_token=int(_required(hf, "num_experts_per_tok")),
             normalize_topk=bool(hf.get("norm_topk_prob", False)),
             load_balancing="aux_loss",
             **common,
         )
-    return LlamaConfig(intermediate_dim=int(hf["intermediate_size"]), **common)
+    return LlamaConfig(intermediate_dim=int(_required(hf, "intermediate_size")), **common)
 
 
 def hf_export_problems(config: LlamaConfig) -> list[str]:
