@@ -213,3 +213,46 @@ def test_a_config_json_without_a_required_key_is_named(key):
     del moe["moe_intermediate_size"]
     with pytest.raises(ValueError, match="lacks 'moe_intermediate_size'"):
         config_from_hf(moe)
+
+
+# What transformers 5.25's config classes (and 4.x's, the same values) give for a key config.json leaves out,
+# read from `transformers.AutoConfig.for_model(model_type, **SIZES)`: the defaults differ between model types.
+SIZES = dict(
+    vocab_size=64, hidden_size=256, intermediate_size=40, num_hidden_layers=2, num_attention_heads=32
+)
+TRANSFORMERS_DEFAULTS = {
+    "llama": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=32, head_dim=8, max_seq_len=2048),
+    "qwen3": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=32, head_dim=128, max_seq_len=32768),
+    "mixtral": dict(norm_eps=1e-5, theta=1e6, num_kv_heads=8, head_dim=8, max_seq_len=131072, experts=(8, 2)),
+    "qwen3_moe": dict(
+        norm_eps=1e-6, theta=1e4, num_kv_heads=4, head_dim=8, max_seq_len=32768, experts=(128, 8)
+    ),
+    "mistral": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=8, head_dim=8, max_seq_len=131072),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_DEFAULTS))
+def test_keys_config_json_leaves_out_take_transformers_defaults_for_the_model_type(model_type):
+    """A hand-written or trimmed config.json: Schooner's one set of defaults (eps 1e-5, base 10000, kv heads =
+    heads) gave a Llama/Qwen3 norm eps 10x too large and a Mixtral a RoPE base 100x too small, silently."""
+    hf = {"model_type": model_type, **SIZES}
+    if model_type == "qwen3_moe":
+        hf["moe_intermediate_size"] = 24
+    if model_type == "mistral":  # its default sliding window (4096) is refused: Schooner has none
+        with pytest.raises(ValueError, match="sliding_window=4096"):
+            config_from_hf(hf)
+        hf["sliding_window"] = None
+    cfg, want = config_from_hf(hf), TRANSFORMERS_DEFAULTS[model_type]
+    got = dict(
+        norm_eps=cfg.norm_eps,
+        theta=cfg.rope.theta,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.resolved_head_dim,
+        max_seq_len=cfg.max_seq_len,
+    )
+    if cfg.moe is not None:
+        got["experts"] = (cfg.moe.num_experts, cfg.moe.num_experts_per_token)
+    assert got == want
+    assert not cfg.tie_embeddings
+    # An explicit null means "as many kv heads as heads", as transformers reads it.
+    assert config_from_hf({**hf, "num_key_value_heads": None}).num_kv_heads == 32
