@@ -72,19 +72,30 @@ class CheckpointConfig:
     """Write on a background thread so the step loop does not wait."""
 
     def __post_init__(self) -> None:
-        if self.every is not None and (not isinstance(self.every, int) or self.every <= 0):
+        for f in ("save_final", "asynchronous"):  # the string "false" is truthy: refuse, do not coerce
+            v = getattr(self, f)
+            if not isinstance(v, bool):
+                raise ValueError(
+                    f"CheckpointConfig.{f} must be True or False, got {v!r} ({type(v).__name__})"
+                )
+        # True == 1 in Python: a flag where a count belongs is refused below (`_count`), not read as 1.
+        if self.every is not None and (not _count(self.every) or self.every <= 0):
             raise ValueError(
                 f"CheckpointConfig.every must be a positive int or None, got every={self.every!r}"
             )
-        if not isinstance(self.keep_last, int) or self.keep_last < 1:
+        if not _count(self.keep_last) or self.keep_last < 1:
             raise ValueError(
                 f"CheckpointConfig.keep_last must be an int >= 1 (the latest checkpoint is always kept), "
                 f"got keep_last={self.keep_last!r}"
             )
-        if self.keep_every is not None and (not isinstance(self.keep_every, int) or self.keep_every <= 0):
+        if self.keep_every is not None and (not _count(self.keep_every) or self.keep_every <= 0):
             raise ValueError(
                 f"CheckpointConfig.keep_every must be a positive int or None, got {self.keep_every!r}"
             )
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_local(path: str) -> bool:
