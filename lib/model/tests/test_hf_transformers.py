@@ -256,3 +256,16 @@ def test_keys_config_json_leaves_out_take_transformers_defaults_for_the_model_ty
     assert not cfg.tie_embeddings
     # An explicit null means "as many kv heads as heads", as transformers reads it.
     assert config_from_hf({**hf, "num_key_value_heads": None}).num_kv_heads == 32
+
+
+def test_a_folder_of_the_other_layout_is_named_with_the_loader_that_reads_it(tmp_path):
+    """load_model on an HF folder listed two dozen 'unknown fields'; import_hf on a Schooner checkpoint said
+    'unsupported HF model_type None'. Each now says which loader the folder is for."""
+    from schooner.model import load_model, save_model
+
+    with pytest.raises(ValueError, match=r"Hugging Face config\.json.*import_hf"):
+        load_model(FIXTURES / "qwen3")
+    cfg = EXPORTS["qwen3-tied"]
+    save_model(tmp_path / "ckpt", init(cfg, key=jax.random.PRNGKey(0)), cfg)
+    with pytest.raises(ValueError, match=r"a Schooner model config.*load_model"):
+        import_hf(tmp_path / "ckpt")

@@ -401,7 +401,13 @@ def import_hf(
     """
     folder = os.fspath(folder)
     with open(os.path.join(folder, "config.json")) as f:
-        derived = config_from_hf(json.load(f))
+        hf = json.load(f)
+    if isinstance(hf, dict) and "model_type" not in hf and "type" in hf:
+        raise ValueError(
+            f"{folder!r} holds a Schooner model config (type={hf['type']!r}), not a Hugging Face config.json: "
+            "load the folder with schooner.model.load_model."
+        )
+    derived = config_from_hf(hf)
     if config is None:
         config = derived
     else:
