@@ -65,7 +65,8 @@ class OptimizerConfig:
     decay: float | int | None = None
     """Decay phase length (steps or fraction). "wsd" defaults to 0.2; None for cosine/linear = all after warmup."""
     min_lr_ratio: float = 0.1
-    """The learning rate at the final step, as a fraction of the peak."""
+    """The floor, as a fraction of the peak: the schedule's value at step `num_steps`, one past the last update
+    (optax's and transformers' convention; see `schooner.train._schedule`)."""
     decay_norms_and_biases: bool = False
     """Apply weight decay to 1-D parameters (norm scales, biases) too. Off by default, as is customary."""
     decay_embeddings: bool = True
