@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import re
 from typing import ClassVar
 
 import pytest
@@ -197,3 +198,33 @@ def test_configs_are_frozen_and_replaceable():
     assert dataclasses.replace(cfg, vocab_size=1000).vocab_size == 1000
     with pytest.raises(KeyError, match="unknown model preset"):
         presets.get_preset("llama_70b")
+
+
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "fragment"),
+    [
+        # A JSON/YAML/command-line string "false" is truthy: it must not silently tie the embeddings.
+        (LlamaConfig, {"tie_embeddings": "false"}, "tie_embeddings must be True or False; got 'false'"),
+        (LlamaConfig, {"qk_norm": "no"}, "qk_norm must be True or False; got 'no'"),
+        (LlamaConfig, {"scan_layers": 0}, "scan_layers must be True or False; got 0"),
+        (MoEConfig, {"normalize_topk": "False"}, "normalize_topk must be True or False; got 'False'"),
+        # Numbers given as strings: an error naming the field, not "'>' not supported between ...".
+        (LlamaConfig, {"norm_eps": "1e-5"}, "norm_eps must be a number > 0; got '1e-5'"),
+        (LlamaConfig, {"initializer_range": None}, "initializer_range must be a number > 0; got None"),
+        (RopeConfig, {"theta": "10000"}, "theta must be a number > 0; got '10000'"),
+        (RopeConfig, {"kind": "llama3", "factor": "8"}, "factor must be a number >= 1; got '8'"),
+        (MoEConfig, {"aux_loss_weight": "0.01"}, "aux_loss_weight must be a number >= 0; got '0.01'"),
+        (MoEConfig, {"capacity_factor": "1.25"}, "capacity_factor must be a number > 0, or None"),
+        (MoEConfig, {"router_bias_rate": "0.5"}, "router_bias_rate must be a number in"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named_not_coerced(cls, kwargs, fragment):
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        cls(**kwargs)
+
+
+def test_a_rope_dict_with_an_unknown_key_names_it_and_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown rope field\(s\) \['scaling'\].*valid.*'theta'"):
+        config_from_dict({"type": "llama", "rope": {"theta": 1e4, "scaling": 2.0}})
+    with pytest.raises(ValueError, match=r"unknown rope field\(s\) \['scaling'\]"):
+        LlamaConfig(rope={"theta": 1e4, "scaling": 2.0})

@@ -13,6 +13,7 @@ room for other CPUs' kernels while a wrong RoPE base, scaling rule, router or no
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -171,3 +172,100 @@ def test_exports_load_in_transformers_and_match(tmp_path, name):
     got = np.asarray(_logits(model, np.asarray(tokens, np.int32)))
     assert float(np.abs(got - want).max()) < ATOL
     shutil.rmtree(folder)
+
+
+def test_a_config_override_that_changes_the_architecture_is_refused():
+    """`import_hf(config=...)` may change how the model runs, never what it computes: a RoPE base, norm epsilon
+    or top-k that differs from config.json (tensor shapes unchanged) would give other logits than
+    transformers' without a word."""
+    folder = FIXTURES / "llama-theta5e5"
+    derived = config_from_hf(json.loads((folder / "config.json").read_text()))
+    wrong = dataclasses.replace(derived, rope=RopeConfig(theta=10000.0), norm_eps=1e-5)
+    with pytest.raises(ValueError, match=r"'rope'.*theta=500000\.0.*theta=10000\.0") as err:
+        import_hf(folder, config=wrong)
+    assert "'norm_eps'" in str(err.value) and "llama-theta5e5" in str(err.value)
+    moe_folder = FIXTURES / "mixtral"
+    moe = config_from_hf(json.loads((moe_folder / "config.json").read_text()))
+    with pytest.raises(ValueError, match=r"'num_experts_per_token'.*2.*1"):
+        import_hf(moe_folder, config=dataclasses.replace(moe, num_experts_per_token=1))
+    with pytest.raises(ValueError, match="MoEConfig.*LlamaConfig"):
+        import_hf(folder, config=MoEConfig(**{f: getattr(derived, f) for f in ("vocab_size", "hidden_dim")}))
+    # What changes how the model runs, not what it computes, may differ.
+    runtime = dataclasses.replace(
+        derived, compute_dtype="float32", attention_implementation="xla", head_dim=None, max_seq_len=4096
+    )
+    ref = dict(np.load(folder / "reference.npz"))
+    model, config = import_hf(folder, config=runtime)
+    assert config == runtime
+    got = np.asarray(_logits(model, np.asarray(ref["tokens"], np.int32)))
+    assert float(np.abs(got - ref["logits"]).max()) < ATOL
+    balanced = dataclasses.replace(moe, load_balancing="quantile", capacity_factor=2.0, aux_loss_weight=0.1)
+    assert import_hf(moe_folder, config=balanced)[1] == balanced
+
+
+@pytest.mark.parametrize("key", ["num_attention_heads", "vocab_size", "hidden_size", "intermediate_size"])
+def test_a_config_json_without_a_required_key_is_named(key):
+    hf = json.loads((FIXTURES / "llama-theta5e5" / "config.json").read_text())
+    del hf[key]
+    with pytest.raises(ValueError, match=rf"config\.json of model_type 'llama' lacks {key!r}"):
+        config_from_hf(hf)
+    moe = json.loads((FIXTURES / "qwen3-moe" / "config.json").read_text())
+    del moe["moe_intermediate_size"]
+    with pytest.raises(ValueError, match="lacks 'moe_intermediate_size'"):
+        config_from_hf(moe)
+
+
+# What transformers 5.25's config classes (and 4.x's, the same values) give for a key config.json leaves out,
+# read from `transformers.AutoConfig.for_model(model_type, **SIZES)`: the defaults differ between model types.
+SIZES = dict(
+    vocab_size=64, hidden_size=256, intermediate_size=40, num_hidden_layers=2, num_attention_heads=32
+)
+TRANSFORMERS_DEFAULTS = {
+    "llama": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=32, head_dim=8, max_seq_len=2048),
+    "qwen3": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=32, head_dim=128, max_seq_len=32768),
+    "mixtral": dict(norm_eps=1e-5, theta=1e6, num_kv_heads=8, head_dim=8, max_seq_len=131072, experts=(8, 2)),
+    "qwen3_moe": dict(
+        norm_eps=1e-6, theta=1e4, num_kv_heads=4, head_dim=8, max_seq_len=32768, experts=(128, 8)
+    ),
+    "mistral": dict(norm_eps=1e-6, theta=1e4, num_kv_heads=8, head_dim=8, max_seq_len=131072),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(TRANSFORMERS_DEFAULTS))
+def test_keys_config_json_leaves_out_take_transformers_defaults_for_the_model_type(model_type):
+    """A hand-written or trimmed config.json: Schooner's one set of defaults (eps 1e-5, base 10000, kv heads =
+    heads) gave a Llama/Qwen3 norm eps 10x too large and a Mixtral a RoPE base 100x too small, silently."""
+    hf = {"model_type": model_type, **SIZES}
+    if model_type == "qwen3_moe":
+        hf["moe_intermediate_size"] = 24
+    if model_type == "mistral":  # its default sliding window (4096) is refused: Schooner has none
+        with pytest.raises(ValueError, match="sliding_window=4096"):
+            config_from_hf(hf)
+        hf["sliding_window"] = None
+    cfg, want = config_from_hf(hf), TRANSFORMERS_DEFAULTS[model_type]
+    got = dict(
+        norm_eps=cfg.norm_eps,
+        theta=cfg.rope.theta,
+        num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.resolved_head_dim,
+        max_seq_len=cfg.max_seq_len,
+    )
+    if cfg.moe is not None:
+        got["experts"] = (cfg.moe.num_experts, cfg.moe.num_experts_per_token)
+    assert got == want
+    assert not cfg.tie_embeddings
+    # An explicit null means "as many kv heads as heads", as transformers reads it.
+    assert config_from_hf({**hf, "num_key_value_heads": None}).num_kv_heads == 32
+
+
+def test_a_folder_of_the_other_layout_is_named_with_the_loader_that_reads_it(tmp_path):
+    """load_model on an HF folder listed two dozen 'unknown fields'; import_hf on a Schooner checkpoint said
+    'unsupported HF model_type None'. Each now says which loader the folder is for."""
+    from schooner.model import load_model, save_model
+
+    with pytest.raises(ValueError, match=r"Hugging Face config\.json.*import_hf"):
+        load_model(FIXTURES / "qwen3")
+    cfg = EXPORTS["qwen3-tied"]
+    save_model(tmp_path / "ckpt", init(cfg, key=jax.random.PRNGKey(0)), cfg)
+    with pytest.raises(ValueError, match=r"a Schooner model config.*load_model"):
+        import_hf(tmp_path / "ckpt")

@@ -156,3 +156,16 @@ def test_a_half_deleted_step_folder_from_an_older_prune_is_cleaned_at_start(tmp_
     assert [s for s, _ in list_checkpoints(str(tmp_path))] == [2]
     CheckpointManager(str(tmp_path), CheckpointConfig(every=1))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000002"]
+
+
+def test_keep_every_keeps_its_multiples_when_every_does_not_land_on_them(tmp_path) -> None:
+    """every=3, keep_every=10: the steps 10 and 20 asked to be kept for good must be written (they are not
+    multiples of 3), or the policy keeps nothing but the last checkpoints."""
+    m = CheckpointManager(str(tmp_path), CheckpointConfig(every=3, keep_last=1, keep_every=10))
+    for step in range(1, 26):
+        if m.should_save(step, last_step=25):
+            m.save(step, {"w": np.full(2, step)}, write_arrays, {})
+    m.close()
+    assert [s for s, _ in complete_checkpoints(str(tmp_path))] == [10, 20, 25]
+    only_final = CheckpointManager(str(tmp_path / "b"), CheckpointConfig(every=None, keep_every=10))
+    assert [s for s in range(1, 26) if only_final.should_save(s, last_step=25)] == [10, 20, 25]

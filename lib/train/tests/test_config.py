@@ -109,3 +109,22 @@ def test_train_fails_before_compiling(nano, data_dir, tmp_path) -> None:
     )
     with pytest.raises(ValueError, match="vocab_size=100 is smaller than the tokenizer"):
         train(small_vocab)
+
+
+def test_bool_fields_take_only_bools_and_counts_no_bools(nano) -> None:
+    """The string "false" is truthy: fit_vocab="false" would grow the model's vocabulary, asynchronous="false"
+    write on a thread; every=True would checkpoint every step (True == 1)."""
+    with pytest.raises(ValueError, match=r"TrainConfig\.fit_vocab must be True or False, got 'false'"):
+        cfg(nano, fit_vocab="false")
+    with pytest.raises(
+        ValueError, match=r"CheckpointConfig\.asynchronous must be True or False, got 'false'"
+    ):
+        CheckpointConfig(asynchronous="false")
+    with pytest.raises(ValueError, match=r"CheckpointConfig\.save_final must be True or False, got 0"):
+        CheckpointConfig(save_final=0)
+    with pytest.raises(ValueError, match="every must be a positive int or None, got every=True"):
+        CheckpointConfig(every=True)
+    with pytest.raises(ValueError, match="keep_last must be an int >= 1"):
+        CheckpointConfig(keep_last=True)
+    with pytest.raises(ValueError, match="keep_every must be a positive int or None"):
+        CheckpointConfig(keep_every=True)

@@ -348,3 +348,29 @@ def test_first_step_rewards_are_exactly_zero_as_in_trl(nano, pref_cache, tmp_pat
     assert row["train/rewards/accuracies"] == float((chosen > rejected).mean()) == 0.0
     assert row["train/loss"] == pytest.approx(math.log(2), abs=1e-7)
     assert second["train/rewards/chosen"] != 0.0  # step 2's policy has moved: its own rewards again
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(beta="0.1"), "dpo: beta must be a number > 0, got beta='0.1'"),
+        (dict(beta=True), "dpo: beta must be a number > 0, got beta=True"),
+        (
+            dict(label_smoothing=None),
+            "dpo: label_smoothing must be a number in [0, 0.5), got label_smoothing=None",
+        ),
+    ],
+)
+def test_dpo_numbers_of_the_wrong_type_are_named(kw: dict, message: str) -> None:
+    """From a YAML file or a command line: not "'>' not supported between 'str' and 'int'"."""
+    import re
+
+    from schooner.train import AdamConfig
+    from schooner.train._dpo import DpoConfig
+
+    args = dict(
+        model=None, initialize_from="x", reference="y", datasets=[], beta=0.1, loss_type="sigmoid",
+        label_smoothing=0.0, optimizer=AdamConfig(), batch_size=8, seq_len=32, num_train_steps=2,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DpoConfig(**{**args, **kw})

@@ -4,6 +4,7 @@ orthogonalized updates, clipping, and frozen leaves (the MoE router bias)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -201,3 +202,29 @@ def test_muon_config_errors() -> None:
     with pytest.raises(ValueError, match="ns_steps"):
         MuonConfig(ns_steps=0)
     assert jnp.isfinite(MuonConfig().lr_schedule(10)(5))
+
+
+@pytest.mark.parametrize(
+    ("cls", "kw", "message"),
+    [
+        # Numbers from a YAML file or a command line arrive as strings: named, not "'<' not supported".
+        (AdamConfig, dict(weight_decay="0.1"), "weight_decay must be a number >= 0, got weight_decay='0.1'"),
+        (AdamConfig, dict(max_grad_norm="1.0"), "max_grad_norm must be a number > 0 or None"),
+        (
+            AdamConfig,
+            dict(min_lr_ratio=None),
+            "min_lr_ratio must be a number in [0, 1], got min_lr_ratio=None",
+        ),
+        (AdamConfig, dict(beta1="0.9"), "beta1 must be a number in [0, 1), got beta1='0.9'"),
+        (AdamConfig, dict(eps="1e-8"), "eps must be a number > 0, got eps='1e-8'"),
+        (AdamConfig, dict(decay_embeddings="no"), "decay_embeddings must be True or False, got 'no'"),
+        (AdamConfig, dict(decay_norms_and_biases="false"), "decay_norms_and_biases must be True or False"),
+        (MuonConfig, dict(momentum="0.95"), "momentum must be a number in [0, 1), got momentum='0.95'"),
+        (MuonConfig, dict(consistent_rms="0.2"), "consistent_rms must be a number > 0 or None"),
+        (MuonConfig, dict(adam_learning_rate="3e-4"), "adam_learning_rate must be a number > 0 or None"),
+        (MuonConfig, dict(nesterov="yes"), "nesterov must be True or False, got 'yes'"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_named(cls: type, kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cls(**kw)

@@ -111,3 +111,20 @@ def test_wandb_run_id_is_the_same_for_every_attempt_of_a_step(tmp_path, monkeypa
         (run,) = [p for p in os.listdir(os.path.join(run_dir, "wandb")) if p.startswith("offline-run-")]
         ids.append(run.rsplit("-", 1)[1])
     assert ids[0] == ids[1]
+
+
+@pytest.mark.parametrize(
+    ("kind", "peak"),
+    [
+        # Dense BF16 tensor-core peaks from NVIDIA's datasheets (the sparsity figures halved). The PCIe and NVL
+        # H100 run at lower clocks than the SXM part; the L40 is not the L40S; neither is an L4.
+        ("NVIDIA H100 PCIe", 756e12),
+        ("NVIDIA H100 NVL", 835e12),
+        ("NVIDIA H100 80GB HBM3", 989e12),
+        ("NVIDIA L40", 181e12),
+        ("NVIDIA L40S", 362e12),
+        ("NVIDIA L4", 121e12),
+    ],
+)
+def test_the_peak_is_the_part_s_own_not_a_sibling_s(kind: str, peak: float) -> None:
+    assert datasheet_peak(types.SimpleNamespace(device_kind=kind)) == peak

@@ -67,7 +67,13 @@ def read_config(folder: str | os.PathLike) -> LlamaConfig:
         raise FileNotFoundError(
             f"no {CONFIG_FILE} in {os.fspath(folder)!r}; is it a folder written by save_model?"
         )
-    return config_from_dict(json.loads(bytes(result.value)))
+    data = json.loads(bytes(result.value))
+    if isinstance(data, dict) and "model_type" in data and "type" not in data:
+        raise ValueError(
+            f"{os.fspath(folder)!r} holds a Hugging Face config.json (model_type={data['model_type']!r}), not a "
+            "Schooner model config: load the folder with schooner.model.import_hf."
+        )
+    return config_from_dict(data)
 
 
 def model_shapes(config: LlamaConfig) -> Transformer:

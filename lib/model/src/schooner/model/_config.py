@@ -9,9 +9,12 @@ them without pickling.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
+
+import numpy as np
 
 from ._kernels import KERNELS, platform
 
@@ -43,6 +46,11 @@ class RopeConfig:
     def __post_init__(self) -> None:
         if self.kind not in _ROPE_KINDS:
             raise ValueError(f"RopeConfig.kind must be one of {_ROPE_KINDS}; got {self.kind=!r}.")
+        _number("RopeConfig.theta", self.theta, "> 0")
+        if self.kind == "llama3":
+            _number("RopeConfig.factor", self.factor, ">= 1")
+            _number("RopeConfig.low_freq_factor", self.low_freq_factor, "> 0")
+            _number("RopeConfig.high_freq_factor", self.high_freq_factor, "> low_freq_factor")
         if not self.theta > 0:
             raise ValueError(f"RopeConfig.theta must be > 0; got {self.theta=}.")
         if self.kind == "llama3":
@@ -57,6 +65,22 @@ class RopeConfig:
                 raise ValueError(
                     f"original_max_position_embeddings must be > 0; got {self.original_max_position_embeddings=}."
                 )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+
+
+def _number(name: str, value: Any, rule: str) -> None:
+    """A number given as a string (from JSON, YAML or a command line) or None is named, not compared."""
+    if not _is_number(value):
+        raise ValueError(f"{name} must be a number {rule}; got {value!r} ({type(value).__name__}).")
+
+
+def _flag(name: str, value: Any) -> None:
+    """A bool field: the string "false" is truthy, so anything but True/False is refused, not coerced."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False; got {value!r} ({type(value).__name__}).")
 
 
 def _positive(name: str, value: int) -> None:
@@ -141,7 +165,9 @@ class LlamaConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.rope, Mapping):  # tolerate a dict from JSON
-            object.__setattr__(self, "rope", RopeConfig(**self.rope))
+            object.__setattr__(self, "rope", rope_from_dict(self.rope))
+        if not isinstance(self.rope, RopeConfig):
+            raise ValueError(f"rope must be a RopeConfig (or a dict of its fields); got {self.rope!r}.")
         if self.type != self.config_type:
             raise ValueError(
                 f"{type(self).__name__}.type must be {self.config_type!r}; got {self.type=!r}. "
@@ -168,6 +194,10 @@ class LlamaConfig:
             raise ValueError(
                 f"rotary embeddings need an even head_dim; got head_dim={self.resolved_head_dim}."
             )
+        for flag in ("tie_embeddings", "qk_norm", "scan_layers"):
+            _flag(flag, getattr(self, flag))
+        _number("norm_eps", self.norm_eps, "> 0")
+        _number("initializer_range", self.initializer_range, "> 0")
         if not self.norm_eps > 0:
             raise ValueError(f"norm_eps must be > 0; got {self.norm_eps=}.")
         if not self.initializer_range > 0:
@@ -321,6 +351,13 @@ class MoEConfig(LlamaConfig):
             raise ValueError(
                 f"load_balancing must be 'quantile', 'aux_loss' or 'none'; got {self.load_balancing=!r}."
             )
+        _flag("normalize_topk", self.normalize_topk)
+        _number("aux_loss_weight", self.aux_loss_weight, ">= 0")
+        _number("router_z_loss_weight", self.router_z_loss_weight, ">= 0")
+        if self.router_bias_rate is not None:
+            _number("router_bias_rate", self.router_bias_rate, "in (0, 1], or None for the default")
+        if self.capacity_factor is not None:
+            _number("capacity_factor", self.capacity_factor, "> 0, or None for dropless dispatch")
         if self.aux_loss_weight < 0 or self.router_z_loss_weight < 0:
             raise ValueError(
                 f"loss weights must be >= 0; got {self.aux_loss_weight=}, {self.router_z_loss_weight=}."
@@ -405,9 +442,22 @@ def config_from_dict(data: Mapping[str, Any]) -> LlamaConfig:
     if unknown:
         raise ValueError(f"unknown field(s) {unknown} for {cls.__name__}; valid fields: {sorted(names)}.")
     if isinstance(data.get("rope"), Mapping):
-        data["rope"] = RopeConfig(**data["rope"])
+        data["rope"] = rope_from_dict(data["rope"])
     data["type"] = kind
     return cls(**data)
+
+
+def rope_from_dict(data: Mapping[str, Any]) -> RopeConfig:
+    """A :class:`RopeConfig` from a dict of its fields (a config's ``"rope"`` in JSON).
+
+    Raises:
+        ValueError: unknown keys (the message lists the valid ones) or invalid values.
+    """
+    names = {f.name for f in dataclasses.fields(RopeConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown rope field(s) {unknown}; valid fields: {sorted(names)}.")
+    return RopeConfig(**data)
 
 
 def resolve_compute_dtype(config: LlamaConfig) -> Any:

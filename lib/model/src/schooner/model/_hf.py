@@ -14,6 +14,7 @@ on the device one layer at a time from the memory-mapped files. Neither holds th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -277,6 +278,57 @@ def _check_router_bias(model: Transformer, config: LlamaConfig) -> None:
             )
 
 
+IMPORT_RUNTIME_FIELDS = frozenset(
+    {
+        "compute_dtype",
+        "kernels",
+        "scan_layers",
+        "loss_chunk_tokens",
+        "gradient_checkpointing",
+        "attention_implementation",
+        "max_seq_len",
+        "initializer_range",
+        "load_balancing",
+        "aux_loss_weight",
+        "router_z_loss_weight",
+        "router_bias_rate",
+        "router_bias_resolve",
+        "router_bias_resolve_tokens",
+        "grouped_matmul",
+        "capacity_factor",
+    }
+)
+"""Config fields an ``import_hf(config=...)`` override may change: how the model runs and trains, not what the
+imported weights compute (the router bias an imported MoE starts with is zero whatever its balancing)."""
+_RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolved_shared_dim"}
+
+
+def _check_override(config: LlamaConfig, derived: LlamaConfig, folder: str) -> None:
+    """Refuse an override whose architecture differs from ``config.json``'s, naming every field and both values."""
+    if (config.moe is None) != (derived.moe is None):
+        raise ValueError(
+            f"{folder}: config={type(config).__name__}(...) does not fit its config.json, which describes a "
+            f"{type(derived).__name__}; pass a config derived from config_from_hf's with dataclasses.replace."
+        )
+    differ = []
+    for f in dataclasses.fields(derived):
+        if f.name in IMPORT_RUNTIME_FIELDS or f.name == "type":
+            continue
+        name = _RESOLVED.get(f.name, f.name)
+        want, got = getattr(derived, name), getattr(config, name)
+        if want != got:
+            differ.append(
+                f"  {f.name!r}: config.json gives {f.name}={want!r}, config= gives {f.name}={got!r}"
+            )
+    if differ:
+        raise ValueError(
+            f"{folder}: the config= override differs from config.json in what the weights compute:\n"
+            + "\n".join(differ)
+            + f"\nonly {sorted(IMPORT_RUNTIME_FIELDS)} may differ; leave config= out or derive it from "
+            "config_from_hf(config.json) with dataclasses.replace."
+        )
+
+
 def _open_weights(folder: str) -> dict[str, np.ndarray]:
     """Every tensor of the folder's safetensors files, memory-mapped (single file or sharded with an index)."""
     index = os.path.join(folder, "model.safetensors.index.json")
@@ -335,20 +387,31 @@ def import_hf(
 
     Args:
         folder: local HF model folder (e.g. a downloaded ``meta-llama/Llama-3.2-1B`` or ``export_hf`` output).
-        config: override the config derived from ``config.json`` (architecture fields must agree);
-            e.g. to set ``compute_dtype`` or ``load_balancing``.
+        config: override the config derived from ``config.json``: only the fields of
+            ``IMPORT_RUNTIME_FIELDS`` may differ (e.g. ``compute_dtype``, ``load_balancing``); every other field
+            must agree (``head_dim`` and ``shared_intermediate_dim`` by their resolved value).
         sharding: place the parameters on these shardings (one Sharding, or a pytree like the model from
             :func:`schooner.model.model_shardings`); default: the default device.
 
     Raises:
-        ValueError: an HF setting Schooner does not implement, tensors of the wrong shape, or tensors left
-            over (the architecture does not match).
+        ValueError: an HF setting Schooner does not implement, a ``config`` override that differs from
+            ``config.json`` in an architecture field, tensors of the wrong shape, or tensors left over (the
+            architecture does not match).
         KeyError: a tensor the config needs is missing.
     """
     folder = os.fspath(folder)
     with open(os.path.join(folder, "config.json")) as f:
-        derived = config_from_hf(json.load(f))
-    config = derived if config is None else config
+        hf = json.load(f)
+    if isinstance(hf, dict) and "model_type" not in hf and "type" in hf:
+        raise ValueError(
+            f"{folder!r} holds a Schooner model config (type={hf['type']!r}), not a Hugging Face config.json: "
+            "load the folder with schooner.model.load_model."
+        )
+    derived = config_from_hf(hf)
+    if config is None:
+        config = derived
+    else:
+        _check_override(config, derived, folder)
     tensors = _open_weights(folder)
     layout = hf_layout(config)
     missing = [t.name for t in layout if t.name not in tensors]

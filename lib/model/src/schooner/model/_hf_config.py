@@ -3,7 +3,9 @@
 Reading accepts both layouts transformers has written: 4.x (``rope_theta`` and ``rope_scaling``; Qwen3-MoE's
 ``num_experts``) and 5.x (``rope_parameters``, ``num_local_experts``, ``dtype``). Anything Schooner does not
 implement (a ``rope_type`` other than default/llama3, partial rotary, sliding windows, biases, dense layers
-inside a Qwen3-MoE) is refused with the field and its value, never silently dropped. Writing produces the
+inside a Qwen3-MoE) is refused with the field and its value, never silently dropped. A key the file leaves out
+takes the default of transformers' config class for its model type (``_HF_DEFAULTS``), as transformers
+would read the file; sizes have no default. Writing produces the
 5.x keys plus the 4.x RoPE keys, which both versions read.
 """
 
@@ -18,6 +20,43 @@ from ._config import LlamaConfig, MoEConfig, RopeConfig
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen3", "mixtral", "qwen3_moe")
 _ROPE_TYPES = ("default", "llama3")
+# What transformers' config classes (4.x and 5.x alike) give for a key a config.json leaves out; they differ by
+# model type (Llama's eps is 1e-6, Mixtral's 1e-5 and its RoPE base 1e6; Qwen3's head_dim 128, ...). Sizes
+# (hidden_size, layers, heads, vocab, intermediate sizes) have no default here: a config.json without them is
+# not a model's. The experts' count is `_EXPERTS` (two key names).
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 2048},
+    "mistral": {
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 4096 * 32,
+        "num_key_value_heads": 8,
+        "sliding_window": 4096,
+    },
+    "qwen3": {
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 32768,
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+    },
+    "mixtral": {
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 4096 * 32,
+        "num_key_value_heads": 8,
+        "num_experts_per_tok": 2,
+    },
+    "qwen3_moe": {
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 32768,
+        "num_key_value_heads": 4,
+        "num_experts_per_tok": 8,
+        "norm_topk_prob": False,
+    },
+}
+_EXPERTS = {"mixtral": 8, "qwen3_moe": 128}
 _LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
 
@@ -85,7 +124,16 @@ def _num_experts(hf: Mapping[str, Any]) -> int:
     for key in ("num_local_experts", "num_experts"):  # transformers 5, then 4.x Qwen3-MoE
         if hf.get(key) is not None:
             return int(hf[key])
-    raise ValueError("the HF MoE config gives neither num_local_experts nor num_experts.")
+    return _EXPERTS[hf["model_type"]]  # neither key: the config class's default
+
+
+def _required(hf: Mapping[str, Any], key: str) -> Any:
+    if hf.get(key) is None:
+        raise ValueError(
+            f"the HF config.json of model_type {hf.get('model_type')!r} lacks {key!r}, which Schooner cannot "
+            f"infer; add it (the value transformers' {hf.get('model_type')} config class was built with)."
+        )
+    return hf[key]
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
@@ -100,25 +148,30 @@ def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
         raise ValueError(
             f"unsupported HF model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}."
         )
+    hf = {
+        **_HF_DEFAULTS[model_type],
+        **hf,
+    }  # an absent key means the model type's default, as in transformers
     _refuse_unsupported(hf, model_type)
-    heads = int(hf["num_attention_heads"])
+    heads = int(_required(hf, "num_attention_heads"))
+    hidden = int(_required(hf, "hidden_size"))
     common: dict[str, Any] = dict(
-        vocab_size=int(hf["vocab_size"]),
-        hidden_dim=int(hf["hidden_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
+        vocab_size=int(_required(hf, "vocab_size")),
+        hidden_dim=hidden,
+        num_layers=int(_required(hf, "num_hidden_layers")),
         num_heads=heads,
         num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or hf["hidden_size"] // heads),
-        max_seq_len=int(hf.get("max_position_embeddings", 2048)),
+        head_dim=int(hf.get("head_dim") or hidden // heads),
+        max_seq_len=int(hf["max_position_embeddings"]),
         rope=_rope_from_hf(hf),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
-        norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
+        norm_eps=float(hf["rms_norm_eps"]),
         initializer_range=float(hf.get("initializer_range", 0.02)),
     )
     if model_type == "mixtral":
         return MoEConfig(
-            intermediate_dim=int(hf["intermediate_size"]),
+            intermediate_dim=int(_required(hf, "intermediate_size")),
             num_experts=_num_experts(hf),
             num_experts_per_token=int(hf["num_experts_per_tok"]),
             load_balancing="aux_loss",
@@ -131,14 +184,14 @@ def config_from_hf(hf: Mapping[str, Any]) -> LlamaConfig:
                 f"mlp_only_layers={hf.get('mlp_only_layers')}, decoder_sparse_step={hf.get('decoder_sparse_step')}."
             )
         return MoEConfig(
-            intermediate_dim=int(hf["moe_intermediate_size"]),
+            intermediate_dim=int(_required(hf, "moe_intermediate_size")),
             num_experts=_num_experts(hf),
             num_experts_per_token=int(hf["num_experts_per_tok"]),
-            normalize_topk=bool(hf.get("norm_topk_prob", False)),
+            normalize_topk=bool(hf["norm_topk_prob"]),
             load_balancing="aux_loss",
             **common,
         )
-    return LlamaConfig(intermediate_dim=int(hf["intermediate_size"]), **common)
+    return LlamaConfig(intermediate_dim=int(_required(hf, "intermediate_size")), **common)
 
 
 def hf_export_problems(config: LlamaConfig) -> list[str]:

@@ -60,30 +60,42 @@ class CheckpointConfig:
     """
 
     every: int | None = 1000
-    """Write a checkpoint every this many steps (None: only at the end)."""
+    """Write a checkpoint every this many steps (None: only at the end, and at multiples of `keep_every`)."""
     keep_last: int = 2
     """Keep this many most recent checkpoints (older ones are deleted after a newer one is complete)."""
     keep_every: int | None = None
-    """Also keep, for good, checkpoints whose step is a multiple of this."""
+    """Also write and keep, for good, a checkpoint at every multiple of this step (written even where `every`
+    does not land on it)."""
     save_final: bool = True
     """Write a checkpoint after the last step."""
     asynchronous: bool = True
     """Write on a background thread so the step loop does not wait."""
 
     def __post_init__(self) -> None:
-        if self.every is not None and (not isinstance(self.every, int) or self.every <= 0):
+        for f in ("save_final", "asynchronous"):  # the string "false" is truthy: refuse, do not coerce
+            v = getattr(self, f)
+            if not isinstance(v, bool):
+                raise ValueError(
+                    f"CheckpointConfig.{f} must be True or False, got {v!r} ({type(v).__name__})"
+                )
+        # True == 1 in Python: a flag where a count belongs is refused below (`_count`), not read as 1.
+        if self.every is not None and (not _count(self.every) or self.every <= 0):
             raise ValueError(
                 f"CheckpointConfig.every must be a positive int or None, got every={self.every!r}"
             )
-        if not isinstance(self.keep_last, int) or self.keep_last < 1:
+        if not _count(self.keep_last) or self.keep_last < 1:
             raise ValueError(
                 f"CheckpointConfig.keep_last must be an int >= 1 (the latest checkpoint is always kept), "
                 f"got keep_last={self.keep_last!r}"
             )
-        if self.keep_every is not None and (not isinstance(self.keep_every, int) or self.keep_every <= 0):
+        if self.keep_every is not None and (not _count(self.keep_every) or self.keep_every <= 0):
             raise ValueError(
                 f"CheckpointConfig.keep_every must be a positive int or None, got {self.keep_every!r}"
             )
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_local(path: str) -> bool:
@@ -199,6 +211,8 @@ class CheckpointManager:
         """Whether the policy asks for a checkpoint after `step` (steps counted from 1)."""
         if step == last_step and self.config.save_final:
             return True
+        if self.config.keep_every is not None and step % self.config.keep_every == 0:
+            return True  # kept for good: written whether or not `every` lands on it
         return self.config.every is not None and step % self.config.every == 0
 
     def save(

@@ -160,6 +160,10 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.data, DataConfig):
             raise TypeError(f"TrainConfig.data must be a DataConfig, got {type(self.data).__name__}")
+        if not isinstance(self.fit_vocab, bool):  # the string "false" is truthy: refuse, do not coerce
+            raise ValueError(
+                f"TrainConfig.fit_vocab must be True or False, got {self.fit_vocab!r} ({type(self.fit_vocab).__name__})"
+            )
         if not isinstance(self.optimizer, OptimizerConfig):
             raise TypeError(
                 f"TrainConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -386,6 +387,10 @@ class DpoConfig:
     def __post_init__(self) -> None:
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"dpo: loss_type must be one of {LOSS_TYPES}, got loss_type={self.loss_type!r}")
+        for f, rule in (("beta", "> 0"), ("label_smoothing", "in [0, 0.5)")):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):  # a string from YAML, True, None
+                raise ValueError(f"dpo: {f} must be a number {rule}, got {f}={v!r} ({type(v).__name__})")
         if not self.beta > 0:
             raise ValueError(f"dpo: beta must be > 0, got beta={self.beta!r}")
         if not 0 <= self.label_smoothing < 0.5:

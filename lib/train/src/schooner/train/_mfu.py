@@ -13,9 +13,12 @@ import time
 import jax
 import jax.numpy as jnp
 
-# Dense bf16 peak FLOP/s per device (per chip for TPU), from vendor datasheets (no sparsity).
+# Dense bf16 peak FLOP/s per device (per chip for TPU), from vendor datasheets (no sparsity). Matched as
+# substrings of `device_kind`, longest first: a variant ("h100 pcie", "l40s") before its family ("h100", "l4").
 PEAK_BF16_FLOPS: dict[str, float] = {
     "h200": 989e12,
+    "h100 pcie": 756e12,
+    "h100 nvl": 835e12,
     "h100": 989e12,
     "gh200": 989e12,
     "b200": 2250e12,
@@ -23,6 +26,7 @@ PEAK_BF16_FLOPS: dict[str, float] = {
     "a10g": 70e12,
     "a10": 125e12,
     "l40s": 362e12,
+    "l40": 181e12,
     "l4": 121e12,
     "v100": 125e12,
     "t4": 65e12,

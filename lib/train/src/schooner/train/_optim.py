@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,22 @@ from optax.contrib import MuonDimensionNumbers
 from ._schedule import SCHEDULE_KINDS, build_schedule
 
 _F32_MAX = float(jnp.finfo(jnp.float32).max)
+
+
+def _check_types(config: Any, numbers_: dict[str, str], flags: tuple[str, ...]) -> None:
+    """Numbers given as strings (a YAML file, a command line) or None, and bools given as anything else (the
+    string "false" is truthy), named with the field and value before any comparison."""
+    name = type(config).__name__
+    for f, rule in numbers_.items():
+        v = getattr(config, f)
+        if rule.endswith("or None") and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ValueError(f"{name}.{f} must be a number {rule}, got {f}={v!r} ({type(v).__name__})")
+    for f in flags:
+        v = getattr(config, f)
+        if not isinstance(v, bool):
+            raise ValueError(f"{name}.{f} must be True or False, got {v!r} ({type(v).__name__})")
 
 
 @dataclass(frozen=True)
@@ -48,7 +65,8 @@ class OptimizerConfig:
     decay: float | int | None = None
     """Decay phase length (steps or fraction). "wsd" defaults to 0.2; None for cosine/linear = all after warmup."""
     min_lr_ratio: float = 0.1
-    """The learning rate at the final step, as a fraction of the peak."""
+    """The floor, as a fraction of the peak: the schedule's value at step `num_steps`, one past the last update
+    (optax's and transformers' convention; see `schooner.train._schedule`)."""
     decay_norms_and_biases: bool = False
     """Apply weight decay to 1-D parameters (norm scales, biases) too. Off by default, as is customary."""
     decay_embeddings: bool = True
@@ -56,6 +74,11 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        _check_types(
+            self,
+            {"weight_decay": ">= 0", "max_grad_norm": "> 0 or None", "min_lr_ratio": "in [0, 1]"},
+            ("decay_norms_and_biases", "decay_embeddings"),
+        )
         if not (isinstance(self.learning_rate, int | float) and math.isfinite(self.learning_rate)):
             raise ValueError(f"{name}.learning_rate must be a finite number, got {self.learning_rate!r}")
         if self.learning_rate <= 0:
@@ -123,6 +146,7 @@ class AdamConfig(OptimizerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_types(self, {"beta1": "in [0, 1)", "beta2": "in [0, 1)", "eps": "> 0"}, ())
         for f in ("beta1", "beta2"):
             v = getattr(self, f)
             if not 0.0 <= v < 1.0:
@@ -172,6 +196,18 @@ class MuonConfig(OptimizerConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        _check_types(
+            self,
+            {
+                "momentum": "in [0, 1)",
+                "consistent_rms": "> 0 or None",
+                "adam_learning_rate": "> 0 or None",
+                "beta1": "in [0, 1)",
+                "beta2": "in [0, 1)",
+                "eps": "> 0",
+            },
+            ("nesterov",),
+        )
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"MuonConfig.momentum must be in [0, 1), got momentum={self.momentum!r}")
         if not (isinstance(self.ns_steps, int) and self.ns_steps >= 1):

@@ -2,6 +2,12 @@
 
 Every schedule is a pure function of the step (an `optax.Schedule`), so a resumed run sees exactly the
 learning rates the uninterrupted run would have seen.
+
+Step `s` is the 0-based count of the update (optax's count): warmup starts at 0 at `s = 0`, and the floor is
+the value at `s = num_steps`, one past the last update, as in optax's and transformers' schedules
+(`optax.warmup_cosine_decay_schedule(decay_steps=num_steps)`, `get_cosine_schedule_with_warmup`). The last
+update (`s = num_steps - 1`) uses the value one step before the floor: `floor + (peak - floor) / decay_steps`
+for a linear or WSD decay (a decay of one step changes no update).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ def build_schedule(
     Args:
         learning_rate: peak learning rate, reached at the end of warmup.
         num_steps: total optimizer steps of the run.
-        kind: what follows warmup: "cosine" (cosine decay to `min_lr_ratio * learning_rate` at the last step),
+        kind: what follows warmup: "cosine" (cosine decay to `min_lr_ratio * learning_rate` at step `num_steps`),
             "linear" (linear decay to the same floor), "constant" (stay at the peak), or "wsd"
             (warmup-stable-decay: hold the peak, then decay linearly to the floor over the last `decay` of
             the run).
@@ -66,7 +72,8 @@ def build_schedule(
         decay: for "wsd", the decay phase length (steps or fraction; default 0.2 of the run). For "cosine"
             and "linear", None means "decay over everything after warmup"; a value restricts decay to the
             last `decay` of the run (the LR holds at the peak before it). Not allowed for "constant".
-        min_lr_ratio: the floor, as a fraction of the peak, reached at the final step.
+        min_lr_ratio: the floor, as a fraction of the peak, reached at step `num_steps` (one past the last
+            update: see the module docstring).
 
     Returns:
         An optax schedule: step -> learning rate (float32).
@@ -99,7 +106,7 @@ def build_schedule(
     else:
         decay_steps = resolve_steps(decay, num_steps, field_name="decay")
         if decay > 0 and decay_steps == 0:
-            decay_steps = 1  # a (small) positive decay fraction still ends the run at the floor
+            decay_steps = 1  # a (small) positive decay fraction still reaches the floor at step num_steps
     if warmup_steps + decay_steps > num_steps:
         raise ValueError(
             f"warmup ({warmup_steps} steps) + decay ({decay_steps} steps) is longer than the run "
@@ -115,7 +122,7 @@ def build_schedule(
         if kind == "constant":
             after = jnp.float32(peak)
         else:
-            # Progress through the decay phase, 0 at its start and 1 at the final step.
+            # Progress through the decay phase, 0 at its start and 1 at step num_steps.
             t = jnp.clip((step - stable_end) / max(decay_steps, 1), 0.0, 1.0)
             if kind == "cosine":
                 after = floor + (peak - floor) * 0.5 * (1.0 + jnp.cos(jnp.pi * t))

@@ -131,7 +131,7 @@ def train_lm(
         checkpoint_every: checkpoint every N steps (and at the end). Runtime-only, like `keep_checkpoints`,
             `keep_every` and `trackers`: changing them does not retrain a finished run.
         keep_checkpoints: how many recent checkpoints to keep.
-        keep_every: also keep checkpoints at multiples of this step for good.
+        keep_every: also write and keep, for good, a checkpoint at every multiple of this step.
         microbatches: gradient accumulation factor.
         compute_dtype: "bfloat16" for mixed precision (params stay float32); None = the model's setting.
         mesh: device mesh (default: pure data parallel over all devices).
