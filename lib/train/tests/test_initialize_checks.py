@@ -43,6 +43,24 @@ def test_moe_runtime_settings_may_differ_from_the_source() -> None:
         check_compatible(dataclasses.replace(src, num_experts=4), src, where="'src'")
 
 
+def test_a_run_may_loop_over_the_layers_otherwise_than_its_source(nano, tmp_path) -> None:
+    """`scan_layers` changes how the (always stacked) layers are run, not a parameter: a checkpoint trained with
+    the scan starts an unrolled run (the TPU settings unroll) and gives the same logits."""
+    import jax
+    import numpy as np
+
+    from schooner.model import init
+    from schooner.train._init import load_initial_model
+
+    src = nano()
+    folder = _checkpoint(tmp_path / "run", 3, src)
+    unrolled = dataclasses.replace(src, scan_layers=False)
+    model, _ = load_initial_model(folder, unrolled)
+    tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 0, src.vocab_size)
+    want = np.asarray(init(src, key=jax.random.PRNGKey(0))(tokens))
+    np.testing.assert_allclose(np.asarray(model(tokens)), want, rtol=1e-5, atol=1e-5)
+
+
 def _checkpoint(run, step: int, config, seed: int = 0) -> str:
     """A complete checkpoint `step-NNNNNN/` of the run folder `run` (weights, config.json, checkpoint.json)."""
     import json

@@ -22,6 +22,7 @@ from ._checkpoint import load_model as load_model
 from ._checkpoint import model_shapes as model_shapes
 from ._checkpoint import read_config as read_config
 from ._checkpoint import save_model as save_model
+from ._config import RUNTIME_FIELDS as RUNTIME_FIELDS
 from ._config import LlamaConfig as LlamaConfig
 from ._config import ModelConfig as ModelConfig
 from ._config import MoEConfig as MoEConfig

@@ -22,6 +22,30 @@ _COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _ROPE_KINDS = ("default", "llama3")
 _CHECKPOINTING = ("none", "dots", "save_carries", "full", "offload", "nested")
 
+RUNTIME_FIELDS = frozenset(
+    {
+        "compute_dtype",
+        "kernels",
+        "scan_layers",
+        "loss_chunk_tokens",
+        "gradient_checkpointing",
+        "attention_implementation",
+        "max_seq_len",
+        "initializer_range",
+        "aux_loss_weight",
+        "router_z_loss_weight",
+        "router_bias_rate",
+        "router_bias_resolve",
+        "router_bias_resolve_tokens",
+        "grouped_matmul",
+        "capacity_factor",
+    }
+)
+"""Config fields that change no parameter: precision, kernels, the layer loop (the layers are always stacked),
+loss chunking, rematerialisation, attention backend, context length, init scale, the MoE losses' weights,
+balancing rate and re-solve, grouped-matmul kernel and capacity. Weights saved under one value load under
+another (``schooner.train``'s ``initialize_from`` and ``import_hf(config=...)`` let them differ)."""
+
 
 @dataclass(frozen=True)
 class RopeConfig:

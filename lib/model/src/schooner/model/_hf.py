@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from ._checkpoint import model_shapes
-from ._config import LlamaConfig
+from ._config import RUNTIME_FIELDS, LlamaConfig
 from ._hf_config import (
     TOKENIZER_FILES,
     check_hf_exportable,
@@ -278,26 +278,7 @@ def _check_router_bias(model: Transformer, config: LlamaConfig) -> None:
             )
 
 
-IMPORT_RUNTIME_FIELDS = frozenset(
-    {
-        "compute_dtype",
-        "kernels",
-        "scan_layers",
-        "loss_chunk_tokens",
-        "gradient_checkpointing",
-        "attention_implementation",
-        "max_seq_len",
-        "initializer_range",
-        "load_balancing",
-        "aux_loss_weight",
-        "router_z_loss_weight",
-        "router_bias_rate",
-        "router_bias_resolve",
-        "router_bias_resolve_tokens",
-        "grouped_matmul",
-        "capacity_factor",
-    }
-)
+IMPORT_RUNTIME_FIELDS = RUNTIME_FIELDS | {"load_balancing"}
 """Config fields an ``import_hf(config=...)`` override may change: how the model runs and trains, not what the
 imported weights compute (the router bias an imported MoE starts with is zero whatever its balancing)."""
 _RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolved_shared_dim"}
