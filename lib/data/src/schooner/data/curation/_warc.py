@@ -33,7 +33,7 @@ from ._http import decode_body
 if TYPE_CHECKING:
     from fastwarc.warc import HeaderMap
 
-_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$")
+_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$", re.IGNORECASE)
 
 
 def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
@@ -80,12 +80,13 @@ def _content_type(headers: dict[str, str]) -> tuple[str, str | None]:
 
 def iter_pages(
     path: str, config: ExtractConfig, *, on_error: str, skips: SkipLog, counters: dict[str, int],
-    source: str | None = None,
+    source: str | None = None, name: str | None = None,
 ) -> Iterator[dict]:  # fmt: skip
-    """The page records of one WARC file (plain, `.gz` per-record members, or `.zst`)."""
+    """The page records of one WARC file (plain, `.gz` per-record members, or `.zst`); `name` is the file's
+    `metadata.warc_file` (default: its base name)."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-    name = os.path.basename(path)
+    name = name or os.path.basename(path)
     src = source or "warc"
     with storage.open_file(path, "rb") as f:
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
@@ -331,6 +332,8 @@ class WarcSplit(Split):
     config: ExtractConfig
     on_error: str = "skip"
     source: str | None = None
+    name: str | None = None
+    """`metadata.warc_file`: the path under the folder read (None: the file's base name)."""
 
     @property
     def label(self) -> str:
@@ -338,19 +341,39 @@ class WarcSplit(Split):
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
         return iter_pages(self.path, self.config, on_error=self.on_error, skips=skips, counters=counters,
-                          source=self.source)  # fmt: skip
+                          source=self.source, name=self.name)  # fmt: skip
 
     def token(self) -> Any:
         c = self.config
+        named = [self.name] if self.name and self.name != os.path.basename(self.path) else []
         return ["warc", self.path, storage.file_identity(self.path), c.extractor, c.main_content,
-                list(c.content_types), c.max_bytes, c.min_chars, list(c.keep_status), self.on_error, self.source]  # fmt: skip
+                list(c.content_types), c.max_bytes, c.min_chars, list(c.keep_status), self.on_error, self.source,
+                *named]  # fmt: skip
+
+
+def _warc_files(path: str) -> list[tuple[str, str]]:
+    """(file, path relative to `path`) of the WARC files under a folder (recursively, names in any case),
+    sorted."""
+    if storage.is_local(path):
+        root = storage.local_path(path)
+        found = []
+        for d, dirs, names in os.walk(root):
+            dirs.sort()
+            found += [os.path.join(d, n) for n in sorted(names) if _WARC_NAME.search(n)]
+        return [(f, os.path.relpath(f, root).replace(os.sep, "/")) for f in found]
+    fs, p = storage.url_to_fs(path)
+    protocol = path.split("://", 1)[0]
+    found = sorted(f for f in fs.find(p) if _WARC_NAME.search(f))
+    return [(f"{protocol}://{f}", f[len(p.rstrip("/")) + 1 :]) for f in found]
 
 
 def warc_dataset(
     paths: str | Sequence[str], config: ExtractConfig | None = None, *, on_error: str = "skip",
     source: str | None = None,
 ) -> Any:  # fmt: skip
-    """A `Dataset` of the page records of WARC files (paths, globs, folders; one task per file)."""
+    """A `Dataset` of the page records of WARC files (paths, globs, folders searched recursively for
+    `*.warc`, `*.warc.gz`, `*.warc.zst`, names in any case; one task per file). A record's
+    `metadata.warc_file` is the file's path under the folder (a file given directly: its name)."""
     from schooner.data._dataset import Dataset
     from schooner.data._errors import check_on_error
     from schooner.data._folders import expand_paths
@@ -360,16 +383,18 @@ def warc_dataset(
     plist = [paths] if isinstance(paths, str) else list(paths)
 
     def splits() -> list[Split]:
-        files: list[str] = []
+        files: list[tuple[str, str | None]] = []
         for p in plist:
             if storage.isdir(p):  # a folder: its WARC files (a crawl folder also holds other files)
-                found = sorted(n for n in storage.list_dir(p) if _WARC_NAME.search(n))
+                found = _warc_files(p)
                 if not found:
-                    raise FileNotFoundError(f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst)")
-                files.extend(storage.join(p, n) for n in found)
+                    raise FileNotFoundError(
+                        f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst, searched recursively)"
+                    )
+                files.extend(found)
             else:
-                files.extend(expand_paths(p))
-        return [WarcSplit(f, config, on_error, source) for f in files]
+                files.extend((f, None) for f in expand_paths(p))
+        return [WarcSplit(f, config, on_error, source, name) for f, name in files]
 
     return Dataset(splits, describe=f"warc({plist!r}, extractor={config.extractor!r})")
 
