@@ -331,6 +331,73 @@ def test_extraction_keeps_code_verbatim_and_table_rows_as_lines_without_chrome()
         assert chrome not in text
 
 
+PEP8_CODE = """import os
+
+
+def first(x):\t
+    return x\x20\x20
+
+
+class Second:
+    \"\"\"A class.\"\"\"
+
+    def method(self):
+        if self.a < 1 and self.b > 2:
+
+
+            return "&"
+"""
+
+
+@pytest.mark.parametrize("highlighted", [False, True])
+def test_pre_blocks_are_kept_as_the_page_has_them(highlighted):
+    """PEP 8's two blank lines between top-level definitions, trailing spaces and tabs inside `<pre>` are
+    the page's text: the expected text is the code written into the page, read back by Python's own HTML
+    parser (`html.parser`), not the extractor."""
+    import html as html_module
+    from html.parser import HTMLParser
+
+    from schooner.data.curation import extract_text
+
+    body = html_module.escape(PEP8_CODE, quote=False)
+    if highlighted:  # a syntax highlighter's spans around keywords
+        body = body.replace("def ", '<span class="k">def</span> ').replace(
+            "class ", '<span class="k">class</span> '
+        )
+    page = f"""<html><head><title>Style</title></head><body><main><h1>Blank lines</h1>
+<p>Surround top-level function and class definitions with two blank lines, as the style guide says.</p>
+<pre><code>{body}</code></pre>
+<p>Method definitions inside a class are surrounded by a single blank line.</p>
+
+
+
+<p>Extra blank lines outside code are tidied, as before, into one blank line between paragraphs.</p></main></body></html>"""
+
+    class Pre(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.depth, self.text = 0, ""
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag == "pre"
+
+        def handle_endtag(self, tag):
+            self.depth -= tag == "pre"
+
+        def handle_data(self, data):
+            if self.depth:
+                self.text += data
+
+    ref = Pre()
+    ref.feed(page)
+    assert ref.text == PEP8_CODE
+    text = extract_text(page)
+    assert PEP8_CODE.rstrip() in text
+    assert "\n\n\n" not in text.replace(
+        PEP8_CODE.rstrip(), "CODE"
+    )  # outside the code, blank runs are one line
+
+
 def test_extracted_records_equal_the_libraries_own_calls_on_each_record(crawl):
     """Every record equals what fastwarc and resiliparse give when called directly on its WARC record (the
     libraries' own header access, a fresh parse, a line-by-line tidy): speed-ups of the extraction path
