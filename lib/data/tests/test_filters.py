@@ -101,3 +101,22 @@ def test_top_fraction_is_the_share_of_what_reaches_it(tmp_path):
     want = sorted(i for _, i in english[-2:])
     assert sorted(r["id"] for r in read_shards(result[clean].output_path)) == want
     assert result[clean].result["dropped"] == {"lang_not_en": 30, "q_not_top_0.2": 8}
+
+
+def test_quality_classifier_trains_on_and_scores_texts_with_a_lone_surrogate(tmp_path):
+    """JSON allows a lone surrogate (`"\\udc80"`); fastText reads UTF-8. A text holding one is trained on and
+    scored as its text with U+FFFD in that place (what floret's own binding gives for that text)."""
+    import json
+
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    odd = json.loads('"Open the file \\udc80 and read its lines one at a time with a for loop."')
+    model = str(tmp_path / "model.bin")
+    m = train_classifier([*docs, {"id": "odd", "text": odd}], junk, model, ClassifierConfig(holdout=0.0))
+    assert m["train.positive"] == 61
+    [got] = QualityScores(model)(iter([{"id": "x", "text": odd}]))
+    fixed = " ".join(odd.replace("\udc80", "\ufffd").lower().split())
+    pairs = floret.load_model(model).f.predict(fixed + "\n", 2, 0.0, "strict")
+    assert got["quality"] == round(min(dict((lab, p) for p, lab in pairs)["__label__hq"], 1.0), 6)

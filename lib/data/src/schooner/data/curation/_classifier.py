@@ -12,12 +12,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 LABELS = ("__label__hq", "__label__lq")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(line: str) -> str:
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", line)
+    return line
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,10 @@ class ClassifierConfig:
 
 
 def _line(text: str, max_chars: int) -> str:
-    return " ".join(text[:max_chars].lower().split())
+    """The line fastText reads: lower case, white space runs as one space, a lone surrogate (JSON allows one)
+    as U+FFFD (fastText reads UTF-8: the training file could not be written, the binding refused the text)."""
+    line = " ".join(text[:max_chars].lower().split())
+    return line if line.isascii() else _replace_surrogates(line)
 
 
 def _held_out(rid: str, fraction: float, seed: int) -> bool:
