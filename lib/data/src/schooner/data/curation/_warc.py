@@ -49,12 +49,16 @@ def _warc_headers(headers: HeaderMap) -> dict[str, str]:
     return out
 
 
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
 def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
-    head, sep, body = block.partition(b"\r\n\r\n")
-    if not sep:
-        head, sep, body = block.partition(b"\n\n")
-    if not sep:
+    # the headers end at the first empty line, a line ending in CRLF or a bare LF (RFC 9112 2.2): not at the
+    # first CRLFCRLF, which may lie in the body after an LF-only header's blank line
+    m = _HEAD_END.search(block)
+    if m is None:
         raise BadPage("HTTP response without a header/body separator", "bad_http")
+    head, body = block[: m.start()], block[m.end() :]
     # HTTP lines end at \n (\r\n): not str.splitlines(), which also breaks at \x0c, \x1c-\x1e and \x85 in values
     lines = [ln.removesuffix("\r") for ln in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ", 2) if lines else []
