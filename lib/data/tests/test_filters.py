@@ -120,3 +120,22 @@ def test_quality_classifier_trains_on_and_scores_texts_with_a_lone_surrogate(tmp
     fixed = " ".join(odd.replace("\udc80", "\ufffd").lower().split())
     pairs = floret.load_model(model).f.predict(fixed + "\n", 2, 0.0, "strict")
     assert got["quality"] == round(min(dict((lab, p) for p, lab in pairs)["__label__hq"], 1.0), 6)
+
+
+def test_a_text_about_fasttext_labels_adds_no_label_to_the_quality_classifier(tmp_path):
+    """fastText reads every token starting `__label__` as a label: a page explaining fastText's training
+    format ("__label__spam buy now") made a third label, and weighed its page towards it. The model has
+    exactly the two labels (floret's own `get_labels`), and such a page scores as the same text without the
+    prefix does."""
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    about = ("Each line of a fastText training file starts with its labels, such as __label__spam or "
+             "__label__ham, followed by the text: __label__spam buy cheap pills now.")  # fmt: skip
+    model = str(tmp_path / "model.bin")
+    train_classifier([*docs, {"id": "about", "text": about}], junk, model, ClassifierConfig(holdout=0.0))
+    assert sorted(floret.load_model(model).get_labels()) == ["__label__hq", "__label__lq"]
+    [got] = QualityScores(model)(iter([{"id": "x", "text": about}]))
+    [plain] = QualityScores(model)(iter([{"id": "y", "text": about.replace("__label__", "label__")}]))
+    assert got == plain

@@ -55,9 +55,13 @@ class ClassifierConfig:
 
 
 def _line(text: str, max_chars: int) -> str:
-    """The line fastText reads: lower case, white space runs as one space, a lone surrogate (JSON allows one)
-    as U+FFFD (fastText reads UTF-8: the training file could not be written, the binding refused the text)."""
+    """The line fastText reads: lower case, white space runs as one space, `__label__` as `label__` (fastText
+    reads a token starting `__label__` as a label: a page about fastText added labels to the model), a lone
+    surrogate (JSON allows one) as U+FFFD (fastText reads UTF-8: the training file could not be written, the
+    binding refused the text)."""
     line = " ".join(text[:max_chars].lower().split())
+    if "__label__" in line:
+        line = line.replace("__label__", "label__")
     return line if line.isascii() else _replace_surrogates(line)
 
 
