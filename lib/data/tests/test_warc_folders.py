@@ -62,3 +62,28 @@ def test_a_folder_without_warc_files_is_an_error_naming_it(tmp_path) -> None:
     (tmp_path / "sub" / "notes.txt").write_text("x")
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         warc_dataset(str(tmp_path)).collect(client="inline")
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_an_arc_file_in_the_folder_is_a_named_skip_that_says_it_is_arc(tmp_path, compress):
+    """ARC, the Internet Archive's format before WARC (a `filedesc://` header, one line a record), is not read:
+    the skip says so and how to convert it, rather than 'Invalid WARC header'."""
+    import gzip
+
+    from schooner.data import SkipLog
+    from schooner.data.curation import ExtractConfig
+    from schooner.data.curation._warc import iter_pages
+
+    http = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n\r\n<html><body><p>An old page.</p></body></html>"
+    arc = (
+        b"filedesc://old.arc 0.0.0.0 20050614070144 text/plain 76\n1 0 Internet Archive\n"
+        b"URL IP-address Archive-date Content-type Archive-length\n\n"
+        + b"http://example.com/ 93.184.216.34 20050614070159 text/html %d\n" % len(http)
+        + http
+        + b"\n"
+    )
+    path = tmp_path / ("old.arc.gz" if compress else "old.arc")
+    path.write_bytes(gzip.compress(arc) if compress else arc)
+    skips = SkipLog()
+    assert list(iter_pages(str(path), ExtractConfig(), on_error="skip", skips=skips, counters={})) == []
+    assert skips.skipped == 1 and "ARC file" in skips.examples[0] and "arc2warc" in skips.examples[0]

@@ -93,6 +93,11 @@ def iter_pages(
     name = name or os.path.basename(path)
     src = source or "warc"
     with storage.open_file(path, "rb") as f:
+        if _is_arc(f):
+            msg = ("an ARC file (the Internet Archive's format before WARC: a filedesc:// header), which is not "
+                   "read; convert it to WARC (warctools' arc2warc) and read that")  # fmt: skip
+            handle(DataError(path, msg, kind="arc_file"), on_error, skips)
+            return
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
         last: int | None = None  # the offset of the last record read
         last_length = 0  # its Content-Length
@@ -169,6 +174,18 @@ def iter_pages(
                     "warc_date": headers.get("warc-date", ""), "charset": charset, "content_type": mime,
                 },
             }  # fmt: skip
+
+
+def _is_arc(f: Any) -> bool:
+    """Whether the file (plain or gzip) starts as an ARC file does (`filedesc://`); the file is left at 0."""
+    head = f.read(512)
+    f.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            head = zlib.decompressobj(31).decompress(head, 16)
+        except zlib.error:
+            return False
+    return head.startswith(b"filedesc://")
 
 
 def _skip_damaged_member(
