@@ -323,3 +323,17 @@ def test_an_index_built_by_another_rule_or_checked_with_another_ngram_is_refused
     os.remove(tmp_path / "old" / "index.json")  # as an earlier schooner-data wrote it
     with pytest.raises(ValueError, match=f"{tmp_path / 'old'}.*rebuild it with build_index"):
         contaminated_spans(PASSAGE, str(tmp_path / "old"))
+
+
+def test_an_index_rebuilt_in_the_same_folder_is_the_one_checked(tmp_path):
+    """A notebook builds an index, checks a page, then rebuilds the index in the same folder against other
+    eval items: the check reads the new index (it read the first one, cached, and missed the new item)."""
+    from schooner.data.curation import contaminated_spans
+
+    other = "A completely different passage about rivers and mountains that is long enough to index as text."
+    folder = str(tmp_path / "idx")
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], folder)
+    assert [s[2] for s in contaminated_spans(PASSAGE, folder)] == ["p1"]
+    build_index([{"id": "p2", "task": "reading", "text": other}], folder)
+    assert [s[2] for s in contaminated_spans(other, folder)] == ["p2"]
+    assert contaminated_spans(PASSAGE, folder) == []

@@ -281,6 +281,7 @@ def build_index(
         storage.join(folder, "index.json"),
         {"words": WORDS_RULE, "ngram": config.ngram, "min_words": config.min_words},
     )
+    load_index.cache_clear()  # an index this process loaded from `folder` before is replaced
     tasks: dict[str, int] = {}
     for it in items:
         tasks[it["task"]] = tasks.get(it["task"], 0) + 1
@@ -303,7 +304,7 @@ class Index(NamedTuple):
 
 @functools.lru_cache(maxsize=4)
 def load_index(folder: str) -> Index:
-    """The index in `folder`, loaded once per process.
+    """The index in `folder`, loaded once per process (again after `build_index` writes an index).
 
     Raises:
         ValueError: an index built by an earlier schooner-data (its words were normalised by another rule:
