@@ -139,3 +139,22 @@ def test_a_text_about_fasttext_labels_adds_no_label_to_the_quality_classifier(tm
     [got] = QualityScores(model)(iter([{"id": "x", "text": about}]))
     [plain] = QualityScores(model)(iter([{"id": "y", "text": about.replace("__label__", "label__")}]))
     assert got == plain
+
+
+def test_a_classifier_retrained_to_the_same_path_is_the_one_that_scores(tmp_path):
+    """Train, score, retrain with the classes swapped to the same file, score again (a notebook): the scores
+    are the new model's (floret loading the file itself), not the first model's, cached."""
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    model = str(tmp_path / "model.bin")
+    config = ClassifierConfig(holdout=0.0, epoch=25, lr=0.5)
+    train_classifier(docs, junk, model, config)
+    [first] = QualityScores(model)(iter(docs[:1]))
+    train_classifier(junk, docs, model, config)  # swapped: docs are now low quality
+    [second] = QualityScores(model)(iter(docs[:1]))
+    line = " ".join(docs[0]["text"][:20_000].lower().split())
+    pairs = floret.load_model(model).f.predict(line + "\n", 2, 0.0, "strict")
+    assert second["quality"] == round(min(dict((lab, p) for p, lab in pairs)["__label__hq"], 1.0), 6)
+    assert first["quality"] > 0.5 > second["quality"]

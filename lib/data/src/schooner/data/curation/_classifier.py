@@ -113,6 +113,7 @@ def train_classifier(
     finally:
         os.unlink(tmp)
     model.save_model(model_path)
+    load_classifier.cache_clear()  # a model this process loaded from `model_path` before is replaced
     tp = fp = fn = 0
     for label, line in held:
         pred = _positive_probability(model, line) >= 0.5
@@ -138,7 +139,7 @@ def _positive_probability(model: Any, line: str) -> float:
 
 @functools.lru_cache(maxsize=4)
 def load_classifier(path: str) -> Any:
-    """A floret model loaded once per process (per path)."""
+    """A floret model loaded once per process (per path; again after `train_classifier` writes a model)."""
     import floret
 
     return floret.load_model(path)
