@@ -585,3 +585,21 @@ def test_language_id_of_a_text_with_a_lone_surrogate_is_its_text_with_a_replacem
         got = peer.detect(" ".join(fixed.split()), model="lite")[0]
         assert lang == got["lang"] and score == pytest.approx(min(got["score"], 1.0), abs=1e-4)
     assert [lang for lang, _ in ours] == ["en", "fr"]
+
+
+def test_a_code_block_shown_twice_is_kept_as_the_page_has_it_both_times():
+    """A page that shows the same code twice (before and after an explanation): both copies keep their
+    blank lines (the second was taken for a `<pre>` nested in the first, and tidied)."""
+    import html as html_module
+
+    from schooner.data.curation import extract_text
+
+    code = html_module.escape(PEP8_CODE, quote=False)
+    page = f"""<html><body><main><h1>Twice</h1>
+<p>Here is the module as the style guide lays it out, with two blank lines between definitions.</p>
+<pre>{code}</pre>
+<p>Read it again after the explanation above, and notice the blank lines once more in the same code.</p>
+<pre>{code}</pre>
+<p>That is the whole module, shown twice on purpose for this page about blank lines.</p></main></body></html>"""
+    text = extract_text(page)
+    assert text.count(PEP8_CODE.rstrip()) == 2

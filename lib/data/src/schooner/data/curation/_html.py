@@ -200,9 +200,18 @@ def _pre_texts(tree: Any) -> list[str]:
         text = text.rstrip()
         head = len(text) - len(text.lstrip())
         text = text[text.rfind("\n", 0, head) + 1 :]  # from the start of its first non-blank line
-        if "\n" in text and not (out and text in out[-1]):  # a <pre> inside a <pre>: the outer one's
+        if "\n" in text and not _inside_pre(el):  # a <pre> inside a <pre>: part of the outer one's text
             out.append(text)
     return out
+
+
+def _inside_pre(el: Any) -> bool:
+    parent = el.parent
+    while parent is not None:
+        if parent.tag == "pre":
+            return True
+        parent = parent.parent
+    return False
 
 
 def _tidy_around(text: str, keep: list[str]) -> str:
