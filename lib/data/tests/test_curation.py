@@ -349,8 +349,8 @@ class Second:
 """
 
 
-@pytest.mark.parametrize("highlighted", [False, True])
-def test_pre_blocks_are_kept_as_the_page_has_them(highlighted):
+@pytest.mark.parametrize("markup", ["plain", "highlighted", "br"])
+def test_pre_blocks_are_kept_as_the_page_has_them(markup):
     """PEP 8's two blank lines between top-level definitions, trailing spaces and tabs inside `<pre>` are
     the page's text: the expected text is the code written into the page, read back by Python's own HTML
     parser (`html.parser`), not the extractor."""
@@ -360,7 +360,9 @@ def test_pre_blocks_are_kept_as_the_page_has_them(highlighted):
     from schooner.data.curation import extract_text
 
     body = html_module.escape(PEP8_CODE, quote=False)
-    if highlighted:  # a syntax highlighter's spans around keywords
+    if markup == "br":  # lines ended by <br> (old forums, some blog engines)
+        body = body.replace("\n", "<br>")
+    if markup == "highlighted":  # a syntax highlighter's spans around keywords
         body = body.replace("def ", '<span class="k">def</span> ').replace(
             "class ", '<span class="k">class</span> '
         )
@@ -380,6 +382,8 @@ def test_pre_blocks_are_kept_as_the_page_has_them(highlighted):
 
         def handle_starttag(self, tag, attrs):
             self.depth += tag == "pre"
+            if tag == "br" and self.depth:
+                self.text += "\n"
 
         def handle_endtag(self, tag):
             self.depth -= tag == "pre"

@@ -194,7 +194,7 @@ def _pre_texts(tree: Any) -> list[str]:
     blocks of one line left out (tidying only trims their end)."""
     out = []
     for el in tree.document.query_selector_all("pre"):
-        text = el.text
+        text = el.text if el.query_selector("br") is None else _text_with_breaks(el)
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         text = text.rstrip()
@@ -203,6 +203,19 @@ def _pre_texts(tree: Any) -> list[str]:
         if "\n" in text and not _inside_pre(el):  # a <pre> inside a <pre>: part of the outer one's text
             out.append(text)
     return out
+
+
+def _text_with_breaks(el: Any) -> str:
+    """An element's text with each `<br>` a newline (as the extractor writes it)."""
+    from resiliparse.parse.html import NodeType
+
+    parts = []
+    for node in el.child_nodes:
+        if node.type == NodeType.TEXT:
+            parts.append(node.text)
+        elif node.type == NodeType.ELEMENT:
+            parts.append("\n" if node.tag == "br" else _text_with_breaks(node))
+    return "".join(parts)
 
 
 def _inside_pre(el: Any) -> bool:
@@ -224,7 +237,9 @@ def _tidy_around(text: str, keep: list[str]) -> str:
     pieces, pos = [], 0
     for block in keep:
         at = text.find(block, pos)
-        if at < 0:  # left out as boilerplate, or extracted otherwise (a <br> in it): tidied as the rest is
+        if (
+            at < 0
+        ):  # left out as boilerplate, or extracted otherwise (a <div> a line in it): tidied as the rest is
             continue
         pieces += [_tidy_middle(text[pos:at]), block]
         pos = at + len(block)
