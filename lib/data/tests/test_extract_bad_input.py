@@ -380,3 +380,34 @@ def test_damage_in_a_plain_warc_is_a_named_skip_and_reading_resumes_at_the_next_
     if bad is not None:
         assert f"x.warc: WARC data at byte offset {starts[bad]} is unreadable" in skips.examples[0]
     assert f"reading resumes at byte offset {starts[resume]}" in skips.examples[0]
+
+
+def test_http_headers_ending_in_bare_newlines_end_at_the_first_blank_line(tmp_path):
+    """HTTP headers written with bare LF line ends (some tools write them so) end at their first blank line
+    (RFC 9112 §2.2: a recipient may take a bare LF as a line terminator), even when the body, a page saved
+    on Windows, holds a CRLF blank line further on: the page's text is all its paragraphs (written here)."""
+    import io
+
+    from warcio.warcwriter import WARCWriter
+
+    paras = [
+        "First paragraph of a page saved with Windows line ends.",
+        "Second paragraph, after a blank line.",
+    ]
+    body = (
+        "<html><body>\r\n<p>" + paras[0] + "</p>\r\n\r\n<p>" + paras[1] + "</p>\r\n</body></html>"
+    ).encode()
+    http = b"HTTP/1.1 200 OK\nContent-Type: text/html; charset=utf-8\n\n" + body
+    buf = io.BytesIO()
+    writer = WARCWriter(buf, gzip=False)
+    rec = writer.create_warc_record(
+        "https://e.example/lf", "warcinfo", payload=io.BytesIO(http), length=len(http),
+        warc_content_type="application/http; msgtype=response",
+    )  # fmt: skip
+    rec.rec_headers.replace_header("WARC-Type", "response")
+    writer.write_record(rec)
+    path = tmp_path / "lf.warc"
+    path.write_bytes(buf.getvalue())
+    recs, skips, _ = _records(path)
+    assert skips.skipped == 0, skips.examples
+    assert [r["text"] for r in recs] == ["\n\n".join(paras)]

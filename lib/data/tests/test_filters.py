@@ -101,3 +101,60 @@ def test_top_fraction_is_the_share_of_what_reaches_it(tmp_path):
     want = sorted(i for _, i in english[-2:])
     assert sorted(r["id"] for r in read_shards(result[clean].output_path)) == want
     assert result[clean].result["dropped"] == {"lang_not_en": 30, "q_not_top_0.2": 8}
+
+
+def test_quality_classifier_trains_on_and_scores_texts_with_a_lone_surrogate(tmp_path):
+    """JSON allows a lone surrogate (`"\\udc80"`); fastText reads UTF-8. A text holding one is trained on and
+    scored as its text with U+FFFD in that place (what floret's own binding gives for that text)."""
+    import json
+
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    odd = json.loads('"Open the file \\udc80 and read its lines one at a time with a for loop."')
+    model = str(tmp_path / "model.bin")
+    m = train_classifier([*docs, {"id": "odd", "text": odd}], junk, model, ClassifierConfig(holdout=0.0))
+    assert m["train.positive"] == 61
+    [got] = QualityScores(model)(iter([{"id": "x", "text": odd}]))
+    fixed = " ".join(odd.replace("\udc80", "\ufffd").lower().split())
+    pairs = floret.load_model(model).f.predict(fixed + "\n", 2, 0.0, "strict")
+    assert got["quality"] == round(min(dict((lab, p) for p, lab in pairs)["__label__hq"], 1.0), 6)
+
+
+def test_a_text_about_fasttext_labels_adds_no_label_to_the_quality_classifier(tmp_path):
+    """fastText reads every token starting `__label__` as a label: a page explaining fastText's training
+    format ("__label__spam buy now") made a third label, and weighed its page towards it. The model has
+    exactly the two labels (floret's own `get_labels`), and such a page scores as the same text without the
+    prefix does."""
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    about = ("Each line of a fastText training file starts with its labels, such as __label__spam or "
+             "__label__ham, followed by the text: __label__spam buy cheap pills now.")  # fmt: skip
+    model = str(tmp_path / "model.bin")
+    train_classifier([*docs, {"id": "about", "text": about}], junk, model, ClassifierConfig(holdout=0.0))
+    assert sorted(floret.load_model(model).get_labels()) == ["__label__hq", "__label__lq"]
+    [got] = QualityScores(model)(iter([{"id": "x", "text": about}]))
+    [plain] = QualityScores(model)(iter([{"id": "y", "text": about.replace("__label__", "label__")}]))
+    assert got == plain
+
+
+def test_a_classifier_retrained_to_the_same_path_is_the_one_that_scores(tmp_path):
+    """Train, score, retrain with the classes swapped to the same file, score again (a notebook): the scores
+    are the new model's (floret loading the file itself), not the first model's, cached."""
+    import floret
+
+    docs = list(iter_source("python-docs"))[:60]
+    junk = junk_records(60, seed=7)
+    model = str(tmp_path / "model.bin")
+    config = ClassifierConfig(holdout=0.0, epoch=25, lr=0.5)
+    train_classifier(docs, junk, model, config)
+    [first] = QualityScores(model)(iter(docs[:1]))
+    train_classifier(junk, docs, model, config)  # swapped: docs are now low quality
+    [second] = QualityScores(model)(iter(docs[:1]))
+    line = " ".join(docs[0]["text"][:20_000].lower().split())
+    pairs = floret.load_model(model).f.predict(line + "\n", 2, 0.0, "strict")
+    assert second["quality"] == round(min(dict((lab, p) for p, lab in pairs)["__label__hq"], 1.0), 6)
+    assert first["quality"] > 0.5 > second["quality"]

@@ -12,12 +12,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 LABELS = ("__label__hq", "__label__lq")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _replace_surrogates(line: str) -> str:
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", line)
+    return line
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,14 @@ class ClassifierConfig:
 
 
 def _line(text: str, max_chars: int) -> str:
-    return " ".join(text[:max_chars].lower().split())
+    """The line fastText reads: lower case, white space runs as one space, `__label__` as `label__` (fastText
+    reads a token starting `__label__` as a label: a page about fastText added labels to the model), a lone
+    surrogate (JSON allows one) as U+FFFD (fastText reads UTF-8: the training file could not be written, the
+    binding refused the text)."""
+    line = " ".join(text[:max_chars].lower().split())
+    if "__label__" in line:
+        line = line.replace("__label__", "label__")
+    return line if line.isascii() else _replace_surrogates(line)
 
 
 def _held_out(rid: str, fraction: float, seed: int) -> bool:
@@ -96,6 +113,7 @@ def train_classifier(
     finally:
         os.unlink(tmp)
     model.save_model(model_path)
+    load_classifier.cache_clear()  # a model this process loaded from `model_path` before is replaced
     tp = fp = fn = 0
     for label, line in held:
         pred = _positive_probability(model, line) >= 0.5
@@ -121,7 +139,7 @@ def _positive_probability(model: Any, line: str) -> float:
 
 @functools.lru_cache(maxsize=4)
 def load_classifier(path: str) -> Any:
-    """A floret model loaded once per process (per path)."""
+    """A floret model loaded once per process (per path; again after `train_classifier` writes a model)."""
     import floret
 
     return floret.load_model(path)

@@ -28,7 +28,7 @@ from schooner.data import storage
 from schooner.data._folders import expand_paths
 from schooner.data._records import content_id
 
-from ._text import line_spans, normalized_words
+from ._text import WORDS_RULE, line_spans, normalized_words
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def build_index(
     items: Iterable[dict], folder: str, config: DecontamConfig = DecontamConfig()
 ) -> dict[str, Any]:
     """Write the index of eval `items` into `folder` (`bloom.bin`, `grams.json`, `shorter.json`,
-    `items.jsonl`); returns counts (items, indexed, too short, n-grams, items shorter than an n-gram, items
+    `items.jsonl`, and `index.json`: the word rule, `ngram` and `min_words` it was built with); returns counts (items, indexed, too short, n-grams, items shorter than an n-gram, items
     per task)."""
     from rbloom import Bloom
 
@@ -277,6 +277,11 @@ def build_index(
     storage.write_bytes(
         storage.join(folder, "items.jsonl"), b"".join(orjson.dumps(it) + b"\n" for it in items)
     )
+    storage.write_json(
+        storage.join(folder, "index.json"),
+        {"words": WORDS_RULE, "ngram": config.ngram, "min_words": config.min_words},
+    )
+    load_index.cache_clear()  # an index this process loaded from `folder` before is replaced
     tasks: dict[str, int] = {}
     for it in items:
         tasks[it["task"]] = tasks.get(it["task"], 0) + 1
@@ -293,12 +298,30 @@ class Index(NamedTuple):
     table: dict[int, list[int]]
     items: list[dict]
     shorter: dict[int, list[list]]
+    meta: dict
+    """`index.json`: the word rule, `ngram` and `min_words` the index was built with."""
 
 
 @functools.lru_cache(maxsize=4)
 def load_index(folder: str) -> Index:
-    """The index in `folder`, loaded once per process."""
+    """The index in `folder`, loaded once per process (again after `build_index` writes an index).
+
+    Raises:
+        ValueError: an index built by an earlier schooner-data (its words were normalised by another rule:
+            a copy would be missed), naming the folder.
+    """
     from rbloom import Bloom
+
+    try:
+        meta = orjson.loads(storage.read_bytes(storage.join(folder, "index.json")))
+    except FileNotFoundError:
+        meta = {}
+    if meta.get("words") != WORDS_RULE:
+        raise ValueError(
+            f"decontamination index {folder} was built with words normalised by another rule "
+            f"({meta.get('words', 'an earlier schooner-data, lower-cased')!r}, not {WORDS_RULE!r}): its "
+            "n-grams would miss copies; rebuild it with build_index"
+        )
 
     bloom = Bloom.load(storage.local_path(storage.join(folder, "bloom.bin")), _ident)
     with storage.open_file(storage.join(folder, "grams.json"), "rb") as f:
@@ -307,7 +330,7 @@ def load_index(folder: str) -> Index:
         shorter = {int(k): [[i, n, int(h)] for i, n, h in v] for k, v in orjson.loads(f.read()).items()}
     with storage.open_file(storage.join(folder, "items.jsonl"), "rb") as f:
         items = [orjson.loads(line) for line in f.read().splitlines() if line.strip()]
-    return Index(bloom, table, items, shorter)
+    return Index(bloom, table, items, shorter, meta)
 
 
 def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator[tuple[int, int, list[int]]]:
@@ -334,6 +357,13 @@ def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator
 
 def _scan(text: str, index_folder: str, config: DecontamConfig) -> list[tuple[int, int, int, float, str]]:
     """`(start, end, item index, fraction, first matching n-gram)` of each flagged paragraph (line)."""
+    built = load_index(index_folder).meta
+    if (built["ngram"], built["min_words"]) != (config.ngram, config.min_words):
+        raise ValueError(
+            f"decontamination index {index_folder} was built with ngram={built['ngram']}, "
+            f"min_words={built['min_words']}; it is checked with ngram={config.ngram}, "
+            f"min_words={config.min_words}, which would find nothing: pass the config it was built with"
+        )
     spans: list[tuple[int, int]] = []
     words: list[str] = []
     line_of: list[int] = []

@@ -174,6 +174,8 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
         tree = parse(html)
         if config.extractor == "resiliparse":
             text = extract_plain_text(tree, main_content=config.main_content, **RESILIPARSE_OPTIONS)
+            if "<pre" in html or "<PRE" in html or "<Pre" in html:
+                return _tidy_around(text, _pre_texts(tree)), _title(tree)
         else:
             import trafilatura
 
@@ -184,6 +186,72 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
     except (ValueError, RuntimeError, TypeError) as e:  # the extractors' parse errors
         raise BadPage(f"{config.extractor} could not extract this page ({e})", "extractor_failed") from None
     return _tidy(text), _title(tree)
+
+
+def _pre_texts(tree: Any) -> list[str]:
+    """The text of each `<pre>` block of the page (outermost blocks, in document order) whose lines are worth
+    keeping as they are: its blank lines before its first line and its whitespace after its last line cut,
+    blocks of one line left out (tidying only trims their end)."""
+    out = []
+    for el in tree.document.query_selector_all("pre"):
+        text = el.text if el.query_selector("br") is None else _text_with_breaks(el)
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.rstrip()
+        head = len(text) - len(text.lstrip())
+        text = text[text.rfind("\n", 0, head) + 1 :]  # from the start of its first non-blank line
+        if "\n" in text and not _inside_pre(el):  # a <pre> inside a <pre>: part of the outer one's text
+            out.append(text)
+    return out
+
+
+def _text_with_breaks(el: Any) -> str:
+    """An element's text with each `<br>` a newline (as the extractor writes it)."""
+    from resiliparse.parse.html import NodeType
+
+    parts = []
+    for node in el.child_nodes:
+        if node.type == NodeType.TEXT:
+            parts.append(node.text)
+        elif node.type == NodeType.ELEMENT:
+            parts.append("\n" if node.tag == "br" else _text_with_breaks(node))
+    return "".join(parts)
+
+
+def _inside_pre(el: Any) -> bool:
+    parent = el.parent
+    while parent is not None:
+        if parent.tag == "pre":
+            return True
+        parent = parent.parent
+    return False
+
+
+def _tidy_around(text: str, keep: list[str]) -> str:
+    """`_tidy(text)`, except that each of `keep` (a `<pre>` block's text, in order) found in `text` is left
+    as it is: its blank lines, trailing spaces and tabs are the page's code (PEP 8's two blank lines)."""
+    if not keep:
+        return _tidy(text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    pieces, pos = [], 0
+    for block in keep:
+        at = text.find(block, pos)
+        if (
+            at < 0
+        ):  # left out as boilerplate, or extracted otherwise (a <div> a line in it): tidied as the rest is
+            continue
+        pieces += [_tidy_middle(text[pos:at]), block]
+        pos = at + len(block)
+    pieces.append(_tidy_middle(text[pos:]))
+    return "".join(pieces).rstrip().lstrip("\n")
+
+
+def _tidy_middle(text: str) -> str:
+    """`_tidy` of a part of a text (between `<pre>` blocks): no trailing whitespace on a line, runs of blank
+    lines made one, its ends left (the line before a block keeps its end; a block starts on its own line)."""
+    text = _LINE_END_SPACE.sub("\n", text[::-1])[::-1]
+    return _BLANK_RUN.sub("\n\n", text) if "\n\n\n" in text else text
 
 
 def _tidy(text: str) -> str:

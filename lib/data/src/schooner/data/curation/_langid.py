@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -58,9 +59,19 @@ class LangIdConfig:
             raise ValueError(f"LangIdConfig needs max_chars >= 1 and batch_size >= 1, got {self}")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _clean(text: str, max_chars: int) -> str:
-    # fastText predicts one line: newlines become spaces
-    return " ".join(text[:max_chars].split())
+    """fastText predicts one line of UTF-8: newlines become spaces, and a lone surrogate (JSON allows one)
+    U+FFFD, as the WHATWG `TextEncoder` writes it (fastText's binding refused the text with a TypeError)."""
+    line = " ".join(text[:max_chars].split())
+    if not line.isascii():
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:
+            line = _SURROGATE.sub("\ufffd", line)
+    return line
 
 
 def predict_languages(texts: list[str], config: LangIdConfig = LangIdConfig()) -> list[tuple[str, float]]:

@@ -34,9 +34,29 @@ def line_spans(text: str) -> Iterator[tuple[int, int, str]]:
         start = end
 
 
+# Unicode's format characters (category Cf, Unicode 14: U+00AD soft hyphen, U+200B-U+200D zero-width space and
+# joiners, U+2060 word joiner, U+FEFF byte-order mark, direction marks, ...; a test checks the list against
+# `unicodedata`): invisible, they split a word in two
+FORMAT_CHARS = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U00013438\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+
+
+WORDS_RULE = "cf-deleted nfkc-casefold-nfkc \\w+"
+"""Names the rule of `normalized_words`; a decontamination index records it (one built by another rule is
+refused)."""
+
+
 def normalized_words(text: str) -> list[str]:
-    """Lower-cased words without punctuation, NFKC-normalised (what decontamination n-grams compare)."""
-    return _NORM_WORD.findall(unicodedata.normalize("NFKC", text).lower())
+    """The words decontamination n-grams compare (rule `WORDS_RULE`): the text's format characters (category
+    Cf: soft hyphens, zero-width spaces and joiners, word joiners, byte-order marks; invisible, they would
+    split a word in two) deleted, then NFKC, full case folding (`str.casefold`: "Straße" and "STRASSE" are
+    both "strasse"; `lower` kept "ß") and NFKC again (Unicode's compatibility caseless match), then its runs
+    of word characters (`\\w+`: punctuation and spaces dropped)."""
+    text = unicodedata.normalize("NFKC", FORMAT_CHARS.sub("", text))
+    return _NORM_WORD.findall(unicodedata.normalize("NFKC", text.casefold()))
 
 
 def remove_spans(text: str, spans: list[tuple[int, int]]) -> str:

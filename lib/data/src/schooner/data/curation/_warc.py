@@ -33,7 +33,7 @@ from ._http import decode_body
 if TYPE_CHECKING:
     from fastwarc.warc import HeaderMap
 
-_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$")
+_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$", re.IGNORECASE)
 
 
 def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
@@ -49,12 +49,16 @@ def _warc_headers(headers: HeaderMap) -> dict[str, str]:
     return out
 
 
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+
+
 def _parse_http(block: bytes) -> tuple[int, dict[str, str], bytes]:
-    head, sep, body = block.partition(b"\r\n\r\n")
-    if not sep:
-        head, sep, body = block.partition(b"\n\n")
-    if not sep:
+    # the headers end at the first empty line, a line ending in CRLF or a bare LF (RFC 9112 2.2): not at the
+    # first CRLFCRLF, which may lie in the body after an LF-only header's blank line
+    m = _HEAD_END.search(block)
+    if m is None:
         raise BadPage("HTTP response without a header/body separator", "bad_http")
+    head, body = block[: m.start()], block[m.end() :]
     # HTTP lines end at \n (\r\n): not str.splitlines(), which also breaks at \x0c, \x1c-\x1e and \x85 in values
     lines = [ln.removesuffix("\r") for ln in head.decode("latin-1").split("\n")]
     parts = lines[0].split(" ", 2) if lines else []
@@ -80,14 +84,20 @@ def _content_type(headers: dict[str, str]) -> tuple[str, str | None]:
 
 def iter_pages(
     path: str, config: ExtractConfig, *, on_error: str, skips: SkipLog, counters: dict[str, int],
-    source: str | None = None,
+    source: str | None = None, name: str | None = None,
 ) -> Iterator[dict]:  # fmt: skip
-    """The page records of one WARC file (plain, `.gz` per-record members, or `.zst`)."""
+    """The page records of one WARC file (plain, `.gz` per-record members, or `.zst`); `name` is the file's
+    `metadata.warc_file` (default: its base name)."""
     from fastwarc.warc import ArchiveIterator, WarcRecordType
 
-    name = os.path.basename(path)
+    name = name or os.path.basename(path)
     src = source or "warc"
     with storage.open_file(path, "rb") as f:
+        if _is_arc(f):
+            msg = ("an ARC file (the Internet Archive's format before WARC: a filedesc:// header), which is not "
+                   "read; convert it to WARC (warctools' arc2warc) and read that")  # fmt: skip
+            handle(DataError(path, msg, kind="arc_file"), on_error, skips)
+            return
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
         last: int | None = None  # the offset of the last record read
         last_length = 0  # its Content-Length
@@ -164,6 +174,18 @@ def iter_pages(
                     "warc_date": headers.get("warc-date", ""), "charset": charset, "content_type": mime,
                 },
             }  # fmt: skip
+
+
+def _is_arc(f: Any) -> bool:
+    """Whether the file (plain or gzip) starts as an ARC file does (`filedesc://`); the file is left at 0."""
+    head = f.read(512)
+    f.seek(0)
+    if head.startswith(b"\x1f\x8b"):
+        try:
+            head = zlib.decompressobj(31).decompress(head, 16)
+        except zlib.error:
+            return False
+    return head.startswith(b"filedesc://")
 
 
 def _skip_damaged_member(
@@ -331,6 +353,8 @@ class WarcSplit(Split):
     config: ExtractConfig
     on_error: str = "skip"
     source: str | None = None
+    name: str | None = None
+    """`metadata.warc_file`: the path under the folder read (None: the file's base name)."""
 
     @property
     def label(self) -> str:
@@ -338,19 +362,39 @@ class WarcSplit(Split):
 
     def iterate(self, skips: SkipLog, counters: dict[str, int]) -> Iterator[dict]:
         return iter_pages(self.path, self.config, on_error=self.on_error, skips=skips, counters=counters,
-                          source=self.source)  # fmt: skip
+                          source=self.source, name=self.name)  # fmt: skip
 
     def token(self) -> Any:
         c = self.config
+        named = [self.name] if self.name and self.name != os.path.basename(self.path) else []
         return ["warc", self.path, storage.file_identity(self.path), c.extractor, c.main_content,
-                list(c.content_types), c.max_bytes, c.min_chars, list(c.keep_status), self.on_error, self.source]  # fmt: skip
+                list(c.content_types), c.max_bytes, c.min_chars, list(c.keep_status), self.on_error, self.source,
+                *named]  # fmt: skip
+
+
+def _warc_files(path: str) -> list[tuple[str, str]]:
+    """(file, path relative to `path`) of the WARC files under a folder (recursively, names in any case),
+    sorted."""
+    if storage.is_local(path):
+        root = storage.local_path(path)
+        found = []
+        for d, dirs, names in os.walk(root):
+            dirs.sort()
+            found += [os.path.join(d, n) for n in sorted(names) if _WARC_NAME.search(n)]
+        return [(f, os.path.relpath(f, root).replace(os.sep, "/")) for f in found]
+    fs, p = storage.url_to_fs(path)
+    protocol = path.split("://", 1)[0]
+    found = sorted(f for f in fs.find(p) if _WARC_NAME.search(f))
+    return [(f"{protocol}://{f}", f[len(p.rstrip("/")) + 1 :]) for f in found]
 
 
 def warc_dataset(
     paths: str | Sequence[str], config: ExtractConfig | None = None, *, on_error: str = "skip",
     source: str | None = None,
 ) -> Any:  # fmt: skip
-    """A `Dataset` of the page records of WARC files (paths, globs, folders; one task per file)."""
+    """A `Dataset` of the page records of WARC files (paths, globs, folders searched recursively for
+    `*.warc`, `*.warc.gz`, `*.warc.zst`, names in any case; one task per file). A record's
+    `metadata.warc_file` is the file's path under the folder (a file given directly: its name)."""
     from schooner.data._dataset import Dataset
     from schooner.data._errors import check_on_error
     from schooner.data._folders import expand_paths
@@ -360,16 +404,18 @@ def warc_dataset(
     plist = [paths] if isinstance(paths, str) else list(paths)
 
     def splits() -> list[Split]:
-        files: list[str] = []
+        files: list[tuple[str, str | None]] = []
         for p in plist:
             if storage.isdir(p):  # a folder: its WARC files (a crawl folder also holds other files)
-                found = sorted(n for n in storage.list_dir(p) if _WARC_NAME.search(n))
+                found = _warc_files(p)
                 if not found:
-                    raise FileNotFoundError(f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst)")
-                files.extend(storage.join(p, n) for n in found)
+                    raise FileNotFoundError(
+                        f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst, searched recursively)"
+                    )
+                files.extend(found)
             else:
-                files.extend(expand_paths(p))
-        return [WarcSplit(f, config, on_error, source) for f in files]
+                files.extend((f, None) for f in expand_paths(p))
+        return [WarcSplit(f, config, on_error, source, name) for f, name in files]
 
     return Dataset(splits, describe=f"warc({plist!r}, extractor={config.extractor!r})")
 
