@@ -440,5 +440,7 @@ def test_winogrande_reports_no_acc_norm_as_lm_eval(model, tok, tmp_path):
         {"contexts": ["The quick brown fox", "A lazy dog"], "continuations": [" sleeps."], "answer_texts": ["fox", "dog!!"], "gold": 0},
         {"contexts": ["Paris is", "Python is"], "continuations": [" great."], "answer_texts": ["Paris", "Py"], "gold": 1},
     ]  # fmt: skip
-    named = evaluate_task(model, tok, Task(name="ex", path=_write_jsonl(tmp_path / "ex.jsonl", rows), layout="examples"))
+    named = evaluate_task(
+        model, tok, Task(name="ex", path=_write_jsonl(tmp_path / "ex.jsonl", rows), layout="examples")
+    )
     assert "acc_norm" in named and "acc_norm_bytes" in named
