@@ -334,7 +334,9 @@ def test_a_tokenizer_with_other_bos_or_eos_ids_is_refused(records_dir, tokenizer
     TokenCache.open(out, tokenizer=other_eos)
 
 
-def test_build_into_the_same_folder_with_another_eos_is_rebuilt(records_dir, tokenizer_path, tmp_path) -> None:
+def test_build_into_the_same_folder_with_another_eos_is_rebuilt(
+    records_dir, tokenizer_path, tmp_path
+) -> None:
     path, _ = records_dir
     out = str(tmp_path / "c")
     build_cache(path, out, tokenizer_path, validation_fraction=0.0)
@@ -346,5 +348,7 @@ def test_build_into_the_same_folder_with_another_eos_is_rebuilt(records_dir, tok
     # mixed with a cache of the same tokenizer.json and the old EOS: refused, naming both
     old, tok = str(tmp_path / "old"), load_tokenizer(tokenizer_path)
     build_cache(path, old, tokenizer_path, validation_fraction=0.0)
-    with pytest.raises(MixtureError, match=rf"'{old}/train'.*eos_id={tok.eos_id} but component .* eos_id={other.eos_id}"):
+    with pytest.raises(
+        MixtureError, match=rf"'{old}/train'.*eos_id={tok.eos_id} but component .* eos_id={other.eos_id}"
+    ):
         MixtureDataset({out: 1.0, old: 1.0}, seq_len=32, seed=0)

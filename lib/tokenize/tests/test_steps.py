@@ -137,7 +137,9 @@ def test_user_files_are_keyed_by_content_not_by_where_they_sit(records: str, tmp
     assert result.ok
 
 
-def test_identity_follows_the_special_tokens_of_tokenizer_config(records: str, tokenizer, tmp_path: Path) -> None:
+def test_identity_follows_the_special_tokens_of_tokenizer_config(
+    records: str, tokenizer, tmp_path: Path
+) -> None:
     """Editing only tokenizer_config.json's eos_token is another tokenized step: its documents end with the
     new EOS, and the step defined before the edit refuses to run (it would cache the new EOS under the old
     key)."""

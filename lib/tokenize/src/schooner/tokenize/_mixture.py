@@ -190,7 +190,11 @@ class MixtureDataset:
                 )
             else:  # the same tokenizer.json with other special tokens: documents end with another EOS
                 for key in ("bos_id", "eos_id"):
-                    if key in cache.manifest and key in first.manifest and cache.manifest[key] != first.manifest[key]:
+                    if (
+                        key in cache.manifest
+                        and key in first.manifest
+                        and cache.manifest[key] != first.manifest[key]
+                    ):
                         raise MixtureError(
                             f"MixtureDataset: component {name!r} (cache {cache.path!r}) was built with "
                             f"{key}={cache.manifest[key]} but component {self.names[0]!r} with "
