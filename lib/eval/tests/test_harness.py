@@ -378,3 +378,30 @@ def test_a_tokenizer_whose_post_processor_adds_bos_encodes_as_lm_evals_hf_backen
         Request((tok.bos_id,), tuple(_hf_encode(with_bos, "The lazy dog", False))),
     ]
     assert got == [(s.logprob, s.greedy) for s in score_requests(model, refs)]
+
+
+def test_generated_special_tokens_are_left_out_of_the_text_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend decodes a generation with `skip_special_tokens=True` (`HFLM.tok_decode`), so a
+    special token the model emits (a chat model's "<|end_of_turn|>" before the task's stop string) is not in
+    the answer exact_match compares. The adapter kept it in the text."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    import tokenizers
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval import greedy_tokens
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    # a final norm of zeros: every logit is 0 and greedy decoding emits token 0, the special BOS, each step
+    flat = eqx.tree_at(lambda m: m.final_norm, model, jax.tree.map(jnp.zeros_like, model.final_norm))
+    lm = SchoonerLM(model=flat, tokenizer=tok)
+    gen = Instance("generate_until", {}, ("The quick", {"until": ["\n\n"], "max_gen_toks": 5}), 0)
+    (text,) = lm.generate_until([gen])
+    ids = greedy_tokens(flat, tok.encode("The quick"), 5, eos_id=tok.eos_id)
+    assert ids == [tok.bos_id] * 5
+    hf = tokenizers.Tokenizer.from_str(tok.to_json())
+    assert text == hf.decode(ids, skip_special_tokens=True).split("\n\n")[0] == ""
+    mixed = [*tok.encode("The quick"), tok.eos_id, tok.token_to_id("<|user|>"), *tok.encode(" fox")]
+    assert lm.tok_decode(mixed) == hf.decode(mixed, skip_special_tokens=True) == "The quick fox"
+    assert lm.tok_decode(mixed, skip_special_tokens=False) == hf.decode(mixed, skip_special_tokens=False)

@@ -103,8 +103,9 @@ class SchoonerLM(TemplateLM):
                 add = False
         return list(self.tok.encode(string, add_special_tokens=add, parse_special=True))
 
-    def tok_decode(self, tokens: list[int], **kwargs: Any) -> str:
-        return self.tok.decode(tokens)
+    def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True, **kwargs: Any) -> str:
+        """As the hf backend's: special tokens left out unless `skip_special_tokens=False`."""
+        return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
@@ -157,7 +158,8 @@ class SchoonerLM(TemplateLM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS.
+        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS,
+        special tokens left out of the text (lm-eval's `hf` backend decodes with `skip_special_tokens=True`).
 
         As lm-eval's `hf` backend: up to `max_gen_toks` tokens (or its aliases `max_new_tokens`, `max_tokens`,
         `max_completion_tokens`; default the adapter's `max_gen_toks`) after the context's last
@@ -193,7 +195,10 @@ class SchoonerLM(TemplateLM):
             prompt = prompt[
                 -(self.max_length - n) :
             ]  # lm-eval's left truncation to max_length - max_gen_toks
-            (text,) = generate_texts(self.model, self.tok, [prompt], n, sampling=sampling, stop=until)
+            # special tokens left out of the text, as the hf backend's tok_decode(skip_special_tokens=True)
+            (text,) = generate_texts(
+                self.model, self.tok, [prompt], n, sampling=sampling, stop=until, skip_special_tokens=True
+            )
             out.append(text)
         return out
 
