@@ -192,8 +192,11 @@ class TokenizeConfig:
             )
 
 
-def _special_tokens(tok: Any) -> dict:
-    return {"bos_token": tok.bos_token, "eos_token": tok.eos_token, "pad_token": tok.pad_token}
+def _special_tokens(tok: Any, chat_template: bool = False) -> dict:
+    """What a tokenizer folder's tokenizer_config.json decides and the fingerprint does not cover: the
+    bos/eos/pad tokens, and (for chat steps that use it) the tokenizer's own chat template."""
+    out = {"bos_token": tok.bos_token, "eos_token": tok.eos_token, "pad_token": tok.pad_token}
+    return out | {"chat_template": tok.chat_template} if chat_template else out
 
 
 def _load_checked(tokenizer: Any, fingerprint: str | None, special: dict | None = None) -> Any:
@@ -203,11 +206,11 @@ def _load_checked(tokenizer: Any, fingerprint: str | None, special: dict | None 
             f"tokenizer {tokenizer!r} changed since the step was defined (fingerprint "
             f"{tok.fingerprint[:12]}, was {fingerprint[:12]}); rebuild the experiment graph"
         )
-    if special is not None and _special_tokens(tok) != special:
+    now = None if special is None else _special_tokens(tok, "chat_template" in special)
+    if special is not None and now != special:
         raise ValueError(
             f"tokenizer {tokenizer!r}: its special tokens changed since the step was defined "
-            f"({_special_tokens(tok)}, was {special}: its tokenizer_config.json was edited); rebuild the "
-            "experiment graph"
+            f"({now}, was {special}: its tokenizer_config.json was edited); rebuild the experiment graph"
         )
     return tok
 
@@ -355,12 +358,15 @@ def _run_tokenize_chat(config: ChatTokenizeConfig, output_path: str) -> dict:
     )
 
 
-def _tokenizer_ref(tokenizer: Any, what: str) -> tuple[Any, str | None, dict | None]:
-    """(the tokenizer as a step input, and when it is a path or hub id its fingerprint and special tokens)."""
+def _tokenizer_ref(
+    tokenizer: Any, what: str, chat_template: bool = False
+) -> tuple[Any, str | None, dict | None]:
+    """(the tokenizer as a step input, and when it is a path or hub id its fingerprint and special tokens,
+    with its own chat template when `chat_template`)."""
     if isinstance(tokenizer, str | os.PathLike):
         tokenizer = os.fspath(tokenizer)
         tok = load_tokenizer(tokenizer)
-        return tokenizer, tok.fingerprint, _special_tokens(tok)
+        return tokenizer, tok.fingerprint, _special_tokens(tok, chat_template)
     if not isinstance(tokenizer, StepHandle) and not hasattr(tokenizer, "__schooner_ref__"):
         raise TypeError(
             f"{what}: tokenizer must be a train_tokenizer step handle, a path or a hub id, got "
@@ -375,7 +381,8 @@ def _documents_step(
     what = "tokenized_chat" if kind == "chat" else "tokenized_preferences"
     if source is None:
         raise ValueError(f"{what}: source= is required (record folders, files, globs or step handles)")
-    tok, fingerprint, special = _tokenizer_ref(tokenizer, what)
+    # with no chat_template= the tokenizer's own renders the chats: part of the identity
+    tok, fingerprint, special = _tokenizer_ref(tokenizer, what, options.get("chat_template") is None)
     config = ChatTokenizeConfig(
         inputs=as_step_inputs(source, what=f"{what}: source="),
         tokenizer=tok,
