@@ -309,3 +309,99 @@ def test_the_adapter_runs_under_lm_evals_request_cache(setup, tmp_path):
     CachingLM(lm, str(tmp_path / "tokens.db"))  # sets the hook
     pair = (("x", "y"), tok.encode("x"), tok.encode("xy")[len(tok.encode("x")) :])
     assert lm._loglikelihood_tokens([pair]) == SchoonerLM(model=model, tokenizer=tok).loglikelihood(tokens)
+
+
+def _hf_encode(tok, text: str, add_special_tokens: bool = True) -> list[int]:
+    """HF `tokenizers`' own encoding, as lm-eval's `hf` backend's `tokenizer.encode(string)` gives it: special
+    token strings in the text are the special tokens, and the post-processor runs (transformers' default
+    `add_special_tokens=True`)."""
+    import tokenizers
+
+    return (
+        tokenizers.Tokenizer.from_str(tok.to_json()).encode(text, add_special_tokens=add_special_tokens).ids
+    )
+
+
+def test_special_token_strings_in_task_text_encode_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend encodes task text with the HF tokenizer's `encode`, which reads "<|end_of_text|>"
+    in a context (few-shot documents joined by an EOS string, say) as the EOS token. The adapter encoded it
+    as plain text (seven-odd byte tokens), so the model was scored on another prompt than lm-eval's."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval import Request, score_requests
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=2)
+    text = "The quick brown fox.<|end_of_text|>def add(a, b):<|user|> lazy dog"
+    want = _hf_encode(tok, text)
+    assert tok.eos_id in want and tok.token_to_id("<|user|>") in want
+    assert lm.tok_encode(text) == want
+    context, continuation = "The quick brown fox.<|end_of_text|>The lazy", " dog"
+    (got,) = lm.loglikelihood([Instance("loglikelihood", {}, (context, continuation), 0)])
+    ctx = _hf_encode(tok, context)
+    ref = Request(tuple(ctx), tuple(_hf_encode(tok, context + continuation)[len(ctx) :]))
+    (score,) = score_requests(model, [ref])
+    assert got == (score.logprob, score.greedy)
+    (rolled,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
+    assert rolled == score_rolling(model, [want], start=tok.bos_id, max_length=64)[0]
+
+
+def test_a_tokenizer_whose_post_processor_adds_bos_encodes_as_lm_evals_hf_backend(setup):
+    """A hub tokenizer (Llama 3 style) whose post-processor prepends BOS: lm-eval's `hf` backend leaves
+    `add_special_tokens` to the tokenizer's default (BOS added) unless the string already starts with the
+    BOS string, and encodes an empty context's continuation without it."""
+    import tokenizers
+    from lm_eval.api.instance import Instance
+    from tokenizers.processors import TemplateProcessing
+
+    from schooner.eval import Request, score_requests
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import Tokenizer
+
+    _, tok, model = setup
+    hf = tokenizers.Tokenizer.from_str(tok.to_json())
+    bos = tok.bos_token
+    hf.post_processor = TemplateProcessing(single=f"{bos} $A", special_tokens=[(bos, tok.bos_id)])
+    with_bos = Tokenizer(hf, bos_token=bos, eos_token=tok.eos_token, pad_token=tok.pad_token)
+    lm = SchoonerLM(model=model, tokenizer=with_bos, batch_size=2)
+    assert (
+        lm.tok_encode("The lazy dog") == _hf_encode(with_bos, "The lazy dog")[:] != tok.encode("The lazy dog")
+    )
+    assert lm.tok_encode(bos + "The lazy dog") == _hf_encode(with_bos, bos + "The lazy dog", False)
+    assert lm.tok_encode("The lazy dog", add_special_tokens=False) == tok.encode("The lazy dog")
+    reqs = [("The lazy", " dog"), ("", "The lazy dog")]
+    got = lm.loglikelihood([Instance("loglikelihood", {}, r, i) for i, r in enumerate(reqs)])
+    ctx = _hf_encode(with_bos, "The lazy")
+    refs = [
+        Request(tuple(ctx), tuple(_hf_encode(with_bos, "The lazy dog")[len(ctx) :])),
+        Request((tok.bos_id,), tuple(_hf_encode(with_bos, "The lazy dog", False))),
+    ]
+    assert got == [(s.logprob, s.greedy) for s in score_requests(model, refs)]
+
+
+def test_generated_special_tokens_are_left_out_of_the_text_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend decodes a generation with `skip_special_tokens=True` (`HFLM.tok_decode`), so a
+    special token the model emits (a chat model's "<|end_of_turn|>" before the task's stop string) is not in
+    the answer exact_match compares. The adapter kept it in the text."""
+    import equinox as eqx
+    import jax.numpy as jnp
+    import tokenizers
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval import greedy_tokens
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    # a final norm of zeros: every logit is 0 and greedy decoding emits token 0, the special BOS, each step
+    flat = eqx.tree_at(lambda m: m.final_norm, model, jax.tree.map(jnp.zeros_like, model.final_norm))
+    lm = SchoonerLM(model=flat, tokenizer=tok)
+    gen = Instance("generate_until", {}, ("The quick", {"until": ["\n\n"], "max_gen_toks": 5}), 0)
+    (text,) = lm.generate_until([gen])
+    ids = greedy_tokens(flat, tok.encode("The quick"), 5, eos_id=tok.eos_id)
+    assert ids == [tok.bos_id] * 5
+    hf = tokenizers.Tokenizer.from_str(tok.to_json())
+    assert text == hf.decode(ids, skip_special_tokens=True).split("\n\n")[0] == ""
+    mixed = [*tok.encode("The quick"), tok.eos_id, tok.token_to_id("<|user|>"), *tok.encode(" fox")]
+    assert lm.tok_decode(mixed) == hf.decode(mixed, skip_special_tokens=True) == "The quick fox"
+    assert lm.tok_decode(mixed, skip_special_tokens=False) == hf.decode(mixed, skip_special_tokens=False)

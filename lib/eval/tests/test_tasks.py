@@ -400,3 +400,47 @@ def test_limit_does_not_change_the_fewshot_prompts_drawn_from_the_evaluated_file
     full = prepared_examples(task)
     for limit in (1, 4, 6):
         assert prepared_examples(dataclasses.replace(task, limit=limit)) == full[:limit], limit
+
+
+WINOGRANDE_ROWS = [
+    {"sentence": "The trophy would not fit in the suitcase because the _ was too big.", "option1": "trophy", "option2": "suitcase", "answer": "1"},
+    {"sentence": "Python is a language that _ lets you work quickly.", "option1": "programming", "option2": "dog", "answer": "1"},
+    {"sentence": "The quick brown fox jumps over the _ dog.", "option1": "lazy", "option2": "capital", "answer": "1"},
+]  # fmt: skip
+
+
+def _lm_eval_metrics(relative: str) -> set[str]:
+    """The metrics an installed lm-eval task yaml reports (its `metric_list`)."""
+    import importlib.util
+    import os
+
+    import yaml
+
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("lm-eval is not installed")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "tasks", relative)
+    with open(path) as f:
+        text = "\n".join(line for line in f if "!function" not in line)  # no lm-eval loader here
+    return {m["metric"] for m in yaml.safe_load(text)["metric_list"]}
+
+
+def test_winogrande_reports_no_acc_norm_as_lm_eval(model, tok, tmp_path):
+    """WinoGrande's choices share one continuation, so dividing by its length changes nothing: lm-eval's
+    winogrande reports `acc` only. Schooner reported `acc_norm` (and `acc_norm_bytes`), always equal to acc."""
+    path = _write_jsonl(tmp_path / "wg.jsonl", WINOGRANDE_ROWS)
+    task = Task(name="wg", path=path, layout="winogrande")
+    out = evaluate_task(model, tok, task, keep_documents=True)
+    reported = {m for m in ("acc", "acc_norm", "acc_norm_bytes") if m in out}
+    assert reported == _lm_eval_metrics("winogrande/default.yaml") & {"acc", "acc_norm"} == {"acc"}
+    assert not any("acc_norm" in d or "acc_norm_bytes" in d for d in out["per_document"])
+    assert "prob_norm" in out and "logprob" in out
+    # a shared continuation with answer texts of their own lengths normalises: acc_norm is reported
+    rows = [
+        {"contexts": ["The quick brown fox", "A lazy dog"], "continuations": [" sleeps."], "answer_texts": ["fox", "dog!!"], "gold": 0},
+        {"contexts": ["Paris is", "Python is"], "continuations": [" great."], "answer_texts": ["Paris", "Py"], "gold": 1},
+    ]  # fmt: skip
+    named = evaluate_task(
+        model, tok, Task(name="ex", path=_write_jsonl(tmp_path / "ex.jsonl", rows), layout="examples")
+    )
+    assert "acc_norm" in named and "acc_norm_bytes" in named

@@ -17,6 +17,8 @@ from schooner.cluster import JobError, LocalClient
 from schooner.data import make_record, write_records
 from schooner.tokenize import (
     CacheError,
+    MixtureDataset,
+    MixtureError,
     TokenCache,
     Tokenizer,
     TokenizerMismatchError,
@@ -304,3 +306,49 @@ def test_a_text_split_left_empty_is_a_warning_naming_it_and_the_fix(tokenizer_pa
         "the validation split is empty: 0 of 6 documents" in warning and "validation_fraction=0.02" in warning
     )
     assert summary["warnings"] == [warning]
+
+
+def test_a_tokenizer_with_other_bos_or_eos_ids_is_refused(records_dir, tokenizer_path, tmp_path) -> None:
+    """Same tokenizer.json, another EOS (or BOS) named in tokenizer_config.json: the cache's documents end
+    with the old EOS, so reading it as if they ended with the new one is refused, naming both ids."""
+    path, _ = records_dir
+    out = str(tmp_path / "c")
+    build_cache(path, out, tokenizer_path, validation_fraction=0.0)
+    same = load_tokenizer(tokenizer_path)
+    TokenCache.open(out, tokenizer=same)  # the tokenizer it was built with
+    other_eos = load_tokenizer(tokenizer_path, eos_token="<|end_of_turn|>")
+    assert other_eos.fingerprint == same.fingerprint
+    eos, new = same.eos_id, other_eos.eos_id
+    with pytest.raises(TokenizerMismatchError, match=rf"'{out}/train'.*eos_id={eos}.*eos_id={new}"):
+        TokenCache.open(out, tokenizer=other_eos)
+    other_bos = load_tokenizer(tokenizer_path, bos_token="<|system|>")
+    with pytest.raises(TokenizerMismatchError, match=rf"bos_id={same.bos_id}.*bos_id={other_bos.bos_id}"):
+        TokenCache.open(out, tokenizer=other_bos)
+    # a fingerprint string says nothing of the special tokens: accepted as before
+    TokenCache.open(out, tokenizer=same.fingerprint)
+    # a manifest written before the special ids were checked, without them: accepted
+    mpath = Path(out, "train", "manifest.json")
+    m = json.loads(mpath.read_text())
+    del m["bos_id"], m["eos_id"]
+    mpath.write_text(json.dumps(m))
+    TokenCache.open(out, tokenizer=other_eos)
+
+
+def test_build_into_the_same_folder_with_another_eos_is_rebuilt(
+    records_dir, tokenizer_path, tmp_path
+) -> None:
+    path, _ = records_dir
+    out = str(tmp_path / "c")
+    build_cache(path, out, tokenizer_path, validation_fraction=0.0)
+    other = load_tokenizer(tokenizer_path, eos_token="<|end_of_turn|>")
+    build_cache(path, out, other, validation_fraction=0.0)
+    cache = TokenCache.open(out, tokenizer=other)
+    assert cache.eos_id == other.eos_id
+    assert all(cache.document(i)[-1] == other.eos_id for i in range(cache.num_documents))
+    # mixed with a cache of the same tokenizer.json and the old EOS: refused, naming both
+    old, tok = str(tmp_path / "old"), load_tokenizer(tokenizer_path)
+    build_cache(path, old, tokenizer_path, validation_fraction=0.0)
+    with pytest.raises(
+        MixtureError, match=rf"'{old}/train'.*eos_id={tok.eos_id} but component .* eos_id={other.eos_id}"
+    ):
+        MixtureDataset({out: 1.0, old: 1.0}, seq_len=32, seed=0)

@@ -179,3 +179,32 @@ def test_chat_and_preference_steps(tokenizer_path, tmp_path) -> None:
         tokenized_chat("x", source=chats, tokenizer=tokenizer_path, chat_template="llama9")
     with pytest.raises(CacheError, match="chat cache .* not a preference cache"):
         PreferenceDataset(out_sft, seq_len=64)
+
+
+def test_chat_step_identity_follows_the_tokenizers_own_chat_template(tokenizer, tmp_path) -> None:
+    """A chat step with no chat_template= renders with the one the tokenizer folder's tokenizer_config.json
+    names (`schooner_chat_template`), which the fingerprint does not cover: editing it is another step."""
+    import json
+    from pathlib import Path
+
+    from schooner.cluster import StepFailedError
+    from schooner.tokenize import train_bpe
+
+    from .conftest import stdlib_texts
+
+    specials = (*tokenizer.special_tokens, "<|im_start|>", "<|im_end|>")
+    tok = train_bpe(stdlib_texts(8), vocab_size=500, special_tokens=specials)
+    folder = Path(tok.save(tmp_path / "tok"))
+    chats = str(tmp_path / "chats")
+    write_records([chat_record(m, source="c", id=f"c{i}") for i, m in enumerate(conversations(6))], chats)
+    before = tokenized_chat("tokenized/chat", source=chats, tokenizer=str(folder), validation_fraction=0.0)
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    assert cfg["schooner_chat_template"] == "schooner"
+    cfg["schooner_chat_template"] = "chatml"
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    after = tokenized_chat("tokenized/chat", source=chats, tokenizer=str(folder), validation_fraction=0.0)
+    assert after.key != before.key
+    out = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([after])[after].output_path
+    assert tok.token_to_id("<|im_start|>") in TokenCache.open(out).document(0)
+    with pytest.raises(StepFailedError, match="changed since the step was defined"):
+        StepRunner(prefix=str(tmp_path / "q"), quiet=True).run([before])

@@ -135,3 +135,25 @@ def test_user_files_are_keyed_by_content_not_by_where_they_sit(records: str, tmp
         [tokenized("tk", paths=[str(moved)], tokenizer=tok)]
     )
     assert result.ok
+
+
+def test_identity_follows_the_special_tokens_of_tokenizer_config(
+    records: str, tokenizer, tmp_path: Path
+) -> None:
+    """Editing only tokenizer_config.json's eos_token is another tokenized step: its documents end with the
+    new EOS, and the step defined before the edit refuses to run (it would cache the new EOS under the old
+    key)."""
+    folder = Path(tokenizer.save(tmp_path / "t"))
+    before = tokenized("tk", paths=records, tokenizer=str(folder))
+    cfg = json.loads((folder / "tokenizer_config.json").read_text())
+    assert cfg["eos_token"] == "<|end_of_text|>"
+    cfg["eos_token"] = "<|end_of_turn|>"
+    (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
+    after = tokenized("tk", paths=records, tokenizer=str(folder))
+    assert after.key != before.key
+    new_eos = tokenizer.token_to_id("<|end_of_turn|>")
+    out = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([after])[after].output_path
+    cache = TokenCache.open(out)
+    assert cache.eos_id == new_eos and cache.document(0)[-1] == new_eos
+    with pytest.raises(StepFailedError, match="special tokens changed since the step was defined"):
+        StepRunner(prefix=str(tmp_path / "q"), quiet=True).run([before])

@@ -8,7 +8,7 @@ written as jsonl in the `examples` layout so they run like any other `Task`:
   bin (eighths of the pool by characters).
 * `docs_function_name` (partial scoring): which of four signatures (`name(args)`, each a real function of the
   corpus with its own arguments) is followed by this docstring's first line. The docstring is the shared
-  continuation, so the score is p(docstring | signature) and its length cancels (`acc_norm` equals `acc`).
+  continuation, so the score is p(docstring | signature) and its length cancels (no `acc_norm`: it would equal `acc`).
 * `docs_cloze`: the last word of a documentation sentence, given the sentence and the one before it, against
   three last words of sentences from other documents.
 

@@ -350,9 +350,13 @@ def generate_texts(
     sampling: SamplingConfig = SamplingConfig(),
     stop: Sequence[str] = (),
     stop_at_eos: bool = True,
+    skip_special_tokens: bool = False,
 ) -> list[str]:
     """Continuations of prompts (text, or token ids) as text, batched over the KV cache, each cut before its
     first stop sequence (and at EOS, which is not included).
+
+    Stop sequences are looked for in the text with its special tokens; `skip_special_tokens` leaves special
+    tokens out of the returned text (as lm-eval's `hf` backend decodes generations), before it is cut.
 
     Example:
         >>> generate_texts(model, tok, ["def ", "The"], 32, sampling=SamplingConfig(temperature=0.8, top_p=0.9))
@@ -375,7 +379,9 @@ def generate_texts(
     ):
         if eos is not None and row and row[-1] == eos:
             row = row[:-1]
-        text = tokenizer.decode(row)
+        text = (
+            tokenizer.decode(row, skip_special_tokens=True) if skip_special_tokens else tokenizer.decode(row)
+        )
         cuts = [text.index(s) for s in stops if s in text]
         out.append(text[: min(cuts)] if cuts else text)
     return out

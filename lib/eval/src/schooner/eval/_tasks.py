@@ -10,7 +10,8 @@ Metrics, per task (the mean over documents, with the standard error of the mean)
 * `acc`: the highest total log-probability is the right choice.
 * `acc_norm`: the same after dividing each log-probability by its continuation's length in characters (as
   lm-evaluation-harness does); `acc_norm_bytes` divides by UTF-8 bytes instead (comparable across
-  tokenizers and scripts).
+  tokenizers and scripts). Not reported for a task whose choices share one continuation and give no
+  `answer_texts` (WinoGrande): the division changes nothing there, and lm-eval reports `acc` only.
 * `prob_norm`: the probability of the right choice renormalised over the choices (softmax of log-probs).
 * `logprob`: the right continuation's log-probability (nats).
 * continuation tasks: `acc` is the greedy continuation matching every token, `perplexity` = exp(-mean logprob).
@@ -68,6 +69,12 @@ class Example:
         cont = self.continuations * n if len(self.continuations) == 1 else self.continuations
         return list(zip(ctx, cont, strict=True))
 
+    @property
+    def normalises(self) -> bool:
+        """Whether `acc_norm` can differ from `acc`: not when every choice shares one continuation (partial
+        scoring, WinoGrande) and no `answer_texts` give lengths of their own."""
+        return bool(self.answer_texts) or len(self.continuations) > 1
+
     def norm_texts(self) -> tuple[str, ...]:
         if self.answer_texts:
             return self.answer_texts
@@ -121,8 +128,11 @@ def example_requests(tokenizer: Any, example: Example, delimiter: str) -> list[R
     return [encode_pair(tokenizer, context, delimiter + cont) for context, cont in example.pairs()]
 
 
-def document_metrics(example: Example, scores: Sequence[Score], kind: str) -> dict[str, float]:
-    """The per-document metrics of one example from its choices' scores."""
+def document_metrics(
+    example: Example, scores: Sequence[Score], kind: str, *, norm: bool = True
+) -> dict[str, float]:
+    """The per-document metrics of one example from its choices' scores (`norm`: with `acc_norm` and
+    `acc_norm_bytes`)."""
     logprobs = np.array([s.logprob for s in scores], np.float64)
     gold = example.gold
     if kind == "continuation":
@@ -132,13 +142,11 @@ def document_metrics(example: Example, scores: Sequence[Score], kind: str) -> di
     nbytes = np.array([max(len(t.encode("utf-8")), 1) for t in texts], np.float64)
     shifted = logprobs - logprobs.max()
     probs = np.exp(shifted) / np.exp(shifted).sum()
-    return {
-        "acc": float(int(np.argmax(logprobs)) == gold),
-        "acc_norm": float(int(np.argmax(logprobs / chars)) == gold),
-        "acc_norm_bytes": float(int(np.argmax(logprobs / nbytes)) == gold),
-        "prob_norm": float(probs[gold]),
-        "logprob": float(logprobs[gold]),
-    }
+    out = {"acc": float(int(np.argmax(logprobs)) == gold)}
+    if norm:
+        out["acc_norm"] = float(int(np.argmax(logprobs / chars)) == gold)
+        out["acc_norm_bytes"] = float(int(np.argmax(logprobs / nbytes)) == gold)
+    return out | {"prob_norm": float(probs[gold]), "logprob": float(logprobs[gold])}
 
 
 def aggregate(per_doc: Sequence[dict[str, float]], kind: str) -> dict[str, Any]:
@@ -183,8 +191,10 @@ def score_examples(
         requests.extend(reqs)
     scores = score_requests(model, requests, batch_size=batch_size, max_length=max_length)
     documents: list[dict[str, Any]] = []
+    # acc_norm is a task's metric when any of its documents can normalise (lm-eval: per task, by its yaml)
+    norm = any(ex.normalises for ex in examples)
     for ex, (a, b) in zip(examples, spans, strict=True):
-        metrics = document_metrics(ex, scores[a:b], kind)
+        metrics = document_metrics(ex, scores[a:b], kind, norm=norm)
         documents.append(
             {
                 **metrics,
@@ -196,11 +206,13 @@ def score_examples(
                 "norm_bytes": [max(len(t.encode("utf-8")), 1) for t in ex.norm_texts()],
             }
         )
-    per_doc = [{k: float(d[k]) for k in document_metrics_keys(kind)} for d in documents]
+    per_doc = [{k: float(d[k]) for k in document_metrics_keys(kind, norm=norm)} for d in documents]
     return aggregate(per_doc, kind), documents
 
 
-def document_metrics_keys(kind: str) -> tuple[str, ...]:
+def document_metrics_keys(kind: str, *, norm: bool = True) -> tuple[str, ...]:
     if kind == "continuation":
         return ("acc", "logprob")
+    if not norm:
+        return ("acc", "prob_norm", "logprob")
     return ("acc", "acc_norm", "acc_norm_bytes", "prob_norm", "logprob")

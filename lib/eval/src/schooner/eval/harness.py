@@ -11,7 +11,9 @@ In Python: `lm_eval.simple_evaluate(model=SchoonerLM(checkpoint=..., tokenizer=.
 
 Log-likelihoods go through `schooner.eval.score_requests`, the scorer of Schooner's own tasks, on requests
 split by `encode_pair` (lm-eval's own `_encode_pair` rule: trailing whitespace to the continuation, cut from
-the whole string's tokens): the adapter's numbers equal Schooner's for the same requests, and do not depend
+the whole string's tokens), each string encoded as lm-eval's `hf` backend encodes it (`tok_encode`: a
+special-token string in the text, "<|end_of_text|>", is that special token, and the tokenizer's
+post-processor runs unless the string starts with the BOS string or `add_bos_token` says otherwise): the adapter's numbers equal Schooner's for the same requests, and do not depend
 on the harness's batch size or request order. Generation uses the KV cache
 (`generate_texts`; greedy unless the request asks to sample), cut at the first of the request's `until` strings.
 """
@@ -44,6 +46,8 @@ class SchoonerLM(TemplateLM):
         max_length: the scoring window (default: the model's `max_seq_len`).
         max_gen_toks: default tokens to generate when a request does not say (default 256, as lm-eval's, or half
             the window when that is shorter, so a small model's context keeps room).
+        add_bos_token: as lm-eval's `hf` backend's: run the tokenizer's post-processor (True) or not (False)
+            when encoding text; None (default): the tokenizer's default, as `transformers` (run it).
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class SchoonerLM(TemplateLM):
         batch_size: int | str = 8,
         max_length: int | None = None,
         max_gen_toks: int | None = None,
+        add_bos_token: bool | str | None = None,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -72,6 +77,11 @@ class SchoonerLM(TemplateLM):
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self.max_length = int(max_length) if max_length else model_max_length(model)
         self.max_gen_toks = int(max_gen_toks) if max_gen_toks else min(256, self.max_length // 2)
+        if isinstance(add_bos_token, str):  # from --model_args
+            if add_bos_token.lower() not in ("true", "false"):
+                raise ValueError(f"SchoonerLM: add_bos_token must be True or False, got {add_bos_token!r}")
+            add_bos_token = add_bos_token.lower() == "true"
+        self.add_bos_token = add_bos_token
 
     @property
     def eot_token_id(self) -> int:
@@ -82,15 +92,43 @@ class SchoonerLM(TemplateLM):
         return start_id(self.tok)
 
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
-        return list(self.tok.encode(string))
+        """`string`'s tokens as lm-eval's `hf` backend encodes them (`HFLM.tok_encode`, which calls the HF
+        tokenizer's `encode`): special-token strings in the text are the special tokens; the post-processor
+        (a BOS some tokenizers add) runs per `add_special_tokens`, else `add_bos_token`, else by default,
+        except for a string that already starts with the BOS (prefix token) string."""
+        add = add_special_tokens
+        if add is None:
+            add = self.add_bos_token if self.add_bos_token is not None else True
+            if string.startswith(self.tok.decode([self.prefix_token_id])):
+                add = False
+        return list(self.tok.encode(string, add_special_tokens=add, parse_special=True))
 
-    def tok_decode(self, tokens: list[int], **kwargs: Any) -> str:
-        return self.tok.decode(tokens)
+    def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True, **kwargs: Any) -> str:
+        """As the hf backend's: special tokens left out unless `skip_special_tokens=False`."""
+        return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
-        encoded = [encode_pair(self.tok, *req.args) for req in requests]
-        return self._score(encoded, [tuple(req.args) for req in requests])
+        return self._score(
+            [self._encode_request(*req.args) for req in requests], [tuple(r.args) for r in requests]
+        )
+
+    def _encode_request(self, context: str, continuation: str) -> Any:
+        """lm-eval's split of a request (`TemplateLM.loglikelihood`), strings encoded by `tok_encode`."""
+        from ._loglikelihood import Request
+
+        if context.rstrip():
+            return encode_pair(_HarnessEncoding(self), context, continuation)
+        if context == "":  # lm-eval: the continuation alone, without post-processor, after the prefix token
+            cont = self.tok_encode(continuation, add_special_tokens=False)
+            if cont[:1] == [self.prefix_token_id]:
+                return Request(tuple(cont[:1]), tuple(cont[1:]))
+            return Request((self.prefix_token_id,), tuple(cont))
+        # white space alone: lm-eval's _encode_pair moves it to the continuation and cuts the whole string's
+        # tokens after those of "" (the post-processor's alone); no context token left: the prefix token
+        ctx = self.tok_encode("")
+        cont = self.tok_encode(context + continuation)[len(ctx) :]
+        return Request(tuple(ctx) or (self.prefix_token_id,), tuple(cont))
 
     def _loglikelihood_tokens(self, requests: list[Any], **kwargs: Any) -> list[tuple[float, bool]]:
         from ._loglikelihood import Request
@@ -120,7 +158,8 @@ class SchoonerLM(TemplateLM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS.
+        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS,
+        special tokens left out of the text (lm-eval's `hf` backend decodes with `skip_special_tokens=True`).
 
         As lm-eval's `hf` backend: up to `max_gen_toks` tokens (or its aliases `max_new_tokens`, `max_tokens`,
         `max_completion_tokens`; default the adapter's `max_gen_toks`) after the context's last
@@ -156,6 +195,17 @@ class SchoonerLM(TemplateLM):
             prompt = prompt[
                 -(self.max_length - n) :
             ]  # lm-eval's left truncation to max_length - max_gen_toks
-            (text,) = generate_texts(self.model, self.tok, [prompt], n, sampling=sampling, stop=until)
+            # special tokens left out of the text, as the hf backend's tok_decode(skip_special_tokens=True)
+            (text,) = generate_texts(
+                self.model, self.tok, [prompt], n, sampling=sampling, stop=until, skip_special_tokens=True
+            )
             out.append(text)
         return out
+
+
+class _HarnessEncoding:
+    """The adapter's tokenizer as `encode_pair` uses it: text encoded by the adapter's `tok_encode`."""
+
+    def __init__(self, lm: SchoonerLM) -> None:
+        self.encode = lm.tok_encode
+        self.bos_id, self.eos_id = lm.tok.bos_id, lm.tok.eos_id

@@ -184,6 +184,9 @@ def build_cache(
     plan = {
         "tokenizer_fingerprint": tok.fingerprint,
         "tokenizer_source": tok.source,
+        # the fingerprint covers tokenizer.json only; the special tokens (tokenizer_config.json) decide
+        # which EOS ends every document
+        "special_ids": {"bos_id": tok.bos_id, "eos_id": tok.eos_id, "pad_id": tok.pad_id},
         "inputs": inputs,
         "shards": shards,
         "validation_fraction": float(validation_fraction),

@@ -135,7 +135,8 @@ class TokenCache:
         return cache
 
     def check_tokenizer(self, tokenizer: Any) -> None:
-        """Raise `TokenizerMismatchError` unless the cache was built with `tokenizer` (or its fingerprint)."""
+        """Raise `TokenizerMismatchError` unless the cache was built with `tokenizer` (or its fingerprint): the
+        same tokenizer JSON and, for a `Tokenizer`, the same BOS and EOS ids."""
         fp, desc = _fingerprint_of(tokenizer)
         if fp != self.tokenizer_fingerprint:
             raise TokenizerMismatchError(
@@ -143,6 +144,20 @@ class TokenCache:
                 f"(fingerprint {self.tokenizer_fingerprint}) but is read with tokenizer {desc}; rebuild the "
                 "cache with this tokenizer, or load the tokenizer the cache was built with"
             )
+        # The same tokenizer.json with other special tokens (tokenizer_config.json, or bos_token=/eos_token=
+        # at load): the cached documents end with the cache's EOS, not this tokenizer's. A fingerprint
+        # string says nothing of them, and manifests written before they were recorded are accepted.
+        for key in ("bos_id", "eos_id"):
+            if isinstance(tokenizer, str) or key not in self.manifest:
+                continue
+            built, given = self.manifest[key], getattr(tokenizer, key, None)
+            if built != given:
+                raise TokenizerMismatchError(
+                    f"token cache {self.path!r} was built with {key}={built} but is read with tokenizer {desc} "
+                    f"whose {key}={given} (the same tokenizer.json, other special tokens: its "
+                    "tokenizer_config.json or bos_token=/eos_token= differ); rebuild the cache with this "
+                    "tokenizer, or load it with the special tokens the cache was built with"
+                )
 
     def check_vocab(self, vocab_size: int) -> None:
         """Raise `CacheError` if any token id in the cache is >= `vocab_size` (e.g. a model's vocabulary)."""

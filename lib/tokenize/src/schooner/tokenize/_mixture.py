@@ -188,6 +188,19 @@ class MixtureDataset:
                     f"{cache.tokenizer_fingerprint[:12]} but component {self.names[0]!r} with "
                     f"{first.tokenizer_fingerprint[:12]}; rebuild one of them with the other's tokenizer"
                 )
+            else:  # the same tokenizer.json with other special tokens: documents end with another EOS
+                for key in ("bos_id", "eos_id"):
+                    if (
+                        key in cache.manifest
+                        and key in first.manifest
+                        and cache.manifest[key] != first.manifest[key]
+                    ):
+                        raise MixtureError(
+                            f"MixtureDataset: component {name!r} (cache {cache.path!r}) was built with "
+                            f"{key}={cache.manifest[key]} but component {self.names[0]!r} with "
+                            f"{key}={first.manifest[key]} (the same tokenizer.json, other special tokens); "
+                            "rebuild one of them with the other's tokenizer_config.json"
+                        )
             if vocab_size is not None:
                 cache.check_vocab(vocab_size)
             if cache.kind == "preference":

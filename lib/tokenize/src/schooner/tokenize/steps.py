@@ -164,6 +164,9 @@ class TokenizeConfig:
     """A tokenizer step handle (its folder), a tokenizer file/folder path, or a hub id."""
     tokenizer_fingerprint: str | None = None
     """For a path or hub id: its fingerprint when the step was built, so the identity follows content."""
+    tokenizer_special_tokens: dict | None = None
+    """For a path or hub id: its bos/eos/pad tokens when the step was built (its tokenizer_config.json,
+    which the fingerprint does not cover), so the identity follows them too."""
     validation_fraction: float = 0.02
     """Fraction of documents (by id hash) in the validation cache."""
     split_seed: int = 0
@@ -189,18 +192,31 @@ class TokenizeConfig:
             )
 
 
-def _load_checked(tokenizer: Any, fingerprint: str | None) -> Any:
+def _special_tokens(tok: Any, chat_template: bool = False) -> dict:
+    """What a tokenizer folder's tokenizer_config.json decides and the fingerprint does not cover: the
+    bos/eos/pad tokens, and (for chat steps that use it) the tokenizer's own chat template."""
+    out = {"bos_token": tok.bos_token, "eos_token": tok.eos_token, "pad_token": tok.pad_token}
+    return out | {"chat_template": tok.chat_template} if chat_template else out
+
+
+def _load_checked(tokenizer: Any, fingerprint: str | None, special: dict | None = None) -> Any:
     tok = load_tokenizer(tokenizer)
     if fingerprint is not None and tok.fingerprint != fingerprint:
         raise ValueError(
             f"tokenizer {tokenizer!r} changed since the step was defined (fingerprint "
             f"{tok.fingerprint[:12]}, was {fingerprint[:12]}); rebuild the experiment graph"
         )
+    now = None if special is None else _special_tokens(tok, "chat_template" in special)
+    if special is not None and now != special:
+        raise ValueError(
+            f"tokenizer {tokenizer!r}: its special tokens changed since the step was defined "
+            f"({now}, was {special}: its tokenizer_config.json was edited); rebuild the experiment graph"
+        )
     return tok
 
 
 def _run_tokenize(config: TokenizeConfig, output_path: str) -> dict:
-    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint)
+    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint, config.tokenizer_special_tokens)
     return build_cache(
         input_locations(config.inputs),
         output_path,
@@ -252,11 +268,12 @@ def tokenized(
         >>> train_lm(..., datasets={docs: 0.7, code: 0.3})                                  # doctest: +SKIP
     """
     inputs = _inputs(source, paths, "tokenized")
-    tokenizer, fingerprint = _tokenizer_ref(tokenizer, "tokenized")
+    tokenizer, fingerprint, special = _tokenizer_ref(tokenizer, "tokenized")
     config = TokenizeConfig(
         inputs=inputs,
         tokenizer=tokenizer,
         tokenizer_fingerprint=fingerprint,
+        tokenizer_special_tokens=special,
         validation_fraction=validation_fraction,
         split_seed=split_seed,
         prepend_bos=prepend_bos,
@@ -290,6 +307,9 @@ class ChatTokenizeConfig:
     """`"chat"` (records with `messages`) or `"preference"` (records with prompt/chosen/rejected)."""
     tokenizer_fingerprint: str | None = None
     """For a path or hub id: its fingerprint when the step was built, so the identity follows content."""
+    tokenizer_special_tokens: dict | None = None
+    """For a path or hub id: its bos/eos/pad tokens when the step was built (its tokenizer_config.json,
+    which the fingerprint does not cover), so the identity follows them too."""
     chat_template: ChatTemplate | str | None = None
     """A `ChatTemplate` or its name; None: the tokenizer's own (else "schooner")."""
     max_length: int | None = None
@@ -323,7 +343,7 @@ class ChatTokenizeConfig:
 
 
 def _run_tokenize_chat(config: ChatTokenizeConfig, output_path: str) -> dict:
-    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint)
+    tok = _load_checked(config.tokenizer, config.tokenizer_fingerprint, config.tokenizer_special_tokens)
     return build_cache(
         input_locations(config.inputs),
         output_path,
@@ -338,17 +358,21 @@ def _run_tokenize_chat(config: ChatTokenizeConfig, output_path: str) -> dict:
     )
 
 
-def _tokenizer_ref(tokenizer: Any, what: str) -> tuple[Any, str | None]:
-    """(the tokenizer as a step input, its fingerprint when it is a path or hub id)."""
+def _tokenizer_ref(
+    tokenizer: Any, what: str, chat_template: bool = False
+) -> tuple[Any, str | None, dict | None]:
+    """(the tokenizer as a step input, and when it is a path or hub id its fingerprint and special tokens,
+    with its own chat template when `chat_template`)."""
     if isinstance(tokenizer, str | os.PathLike):
         tokenizer = os.fspath(tokenizer)
-        return tokenizer, load_tokenizer(tokenizer).fingerprint
+        tok = load_tokenizer(tokenizer)
+        return tokenizer, tok.fingerprint, _special_tokens(tok, chat_template)
     if not isinstance(tokenizer, StepHandle) and not hasattr(tokenizer, "__schooner_ref__"):
         raise TypeError(
             f"{what}: tokenizer must be a train_tokenizer step handle, a path or a hub id, got "
             f"{type(tokenizer).__name__}; save a Tokenizer with .save(folder) and pass the folder"
         )
-    return tokenizer, None
+    return tokenizer, None, None
 
 
 def _documents_step(
@@ -357,12 +381,14 @@ def _documents_step(
     what = "tokenized_chat" if kind == "chat" else "tokenized_preferences"
     if source is None:
         raise ValueError(f"{what}: source= is required (record folders, files, globs or step handles)")
-    tok, fingerprint = _tokenizer_ref(tokenizer, what)
+    # with no chat_template= the tokenizer's own renders the chats: part of the identity
+    tok, fingerprint, special = _tokenizer_ref(tokenizer, what, options.get("chat_template") is None)
     config = ChatTokenizeConfig(
         inputs=as_step_inputs(source, what=f"{what}: source="),
         tokenizer=tok,
         kind=kind,
         tokenizer_fingerprint=fingerprint,
+        tokenizer_special_tokens=special,
         **options,
     )
     return step(
