@@ -186,6 +186,28 @@ def test_a_tokenizer_other_than_the_caches_is_refused_before_training(nano, data
     assert latest_checkpoint(str(tmp_path / "run")) is None
 
 
+def test_a_validation_cache_with_other_special_tokens_is_refused_without_a_run_tokenizer(
+    nano, data_dir, tmp_path
+) -> None:
+    """No `tokenizer=`: the caches are checked against the first training cache. A validation cache of the same
+    tokenizer.json whose documents end with another EOS (its tokenizer_config.json named another one) is refused
+    before training, naming both ids; the fingerprint alone let it through."""
+    from schooner.tokenize import TokenizerMismatchError, load_tokenizer, write_cache
+
+    tok = load_tokenizer(data_dir)
+    other = load_tokenizer(data_dir, eos_token=tok.pad_token)
+    assert other.fingerprint == tok.fingerprint and other.eos_id != tok.eos_id
+    val = str(tmp_path / "val")
+    write_cache(val, [other.encode("a validation text that ends with another end of text")] * 4, other)
+    cfg = _run_config(
+        nano, data_dir, str(tmp_path / "run"),
+        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={"held-out": val}),
+    )  # fmt: skip
+    with pytest.raises(TokenizerMismatchError, match=rf"eos_id={other.eos_id}.*eos_id={tok.eos_id}"):
+        train(cfg)
+    assert latest_checkpoint(str(tmp_path / "run")) is None
+
+
 def test_non_finite_updated_parameters_are_not_applied(nano) -> None:
     """A finite loss and gradient with an update that makes the parameters Inf/NaN: the step keeps the old
     state and reports it (before, such a state was taken, and checkpointed as good)."""

@@ -3,9 +3,9 @@ checkpoint folder, or a Hugging Face folder (through `schooner.model.import_hf`)
 
 Only the weights are taken: the optimizer state, the step and the learning-rate schedule start fresh. The
 source's architecture must equal the run's, field by field, except for the fields that do not change the
-parameters (`schooner.model.RUNTIME_FIELDS`: precision, kernels, the layer loop, loss chunking, rematerialisation, attention backend,
-context length, init scale, the MoE losses' weights, balancing rate and re-solve, grouped-matmul kernel and
-capacity) and `vocab_size`, which may grow: the new rows of the embedding (and of the
+parameters (`RUNTIME_FIELDS`: precision, kernels, the layer loop, loss chunking, rematerialisation,
+attention backend, context length, init scale, the MoE losses' weights, balancing rate and re-solve,
+grouped-matmul kernel and capacity) and `vocab_size`, which may grow: the new rows of the embedding (and of the
 output head) start at the mean of the source's rows, as `transformers`' `resize_token_embeddings(...,
 mean_resizing=True)` does, so a new special token starts as an average token instead of a random one.
 """
@@ -20,12 +20,31 @@ from typing import Any
 import numpy as np
 
 from schooner.model import CHECKPOINT_MARKER, find_checkpoint, list_checkpoints
-from schooner.model import RUNTIME_FIELDS as MODEL_RUNTIME_FIELDS
 
 logger = logging.getLogger("schooner.train")
 
-RUNTIME_FIELDS = MODEL_RUNTIME_FIELDS
-"""Model config fields that may differ between the source and the run (they change no parameter)."""
+RUNTIME_FIELDS = frozenset(
+    {
+        "compute_dtype",
+        "kernels",
+        "scan_layers",
+        "loss_chunk_tokens",
+        "gradient_checkpointing",
+        "attention_implementation",
+        "max_seq_len",
+        "initializer_range",
+        "aux_loss_weight",
+        "router_z_loss_weight",
+        "router_bias_rate",
+        "router_bias_resolve",
+        "router_bias_resolve_tokens",
+        "grouped_matmul",
+        "capacity_factor",
+    }
+)
+"""Model config fields that may differ between the source and the run (they change no parameter). The same set
+as ``schooner.model.RUNTIME_FIELDS``, kept here so this package runs with model releases that predate it
+(a test checks that they agree)."""
 _RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolved_shared_dim"}
 """Fields compared by their resolved value (None means "derived from the other fields")."""
 

@@ -135,7 +135,8 @@ class _Run:
         # Every cache (training and validation) must come from one tokenizer: the run's `tokenizer` when
         # given, else the one the first training cache was built with. Checkpoints record its fingerprint.
         self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
-        expected = self.tokenizer or next(iter(caches.values())).tokenizer_fingerprint
+        first = next(iter(caches.values()))
+        expected = self.tokenizer or first.tokenizer_fingerprint
         self.dataset = MixtureDataset(
             {p: w for p, w in cfg.data.components.items()},
             seq_len=cfg.data.seq_len,
@@ -147,6 +148,10 @@ class _Run:
         )
         for cache in val_caches.values():
             cache.check_tokenizer(expected)
+            if (
+                self.tokenizer is None
+            ):  # a fingerprint says nothing of the special tokens: compare the caches'
+                _check_special_ids(cache, first)
         self.tokenizer_fingerprint = next(iter(caches.values())).tokenizer_fingerprint
         self.caches = caches
 
@@ -569,3 +574,18 @@ def fs_exists(path: str) -> bool:
 
     fs, p = fsspec.core.url_to_fs(path)
     return fs.exists(p)
+
+
+def _check_special_ids(cache: Any, first: Any) -> None:
+    """Refuse a validation cache whose BOS or EOS id differs from the first training cache's (the same
+    tokenizer.json with other special tokens: its documents end with another EOS). Manifests without the ids
+    are accepted."""
+    from schooner.tokenize import TokenizerMismatchError
+
+    for key in ("bos_id", "eos_id"):
+        if key in cache.manifest and key in first.manifest and cache.manifest[key] != first.manifest[key]:
+            raise TokenizerMismatchError(
+                f"validation cache {cache.path!r} was built with {key}={cache.manifest[key]} but training cache "
+                f"{first.path!r} with {key}={first.manifest[key]} (the same tokenizer.json, other special tokens); "
+                "rebuild the validation cache with the training caches' tokenizer"
+            )
