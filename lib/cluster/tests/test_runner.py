@@ -511,3 +511,27 @@ def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:
     found = {f.status.name: f.status.state.value for f in scan_prefix(prefix)}
     assert found == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILED", "e": "SUCCESS"}  # d never started
     assert all(f.output_path.startswith(prefix + "/") for f in scan_prefix(prefix))
+
+
+def test_a_force_that_matches_no_step_is_an_error_not_a_silent_no_op(prefix: str, calls: list[str]) -> None:
+    # A typo in --force ("tokenise" for "tokenize") ran nothing and reported every step cached: the user
+    # believed the step had been redone. run_only already refuses a pattern that matches nothing.
+    g = graph()
+    runner, _ = _runner(prefix)
+    runner.run([g["d"], g["e"]])
+    calls.clear()
+    with pytest.raises(ConfigError, match="force 'nope' matches no step; steps are: a, b, c, d, e"):
+        runner.run([g["d"], g["e"]], force="nope")
+    # A forced step left out by run_only is not in the run either: said, not ignored.
+    with pytest.raises(ConfigError, match=r"force '\^e\$' matches no step of this run; steps are: a, b"):
+        runner.run([g["d"], g["e"]], run_only="^b$", force="^e$")
+    assert calls == []
+    with pytest.raises(ConfigError, match="force 'nope'"):
+        runner.run([g["d"], g["e"]], force=["^a$", "nope"], dry_run=True)
+    assert calls == []
+    # From the command line, --force applies to every run() of a script, and each may run other steps:
+    # the plan says so, nothing is refused.
+    runner, buf = _runner(prefix)
+    result = runner.main([g["d"], g["e"]], argv=["--force", "nope"])
+    assert result.ok and calls == [] and len(result.cached) == 5
+    assert "--force 'nope' matches no step; steps are: a, b, c, d, e" in buf.getvalue()
