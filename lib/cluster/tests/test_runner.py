@@ -535,3 +535,35 @@ def test_a_force_that_matches_no_step_is_an_error_not_a_silent_no_op(prefix: str
     result = runner.main([g["d"], g["e"]], argv=["--force", "nope"])
     assert result.ok and calls == [] and len(result.cached) == 5
     assert "--force 'nope' matches no step; steps are: a, b, c, d, e" in buf.getvalue()
+
+
+def _exits(config: dict, output_path: str) -> dict:
+    sys.exit(config["code"])
+
+
+def _after(config: dict, output_path: str) -> dict:
+    return {"ran": True}
+
+
+def test_an_in_process_step_calling_sys_exit_fails_that_step_not_the_run(prefix: str) -> None:
+    # A `main()` reused as a step ends with sys.exit(0): the whole run ended there with exit status 0,
+    # no summary, the other steps unrun and the code after run() never reached (in a worker, the same step
+    # already failed cleanly).
+    zero = step("exit/zero", _exits, {"code": 0})
+    three = step("exit/three", _exits, {"code": 3})
+    later = step("exit/after", _after, {"x": zero})
+    alone = step("exit/alone", _after, {"y": 1})
+    runner, buf = _runner(prefix)
+    result = runner.run([later, three, alone], raise_on_failure=False)
+    states = {o.name: o.state for o in result.steps}
+    assert states == {
+        "exit/zero": "failed",
+        "exit/three": "failed",
+        "exit/after": "skipped",
+        "exit/alone": "succeeded",
+    }
+    assert result[zero].error is not None and "SystemExit: 0" in result[zero].error
+    assert result[three].error is not None and "SystemExit: 3" in result[three].error
+    assert "exit/zero" in buf.getvalue() and "FAILED" in buf.getvalue()
+    with pytest.raises(StepFailedError, match="exit/three"):
+        runner.run([three])
