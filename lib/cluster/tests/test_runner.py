@@ -567,3 +567,20 @@ def test_an_in_process_step_calling_sys_exit_fails_that_step_not_the_run(prefix:
     assert "exit/zero" in buf.getvalue() and "FAILED" in buf.getvalue()
     with pytest.raises(StepFailedError, match="exit/three"):
         runner.run([three])
+
+
+def _curve(config: dict, output_path: str) -> dict:
+    np = pytest.importorskip("numpy")
+    return {"loss": np.arange(config["n"], dtype=np.float32) / 4, "eye": np.eye(2, dtype=np.int64)}
+
+
+def test_a_numpy_array_in_a_result_is_recorded_as_its_values(prefix: str) -> None:
+    # A step returned its eval curve as a numpy array: the record held repr(), numpy's abbreviated text
+    # 'array([  0.  ,   0.25, ...,  499.75])', so 1,996 of its 2,000 values were gone, cached or not.
+    pytest.importorskip("numpy")
+    h = step("curve", _curve, {"n": 2000})
+    runner, _ = _runner(prefix)
+    expect = {"loss": [i / 4 for i in range(2000)], "eye": [[1, 0], [0, 1]]}
+    assert runner.run([h])[h].result == expect
+    again = runner.run([h])
+    assert again.cached and again[h].result == expect
