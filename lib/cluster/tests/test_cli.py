@@ -297,3 +297,27 @@ def test_explain_warns_when_a_reused_step_has_new_code_but_the_same_version(tmp_
     assert "reused" in text and "the source of" in text and "write_power changed since it ran" in text
     untouched = " ".join(schooner("explain", "numbers", str(exp), "--prefix", str(prefix)).stdout.split())
     assert "reused" in untouched and "changed since it ran" not in untouched
+
+
+def test_status_name_matches_a_name_with_regex_characters_by_itself(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # `schooner status --name grid/lr+1e-3`, the name copied from the table, said "no steps found"; a bad
+    # regex was a raw re.error traceback.
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.cli import main
+
+    prefix = str(tmp_path / "p")
+    h = step("grid/lr+1e-3", _status_fn, {"lr": 1e-3})
+    assert StepRunner(prefix=prefix, quiet=True).run([h]).ok
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["status", "--prefix", prefix, "--json", "--name", "grid/lr+1e-3"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["grid/lr+1e-3"]
+    assert main(["status", "--prefix", prefix, "--name", "grid/(lr"]) == 2
+    out = capsys.readouterr()
+    assert "--name 'grid/(lr' is not a valid regular expression" in out.out + out.err
+
+
+def _status_fn(config: dict, output_path: str) -> dict:
+    return {"lr": config["lr"]}

@@ -584,3 +584,18 @@ def test_a_numpy_array_in_a_result_is_recorded_as_its_values(prefix: str) -> Non
     assert runner.run([h])[h].result == expect
     again = runner.run([h])
     assert again.cached and again[h].result == expect
+
+
+def test_a_step_name_with_regex_characters_is_matched_by_itself(prefix: str, calls: list[str]) -> None:
+    # Names may hold '+' and '.' ('grid/lr+1e-3'); --only/--force take regexes, so the name copied from the
+    # status table matched nothing ('+' repeats the 'r').
+    a = step("grid/lr+1e-3", work, Cfg("grid/lr+1e-3"))
+    b = step("grid/lr+1e-2", work, Cfg("grid/lr+1e-2"))
+    runner, _ = _runner(prefix)
+    result = runner.run([a, b], run_only="grid/lr+1e-3")
+    assert [o.name for o in result.steps] == ["grid/lr+1e-3"] and calls == ["grid/lr+1e-3"]
+    calls.clear()
+    runner.run([a, b])
+    calls.clear()
+    runner.run([a, b], force="grid/lr+1e-2")
+    assert calls == ["grid/lr+1e-2"]

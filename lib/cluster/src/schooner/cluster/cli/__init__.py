@@ -206,7 +206,15 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
     _require_prefix(prefix, ns.prefix)
-    pattern = re.compile(ns.name) if ns.name else None
+    try:
+        pattern = re.compile(ns.name) if ns.name else None
+    except re.error as e:
+        from rich.markup import escape
+
+        console.print(
+            f"[bold red]error:[/] {escape(f'--name {ns.name!r} is not a valid regular expression: {e}')}"
+        )
+        return 2
     table = Table(title=f"steps under {prefix}", title_justify="left")
     for col in ("step", "key", "state", "age", "took", "output"):
         table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
@@ -217,7 +225,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
         st = found.status
         record = read_step_record(storage, found.output_path) or {}
         name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
-        if pattern and not pattern.search(name):
+        if pattern and name != ns.name and not pattern.search(name):  # a name is matched by itself too
             continue
         state = st.state.value if st else "UNKNOWN"
         style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")

@@ -252,7 +252,7 @@ class StepRunner:
         if only:
             steps = _select(steps, only)
         for p in force:
-            if not any(p.search(s.name) for s in steps):
+            if not any(_names(p, s.name) for s in steps):
                 names = ", ".join(sorted({s.name for s in steps})[:20]) or "none"
                 text = f"matches no step{' of this run' if only else ''}; steps are: {names}"
                 if p.pattern in (cli_force or ()):
@@ -276,7 +276,7 @@ class StepRunner:
                     f"{paths[s.key]} is in this process's memory:// filesystem, which workers cannot see; "
                     "use a local or object-store prefix, or drop the step's resources"
                 )
-        forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
+        forced = {s.key for s in steps if any(_names(p, s.name) for p in force)}
         states: dict[str, str] = {}
         code_changed: list[tuple[Step, str]] = []
         statuses = _read_statuses([paths[s.key] for s in steps])
@@ -470,15 +470,21 @@ def _as_list(x: Iterable[str] | str | None) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+def _names(pattern: re.Pattern[str], name: str) -> bool:
+    """`--only`/`--force` RE picks `name`: the regex finds it, or RE is the name itself (names may hold
+    regex characters: `grid/lr+1e-3`)."""
+    return pattern.pattern == name or pattern.search(name) is not None
+
+
 def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
     by_key = {s.key: s for s in steps}
     for p in only:
-        if not any(p.search(s.name) for s in steps):
+        if not any(_names(p, s.name) for s in steps):
             names = ", ".join(sorted({s.name for s in steps})[:20])
             raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
     keep: set[str] = set()
-    stack = [s.key for s in steps if any(p.search(s.name) for p in only)]
+    stack = [s.key for s in steps if any(_names(p, s.name) for p in only)]
     while stack:
         k = stack.pop()
         if k not in keep:
