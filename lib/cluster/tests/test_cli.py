@@ -321,3 +321,19 @@ def test_status_name_matches_a_name_with_regex_characters_by_itself(
 
 def _status_fn(config: dict, output_path: str) -> dict:
     return {"lr": config["lr"]}
+
+
+def test_explain_with_a_bad_regex_is_an_error_line(tmp_path: Path, capsys) -> None:
+    # `schooner explain 'grid/(' exp.py` ended in a raw re.error traceback.
+    from schooner.cluster.cli import main
+
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "from schooner.cluster import step\n\n\ndef f(config, output_path):\n    return 1\n\n\n"
+        "h = step('grid/lr', f, {'lr': 1})\n"
+    )
+    assert main(["explain", "--prefix", str(tmp_path / "p"), "grid/(", str(exp)]) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())  # the console may wrap
+    assert "'grid/(' is no step name of" in text and "not a valid regular expression" in text
+    assert "its steps: grid/lr" in text

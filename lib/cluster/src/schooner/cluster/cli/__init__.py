@@ -309,9 +309,15 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
         return 0
     steps = capture_steps(ns.experiment, prefix)
     by_key = {s.key: s for s in steps}
-    matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
+    names = ", ".join(sorted({s.name for s in steps})[:30])
+    try:
+        matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
+    except re.error as e:
+        console.print(
+            f"[bold red]error:[/] {_esc(f'{ns.step!r} is no step name of {ns.experiment} and not a valid regular expression ({e}); its steps: {names}')}"
+        )
+        return 2
     if not matches:
-        names = ", ".join(sorted({s.name for s in steps})[:30])
         console.print(f"[bold red]error:[/] no step named {ns.step!r} in {ns.experiment}; its steps: {names}")
         return 2
     for s in matches[:10]:
