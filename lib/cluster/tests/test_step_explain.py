@@ -51,3 +51,17 @@ def test_identical_configs_have_no_changes_and_class_changes_show() -> None:
 
     (change,) = diff_configs(a, canonicalize(Other({}, 1e-3)))
     assert change.path == "config.__class__" and change.describe() == 'config.__class__: "Train" -> "Other"'
+
+
+def test_a_long_changed_string_shows_where_it_differs_and_text_as_written() -> None:
+    # A 150-character prompt edited near its end was shown as two identical 97-character heads
+    # ('"You are ..." -> "You are ..."'): explain said it changed but not how. Non-ASCII showed as \u2713.
+    head = "You are a careful grader. " * 5
+    old = {"prompt": head + "Answer with yes or no.", "mark": "✓ café"}
+    new = {"prompt": head + "Answer with YES or NO.", "mark": "✗ café"}
+    changes = {c.path: c.describe() for c in diff_configs(canonicalize(old), canonicalize(new))}
+    prompt = changes["config.prompt"]
+    before, after = prompt.split(" -> ")
+    assert "yes or no" in before and "YES or NO" in after
+    assert len(prompt) < 300
+    assert changes["config.mark"] == 'config.mark: "✓ café" -> "✗ café"'

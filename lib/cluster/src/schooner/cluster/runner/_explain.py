@@ -34,7 +34,13 @@ class FieldChange:
             return f"{self.path}: added ({_short(self.new)})"
         if self.new is _ABSENT:
             return f"{self.path}: removed (was {_short(self.old)})"
-        return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
+        a, b = _text(self.old), _text(self.new)
+        if len(a) <= 100 and len(b) <= 100:
+            return f"{self.path}: {a} -> {b}"
+        # Long values: show both from a little before their first difference (equal heads said nothing).
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        start = max(0, at - 30)
+        return f"{self.path}: {_window(a, start)} -> {_window(b, start)}"
 
 
 @dataclass
@@ -66,11 +72,21 @@ class Explanation:
 _ABSENT: Any = type("_Absent", (), {"__repr__": lambda self: "<absent>"})()
 
 
-def _short(v: Any) -> str:
+def _text(v: Any) -> str:
     if isinstance(v, str) and v.startswith("<step "):
         return v
-    text = json.dumps(v, sort_keys=True) if v is not _ABSENT else "<absent>"
-    return text if len(text) <= 100 else text[:97] + "..."
+    return json.dumps(v, sort_keys=True, ensure_ascii=False) if v is not _ABSENT else "<absent>"
+
+
+def _window(text: str, start: int, width: int = 100) -> str:
+    """`width` characters of `text` from `start`, with '...' where it is cut."""
+    head = "..." if start > 0 else ""
+    body = text[start:]
+    return head + (body if len(body) <= width - len(head) else body[: width - len(head) - 3] + "...")
+
+
+def _short(v: Any) -> str:
+    return _window(_text(v), 0)
 
 
 def _ref_label(v: Any, names: dict[str, str]) -> str | None:
