@@ -337,3 +337,24 @@ def test_explain_with_a_bad_regex_is_an_error_line(tmp_path: Path, capsys) -> No
     text = " ".join((out.out + out.err).split())  # the console may wrap
     assert "'grid/(' is no step name of" in text and "not a valid regular expression" in text
     assert "its steps: grid/lr" in text
+
+
+def test_an_experiment_that_only_declares_steps_is_recorded_under_its_own_name(tmp_path: Path) -> None:
+    # `schooner run exp.py` with module-level handles (no run() call) recorded the run as experiment
+    # 'schooner', its script as the `schooner` entry point and the git commit of the folder holding that
+    # entry point: every such experiment was 'schooner' in the report, with another repository's commit.
+    from schooner.cluster.cli import main
+
+    exp = tmp_path / "my_ablation.py"
+    exp.write_text(
+        "from schooner.cluster import step\n\n\ndef f(config, output_path):\n    return 1\n\n\n"
+        "h = step('abl/one', f, {'n': 1})\n"
+    )
+    prefix = tmp_path / "p"
+    assert main(["run", str(exp), "--prefix", str(prefix), "--quiet"]) == 0
+    folders = [p.name for p in (prefix / "experiments").iterdir()]
+    assert len(folders) == 1 and folders[0].startswith("my_ablation-"), folders
+    (record,) = (prefix / "experiments" / folders[0]).glob("*.json")
+    data = json.loads(record.read_text())
+    assert data["experiment"] == "my_ablation" and data["env"]["script"] == str(exp)
+    assert data["env"]["git"] is None or not data["env"]["git"].get("commit")  # tmp_path is no repository

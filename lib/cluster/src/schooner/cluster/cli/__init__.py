@@ -187,7 +187,10 @@ def _cmd_run(ns: argparse.Namespace) -> int:
                 "at module level or end it with StepRunner().main([...]) under `if __name__ == '__main__':`"
             )
             return EXIT_BAD
-        StepRunner().run(handles)
+        from schooner.cluster.runner._records import running_script
+
+        with running_script(ns.experiment):  # recorded as this experiment (its name, file and git state)
+            StepRunner().run(handles)
         return 0
 
     code, value = execute(opts, body, experiment=ns.experiment)
