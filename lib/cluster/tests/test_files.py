@@ -157,3 +157,12 @@ def test_a_file_name_that_is_not_utf8_is_keyed(tmp_path: Path) -> None:
     )
     assert _key(str(root)) != key  # another name, another key
     assert InputFiles(str(root)).paths == [os.fsdecode(os.path.join(os.fsencode(root), b"caf\xe8.txt"))]
+
+
+def test_an_empty_folder_is_named_as_such(tmp_path: Path) -> None:
+    # An existing folder holding no files (or only hidden ones) was reported as "matches no file; check the
+    # path": the path was right.
+    (tmp_path / "shards" / "sub").mkdir(parents=True)
+    (tmp_path / "shards" / ".lock").write_text("")
+    with pytest.raises(FileNotFoundError, match=r"shards' is a folder with no files in it \(hidden files"):
+        InputFiles(str(tmp_path / "shards"))

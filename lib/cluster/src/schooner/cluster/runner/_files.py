@@ -81,6 +81,11 @@ class InputFiles:
         seen: set[str] = set()
         for pat in pats:
             found = list(_expand(pat))
+            if not found and "://" not in pat and os.path.isdir(pat):
+                raise FileNotFoundError(
+                    f"InputFiles: {pat!r} is a folder with no files in it (hidden files, named with a leading "
+                    "'.', are not taken from a folder); put the files there or name them"
+                )
             if not found:
                 raise FileNotFoundError(
                     f"InputFiles: {pat!r} matches no file; check the path (relative paths are taken from the "
