@@ -166,3 +166,16 @@ def test_an_empty_folder_is_named_as_such(tmp_path: Path) -> None:
     (tmp_path / "shards" / ".lock").write_text("")
     with pytest.raises(FileNotFoundError, match=r"shards' is a folder with no files in it \(hidden files"):
         InputFiles(str(tmp_path / "shards"))
+
+
+def test_a_file_whose_name_holds_brackets_is_named_by_its_path(tmp_path: Path) -> None:
+    # 'scores [final].jsonl' (or 'shard[1].jsonl') exists, but '[...]' was read as a glob character class:
+    # "matches no file" (or another file: 'shard1.jsonl').
+    (tmp_path / "scores [final].jsonl").write_text("1\n")
+    (tmp_path / "shard[1].jsonl").write_text("22\n")
+    (tmp_path / "shard1.jsonl").write_text("333\n")
+    files = InputFiles(str(tmp_path / "scores [final].jsonl"))
+    assert [(e.name, e.size) for e in files.entries] == [("scores [final].jsonl", 2)]
+    files = InputFiles(str(tmp_path / "shard[1].jsonl"))
+    assert files.paths == [str(tmp_path / "shard[1].jsonl")] and files.entries[0].size == 3
+    assert InputFiles(str(tmp_path / "shard[0-9].jsonl")).paths == [str(tmp_path / "shard1.jsonl")]  # a glob

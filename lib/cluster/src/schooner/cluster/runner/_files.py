@@ -164,11 +164,16 @@ def _root(pattern: str) -> str:
     """The folder that names are taken relative to: the part before the first wildcard, or the pattern's
     own folder (for a folder: itself; for a file: its parent)."""
     cut = min((i for i in (pattern.find(c) for c in _WILDCARDS) if i >= 0), default=-1)
-    if cut >= 0:
+    if cut >= 0 and not _exists_literally(pattern):
         return pattern[: pattern.rfind("/", 0, cut) + 1]
     if _is_dir(pattern):
         return pattern.rstrip("/") + "/"
     return pattern[: pattern.rfind("/") + 1]
+
+
+def _exists_literally(pattern: str) -> bool:
+    """A local path that exists as written: 'shard[1].jsonl' is that file, not a character class."""
+    return "://" not in pattern and os.path.lexists(pattern)
 
 
 def _is_dir(path: str) -> bool:
@@ -186,7 +191,7 @@ def _expand(pattern: str) -> Iterator[tuple[str, int]]:
     if "://" in pattern:
         yield from _expand_url(pattern)
         return
-    if any(c in pattern for c in _WILDCARDS):
+    if any(c in pattern for c in _WILDCARDS) and not _exists_literally(pattern):
         matches = glob.glob(pattern, recursive=True)  # no hidden names unless the pattern's part has a dot
     elif os.path.isdir(pattern):
         matches = glob.glob(os.path.join(glob.escape(pattern), "**", "*"), recursive=True)
