@@ -65,3 +65,23 @@ def test_a_long_changed_string_shows_where_it_differs_and_text_as_written() -> N
     assert "yes or no" in before and "YES or NO" in after
     assert len(prompt) < 300
     assert changes["config.mark"] == 'config.mark: "✓ café" -> "✗ café"'
+
+
+def test_input_files_are_diffed_by_name(tmp_path) -> None:
+    # Files compared by list index: removing a.jsonl showed 'a.jsonl' -> 'b.jsonl' and 'b.jsonl' -> 'c.jsonl'
+    # (read as renames and edits of files that did not change) and one removal at the end.
+    from schooner.cluster import InputFiles
+
+    for name, text in (("a.jsonl", "1\n"), ("b.jsonl", "2\n"), ("c.jsonl", "3\n")):
+        (tmp_path / name).write_text(text)
+    old = canonicalize({"files": InputFiles(str(tmp_path))})
+    (tmp_path / "a.jsonl").unlink()
+    (tmp_path / "b.jsonl").write_text("22\n")
+    (tmp_path / "d.jsonl").write_text("4\n")
+    new = canonicalize({"files": InputFiles(str(tmp_path))})
+    lines = [c.describe() for c in diff_configs(old, new)]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("config.files: a.jsonl: removed")
+    assert lines[1].startswith("config.files: b.jsonl: ") and "2 bytes" in lines[1] and "3 bytes" in lines[1]
+    assert lines[2].startswith("config.files: d.jsonl: added")
+    assert not any("c.jsonl" in line for line in lines)

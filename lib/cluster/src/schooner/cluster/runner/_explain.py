@@ -72,9 +72,20 @@ class Explanation:
 _ABSENT: Any = type("_Absent", (), {"__repr__": lambda self: "<absent>"})()
 
 
+@dataclass(frozen=True)
+class _FileState:
+    """One file of an `InputFiles` as explain shows it: size and the start of its content hash."""
+
+    size: int
+    digest: str
+
+    def __str__(self) -> str:
+        return f"{self.size} bytes, {self.digest[:16]}"
+
+
 def _text(v: Any) -> str:
-    if isinstance(v, str) and v.startswith("<step "):
-        return v
+    if isinstance(v, _FileState) or (isinstance(v, str) and v.startswith("<step ")):
+        return str(v)
     return json.dumps(v, sort_keys=True, ensure_ascii=False) if v is not _ABSENT else "<absent>"
 
 
@@ -119,6 +130,9 @@ def diff_configs(
     if isinstance(old, dict) and isinstance(new, dict):
         if "__step__" in old or "__step__" in new:
             return [] if old == new else [FieldChange(path, old, new)]
+        files_old, files_new = _files_view(old), _files_view(new)
+        if files_old is not None and files_new is not None:
+            return _diff_files(files_old, files_new, path)
         if "__dict__" in old and "__dict__" in new:
             return _diff_pairs(old["__dict__"], new["__dict__"], path, names)
         if "__tuple__" in old and "__tuple__" in new and old.get("__class__") == new.get("__class__"):
@@ -135,6 +149,41 @@ def diff_configs(
             changes += diff_configs(a, b, f"{path}[{i}]", names)
         return changes
     return [] if old == new else [FieldChange(path, old, new)]
+
+
+def _files_view(v: dict) -> dict | None:
+    """The canonical form of an `InputFiles` (a dict with tag-shaped keys, so held as `__dict__` pairs) as a
+    plain dict; None for anything else."""
+    pairs = v.get("__dict__")
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        return None
+    if not all(isinstance(k, str) for k, _ in pairs) or "__files__" not in {k for k, _ in pairs}:
+        return None
+    return dict(pairs)
+
+
+def _diff_files(old: dict, new: dict, path: str) -> list[FieldChange]:
+    """`InputFiles` by file name (by list index, one removed file read as every later file renamed)."""
+
+    def by_name(entries: Any) -> dict[str, _FileState]:
+        out: dict[str, _FileState] = {}
+        for e in entries if isinstance(entries, list) else []:
+            if isinstance(e, list) and len(e) == 3:
+                name = str(e[0])
+                while name in out:  # the same name under two patterns' roots
+                    name += "'"
+                out[name] = _FileState(int(e[1]), str(e[2]))
+        return out
+
+    olds, news = by_name(old.get("__files__")), by_name(new.get("__files__"))
+    changes = [
+        FieldChange(f"{path}: {n}", olds.get(n, _ABSENT), news.get(n, _ABSENT))
+        for n in sorted(set(olds) | set(news))
+        if olds.get(n) != news.get(n)
+    ]
+    rest_old = {k: v for k, v in old.items() if k != "__files__"}
+    rest_new = {k: v for k, v in new.items() if k != "__files__"}
+    return changes + diff_configs(rest_old, rest_new, path)
 
 
 def _diff_pairs(old: list, new: list, path: str, names: dict[str, str]) -> list[FieldChange]:
