@@ -85,3 +85,40 @@ def test_input_files_are_diffed_by_name(tmp_path) -> None:
     assert lines[1].startswith("config.files: b.jsonl: ") and "2 bytes" in lines[1] and "3 bytes" in lines[1]
     assert lines[2].startswith("config.files: d.jsonl: added")
     assert not any("c.jsonl" in line for line in lines)
+
+
+def _maybe_fail(config: dict, output_path: str) -> dict:
+    if config["n"] == 2:
+        raise ValueError("told to fail")
+    return {"n": config["n"]}
+
+
+def test_explain_without_the_experiment_reads_the_versions_in_the_order_they_ran(tmp_path) -> None:
+    # n=1 succeeded, then n=2 ran and failed. explain (no experiment file) put SUCCESS first, called it
+    # "latest recorded version" and showed 'config.n: 2 -> 1': the change backwards, the newest run hidden.
+    from schooner.cluster import StepRunner
+    from schooner.cluster.runner._explain import explain_records
+
+    runner = StepRunner(prefix=str(tmp_path), quiet=True)
+    first = step("abl/x", _maybe_fail, {"n": 1})
+    second = step("abl/x", _maybe_fail, {"n": 2})
+    assert runner.run([first]).ok
+    assert not runner.run([second], raise_on_failure=False).ok
+    expl = explain_records(str(tmp_path), "abl/x")
+    assert expl is not None
+    assert expl.key == second.key and expl.verdict == "FAILED"
+    assert [c.describe() for c in expl.changes] == ["config.n: 1 -> 2"]
+    assert expl.compared_with == runner.output_path(first)
+    # A run killed with kill -9 leaves its status RUNNING with no live lease: INTERRUPTED, as `status` says.
+    import json as _json
+    import os as _os
+
+    status = _os.path.join(runner.output_path(second), ".schooner", "status.json")
+    with open(status) as f:
+        data = _json.load(f)
+    data["status"] = "RUNNING"
+    with open(status, "w") as f:
+        _json.dump(data, f)
+    assert not _os.path.exists(_os.path.join(runner.output_path(second), ".schooner", "lease.json"))
+    expl = explain_records(str(tmp_path), "abl/x")
+    assert expl is not None and expl.verdict == "INTERRUPTED"

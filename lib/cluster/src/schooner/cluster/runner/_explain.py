@@ -9,6 +9,7 @@ key changed. An input whose key changed is explained in turn (down to the field 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +218,10 @@ def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
         if rec is not None and rec.get("name") == name:
             rec["_folder"] = folder
             rec["_status"] = found.status.state.value if found.status is not None else None
+            if found.status is not None and found.status.state is StepState.RUNNING:
+                lease = parse_lease(storage.read_text(meta_path(folder, "lease.json")))
+                if lease is None or lease.is_stale():  # its runner died (kill -9): as `schooner status` says
+                    rec["_status"] = "INTERRUPTED"
             records.append(rec)
     records.sort(
         key=lambda r: (r.get("_status") == "SUCCESS", r.get("ended") or r.get("started") or 0), reverse=True
@@ -309,11 +314,19 @@ def explain_step(
     return explanation
 
 
+def _when(record: dict[str, Any]) -> str:
+    t = record.get("started")
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if isinstance(t, int | float) else "?"
+
+
 def explain_records(prefix: str, name: str) -> Explanation | None:
     """Without today's experiment: the difference between the two latest recorded versions of `name`."""
     records = find_records(prefix, name)
     if not records:
         return None
+    # By when they ran, whatever their state: the newest (a failed or interrupted run, too) against the one
+    # before it, old -> new (find_records puts SUCCESS first, for the output a new run is compared with).
+    records.sort(key=lambda r: r.get("started") or r.get("ended") or 0, reverse=True)
     latest = records[0]
     if len(records) == 1:
         return Explanation(
@@ -327,6 +340,8 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
     changes = []
     if prev.get("version") != latest.get("version"):
         changes.append(FieldChange("version", prev.get("version"), latest.get("version")))
+    if "code" in prev and "code" in latest and prev["code"] != latest["code"]:
+        changes.append(FieldChange("code", prev["code"], latest["code"]))
     names = {i["key"]: i.get("name", "?") for r in (prev, latest) for i in r.get("inputs", [])}
     changes += diff_configs(prev.get("config"), latest.get("config"), names=names)
     return Explanation(
@@ -334,7 +349,8 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
         latest["key"],
         latest["_folder"],
         latest.get("_status") or "unknown",
-        f"latest recorded version; differs from {prev['key'][:8]} as follows "
+        f"the latest recorded version (its run started {_when(latest)}); what changed since "
+        f"{prev['key'][:8]} ({prev.get('_status') or 'no status'}, started {_when(prev)}) "
         "(pass the experiment file to compare with today's config)",
         compared_with=prev["_folder"],
         changes=changes,
