@@ -358,3 +358,22 @@ def test_an_experiment_that_only_declares_steps_is_recorded_under_its_own_name(t
     data = json.loads(record.read_text())
     assert data["experiment"] == "my_ablation" and data["env"]["script"] == str(exp)
     assert data["env"]["git"] is None or not data["env"]["git"].get("commit")  # tmp_path is no repository
+
+
+def test_explain_without_the_experiment_takes_a_regex_as_its_help_says(tmp_path: Path, capsys) -> None:
+    # `schooner explain STEP` documents "the step's name (or a regex matching names)"; without the
+    # experiment file a regex found nothing ("no recorded step named 'grid/lr'").
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.cli import main
+
+    prefix = str(tmp_path / "p")
+    runner = StepRunner(prefix=prefix, quiet=True)
+    for lr in (1e-3, 2e-3):
+        assert runner.run([step("grid/lr+1e-3", _status_fn, {"lr": lr})]).ok
+    assert runner.run([step("other/x", _status_fn, {"lr": 1})]).ok
+    assert main(["explain", "--prefix", prefix, "^grid/lr"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("grid/lr+1e-3 [") and "config.lr: 0.001 -> 0.002" in out and "other/x" not in out
+    assert main(["explain", "--prefix", prefix, "^nothing"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no recorded step named '^nothing'" in out and "grid/lr+1e-3, other/x" in out

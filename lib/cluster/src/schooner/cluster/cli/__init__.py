@@ -302,13 +302,25 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
     console = make_console()
     if ns.experiment is None:
         expl = explain_records(prefix, ns.step)
-        if expl is None:
+        found = [expl] if expl is not None else []
+        known: list[str] = []
+        if not found:  # a regex, as for a step of the experiment file
+            from schooner.cluster.cli._compare import _known_names
+
+            known = _known_names(prefix)
+            with contextlib.suppress(re.error):
+                found = [e for n in known if re.search(ns.step, n) for e in [explain_records(prefix, n)] if e]
+        if not found:
+            listed = ", ".join(known[:30]) or "none"
             console.print(
-                f"no recorded step named {ns.step!r} under {prefix}; pass the experiment file to "
-                "explain a step that has not run yet"
+                _esc(
+                    f"no recorded step named {ns.step!r} under {prefix} (steps there: {listed}); pass the "
+                    "experiment file to explain a step that has not run yet"
+                )
             )
             return 1
-        console.print(_esc("\n".join(expl.lines())))
+        for e in found[:10]:
+            console.print(_esc("\n".join(e.lines())))
         return 0
     steps = capture_steps(ns.experiment, prefix)
     by_key = {s.key: s for s in steps}
