@@ -297,3 +297,83 @@ def test_explain_warns_when_a_reused_step_has_new_code_but_the_same_version(tmp_
     assert "reused" in text and "the source of" in text and "write_power changed since it ran" in text
     untouched = " ".join(schooner("explain", "numbers", str(exp), "--prefix", str(prefix)).stdout.split())
     assert "reused" in untouched and "changed since it ran" not in untouched
+
+
+def test_status_name_matches_a_name_with_regex_characters_by_itself(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    # `schooner status --name grid/lr+1e-3`, the name copied from the table, said "no steps found"; a bad
+    # regex was a raw re.error traceback.
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.cli import main
+
+    prefix = str(tmp_path / "p")
+    h = step("grid/lr+1e-3", _status_fn, {"lr": 1e-3})
+    assert StepRunner(prefix=prefix, quiet=True).run([h]).ok
+    monkeypatch.setenv("COLUMNS", "300")
+    assert main(["status", "--prefix", prefix, "--json", "--name", "grid/lr+1e-3"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["grid/lr+1e-3"]
+    assert main(["status", "--prefix", prefix, "--name", "grid/(lr"]) == 2
+    out = capsys.readouterr()
+    assert "--name 'grid/(lr' is not a valid regular expression" in out.out + out.err
+
+
+def _status_fn(config: dict, output_path: str) -> dict:
+    return {"lr": config["lr"]}
+
+
+def test_explain_with_a_bad_regex_is_an_error_line(tmp_path: Path, capsys) -> None:
+    # `schooner explain 'grid/(' exp.py` ended in a raw re.error traceback.
+    from schooner.cluster.cli import main
+
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "from schooner.cluster import step\n\n\ndef f(config, output_path):\n    return 1\n\n\n"
+        "h = step('grid/lr', f, {'lr': 1})\n"
+    )
+    assert main(["explain", "--prefix", str(tmp_path / "p"), "grid/(", str(exp)]) == 2
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())  # the console may wrap
+    assert "'grid/(' is no step name of" in text and "not a valid regular expression" in text
+    assert "its steps: grid/lr" in text
+
+
+def test_an_experiment_that_only_declares_steps_is_recorded_under_its_own_name(tmp_path: Path) -> None:
+    # `schooner run exp.py` with module-level handles (no run() call) recorded the run as experiment
+    # 'schooner', its script as the `schooner` entry point and the git commit of the folder holding that
+    # entry point: every such experiment was 'schooner' in the report, with another repository's commit.
+    from schooner.cluster.cli import main
+
+    exp = tmp_path / "my_ablation.py"
+    exp.write_text(
+        "from schooner.cluster import step\n\n\ndef f(config, output_path):\n    return 1\n\n\n"
+        "h = step('abl/one', f, {'n': 1})\n"
+    )
+    prefix = tmp_path / "p"
+    assert main(["run", str(exp), "--prefix", str(prefix), "--quiet"]) == 0
+    folders = [p.name for p in (prefix / "experiments").iterdir()]
+    assert len(folders) == 1 and folders[0].startswith("my_ablation-"), folders
+    (record,) = (prefix / "experiments" / folders[0]).glob("*.json")
+    data = json.loads(record.read_text())
+    assert data["experiment"] == "my_ablation" and data["env"]["script"] == str(exp)
+    assert data["env"]["git"] is None or not data["env"]["git"].get("commit")  # tmp_path is no repository
+
+
+def test_explain_without_the_experiment_takes_a_regex_as_its_help_says(tmp_path: Path, capsys) -> None:
+    # `schooner explain STEP` documents "the step's name (or a regex matching names)"; without the
+    # experiment file a regex found nothing ("no recorded step named 'grid/lr'").
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.cli import main
+
+    prefix = str(tmp_path / "p")
+    runner = StepRunner(prefix=prefix, quiet=True)
+    for lr in (1e-3, 2e-3):
+        assert runner.run([step("grid/lr+1e-3", _status_fn, {"lr": lr})]).ok
+    assert runner.run([step("other/x", _status_fn, {"lr": 1})]).ok
+    assert main(["explain", "--prefix", prefix, "^grid/lr"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("grid/lr+1e-3 [") and "config.lr: 0.001 -> 0.002" in out and "other/x" not in out
+    assert main(["explain", "--prefix", prefix, "^nothing"]) == 1
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no recorded step named '^nothing'" in out and "grid/lr+1e-3, other/x" in out

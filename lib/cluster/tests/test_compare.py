@@ -168,3 +168,22 @@ def test_plot_without_matplotlib_says_how_to_install_it(versions: Versions, caps
     assert code == 2 and "schooner-cluster[plot]" in out
     assert _row(out, "lr") == ["lr", "0.25", "0.5"]  # the terminal comparison is still printed
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_step_name_holding_an_at_sign_is_a_name(tmp_path: Path, capsys, monkeypatch):
+    # '@' is allowed in step names ('eval/nano@3e-4'); compare split every such name as name@key and said
+    # "no step named 'eval/nano'", even for the explicit 'eval/nano@3e-4@KEY'.
+    root = str(tmp_path / "prefix")
+    runner = StepRunner(prefix=root, quiet=True)
+    handles = [step("eval/nano@3e-4", _curve, CurveConfig(lr)) for lr in (0.1, 0.5)]
+    for h in handles:
+        assert runner.run([h]).ok
+    old, new = handles[0].key, handles[1].key
+    code, out = _compare(capsys, monkeypatch, "eval/nano@3e-4", "--prefix", root)
+    assert code == 0, out
+    assert _row(out, "field") == ["field", old[:8], new[:8]] and _row(out, "lr") == ["lr", "0.1", "0.5"]
+    code, out = _compare(
+        capsys, monkeypatch, f"eval/nano@3e-4@{new[:6]}", f"eval/nano@3e-4@{old[:6]}", "--prefix", root
+    )
+    assert code == 0, out
+    assert _row(out, "lr") == ["lr", "0.5", "0.1"]

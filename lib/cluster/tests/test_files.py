@@ -117,3 +117,65 @@ def test_an_edited_input_file_reruns_its_step_and_a_moved_one_does_not(tmp_path:
     (moved / "a.jsonl").write_text('{"text": "edited"}\n')
     edited = step("import", fn, {"files": InputFiles(str(moved))})
     assert StepRunner(prefix=prefix, quiet=True).run([edited])[edited].state == "succeeded"
+
+
+def test_a_hidden_file_named_on_purpose_is_an_input(tmp_path: Path) -> None:
+    # `.env`-style inputs, or a glob that asks for dot files: they exist, yet InputFiles said "matches no
+    # file". Hidden files met while walking a folder or a wildcard stay out, as before.
+    src = _tree(tmp_path / "crawl")
+    (src / ".hidden2").write_text("x")
+    named = InputFiles(str(src / ".hidden"))
+    assert [(e.name, e.size) for e in named.entries] == [(".hidden", len("editor state"))]
+    assert named.paths == [str(src / ".hidden")]
+    assert [e.name for e in InputFiles(str(src / ".h*")).entries] == [".hidden", ".hidden2"]
+    assert [e.name for e in InputFiles(str(src)).entries] == ["a.jsonl", "sub/b.jsonl"]
+    assert [e.name for e in InputFiles(str(src / "*")).entries] == ["a.jsonl"]
+
+
+def test_a_file_named_by_two_patterns_is_listed_once(tmp_path: Path) -> None:
+    # ["data/a.jsonl", "data/*.jsonl"]: the step read a.jsonl twice (a training mix with one file doubled).
+    src = _tree(tmp_path / "crawl")
+    files = InputFiles([str(src / "a.jsonl"), str(src / "**" / "*.jsonl"), str(src)])
+    assert files.paths == [str(src / "a.jsonl"), str(src / "sub" / "b.jsonl")]
+    assert [e.name for e in files.entries] == ["a.jsonl", "sub/b.jsonl"]
+    assert _key(str(src / "**" / "*.jsonl")) == step("import", fn, {"files": files}).key
+
+
+def test_a_file_name_that_is_not_utf8_is_keyed(tmp_path: Path) -> None:
+    # Linux names are bytes: a crawl dump with a Latin-1 name (b"caf\xe9.txt") made the step's key a
+    # ConfigError about a lone surrogate inside InputFiles' own fingerprint.
+    import os
+
+    root = tmp_path / "dump"
+    root.mkdir()
+    with open(os.path.join(os.fsencode(root), b"caf\xe9.txt"), "wb") as f:
+        f.write(b"bytes")
+    key = _key(str(root))
+    assert [e.size for e in InputFiles(str(root)).entries] == [5]
+    os.rename(
+        os.path.join(os.fsencode(root), b"caf\xe9.txt"), os.path.join(os.fsencode(root), b"caf\xe8.txt")
+    )
+    assert _key(str(root)) != key  # another name, another key
+    assert InputFiles(str(root)).paths == [os.fsdecode(os.path.join(os.fsencode(root), b"caf\xe8.txt"))]
+
+
+def test_an_empty_folder_is_named_as_such(tmp_path: Path) -> None:
+    # An existing folder holding no files (or only hidden ones) was reported as "matches no file; check the
+    # path": the path was right.
+    (tmp_path / "shards" / "sub").mkdir(parents=True)
+    (tmp_path / "shards" / ".lock").write_text("")
+    with pytest.raises(FileNotFoundError, match=r"shards' is a folder with no files in it \(hidden files"):
+        InputFiles(str(tmp_path / "shards"))
+
+
+def test_a_file_whose_name_holds_brackets_is_named_by_its_path(tmp_path: Path) -> None:
+    # 'scores [final].jsonl' (or 'shard[1].jsonl') exists, but '[...]' was read as a glob character class:
+    # "matches no file" (or another file: 'shard1.jsonl').
+    (tmp_path / "scores [final].jsonl").write_text("1\n")
+    (tmp_path / "shard[1].jsonl").write_text("22\n")
+    (tmp_path / "shard1.jsonl").write_text("333\n")
+    files = InputFiles(str(tmp_path / "scores [final].jsonl"))
+    assert [(e.name, e.size) for e in files.entries] == [("scores [final].jsonl", 2)]
+    files = InputFiles(str(tmp_path / "shard[1].jsonl"))
+    assert files.paths == [str(tmp_path / "shard[1].jsonl")] and files.entries[0].size == 3
+    assert InputFiles(str(tmp_path / "shard[0-9].jsonl")).paths == [str(tmp_path / "shard1.jsonl")]  # a glob

@@ -511,3 +511,91 @@ def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:
     found = {f.status.name: f.status.state.value for f in scan_prefix(prefix)}
     assert found == {"a": "SUCCESS", "b": "SUCCESS", "c": "FAILED", "e": "SUCCESS"}  # d never started
     assert all(f.output_path.startswith(prefix + "/") for f in scan_prefix(prefix))
+
+
+def test_a_force_that_matches_no_step_is_an_error_not_a_silent_no_op(prefix: str, calls: list[str]) -> None:
+    # A typo in --force ("tokenise" for "tokenize") ran nothing and reported every step cached: the user
+    # believed the step had been redone. run_only already refuses a pattern that matches nothing.
+    g = graph()
+    runner, _ = _runner(prefix)
+    runner.run([g["d"], g["e"]])
+    calls.clear()
+    with pytest.raises(ConfigError, match="force 'nope' matches no step; steps are: a, b, c, d, e"):
+        runner.run([g["d"], g["e"]], force="nope")
+    # A forced step left out by run_only is not in the run either: said, not ignored.
+    with pytest.raises(ConfigError, match=r"force '\^e\$' matches no step of this run; steps are: a, b"):
+        runner.run([g["d"], g["e"]], run_only="^b$", force="^e$")
+    assert calls == []
+    with pytest.raises(ConfigError, match="force 'nope'"):
+        runner.run([g["d"], g["e"]], force=["^a$", "nope"], dry_run=True)
+    assert calls == []
+    # From the command line, --force applies to every run() of a script, and each may run other steps:
+    # the plan says so, nothing is refused.
+    runner, buf = _runner(prefix)
+    result = runner.main([g["d"], g["e"]], argv=["--force", "nope"])
+    assert result.ok and calls == [] and len(result.cached) == 5
+    assert "--force 'nope' matches no step; steps are: a, b, c, d, e" in buf.getvalue()
+
+
+def _exits(config: dict, output_path: str) -> dict:
+    sys.exit(config["code"])
+
+
+def _after(config: dict, output_path: str) -> dict:
+    return {"ran": True}
+
+
+def test_an_in_process_step_calling_sys_exit_fails_that_step_not_the_run(prefix: str) -> None:
+    # A `main()` reused as a step ends with sys.exit(0): the whole run ended there with exit status 0,
+    # no summary, the other steps unrun and the code after run() never reached (in a worker, the same step
+    # already failed cleanly).
+    zero = step("exit/zero", _exits, {"code": 0})
+    three = step("exit/three", _exits, {"code": 3})
+    later = step("exit/after", _after, {"x": zero})
+    alone = step("exit/alone", _after, {"y": 1})
+    runner, buf = _runner(prefix)
+    result = runner.run([later, three, alone], raise_on_failure=False)
+    states = {o.name: o.state for o in result.steps}
+    assert states == {
+        "exit/zero": "failed",
+        "exit/three": "failed",
+        "exit/after": "skipped",
+        "exit/alone": "succeeded",
+    }
+    assert result[zero].error is not None and "SystemExit: 0" in result[zero].error
+    assert result[three].error is not None and "SystemExit: 3" in result[three].error
+    assert "exit/zero" in buf.getvalue() and "FAILED" in buf.getvalue()
+    with pytest.raises(StepFailedError, match="exit/three"):
+        runner.run([three])
+
+
+def _curve(config: dict, output_path: str) -> dict:
+    np = pytest.importorskip("numpy")
+    return {"loss": np.arange(config["n"], dtype=np.float32) / 4, "eye": np.eye(2, dtype=np.int64)}
+
+
+def test_a_numpy_array_in_a_result_is_recorded_as_its_values(prefix: str) -> None:
+    # A step returned its eval curve as a numpy array: the record held repr(), numpy's abbreviated text
+    # 'array([  0.  ,   0.25, ...,  499.75])', so 1,996 of its 2,000 values were gone, cached or not.
+    pytest.importorskip("numpy")
+    h = step("curve", _curve, {"n": 2000})
+    runner, _ = _runner(prefix)
+    expect = {"loss": [i / 4 for i in range(2000)], "eye": [[1, 0], [0, 1]]}
+    assert runner.run([h])[h].result == expect
+    again = runner.run([h])
+    assert again.cached and again[h].result == expect
+
+
+def test_a_step_name_with_regex_characters_is_matched_by_itself(prefix: str, calls: list[str]) -> None:
+    # Names may hold '+' and '.' ('grid/lr+1e-3'); --only/--force take regexes, so the name copied from the
+    # status table matched nothing ('+' repeats the 'r').
+    a = step("grid/lr+1e-3", work, Cfg("grid/lr+1e-3"))
+    b = step("grid/lr+1e-2", work, Cfg("grid/lr+1e-2"))
+    runner, _ = _runner(prefix)
+    result = runner.run([a, b], run_only="grid/lr+1e-3")
+    assert [o.name for o in result.steps] == ["grid/lr+1e-3"] and calls == ["grid/lr+1e-3"]
+    calls.clear()
+    runner.run([a, b])
+    calls.clear()
+    runner.run([a, b], force="grid/lr+1e-2")
+    assert calls == ["grid/lr+1e-2"]

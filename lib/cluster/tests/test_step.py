@@ -196,3 +196,14 @@ def test_one_step_built_twice_with_different_runtime_arguments_is_refused() -> N
         lower([a, step("user", run_train, {"i": b})])
     c = step("same", run_train, {"x": 1}, resources=ResourceConfig.with_cpu(1))
     assert len(lower([a, c])) == 1  # equal runtime arguments: simply one step
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("exp/café", "'é' (position 7)"), ("exp/a b", "' ' (position 5)"), ("exp/a:b", "':' (position 5)")],
+)
+def test_a_bad_step_name_names_the_character_that_is_not_allowed(name: str, said: str) -> None:
+    # 'exp/café' was refused with "use letters, digits and ...": é is a letter; the rule is ASCII letters.
+    with pytest.raises(ValueError, match="ASCII letters") as err:
+        step(name, run_train, {})
+    assert said in str(err.value)

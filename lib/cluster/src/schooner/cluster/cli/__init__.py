@@ -187,7 +187,10 @@ def _cmd_run(ns: argparse.Namespace) -> int:
                 "at module level or end it with StepRunner().main([...]) under `if __name__ == '__main__':`"
             )
             return EXIT_BAD
-        StepRunner().run(handles)
+        from schooner.cluster.runner._records import running_script
+
+        with running_script(ns.experiment):  # recorded as this experiment (its name, file and git state)
+            StepRunner().run(handles)
         return 0
 
     code, value = execute(opts, body, experiment=ns.experiment)
@@ -206,7 +209,15 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
     _require_prefix(prefix, ns.prefix)
-    pattern = re.compile(ns.name) if ns.name else None
+    try:
+        pattern = re.compile(ns.name) if ns.name else None
+    except re.error as e:
+        from rich.markup import escape
+
+        console.print(
+            f"[bold red]error:[/] {escape(f'--name {ns.name!r} is not a valid regular expression: {e}')}"
+        )
+        return 2
     table = Table(title=f"steps under {prefix}", title_justify="left")
     for col in ("step", "key", "state", "age", "took", "output"):
         table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
@@ -217,7 +228,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
         st = found.status
         record = read_step_record(storage, found.output_path) or {}
         name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
-        if pattern and not pattern.search(name):
+        if pattern and name != ns.name and not pattern.search(name):  # a name is matched by itself too
             continue
         state = st.state.value if st else "UNKNOWN"
         style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")
@@ -291,19 +302,37 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
     console = make_console()
     if ns.experiment is None:
         expl = explain_records(prefix, ns.step)
-        if expl is None:
+        found = [expl] if expl is not None else []
+        known: list[str] = []
+        if not found:  # a regex, as for a step of the experiment file
+            from schooner.cluster.cli._compare import _known_names
+
+            known = _known_names(prefix)
+            with contextlib.suppress(re.error):
+                found = [e for n in known if re.search(ns.step, n) for e in [explain_records(prefix, n)] if e]
+        if not found:
+            listed = ", ".join(known[:30]) or "none"
             console.print(
-                f"no recorded step named {ns.step!r} under {prefix}; pass the experiment file to "
-                "explain a step that has not run yet"
+                _esc(
+                    f"no recorded step named {ns.step!r} under {prefix} (steps there: {listed}); pass the "
+                    "experiment file to explain a step that has not run yet"
+                )
             )
             return 1
-        console.print(_esc("\n".join(expl.lines())))
+        for e in found[:10]:
+            console.print(_esc("\n".join(e.lines())))
         return 0
     steps = capture_steps(ns.experiment, prefix)
     by_key = {s.key: s for s in steps}
-    matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
+    names = ", ".join(sorted({s.name for s in steps})[:30])
+    try:
+        matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
+    except re.error as e:
+        console.print(
+            f"[bold red]error:[/] {_esc(f'{ns.step!r} is no step name of {ns.experiment} and not a valid regular expression ({e}); its steps: {names}')}"
+        )
+        return 2
     if not matches:
-        names = ", ".join(sorted({s.name for s in steps})[:30])
         console.print(f"[bold red]error:[/] no step named {ns.step!r} in {ns.experiment}; its steps: {names}")
         return 2
     for s in matches[:10]:

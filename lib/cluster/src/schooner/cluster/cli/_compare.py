@@ -65,6 +65,10 @@ def _versions_named(prefix: str, name: str) -> list[Version]:
     )
 
 
+def _is_step_name(prefix: str, ref: str) -> bool:
+    return storage_for(prefix).exists(prefix) and bool(find_records(prefix, ref))
+
+
 def _by_key(prefix: str, name: str, key: str) -> Version:
     versions = _versions_named(prefix, name)
     matches = [v for v in versions if v.key.startswith(key)]
@@ -94,7 +98,7 @@ def resolve_versions(prefix: str, refs: list[str]) -> list[Version]:
         folder = _folder_version(ref)
         if folder is not None:
             versions.append(folder)
-        elif "@" in ref:
+        elif "@" in ref and not _is_step_name(prefix, ref):  # '@' may be part of a name ('eval/nano@3e-4')
             name, key = ref.rsplit("@", 1)
             versions.append(_by_key(prefix, name, key))
         else:

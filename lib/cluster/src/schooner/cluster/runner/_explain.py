@@ -9,6 +9,7 @@ key changed. An input whose key changed is explained in turn (down to the field 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,13 @@ class FieldChange:
             return f"{self.path}: added ({_short(self.new)})"
         if self.new is _ABSENT:
             return f"{self.path}: removed (was {_short(self.old)})"
-        return f"{self.path}: {_short(self.old)} -> {_short(self.new)}"
+        a, b = _text(self.old), _text(self.new)
+        if len(a) <= 100 and len(b) <= 100:
+            return f"{self.path}: {a} -> {b}"
+        # Long values: show both from a little before their first difference (equal heads said nothing).
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        start = max(0, at - 30)
+        return f"{self.path}: {_window(a, start)} -> {_window(b, start)}"
 
 
 @dataclass
@@ -66,11 +73,32 @@ class Explanation:
 _ABSENT: Any = type("_Absent", (), {"__repr__": lambda self: "<absent>"})()
 
 
+@dataclass(frozen=True)
+class _FileState:
+    """One file of an `InputFiles` as explain shows it: size and the start of its content hash."""
+
+    size: int
+    digest: str
+
+    def __str__(self) -> str:
+        return f"{self.size} bytes, {self.digest[:16]}"
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, _FileState) or (isinstance(v, str) and v.startswith("<step ")):
+        return str(v)
+    return json.dumps(v, sort_keys=True, ensure_ascii=False) if v is not _ABSENT else "<absent>"
+
+
+def _window(text: str, start: int, width: int = 100) -> str:
+    """`width` characters of `text` from `start`, with '...' where it is cut."""
+    head = "..." if start > 0 else ""
+    body = text[start:]
+    return head + (body if len(body) <= width - len(head) else body[: width - len(head) - 3] + "...")
+
+
 def _short(v: Any) -> str:
-    if isinstance(v, str) and v.startswith("<step "):
-        return v
-    text = json.dumps(v, sort_keys=True) if v is not _ABSENT else "<absent>"
-    return text if len(text) <= 100 else text[:97] + "..."
+    return _window(_text(v), 0)
 
 
 def _ref_label(v: Any, names: dict[str, str]) -> str | None:
@@ -103,6 +131,9 @@ def diff_configs(
     if isinstance(old, dict) and isinstance(new, dict):
         if "__step__" in old or "__step__" in new:
             return [] if old == new else [FieldChange(path, old, new)]
+        files_old, files_new = _files_view(old), _files_view(new)
+        if files_old is not None and files_new is not None:
+            return _diff_files(files_old, files_new, path)
         if "__dict__" in old and "__dict__" in new:
             return _diff_pairs(old["__dict__"], new["__dict__"], path, names)
         if "__tuple__" in old and "__tuple__" in new and old.get("__class__") == new.get("__class__"):
@@ -119,6 +150,41 @@ def diff_configs(
             changes += diff_configs(a, b, f"{path}[{i}]", names)
         return changes
     return [] if old == new else [FieldChange(path, old, new)]
+
+
+def _files_view(v: dict) -> dict | None:
+    """The canonical form of an `InputFiles` (a dict with tag-shaped keys, so held as `__dict__` pairs) as a
+    plain dict; None for anything else."""
+    pairs = v.get("__dict__")
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
+        return None
+    if not all(isinstance(k, str) for k, _ in pairs) or "__files__" not in {k for k, _ in pairs}:
+        return None
+    return dict(pairs)
+
+
+def _diff_files(old: dict, new: dict, path: str) -> list[FieldChange]:
+    """`InputFiles` by file name (by list index, one removed file read as every later file renamed)."""
+
+    def by_name(entries: Any) -> dict[str, _FileState]:
+        out: dict[str, _FileState] = {}
+        for e in entries if isinstance(entries, list) else []:
+            if isinstance(e, list) and len(e) == 3:
+                name = str(e[0])
+                while name in out:  # the same name under two patterns' roots
+                    name += "'"
+                out[name] = _FileState(int(e[1]), str(e[2]))
+        return out
+
+    olds, news = by_name(old.get("__files__")), by_name(new.get("__files__"))
+    changes = [
+        FieldChange(f"{path}: {n}", olds.get(n, _ABSENT), news.get(n, _ABSENT))
+        for n in sorted(set(olds) | set(news))
+        if olds.get(n) != news.get(n)
+    ]
+    rest_old = {k: v for k, v in old.items() if k != "__files__"}
+    rest_new = {k: v for k, v in new.items() if k != "__files__"}
+    return changes + diff_configs(rest_old, rest_new, path)
 
 
 def _diff_pairs(old: list, new: list, path: str, names: dict[str, str]) -> list[FieldChange]:
@@ -152,6 +218,10 @@ def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
         if rec is not None and rec.get("name") == name:
             rec["_folder"] = folder
             rec["_status"] = found.status.state.value if found.status is not None else None
+            if found.status is not None and found.status.state is StepState.RUNNING:
+                lease = parse_lease(storage.read_text(meta_path(folder, "lease.json")))
+                if lease is None or lease.is_stale():  # its runner died (kill -9): as `schooner status` says
+                    rec["_status"] = "INTERRUPTED"
             records.append(rec)
     records.sort(
         key=lambda r: (r.get("_status") == "SUCCESS", r.get("ended") or r.get("started") or 0), reverse=True
@@ -244,11 +314,19 @@ def explain_step(
     return explanation
 
 
+def _when(record: dict[str, Any]) -> str:
+    t = record.get("started")
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t)) if isinstance(t, int | float) else "?"
+
+
 def explain_records(prefix: str, name: str) -> Explanation | None:
     """Without today's experiment: the difference between the two latest recorded versions of `name`."""
     records = find_records(prefix, name)
     if not records:
         return None
+    # By when they ran, whatever their state: the newest (a failed or interrupted run, too) against the one
+    # before it, old -> new (find_records puts SUCCESS first, for the output a new run is compared with).
+    records.sort(key=lambda r: r.get("started") or r.get("ended") or 0, reverse=True)
     latest = records[0]
     if len(records) == 1:
         return Explanation(
@@ -262,6 +340,8 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
     changes = []
     if prev.get("version") != latest.get("version"):
         changes.append(FieldChange("version", prev.get("version"), latest.get("version")))
+    if "code" in prev and "code" in latest and prev["code"] != latest["code"]:
+        changes.append(FieldChange("code", prev["code"], latest["code"]))
     names = {i["key"]: i.get("name", "?") for r in (prev, latest) for i in r.get("inputs", [])}
     changes += diff_configs(prev.get("config"), latest.get("config"), names=names)
     return Explanation(
@@ -269,7 +349,8 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
         latest["key"],
         latest["_folder"],
         latest.get("_status") or "unknown",
-        f"latest recorded version; differs from {prev['key'][:8]} as follows "
+        f"the latest recorded version (its run started {_when(latest)}); what changed since "
+        f"{prev['key'][:8]} ({prev.get('_status') or 'no status'}, started {_when(prev)}) "
         "(pass the experiment file to compare with today's config)",
         compared_with=prev["_folder"],
         changes=changes,

@@ -78,8 +78,14 @@ class InputFiles:
         if full_hash_bytes is not None and (isinstance(full_hash_bytes, bool) or full_hash_bytes < 0):
             raise ValueError(f"InputFiles: full_hash_bytes must be None or >= 0, got {full_hash_bytes!r}")
         entries, paths = [], []
+        seen: set[str] = set()
         for pat in pats:
             found = list(_expand(pat))
+            if not found and "://" not in pat and os.path.isdir(pat):
+                raise FileNotFoundError(
+                    f"InputFiles: {pat!r} is a folder with no files in it (hidden files, named with a leading "
+                    "'.', are not taken from a folder); put the files there or name them"
+                )
             if not found:
                 raise FileNotFoundError(
                     f"InputFiles: {pat!r} matches no file; check the path (relative paths are taken from the "
@@ -87,8 +93,11 @@ class InputFiles:
                 )
             root = _root(pat)
             for path, size in found:
+                if path in seen:  # named by an earlier pattern too: one file is one input
+                    continue
+                seen.add(path)
                 rel = path[len(root) :].lstrip("/") if path.startswith(root) else os.path.basename(path)
-                entries.append(FileEntry(rel, size, _digest(path, size, full_hash_bytes)))
+                entries.append(FileEntry(_name(rel), size, _digest(path, size, full_hash_bytes)))
                 paths.append(path)
         object.__setattr__(self, "patterns", pats)
         object.__setattr__(self, "full_hash_bytes", full_hash_bytes)
@@ -126,6 +135,16 @@ class InputFiles:
         return (_rebuild, (self.patterns, self.full_hash_bytes, self.entries, self.paths))
 
 
+def _name(rel: str) -> str:
+    """A name for the key: a local name's undecodable bytes (Linux names are bytes; Python holds them as
+    lone surrogates, which no UTF-8 record can hold) written as `\\xNN`."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
+
+
 def _rebuild(patterns: tuple, full: int | None, entries: tuple, paths: list) -> InputFiles:
     obj = object.__new__(InputFiles)
     for k, v in (("patterns", patterns), ("full_hash_bytes", full), ("entries", entries), ("paths", paths)):
@@ -145,11 +164,16 @@ def _root(pattern: str) -> str:
     """The folder that names are taken relative to: the part before the first wildcard, or the pattern's
     own folder (for a folder: itself; for a file: its parent)."""
     cut = min((i for i in (pattern.find(c) for c in _WILDCARDS) if i >= 0), default=-1)
-    if cut >= 0:
+    if cut >= 0 and not _exists_literally(pattern):
         return pattern[: pattern.rfind("/", 0, cut) + 1]
     if _is_dir(pattern):
         return pattern.rstrip("/") + "/"
     return pattern[: pattern.rfind("/") + 1]
+
+
+def _exists_literally(pattern: str) -> bool:
+    """A local path that exists as written: 'shard[1].jsonl' is that file, not a character class."""
+    return "://" not in pattern and os.path.lexists(pattern)
 
 
 def _is_dir(path: str) -> bool:
@@ -162,20 +186,19 @@ def _is_dir(path: str) -> bool:
 
 
 def _expand(pattern: str) -> Iterator[tuple[str, int]]:
-    """(path, size) of every file the pattern names, sorted; hidden files and folders are skipped."""
+    """(path, size) of every file the pattern names, sorted. Hidden files and folders met on the way (in a
+    folder, or matched by a wildcard that does not start with a dot) are skipped; one named is not."""
     if "://" in pattern:
         yield from _expand_url(pattern)
         return
-    if any(c in pattern for c in _WILDCARDS):
-        matches = glob.glob(pattern, recursive=True)
+    if any(c in pattern for c in _WILDCARDS) and not _exists_literally(pattern):
+        matches = glob.glob(pattern, recursive=True)  # no hidden names unless the pattern's part has a dot
     elif os.path.isdir(pattern):
         matches = glob.glob(os.path.join(glob.escape(pattern), "**", "*"), recursive=True)
     else:
         matches = [pattern] if os.path.exists(pattern) else []
     for p in sorted(matches):
-        if os.path.isfile(p) and not any(
-            part.startswith(".") for part in p[len(_root(pattern)) :].split("/")
-        ):
+        if os.path.isfile(p):
             yield p, os.path.getsize(p)
 
 

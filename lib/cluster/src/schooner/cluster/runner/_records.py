@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from schooner.cluster._secrets import redact_env, scrub, secret_values
@@ -106,8 +107,25 @@ def git_info(directory: str) -> dict[str, Any] | None:
         return None
 
 
+_script_override: str | None = None
+
+
+@contextlib.contextmanager
+def running_script(path: str) -> Iterator[None]:
+    """Inside the block, `script_path()` is `path`: `schooner run EXP.py` runs the steps an experiment file
+    only declares after the file has run, when `__main__` is the `schooner` command again."""
+    global _script_override
+    old, _script_override = _script_override, os.path.abspath(path)
+    try:
+        yield
+    finally:
+        _script_override = old
+
+
 def script_path() -> str | None:
     """The experiment script being run (`__main__`'s file), if any."""
+    if _script_override is not None:
+        return _script_override
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     return os.path.abspath(path) if path else None

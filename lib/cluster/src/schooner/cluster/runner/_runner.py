@@ -147,7 +147,9 @@ class StepRunner:
             steps: what to produce.
             run_only: regexes (`re.search` on step names); run only matching steps and their inputs.
             force: regexes; rerun matching steps even when done (their dependents keep their keys, so
-                they stay cached unless forced too).
+                they stay cached unless forced too). A pattern that matches no step of the run is a
+                `ConfigError` (a `--force` from the command line: a note in the plan, since it applies to
+                every run() of the script).
             dry_run: print the plan as a tree (what runs, what is cached) and write nothing.
             max_concurrent: run at most this many steps at once (default 32; steps with resources are
                 further limited by the cluster).
@@ -172,10 +174,12 @@ class StepRunner:
         if opts is None:
             _refuse_unread_flags()
         quiet, shared = self.quiet, self.shared_prefix
+        cli_force: set[str] = set()
         if opts is not None:
             opts.runs += 1
             dry_run = dry_run or opts.dry_run
             run_only = list(opts.only) or run_only
+            cli_force = set(opts.force) - set(_as_list(force))
             force = [*(_as_list(force)), *opts.force]
             max_concurrent = opts.max_concurrent or max_concurrent
             quiet = quiet or opts.quiet
@@ -198,6 +202,7 @@ class StepRunner:
             raise_on_failure,
             quiet,
             shared,
+            cli_force,
         )
         if opts is not None and opts.dry_run:
             # `--dry-run` from the command line: the plan is the whole answer. Stop the script here, since
@@ -238,6 +243,7 @@ class StepRunner:
         raise_on_failure: bool,
         quiet: bool = False,
         shared_prefix: bool = False,
+        cli_force: set[str] | None = None,
     ) -> RunResult:
         t0 = time.time()
         run_id = uuid.uuid4().hex[:10]
@@ -245,6 +251,16 @@ class StepRunner:
         progress = Progress(console)
         if only:
             steps = _select(steps, only)
+        for p in force:
+            if not any(_names(p, s.name) for s in steps):
+                names = ", ".join(sorted({s.name for s in steps})[:20]) or "none"
+                text = f"matches no step{' of this run' if only else ''}; steps are: {names}"
+                if p.pattern in (cli_force or ()):
+                    # The command line's --force applies to every run() of a script (each may run other
+                    # steps): said in this run's plan, not refused.
+                    progress.message(f"--force {p.pattern!r} {text}; nothing is forced by it here")
+                else:
+                    raise ConfigError(f"force {p.pattern!r} {text}")
         if not steps:
             progress.plan(0, 0, 0, prefix, run_id)
             return RunResult(run_id, prefix, [], dry_run=dry_run, duration_s=time.time() - t0)
@@ -260,7 +276,7 @@ class StepRunner:
                     f"{paths[s.key]} is in this process's memory:// filesystem, which workers cannot see; "
                     "use a local or object-store prefix, or drop the step's resources"
                 )
-        forced = {s.key for s in steps if any(p.search(s.name) for p in force)}
+        forced = {s.key for s in steps if any(_names(p, s.name) for p in force)}
         states: dict[str, str] = {}
         code_changed: list[tuple[Step, str]] = []
         statuses = _read_statuses([paths[s.key] for s in steps])
@@ -454,15 +470,21 @@ def _as_list(x: Iterable[str] | str | None) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
+def _names(pattern: re.Pattern[str], name: str) -> bool:
+    """`--only`/`--force` RE picks `name`: the regex finds it, or RE is the name itself (names may hold
+    regex characters: `grid/lr+1e-3`)."""
+    return pattern.pattern == name or pattern.search(name) is not None
+
+
 def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
     by_key = {s.key: s for s in steps}
     for p in only:
-        if not any(p.search(s.name) for s in steps):
+        if not any(_names(p, s.name) for s in steps):
             names = ", ".join(sorted({s.name for s in steps})[:20])
             raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
     keep: set[str] = set()
-    stack = [s.key for s in steps if any(p.search(s.name) for p in only)]
+    stack = [s.key for s in steps if any(_names(p, s.name) for p in only)]
     while stack:
         k = stack.pop()
         if k not in keep:

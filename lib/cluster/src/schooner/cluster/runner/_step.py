@@ -25,6 +25,13 @@ from ._version import (
 )
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._+=@/-]")
+
+
+def _bad_char(name: object) -> str:
+    """' (it holds 'é' (position 7))' for a name with a character no step name may hold; else ''."""
+    m = _NAME_CHARS.search(name) if isinstance(name, str) else None
+    return f" (it holds {m.group()!r} (position {m.start()}))" if m else ""
 
 
 def join_path(base: str, sub: str) -> str:
@@ -71,8 +78,8 @@ class StepHandle:
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or ".." in name.split("/"):
             raise ValueError(
-                f"step name {name!r} is not valid: use letters, digits and . _ - + = @, with '/' between "
-                "parts (e.g. 'tokenized/python-docs'); no leading '/', spaces or '..'"
+                f"step name {name!r} is not valid{_bad_char(name)}: use ASCII letters, digits and . _ - + = @, "
+                "with '/' between parts (e.g. 'tokenized/python-docs'); no leading '/', spaces or '..'"
             )
         if not callable(fn):
             raise TypeError(f"step {name!r}: fn must be a function of (config, output_path), got {fn!r}")

@@ -384,7 +384,8 @@ class StepExecutor:
                 with contextlib.suppress(Exception):
                     remove_tree(attempt)
             outcome = self._failed(step, out, e, (lease, record), t0)
-            if not isinstance(e, Exception):
+            # sys.exit() inside an in-process step ends that step, as it does in a worker: not the run.
+            if not isinstance(e, Exception | SystemExit):
                 raise
         finally:
             with self._lock:

@@ -301,7 +301,8 @@ def _is_tag(key: str) -> bool:
 def to_jsonable(value: Any) -> Any:
     """Best-effort JSON-able copy of a step's return value for its record (never raises).
 
-    Unknown objects become their `repr`, so a step returning e.g. a numpy float still records something.
+    Arrays (numpy, jax: anything with `tolist`, `ndim` and `dtype`) become nested lists of their values;
+    other unknown objects become their `repr`.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
@@ -309,6 +310,12 @@ def to_jsonable(value: Any) -> Any:
         return value if math.isfinite(value) else str(value)
     if _is_numpy_scalar(value):
         return to_jsonable(value.item())
+    if all(hasattr(value, a) for a in ("tolist", "ndim", "dtype")) and not isinstance(value, type):
+        # numpy/jax arrays: their values (repr() abbreviates past 1,000 elements: values were lost).
+        try:
+            return to_jsonable(value.tolist())
+        except Exception:  # noqa: BLE001 - never raises: an odd array-like records its repr below
+            pass
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
