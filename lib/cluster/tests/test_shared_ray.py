@@ -54,3 +54,24 @@ def test_outside_xdist_nothing_is_claimed(run_dir, monkeypatch):
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     testing._claim_the_run()
     assert not list(run_dir.iterdir())
+
+
+def test_a_failed_start_s_handles_of_processes_that_already_exited_are_reaped():
+    """A failed Ray start leaves Popen handles nobody waits on; one whose process already exited (a zombie,
+    whose command line can no longer be read) warned "subprocess N is still running" when collected, an error
+    under -W error in whichever test ran then (CI: a Ray fixture's setup). The cleanup reaps every handle the
+    failed start made, not only those of the processes it killed."""
+    import sys
+    import time
+
+    import psutil
+    import ray
+
+    before = testing._children()
+    # a process of the failed start that exited by itself: its argv names Ray's folder, as Ray's do
+    exited = subprocess.Popen([sys.executable, "-c", "pass", os.path.dirname(ray.__file__)])
+    deadline = time.monotonic() + 30
+    while psutil.Process(exited.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    testing._cleanup_failed_start(before)
+    assert exited.returncode == 0

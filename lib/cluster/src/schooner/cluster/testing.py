@@ -160,14 +160,20 @@ def _cleanup_failed_start(before: set[int]) -> None:
     # with that warning off: a handle already unreachable is collected here, and on a loaded machine its
     # process can outlive the wait above (seen in CI: five handles of a failed start, collected while their
     # processes were still being killed, failed the next Ray test's setup).
+    # Every handle the failed start made is reaped, not only those of the processes killed here: a process
+    # that had already exited (a zombie: its command line can no longer be read, so it is not among the
+    # leftovers) warned the same way when its handle was collected.
     killed = {p.pid for p in leftovers}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
         for obj in gc.get_objects():
-            if isinstance(obj, subprocess.Popen) and obj.returncode is None and obj.pid in killed:
+            if isinstance(obj, subprocess.Popen) and obj.returncode is None and obj.pid not in before:
                 with contextlib.suppress(Exception):
-                    obj.wait(timeout=1)
+                    if obj.pid in killed:
+                        obj.wait(timeout=1)
+                    else:
+                        obj.poll()  # reaps an exited process; leaves a running one alone
         gc.collect()
 
 
