@@ -377,3 +377,20 @@ def test_explain_without_the_experiment_takes_a_regex_as_its_help_says(tmp_path:
     assert main(["explain", "--prefix", prefix, "^nothing"]) == 1
     out = " ".join(capsys.readouterr().out.split())
     assert "no recorded step named '^nothing'" in out and "grid/lr+1e-3, other/x" in out
+
+
+def test_a_bad_step_name_in_an_experiment_is_an_error_line_not_a_traceback(tmp_path) -> None:
+    """A step name with a space is a bad experiment like any other: one error line naming the character and the
+    experiment's line, exit status 2 (it was a ValueError traceback with status 1)."""
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "from schooner.cluster import StepRunner, step\n\n"
+        "def f(config, output_path):\n    return {}\n\n"
+        's = step("exp/bad name", f, {"a": 1})\n'
+        'if __name__ == "__main__":\n    StepRunner().main([s])\n'
+    )
+    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert "Traceback" not in out, out
+    assert "step name 'exp/bad name' is not valid" in out and "(at exp.py:6)" in out, out

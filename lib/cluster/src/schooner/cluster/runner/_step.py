@@ -77,7 +77,7 @@ class StepHandle:
         resume_hint: Callable[[str], str | None] | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name) or ".." in name.split("/"):
-            raise ValueError(
+            raise ConfigError(
                 f"step name {name!r} is not valid{_bad_char(name)}: use ASCII letters, digits and . _ - + = @, "
                 "with '/' between parts (e.g. 'tokenized/python-docs'); no leading '/', spaces or '..'"
             )
