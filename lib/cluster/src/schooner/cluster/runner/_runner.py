@@ -157,8 +157,10 @@ class StepRunner:
                 with False, check `result.ok` instead.
 
         Command-line flags apply on top of these arguments when the experiment is started by
-        `schooner run EXP.py --dry-run ...` or through `StepRunner().main([...])` (`python EXP.py --dry-run`);
-        `run` itself never reads `sys.argv`, and refuses to run when it holds flags nothing applied.
+        `schooner run EXP.py --dry-run ...` or through `StepRunner().main([...])` (`python EXP.py --dry-run`):
+        `--only` replaces `run_only` (the later, explicit selection), `--force` adds its patterns to `force`,
+        and `--dry-run`, `--prefix` and the others override their arguments. `run` itself never reads
+        `sys.argv`, and refuses to run when it holds flags nothing applied.
 
         Returns:
             A `RunResult`: `.ok`, `.steps`, and `result[handle]` -> `StepOutcome` (state, output_path,
