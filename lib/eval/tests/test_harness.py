@@ -405,3 +405,66 @@ def test_generated_special_tokens_are_left_out_of_the_text_as_lm_evals_hf_backen
     mixed = [*tok.encode("The quick"), tok.eos_id, tok.token_to_id("<|user|>"), *tok.encode(" fox")]
     assert lm.tok_decode(mixed) == hf.decode(mixed, skip_special_tokens=True) == "The quick fox"
     assert lm.tok_decode(mixed, skip_special_tokens=False) == hf.decode(mixed, skip_special_tokens=False)
+
+
+CHATS = [
+    [{"role": "user", "content": "What is 2 + 2?"}],
+    [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "def add(a, b):"},
+        {"role": "assistant", "content": "    return a + b\n"},
+        {"role": "user", "content": "And sub?"},
+    ],
+]
+
+
+def _transformers_render(template: str, tok, messages, add_generation_prompt: bool) -> str:
+    """What `transformers`' `apply_chat_template(..., tokenize=False, continue_final_message=not
+    add_generation_prompt)` gives: the Jinja template rendered with jinja2, then, to continue the final message,
+    cut after the last occurrence of its stripped content."""
+    import jinja2
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env.globals["raise_exception"] = raise_exception
+    text = env.from_string(template).render(
+        messages=messages, add_generation_prompt=add_generation_prompt, bos_token=tok.bos_token,
+        eos_token=tok.eos_token,
+    )  # fmt: skip
+    if not add_generation_prompt:
+        final = messages[-1]["content"].strip()
+        text = text[: text.rindex(final) + len(final)]
+    return text
+
+
+def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(setup, monkeypatch):
+    """`--apply_chat_template`: the adapter renders chats as `transformers` renders the tokenizer's exported Jinja
+    template (the hf backend's `apply_chat_template`), prefills included, names its tokenizer for lm-eval's
+    cache, and a harness task runs with it (it raised lm-eval's NotImplementedError)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    root, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=3)
+    template = jinja_chat_template(resolve_template(tok, None))
+    assert lm.chat_template(True) == template and lm.chat_template(False) is None
+    for chat in CHATS:
+        assert lm.apply_chat_template(chat) == _transformers_render(template, tok, chat, True)
+    prefill = [*CHATS[1], {"role": "assistant", "content": "  return a -"}]
+    assert lm.apply_chat_template(prefill, add_generation_prompt=False) == _transformers_render(
+        template, tok, prefill, False
+    )
+    assert tok.fingerprint[:12] in lm.tokenizer_name
+    manager = TaskManager(include_path=str(root / "tasks"), include_defaults=False)
+    out = simple_evaluate(
+        model=lm, tasks=["local_mc"], task_manager=manager, log_samples=True, apply_chat_template=True
+    )
+    context = out["samples"]["local_mc"][0]["arguments"][0][0]  # the first choice's (context, continuation)
+    assert context.startswith(tok.bos_token + "<|user|>") and context.endswith("<|assistant|>"), context

@@ -107,6 +107,54 @@ class SchoonerLM(TemplateLM):
         """As the hf backend's: special tokens left out unless `skip_special_tokens=False`."""
         return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
+    # -- chat templates (`--apply_chat_template`) -------------------------------------------------------
+    @property
+    def tokenizer_name(self) -> str:
+        """The tokenizer's name in lm-eval's request cache: its source and fingerprint."""
+        return f"schooner-{self.tok.fingerprint[:12]}"
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """The Jinja template chats are rendered with (None when `chat_template` is off): the tokenizer's own
+        (`schooner.tokenize.resolve_template`), or the Schooner template named by a string, as the tokenizer's
+        `tokenizer_config.json` gives it to `transformers`."""
+        if not chat_template:
+            return None
+        from schooner.tokenize import jinja_chat_template
+
+        return jinja_chat_template(self._chat(None if chat_template is True else chat_template))
+
+    def _chat(self, name: str | None) -> Any:
+        from schooner.tokenize import resolve_template
+
+        try:
+            return resolve_template(self.tok, name)
+        except ValueError as e:
+            raise ValueError(f"--apply_chat_template: {e}") from None
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """`chat_history` as text, as the hf backend's `apply_chat_template` gives it: `transformers` rendering
+        the tokenizer's Jinja template (`chat_template(True)`), with `continue_final_message` when no
+        generation prompt is added (the final message left open, cut after its content without trailing
+        white space, for an assistant prefill). `tok_encode` then reads the header strings as special tokens."""
+        template = self._chat(None)
+        for i, m in enumerate(chat_history):
+            if m.get("role") not in template.header or not isinstance(m.get("content"), str):
+                raise ValueError(
+                    f"apply_chat_template: message {i} is {m!r}; each message needs a role among "
+                    f"{sorted(template.header)} and a string content"
+                )
+        parts = [self.tok.bos_token or ""] if template.bos else []
+        for i, m in enumerate(chat_history):
+            if not add_generation_prompt and i == len(chat_history) - 1 and m["content"].strip():
+                parts.append(template.header[m["role"]] + m["content"].rstrip())
+            else:
+                parts.append(template.header[m["role"]] + m["content"] + template.footer)
+        if add_generation_prompt:
+            parts.append(template.header["assistant"])
+        return "".join(parts)
+
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
         return self._score(
