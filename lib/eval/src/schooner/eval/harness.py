@@ -110,7 +110,7 @@ class SchoonerLM(TemplateLM):
     # -- chat templates (`--apply_chat_template`) -------------------------------------------------------
     @property
     def tokenizer_name(self) -> str:
-        """The tokenizer's name in lm-eval's request cache: its source and fingerprint."""
+        """The tokenizer's name in lm-eval's request cache: its fingerprint."""
         return f"schooner-{self.tok.fingerprint[:12]}"
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
