@@ -208,6 +208,25 @@ def test_a_validation_cache_with_other_special_tokens_is_refused_without_a_run_t
     assert latest_checkpoint(str(tmp_path / "run")) is None
 
 
+def test_training_caches_with_other_special_tokens_are_named_as_training_caches(
+    nano, data_dir, tmp_path
+) -> None:
+    """No `tokenizer=`, two training caches of one tokenizer.json whose documents end with different EOS ids: the
+    error names the two training caches (it blamed a validation cache, whose rebuild could not fix it)."""
+    from schooner.tokenize import MixtureError, load_tokenizer, write_cache
+
+    tok = load_tokenizer(data_dir)
+    other = load_tokenizer(data_dir, eos_token=tok.pad_token)
+    second = str(tmp_path / "second")
+    write_cache(second, [other.encode("a training text that ends with another end of text")] * 4, other)
+    cfg = _run_config(
+        nano, data_dir, str(tmp_path / "run"),
+        data=DataConfig({f"{data_dir}/train": 0.5, second: 0.5}, seq_len=32, validation={}),
+    )  # fmt: skip
+    with pytest.raises(MixtureError, match=rf"{second}.*eos_id={other.eos_id}.*eos_id={tok.eos_id}"):
+        train(cfg)
+
+
 def test_non_finite_updated_parameters_are_not_applied(nano) -> None:
     """A finite loss and gradient with an update that makes the parameters Inf/NaN: the step keeps the old
     state and reports it (before, such a state was taken, and checkpointed as good)."""

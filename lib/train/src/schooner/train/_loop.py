@@ -143,14 +143,14 @@ class _Run:
             seed=cfg.seed,
             weight_schedule=cfg.data.weight_schedule,
             block_size=cfg.data.block_size,
-            tokenizer=expected,
+            # None: the components are compared with the first, fingerprint and special ids (a fingerprint
+            # string says nothing of the special tokens)
+            tokenizer=self.tokenizer,
             vocab_size=self.model_config.vocab_size,
         )
         for cache in val_caches.values():
             cache.check_tokenizer(expected)
-            if (
-                self.tokenizer is None
-            ):  # a fingerprint says nothing of the special tokens: compare the caches'
+            if self.tokenizer is None:  # as above: the special ids too
                 _check_special_ids(cache, first)
         self.tokenizer_fingerprint = next(iter(caches.values())).tokenizer_fingerprint
         self.caches = caches
