@@ -465,6 +465,30 @@ def test_a_text_field_of_the_wrong_type_names_the_field(tmp_path, layout, field,
     assert f"{path}:2" in message and repr(field) in message and fix in message, message
 
 
+def test_a_checkpoint_trained_with_other_special_tokens_is_refused(env, tmp_path):
+    """The same tokenizer.json with another EOS (its tokenizer_config.json edited): the fingerprint matches, but
+    the model learnt to end documents with the recorded id, and generation, the harness's end-of-text and
+    rolling scores would use another one. `checkpoint.json`'s `tokenizer_special_ids` are compared."""
+    from schooner.eval import load_checkpoint
+    from schooner.tokenize import load_tokenizer
+
+    root, tok, config = env
+    tok.save(str(tmp_path / "tok"))
+    other = load_tokenizer(str(tmp_path / "tok"), eos_token=tok.pad_token)
+    assert other.fingerprint == tok.fingerprint and other.eos_id != tok.eos_id
+    folder = tmp_path / "run" / "step-000001"
+    save_model(str(folder), init(config, key=jax.random.key(0)), config)
+    record = {
+        "step": 1,
+        "tokenizer_fingerprint": tok.fingerprint,
+        "tokenizer_special_ids": {"bos_id": tok.bos_id, "eos_id": tok.eos_id},
+    }
+    (folder / "checkpoint.json").write_text(json.dumps(record))
+    load_checkpoint(str(tmp_path / "run"), tokenizer=tok)
+    with pytest.raises(ValueError, match=rf"eos_id={tok.eos_id}.*eos_id={other.eos_id}"):
+        load_checkpoint(str(tmp_path / "run"), tokenizer=other)
+
+
 def test_a_checkpoint_trained_with_another_tokenizer_of_the_same_size_is_refused(env, tmp_path):
     """The train loop records its tokenizer's fingerprint in each checkpoint's `checkpoint.json`. Another
     tokenizer of the same vocabulary size (the same corpus' BPE trained on other texts) gives valid ids and

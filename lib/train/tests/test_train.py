@@ -87,6 +87,11 @@ def test_train_lm_step_end_to_end(nano, data_dir, tmp_path, read_losses) -> None
 
     cache = TokenCache.open(f"{data_dir}/validation")
     assert read_marker(f"{out}/step-000012")["tokenizer_fingerprint"] == cache.tokenizer_fingerprint
+    tok = load_tokenizer(data_dir)  # and the special ids its documents end with (evaluation compares them)
+    assert read_marker(f"{out}/step-000012")["tokenizer_special_ids"] == {
+        "bos_id": tok.bos_id,
+        "eos_id": tok.eos_id,
+    }
     # The logged eval numbers, from the loaded checkpoint by hand: plain logits, float64 log-softmax, windows
     # of 32 tokens every 31 over the cache's first 700 tokens, targets within a document.
     from schooner.model import load_model

@@ -28,7 +28,8 @@ def latest_checkpoint(path: str) -> str:
 
 
 def check_tokenizer(folder: str, tokenizer: Any) -> None:
-    """A ValueError when `folder`'s `checkpoint.json` records a tokenizer fingerprint other than `tokenizer`'s.
+    """A ValueError when `folder`'s `checkpoint.json` records a tokenizer fingerprint other than `tokenizer`'s, or
+    BOS/EOS ids (`tokenizer_special_ids`) other than its.
 
     The train loop records the run's tokenizer there. Another tokenizer of the same vocabulary size gives valid
     ids and wrong scores (every task, sample and harness request), so it is refused; a checkpoint without the
@@ -47,7 +48,8 @@ def check_tokenizer(folder: str, tokenizer: Any) -> None:
         return
     with fs.open(marker, "r") as f:
         try:
-            recorded = json.load(f).get("tokenizer_fingerprint")
+            meta = json.load(f)
+            recorded = meta.get("tokenizer_fingerprint")
         except (ValueError, AttributeError):
             return
     if recorded and recorded != theirs:
@@ -57,6 +59,18 @@ def check_tokenizer(folder: str, tokenizer: Any) -> None:
             f"({getattr(tokenizer, 'source', 'unnamed')}); its ids mean other text to this model: pass the "
             "tokenizer the run was trained with"
         )
+    # The same tokenizer.json with other special tokens (its tokenizer_config.json): the model learnt to end
+    # documents with the recorded EOS. Checkpoints written before the ids were recorded are not checked.
+    ids = meta.get("tokenizer_special_ids")
+    for key, built in ids.items() if isinstance(ids, dict) else ():
+        given = getattr(tokenizer, key, None)
+        if key in ("bos_id", "eos_id") and given != built:
+            raise ValueError(
+                f"checkpoint {folder} was trained with {key}={built} (its {CHECKPOINT_MARKER}) but the tokenizer "
+                f"given ({getattr(tokenizer, 'source', 'unnamed')}, the same tokenizer.json) has {key}={given}: "
+                "its tokenizer_config.json names other special tokens; load the tokenizer with the ones the run "
+                "was trained with"
+            )
 
 
 def load_checkpoint(path: str, *, tokenizer: Any = None) -> tuple[Any, Any, str]:

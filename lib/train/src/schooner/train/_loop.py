@@ -341,6 +341,9 @@ class _Run:
         self._compile_step()
         total = cfg.steps
         parameters = parameter_counts(self.model_config)
+        # the BOS/EOS ids the training documents carry (evaluation refuses a tokenizer with others)
+        first = next(iter(self.caches.values()))
+        special_ids = {k: first.manifest[k] for k in ("bos_id", "eos_id") if k in first.manifest}
         run_info = {
             "config": config_to_json(cfg),
             "model_config": config_to_json(self.model_config),
@@ -348,6 +351,7 @@ class _Run:
             "devices": [str(d) for d in jax.devices()],
             "mesh": cfg.mesh.shape(len(jax.devices())),
             "tokenizer_fingerprint": self.tokenizer_fingerprint,
+            "tokenizer_special_ids": special_ids,
             "parameters": parameters,
         }
         logger.info(
@@ -470,6 +474,7 @@ class _Run:
                             "metrics": last,
                             "seed": cfg.seed,
                             "tokenizer_fingerprint": self.tokenizer_fingerprint,
+                            "tokenizer_special_ids": special_ids,
                         }
                         ckpt.save(n, snapshot, self._write_checkpoint, meta)
                         trackers.flush()  # rows up to this checkpoint survive a kill (object stores)
