@@ -314,6 +314,11 @@ def test_status_name_matches_a_name_with_regex_characters_by_itself(
     assert main(["status", "--prefix", prefix, "--json", "--name", "grid/lr+1e-3"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == ["grid/lr+1e-3"]
+    # a name is that step alone, also where it reads as a regex matching another ('r+' matches 'rr')
+    other = step("grid/lrr1e-3", _status_fn, {"lr": 2e-3})
+    assert StepRunner(prefix=prefix, quiet=True).run([other]).ok
+    assert main(["status", "--prefix", prefix, "--json", "--name", "grid/lr+1e-3"]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["grid/lr+1e-3"]
     assert main(["status", "--prefix", prefix, "--name", "grid/(lr"]) == 2
     out = capsys.readouterr()
     assert "--name 'grid/(lr' is not a valid regular expression" in out.out + out.err

@@ -599,3 +599,21 @@ def test_a_step_name_with_regex_characters_is_matched_by_itself(prefix: str, cal
     calls.clear()
     runner.run([a, b], force="grid/lr+1e-2")
     assert calls == ["grid/lr+1e-2"]
+
+
+def test_a_pattern_that_is_a_step_s_name_picks_that_step_alone(prefix: str, calls: list[str]) -> None:
+    # `--force n/exact+v1`, the name copied from the status table, also forced 'n/exactv1' ('t+' matches 't' as
+    # a regex); a pattern that is the exact name of a step of the run selects that step alone.
+    a = step("n/exact+v1", work, Cfg("n/exact+v1"))
+    b = step("n/exactv1", work, Cfg("n/exactv1"))
+    runner, _ = _runner(prefix)
+    runner.run([a, b])
+    calls.clear()
+    runner.run([a, b], force="n/exact+v1")
+    assert calls == ["n/exact+v1"]
+    calls.clear()
+    result = runner.run([a, b], run_only="n/exact+v1")
+    assert [o.name for o in result.steps] == ["n/exact+v1"]
+    calls.clear()
+    runner.run([a, b], force="n/exact")  # not a name: a regex, as before
+    assert sorted(calls) == ["n/exact+v1", "n/exactv1"]

@@ -49,7 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_run.epilog = "Arguments after '--' are passed to the experiment script as its sys.argv[1:]."
     p_status = sub.add_parser("status", help="a table of the step outputs under a prefix")
     p_status.add_argument("--prefix", default=None)
-    p_status.add_argument("--name", default=None, metavar="RE", help="only steps whose name matches RE")
+    p_status.add_argument(
+        "--name",
+        default=None,
+        metavar="RE",
+        help="only steps whose name matches RE (a step's exact name: that step alone)",
+    )
     p_status.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     p_explain = sub.add_parser("explain", help="why a step would rerun or be reused")
     p_explain.add_argument("step", help="the step's name (or a regex matching names)")
@@ -223,12 +228,17 @@ def _cmd_status(ns: argparse.Namespace) -> int:
         table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
     counts: dict[str, int] = {}
     rows: list[dict[str, Any]] = []
+    listed = []
     for found in scan_prefix(prefix):
         storage = storage_for(found.output_path)
         st = found.status
         record = read_step_record(storage, found.output_path) or {}
         name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
-        if pattern and name != ns.name and not pattern.search(name):  # a name is matched by itself too
+        listed.append((found, storage, st, record, name))
+    exact = pattern is not None and any(name == ns.name for *_, name in listed)
+    for found, storage, st, record, name in listed:
+        # --name that is a step's name is that step alone (names may hold regex characters); else a regex
+        if pattern and (name != ns.name if exact else not pattern.search(name)):
             continue
         state = st.state.value if st else "UNKNOWN"
         style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")

@@ -25,7 +25,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -253,8 +253,9 @@ class StepRunner:
         progress = Progress(console)
         if only:
             steps = _select(steps, only)
+        step_names = {s.name for s in steps}
         for p in force:
-            if not any(_names(p, s.name) for s in steps):
+            if not any(_names(p, s.name, step_names) for s in steps):
                 names = ", ".join(sorted({s.name for s in steps})[:20]) or "none"
                 text = f"matches no step{' of this run' if only else ''}; steps are: {names}"
                 if p.pattern in (cli_force or ()):
@@ -278,7 +279,7 @@ class StepRunner:
                     f"{paths[s.key]} is in this process's memory:// filesystem, which workers cannot see; "
                     "use a local or object-store prefix, or drop the step's resources"
                 )
-        forced = {s.key for s in steps if any(_names(p, s.name) for p in force)}
+        forced = {s.key for s in steps if any(_names(p, s.name, step_names) for p in force)}
         states: dict[str, str] = {}
         code_changed: list[tuple[Step, str]] = []
         statuses = _read_statuses([paths[s.key] for s in steps])
@@ -472,21 +473,25 @@ def _as_list(x: Iterable[str] | str | None) -> list[str]:
     return [x] if isinstance(x, str) else list(x)
 
 
-def _names(pattern: re.Pattern[str], name: str) -> bool:
-    """`--only`/`--force` RE picks `name`: the regex finds it, or RE is the name itself (names may hold
-    regex characters: `grid/lr+1e-3`)."""
-    return pattern.pattern == name or pattern.search(name) is not None
+def _names(pattern: re.Pattern[str], name: str, names: Collection[str]) -> bool:
+    """`--only`/`--force` RE picks `name` of a run whose step names are `names`: RE that is the name of one of
+    them picks that step alone (names may hold regex characters: `grid/lr+1e-3`, copied from the status
+    table, would also match `grid/lrr1e-3`); any other RE picks the names the regex finds."""
+    if pattern.pattern in names:
+        return pattern.pattern == name
+    return pattern.search(name) is not None
 
 
 def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
     by_key = {s.key: s for s in steps}
+    names = {s.name for s in steps}
     for p in only:
-        if not any(_names(p, s.name) for s in steps):
+        if not any(_names(p, s.name, names) for s in steps):
             names = ", ".join(sorted({s.name for s in steps})[:20])
             raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
     keep: set[str] = set()
-    stack = [s.key for s in steps if any(_names(p, s.name) for p in only)]
+    stack = [s.key for s in steps if any(_names(p, s.name, names) for p in only)]
     while stack:
         k = stack.pop()
         if k not in keep:
