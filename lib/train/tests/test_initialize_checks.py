@@ -43,16 +43,6 @@ def test_moe_runtime_settings_may_differ_from_the_source() -> None:
         check_compatible(dataclasses.replace(src, num_experts=4), src, where="'src'")
 
 
-def test_the_runtime_fields_are_the_model_package_s() -> None:
-    import schooner.model
-    from schooner.train._init import RUNTIME_FIELDS
-
-    model_set = getattr(schooner.model, "RUNTIME_FIELDS", None)
-    if model_set is None:
-        pytest.skip("this schooner-model predates RUNTIME_FIELDS")
-    assert model_set == RUNTIME_FIELDS
-
-
 def test_a_run_may_loop_over_the_layers_otherwise_than_its_source(nano, tmp_path) -> None:
     """`scan_layers` changes how the (always stacked) layers are run, not a parameter: a checkpoint trained with
     the scan starts an unrolled run (the TPU settings unroll) and gives the same logits."""

@@ -20,31 +20,13 @@ from typing import Any
 import numpy as np
 
 from schooner.model import CHECKPOINT_MARKER, find_checkpoint, list_checkpoints
+from schooner.model import RUNTIME_FIELDS as MODEL_RUNTIME_FIELDS
 
 logger = logging.getLogger("schooner.train")
 
-RUNTIME_FIELDS = frozenset(
-    {
-        "compute_dtype",
-        "kernels",
-        "scan_layers",
-        "loss_chunk_tokens",
-        "gradient_checkpointing",
-        "attention_implementation",
-        "max_seq_len",
-        "initializer_range",
-        "aux_loss_weight",
-        "router_z_loss_weight",
-        "router_bias_rate",
-        "router_bias_resolve",
-        "router_bias_resolve_tokens",
-        "grouped_matmul",
-        "capacity_factor",
-    }
-)
-"""Model config fields that may differ between the source and the run (they change no parameter). The same set
-as ``schooner.model.RUNTIME_FIELDS``, kept here so this package runs with model releases that predate it
-(a test checks that they agree)."""
+RUNTIME_FIELDS = MODEL_RUNTIME_FIELDS
+"""Model config fields that may differ between the source and the run: ``schooner.model.RUNTIME_FIELDS``
+(they change no parameter)."""
 _RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolved_shared_dim"}
 """Fields compared by their resolved value (None means "derived from the other fields")."""
 
