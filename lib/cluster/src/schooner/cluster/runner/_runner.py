@@ -485,13 +485,13 @@ def _names(pattern: re.Pattern[str], name: str, names: Collection[str]) -> bool:
 def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
     """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
     by_key = {s.key: s for s in steps}
-    names = {s.name for s in steps}
+    step_names = {s.name for s in steps}
     for p in only:
-        if not any(_names(p, s.name, names) for s in steps):
-            names = ", ".join(sorted({s.name for s in steps})[:20])
-            raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {names}")
+        if not any(_names(p, s.name, step_names) for s in steps):
+            listed = ", ".join(sorted(step_names)[:20])
+            raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {listed}")
     keep: set[str] = set()
-    stack = [s.key for s in steps if any(_names(p, s.name, names) for p in only)]
+    stack = [s.key for s in steps if any(_names(p, s.name, step_names) for p in only)]
     while stack:
         k = stack.pop()
         if k not in keep:
