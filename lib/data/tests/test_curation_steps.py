@@ -181,3 +181,47 @@ def test_quality_scores_step_reads_the_text_the_classifier_was_trained_on(tmp_pa
     got = [a["quality"] for a in iter_attributes(result[scores].output_path)]
     assert got[1] > 0.5  # the opening alone is documentation
     assert got[0] == got[1]
+
+
+def test_lost_paragraphs_are_distinct_lines_a_kept_record_had(tmp_path, caplog):
+    """r1; r2 an exact copy; r3 a longer near copy (its lines reworded); r4 sharing one line with r1. Without
+    `duplicates=`, r1 holds the first copy of its 3 lines and dedup drops r1 and r2: lines A and B were only
+    in r1/r2 (dropped as wholes, not paragraph losses); only S, also in the kept r4, is cut from every copy
+    left. The reference: lines of the records the filters keep that appear in no output text."""
+    import logging
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    rng = random.Random(5)
+    vocab = ["alpha", "beta", "gamma", "delta", "river", "stone", "light", "paper", "table", "window"]
+
+    def line() -> str:
+        return " ".join(rng.choice(vocab) for _ in range(30)) + "."
+
+    a, b, s = line(), line(), line()
+    r1 = "\n".join([a, b, s])
+    r3 = "\n".join([a[:-1] + " indeed.", b[:-1] + " indeed.", s[:-1] + " indeed.", "One more line here."])
+    r4 = "\n".join([line(), s, line()])
+    texts = {"r1": r1, "r2": r1, "r3": r3, "r4": r4}
+    src = str(tmp_path / "src")
+    write_records(
+        [{"id": i, "text": t, "source": "s", "metadata": {}} for i, t in texts.items()], src, num_shards=2
+    )
+    exact = exact_dedup("attributes/exact", src)
+    fuzzy = fuzzy_dedup("attributes/fuzzy", src)
+    par = paragraph_dedup("attributes/par", src, min_chars=40)
+    clean = consolidate("data/clean", src, [exact, fuzzy, par], keep=[not_dup("exact"), not_dup("fuzzy")],
+                        remove=["paragraph_dups"], dropped_samples=0)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="schooner"):
+        result = StepRunner(prefix=str(tmp_path / "prefix")).run([clean])
+    assert result.ok
+    out = list(read_shards(result[clean].output_path))
+    assert sorted(r["id"] for r in out) == ["r3", "r4"]  # dedup kept the longer near copy, and r4
+    out_lines = {ln for r in out for ln in r["text"].split("\n")}
+    lost = {ln for i in ("r3", "r4") for ln in texts[i].split("\n") if len(ln) >= 40 and ln not in out_lines}
+    assert lost == {s}
+    assert result[clean].result["lost"] == {"paragraph_dups": len(lost)}
+    warning = next(r.getMessage() for r in caplog.records if "repeated paragraph" in r.getMessage())
+    assert "1 repeated paragraph " in warning and "3 repeated" not in warning

@@ -6,8 +6,8 @@
   corpus, is marked for removal in every later record (`paragraph_dups`, spans `[start, end]` that include
   the line's newline, so removing them keeps the rest of the document's structure). Lines shorter than
   `min_chars` (after stripping) are never marked. `paragraph_firsts` counts the lines of a record whose
-  later copies (in other records) are marked: if that record is dropped, those lines are gone from the
-  output, which `consolidate` counts as `lost.paragraph_dups`. Records that document dedup drops (pass its
+  later copies (in other records) are marked: if that record is dropped, those of them that a kept record
+  holds are gone from the output, which `consolidate` counts as `lost.paragraph_dups` (distinct lines). Records that document dedup drops (pass its
   attribute folders as `duplicates`) take no part, so the kept member of a cluster keeps its text.
 """
 
