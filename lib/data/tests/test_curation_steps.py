@@ -225,3 +225,45 @@ def test_lost_paragraphs_are_distinct_lines_a_kept_record_had(tmp_path, caplog):
     assert result[clean].result["lost"] == {"paragraph_dups": len(lost)}
     warning = next(r.getMessage() for r in caplog.records if "repeated paragraph" in r.getMessage())
     assert "1 repeated paragraph " in warning and "3 repeated" not in warning
+
+
+def test_paragraph_dedup_refuses_duplicates_that_are_not_dedup_steps(tmp_path):
+    """`duplicates=` takes the exact/fuzzy dedup steps: a quality_rules step (no `exact_dup`/`fuzzy_dup`)
+    did nothing at all; it is refused, naming the step."""
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    write_records([{"id": "a", "text": "a page", "source": "s", "metadata": {}}], str(tmp_path / "src"))
+    rules = quality_rules("attributes/rules", str(tmp_path / "src"), rules=("c4",))
+    with pytest.raises(
+        ValueError, match=r"duplicates=.*exact_dedup/fuzzy_dedup.*'attributes/rules' \(quality_rules\)"
+    ):
+        paragraph_dedup("attributes/par", str(tmp_path / "src"), duplicates=[rules])
+
+
+def test_paragraph_dedup_names_dedup_attributes_of_other_records(tmp_path):
+    """Folders given as `duplicates`: one without dedup attributes is refused, naming it; dedup attributes of
+    other records (here of a 2-record corpus, for a 4-record one) say they were computed from other records."""
+    from schooner.data import DataError, write_records
+    from schooner.data.curation._exact import exact_dedup_attributes, paragraph_dedup_attributes
+    from schooner.data.curation._attributes import attribute_dataset
+
+    def recs(n: int) -> list[dict]:
+        return [{"id": f"d{i}", "text": f"line {i} of a page that is long enough\nshared line of every page, long enough",
+                 "source": "s", "metadata": {}} for i in range(n)]  # fmt: skip
+
+    src, other = str(tmp_path / "src"), str(tmp_path / "other")
+    write_records(recs(4), src, num_shards=1)
+    write_records(recs(2), other, num_shards=1)
+    exact_other = str(tmp_path / "exact-other")
+    exact_dedup_attributes(other, exact_other, work=str(tmp_path / "w0"), progress=False)
+    with pytest.raises(DataError, match="computed from other records"):
+        paragraph_dedup_attributes(src, str(tmp_path / "p1"), work=str(tmp_path / "w1"), duplicates=[exact_other],
+                                   progress=False)  # fmt: skip
+    lengths = str(tmp_path / "lengths")
+    attribute_dataset(src, per_record=lambda r: {"chars": len(r["text"])}).write_jsonl(
+        lengths, progress=False
+    )
+    with pytest.raises(DataError, match=r"lengths.*no exact_dup or fuzzy_dup"):
+        paragraph_dedup_attributes(src, str(tmp_path / "p2"), work=str(tmp_path / "w2"), duplicates=[lengths],
+                                   progress=False)  # fmt: skip

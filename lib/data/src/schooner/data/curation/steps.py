@@ -333,6 +333,15 @@ def paragraph_dedup(
     kept keeps the paragraphs it shares with the dropped ones (else a paragraph first seen in a dropped
     record is cut from every kept copy: consolidate counts those distinct lines as `lost.paragraph_dups`)."""
     extra = as_step_inputs(list(duplicates), what="paragraph_dedup duplicates") if duplicates else ()
+    for x in extra:
+        kind = (
+            x.config.kind if isinstance(x, StepHandle) and isinstance(x.config, AttributeStepConfig) else None
+        )
+        if isinstance(x, StepHandle) and kind not in ("exact_dedup", "fuzzy_dedup"):
+            raise ValueError(
+                f"paragraph_dedup({name!r}): duplicates= takes the exact_dedup/fuzzy_dedup steps of the same "
+                f"records, got step {x.name!r} ({kind or 'not an attribute step'}), which marks no duplicate"
+            )
     return _attribute_step(name, records, "paragraph_dedup", min_chars, "v2", resources, extra=extra)
 
 
