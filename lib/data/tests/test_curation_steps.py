@@ -245,8 +245,8 @@ def test_paragraph_dedup_names_dedup_attributes_of_other_records(tmp_path):
     """Folders given as `duplicates`: one without dedup attributes is refused, naming it; dedup attributes of
     other records (here of a 2-record corpus, for a 4-record one) say they were computed from other records."""
     from schooner.data import DataError, write_records
-    from schooner.data.curation._exact import exact_dedup_attributes, paragraph_dedup_attributes
     from schooner.data.curation._attributes import attribute_dataset
+    from schooner.data.curation._exact import exact_dedup_attributes, paragraph_dedup_attributes
 
     def recs(n: int) -> list[dict]:
         return [{"id": f"d{i}", "text": f"line {i} of a page that is long enough\nshared line of every page, long enough",
