@@ -103,7 +103,9 @@ clean = consolidate(
     keep=[not_dup("exact"), not_dup("fuzzy")], remove=["paragraph_dups", "contaminated"], dropped_samples=10_000,
 )  # fmt: skip
 
-docs = tokenized("tokenized/crawl-clean", paths=clean, tokenizer=default_tokenizer)
+# No validation split of the crawl (2% of ~100 pages is one page or none): the run is scored on the held-out
+# docs (their own cache, half of it validation), during training too.
+docs = tokenized("tokenized/crawl-clean", paths=clean, tokenizer=default_tokenizer, validation_fraction=0)
 heldout_tok = tokenized(
     "tokenized/heldout-docs", paths=heldout, tokenizer=default_tokenizer, validation_fraction=0.5
 )
@@ -112,6 +114,7 @@ model = train_lm(
     model=dataclasses.replace(llama_nano, max_seq_len=SEQ_LEN),
     optimizer=AdamConfig(learning_rate=6e-3, weight_decay=0.1, warmup=0.05),
     datasets={docs: 1.0},
+    validation={"heldout-docs": heldout_tok},
     batch_size=16,
     seq_len=SEQ_LEN,
     num_train_steps=NUM_TRAIN_STEPS,

@@ -181,3 +181,89 @@ def test_quality_scores_step_reads_the_text_the_classifier_was_trained_on(tmp_pa
     got = [a["quality"] for a in iter_attributes(result[scores].output_path)]
     assert got[1] > 0.5  # the opening alone is documentation
     assert got[0] == got[1]
+
+
+def test_lost_paragraphs_are_distinct_lines_a_kept_record_had(tmp_path, caplog):
+    """r1; r2 an exact copy; r3 a longer near copy (its lines reworded); r4 sharing one line with r1. Without
+    `duplicates=`, r1 holds the first copy of its 3 lines and dedup drops r1 and r2: lines A and B were only
+    in r1/r2 (dropped as wholes, not paragraph losses); only S, also in the kept r4, is cut from every copy
+    left. The reference: lines of the records the filters keep that appear in no output text."""
+    import logging
+    import random
+
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    rng = random.Random(5)
+    vocab = ["alpha", "beta", "gamma", "delta", "river", "stone", "light", "paper", "table", "window"]
+
+    def line() -> str:
+        return " ".join(rng.choice(vocab) for _ in range(30)) + "."
+
+    a, b, s = line(), line(), line()
+    r1 = "\n".join([a, b, s])
+    r3 = "\n".join([a[:-1] + " indeed.", b[:-1] + " indeed.", s[:-1] + " indeed.", "One more line here."])
+    r4 = "\n".join([line(), s, line()])
+    texts = {"r1": r1, "r2": r1, "r3": r3, "r4": r4}
+    src = str(tmp_path / "src")
+    write_records(
+        [{"id": i, "text": t, "source": "s", "metadata": {}} for i, t in texts.items()], src, num_shards=2
+    )
+    exact = exact_dedup("attributes/exact", src)
+    fuzzy = fuzzy_dedup("attributes/fuzzy", src)
+    par = paragraph_dedup("attributes/par", src, min_chars=40)
+    clean = consolidate("data/clean", src, [exact, fuzzy, par], keep=[not_dup("exact"), not_dup("fuzzy")],
+                        remove=["paragraph_dups"], dropped_samples=0)  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="schooner"):
+        result = StepRunner(prefix=str(tmp_path / "prefix")).run([clean])
+    assert result.ok
+    out = list(read_shards(result[clean].output_path))
+    assert sorted(r["id"] for r in out) == ["r3", "r4"]  # dedup kept the longer near copy, and r4
+    out_lines = {ln for r in out for ln in r["text"].split("\n")}
+    lost = {ln for i in ("r3", "r4") for ln in texts[i].split("\n") if len(ln) >= 40 and ln not in out_lines}
+    assert lost == {s}
+    assert result[clean].result["lost"] == {"paragraph_dups": len(lost)}
+    warning = next(r.getMessage() for r in caplog.records if "repeated paragraph" in r.getMessage())
+    assert "1 repeated paragraph " in warning and "3 repeated" not in warning
+
+
+def test_paragraph_dedup_refuses_duplicates_that_are_not_dedup_steps(tmp_path):
+    """`duplicates=` takes the exact/fuzzy dedup steps: a quality_rules step (no `exact_dup`/`fuzzy_dup`)
+    did nothing at all; it is refused, naming the step."""
+    from schooner.data import write_records
+    from schooner.data.curation.steps import paragraph_dedup
+
+    write_records([{"id": "a", "text": "a page", "source": "s", "metadata": {}}], str(tmp_path / "src"))
+    rules = quality_rules("attributes/rules", str(tmp_path / "src"), rules=("c4",))
+    with pytest.raises(
+        ValueError, match=r"duplicates=.*exact_dedup/fuzzy_dedup.*'attributes/rules' \(quality_rules\)"
+    ):
+        paragraph_dedup("attributes/par", str(tmp_path / "src"), duplicates=[rules])
+
+
+def test_paragraph_dedup_names_dedup_attributes_of_other_records(tmp_path):
+    """Folders given as `duplicates`: one without dedup attributes is refused, naming it; dedup attributes of
+    other records (here of a 2-record corpus, for a 4-record one) say they were computed from other records."""
+    from schooner.data import DataError, write_records
+    from schooner.data.curation._attributes import attribute_dataset
+    from schooner.data.curation._exact import exact_dedup_attributes, paragraph_dedup_attributes
+
+    def recs(n: int) -> list[dict]:
+        return [{"id": f"d{i}", "text": f"line {i} of a page that is long enough\nshared line of every page, long enough",
+                 "source": "s", "metadata": {}} for i in range(n)]  # fmt: skip
+
+    src, other = str(tmp_path / "src"), str(tmp_path / "other")
+    write_records(recs(4), src, num_shards=1)
+    write_records(recs(2), other, num_shards=1)
+    exact_other = str(tmp_path / "exact-other")
+    exact_dedup_attributes(other, exact_other, work=str(tmp_path / "w0"), progress=False)
+    with pytest.raises(DataError, match="computed from other records"):
+        paragraph_dedup_attributes(src, str(tmp_path / "p1"), work=str(tmp_path / "w1"), duplicates=[exact_other],
+                                   progress=False)  # fmt: skip
+    lengths = str(tmp_path / "lengths")
+    attribute_dataset(src, per_record=lambda r: {"chars": len(r["text"])}).write_jsonl(
+        lengths, progress=False
+    )
+    with pytest.raises(DataError, match=r"lengths.*no exact_dup or fuzzy_dup"):
+        paragraph_dedup_attributes(src, str(tmp_path / "p2"), work=str(tmp_path / "w2"), duplicates=[lengths],
+                                   progress=False)  # fmt: skip

@@ -337,3 +337,16 @@ def test_an_index_rebuilt_in_the_same_folder_is_the_one_checked(tmp_path):
     build_index([{"id": "p2", "task": "reading", "text": other}], folder)
     assert [s[2] for s in contaminated_spans(other, folder)] == ["p2"]
     assert contaminated_spans(PASSAGE, folder) == []
+
+
+def test_normalized_words_named_in_the_docs_is_public():
+    """docs/curation/decontamination.md names `normalized_words` as the rule eval and training text share: a
+    user checks why a paragraph matched with it. Expected words hand-computed: the soft hyphen deleted,
+    "ß" case-folded to "ss", full-width letters NFKC'd, punctuation dropped."""
+    from schooner.data.curation import normalized_words
+
+    assert normalized_words("Stra\u00dfen\u00adbahn, STRASSE! \uff21\uff22c") == [
+        "strassenbahn",
+        "strasse",
+        "abc",
+    ]

@@ -419,3 +419,42 @@ def test_pretty_printed_json_object_file(tmp_path) -> None:
     (tmp_path / "broken.json").write_text('{\n  "id": "a",\n  "text": "x"\n')
     with pytest.raises(DataError, match=r"broken\.json, line 4: malformed JSON"):
         list(read_records(str(tmp_path / "broken.json")))
+
+
+def test_a_folder_lists_upper_case_names_and_subfolders_but_never_hidden_ones(tmp_path) -> None:
+    """Extensions match in any case and subfolders are read (as warc_dataset/html_dataset read theirs); hidden
+    files and folders (a step's `.schooner/` metadata) never are. Expected records are written here, one a
+    file, so each file's records are known without the reader."""
+    from schooner.data import read_shards
+
+    d = tmp_path / "corpus"
+    (d / "sub").mkdir(parents=True)
+    (d / "sub2").mkdir()
+    (d / ".schooner").mkdir()
+
+    def rec(name: str) -> dict:
+        return {"id": name, "text": f"text of {name}", "source": "t"}
+
+    for rel in ["a.jsonl", "B.JSONL", "sub/c.jsonl", ".schooner/history.jsonl", ".hidden.jsonl"]:
+        (d / rel).write_text(json.dumps(rec(rel)) + "\n")
+    (d / "G2.JSONL.GZ").write_bytes(gzip.compress((json.dumps(rec("G2.JSONL.GZ")) + "\n").encode()))
+    pq.write_table(
+        pa.table({"id": ["sub2/P.PARQUET"], "text": ["text of sub2/P.PARQUET"]}), d / "sub2" / "P.PARQUET"
+    )
+    (d / ".schooner" / "status.json").write_text('{"status": "SUCCESS"}')
+    want = sorted(["a.jsonl", "B.JSONL", "G2.JSONL.GZ", "sub/c.jsonl", "sub2/P.PARQUET"])
+    listed = [os.path.relpath(p, d) for p in list_shards(str(d))]
+    assert sorted(listed) == want
+    assert sorted(r["id"] for r in read_shards(str(d))) == want
+    assert sorted(r["id"] for r in Dataset.from_files(str(d)).collect(client="inline")) == want
+    # a folder holding only subfolders is read too
+    only = tmp_path / "only"
+    (only / "x").mkdir(parents=True)
+    (only / "x" / "r.jsonl").write_text(json.dumps(rec("x/r.jsonl")) + "\n")
+    assert [r["id"] for r in read_shards(str(only))] == ["x/r.jsonl"]
+    # a folder with only hidden data still holds none
+    hid = tmp_path / "hid"
+    (hid / ".schooner").mkdir(parents=True)
+    (hid / ".schooner" / "starts.jsonl").write_text(json.dumps(rec("s")) + "\n")
+    with pytest.raises(FileNotFoundError, match="holds no data files"):
+        list_shards(str(hid))

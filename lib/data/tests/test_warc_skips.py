@@ -149,3 +149,25 @@ def test_every_bad_record_is_listed_by_its_reason(tmp_path, local_client):
             assert msg.startswith(f"{path}: ") and f"byte offset {off}" in msg, (kind, msg)
     kept = [r["metadata"]["warc_offset"] for r in read_shards(str(tmp_path / "out"))]
     assert kept == [starts[i] for i, k in enumerate(kinds) if k == "ok"]
+
+
+@pytest.mark.parametrize("where", ["after", "between"])
+def test_zero_padding_in_a_gzip_warc_is_not_damage(tmp_path, where):
+    """Zero bytes after a gzip member are padding (gzip and Python's gzip module read past them), not a damaged
+    member: every record is read, no skip, and on_error='raise' reads the file."""
+    import gzip
+
+    rng = random.Random(3)
+    data, starts = _warcio_file([_html(rng, i, 3000) for i in range(2)])
+    pad = b"\0" * 64
+    padded = data + pad if where == "after" else data[: starts[1]] + pad + data[starts[1] :]
+    expected = _warcio_records(gzip.decompress(padded))  # the reference: Python's gzip, then warcio
+    assert len(expected) == 2
+    path = tmp_path / "x.warc.gz"
+    path.write_bytes(padded)
+    skips, counters = SkipLog(), {}
+    recs = list(iter_pages(str(path), ExtractConfig(), on_error="skip", skips=skips, counters=counters))
+    assert [(r["id"], r["metadata"]["url"]) for r in recs] == [(e[1], e[2]) for e in expected]
+    assert skips.skipped == 0, skips.reasons
+    recs = list(iter_pages(str(path), ExtractConfig(), on_error="raise", skips=SkipLog(), counters={}))
+    assert len(recs) == 2

@@ -58,8 +58,9 @@ def list_shards(path_or_glob: str) -> list[str]:
     - A folder without a manifest that holds `part-i-of-N` files lists them when the set is complete (and
       logs that there is no manifest); a gap in the set, or a schooner write that never finished (per-shard
       stats but no manifest), is an error naming what is missing.
-    - Other folders list their readable files sorted by name; a glob lists matching files sorted; a file is
-      returned as itself.
+    - Other folders list their readable files (extensions in any case) and, in turn, their subfolders' shards
+      by these same rules, in name order; hidden files and folders (names starting with ".", such as a
+      step's `.schooner/`) are never listed. A glob lists matching files sorted; a file is returned as itself.
 
     Raises:
         FileNotFoundError: nothing there, or a glob/folder with no data files, naming the path.
@@ -89,19 +90,37 @@ def list_shards(path_or_glob: str) -> list[str]:
         )
     if _HF_STATE in names and _HF_INFO in names:
         return _hf_arrow_files(path_or_glob)
-    files = [n for n in entries if not n.startswith(".") and not storage.isdir(storage.join(path_or_glob, n))]
-    parts = [n for n in files if n.startswith("part-") and n.endswith(READABLE_SUFFIXES)]
+    visible = sorted(n for n in entries if not n.startswith("."))
+    folders = {n for n in visible if storage.isdir(storage.join(path_or_glob, n))}
+    files = [n for n in visible if n not in folders]
+    parts = [n for n in files if n.startswith("part-") and _readable(n)]
     if parts:
         return [
             storage.join(path_or_glob, n) for n in _check_part_set(path_or_glob, parts, STATS_DIR in names)
         ]
-    chosen = [n for n in files if n.endswith(READABLE_SUFFIXES)]
+    chosen: list[str] = []
+    for n in visible:  # files and subfolders in name order; hidden ones (`.schooner/`, `.work-*`) stay out
+        full = storage.join(path_or_glob, n)
+        if n not in folders:
+            if _readable(n):
+                chosen.append(full)
+            continue
+        try:
+            chosen.extend(list_shards(full))
+        except FileNotFoundError:  # a subfolder without data files (logs, figures)
+            continue
     if not chosen:
         raise FileNotFoundError(
-            f"folder {path_or_glob!r} holds no data files (looked for {', '.join(READABLE_SUFFIXES)}); "
-            "pass a glob such as 'folder/*.jsonl' or name the files"
+            f"folder {path_or_glob!r} holds no data files (looked for {', '.join(READABLE_SUFFIXES)}, names "
+            "in any case, in it and its subfolders; hidden files and folders are not read); pass a glob such "
+            "as 'folder/*.jsonl' or name the files"
         )
-    return [storage.join(path_or_glob, n) for n in chosen]
+    return chosen
+
+
+def _readable(name: str) -> bool:
+    """Whether a file name ends in a readable suffix, in any case (`B.JSONL`, `x.Parquet`)."""
+    return name.lower().endswith(READABLE_SUFFIXES)
 
 
 def _from_manifest(folder: str, names: set[str]) -> list[str]:

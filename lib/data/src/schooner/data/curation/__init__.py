@@ -43,6 +43,7 @@ from ._rules import C4Rules as C4Rules
 from ._rules import FineWebRules as FineWebRules
 from ._rules import GopherQuality as GopherQuality
 from ._rules import GopherRepetition as GopherRepetition
+from ._text import normalized_words as normalized_words
 from ._warc import WarcPage as WarcPage
 from ._warc import warc_dataset as warc_dataset
 from ._warc import write_warc as write_warc

@@ -115,13 +115,17 @@ class ZipSplit(Split):
                 att = next(it, None)
                 if att is None:
                     raise DataError(
-                        p, f"ends at record {i}, but its source {self.path} goes on; recompute it"
+                        p,
+                        f"ends at record {i}, but its source {self.path} goes on: the attributes were computed "
+                        "from other records (another source, or an earlier version of this one); recompute "
+                        "them from this source",
                     )
                 if att["id"] != rec["id"]:
                     raise DataError(
                         p,
                         f"record {i} has id {att['id']!r} where source {self.path} has {rec['id']!r}: the "
-                        "attributes were computed from another source; recompute them",
+                        "attributes were computed from other records (another source, or an earlier version of "
+                        "this one); recompute them from this source",
                     )
                 merged.update(att["metadata"])
             rec["_attrs"] = merged
@@ -130,7 +134,11 @@ class ZipSplit(Split):
             yield rec
         for p, it in zip(self.attribute_paths, readers):
             if next(it, None) is not None:
-                raise DataError(p, f"has more records than its source {self.path}; recompute it")
+                raise DataError(
+                    p,
+                    f"has more records than its source {self.path}: the attributes were computed from other "
+                    "records (another source, or an earlier version of this one); recompute them from this source",
+                )
 
     def token(self) -> Any:
         files = [self.path, *self.attribute_paths]

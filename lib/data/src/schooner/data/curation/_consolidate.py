@@ -4,8 +4,9 @@ Filters (`Keep`) are small frozen objects over a record's merged attributes, app
 is dropped by the first that rejects it, and counted as `dropped.<filter name>`. Span attributes named in
 `remove` are cut out of the kept texts (`removed.<attribute>.spans` / `.chars`); a text left empty is
 dropped as `dropped.empty_after_removal`. A dropped record holding the first copy of repeated paragraphs
-whose later copies are cut takes them out of the output altogether: counted as `lost.paragraph_dups`
-(compute the paragraph attributes with `duplicates=` the dedup attributes to avoid it). Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
+whose later copies are cut takes them out of the output altogether: the distinct lines a kept record held
+(and lost) are counted as `lost.paragraph_dups` by `lost_paragraph_lines`, a second pass run only when a
+dropped record held first copies (`paragraph_firsts.dropped`) (compute the paragraph attributes with `duplicates=` the dedup attributes to avoid it). Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
 counted `cleaned.fixed_text`; unicode spaces, trailing whitespace and runs of blank lines normalised,
 `cleaned.whitespace`), each repair on by default and optional. A sample of the dropped records of every reason is written
 beside the output (`dropped/`), with the reason and their attributes, so a filter can be inspected before
@@ -271,9 +272,11 @@ class Consolidator:
             if self.mode == "kept":
                 if reason is not None:
                     counters[f"dropped.{reason}"] = counters.get(f"dropped.{reason}", 0) + 1
-                    lost = attrs.get("paragraph_firsts") if "paragraph_dups" in self.remove else 0
-                    if lost:  # its lines' later copies are cut: no copy of them is left
-                        counters["lost.paragraph_dups"] = counters.get("lost.paragraph_dups", 0) + int(lost)
+                    firsts = attrs.get("paragraph_firsts") if "paragraph_dups" in self.remove else 0
+                    if firsts:  # its lines' later copies are cut: lost where a kept record holds one (see
+                        # `lost_paragraph_lines`, which counts the distinct lines that are)
+                        key = "paragraph_firsts.dropped"
+                        counters[key] = counters.get(key, 0) + int(firsts)
                     continue
                 for key, (n, chars) in removed.items():
                     if key.startswith("cleaned."):  # records changed by the repair, and characters it removed
@@ -290,3 +293,51 @@ class Consolidator:
                 rec["text"] = original
                 rec["metadata"] = {**rec["metadata"], "drop_reason": reason, "attributes": attrs}
                 yield rec
+
+
+@dataclass(frozen=True)
+class _LostLineItems:
+    """Per record, the hashes of the lines that decide `lost.paragraph_dups`: a record the filters keep gives
+    its repeated lines (`paragraph_dups`, cut from it: `cut`), a dropped one the lines it holds the first
+    copy of (its lines not marked as repeats)."""
+
+    keep: tuple[Keep, ...]
+
+    @property
+    def __name__(self) -> str:
+        return "lost_lines"
+
+    def __call__(self, rec: dict) -> Iterator[dict]:
+        from ._exact import _h
+        from ._text import line_spans
+
+        attrs = rec.get("_attrs", {})
+        text = rec["text"]
+        dups = [
+            (int(x[0]), int(x[1])) for x in _get(attrs, "paragraph_dups", "remove='paragraph_dups'") or []
+        ]
+        if all(k.check(attrs, rec.get("_loc")) for k in self.keep):
+            for start, end in dups:
+                yield {"k": _h(text[start:end].strip()), "cut": True}
+        elif attrs.get("paragraph_firsts"):
+            marked = set(dups)
+            for start, end, line in line_spans(text):
+                if (start, end) not in marked and line.strip():
+                    yield {"k": _h(line.strip()), "cut": False}
+
+
+def _lost_groups(key: Any, items: list[dict]) -> list[dict]:
+    # lost: its first copy is in a dropped record and a kept record's copy is cut (so is every kept copy)
+    cut = any(it["cut"] for it in items)
+    return [{"lost": 1}] if cut and not all(it["cut"] for it in items) else []
+
+
+def lost_paragraph_lines(records: Any, keep: Sequence[Keep]) -> int:
+    """How many distinct lines `remove=["paragraph_dups"]` takes out of the output altogether: lines whose
+    first copy is in a record the filters `keep` drop and whose every copy in the kept records is cut (a
+    line only in dropped records went with them, and is not counted). `records`: the `with_attributes`
+    dataset consolidate reads (located)."""
+    groups = records.flat_map(_LostLineItems(tuple(keep)), name="lost_lines").group_by(
+        "k", _lost_groups, name="lost_line_groups"
+    )
+    return sum(1 for _ in groups.iter_records(progress=False))

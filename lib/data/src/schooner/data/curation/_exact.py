@@ -6,8 +6,8 @@
   corpus, is marked for removal in every later record (`paragraph_dups`, spans `[start, end]` that include
   the line's newline, so removing them keeps the rest of the document's structure). Lines shorter than
   `min_chars` (after stripping) are never marked. `paragraph_firsts` counts the lines of a record whose
-  later copies (in other records) are marked: if that record is dropped, those lines are gone from the
-  output, which `consolidate` counts as `lost.paragraph_dups`. Records that document dedup drops (pass its
+  later copies (in other records) are marked: if that record is dropped, those of them that a kept record
+  holds are gone from the output, which `consolidate` counts as `lost.paragraph_dups` (distinct lines). Records that document dedup drops (pass its
   attribute folders as `duplicates`) take no part, so the kept member of a cluster keeps its text.
 """
 
@@ -104,6 +104,8 @@ def paragraph_dedup_attributes(
     from ._attributes import with_attributes
 
     storage.makedirs(work)
+    for folder in duplicates:
+        _check_dedup_folder(folder)
     if duplicates:
         base = with_attributes(source, list(duplicates), locate=True)
     else:
@@ -128,3 +130,21 @@ def paragraph_dedup_attributes(
     return {"documents": manifest["records"], "documents_with_repeats": sum(1 for m in marks.values() if m["paragraph_dups"]),
             "paragraphs_marked": sum(len(m["paragraph_dups"]) for m in marks.values()), "chars_marked": chars,
             "counters": manifest["counters"]}  # fmt: skip
+
+
+def _check_dedup_folder(folder: str) -> None:
+    """A `duplicates=` folder of `paragraph_dedup_attributes`, checked to hold document dedup attributes
+    (`exact_dup` or `fuzzy_dup`): another attribute folder marks no record, so it would do nothing."""
+    from schooner.data import DataError, list_shards, read_records
+
+    for shard in list_shards(folder):
+        for rec in read_records(shard):
+            held = rec.get("metadata") or {}
+            if not any(k in held for k in DUP_FLAGS):
+                raise DataError(
+                    folder,
+                    f"is given as duplicates= of paragraph_dedup but holds no exact_dup or fuzzy_dup attribute "
+                    f"(its attributes: {sorted(held)})",
+                    fix="pass the exact_dedup/fuzzy_dedup attribute folders (steps) of the same records",
+                )
+            return

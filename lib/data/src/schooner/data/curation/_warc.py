@@ -204,6 +204,17 @@ def _skip_damaged_member(
         magic = f.read(4)
         if magic.startswith(b"\x1f\x8b"):
             bad = restart if last is None else _member_end(f, last)
+            padded = _after_zeros(f, bad)
+            if padded > bad:
+                # zero bytes after a member are padding (a file padded to a block size), as gzip and Python's
+                # gzip module read them (and the JSON-lines reader): not damage, when the end of the file or
+                # the next member follows them
+                f.seek(padded)
+                after = f.read(len(_GZIP_MAGIC))
+                if not after:
+                    return None
+                if after == _GZIP_MAGIC:
+                    return padded
             resume, what = _next_member(f, bad + 1), "gzip member"
         elif magic not in (b"\x28\xb5\x2f\xfd", b"\x04\x22\x4d\x18"):  # zstd, lz4 frames
             bad = restart if last is None else _record_end(f, last, last_length)
@@ -288,6 +299,17 @@ def _member_end(f: Any, start: int) -> int:
     except zlib.error:
         return start
     return start + read - len(d.unused_data) if d.eof else start
+
+
+def _after_zeros(f: Any, pos: int) -> int:
+    """Where the run of zero bytes starting at `pos` ends (`pos` itself when none starts there)."""
+    while True:
+        f.seek(pos)
+        buf = f.read(2**16)
+        n = len(buf) - len(buf.lstrip(b"\x00"))
+        pos += n
+        if n < len(buf) or not buf:
+            return pos
 
 
 def _next_member(f: Any, pos: int) -> int | None:

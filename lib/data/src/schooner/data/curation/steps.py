@@ -28,7 +28,14 @@ from schooner.data.steps import as_step_inputs, input_locations
 
 from ._attributes import attribute_dataset, iter_attributes, with_attributes
 from ._classifier import ClassifierConfig, QualityScores, train_classifier
-from ._consolidate import Consolidator, Keep, TopFraction, not_contaminated, resolve_top_fraction
+from ._consolidate import (
+    Consolidator,
+    Keep,
+    TopFraction,
+    lost_paragraph_lines,
+    not_contaminated,
+    resolve_top_fraction,
+)
 from ._decontam import (
     DecontamAttributes,
     DecontamConfig,
@@ -324,8 +331,17 @@ def paragraph_dedup(
     `duplicates`: the `exact_dedup`/`fuzzy_dedup` steps of the same records whose duplicates `consolidate`
     drops (`not_dup`). Give them: the records they mark take no part, so the member of a cluster that is
     kept keeps the paragraphs it shares with the dropped ones (else a paragraph first seen in a dropped
-    record is cut from every kept copy: consolidate counts those as `lost.paragraph_dups`)."""
+    record is cut from every kept copy: consolidate counts those distinct lines as `lost.paragraph_dups`)."""
     extra = as_step_inputs(list(duplicates), what="paragraph_dedup duplicates") if duplicates else ()
+    for x in extra:
+        kind = (
+            x.config.kind if isinstance(x, StepHandle) and isinstance(x.config, AttributeStepConfig) else None
+        )
+        if isinstance(x, StepHandle) and kind not in ("exact_dedup", "fuzzy_dedup"):
+            raise ValueError(
+                f"paragraph_dedup({name!r}): duplicates= takes the exact_dedup/fuzzy_dedup steps of the same "
+                f"records, got step {x.name!r} ({kind or 'not an attribute step'}), which marks no duplicate"
+            )
     return _attribute_step(name, records, "paragraph_dedup", min_chars, "v2", resources, extra=extra)
 
 
@@ -556,13 +572,19 @@ def _run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
     dropped = {k.removeprefix("dropped."): v for k, v in counters.items() if k.startswith("dropped.")}
     removed = {k.removeprefix("removed."): v for k, v in counters.items() if k.startswith("removed.")}
     cleaned = {k.removeprefix("cleaned."): v for k, v in counters.items() if k.startswith("cleaned.")}
-    lost = {k.removeprefix("lost."): v for k, v in counters.items() if k.startswith("lost.")}
+    lost: dict[str, int] = {}
+    if counters.get("paragraph_firsts.dropped"):  # dropped records held first copies: count the lines lost
+        n = lost_paragraph_lines(ds, keep)
+        if n:
+            lost["paragraph_dups"] = n
     if lost.get("paragraph_dups"):
+        n = lost["paragraph_dups"]
         logger.warning(
-            "consolidate %s: %d repeated paragraphs are gone from the output: their first copy is in a dropped "
-            "record and every later copy was cut (remove=['paragraph_dups']); compute paragraph_dedup with "
-            "duplicates=[the exact_dedup/fuzzy_dedup steps] so the kept member of a cluster keeps them",
-            output_path, lost["paragraph_dups"],
+            "consolidate %s: %d repeated paragraph%s (distinct lines) %s gone from the output: the first copy "
+            "is in a dropped record and every copy in the kept records was cut (remove=['paragraph_dups']); "
+            "compute paragraph_dedup with duplicates=[the exact_dedup/fuzzy_dedup steps] so the kept member of "
+            "a cluster keeps them",
+            output_path, n, "" if n == 1 else "s", "is" if n == 1 else "are",
         )  # fmt: skip
     return {**_summary(manifest), "input_records": counters.get("read.records", 0), "dropped": dropped,
             "removed": removed, "lost": lost, "cleaned": cleaned, "filters": [k.name for k in keep],
