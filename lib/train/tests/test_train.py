@@ -258,3 +258,26 @@ def test_non_finite_updated_parameters_are_not_applied(nano) -> None:
 def test_a_learning_rate_that_overflows_float32_is_refused() -> None:
     with pytest.raises(ValueError, match="learning_rate=1e\\+39 overflows float32"):
         AdamConfig(learning_rate=1e39)
+
+
+def test_a_validation_split_left_empty_on_purpose_is_not_warned_about(data_dir, tmp_path, caplog) -> None:
+    """`validation_fraction=0` builds no held-out set, as the tokenize warning suggests: the run's default
+    validation passes the empty split over quietly; a split the fraction left empty by chance is still said."""
+    import logging
+
+    from schooner.data import make_record, write_records
+    from schooner.tokenize import build_cache
+    from schooner.train._evaluate import default_validation
+
+    records = str(tmp_path / "records")
+    write_records([make_record(f"document number {i} of a few", source="t") for i in range(6)], records,
+                  format="jsonl", num_shards=1)  # fmt: skip
+
+    build_cache(records, str(tmp_path / "none"), f"{data_dir}/tokenizer.json", validation_fraction=0.0)
+    with caplog.at_level(logging.WARNING, logger="schooner.train"):
+        assert default_validation({f"{tmp_path}/none/train": 1.0}) == {}
+    assert not [r for r in caplog.records if "is empty" in r.getMessage()]
+    build_cache(records, str(tmp_path / "chance"), f"{data_dir}/tokenizer.json", validation_fraction=1e-6)
+    with caplog.at_level(logging.WARNING, logger="schooner.train"):
+        assert default_validation({f"{tmp_path}/chance/train": 1.0}) == {}
+    assert [r for r in caplog.records if "is empty" in r.getMessage()]

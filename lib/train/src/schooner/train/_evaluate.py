@@ -44,9 +44,22 @@ def default_validation(components: Mapping[str, float]) -> dict[str, str]:
             if cache.num_tokens > 0:
                 # A step output folder `name-1a2b3c4d` is named without its hash.
                 out[re.sub(r"-[0-9a-f]{8}$", "", os.path.basename(root))] = val
-            else:
+            elif _asked_for_validation(root):
                 logger.warning(empty_split(val))
     return out
+
+
+def _asked_for_validation(root: str) -> bool:
+    """False when the tokenized folder's `build.json` says it was built with `validation_fraction=0` (no
+    held-out set asked for: an empty split is no news); True otherwise, a build record missing included."""
+    import json
+
+    try:
+        with open(os.path.join(root, "build.json")) as f:
+            fraction = json.load(f)["plan"]["validation_fraction"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    return not (isinstance(fraction, int | float) and fraction == 0)
 
 
 def empty_split(folder: str) -> str:
