@@ -135,16 +135,22 @@ class HtmlFilesSplit(Split):
 
 def _html_files(path: str) -> list[tuple[str, str]]:
     """(file, path relative to `path`) of the HTML files under a folder (recursively), sorted."""
+    return files_under(path, _HTML_NAME)
+
+
+def files_under(path: str, name: re.Pattern[str]) -> list[tuple[str, str]]:
+    """(file, path relative to `path`) of the files under a folder (recursively) whose name `name` finds,
+    sorted; local folders and fsspec URLs alike."""
     if storage.is_local(path):
         root = storage.local_path(path)
         found = []
         for d, dirs, names in os.walk(root):
             dirs.sort()
-            found += [os.path.join(d, n) for n in sorted(names) if _HTML_NAME.search(n)]
+            found += [os.path.join(d, n) for n in sorted(names) if name.search(n)]
         return [(f, os.path.relpath(f, root).replace(os.sep, "/")) for f in found]
     fs, p = storage.url_to_fs(path)
     protocol = path.split("://", 1)[0]
-    found = sorted(f for f in fs.find(p) if _HTML_NAME.search(f))
+    found = sorted(f for f in fs.find(p) if name.search(f))
     return [(f"{protocol}://{f}", f[len(p.rstrip("/")) + 1 :]) for f in found]
 
 

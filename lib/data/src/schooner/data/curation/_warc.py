@@ -28,6 +28,7 @@ from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
 from ._html import BadPage, ExtractConfig, decode_html, extract_page
+from ._html_files import files_under
 from ._http import decode_body
 
 if TYPE_CHECKING:
@@ -397,17 +398,7 @@ class WarcSplit(Split):
 def _warc_files(path: str) -> list[tuple[str, str]]:
     """(file, path relative to `path`) of the WARC files under a folder (recursively, names in any case),
     sorted."""
-    if storage.is_local(path):
-        root = storage.local_path(path)
-        found = []
-        for d, dirs, names in os.walk(root):
-            dirs.sort()
-            found += [os.path.join(d, n) for n in sorted(names) if _WARC_NAME.search(n)]
-        return [(f, os.path.relpath(f, root).replace(os.sep, "/")) for f in found]
-    fs, p = storage.url_to_fs(path)
-    protocol = path.split("://", 1)[0]
-    found = sorted(f for f in fs.find(p) if _WARC_NAME.search(f))
-    return [(f"{protocol}://{f}", f[len(p.rstrip("/")) + 1 :]) for f in found]
+    return files_under(path, _WARC_NAME)
 
 
 def warc_dataset(
