@@ -122,3 +122,20 @@ def test_explain_without_the_experiment_reads_the_versions_in_the_order_they_ran
     assert not _os.path.exists(_os.path.join(runner.output_path(second), ".schooner", "lease.json"))
     expl = explain_records(str(tmp_path), "abl/x")
     assert expl is not None and expl.verdict == "INTERRUPTED"
+
+
+def test_explain_without_the_experiment_names_a_changed_input_by_its_step(tmp_path) -> None:
+    # A changed input read `config.src: {"__step__": "04cc6574d038..."} -> {...}` (its raw key); with the
+    # experiment file the same change reads `<step 'abl/src' 1a2b3c4d>`.
+    from schooner.cluster import StepRunner
+    from schooner.cluster.runner._explain import explain_records
+
+    runner = StepRunner(prefix=str(tmp_path), quiet=True)
+    src1, src2 = step("abl/src", fn, {"n": 1}), step("abl/src", fn, {"n": 2})
+    assert runner.run([step("abl/use", fn, {"src": src1})]).ok
+    assert runner.run([step("abl/use", fn, {"src": src2})]).ok
+    expl = explain_records(str(tmp_path), "abl/use")
+    assert expl is not None
+    assert [c.describe() for c in expl.changes] == [
+        f"config.src: <step 'abl/src' {src1.key[:8]}> -> <step 'abl/src' {src2.key[:8]}>"
+    ]

@@ -343,7 +343,11 @@ def explain_records(prefix: str, name: str) -> Explanation | None:
     if "code" in prev and "code" in latest and prev["code"] != latest["code"]:
         changes.append(FieldChange("code", prev["code"], latest["code"]))
     names = {i["key"]: i.get("name", "?") for r in (prev, latest) for i in r.get("inputs", [])}
-    changes += diff_configs(prev.get("config"), latest.get("config"), names=names)
+    for c in diff_configs(prev.get("config"), latest.get("config"), names=names):
+        # an input by its step's name and key, as with the experiment file
+        changes.append(
+            FieldChange(c.path, _ref_label(c.old, names) or c.old, _ref_label(c.new, names) or c.new)
+        )
     return Explanation(
         name,
         latest["key"],
