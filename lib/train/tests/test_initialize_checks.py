@@ -128,7 +128,7 @@ def test_a_dpo_reference_path_is_pinned_to_the_checkpoint_it_resolves_to(nano, t
     assert (build_dpo().key, build_ref().key) == keys  # nothing changed: the same steps
     latest = _checkpoint(ref, 4, nano(), seed=1)
     assert build_dpo().key != keys[0] and build_ref().key != keys[1]
-    assert str(build_dpo().config.reference) == latest and str(build_ref().config.model) == latest
+    assert str(build_dpo().config.objective.reference) == latest and str(build_ref().config.model) == latest
     assert build_dpo(reference_step=2).key == keys[0] and build_ref(step=2).key == keys[1]  # named: pinned
     with pytest.raises(FileNotFoundError, match="no complete checkpoint of step 3"):
         build_dpo(reference_step=3)
@@ -145,7 +145,7 @@ def test_a_reference_logprobs_folder_is_keyed_by_its_content(nano, tmp_path) -> 
     build = lambda **kw: dpo("d", initialize_from=policy, reference=str(ref), preferences="/prefs",  # noqa: E731
                              batch_size=2, seq_len=16, num_train_steps=1, **kw)  # fmt: skip
     first = build().key
-    assert build().key == first and str(build().config.reference) == str(ref)
+    assert build().key == first and str(build().config.objective.reference) == str(ref)
     (ref / "reference.json").write_text('{"model": "b", "seq_len": 16, "splits": {}}')
     assert build().key != first
     with pytest.raises(ValueError, match="reference_step=2 names a checkpoint of a live reference run"):

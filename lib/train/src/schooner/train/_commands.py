@@ -19,7 +19,9 @@ def tokenizer_sources(run: str) -> tuple[str, ...]:
         if os.path.exists(path):
             with open(path) as f:
                 config = json.load(f).get("config", {})
-            found = [config.get("tokenizer"), *(config.get("data", {}).get("components") or {})]
+            inputs = [pair[0] for pair in config.get("datasets") or []]  # TrainerConfig
+            inputs += list(config.get("data", {}).get("components") or {})  # a run of schooner-train 0.x
+            found = [config.get("tokenizer"), *inputs]
             return tuple(str(x) for x in found if x)
     return ()
 

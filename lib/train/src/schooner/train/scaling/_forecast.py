@@ -376,6 +376,8 @@ def _data_mismatches(recorded: Any, run: Mapping[str, Any]) -> tuple[list[str], 
 def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
     import fsspec
 
+    from schooner.train._run_info import recorded_data
+
     from ._plots import plot_forecast
     from ._sweep import run_counts, run_data, run_loss
 
@@ -404,7 +406,7 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         "model_config": info["model_config"],
         "optimizer": info["config"]["optimizer"],
         "batch_size": info["config"]["batch_size"],
-        "seq_len": info["config"]["data"]["seq_len"],
+        "seq_len": recorded_data(info["config"])["seq_len"],
         "num_train_steps": info["config"]["num_train_steps"],
     }
     target = prediction["target"]

@@ -212,12 +212,13 @@ def run_counts(train_path: str) -> dict[str, Any]:
     import fsspec
 
     from schooner.model import config_from_dict, flops_per_token, num_parameters
+    from schooner.train._run_info import recorded_data
 
     with fsspec.open(f"{train_path}/run.json") as f:
         info = json.load(f)
     model = config_from_dict(info["model_config"])
     cfg = info["config"]
-    seq_len = int(cfg["data"]["seq_len"])
+    seq_len = recorded_data(cfg)["seq_len"]
     batch, steps = cfg["batch_size"], cfg["num_train_steps"]
     if not isinstance(batch, int):
         raise ValueError(
@@ -256,14 +257,16 @@ def run_data(train_path: str) -> dict[str, Any]:
     import fsspec
 
     from schooner.train._evaluate import default_validation
+    from schooner.train._run_info import recorded_data
 
     with fsspec.open(f"{train_path}/run.json") as f:
         info = json.load(f)
-    data = info["config"]["data"]
-    components = {str(k): float(v) for k, v in data["components"].items()}
-    validation = data.get("validation")
+    data = recorded_data(info["config"])
+    components = data["components"]
+    validation = data["validation"]
     if validation is None:
         validation = default_validation(components)
+    validation = {**validation, **data["evals"]}
     return {
         "tokenizer": info.get("tokenizer_fingerprint"),
         "train": {_cache_id(p): w for p, w in sorted(components.items())},
