@@ -360,6 +360,7 @@ class Trainer:
         )
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
+            _makedirs(self.root)
             with (
                 open(os.path.join(self.root, "run.json"), "w")
                 if "://" not in self.root
@@ -520,6 +521,13 @@ def parameter_counts(model_config: Any) -> dict[str, int]:
         "total": total,
         "non_embedding": total - tables * model_config.vocab_size * model_config.hidden_dim,
     }
+
+
+def _makedirs(path: str) -> None:
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    fs.makedirs(p, exist_ok=True)
 
 
 def _fs_open(path: str) -> Any:
