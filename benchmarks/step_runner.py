@@ -20,11 +20,11 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import fsspec
 
 from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
-from schooner.cluster._storage import storage_for
-from schooner.cluster.runner._step import resolve_config
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,14 @@ def build(
     return [h for layer in layers for h in layer]
 
 
+def _read_text(fs: fsspec.AbstractFileSystem | None, path: str) -> str:
+    """One file's text, read once: `open` on a local disk, the filesystem's `cat_file` on an object store."""
+    if fs is None:
+        with open(path) as f:
+            return f.read()
+    return fs.cat_file(path).decode()
+
+
 def bench(
     label: str, n: int, prefix: str, resources: ResourceConfig | None, client: LocalClient | None
 ) -> dict:
@@ -87,10 +95,10 @@ def bench(
     assert again.ok and len(again.cached) == n
 
     # Floor for the rerun: read each status file once, nothing else.
-    storage = storage_for(prefix)
+    fs = fsspec.core.url_to_fs(prefix)[0] if "://" in prefix else None
     t0 = time.perf_counter()
     for o in again.steps:
-        json.loads(storage.read_text(f"{o.output_path}/.schooner/status.json") or "")
+        json.loads(_read_text(fs, f"{o.output_path}/.schooner/status.json"))
     floor_s = time.perf_counter() - t0
     if "://" in prefix:  # no peer for the first run on an object store: the rerun is what this measures
         print(f"\n[{label}] {n} steps")
@@ -100,7 +108,11 @@ def bench(
 
     # Peer for the first run: the same functions without a runner.
     scratch = tempfile.mkdtemp(prefix="bench-peer-")
-    configs = [resolve_config(h.config, lambda d: os.path.join(scratch, d.dir_name)) for h in handles]
+    # each config with its input handles replaced by their folders, as the runner hands it to the function
+    configs = [
+        replace(h.config, inputs=tuple(os.path.join(scratch, d.dir_name) for d in h.config.inputs))
+        for h in handles
+    ]
     t0 = time.perf_counter()
     if client is None:
         for i, c in enumerate(configs):
