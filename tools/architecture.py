@@ -42,8 +42,9 @@ DEPENDS_ON: dict[str, frozenset[str]] = {
     "train": frozenset({"model", "tokenize", "cluster"}),
     "eval": frozenset({"model", "tokenize", "cluster"}),
 }
-# The floors, bottom first: a package only imports packages on lower floors (DEPENDS_ON is the exact rule).
-FLOORS: tuple[tuple[str, ...], ...] = (("cluster", "model"), ("data",), ("tokenize",), ("train", "eval"))
+# The five floors, bottom first, as DESIGN.md's table lists the packages: a package imports only packages on
+# lower floors (DEPENDS_ON is the exact rule; model, on the fourth, imports none).
+FLOORS: tuple[tuple[str, ...], ...] = (("cluster",), ("data",), ("tokenize",), ("model",), ("train", "eval"))
 
 # Folders outside lib/ whose Python must use the packages' public faces only.
 OUTSIDE = ("tests", "benchmarks", "experiments", "tools", ".ci")
@@ -349,113 +350,121 @@ def check(root: Path = ROOT, depends_on: Mapping[str, frozenset[str]] = DEPENDS_
 # ---------------------------------------------------------------- the drawing
 
 
+# Where each package sits in the drawing: (left, floor); floors count from 1 at the bottom. Boxes are
+# BOX_W wide; the ground (cluster) spans the whole width so every arrow into it lands straight.
+_PLACES = {"cluster": (0.3, 1), "data": (0.6, 2), "tokenize": (0.6, 3), "model": (8.4, 4), "train": (0.6, 5),
+           "eval": (8.4, 5)}  # fmt: skip
+_BOX_W, _BOX_H, _FLOOR_H, _WIDTH = 5.0, 1.75, 2.35, 14.2
+# Arrows into cluster from a floor above it run down a lane of their own, right of the box they leave.
+_LANES = {"tokenize": 6.3, "train": 7.3, "eval": 13.6}
+
+
+def public_parts(report: Report, package: str) -> list[str]:
+    """The public modules and subpackages of `package` (`steps`, `runner/`), test helpers left out."""
+    modules = report.graphs.get(package, {})
+    names = set()
+    for mod in modules:
+        parts = mod.split(".")[2:]
+        if not parts or _is_private(parts[0]) or parts[0] in ("testing", "pytest_fixtures", "__main__"):
+            continue
+        is_folder = any(m.startswith(f"schooner.{package}.{parts[0]}.") for m in modules)
+        names.add(parts[0] + ("/" if is_folder else ""))
+    return sorted(names)
+
+
 def draw(report: Report, out: Path) -> None:
-    """The floors, the packages on them with their public modules, and the imports between packages."""
+    """The floors, each package with its public modules, and the imports between packages as arrows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+    from matplotlib.patches import FancyBboxPatch
 
-    def public_parts(pkg: str) -> list[str]:
-        names = set()
-        for mod in report.graphs.get(pkg, {}):
-            parts = mod.split(".")[2:]
-            if parts and not _is_private(parts[0]) and parts[0] not in ("testing", "pytest_fixtures"):
-                names.add(
-                    parts[0]
-                    + (
-                        "/"
-                        if any(m.startswith(f"schooner.{pkg}.{parts[0]}.") for m in report.graphs[pkg])
-                        else ""
-                    )
-                )
-        return sorted(names)
-
-    width, box_w, box_h = 12.0, 3.4, 1.9
-    fig, ax = plt.subplots(figsize=(width, 9.5), dpi=130)
-    ax.set_xlim(0, width)
-    ax.set_ylim(-0.4, len(FLOORS) * 2.4 + 0.2)
+    colors = {"cluster": "#dbe9f6", "data": "#e3f1dc", "tokenize": "#efe3f6", "model": "#f6e3d0",
+              "train": "#f9f0c8", "eval": "#f6d9df"}  # fmt: skip
+    floors = max(f for _, f in _PLACES.values())
+    fig, ax = plt.subplots(figsize=(11, 9.6), dpi=140)
+    ax.set_xlim(-1.3, _WIDTH + 0.3)
+    ax.set_ylim(-0.3, floors * _FLOOR_H + 0.1)
     ax.axis("off")
-    centers: dict[str, tuple[float, float]] = {}
-    colors = {
-        "cluster": "#dbe9f6",
-        "model": "#f6e3d0",
-        "data": "#e3f1dc",
-        "tokenize": "#efe3f6",
-        "train": "#f9f0c8",
-        "eval": "#f6d9df",
-    }
-    for level, floor in enumerate(FLOORS):
-        y = level * 2.4 + 0.2
-        ax.text(0.1, y + box_h / 2, f"floor {level + 1}", va="center", fontsize=10, color="#555555")
-        xs = [width / 2] if len(floor) == 1 else [width / 2 - 2.6, width / 2 + 2.6]
-        for x, pkg in zip(xs, floor, strict=True):
-            ax.add_patch(
-                FancyBboxPatch(
-                    (x - box_w / 2, y),
-                    box_w,
-                    box_h,
-                    boxstyle="round,pad=0.05",
-                    facecolor=colors[pkg],
-                    edgecolor="#333333",
-                    linewidth=1.2,
-                )
-            )
-            ax.text(
-                x, y + box_h - 0.28, f"schooner.{pkg}", ha="center", va="center", fontsize=12, weight="bold"
-            )
-            parts = public_parts(pkg)
-            n_cycles = sum(1 for c in report.cycles if c.package == pkg)
-            body = "  ".join(parts) if parts else "(the package face only)"
-            ax.text(
-                x,
-                y + box_h / 2 - 0.15,
-                _wrap(body, 34),
-                ha="center",
-                va="center",
-                fontsize=8.5,
-                family="monospace",
-            )
-            mods = len(report.graphs.get(pkg, {}))
-            ax.text(
-                x,
-                y + 0.18,
-                f"{mods} modules" + (f", {n_cycles} import circle(s)" if n_cycles else ""),
-                ha="center",
-                va="center",
-                fontsize=7.5,
-                color="#b00020" if n_cycles else "#555555",
-            )
-            centers[pkg] = (x, y)
-    for (src, dst), count in sorted(report.package_edges.items()):
-        if src not in centers or dst not in centers:
-            continue
-        (x0, y0), (x1, y1) = centers[src], centers[dst]
-        ok = dst in DEPENDS_ON.get(src, frozenset())
-        arrow = FancyArrowPatch(
-            (x0, y0),
-            (x1, y1 + box_h + 0.05),
-            arrowstyle="-|>",
-            mutation_scale=14,
-            color="#333333" if ok else "#b00020",
-            linewidth=0.6 + min(count, 60) / 25,
-            connectionstyle="arc3,rad=0.08",
-            alpha=0.75,
+
+    def box(pkg: str) -> tuple[float, float, float, float]:
+        left, floor = _PLACES[pkg]
+        width = _WIDTH - 0.6 if pkg == "cluster" else _BOX_W
+        return left, (floor - 1) * _FLOOR_H, width, _BOX_H
+
+    for floor in range(1, floors + 1):
+        ax.text(-1.2, (floor - 1) * _FLOOR_H + _BOX_H / 2, f"floor {floor}", va="center", fontsize=9,
+                color="#666666")  # fmt: skip
+    for pkg in _PLACES:
+        x, y, w, h = box(pkg)
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.04", facecolor=colors[pkg],
+                                    edgecolor="#333333", linewidth=1.1))  # fmt: skip
+        ax.text(x + w / 2, y + h - 0.27, f"schooner.{pkg}", ha="center", va="center", fontsize=11.5,
+                weight="bold")  # fmt: skip
+        parts = public_parts(report, pkg)
+        body = "  ".join(["(face)", *parts])
+        ax.text(x + w / 2, y + h / 2 - 0.12, _wrap(body, 70 if pkg == "cluster" else 36), ha="center",
+                va="center", fontsize=8, family="monospace")  # fmt: skip
+        n_cycles = sum(1 for c in report.cycles if c.package == pkg)
+        note = f"{len(report.graphs.get(pkg, {}))} modules" + (
+            f", {n_cycles} import circle" if n_cycles else ""
         )
-        ax.add_patch(arrow)
+        ax.text(x + w / 2, y + 0.17, note, ha="center", va="center", fontsize=7,
+                color="#b00020" if n_cycles else "#666666")  # fmt: skip
+
+    def arrow(points: list[tuple[float, float]], color: str, width: float, dashed: bool) -> None:
+        xs, ys = zip(*points, strict=True)
+        style = (0, (4, 3)) if dashed else "solid"
+        ax.plot(xs[:-1], ys[:-1], color=color, linewidth=width, linestyle=style, solid_capstyle="butt")
+        ax.annotate(
+            "",
+            xy=points[-1],
+            xytext=points[-2],
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": color,
+                "linewidth": width,
+                "linestyle": style,
+                "shrinkA": 0,
+                "shrinkB": 0,
+                "mutation_scale": 13,
+            },
+        )
+
+    for (src, dst), count in sorted(report.package_edges.items()):
+        if src not in _PLACES or dst not in _PLACES:
+            continue
+        allowed = dst in DEPENDS_ON.get(src, frozenset())
+        color, width = ("#333333" if allowed else "#b00020"), 0.7 + min(count, 40) / 20
+        sx, sy, sw, sh = box(src)
+        dx, dy, dw, dh = box(dst)
+        top = dy + dh + 0.05
+        if dst == "cluster" and src in _LANES:  # down its own lane to the ground
+            lane, mid = _LANES[src], sy + sh * (0.35 if src == "eval" else 0.5)
+            side = sx + sw if lane > sx + sw else sx
+            arrow([(side, mid), (lane, mid), (lane, top)], color, width, not allowed)
+        elif abs((sx + sw / 2) - (dx + dw / 2)) < 0.1 or dst == "cluster":  # straight down
+            arrow([(sx + sw / 2, sy - 0.05), (sx + sw / 2, top)], color, width, not allowed)
+        else:  # across: from the side facing it
+            if dx > sx:
+                start, end = (sx + sw + 0.05, sy + sh * 0.75), (dx + min(0.6, dw / 2), top)
+            else:
+                start, end = (sx - 0.05, sy + sh * 0.25), (dx + dw - 0.6, top)
+            arrow([start, end], color, width, not allowed)
     ax.set_title(
-        "Schooner: six packages on four floors; arrows are imports (thicker: more of them), "
-        "all pointing down",
-        fontsize=11,
-    )
+        "Schooner's packages on five floors. An arrow is a package importing another (thicker: more "
+        "import lines).\nBlack: allowed by DESIGN.md's dependency column. Red, dashed: an import against it.",
+        fontsize=10,
+    )  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, bbox_inches="tight")
     plt.close(fig)
 
 
 def _wrap(text: str, width: int) -> str:
-    lines, cur = [], ""
+    lines: list[str] = []
+    cur = ""
     for word in text.split("  "):
         if cur and len(cur) + 2 + len(word) > width:
             lines.append(cur)
