@@ -313,6 +313,8 @@ def check(root: Path = ROOT, depends_on: Mapping[str, frozenset[str]] = DEPENDS_
         for tests in sorted(root.glob("lib/*/tests")):
             for py in sorted(tests.rglob("*.py")):
                 yield py, tests.parent.name
+        for py in sorted(root.glob("*.py")):  # the root's conftest.py
+            yield py, None
         for folder in OUTSIDE:
             for py in sorted((root / folder).rglob("*.py")):
                 yield py, None
