@@ -54,12 +54,7 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
 }
 
 # (package, package it imports against DESIGN.md's column), wherever in the package the import sits.
-KNOWN_LAYERING: set[tuple[str, str]] = {
-    # eval reads the embedded corpus (`schooner.data.sources`, the bundled tasks) and writes record folders
-    # (`write_records`, the task texts) through schooner.data: eval's pyproject declares it, DESIGN.md's
-    # column (eval -> model, tokenize, cluster) does not. The lead decides which of the two changes.
-    ("eval", "schooner.data"),
-}
+KNOWN_LAYERING: set[tuple[str, str]] = set()
 
 
 def _layer_key(v: Violation) -> tuple[str, str]:
