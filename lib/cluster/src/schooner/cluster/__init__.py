@@ -34,7 +34,6 @@ from ._secrets import Secret as Secret
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
 from ._secrets import secret_field as secret_field
-from .cli._report import write_report as write_report
 from .runner import ConfigError as ConfigError
 from .runner import InputFiles as InputFiles
 from .runner import InputPath as InputPath
@@ -56,6 +55,7 @@ from .storage import atomic_open as atomic_open
 from .storage import atomic_write as atomic_write
 from .storage import is_temp_name as is_temp_name
 from .storage import unique_tag as unique_tag
+from .views import write_report as write_report
 
 
 def _publish() -> None:

@@ -27,16 +27,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from schooner.cluster.runner._lower import Step, lower
-from schooner.cluster.runner._options import (
-    CapturedRun,
-    RunOptions,
-    add_run_flags,
-    applying,
-    options_from_args,
-)
-from schooner.cluster.runner._progress import fmt_age, fmt_duration, make_console
+from schooner.cluster.runner._options import CapturedRun, RunOptions, applying
+from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._step import StepHandle
 from schooner.cluster.runner._version import ConfigError
+
+from ._flags import add_run_flags, options_from_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -101,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "run":
             code = _cmd_run(ns)
             if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
-                from schooner.cluster.runner._entry import exit_now
+                from ._entry import exit_now
 
                 exit_now(code)
             return code
@@ -111,8 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_report(ns)
         if ns.command == "compare":
             from schooner.cluster.runner._runner import resolve_prefix
-
-            from ._compare import cmd_compare
+            from schooner.cluster.views._compare import cmd_compare
 
             return cmd_compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
         if ns.command in plugins:
@@ -176,8 +171,9 @@ def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
 
 
 def _cmd_run(ns: argparse.Namespace) -> int:
-    from schooner.cluster.runner._entry import EXIT_BAD, execute
     from schooner.cluster.runner._runner import StepRunner
+
+    from ._entry import EXIT_BAD, execute
 
     opts = options_from_args(ns)
 
@@ -203,81 +199,22 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 
 
 def _cmd_status(ns: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from schooner.cluster.records import read_step_record
-    from schooner.cluster.runner._lease import parse_lease
     from schooner.cluster.runner._runner import resolve_prefix
-    from schooner.cluster.runner._status import StepState, meta_path, scan_prefix
-    from schooner.cluster.storage import storage_for
+    from schooner.cluster.views import print_status, status_rows
 
     prefix = resolve_prefix(ns.prefix)
-    console = make_console()
     _require_prefix(prefix, ns.prefix)
-    try:
-        pattern = re.compile(ns.name) if ns.name else None
-    except re.error as e:
-        from rich.markup import escape
-
-        console.print(
-            f"[bold red]error:[/] {escape(f'--name {ns.name!r} is not a valid regular expression: {e}')}"
-        )
-        return 2
-    table = Table(title=f"steps under {prefix}", title_justify="left")
-    for col in ("step", "key", "state", "age", "took", "output"):
-        table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
-    counts: dict[str, int] = {}
-    rows: list[dict[str, Any]] = []
-    listed = []
-    for found in scan_prefix(prefix):
-        storage = storage_for(found.output_path)
-        st = found.status
-        record = read_step_record(found.output_path, storage=storage) or {}
-        name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
-        listed.append((found, storage, st, record, name))
-    exact = pattern is not None and any(name == ns.name for *_, name in listed)
-    for found, storage, st, record, name in listed:
-        # --name that is a step's name is that step alone (names may hold regex characters); else a regex
-        if pattern and (name != ns.name if exact else not pattern.search(name)):
-            continue
-        state = st.state.value if st else "UNKNOWN"
-        style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")
-        if st is not None and st.state is StepState.RUNNING:
-            lease = parse_lease(storage.read_text(meta_path(found.output_path, "lease.json")))
-            if lease is None or lease.is_stale():
-                state, style = "INTERRUPTED", "yellow"
-        counts[state] = counts.get(state, 0) + 1
-        took = record.get("duration_s")
-        rows.append(
-            {
-                "name": name,
-                "key": st.key if st else record.get("key"),
-                "state": state,
-                "time": st.time if st else None,
-                "duration_s": took,
-                "output_path": found.output_path,
-            }
-        )
-        table.add_row(
-            name,
-            (st.key if st else record.get("key", ""))[:8],
-            f"[{style}]{state}[/]",
-            fmt_age(st.time if st else None),
-            fmt_duration(took),
-            found.output_path,
-        )
+    rows = status_rows(prefix, ns.name)
     if ns.json:
         print(json.dumps(rows, indent=1))
-        return 0
-    console.print(table)
-    console.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no steps found")
+    else:
+        print_status(rows, prefix, make_console())
     return 0
 
 
 def _cmd_report(ns: argparse.Namespace) -> int:
     from schooner.cluster.runner._runner import resolve_prefix
-
-    from ._report import write_report
+    from schooner.cluster.views import write_report
 
     prefix = resolve_prefix(ns.prefix)
     _require_prefix(prefix, ns.prefix)
@@ -305,8 +242,8 @@ def _require_prefix(prefix: str, given: str | None) -> None:
 
 
 def _cmd_explain(ns: argparse.Namespace) -> int:
-    from schooner.cluster.runner._explain import explain_records, explain_step
     from schooner.cluster.runner._runner import resolve_prefix
+    from schooner.cluster.views._explain import explain_records, explain_step
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
@@ -315,7 +252,7 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
         found = [expl] if expl is not None else []
         known: list[str] = []
         if not found:  # a regex, as for a step of the experiment file
-            from schooner.cluster.cli._compare import _known_names
+            from schooner.cluster.views._compare import _known_names
 
             known = _known_names(prefix)
             with contextlib.suppress(re.error):

@@ -15,15 +15,16 @@ import os
 import re
 from typing import Any
 
-from schooner.cluster.runner._explain import find_records
+from schooner.cluster.records import meta_path
 from schooner.cluster.runner._progress import fmt_duration, make_console
-from schooner.cluster.runner._status import meta_path, scan_prefix
 from schooner.cluster.runner._version import ConfigError
 from schooner.cluster.storage import atomic_write, storage_for
 
+from ._explain import find_records
 from ._html import when
 from ._metrics import numeric_series, read_metrics, summarize
 from ._report_step import headline_result
+from ._scan import scan_prefix
 from ._versions import Version, by_name, config_rows, load_version, short_labels
 
 PLOT_INSTALL = "pip install 'schooner-cluster[plot]'  (in the workspace: uv sync --all-extras)"

@@ -20,9 +20,10 @@ from schooner.cluster.records import (
     read_step_record,
     step_status,
 )
-from schooner.cluster.runner._explain import FieldChange, _ref_label, _short, diff_configs
 from schooner.cluster.runner._lease import parse_lease
 from schooner.cluster.storage import storage_for
+
+from ._explain import FieldChange, _ref_label, _short, diff_configs
 
 
 @dataclass(frozen=True)
