@@ -97,3 +97,21 @@ def test_the_checker_finds_a_circle() -> None:
 def test_the_package_face_never_imports_the_command_line() -> None:
     graph = import_graph()
     assert not {m for m in graph[PACKAGE] if m.startswith(f"{PACKAGE}.cli")}
+
+
+def test_moved_command_helpers_still_import_with_a_deprecation_warning() -> None:
+    import pytest
+
+    from schooner.cluster import cli
+    from schooner.cluster.cli import _run
+
+    for name in ("module_handles", "capture_steps"):
+        with pytest.warns(DeprecationWarning, match=f"schooner.cluster.cli.{name} moved"):
+            assert getattr(cli, name) is getattr(_run, name)
+
+
+def test_the_old_private_report_module_still_serves() -> None:
+    from schooner.cluster import write_report
+    from schooner.cluster.cli._report import write_report as old
+
+    assert old is write_report

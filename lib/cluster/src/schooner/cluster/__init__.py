@@ -1,10 +1,12 @@
 """schooner.cluster: resources and clients (local and Ray), and the step runner.
 
-Three groups of modules: resources and clients here (`ResourceConfig`, `Client`, `LocalClient`,
-`RayClient`), the step runner in `schooner.cluster.runner` (`step`, `StepRunner`, ...; its public names
-are exported here too), and the `schooner` command with its report in `schooner.cluster.cli`. Two modules
-every package uses: `schooner.cluster.storage` (local paths and fsspec URLs, atomic writes, JSON) and
-`schooner.cluster.records` (the on-disk records of a step: metrics, status, history, experiment records).
+Parts, each importing only the ones before it: `schooner.cluster.storage` (local paths and fsspec URLs,
+atomic writes, JSON) and `schooner.cluster.records` (the on-disk records of a step: metrics, status,
+history, experiment records), which every package uses; resources and clients here (`ResourceConfig`,
+`Client`, `LocalClient`, `RayClient`); the step runner, the writing side, in `schooner.cluster.runner`
+(`step`, `StepRunner`, ...; its public names are exported here too); the read side in
+`schooner.cluster.views` (status, explain, report, compare; `write_report` is exported here too); and the
+`schooner` command in `schooner.cluster.cli`, which this face never imports.
 """
 
 from . import records as records
