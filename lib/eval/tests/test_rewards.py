@@ -327,3 +327,18 @@ def test_score_batch_accepts_numpy_scalars_and_default_ids() -> None:
 def test_score_batch_checks_lengths() -> None:
     with pytest.raises(ValueError, match="one entry per row"):
         score_batch(exact_answer(), ["a", "b"], ["x"], [{}, {}])
+
+
+def test_score_batch_in_threads_keeps_the_order_and_runs_programs_at_once() -> None:
+    reward = code_tests(limits=CodeLimits(timeout_s=30))
+    completions = [f"import time\ntime.sleep(1)\nx = {i}" for i in range(8)]
+    fields = [{"tests": "assert x % 2 == 0"}] * 7 + [{}]
+    serial = score_batch(reward, ["p"] * 8, completions, fields)
+    start = time.perf_counter()
+    threaded = score_batch(reward, ["p"] * 8, completions, fields, max_workers=8)
+    assert time.perf_counter() - start < 6  # 8 one-second programs at once, not one after another
+    assert threaded == serial
+    assert serial.rewards == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    assert [(e.row, e.kind) for e in serial.errors] == [("7", "KeyError")]
+    with pytest.raises(ValueError, match="max_workers must be >= 1"):
+        score_batch(reward, ["p"], ["x"], [{}], max_workers=0)

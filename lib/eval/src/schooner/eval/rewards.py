@@ -24,6 +24,7 @@ function raises (or returns something that is not a finite number) gets `on_erro
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import math
@@ -427,6 +428,7 @@ def score_batch(
     *,
     row_ids: Sequence[str] | None = None,
     on_error: float = 0.0,
+    max_workers: int = 1,
 ) -> BatchRewards:
     """Score each (prompt, completion, fields) row with `reward_fn`; a failing row never stops the batch.
 
@@ -439,9 +441,11 @@ def score_batch(
         prompts, completions, fields: the rows, one entry each (the same length).
         row_ids: each row's id in error reports (default: its index in the batch).
         on_error: the reward of a failed row.
+        max_workers: rows scored at once, in threads (the results keep the rows' order). Worth it for
+            rewards that wait on a subprocess, as `code_tests` does; the function must then be thread-safe.
 
     Raises:
-        ValueError: the sequences differ in length.
+        ValueError: the sequences differ in length, or `max_workers < 1`.
     """
     n = len(prompts)
     lengths = {"prompts": n, "completions": len(completions), "fields": len(fields)}
@@ -450,15 +454,22 @@ def score_batch(
     if len(set(lengths.values())) != 1:
         raise ValueError(f"score_batch: one entry per row in each sequence, got lengths {lengths}")
     ids = [str(i) for i in range(n)] if row_ids is None else [str(r) for r in row_ids]
-    rewards: list[float] = []
-    errors: list[RewardError] = []
-    for i in range(n):
+    if max_workers < 1:
+        raise ValueError(f"score_batch: max_workers must be >= 1, got max_workers={max_workers!r}")
+
+    def one(i: int) -> float | RewardError:
         try:
             value = reward_fn(prompts[i], completions[i], fields[i])
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ValueError(f"a reward must be a finite real number, got {value!r}")
-            rewards.append(float(value))
+            return float(value)
         except Exception as e:  # noqa: BLE001 - any failure of a user's reward is counted, never fatal
-            rewards.append(on_error)
-            errors.append(RewardError(ids[i], type(e).__name__, str(e)))
-    return BatchRewards(rewards, errors)
+            return RewardError(ids[i], type(e).__name__, str(e))
+
+    if max_workers == 1 or n < 2:
+        outcomes = [one(i) for i in range(n)]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, n)) as pool:
+            outcomes = list(pool.map(one, range(n)))
+    rewards = [on_error if isinstance(o, RewardError) else o for o in outcomes]
+    return BatchRewards(rewards, [o for o in outcomes if isinstance(o, RewardError)])
