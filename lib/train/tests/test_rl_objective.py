@@ -89,6 +89,7 @@ def _config(settings: dict) -> PolicyLossConfig:
         beta=settings["beta"],
         kl_importance_correction=settings["use_bias_correction_kl"],
         max_completion_length=settings["max_completion_length"],
+        importance_sampling=settings["importance_sampling_level"],
     )
 
 

@@ -93,6 +93,7 @@ def trl_loss(
     beta: float,
     delta: float | None,
     use_bias_correction_kl: bool,
+    importance_sampling_level: str,
     max_completion_length: int,
     num_items_in_batch: float,
     accelerator: accelerate.Accelerator,
@@ -111,7 +112,7 @@ def trl_loss(
         epsilon_low=epsilon,
         epsilon_high=epsilon_high if epsilon_high is not None else epsilon,  # as GRPOTrainer.__init__ sets it
         beta=beta,
-        importance_sampling_level="token",
+        importance_sampling_level=importance_sampling_level,
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         use_vllm=False,
@@ -169,6 +170,7 @@ def main() -> None:
 
     accelerator = accelerate.Accelerator(cpu=True)
     base = {"epsilon": 0.2, "epsilon_high": None, "beta": 0.0, "delta": None, "use_bias_correction_kl": True}
+    base |= {"importance_sampling_level": "token"}
     base |= {"max_completion_length": 10, "num_items_in_batch": float(mask.sum())}
     cases = {
         "grpo": {**base, "loss_type": "grpo", "advantages": "grpo/group/rewards"},
@@ -203,6 +205,22 @@ def main() -> None:
             "advantages": "rloo/True/rewards",
         },
         "bnpo_rloo": {**base, "loss_type": "bnpo", "advantages": "rloo/False/rewards_nan"},
+        "gspo": {
+            **base,
+            "loss_type": "grpo",
+            "importance_sampling_level": "sequence",
+            "epsilon": 0.1,
+            "advantages": "grpo/group/rewards_nan",
+        },
+        "gspo_kl": {
+            **base,
+            "loss_type": "grpo",
+            "importance_sampling_level": "sequence",
+            "epsilon": 0.05,
+            "epsilon_high": 0.08,
+            "beta": 0.04,
+            "advantages": "grpo/group/rewards",
+        },
     }
     results = {}
     for name, case in cases.items():

@@ -24,7 +24,8 @@ to `logp` with one policy update per batch of rollouts, where the ratio is 1 and
              times `ratio` when `kl_importance_correction` (TRL's `use_bias_correction_kl`, default on)
 
 `eps_high > eps_low` is DAPO's clip-higher; `delta` caps the unclipped ratio as well (TRL's two-sided
-clipping). **Aggregation** (TRL's `loss_type`; `m` the mask):
+clipping); `importance_sampling="sequence"` uses one ratio per completion, the exp of its mean per-token
+log-ratio (GSPO; the clip fractions are then shares of completions). **Aggregation** (TRL's `loss_type`; `m` the mask):
 
     grpo     mean over sequences of (sum_t loss_t m_t / sum_t m_t)        each sequence weighs the same
     bnpo     sum loss_t m_t / sum m_t                                      tokens of this batch weigh the same
@@ -143,6 +144,9 @@ class PolicyLossConfig:
         kl_importance_correction: multiply the KL term by the ratio [`use_bias_correction_kl`, default True].
         max_completion_length: the `dr_grpo` aggregation's divisor per sequence (required for it)
             [`max_completion_length`].
+        importance_sampling: "token" (one ratio per token) or "sequence" (GSPO: one ratio per completion,
+            `exp` of its mean per-token log-ratio, clipped as a whole; TRL recommends the `grpo` aggregation
+            with it) [`importance_sampling_level`].
     """
 
     aggregation: str = "dapo"
@@ -152,8 +156,13 @@ class PolicyLossConfig:
     beta: float = 0.0
     kl_importance_correction: bool = True
     max_completion_length: int | None = None
+    importance_sampling: str = "token"
 
     def __post_init__(self) -> None:
+        if self.importance_sampling not in ("token", "sequence"):
+            raise ValueError(
+                f"importance_sampling must be 'token' or 'sequence', got importance_sampling={self.importance_sampling!r}"
+            )
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"aggregation must be one of {AGGREGATIONS}, got aggregation={self.aggregation!r}"
@@ -220,7 +229,10 @@ def policy_loss(
     mask = mask.astype(logprobs.dtype)
     adv = advantages[:, None] if advantages.ndim == 1 else advantages
     old = jax.lax.stop_gradient(old_logprobs)
-    ratio = jnp.exp(logprobs - old)
+    log_ratio = logprobs - old
+    if config.importance_sampling == "sequence":  # GSPO: one ratio per sequence, of its mean log-ratio
+        log_ratio = (log_ratio * mask).sum(-1, keepdims=True) / jnp.maximum(mask.sum(-1, keepdims=True), 1.0)
+    ratio = jnp.exp(log_ratio)
     clipped = jnp.clip(ratio, 1 - config.epsilon_low, 1 + config.eps_high)
     capped = ratio if config.delta is None else jnp.minimum(ratio, config.delta)
     per_token = -jnp.minimum(capped * adv, clipped * adv)
@@ -237,13 +249,18 @@ def policy_loss(
     # the shares clipped, of the ratio after the `delta` cap (as TRL counts them)
     low = ((capped < 1 - config.epsilon_low) & (adv < 0)).astype(mask.dtype)
     high = ((capped > 1 + config.eps_high) & (adv > 0)).astype(mask.dtype)
-    metrics["clip_ratio/low_mean"] = (low * mask).sum() / tokens
-    metrics["clip_ratio/high_mean"] = (high * mask).sum() / tokens
-    metrics["clip_ratio/region_mean"] = (jnp.maximum(low, high) * mask).sum() / tokens
-    # per sequence: the lowest share clipped below and the highest clipped above (an empty sequence is left out)
-    per_seq = mask.sum(-1)
-    metrics["clip_ratio/low_min"] = jnp.nanmin((low * mask).sum(-1) / per_seq)
-    metrics["clip_ratio/high_max"] = jnp.nanmax((high * mask).sum(-1) / per_seq)
+    region = jnp.maximum(low, high)
+    if low.shape[1] == 1:  # one ratio per sequence: shares of sequences
+        for name, x in (("low_mean", low), ("high_mean", high), ("region_mean", region)):
+            metrics[f"clip_ratio/{name}"] = x.mean()
+        metrics["clip_ratio/low_min"], metrics["clip_ratio/high_max"] = low.min(), high.max()
+    else:
+        for name, x in (("low_mean", low), ("high_mean", high), ("region_mean", region)):
+            metrics[f"clip_ratio/{name}"] = (x * mask).sum() / tokens
+        # per sequence: the lowest share clipped below, the highest clipped above (an empty one is left out)
+        per_seq = mask.sum(-1)
+        metrics["clip_ratio/low_min"] = jnp.nanmin((low * mask).sum(-1) / per_seq)
+        metrics["clip_ratio/high_max"] = jnp.nanmax((high * mask).sum(-1) / per_seq)
     metrics["policy_loss"] = jax.lax.stop_gradient(loss)
     return loss, metrics
 
