@@ -229,6 +229,7 @@ def test_the_program_runs_isolated_in_a_temporary_folder_removed_afterwards(monk
     assert os.path.basename(cwd).startswith("schooner-reward-")
     assert not os.path.exists(cwd)
     assert "SCHOONER_SECRET" not in env and "PYTHONPATH" not in env
+    assert "OMP_NUM_THREADS" in env
     assert isolated == "1" and on_path == "False"
 
 

@@ -238,6 +238,10 @@ del _f
 exec(_code)
 """
 
+# BLAS and OpenMP runtimes reserve address space per thread (RLIMIT_AS counts it) and would oversubscribe the
+# cores when many programs run at once: one thread each.
+_ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
 _UNSHARE: list[bool] = []  # cached answer of _network_namespace_available
 
 
@@ -265,9 +269,10 @@ def run_python(code: str, limits: CodeLimits = CodeLimits()) -> CodeResult:
 
     The program runs in a new temporary folder (its working directory and `HOME`, removed afterwards, whatever
     happens) with `python -I` (no user site-packages, no `PYTHON*` variables, not the caller's folder on
-    `sys.path`) and an environment holding only `PATH`, `HOME`, `TMPDIR` and `LANG`. Memory (RLIMIT_AS), CPU
-    time (RLIMIT_CPU) and file size (RLIMIT_FSIZE, which also caps the captured output) are limited by the
-    kernel. It starts a session of its own, so it and every process it forks share one process group, which is
+    `sys.path`) and an environment holding only `PATH`, `HOME`, `TMPDIR`, `LANG` and one thread for BLAS and
+    OpenMP (`OMP_NUM_THREADS=1`, ...). Memory (RLIMIT_AS: address space, which counts more than resident
+    memory; a program importing numpy needs a few hundred MB of it), CPU time (RLIMIT_CPU) and file size
+    (RLIMIT_FSIZE, which also caps the captured output) are limited by the kernel. It starts a session of its own, so it and every process it forks share one process group, which is
     killed with SIGKILL at the timeout and again when the program ends (a forked child left running dies with
     it). A process that starts a new session of its own (`os.setsid`) leaves the group: a sandbox (a container,
     bubblewrap, nsjail) is the answer for untrusted code meant to escape, which these limits do not stop.
@@ -303,7 +308,7 @@ def run_python(code: str, limits: CodeLimits = CodeLimits()) -> CodeResult:
         argv = [sys.executable, "-I", "-c", bootstrap]
         if namespace:
             argv = ["unshare", "--net", "--map-root-user", *argv]
-        env = {"PATH": os.defpath, "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
+        env = {"PATH": os.defpath, "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8", **_ONE_THREAD}
         out_path, err_path = os.path.join(folder, ".stdout"), os.path.join(folder, ".stderr")
         start = time.perf_counter()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
