@@ -25,10 +25,12 @@ from ._evaluate import ChatEvaluator as ChatEvaluator
 from ._lm import LanguageModeling as LanguageModeling
 from ._malloc import malloc_env as malloc_env
 from ._malloc import malloc_tuned as malloc_tuned
+from ._memory import CompiledStep as CompiledStep
 from ._memory import StepMemoryError as StepMemoryError
 from ._memory import device_memory_limit as device_memory_limit
 from ._mesh import MeshConfig as MeshConfig
 from ._mesh import make_mesh as make_mesh
+from ._mfu import datasheet_peak as datasheet_peak
 from ._mfu import matmul_ceiling as matmul_ceiling
 from ._mfu import peak_flops as peak_flops
 from ._objective import Batches as Batches
