@@ -95,3 +95,33 @@ def test_the_engine_does_not_import_the_step_builders() -> None:
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_files_go_through_the_cluster_storage_and_records_modules() -> None:
+    """No raw fsspec in schooner.train (storage is `schooner.cluster.storage`), and the step runner's own
+    files (`.schooner/status.json`, `history.jsonl`) are read through `schooner.cluster.records`, never by
+    path."""
+    offenders = []
+    for path in sorted((ROOT / "schooner" / "train").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {  # docstrings may name the files; code may not build their paths
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+            and isinstance(n.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if any(n == "fsspec" or n.startswith("fsspec.") for n in names):
+                    offenders.append(f"{path.name}:{node.lineno}: imports fsspec")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and any(s in node.value for s in (".schooner/", "status.json", "history.jsonl"))
+            ):
+                offenders.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    assert offenders == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schooner.cluster import StepRunner, step
+from schooner.cluster import StepRunner, records, step
 from schooner.train.scaling import (
     Approach3Config,
     BatchRule,
@@ -150,8 +150,7 @@ def _refusals_and_flags(
         _run_score(cfg(partial), str(tmp_path / "s2"))
     # 3. A forecast written after the run started but before its first metrics row (during compilation) was
     # not registered before the run.
-    with open(f"{target_dir}/.schooner/history.jsonl") as f:
-        started = min(json.loads(line)["started"] for line in f)
+    started = min(attempt["started"] for attempt in records.read_history(target_dir))
     with open(f"{target_dir}/metrics.jsonl") as f:
         first_row = json.loads(f.readline())["time"]
     assert first_row > started
@@ -176,7 +175,7 @@ def _refusals_and_flags(
     elsewhere = _copy_run(target_dir, tmp_path / "other-data-run")
     with open(f"{elsewhere}/run.json") as f:
         info = json.load(f)
-    info["config"]["data"]["components"] = {other_data: 1.0}
+    info["config"]["datasets"] = [[other_data, 1.0]]
     with open(f"{elsewhere}/run.json", "w") as f:
         json.dump(info, f)
     with pytest.raises(ValueError, match=r"training data: forecast .*; validation sets: forecast") as e:

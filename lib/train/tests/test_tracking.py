@@ -15,13 +15,15 @@ from schooner.train._tracking import JsonlTracker, make_trackers
 
 def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
     path = str(tmp_path / "metrics.jsonl")
-    t = JsonlTracker(path)
+    t = JsonlTracker(str(tmp_path))
     for s in range(1, 8):
         t.log({"train/loss": 10.0 - s}, s)
     t.log({"train/loss": float("nan")}, 8)
     t.finish()
-    assert read_metrics(path)[-1]["train/loss"] == "nan"  # JSON has no NaN; kept visible as a string
-    t = JsonlTracker(path, resume_step=5)  # the interrupted run had logged 6..8 after its checkpoint at 5
+    assert read_metrics(path)[-1]["train/loss"] is None  # JSON has no NaN: null, as schooner.cluster.records
+    assert '"train/loss": null' in (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
+    assert read_metrics(str(tmp_path)) == read_metrics(path)  # the run folder names the same file
+    t = JsonlTracker(str(tmp_path), resume_step=5)  # the interrupted run had logged 6..8 after its checkpoint at 5
     t.log({"train/loss": 4.5}, 6)
     t.finish()
     assert [(r["step"], r["train/loss"]) for r in read_metrics(path)] == [
@@ -36,7 +38,7 @@ def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
 
 def test_loss_plot_is_a_png(tmp_path) -> None:
     path = str(tmp_path / "metrics.jsonl")
-    t = JsonlTracker(path)
+    t = JsonlTracker(str(tmp_path))
     for s in range(1, 20):
         t.log({"train/loss": 5.0 / s}, s)
     t.log({"eval/docs/loss": 1.0}, 19)

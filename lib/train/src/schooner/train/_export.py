@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from schooner.cluster import storage
+
 VERSION = "export-hf-v1"
 _DTYPES = ("float32", "bfloat16")
 
@@ -109,11 +111,7 @@ def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | 
             raise
         return None  # the tokenizer lacks the default template's tokens: a base model without chat format
     cfg |= {"chat_template": jinja_chat_template(template), "schooner_chat_template": template.name}
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    storage.write_json(path, cfg, indent=2, sort_keys=False)
     return template.name
 
 
@@ -146,17 +144,11 @@ def _stop_on_end_of_turn(folder: str, tok: Any, config: ExportHfConfig) -> list[
     with open(path) as f:
         gen = json.load(f)
     gen["eos_token_id"] = stop if len(stop) > 1 else stop[0]
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(gen, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    storage.write_json(path, gen, indent=2, sort_keys=False)
     return stop
 
 
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
-    import fsspec
-
     from schooner.model import CHECKPOINT_MARKER, find_checkpoint, load_model
     from schooner.model import export_hf as write_hf
     from schooner.tokenize import load_tokenizer
@@ -188,17 +180,15 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
     )
     chat = write_chat_template(output_path, tok, config) if tok_path is not None else None
     stop_ids = _stop_on_end_of_turn(output_path, tok, config) if tok_path is not None else None
-    fs, marker = fsspec.core.url_to_fs(f"{folder}/{CHECKPOINT_MARKER}")  # none in a save_model folder
+    has_marker = storage.exists(storage.join(folder, CHECKPOINT_MARKER))  # none in a save_model folder
     record = {
         "checkpoint": folder,
-        "step": read_marker(folder)["step"] if fs.exists(marker) else None,
+        "step": read_marker(folder)["step"] if has_marker else None,
         "tokenizer": tok_path,
         "tokenizer_fingerprint": fingerprint,
         "dtype": config.dtype,
         "chat_template": chat,
         "eos_token_ids": stop_ids if stop_ids is not None else ids.get("eos_token_id"),
     }
-    with open(os.path.join(output_path, "export.json"), "w") as f:
-        json.dump(record, f, indent=2)
-        f.write("\n")
+    storage.write_json(os.path.join(output_path, "export.json"), record, indent=2, sort_keys=False)
     return record

@@ -34,7 +34,7 @@ def train(config: TrainerConfig | TrainConfig, output_path: str | None = None) -
         NonFiniteLossError: the loss or gradient became NaN/Inf (the message names the step; the last good
             checkpoint is kept).
     """
-    import fsspec
+    from schooner.cluster import storage
 
     if isinstance(config, TrainConfig):
         if output_path is not None and output_path != config.output_path:
@@ -48,8 +48,7 @@ def train(config: TrainerConfig | TrainConfig, output_path: str | None = None) -
     output_path = output_path or config.output_path
     if not output_path:
         raise ValueError("train: no run folder; give output_path (or TrainerConfig.output_path)")
-    fs, out_path = fsspec.core.url_to_fs(output_path)
-    fs.makedirs(out_path, exist_ok=True)
+    storage.makedirs(output_path)
     maybe_init_distributed()  # before the log: on several hosts only process 0 writes train.log
     logs = RunLog(output_path)
     trainer: Trainer | None = None
