@@ -39,6 +39,24 @@ def test_batch_not_divisible_by_data_parallel_size(nano) -> None:
     check_run(cfg(nano, batch_size=8, mesh=MeshConfig(data=2, tensor=4)), num_devices=8)  # 8 % 2 == 0
 
 
+def test_a_tensor_axis_that_does_not_divide_the_heads_is_refused(nano, caplog) -> None:
+    # tensor=3 with 8 heads used to run with attention replicated on every tensor device, only the MLP split
+    model = nano(num_heads=8, num_kv_heads=8, intermediate_dim=192)  # 192 = 3 x 64: the MLP would split
+    with pytest.raises(
+        ValueError, match=r"MeshConfig\.tensor=3 does not divide the model's num_heads=8"
+    ) as e:
+        check_run(cfg(nano, model=model, batch_size=2, mesh=MeshConfig(data=-1, tensor=3)), num_devices=6)
+    assert "tensor in (1, 2)" in str(e.value)  # the sizes that divide the heads and the 6 devices
+    with pytest.raises(ValueError, match=r"does not divide the model's intermediate_dim=128"):
+        wide = nano(hidden_dim=96, num_heads=6, num_kv_heads=6)  # heads split 3 ways, the MLP (128) not
+        check_run(cfg(nano, model=wide, batch_size=4, mesh=MeshConfig(data=-1, tensor=3)), num_devices=6)
+    # heads that divide, a vocabulary that does not: allowed, and said (the embedding and head replicate)
+    with caplog.at_level("WARNING", logger="schooner.train"):
+        check_run(cfg(nano, model=nano(vocab_size=321), batch_size=4, mesh=MeshConfig(data=2, tensor=4)),
+                  num_devices=8)  # fmt: skip
+    assert "vocab_size=321 is not divisible by MeshConfig.tensor=4" in caplog.text
+
+
 def test_sequence_longer_than_the_model(nano) -> None:
     with pytest.raises(ValueError, match=r"seq_len=256 is beyond the model's max_seq_len=128"):
         cfg(nano, datasets={"c": 1.0}, seq_len=256)

@@ -177,3 +177,32 @@ def test_the_worker_really_gets_the_tunable(nano, data_dir, tmp_path, monkeypatc
 
 def _read_tunables(config: dict, output_path: str) -> str | None:
     return os.environ.get("GLIBC_TUNABLES")
+
+
+def test_an_input_path_that_does_not_exist_is_named_when_the_step_is_built(nano, data_dir, tmp_path) -> None:
+    from schooner.train.steps import dpo, sft
+
+    missing = str(tmp_path / "tokenized" / "typo")
+    with pytest.raises(FileNotFoundError, match=rf"datasets\[1\] = '{re.escape(missing)}' does not exist"):
+        _train(nano, data_dir, datasets={data_dir: 1.0, missing: 1.0})
+    with pytest.raises(FileNotFoundError, match=r"validation\['held-out'\] = .* does not exist"):
+        _train(nano, data_dir, validation={"held-out": missing})
+    with pytest.raises(FileNotFoundError, match=r"evals\['x'\] = .* does not exist"):
+        _train(nano, data_dir, evals={"x": missing})
+    with pytest.raises(FileNotFoundError, match=r"sft\('s'\): datasets\[0\] = .* does not exist"):
+        sft("s", model=nano(), initialize_from=None, datasets={missing: 1.0}, batch_size=8, seq_len=32,
+            num_train_steps=1)  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=r"dpo\('d'\): preferences = .* does not exist"):
+        dpo("d", model=nano(), initialize_from=None, reference=data_dir, preferences=missing, batch_size=8,
+            seq_len=32, num_train_steps=1)  # fmt: skip
+
+
+def test_the_run_names_the_field_of_a_folder_that_is_not_a_cache(nano, data_dir, tmp_path) -> None:
+    from schooner.train import TrainerConfig, train
+
+    empty = tmp_path / "not-a-cache"
+    empty.mkdir()
+    config = TrainerConfig(model=nano(), datasets=[(f"{data_dir}/train", 1.0), (str(empty), 1.0)], seq_len=32,
+                           num_train_steps=1, validation={})  # fmt: skip
+    with pytest.raises(ValueError, match=r"TrainerConfig\.datasets\[1\]: token cache .*no manifest\.json"):
+        train(config, str(tmp_path / "run"))

@@ -12,6 +12,7 @@ anything is compiled.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,7 @@ from ._optim import AdamConfig, OptimizerConfig
 from ._tracking import TrackerConfig
 
 _DTYPES = ("float32", "bfloat16", "float16")
+logger = logging.getLogger("schooner.train")
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ def check_run(config: Any, *, num_devices: int, cache_vocab_sizes: Mapping[str, 
                 f"{config.microbatches} (mesh {config.mesh.shape(num_devices)} on {num_devices} devices); use a "
                 f"batch size that is a multiple of {dp * config.microbatches}"
             )
+    _check_tensor_axis(config, num_devices)
     vocab = getattr(config.model, "vocab_size", None)
     for path, v in (cache_vocab_sizes or {}).items():
         if vocab is not None and vocab < v:
@@ -288,3 +291,35 @@ def check_run(config: Any, *, num_devices: int, cache_vocab_sizes: Mapping[str, 
                 f"the model's vocab_size={vocab} is smaller than the tokenizer of cache {path!r} ({v} ids); use "
                 f"dataclasses.replace(model, vocab_size={v}) (train_lm does this when vocab_size is left to it)"
             )
+
+
+def _check_tensor_axis(config: Any, num_devices: int) -> None:
+    """Refuse a tensor axis that does not divide the attention heads or the MLP width: those arrays would
+    stay replicated on every tensor device (`schooner.model.pspec_for_named` replicates an indivisible axis),
+    so the run would pay for tensor parallelism and get it for part of the model, silently. A vocabulary it
+    does not divide only replicates the embedding and head: said in the log."""
+    tensor = config.mesh.shape(num_devices)["tensor"]
+    if tensor == 1:
+        return
+    model = config.model
+    for name in ("num_heads", "intermediate_dim"):
+        size = getattr(model, name, None)
+        if isinstance(size, int) and size % tensor:
+            fits = tuple(
+                t
+                for t in range(1, num_devices + 1)
+                if num_devices % t == 0
+                and all(getattr(model, f, t) % t == 0 for f in ("num_heads", "intermediate_dim"))
+            )
+            raise ValueError(
+                f"MeshConfig.tensor={tensor} does not divide the model's {name}={size}: every array with that "
+                f"axis (attention for num_heads, the MLP for intermediate_dim) would be replicated on all "
+                f"{tensor} tensor devices instead of split; use tensor in {fits} (they divide num_heads, "
+                f"intermediate_dim and the {num_devices} devices), or a model whose {name} divides by {tensor}"
+            )
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int) and vocab % tensor:
+        logger.warning(
+            f"vocab_size={vocab} is not divisible by MeshConfig.tensor={tensor}: the embedding and output head "
+            f"stay replicated on every tensor device; a vocab_size padded to a multiple of {tensor} splits them"
+        )

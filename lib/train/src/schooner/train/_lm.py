@@ -68,12 +68,15 @@ class LanguageModeling:
         from ._evaluate import default_validation
 
         components = {os.fspath(x): w for x, w in config.datasets}
-        caches = {p: TokenCache.open(p) for p in components}
+        caches = {p: _open(p, f"datasets[{i}]") for i, p in enumerate(components)}
         validation = {k: os.fspath(v) for k, v in (config.validation or {}).items()}
+        fields = {k: f"validation[{k!r}]" for k in validation}
         if config.validation is None:
             validation = default_validation(components)
-        validation |= {k: os.fspath(v) for k, v in (config.evals or {}).items()}
-        val_caches = {p: TokenCache.open(p) for p in validation.values()}
+        evals = {k: os.fspath(v) for k, v in (config.evals or {}).items()}
+        validation |= evals
+        fields |= {k: f"evals[{k!r}]" for k in evals}
+        val_caches = {p: _open(p, fields.get(k, f"validation[{k!r}]")) for k, p in validation.items()}
         vocab_sizes = {c.path: c.vocab_size for c in [*caches.values(), *val_caches.values()]}
         model_config = resolve_model_config(config, max(vocab_sizes.values()))
         check_run(
@@ -116,6 +119,16 @@ class LanguageModeling:
             evaluators=evaluators,
             metadata={"tokenizer_fingerprint": fingerprint, "tokenizer_special_ids": special_ids},
         )
+
+
+def _open(path: str, field: str) -> Any:
+    """The token cache at `path`; an error names the config field that gave it."""
+    from schooner.tokenize import CacheError, TokenCache
+
+    try:
+        return TokenCache.open(path)
+    except CacheError as e:
+        raise CacheError(f"TrainerConfig.{field}: {e}") from e
 
 
 def _tokenizer_path(config: TrainerConfig, fingerprint: str, components: dict[str, float]) -> str | None:

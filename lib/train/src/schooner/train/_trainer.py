@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from schooner.cluster import published_paths, storage
+
 from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
 from ._config import BatchSchedule, TrainerConfig
 from ._malloc import malloc_env
@@ -144,6 +146,7 @@ class Trainer:
             return jax.jit(make, out_shardings=self.state_sharding, donate_argnums=(0,))(model, k_train)
 
         self.abstract_state = abstract
+        self.recorded: dict[str, Any] | None = None
         latest = latest_checkpoint(self.root)
         self.initialized_from: str | None = None
         if latest is None:
@@ -155,6 +158,7 @@ class Trainer:
                 self.state = fresh_state(k_init, k_train)
         else:
             self.start_step, path = latest
+            self._check_same_run(path)
             self.state = self._restore(path)
             self.resumed_from = path
             logger.info(f"resuming from {path} (step {self.start_step})")
@@ -169,6 +173,59 @@ class Trainer:
         )
         make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
         return jax.jit(make, out_shardings=self.state_sharding)(model, k_train)
+
+    def _check_same_run(self, checkpoint: str) -> None:
+        """Before resuming: refuse a config that is another run than the one in the folder (its `run.json`),
+        naming each differing field; say when a longer run changes the learning rate of the next step."""
+        self.recorded = _read_run_json(self.root)
+        old = (self.recorded or {}).get("config")
+        if not isinstance(old, dict) or "datasets" not in old:
+            return  # no record, or one of schooner-train 0.x: nothing to compare
+        new = _config_record(self.config)
+        differences = [
+            d
+            for key in sorted(set(old) | set(new))
+            if key not in CHANGEABLE_ON_RESUME
+            for d in _differences(old.get(key), new.get(key), key)
+        ]
+        if differences:
+            raise ValueError(
+                f"train: {self.root} holds a different run (its run.json, checkpoint {checkpoint}); this config "
+                "differs in " + "; ".join(differences) + ". Resuming would continue that run under these "
+                "settings and overwrite its record: give this run another output_path (or start from that "
+                "checkpoint with initialize_from=), or the original values. Only "
+                f"{', '.join(sorted(CHANGEABLE_ON_RESUME))} may change when a run is resumed."
+            )
+        self._warn_schedule_change(old)
+
+    def _warn_schedule_change(self, old: dict[str, Any]) -> None:
+        """A longer (or shorter) run whose schedule spans its length: the next step's rate is not the one
+        the run was heading for. Said, with both values."""
+        import dataclasses
+
+        cfg, s = self.config, self.start_step
+        if s >= cfg.steps or (old.get("num_train_steps"), old.get("train_tokens")) == (
+            cfg.num_train_steps,
+            cfg.train_tokens,
+        ):
+            return
+        try:
+            before = dataclasses.replace(
+                cfg, num_train_steps=old.get("num_train_steps"), train_tokens=old.get("train_tokens")
+            )
+            lr_old = float(before.optimizer.lr_schedule(before.steps)(s))
+        except (ValueError, TypeError):
+            return
+        lr_new = float(cfg.optimizer.lr_schedule(cfg.steps)(s))
+        if abs(lr_new - lr_old) <= 1e-6 * max(abs(lr_old), 1e-30):
+            return
+        logger.warning(
+            f"resuming {self.root} at step {s} with {before.steps} -> {cfg.steps} steps: the "
+            f"{cfg.optimizer.schedule!r} schedule spans the run, so the learning rate of step {s + 1} jumps "
+            f"from {lr_old:.3g} (where the {before.steps}-step run was) to {lr_new:.3g}. For a smooth "
+            "continuation use schedule='constant' (or 'wsd' resumed before its decay); or start a new run from "
+            "this checkpoint with initialize_from= and a schedule of its own"
+        )
 
     def _restore(self, path: str) -> Any:
         from schooner.model import load_pytree, read_config
@@ -334,7 +391,6 @@ class Trainer:
         `tokens_per_second`, `mfu`, ...)."""
         import contextlib
 
-        from schooner.cluster import published_paths
         from schooner.model import flops_per_token, resolve_compute_dtype
 
         from ._mfu import peak_flops
@@ -347,7 +403,7 @@ class Trainer:
         total = cfg.steps
         parameters = parameter_counts(self.model_config)
         run_info = {
-            "config": config_to_json(cfg),
+            "config": _config_record(cfg),
             "model_config": config_to_json(self.model_config),
             "versions": package_versions(),
             "devices": [str(d) for d in jax.devices()],
@@ -358,16 +414,18 @@ class Trainer:
         logger.info(
             f"model: {parameters['total']:,} parameters ({parameters['non_embedding']:,} non-embedding)"
         )
+        earlier = list((self.recorded or {}).get("earlier") or [])
+        if self.recorded and self.recorded.get("config") != run_info["config"]:
+            # a resumed run under other (allowed) settings: the config it ran under before is kept
+            earlier.append({k: v for k, v in self.recorded.items() if k != "earlier"})
+        if earlier:
+            run_info["earlier"] = earlier
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
-            _makedirs(self.root)
-            with (
-                open(os.path.join(self.root, "run.json"), "w")
-                if "://" not in self.root
-                else _fs_open(f"{self.root}/run.json") as f
-            ):
-                # Paths as they read once the step's attempt folder is published (see schooner.cluster).
-                json.dump(published_paths(run_info), f, indent=1, default=str)
+            # Paths as they read once the step's attempt folder is published (see schooner.cluster).
+            storage.write_json(
+                storage.join(self.root, "run.json"), published_paths(run_info), sort_keys=False, default=str
+            )
         trackers = make_trackers(
             cfg.trackers if primary else None,
             run_dir=self.root,
@@ -488,7 +546,7 @@ class Trainer:
             try:
                 ckpt.close()
             finally:
-                if primary and cfg.trackers.loss_plot and fs_exists(f"{self.root}/metrics.jsonl"):
+                if primary and cfg.trackers.loss_plot and storage.exists(f"{self.root}/metrics.jsonl"):
                     plot_losses(f"{self.root}/metrics.jsonl", f"{self.root}/loss.png", title=cfg.name)
         final = latest_checkpoint(self.root)
         summary.update(
@@ -523,22 +581,49 @@ def parameter_counts(model_config: Any) -> dict[str, int]:
     }
 
 
-def _makedirs(path: str) -> None:
-    import fsspec
+CHANGEABLE_ON_RESUME = frozenset(
+    {
+        "num_train_steps",  # a longer run continues the same one (see `_warn_schedule_change`)
+        "train_tokens",
+        "eval_every",
+        "eval_max_tokens",
+        "validation",
+        "evals",
+        "tokenizer",
+        "mesh",  # other devices: the same run, sharded another way
+        "microbatches",  # the same gradient, less memory
+        "checkpoint",
+        "trackers",
+        "name",
+        "output_path",
+    }
+)
+"""`TrainerConfig` fields that may differ between a run folder's `run.json` and the config resuming it; any
+other difference is another run, refused."""
 
-    fs, p = fsspec.core.url_to_fs(path)
-    fs.makedirs(p, exist_ok=True)
+
+def _config_record(config: TrainerConfig) -> Any:
+    """The config as `run.json` records it: JSON values, paths as they read once published."""
+    return json.loads(storage.dumps_json(published_paths(config_to_json(config)), default=str))
 
 
-def _fs_open(path: str) -> Any:
-    import fsspec
+def _read_run_json(root: str) -> dict[str, Any] | None:
+    path = storage.join(root, "run.json")
+    if not storage.exists(path):
+        return None
+    try:
+        record = storage.read_json(path)
+    except ValueError:
+        return None  # unreadable: nothing to compare
+    return record if isinstance(record, dict) else None
 
-    return fsspec.open(path, "w")
 
-
-def fs_exists(path: str) -> bool:
-    """Whether `path` (local or fsspec URL) exists."""
-    import fsspec
-
-    fs, p = fsspec.core.url_to_fs(path)
-    return fs.exists(p)
+def _differences(old: Any, new: Any, where: str) -> list[str]:
+    """`where: old -> new` for each leaf that differs (dicts compared key by key)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            d
+            for k in sorted(set(old) | set(new))
+            for d in _differences(old.get(k), new.get(k), f"{where}.{k}")
+        ]
+    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from schooner.cluster import ResourceConfig, StepHandle, runtime_field
+from schooner.cluster import ResourceConfig, StepHandle, runtime_field, storage
 from schooner.cluster import step as make_step
 from schooner.train._checkpoint import CheckpointConfig
 from schooner.train._config import TrainerConfig
@@ -23,7 +22,7 @@ from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._tracking import TrackerConfig
 
-from ._lm import initial_model_config, training_step
+from ._lm import check_paths_exist, initial_model_config, training_step
 
 logger = logging.getLogger("schooner.train")
 
@@ -91,8 +90,7 @@ def _run_reference(config: ReferenceConfig, output_path: str) -> dict:
         logger.info(f"reference log-probs of {ds.num_pairs} {split} pairs from {folder}")
     if "train" not in summary["splits"]:
         raise FileNotFoundError(f"{config.preferences!r} has no train/ preference cache")
-    with open(os.path.join(output_path, "reference.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    storage.write_json(storage.join(output_path, "reference.json"), summary, sort_keys=False)
     return summary
 
 
@@ -123,6 +121,7 @@ def reference_logprobs(
         The handle; its folder holds `train.npz` and `validation.npz` (`chosen_logps`, `rejected_logps`,
         `chosen_count`, `rejected_count`, float64 per pair in cache order) and `reference.json`.
     """
+    check_paths_exist(f"reference_logprobs({name!r})", [("preferences", preferences)])
     model, step = pin_initialize_from(model, step)
     return make_step(
         name,
@@ -192,6 +191,7 @@ def dpo(
     Logs `train/loss`, `train/rewards/{chosen,rejected,accuracies,margins}`, `train/logps/{chosen,rejected}`
     and the same under `eval/` on the validation pairs.
     """
+    check_paths_exist(f"dpo({name!r})", [("preferences", preferences)])
     if model is None:
         model = initial_model_config(initialize_from, initialize_from_step, who=f"dpo({name!r})")
     initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)

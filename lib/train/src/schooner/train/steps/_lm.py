@@ -7,10 +7,11 @@ its function: a handle trains a model exactly when its config is a `TrainerConfi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.cluster import ResourceConfig, StepHandle, step, storage
 from schooner.train._checkpoint import CheckpointConfig
 from schooner.train._config import TrainerConfig
 from schooner.train._init import pin_initialize_from
@@ -39,6 +40,27 @@ def with_malloc_env(resources: ResourceConfig | None) -> ResourceConfig | None:
     if resources is None:
         return None
     return dataclasses.replace(resources, env={**resources.env, **malloc_env(resources.env)})
+
+
+def check_paths_exist(who: str, named: Iterable[tuple[str, Any]]) -> None:
+    """Refuse, while the experiment is built, an input given as a path (not a step) that does not exist:
+    at run time it would surface as "no manifest.json" from a worker, naming no field."""
+    for field, value in named:
+        if isinstance(value, StepHandle) or not isinstance(value, str | os.PathLike):
+            continue
+        path = os.fspath(value)
+        if not storage.exists(path):
+            raise FileNotFoundError(
+                f"{who}: {field} = {path!r} does not exist; give a step (e.g. tokenized(...)) or the folder "
+                "of a finished token cache"
+            )
+
+
+def config_inputs(config: TrainerConfig) -> list[tuple[str, Any]]:
+    """`(field, input)` of every data input of a run: its datasets, validation and evals."""
+    named = [(f"datasets[{i}]", x) for i, (x, _) in enumerate(config.datasets)]
+    named += [(f"validation[{k!r}]", v) for k, v in (config.validation or {}).items()]
+    return named + [(f"evals[{k!r}]", v) for k, v in (config.evals or {}).items()]
 
 
 def training_step(
@@ -193,6 +215,7 @@ def train_lm(
             **options,
         )
     )
+    check_paths_exist(f"train_lm({name!r})", config_inputs(config))
     length = f"{num_train_steps} steps" if num_train_steps is not None else f"{train_tokens} tokens"
     return training_step(
         name, config, resources, f"train {type(model).__name__} on {len(datasets)} dataset(s) for {length}"

@@ -15,7 +15,7 @@ from typing import Any
 from schooner.cluster import ResourceConfig, StepHandle
 from schooner.train._optim import AdamConfig, OptimizerConfig
 
-from ._lm import train_lm
+from ._lm import check_paths_exist, train_lm
 
 _CPU = ResourceConfig.with_cpu()
 
@@ -62,6 +62,7 @@ def sft(
         >>> sft_model = sft("checkpoints/nano-sft", initialize_from=model, datasets={chat: 1.0},
         ...                 batch_size=16, seq_len=256, num_train_steps=200)                 # doctest: +SKIP
     """
+    check_paths_exist(f"sft({name!r})", [(f"datasets[{i}]", x) for i, x in enumerate(datasets)])
     return train_lm(
         name,
         model=model,
