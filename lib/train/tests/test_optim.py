@@ -242,7 +242,9 @@ NAN, INF = float("nan"), float("inf")
 def test_a_non_finite_number_is_refused_naming_its_field(cls: type, field: str, value: float) -> None:
     # NaN passes every `< 0` check; AdamConfig(weight_decay=nan) used to fail at step 1 telling the user to
     # lower the learning rate.
-    with pytest.raises(ValueError, match=rf"{cls.__name__}\.{field} must be a finite number.*{field}={value}"):
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__}\.{field} must be a finite number.*{field}={value}"
+    ):
         cls(**{field: value})
 
 

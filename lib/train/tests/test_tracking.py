@@ -23,7 +23,8 @@ def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
     assert read_metrics(path)[-1]["train/loss"] is None  # JSON has no NaN: null, as schooner.cluster.records
     assert '"train/loss": null' in (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
     assert read_metrics(str(tmp_path)) == read_metrics(path)  # the run folder names the same file
-    t = JsonlTracker(str(tmp_path), resume_step=5)  # the interrupted run had logged 6..8 after its checkpoint at 5
+    # the interrupted run had logged 6..8 after its checkpoint at 5
+    t = JsonlTracker(str(tmp_path), resume_step=5)
     t.log({"train/loss": 4.5}, 6)
     t.finish()
     assert [(r["step"], r["train/loss"]) for r in read_metrics(path)] == [

@@ -63,7 +63,7 @@ class LanguageModeling:
 
     def setup(self, config: TrainerConfig, output_path: str) -> Setup:
         """The run's data, model config, loss and evaluators (see the module docstring)."""
-        from schooner.tokenize import MixtureDataset, TokenCache, load_tokenizer
+        from schooner.tokenize import MixtureDataset, load_tokenizer
 
         from ._evaluate import default_validation
 
