@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from schooner.eval import (
+    Example,
     Request,
     Task,
     core_suite,
     encode_pair,
     evaluate_suite,
     evaluate_task,
+    example_requests,
     rolling_requests,
     score_requests,
     score_rolling,
@@ -135,6 +137,19 @@ def test_the_boundary_is_in_token_space(tok):
     assert list(r1.continuation) == tok.encode(" Paris")
     empty = encode_pair(tok, "", "Paris")
     assert len(empty.context) == 1
+
+
+def test_example_requests_are_each_choice_after_the_delimiter(tok):
+    # one context, four choices (multiple choice); four contexts, one continuation (WinoGrande's partial scoring)
+    mc = Example(contexts=("Question: 2 + 2?\nAnswer:",), continuations=("4", "5", "22", "four"), gold=0)
+    assert example_requests(tok, mc, " ") == [
+        encode_pair(tok, "Question: 2 + 2?\nAnswer:", " " + c) for c in ("4", "5", "22", "four")
+    ]
+    wino = Example(contexts=("The cat", "The dog"), continuations=("sat down.",), gold=1)
+    assert example_requests(tok, wino, "") == [
+        encode_pair(tok, "The cat", "sat down."),
+        encode_pair(tok, "The dog", "sat down."),
+    ]
 
 
 def test_rolling_windows_predict_every_token_once(model):

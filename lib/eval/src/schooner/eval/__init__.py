@@ -24,6 +24,7 @@ from ._loglikelihood import rolling_requests as rolling_requests
 from ._loglikelihood import score_requests as score_requests
 from ._loglikelihood import score_rolling as score_rolling
 from ._tasks import Example as Example
+from ._tasks import example_requests as example_requests
 from ._tasks import score_examples as score_examples
 from ._taskspec import CORE_TASKS as CORE_TASKS
 from ._taskspec import Suite as Suite

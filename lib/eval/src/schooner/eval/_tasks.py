@@ -124,7 +124,12 @@ def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
 
 
 def example_requests(tokenizer: Any, example: Example, delimiter: str) -> list[Request]:
-    """The request of each choice of `example` (context, then `delimiter + continuation`)."""
+    """The request of each choice of `example` (context, then `delimiter + continuation`): what a task scores.
+
+    Example:
+        >>> ex = Example(contexts=("Question: 2 + 2?\\nAnswer:",), continuations=("4", "5"), gold=0)
+        >>> reqs = example_requests(tokenizer, ex, " ")  # [encode_pair(tokenizer, ctx, " 4"), ... " 5"]
+    """
     return [encode_pair(tokenizer, context, delimiter + cont) for context, cont in example.pairs()]
 
 
