@@ -468,3 +468,26 @@ def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(se
     )
     context = out["samples"]["local_mc"][0]["arguments"][0][0]  # the first choice's (context, continuation)
     assert context.startswith(tok.bos_token + "<|user|>") and context.endswith("<|assistant|>"), context
+
+
+def test_generate_until_stops_at_the_end_of_turn_token_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend generates with transformers' `generate`, which stops at every id of the model's
+    `generation_config.eos_token_id`: [EOS, end-of-turn] for a chat model (Llama-3-Instruct; `export_hf` of a
+    chat-trained Schooner run). The adapter stopped at EOS only and went on past the end of the answer."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    from .rigged import chain_model
+
+    _, tok, model = setup
+    eot, fox = tok.token_to_id("<|end_of_turn|>"), tok.encode(" fox")[-1]
+    context = "The quick"
+    untied = init(dataclasses.replace(model.config, tie_embeddings=False), key=jax.random.key(0))
+    rigged = chain_model(untied, {tok.encode(context)[-1]: eot}, fox)
+    gen = Instance("generate_until", {}, (context, {"until": ["\n\n"], "max_gen_toks": 4}), 0)
+    # what the hf backend returns: generation ends at end-of-turn, decoded without special tokens
+    assert SchoonerLM(model=rigged, tokenizer=tok).generate_until([gen]) == [""]
+    # a tokenizer without a chat template's end-of-turn token, or the option off: EOS alone stops it
+    off = SchoonerLM(model=rigged, tokenizer=tok, stop_at_end_of_turn="false")
+    assert off.generate_until([gen]) == [tok.decode([fox] * 3)]
