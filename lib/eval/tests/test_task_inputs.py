@@ -377,6 +377,26 @@ def test_an_escaped_lone_surrogate_names_file_row_and_field(tmp_path, suffix):
     assert "\\ud800" in message and "item 0" in message and "write the character itself" in message, message
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
+def test_a_utf8_bom_at_the_start_of_a_task_file_is_read_past(tmp_path, suffix):
+    """Windows tools write a byte-order mark first; lm-eval's loader (`datasets` over pyarrow) reads such a file."""
+    import gzip
+
+    lines = [json.dumps(r) for r in ROWS]
+    text = "[" + ",\n".join(lines) + "]" if suffix == ".json" else "\n".join(lines) + "\n"
+    plain, marked = tmp_path / f"plain{suffix}", tmp_path / f"bom{suffix}"
+    for path, data in ((plain, text.encode()), (marked, b"\xef\xbb\xbf" + text.encode())):
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    assert load_examples(str(marked), "examples", task="t") == load_examples(str(plain), "examples", task="t")
+
+
+def test_a_bom_elsewhere_than_the_start_is_still_refused(tmp_path):
+    path = tmp_path / "two.jsonl"
+    path.write_bytes(json.dumps(ROWS[0]).encode() + b"\n\xef\xbb\xbf" + json.dumps(ROWS[1]).encode() + b"\n")
+    message = _load(path)
+    assert f"{path}:2" in message and "JSON" in message, message
+
+
 def test_a_gz_file_that_is_not_gzip_names_path_and_fix(tmp_path):
     path = _jsonl(tmp_path / "plain.jsonl.gz", ROWS)
     message = _load(path)

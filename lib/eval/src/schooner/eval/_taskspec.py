@@ -149,6 +149,8 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark: read past at the start of a task file (lm-eval's loader reads such files)."""
 
 
 def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
@@ -182,6 +184,8 @@ def _text_lines(path: str, who: str) -> Iterator[tuple[int, str]]:
     try:
         with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
             for n, raw in enumerate(f, 1):
+                if n == 1 and raw.startswith(BOM):  # a byte-order mark, as Windows tools write: not text
+                    raw = raw[len(BOM) :]
                 try:
                     yield n, raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -261,7 +265,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
     if path.endswith(".json"):
         with open(path, "rb") as f:
             raw = f.read()
-        text = _decode_utf8(raw, f"{who}{path}")
+        text = _decode_utf8(raw.removeprefix(BOM), f"{who}{path}")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
