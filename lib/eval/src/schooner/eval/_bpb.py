@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import fsspec
 import numpy as np
 
+from schooner.cluster import storage
 from schooner.model import StreamScorer, TokenStream
 
 logger = logging.getLogger(__name__)
@@ -45,10 +45,10 @@ def _byte_table(tokenizer: Any) -> np.ndarray | None:
 def _open(name: str, source: CacheLike, max_tokens: int | None, tokenizer: Any) -> TokenStream:
     if isinstance(source, str) or hasattr(source, "__fspath__"):
         path = str(source)
-        fs, root = fsspec.core.url_to_fs(path)
-        root = root.rstrip("/")
-        if not fs.exists(f"{root}/manifest.json"):
-            splits = [s for s in ("validation", "train") if fs.exists(f"{root}/{s}/manifest.json")]
+        if not storage.exists(storage.join(path, "manifest.json")):
+            splits = [
+                s for s in ("validation", "train") if storage.exists(storage.join(path, s, "manifest.json"))
+            ]
             hint = (
                 f"it is a tokenized step's output: pass {path.rstrip('/')}/{splits[0]}"
                 if splits

@@ -24,23 +24,18 @@ def check_tokenizer(folder: str, tokenizer: Any) -> None:
     ids and wrong scores (every task, sample and harness request), so it is refused; a checkpoint without the
     record (a `save_model` folder) or a tokenizer without a fingerprint is not checked.
     """
-    import json
-
-    import fsspec
-
+    from schooner.cluster import storage
     from schooner.model import CHECKPOINT_MARKER
 
     theirs = getattr(tokenizer, "fingerprint", None)
-    fs, root = fsspec.core.url_to_fs(folder)
-    marker = f"{root.rstrip('/')}/{CHECKPOINT_MARKER}"
-    if theirs is None or not fs.exists(marker):
+    marker = storage.join(folder, CHECKPOINT_MARKER)
+    if theirs is None or not storage.exists(marker):
         return
-    with fs.open(marker, "r") as f:
-        try:
-            meta = json.load(f)
-            recorded = meta.get("tokenizer_fingerprint")
-        except (ValueError, AttributeError):
-            return
+    try:
+        meta = storage.read_json(marker)
+        recorded = meta.get("tokenizer_fingerprint")
+    except (ValueError, AttributeError):
+        return
     if recorded and recorded != theirs:
         raise ValueError(
             f"checkpoint {folder} was trained with the tokenizer of fingerprint {recorded} (its "

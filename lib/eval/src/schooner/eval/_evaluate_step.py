@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-import fsspec
+from schooner.cluster import storage
 
 from ._bpb import evaluate_lm
 from ._checkpoint import load_checkpoint
@@ -27,20 +27,31 @@ logger = logging.getLogger(__name__)
 
 def resolve_cache_path(path: str, split: str) -> str:
     """`path/split` when `path` is a tokenized step's output holding that split, else `path` itself."""
-    fs, root = fsspec.core.url_to_fs(path)
-    root = root.rstrip("/")
-    if fs.isdir(f"{root}/{split}"):
+    if storage.isdir(storage.join(path, split)):
         return f"{path.rstrip('/')}/{split}"
     return path
 
 
-def _write_json(path: str, value: Any) -> None:
+def _write_result_json(path: str, value: Any) -> None:
     """`value` as JSON at `path`, its paths as they read once the step's attempt folder is published."""
     from schooner.cluster import published_paths
 
-    with fsspec.open(path, "w") as f:
-        json.dump(published_paths(value), f, indent=2, sort_keys=True)
-        f.write("\n")
+    storage.write_json(path, _finite(published_paths(value), path), indent=2)
+
+
+def _finite(value: Any, path: str, where: str = "") -> Any:
+    """`value` with each NaN or infinity (a diverged checkpoint's loss) replaced by None, which JSON can hold,
+    and a warning naming the file and the field."""
+    if isinstance(value, float) and not math.isfinite(value):
+        logger.warning(
+            "%s: %s is %r, not a finite number: written as null", path, where or "the value", value
+        )
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v, path, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v, path, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 @contextlib.contextmanager
@@ -112,10 +123,8 @@ def _evaluate_one(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
     results.update(checkpoint=checkpoint, caches=caches, tokenizer_fingerprint=tokenizer.fingerprint)
     results["parameters"] = _parameters(model_config)
     results.update(tasks=task_results, suites=suite_results, samples=samples)
-    fs, root = fsspec.core.url_to_fs(output_path)
-    fs.makedirs(root, exist_ok=True)
-    _write_json(f"{output_path.rstrip('/')}/samples.json", samples)
-    _write_json(f"{output_path.rstrip('/')}/results.json", results)
+    _write_result_json(f"{output_path.rstrip('/')}/samples.json", samples)
+    _write_result_json(f"{output_path.rstrip('/')}/results.json", results)
     summary = {
         name: {k: d[k] for k in ("loss", "bpb", "tokens") if k in d}
         for name, d in results["datasets"].items()
@@ -180,11 +189,11 @@ def _run_tasks(
 def _write_documents(output_path: str, task: str, documents: list[dict[str, Any]]) -> str:
     """Write a task's per-document scores to `tasks/<task>.jsonl` under the step folder; its relative path."""
     relative = f"tasks/{task}.jsonl"
-    fs, root = fsspec.core.url_to_fs(f"{output_path.rstrip('/')}/tasks")
-    fs.makedirs(root, exist_ok=True)
-    with fsspec.open(f"{output_path.rstrip('/')}/{relative}", "w") as f:
+    path = f"{output_path.rstrip('/')}/{relative}"
+    with storage.atomic_open(path, "w") as f:
         for i, doc in enumerate(documents):
-            f.write(json.dumps({"index": i, **doc}, sort_keys=True) + "\n")
+            row = _finite({"index": i, **doc}, path, f"line {i + 1}")
+            f.write(storage.dumps_json(row, indent=None, where=f"{path}:{i + 1}") + "\n")
     return relative
 
 
@@ -224,7 +233,7 @@ def _evaluate_every_checkpoint(config: EvaluateCheckpointsConfig, output_path: s
             row[f"{task}/chance"] = t["chance"]
         rows.append(row)
         tables.append(scores_table(f"Scores at step {number}", summary["datasets"], summary["tasks"]))
-    _write_json(f"{output_path.rstrip('/')}/scores.json", rows)
+    _write_result_json(f"{output_path.rstrip('/')}/scores.json", rows)
     plot_scores(rows, f"{output_path.rstrip('/')}/scores.png")
     return {"steps": [r["step"] for r in rows], "scores": rows, "tables": tables}
 
@@ -274,6 +283,6 @@ def plot_scores(rows: list[dict[str, Any]], path: str) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    with fsspec.open(path, "wb") as f:
+    with storage.atomic_open(path, "wb") as f:
         fig.savefig(f, format="png")
     plt.close(fig)

@@ -13,9 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import fsspec
-
-from schooner.cluster import InputFiles, InputPath, StepHandle
+from schooner.cluster import InputFiles, InputPath, StepHandle, storage
 
 from ._bundled import BundledTasks, bundled_suite
 from ._kv_generate import SamplingConfig
@@ -127,8 +125,7 @@ class CheckpointInput:
 
         folder = find_checkpoint(os.fspath(path))
         names = [f"{folder}/config.json"]
-        fs, root = fsspec.core.url_to_fs(folder)
-        if fs.exists(f"{root}/{CHECKPOINT_MARKER}"):
+        if storage.exists(storage.join(folder, CHECKPOINT_MARKER)):
             names.append(f"{folder}/{CHECKPOINT_MARKER}")
         return CheckpointInput(folder, InputFiles(names))
 
