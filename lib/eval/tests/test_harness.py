@@ -311,6 +311,26 @@ def test_the_adapter_runs_under_lm_evals_request_cache(setup, tmp_path):
     assert lm._loglikelihood_tokens([pair]) == SchoonerLM(model=model, tokenizer=tok).loglikelihood(tokens)
 
 
+def test_an_overlong_continuation_names_the_harness_task_and_document(setup):
+    """lm-eval's `hf` backend asserts `len(continuation_enc) <= max_length` (a bare AssertionError); the
+    adapter's error named no task or document. It names lm-eval's task, doc_id and request index now."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    long_text = " " + " ".join(["The quick brown fox jumps over the lazy dog."] * 10)
+    assert len(tok.encode(long_text)) > model.config.max_seq_len
+    requests = [
+        Instance("loglikelihood", {}, ("The quick brown", " fox"), 0, metadata=("local_mc", 2, 1)),
+        Instance("loglikelihood", {}, ("The quick brown", long_text), 1, metadata=("local_mc", 3, 1)),
+    ]
+    with pytest.raises(
+        ValueError, match=r"task 'local_mc': document 3 \(request 1\): a continuation of \d+ "
+    ):
+        SchoonerLM(model=model, tokenizer=tok).loglikelihood(requests)
+
+
 def _hf_encode(tok, text: str, add_special_tokens: bool = True) -> list[int]:
     """HF `tokenizers`' own encoding, as lm-eval's `hf` backend's `tokenizer.encode(string)` gives it: special
     token strings in the text are the special tokens, and the post-processor runs (transformers' default

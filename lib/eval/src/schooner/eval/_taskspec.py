@@ -333,7 +333,7 @@ def load_examples(
             )
         if check_choices and kind == "multiple_choice":
             _check_choices(doc, layout, example)
-        out.append(example)
+        out.append(dataclasses.replace(example, source=where))
     if not out:
         raise ValueError(f"task {task!r}: {path} holds no rows")
     return out
@@ -430,6 +430,7 @@ def evaluate_task(
         delimiter=task.delimiter,
         batch_size=batch_size,
         max_length=max_length,
+        task=task.name,
     )
     metrics["chance"] = task.chance if task.chance is not None else chance_level(examples, task.kind)
     metrics["reference"] = dict(task.reference)

@@ -161,7 +161,9 @@ class SchoonerLM(TemplateLM):
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
         return self._score(
-            [self._encode_request(*req.args) for req in requests], [tuple(r.args) for r in requests]
+            [self._encode_request(*req.args) for req in requests],
+            [tuple(r.args) for r in requests],
+            [_request_name(r, i) for i, r in enumerate(requests)],
         )
 
     def _encode_request(self, context: str, continuation: str) -> Any:
@@ -187,10 +189,14 @@ class SchoonerLM(TemplateLM):
         encoded = [Request(tuple(ctx) or (self.prefix_token_id,), tuple(cont)) for _, ctx, cont in requests]
         return self._score(encoded, [key for key, _, _ in requests])
 
-    def _score(self, encoded: list[Any], keys: list[Any]) -> list[tuple[float, bool]]:
+    def _score(
+        self, encoded: list[Any], keys: list[Any], names: list[str] | None = None
+    ) -> list[tuple[float, bool]]:
         """Scores of `encoded`, each also given to lm-eval's cache hook (`--use_cache`) under its request's
-        strings `(context, continuation)`, as the `hf` backend keys them (None: not cached)."""
-        scores = score_requests(self.model, encoded, batch_size=self.batch_size, max_length=self.max_length)
+        strings `(context, continuation)`, as the `hf` backend keys them (None: not cached); `names` for errors."""
+        scores = score_requests(
+            self.model, encoded, batch_size=self.batch_size, max_length=self.max_length, names=names
+        )
         out = [(s.logprob, s.greedy) for s in scores]
         for key, result in zip(keys, out, strict=True):
             if key is not None:
@@ -300,3 +306,12 @@ class _HarnessEncoding:
     def __init__(self, lm: SchoonerLM) -> None:
         self.encode = lm.tok_encode
         self.bos_id, self.eos_id = lm.tok.bos_id, lm.tok.eos_id
+
+
+def _request_name(request: Any, position: int) -> str:
+    """An lm-eval request as an error names it: `"task 'arc_easy': document 17 (request 3)"` (its task, doc_id
+    and index among the document's requests), `"request {position}"` when it carries none."""
+    task, doc = getattr(request, "task_name", None), getattr(request, "doc_id", None)
+    if task is None and doc is None:
+        return f"request {position}"
+    return f"task {task!r}: document {doc} (request {getattr(request, 'idx', position)})"
