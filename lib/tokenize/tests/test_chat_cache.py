@@ -30,7 +30,7 @@ from schooner.tokenize import (
     chat_record,
     write_cache,
 )
-from schooner.tokenize._tokenizer import _bytes_to_unicode
+from schooner.tokenize._byte_alphabet import byte_decoder
 
 from .conftest import stdlib_texts
 
@@ -62,7 +62,7 @@ def token_bytes(tok: Tokenizer, i: int) -> bytes:
     added = {t.content for t in tok.hf.get_added_tokens_decoder().values()}
     if s in added:
         return s.encode("utf-8")
-    alphabet = _bytes_to_unicode()
+    alphabet = byte_decoder()
     return bytes(alphabet[c] for c in s)
 
 

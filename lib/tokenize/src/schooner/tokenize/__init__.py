@@ -9,12 +9,7 @@ from ._cache import KINDS as KINDS
 from ._cache import CacheError as CacheError
 from ._cache import TokenCache as TokenCache
 from ._cache import TokenizerMismatchError as TokenizerMismatchError
-from ._chat import CHAT_TEMPLATES as CHAT_TEMPLATES
-from ._chat import CHATML as CHATML
-from ._chat import SCHOONER_CHAT as SCHOONER_CHAT
-from ._chat import ChatTemplate as ChatTemplate
 from ._chat import RenderedChat as RenderedChat
-from ._chat import jinja_chat_template as jinja_chat_template
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
 from ._chat import resolve_template as resolve_template
@@ -32,6 +27,11 @@ from ._permute import derive_key as derive_key
 from ._preferences import PreferenceDataset as PreferenceDataset
 from ._sequences import TokenSequences as TokenSequences
 from ._sequences import segment_ids_from_eos as segment_ids_from_eos
+from ._templates import CHAT_TEMPLATES as CHAT_TEMPLATES
+from ._templates import CHATML as CHATML
+from ._templates import SCHOONER_CHAT as SCHOONER_CHAT
+from ._templates import ChatTemplate as ChatTemplate
+from ._templates import jinja_chat_template as jinja_chat_template
 from ._tokenizer import Tokenizer as Tokenizer
 from ._tokenizer import load_tokenizer as load_tokenizer
 from ._train import BOS_TOKEN as BOS_TOKEN

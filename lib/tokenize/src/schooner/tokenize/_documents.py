@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ._chat import ChatTemplate, check_messages, render_chat
+from ._chat import check_messages, render_chat
+from ._templates import ChatTemplate
 from ._tokenizer import Tokenizer
 
 

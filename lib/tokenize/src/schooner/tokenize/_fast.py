@@ -57,6 +57,8 @@ from typing import Any
 
 import numpy as np
 
+from ._byte_alphabet import byte_decoder
+
 logger = logging.getLogger("schooner.tokenize")
 
 ENV = "SCHOONER_TOKENIZER_ENCODER"
@@ -102,12 +104,6 @@ class EncoderChoice:
 
     def to_dict(self) -> dict[str, str]:
         return {"encoder": self.encoder, "reason": self.reason}
-
-
-def _byte_decoder() -> dict[str, int]:
-    from ._tokenizer import _bytes_to_unicode
-
-    return _bytes_to_unicode()
 
 
 def _pattern(spec: dict) -> str:
@@ -166,7 +162,7 @@ def _added(spec: dict) -> list[dict]:
 
 
 def _ranks(model: dict, added: list[dict]) -> tuple[dict[bytes, int], list[tuple[str, str]]]:
-    alphabet = _byte_decoder()
+    alphabet = byte_decoder()
     added_contents = {t["content"] for t in added}
     ranks: dict[bytes, int] = {}
     for s, i in model["vocab"].items():

@@ -18,6 +18,10 @@ from typing import Any
 import numpy as np
 import tokenizers
 
+from ._byte_alphabet import byte_decoder
+from ._fast import FastEncoder
+from ._templates import CHAT_TEMPLATES, jinja_chat_template
+
 logger = logging.getLogger("schooner.tokenize")
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -28,21 +32,6 @@ _EOS_NAMES = ("<|end_of_text|>", "</s>", "<|eos|>", "[EOS]", "<eos>", "<|endofte
 _PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-def _bytes_to_unicode() -> dict[str, int]:
-    """The GPT-2 byte-level alphabet, inverted: printable character -> the byte it stands for."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
 
 
 def canonical_json(tokenizer_json: str) -> str:
@@ -150,8 +139,6 @@ class Tokenizer:
         force either with `encoder=` at load or `$SCHOONER_TOKENIZER_ENCODER` (`hf`, `tiktoken`, `auto`).
         """
         if self._choice is None:
-            from ._fast import FastEncoder
-
             self._fast, self._choice = FastEncoder.for_tokenizer(
                 self.hf, self._encoder_request, fingerprint=self.fingerprint
             )
@@ -200,8 +187,6 @@ class Tokenizer:
     def _use_checked_fast_path(self) -> None:
         """Take the fast path without re-running its checks: only for a tokenizer whose fingerprint a build
         has checked (`_encode` does, for the file a build wrote and its workers load)."""
-        from ._fast import FastEncoder
-
         self._fast, self._choice = FastEncoder.for_tokenizer(
             self.hf, "tiktoken", fingerprint=self.fingerprint, checked=True
         )
@@ -230,7 +215,7 @@ class Tokenizer:
     def _compute_byte_lengths(self) -> np.ndarray:
         spec = json.loads(self._json)
         byte_level = _uses(spec.get("decoder"), "ByteLevel") or _uses(spec.get("pre_tokenizer"), "ByteLevel")
-        alphabet = _bytes_to_unicode() if byte_level else {}
+        alphabet = byte_decoder() if byte_level else {}
         special = {t.content for t in self.hf.get_added_tokens_decoder().values() if t.special}
         out = np.zeros(self.vocab_size, dtype=np.int32)
         for i in range(self.vocab_size):
@@ -264,8 +249,6 @@ class Tokenizer:
             "schooner_fingerprint": self.fingerprint,
         }
         if self.chat_template is not None:
-            from ._chat import CHAT_TEMPLATES, jinja_chat_template
-
             template = CHAT_TEMPLATES.get(self.chat_template)
             if template is None:
                 cfg["schooner_chat_template"] = self.chat_template

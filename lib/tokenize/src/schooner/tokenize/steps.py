@@ -22,7 +22,7 @@ from schooner.cluster import ResourceConfig, StepHandle, runtime_field, step
 from schooner.data.steps import as_step_inputs, input_locations
 
 from ._build import build_cache, resolve_shards
-from ._chat import CHAT_TEMPLATES, ChatTemplate
+from ._templates import CHAT_TEMPLATES, ChatTemplate
 from ._tokenizer import load_tokenizer
 from ._train import BOS_TOKEN, DEFAULT_SPECIAL_TOKENS, EOS_TOKEN, PAD_TOKEN, BPEConfig, train_bpe
 
