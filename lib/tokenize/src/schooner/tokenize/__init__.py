@@ -3,6 +3,9 @@
 `import schooner.tokenize` stays light: jax is imported only when the loader places arrays on devices.
 """
 
+import warnings as _warnings
+from typing import Any as _Any
+
 from ._build import build_cache as build_cache
 from ._build import write_cache as write_cache
 from ._cache import KINDS as KINDS
@@ -41,4 +44,16 @@ from ._train import EOS_TOKEN as EOS_TOKEN
 from ._train import PAD_TOKEN as PAD_TOKEN
 from ._train import BPEConfig as BPEConfig
 from ._train import train_bpe as train_bpe
-from ._train import train_tokenizer as train_tokenizer
+
+
+def __getattr__(name: str) -> _Any:
+    # one name, one meaning: `train_tokenizer` is the step builder in `schooner.tokenize.steps`
+    if name == "train_tokenizer":
+        _warnings.warn(
+            "schooner.tokenize.train_tokenizer is train_bpe under another name and will be removed in the next "
+            "release; call schooner.tokenize.train_bpe (the step is schooner.tokenize.steps.train_tokenizer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return train_bpe
+    raise AttributeError(f"module 'schooner.tokenize' has no attribute {name!r}")

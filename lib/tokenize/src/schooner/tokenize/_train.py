@@ -130,10 +130,6 @@ def _template_served(config: BPEConfig) -> str | None:
     return config.chat_template
 
 
-train_tokenizer = train_bpe
-"""Alias of `train_bpe` (the name /work/contract.md uses)."""
-
-
 class _Counter:
     """Passes texts through, counting them and rejecting non-strings with their position."""
 
