@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass
 
 from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
-from schooner.cluster._storage import storage_for
 from schooner.cluster.runner._step import resolve_config
+from schooner.cluster.storage import storage_for
 
 
 @dataclass(frozen=True)

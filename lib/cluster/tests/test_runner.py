@@ -29,7 +29,7 @@ from schooner.cluster import (
     step,
     using_client,
 )
-from schooner.cluster.runner._status import meta_path
+from schooner.cluster.records import meta_path
 
 CALLS: list[str] = []
 FAIL: set[str] = set()

@@ -205,11 +205,11 @@ def _cmd_run(ns: argparse.Namespace) -> int:
 def _cmd_status(ns: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from schooner.cluster._storage import storage_for
+    from schooner.cluster.records import read_step_record
     from schooner.cluster.runner._lease import parse_lease
-    from schooner.cluster.runner._records import read_step_record
     from schooner.cluster.runner._runner import resolve_prefix
     from schooner.cluster.runner._status import StepState, meta_path, scan_prefix
+    from schooner.cluster.storage import storage_for
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
@@ -232,7 +232,7 @@ def _cmd_status(ns: argparse.Namespace) -> int:
     for found in scan_prefix(prefix):
         storage = storage_for(found.output_path)
         st = found.status
-        record = read_step_record(storage, found.output_path) or {}
+        record = read_step_record(found.output_path, storage=storage) or {}
         name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
         listed.append((found, storage, st, record, name))
     exact = pattern is not None and any(name == ns.name for *_, name in listed)
@@ -288,8 +288,8 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 
 def _require_prefix(prefix: str, given: str | None) -> None:
     """A prefix that does not exist is a typo or the wrong working directory: say which, create nothing."""
-    from schooner.cluster._storage import storage_for
     from schooner.cluster.runner._runner import PREFIX_ENV
+    from schooner.cluster.storage import storage_for
 
     if storage_for(prefix).exists(prefix):
         return

@@ -15,11 +15,11 @@ import os
 import re
 from typing import Any
 
-from schooner.cluster._storage import atomic_write, storage_for
 from schooner.cluster.runner._explain import find_records
 from schooner.cluster.runner._progress import fmt_duration, make_console
 from schooner.cluster.runner._status import meta_path, scan_prefix
 from schooner.cluster.runner._version import ConfigError
+from schooner.cluster.storage import atomic_write, storage_for
 
 from ._html import when
 from ._metrics import numeric_series, read_metrics, summarize

@@ -15,9 +15,9 @@ import os
 import time
 from typing import Any
 
-from schooner.cluster._storage import is_local, normalize_prefix, storage_for
-from schooner.cluster.runner._records import read_json
+from schooner.cluster.records import read_experiment_records
 from schooner.cluster.runner._status import scan_prefix
+from schooner.cluster.storage import is_plain_path, normalize_prefix, storage_for
 
 from ._html import anchor, badge, duration, error_block, esc, kv_table, table, when
 from ._report_step import render_step
@@ -59,12 +59,7 @@ def collect(prefix: str) -> dict[str, Any]:
     """
     prefix = normalize_prefix(prefix)
     storage = storage_for(prefix)
-    experiments = []
-    for path in storage.glob(f"{prefix}/experiments/**/*.json"):
-        record = read_json(storage, path)
-        if isinstance(record, dict):
-            experiments.append({**record, "_path": path})
-    experiments.sort(key=lambda e: e.get("started") or 0, reverse=True)
+    experiments = [{**record, "_path": path} for path, record in read_experiment_records(prefix)]
     folders = [f.output_path for f in scan_prefix(prefix)] if storage.exists(prefix) else []
     for exp in experiments:
         for s in exp.get("steps") or []:
@@ -182,12 +177,12 @@ def write_report(prefix: str, out: str | None = None) -> str:
     """Write the report for `prefix` to `out` (default `{prefix}/report.html`); returns the path written."""
     prefix = normalize_prefix(prefix)
     out = out or f"{prefix}/report.html"
-    if is_local(out):
+    if is_plain_path(out):
         out = os.path.abspath(out)
         page = render_report(prefix, out_dir=os.path.dirname(out))
     else:
         page = render_report(prefix)
     storage = storage_for(out)
-    storage.makedirs(os.path.dirname(out) if is_local(out) else out.rsplit("/", 1)[0])
+    storage.makedirs(os.path.dirname(out) if is_plain_path(out) else out.rsplit("/", 1)[0])
     storage.write_text(out, page)
     return out

@@ -23,7 +23,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 
-from schooner.cluster._storage import Storage
+from schooner.cluster.storage import Storage
 
 from ._status import meta_path
 

@@ -7,100 +7,16 @@ different step (an `override_output_path` reused by another config) is never tak
 
 from __future__ import annotations
 
-import enum
-import json
-import time
 from dataclasses import dataclass
-from typing import Any
 
-from schooner.cluster._storage import Storage
+from schooner.cluster.records import META_DIR as META_DIR
+from schooner.cluster.records import StepState as StepState
+from schooner.cluster.records import StepStatus as StepStatus
+from schooner.cluster.records import meta_path as meta_path
+from schooner.cluster.records import step_status
 
-from ._step import join_path
-
-META_DIR = ".schooner"
-"""Folder inside every step output that holds the runner's own files (status, lease, record)."""
-
-
-class StepState(enum.StrEnum):
-    """What a status file says."""
-
-    RUNNING = "RUNNING"
-    SUCCESS = "SUCCESS"
-    FAILED = "FAILED"
-    INTERRUPTED = "INTERRUPTED"
-    """Stopped by Ctrl-C (or SIGTERM) of its runner; a rerun resumes or restarts it."""
-
-
-def meta_path(output_path: str, file: str) -> str:
-    """`{output_path}/.schooner/{file}`."""
-    return join_path(output_path, f"{META_DIR}/{file}")
-
-
-@dataclass(frozen=True)
-class StatusInfo:
-    """A parsed status file."""
-
-    state: StepState
-    key: str
-    name: str
-    owner: str
-    """Lease owner id of the attempt that wrote it."""
-    time: float
-    """Unix time it was written."""
-    error: str = ""
-    """One line: the exception for FAILED."""
-    fn_sha: str = ""
-    """SHA-256 of the step function's source when it ran (a plan notes a change without a version bump)."""
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "status": self.state.value,
-                "key": self.key,
-                "name": self.name,
-                "owner": self.owner,
-                "time": self.time,
-                "error": self.error,
-                "fn_sha": self.fn_sha,
-            }
-        )
-
-
-def read_status(storage: Storage, output_path: str) -> StatusInfo | None:
-    """The status of the step in `output_path`, or None when there is none (never run, or unreadable)."""
-    text = storage.read_text(meta_path(output_path, "status.json"))
-    if not text:
-        return None
-    try:
-        d: dict[str, Any] = json.loads(text)
-        return StatusInfo(
-            StepState(d["status"]),
-            d["key"],
-            d.get("name", ""),
-            d.get("owner", ""),
-            float(d.get("time", 0.0)),
-            d.get("error", ""),
-            d.get("fn_sha") or "",
-        )
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def write_status(
-    storage: Storage,
-    output_path: str,
-    state: StepState,
-    *,
-    key: str,
-    name: str,
-    owner: str,
-    error: str = "",
-    fn_sha: str = "",
-) -> StatusInfo:
-    """Atomically replace the status file."""
-    info = StatusInfo(state, key, name, owner, time.time(), error, fn_sha)
-    storage.write_text(meta_path(output_path, "status.json"), info.to_json())
-    return info
+StatusInfo = StepStatus
+"""The old name of `schooner.cluster.records.StepStatus`."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +24,7 @@ class FoundStep:
     """A step output folder found under a prefix by `scan_prefix`."""
 
     output_path: str
-    status: StatusInfo | None
+    status: StepStatus | None
     """None when the folder has a record but no readable status."""
 
 
@@ -119,11 +35,11 @@ def scan_prefix(prefix: str) -> list[FoundStep]:
     not descend into step folders (which may hold many files), nor into hidden folders or the prefix's
     `experiments/` records; on an object store it lists folder by folder the same way (`_walk_url`).
     """
-    from schooner.cluster._storage import is_local, storage_for
+    from schooner.cluster.storage import is_plain_path, storage_for
 
     storage = storage_for(prefix)
     folders: list[str] = []
-    if is_local(prefix):
+    if is_plain_path(prefix):
         import os
 
         for root, dirs, _files in os.walk(prefix):
@@ -136,7 +52,7 @@ def scan_prefix(prefix: str) -> list[FoundStep]:
                 )
     else:
         folders = _walk_url(prefix)
-    return [FoundStep(f, read_status(storage, f)) for f in sorted(set(folders))]
+    return [FoundStep(f, step_status(f, storage=storage)) for f in sorted(set(folders))]
 
 
 def _walk_url(prefix: str) -> list[str]:
