@@ -20,6 +20,7 @@ import tokenizers
 
 from ._byte_alphabet import byte_decoder
 from ._fast import FastEncoder
+from ._panics import is_panic, panic_error
 from ._templates import CHAT_TEMPLATES, jinja_chat_template
 
 logger = logging.getLogger("schooner.tokenize")
@@ -160,7 +161,12 @@ class Tokenizer:
         if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
             return self._fast.encode(text, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
-        return hf.encode(text, add_special_tokens=add_special_tokens).ids
+        try:
+            return hf.encode(text, add_special_tokens=add_special_tokens).ids
+        except BaseException as e:  # a Rust panic is a BaseException
+            if not is_panic(e):
+                raise
+            raise panic_error(self.source, hf.encode, [text], e) from None
 
     def encode_batch(
         self, texts: Sequence[str], *, add_special_tokens: bool = False, parse_special: bool = False
@@ -169,7 +175,12 @@ class Tokenizer:
         if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
             return self._fast.encode_batch(texts, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
-        return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+        try:
+            return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+        except BaseException as e:  # a Rust panic is a BaseException
+            if not is_panic(e):
+                raise
+            raise panic_error(self.source, hf.encode, texts, e) from None
 
     def _encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
         """`encode_batch(texts)` as integer arrays (uint32 on the fast path: no Python int per token)."""
