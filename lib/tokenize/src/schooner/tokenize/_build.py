@@ -154,6 +154,12 @@ def build_cache(
         raise ValueError(f"max_length must be an int >= 2 or None, got max_length={max_length!r}")
     if kind == "text" and (chat_template is not None or max_length is not None):
         raise ValueError("chat_template= and max_length= apply to kind='chat' or 'preference' builds only")
+    if kind != "text" and text_field != "text":
+        raise ValueError(
+            f"text_field= applies to kind='text' builds only, got text_field={text_field!r} with kind={kind!r}: "
+            "chat and preference records need no text (they are read from `messages`, or `prompt`, `chosen` "
+            "and `rejected`)"
+        )
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
     if isinstance(in_process_below, bool) or not isinstance(in_process_below, int) or in_process_below < 0:

@@ -274,9 +274,8 @@ def _encode_documents_shard(task: dict, tok: Tokenizer) -> dict:
     name = os.path.basename(task["shard"])
     own = 0  # records skipped here (not by the reader)
     try:
-        records = read_records(
-            task["shard"], text_field=task["text_field"], on_error=task["on_error"], skips=skips
-        )
+        # chat and preference rows need no text (a file of `{"messages": [...]}` rows is a chat file)
+        records = read_records(task["shard"], text_field=None, on_error=task["on_error"], skips=skips)
         for i, rec in enumerate(records):
             try:
                 if task["kind"] == "chat":
