@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from schooner.data import storage
+from schooner.cluster import storage
 
 from ._split_text import split_for_encoding
 from ._tokenizer import Tokenizer, load_tokenizer
@@ -397,5 +397,7 @@ def _finish_ledger(
         "skipped_bad": skips.to_dict(),
         "splits": ledger_splits,
     }
-    storage.write_json(storage.join(task["output"], "parts", f"part-{task['index']:05d}.json"), ledger)
+    storage.write_json(
+        storage.join(task["output"], "parts", f"part-{task['index']:05d}.json"), ledger, indent=None
+    )
     return ledger

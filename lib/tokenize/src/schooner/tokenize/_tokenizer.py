@@ -248,7 +248,7 @@ class Tokenizer:
         """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder` (a local path or an
         fsspec URL), each atomically; return the folder. A tokenizer trained for a chat template gets its
         Jinja `chat_template` too (`jinja_chat_template`), so `transformers` renders chats as Schooner does."""
-        from schooner.data import storage
+        from schooner.cluster import storage
 
         folder = os.fspath(folder)
         storage.write_bytes(storage.join(folder, TOKENIZER_FILE), self._json)
@@ -266,7 +266,7 @@ class Tokenizer:
             elif all(self.token_to_id(t) is not None for t in template.required_tokens):
                 cfg["schooner_chat_template"] = self.chat_template
                 cfg["chat_template"] = jinja_chat_template(template)  # for transformers' apply_chat_template
-        storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
+        storage.write_json(storage.join(folder, CONFIG_FILE), cfg, indent=2, sort_keys=False)
         return folder
 
     def __repr__(self) -> str:
@@ -340,11 +340,11 @@ def _read_config(folder: Path | str) -> dict:
             return {}
         text = (folder / CONFIG_FILE).read_text(encoding="utf-8")
     else:  # a URL: through the storage layer
-        from schooner.data import storage
+        from schooner.cluster import storage
 
         if not storage.exists(cfg_path):
             return {}
-        text = storage.read_bytes(cfg_path).decode("utf-8")
+        text = storage.read_text(cfg_path)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -428,7 +428,7 @@ def load_tokenizer(
 
 def _from_url(url: str, **special: str | None) -> Tokenizer:
     """A tokenizer file or folder on an object store (`gs://`, `s3://`, ...), read through the storage layer."""
-    from schooner.data import storage
+    from schooner.cluster import storage
 
     folder_file = f"{url.rstrip('/')}/{TOKENIZER_FILE}"
     if storage.exists(folder_file):
@@ -438,7 +438,7 @@ def _from_url(url: str, **special: str | None) -> Tokenizer:
     else:
         raise FileNotFoundError(f"tokenizer {url!r}: no such file, and no {TOKENIZER_FILE} in such a folder")
     try:
-        hf = tokenizers.Tokenizer.from_str(storage.read_bytes(file).decode("utf-8"))
+        hf = tokenizers.Tokenizer.from_str(storage.read_text(file))
     except Exception as e:  # tokenizers raises a bare Exception with a serde message
         raise ValueError(f"{file}: not a Hugging Face tokenizers JSON file ({e})") from e
     return Tokenizer(
