@@ -28,10 +28,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # train: the builders and the engine import each other (steps -> _dpo -> _dpo_run -> _loop -> _sft ->
     # steps; _export picks the training steps by function identity). Issue 35: the trainer and `steps`.
     _modules("train", "_dpo", "_dpo_run", "_export", "_loop", "_sft", "steps"),
-    # model: the transformer builds the MoE, whose balancing re-solve runs the transformer.
-    _modules("model", "_transformer", "_moe", "_balancing"),
-    # tokenize: the tokenizer imports its fast encoder and chat templates, which import it back.
-    _modules("tokenize", "_tokenizer", "_fast", "_chat"),
     # data: the offline crawl fixture and the junk-page generator import each other (fixtures folder).
     _modules("data", "curation.crawl", "curation._junk"),
 ]
