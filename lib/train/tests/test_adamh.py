@@ -183,7 +183,7 @@ def test_model_labels_put_each_layer_of_a_projection_on_its_own_sphere(nano) -> 
     assert labels.layers.stacked.attn.q_proj == Sphere(axes=(1, 2, 3))  # [layers, embed, heads, head_dim]
     assert labels.layers.stacked.mlp.down == Sphere(axes=(1, 2))
     assert (labels.embed, labels.final_norm, labels.layers.stacked.attn_norm) == ("adam", "adam", "adam")
-    untied = init(nano(tie_embeddings=False), key=jax.random.PRNGKey(0))
+    untied = jax.eval_shape(lambda: init(nano(tie_embeddings=False), key=jax.random.PRNGKey(0)))  # shapes do
     assert model_labels(untied, sphere_kinds=("matrix", "head")).lm_head == Sphere(axes=(0, 1))
     tx = adamh(0.3, adam_learning_rate=0.01, labels=labels)
     leaves, treedef = jax.tree.flatten(model)
@@ -231,3 +231,30 @@ def test_a_model_trains_with_its_projections_on_spheres(nano) -> None:
     np.testing.assert_allclose(norms(m), start, rtol=1e-5)
     assert isinstance(m.embed, NamedArray)
     assert losses[-1] < losses[0] - 0.5, losses
+
+
+def test_state_shards_like_the_trainer_shards_it(nano) -> None:
+    """As the trainer does: the state's shardings from its abstract shape (moments follow the parameters' named
+    axes, the radii replicate), built under jit on a 2 x 4 mesh, one step equal to the unsharded step."""
+    from jax.sharding import Mesh
+
+    from schooner.model import init, model_shardings, param_axis_mapping
+
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 (fake) devices: the root conftest sets --xla_force_host_platform_device_count=8")
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+    mapping = param_axis_mapping(data_axis="data", model_axis="model")
+    model = init(nano(), key=jax.random.PRNGKey(0))
+    tx = adamh(0.05, adam_learning_rate=1e-3, labels=model_labels(model))
+    abstract = jax.eval_shape(lambda m: (m, tx.init(m)), model)
+    shardings = model_shardings(abstract, mesh, mapping)
+    assert shardings[1].mu.layers.stacked.mlp.up.spec == shardings[0].layers.stacked.mlp.up.spec
+    model_s, state_s = jax.jit(lambda m: (m, tx.init(m)), out_shardings=shardings)(model)
+    leaves, treedef = jax.tree.flatten(model)
+    keys = jax.random.split(jax.random.PRNGKey(2), len(leaves))
+    grads = treedef.unflatten([jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
+    step = jax.jit(tx.update, out_shardings=(shardings[0], shardings[1]))
+    sharded, _ = step(jax.device_put(grads, shardings[0]), state_s, model_s)
+    plain, _ = jax.jit(tx.update)(grads, tx.init(model), model)
+    for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)

@@ -95,6 +95,14 @@ def test_the_law_fit_is_least_squares() -> None:
     best = sse(law.E, law.A, law.alpha)
     for de, da, dal in rng.normal(size=(500, 3)) * [1e-3, 1e-3, 1e-3]:
         assert best <= sse(law.E + de, law.A * (1 + da), law.alpha + dal) + 1e-15
+    # An independent solver from the true parameters (Levenberg-Marquardt on the same residuals) agrees.
+    from scipy.optimize import curve_fit
+
+    x = c / 1e16
+    ref, _ = curve_fit(lambda x, e, a, al: e + a * x ** (-al), x, y, p0=[1.8, 60 * 1e16**-0.09, 0.09])
+    np.testing.assert_allclose(
+        [law.E, law.A * 1e16 ** (-law.alpha), law.alpha], ref, rtol=1e-6, err_msg=f"{law} vs {ref}"
+    )
 
 
 def test_bootstrap_intervals_cover_the_truth_on_noisy_runs() -> None:
