@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import math
 import time
@@ -426,3 +427,46 @@ class MetricsWriter:
 def _step_of(row: dict[str, Any]) -> float:
     step = row.get("step", 0)
     return step if isinstance(step, int | float) and not isinstance(step, bool) else 0
+
+
+# ------------------------------------------------------------------------------------- environment
+
+RECORDED_PACKAGES = (
+    "schooner",
+    "schooner-cluster",
+    "schooner-data",
+    "schooner-tokenize",
+    "schooner-model",
+    "schooner-train",
+    "schooner-eval",
+    "jax",
+    "jaxlib",
+    "haliax",
+    "equinox",
+    "optax",
+    "numpy",
+    "tensorstore",
+    "tokenizers",
+    "ray",
+    "fsspec",
+)
+"""The distributions whose versions every step record holds (`env.packages`)."""
+
+
+@functools.cache
+def installed_versions() -> dict[str, str]:
+    """The installed versions of the Schooner packages and the main libraries they use (jax, numpy,
+    tensorstore, ray, ...): what a step record holds as `env.packages`. Names not installed are left out.
+
+    Example:
+        >>> from schooner.cluster import records
+        >>> "schooner-cluster" in records.installed_versions()
+        True
+    """
+    from importlib import metadata
+
+    out = {}
+    for name in RECORDED_PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out

@@ -36,9 +36,8 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+from schooner.cluster.records import META_DIR
 from schooner.cluster.storage import is_plain_path, list_folder, storage_for
-
-from ._status import META_DIR
 
 _ATTEMPT = ".attempt-"
 

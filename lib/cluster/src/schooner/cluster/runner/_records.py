@@ -23,28 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from schooner.cluster._secrets import redact_env, scrub, secret_values
+from schooner.cluster.records import installed_versions
 
 from ._version import to_jsonable
-
-_PACKAGES = (
-    "schooner",
-    "schooner-cluster",
-    "schooner-data",
-    "schooner-tokenize",
-    "schooner-model",
-    "schooner-train",
-    "schooner-eval",
-    "jax",
-    "jaxlib",
-    "haliax",
-    "equinox",
-    "optax",
-    "numpy",
-    "tensorstore",
-    "tokenizers",
-    "ray",
-    "fsspec",
-)
 
 
 def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
@@ -70,18 +51,6 @@ def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
 def scrub_any(value: Any, secrets: list[str] | None = None) -> Any:
     """`to_jsonable(value)` with secret values scrubbed from every string."""
     return redact_config(to_jsonable(value), secret_values() if secrets is None else secrets)
-
-
-@functools.cache
-def package_versions() -> dict[str, str]:
-    """Installed versions of the Schooner packages and the main libraries they use."""
-    from importlib import metadata
-
-    out = {}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[name] = metadata.version(name)
-    return out
 
 
 @functools.cache
@@ -136,7 +105,7 @@ def environment() -> dict[str, Any]:
         "pid": os.getpid(),
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
-        "packages": package_versions(),
+        "packages": installed_versions(),
         "git": git_info(os.path.dirname(script) if script else os.getcwd()),
         "script": script,
     }

@@ -44,7 +44,7 @@ from schooner.cluster.storage import is_plain_path, normalize_prefix
 
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
-from ._options import RUN_FLAGS, CapturedRun, DryRunStop, current_options, options_from_argv
+from ._options import CapturedRun, DryRunStop, current_options, run_flags_in
 from ._progress import Progress, make_console
 from ._records import environment, experiment_name, fn_source_hash, scrub_any
 from ._results import RunInterrupted, RunResult, StepFailedError, StepOutcome
@@ -225,11 +225,12 @@ class StepRunner:
             >>> if __name__ == "__main__":          # at the end of an experiment file  # doctest: +SKIP
             ...     StepRunner().main([model])
         """
-        from ._entry import run_main
-
         if current_options() is not None:
             return self.run(steps)
-        return run_main(self, steps, sys.argv[1:] if argv is None else list(argv))
+        # A script's entry point is the command line's (flags, exit statuses): the runner parses nothing.
+        from schooner.cluster.cli._entry import run_main
+
+        return run_main(lambda: self.run(steps), sys.argv[1:] if argv is None else list(argv))
 
     # ------------------------------------------------------------------------------------------------------
     def _run(
@@ -503,10 +504,9 @@ def _refuse_unread_flags() -> None:
     """`python exp.py --dry-run` whose script calls `StepRunner().run` (not `.main`): the flag would be
     ignored and everything would run. Refuse instead (`SCHOONER_NO_ARGV=1` for scripts with their own
     flags of these names)."""
-    opts = options_from_argv(sys.argv[1:])
-    if opts is None:
+    given = run_flags_in(sys.argv[1:])
+    if not given:
         return
-    given = [a for a in sys.argv[1:] if a.split("=", 1)[0] in RUN_FLAGS]
     script = os.path.basename(sys.argv[0]) or "EXP.py"
     raise ConfigError(
         f"the command line has {' '.join(given)}, which StepRunner.run does not read, so it would be ignored; "

@@ -17,12 +17,15 @@ import threading
 import time
 import traceback
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schooner.cluster._gang import current_gang
 from schooner.cluster._secrets import scrub
 from schooner.cluster.records import (
+    META_DIR,
+    StepState,
     append_history,
+    meta_path,
     read_step_record,
     record_lost_attempt,
     step_status,
@@ -36,14 +39,12 @@ from ._lower import Step
 from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
 from ._results import StepOutcome
-from ._status import META_DIR, StepState, meta_path
 from ._step import join_path, resolve_config
 
 if TYPE_CHECKING:
-    from schooner.cluster._client import JobHandle
+    from schooner.cluster._client import Client, JobHandle
 
     from ._progress import Progress
-    from ._runner import StepRunner
 
 DISK_RESERVE_BYTES = 256 * 1024
 """Space kept aside in a local step's `.schooner/` while it runs, freed to record its end when the step
@@ -186,12 +187,20 @@ def _gang_prepare(output_path: str, resumable: bool, process_id: int, attempt: s
         time.sleep(0.05)
 
 
+class RunnerSettings(Protocol):
+    """What an executor reads of its `StepRunner`."""
+
+    client: Client | None
+    lease_ttl: float
+    heartbeat_s: float
+
+
 class StepExecutor:
     """Executes the steps of one run (called from the runner's threads)."""
 
     def __init__(
         self,
-        runner: StepRunner,
+        runner: RunnerSettings,
         prefix: str,
         paths: dict[str, str],
         run_id: str,

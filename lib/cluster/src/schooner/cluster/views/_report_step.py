@@ -12,7 +12,7 @@ import json
 import os
 from typing import Any
 
-from schooner.cluster.runner._status import META_DIR
+from schooner.cluster.records import META_DIR
 from schooner.cluster.storage import is_plain_path
 
 from ._html import (

@@ -20,9 +20,11 @@ from schooner.cluster.records import (
     read_step_record,
     step_status,
 )
-from schooner.cluster.runner._explain import FieldChange, _ref_label, _short, diff_configs
 from schooner.cluster.runner._lease import parse_lease
 from schooner.cluster.storage import storage_for
+
+from ._explain import FieldChange, _ref_label, _short, diff_configs
+from ._scan import scan_prefix
 
 
 @dataclass(frozen=True)
@@ -146,3 +148,11 @@ def short_labels(
         more = " …" if len(rows) > fields else ""
         labels.append(f"{v.key[:8]} ({', '.join(bits)}{more})" if bits else v.key[:8])
     return labels
+
+
+def known_names(prefix: str) -> list[str]:
+    """The names of the steps recorded under `prefix` (for error messages)."""
+    if not storage_for(prefix).exists(prefix):
+        return []
+    versions = [load_version(f.output_path) for f in scan_prefix(prefix)]
+    return sorted({v.name for v in versions if v is not None})

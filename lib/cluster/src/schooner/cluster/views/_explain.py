@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schooner.cluster.records import StepState, meta_path, read_step_record, step_status
+from schooner.cluster.runner._lease import parse_lease
+from schooner.cluster.runner._lower import Step
+from schooner.cluster.runner._records import fn_source_hash, redact_config
+from schooner.cluster.runner._step import join_path
 from schooner.cluster.storage import storage_for
 
-from ._lease import parse_lease
-from ._lower import Step
-from ._records import fn_source_hash, redact_config
-from ._status import scan_prefix
-from ._step import join_path
+from ._scan import scan_prefix
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,12 @@
-"""A step's status file: `{output}/.schooner/status.json` holding RUNNING, SUCCESS or FAILED.
-
-SUCCESS is written last, after the step's outputs and its record are complete, so a folder marked
-SUCCESS never holds partial output. The status also names the step key: an output folder that holds a
-different step (an `override_output_path` reused by another config) is never taken for this one.
-"""
+"""Finding the step output folders under a prefix: the one scanner `schooner status`, the report, `compare`
+and `explain` use."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schooner.cluster.records import META_DIR as META_DIR
-from schooner.cluster.records import StepState as StepState
-from schooner.cluster.records import StepStatus as StepStatus
-from schooner.cluster.records import meta_path as meta_path
-from schooner.cluster.records import step_status
-
-StatusInfo = StepStatus
-"""The old name of `schooner.cluster.records.StepStatus`."""
+from schooner.cluster.records import META_DIR, StepStatus, step_status
+from schooner.cluster.storage import is_plain_path, storage_for
 
 
 @dataclass(frozen=True)
@@ -35,7 +25,6 @@ def scan_prefix(prefix: str) -> list[FoundStep]:
     not descend into step folders (which may hold many files), nor into hidden folders or the prefix's
     `experiments/` records; on an object store it lists folder by folder the same way (`_walk_url`).
     """
-    from schooner.cluster.storage import is_plain_path, storage_for
 
     storage = storage_for(prefix)
     folders: list[str] = []
