@@ -72,7 +72,7 @@ def test_a_batch_schedule_becomes_the_runs_schedule_and_is_checked_when_the_step
 
 def _report_result(prefix: str, key: str):
     """The rows of the Result table of step `key`'s card in the prefix's HTML report, as (name, text) items."""
-    from schooner.cluster.cli._report import write_report
+    from schooner.cluster import write_report
 
     with open(write_report(prefix)) as f:
         page = f.read()
