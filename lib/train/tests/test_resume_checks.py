@@ -74,3 +74,11 @@ def test_a_constant_schedule_extends_without_a_word(nano, data_dir, tmp_path, ca
     with caplog.at_level(logging.WARNING, logger="schooner.train"):
         train(dataclasses.replace(flat, num_train_steps=3))
     assert "learning rate" not in caplog.text
+
+
+def test_a_field_one_record_lacks_is_not_a_difference() -> None:
+    from schooner.train._trainer import _differences
+
+    old = {"seed": 1, "optimizer": {"class": "AdamConfig", "learning_rate": 1e-3, "beta1": 0.9}}
+    new = {"seed": 1, "optimizer": {"class": "AdamConfig", "learning_rate": 2e-3}, "new_knob": 0}
+    assert _differences(old, new, "config") == ["config.optimizer.learning_rate: 0.001 -> 0.002"]

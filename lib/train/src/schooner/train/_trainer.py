@@ -184,7 +184,7 @@ class Trainer:
         new = _config_record(self.config)
         differences = [
             d
-            for key in sorted(set(old) | set(new))
+            for key in sorted(set(old) & set(new))  # a field added or removed since: nothing to compare
             if key not in CHANGEABLE_ON_RESUME
             for d in _differences(old.get(key), new.get(key), key)
         ]
@@ -619,11 +619,8 @@ def _read_run_json(root: str) -> dict[str, Any] | None:
 
 
 def _differences(old: Any, new: Any, where: str) -> list[str]:
-    """`where: old -> new` for each leaf that differs (dicts compared key by key)."""
+    """`where: old -> new` for each leaf that differs (dicts compared on the keys both hold: a field one
+    version of the config lacks is not a difference of the run)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [
-            d
-            for k in sorted(set(old) | set(new))
-            for d in _differences(old.get(k), new.get(k), f"{where}.{k}")
-        ]
+        return [d for k in sorted(set(old) & set(new)) for d in _differences(old[k], new[k], f"{where}.{k}")]
     return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
