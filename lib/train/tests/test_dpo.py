@@ -372,3 +372,14 @@ def test_dpo_numbers_of_the_wrong_type_are_named(kw: dict, message: str) -> None
     args = dict(reference="y", beta=0.1, loss_type="sigmoid", label_smoothing=0.0)
     with pytest.raises(ValueError, match=re.escape(message)):
         Dpo(**{**args, **kw})
+
+
+def test_a_preferences_folder_that_is_not_a_cache_is_named_by_its_field(nano, tmp_path) -> None:
+    from schooner.train import Dpo, TrainerConfig, train
+
+    empty = tmp_path / "prefs"
+    empty.mkdir()
+    config = TrainerConfig(model=nano(), datasets=[(str(empty), 1.0)], seq_len=32, num_train_steps=1,
+                           objective=Dpo(reference=str(tmp_path / "ref")), validation={})  # fmt: skip
+    with pytest.raises(ValueError, match=r"TrainerConfig\.datasets\[0\] \(dpo's preferences\): token cache"):
+        train(config, str(tmp_path / "run"))

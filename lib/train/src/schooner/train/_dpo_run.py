@@ -68,7 +68,7 @@ class Dpo:
         """Preference batches with the reference's log-probs, the DPO loss, the held-out evaluator."""
         import jax
 
-        from schooner.tokenize import PreferenceDataset, TokenCache, load_tokenizer
+        from schooner.tokenize import CacheError, PreferenceDataset, TokenCache, load_tokenizer
 
         from ._trainer import place_params
 
@@ -78,7 +78,10 @@ class Dpo:
             )
         preferences = os.fspath(config.datasets[0][0])
         reference = os.fspath(self.reference)
-        train_cache = TokenCache.open(os.path.join(preferences, "train"))
+        try:
+            train_cache = TokenCache.open(os.path.join(preferences, "train"))
+        except CacheError as e:  # named by its field: the dpo step's `preferences`
+            raise CacheError(f"TrainerConfig.datasets[0] (dpo's preferences): {e}") from e
         model_config = resolve_model_config(config, train_cache.vocab_size)
         check_run(dataclasses.replace(config, model=model_config), num_devices=len(jax.devices()))
         tokenizer = load_tokenizer(os.fspath(config.tokenizer)) if config.tokenizer else None
