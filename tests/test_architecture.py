@@ -28,9 +28,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # train: the builders and the engine import each other (steps -> _dpo -> _dpo_run -> _loop -> _sft ->
     # steps; _export picks the training steps by function identity). Issue 35: the trainer and `steps`.
     _modules("train", "_dpo", "_dpo_run", "_export", "_loop", "_sft", "steps"),
-    # cluster: the runner and the entry point it calls back (runner/_entry <-> _runner, via _progress and
-    # _step_exec). Issue 35: runner, read side, CLI.
-    _modules("cluster", "runner._entry", "runner._progress", "runner._runner", "runner._step_exec"),
     # model: the transformer builds the MoE, whose balancing re-solve runs the transformer.
     _modules("model", "_transformer", "_moe", "_balancing"),
     # tokenize: the tokenizer imports its fast encoder and chat templates, which import it back.
