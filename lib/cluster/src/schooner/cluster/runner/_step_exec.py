@@ -39,6 +39,7 @@ from ._lower import Step
 from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
 from ._results import StepOutcome
+from ._scrub_output import scrubbed_output
 from ._step import join_path, resolve_config
 
 if TYPE_CHECKING:
@@ -495,7 +496,7 @@ class StepExecutor:
             with self._lock:
                 self._threads[step.key] = threading.get_ident()
             try:
-                with _scrubbed_output(self.secrets):
+                with scrubbed_output(self.secrets):
                     return call_step(h.fn, config, attempt, h.resumable)
             finally:
                 with self._lock:
@@ -690,49 +691,3 @@ def _how_it_continues(step: Step, out: str) -> str:
         with contextlib.suppress(Exception):  # a hint must never hide the interrupt itself
             hint = h.resume_hint(out)
     return f"a rerun resumes it {hint}" if hint else "a rerun resumes it from its partial output"
-
-
-class _ScrubbingStream:
-    """A text stream that writes through `stream` with secret values replaced by '***' (what an in-process
-    step prints; a worker's output is scrubbed when its log is read)."""
-
-    def __init__(self, stream: Any, secrets: list[str]) -> None:
-        self._stream, self._secrets = stream, secrets
-
-    def write(self, text: str) -> int:
-        self._stream.write(scrub(text, self._secrets))
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-_scrub_lock = threading.Lock()
-_scrub_users = 0
-_scrub_saved: tuple[Any, Any] | None = None
-
-
-@contextlib.contextmanager
-def _scrubbed_output(secrets: list[str] | None) -> Any:
-    """sys.stdout and sys.stderr scrubbed of `secrets` while in-process steps run (several may run at once,
-    in threads: the streams are swapped by the first and restored by the last)."""
-    import sys
-
-    global _scrub_users, _scrub_saved
-    if not secrets:
-        yield
-        return
-    with _scrub_lock:
-        if _scrub_users == 0:
-            _scrub_saved = (sys.stdout, sys.stderr)
-            sys.stdout = _ScrubbingStream(sys.stdout, secrets)
-            sys.stderr = _ScrubbingStream(sys.stderr, secrets)
-        _scrub_users += 1
-    try:
-        yield
-    finally:
-        with _scrub_lock:
-            _scrub_users -= 1
-            if _scrub_users == 0 and _scrub_saved is not None:
-                sys.stdout, sys.stderr = _scrub_saved
-                _scrub_saved = None

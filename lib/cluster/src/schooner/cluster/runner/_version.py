@@ -59,7 +59,14 @@ from typing import Any
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
-from schooner.cluster._secrets import Secret, is_secret_field, is_secret_name, marked_field, register_secret
+from schooner.cluster._secrets import (
+    Secret,
+    check_secret_length,
+    is_secret_field,
+    is_secret_name,
+    marked_field,
+    register_secret,
+)
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -216,6 +223,13 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if is_secret_field(f):
+                if isinstance(v, str):
+                    try:
+                        check_secret_length(
+                            v, f"step {step!r}: secret field {_short_path(f'{path}.{f.name}')!r}"
+                        )
+                    except ValueError as e:
+                        raise ConfigError(str(e)) from None
                 register_secret(v)  # scrubbed from logs and records of this run
                 continue
             if f.metadata.get(RUNTIME_META):
