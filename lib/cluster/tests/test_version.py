@@ -275,10 +275,14 @@ class Download:
 
 def test_marked_secrets_are_runtime_only() -> None:
     a = step(
-        "dl", fn, Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="pw-1", extra=[Secret("xx-1")])
+        "dl",
+        fn,
+        Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="pw-1", extra=[Secret("xx-1")]),
     )
     b = step(
-        "dl", fn, Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="pw-2", extra=[Secret("xx-2")])
+        "dl",
+        fn,
+        Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="pw-2", extra=[Secret("xx-2")]),
     )
     assert a.key == b.key  # rotating a token reruns nothing
     assert (
