@@ -127,3 +127,8 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __str__(self) -> str:
         return self.message
+
+
+class ResultWarning(UserWarning):
+    """A step's return value could not be recorded as it is: a NaN or infinity (stored as null, which is
+    what JSON has) or a value too large for its record (stored as a note)."""

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import threading
 import time
 import traceback
 import uuid
+import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 from schooner.cluster._gang import current_gang
@@ -38,7 +40,7 @@ from ._lease import Lease
 from ._lower import Step
 from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
-from ._results import StepOutcome
+from ._results import ResultWarning, StepOutcome
 from ._scrub_output import scrubbed_output
 from ._step import join_path, resolve_config
 
@@ -372,9 +374,7 @@ class StepExecutor:
                 self._record_starts(step, record, attempt)
             if not lease.still_held():
                 raise LeaseLostError(self._lost_message(step, lease))
-            result = scrub_any(rebase_paths(value, attempt, out), self.secrets)
-            if len(repr(result)) > MAX_RESULT_CHARS:
-                result = {"note": f"result too large to record ({len(repr(result))} chars)"}
+            result = self._recordable(step, rebase_paths(value, attempt, out))
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             fn_sha = record.get("fn_source_sha256") or ""
             if not publish(
@@ -411,6 +411,35 @@ class StepExecutor:
         assert outcome is not None
         self.progress.finished(outcome)
         return outcome
+
+    def _recordable(self, step: Step, value: Any) -> Any:
+        """The step's return value as its record stores it, scrubbed; a `ResultWarning` (also said on the
+        console) for NaN and infinities, stored as null, and for a value too large, stored as a note."""
+        non_finite: list[str] = []
+        result = scrub_any(value, self.secrets, non_finite)
+        if non_finite:
+            shown = ", ".join(non_finite[:5]) + (
+                f" and {len(non_finite) - 5} more" if len(non_finite) > 5 else ""
+            )
+            self._warn(
+                step,
+                f"its result holds {len(non_finite)} non-finite number(s) ({shown}), stored as null in its "
+                "record (JSON has no NaN or infinity); a NaN result usually means the step diverged",
+            )
+        size = len(json.dumps(result))
+        if size > MAX_RESULT_CHARS:
+            result = {"note": f"result too large to record ({size:,} characters as JSON)"}
+            self._warn(
+                step,
+                f"its result is {size:,} characters as JSON, over the {MAX_RESULT_CHARS:,} a record holds: "
+                "the record keeps a note (result too large to record) instead; write large values into "
+                "the step's output folder and return their path",
+            )
+        return result
+
+    def _warn(self, step: Step, text: str) -> None:
+        self.progress.note(step, text)
+        warnings.warn(f"step {step.name!r}: {text}", ResultWarning, stacklevel=2)
 
     def _prepare_folder(self, step: Step, out: str) -> None:
         """Refuse a folder holding files this step did not write.
