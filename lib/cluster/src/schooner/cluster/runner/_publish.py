@@ -136,6 +136,32 @@ def prepare_attempt(out: str, owner: str, *, adopt: str | None, resume: bool) ->
     return mine, adopted
 
 
+FAILED_KEPT = 2
+"""Failed attempts' folders kept per step (the newest), for debugging; older ones are deleted."""
+_FAILED = ".failed-"
+
+
+def failed_attempt_paths(out: str) -> list[str]:
+    """The kept folders of failed attempts of the step whose output is `out`, oldest first."""
+    parent, base = _split(out)
+    prefix = f".{base}{_FAILED}"
+    return sorted((f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)), key=_mtime)
+
+
+def keep_failed_attempt(out: str, attempt: str, owner: str) -> str:
+    """Move a failed attempt's folder to `{parent}/.{name}-{key8}.failed-{owner}` (kept for debugging; the
+    next attempt starts from an empty folder) and delete all but the newest `FAILED_KEPT` such folders.
+    Returns where it is kept."""
+    parent, base = _split(out)
+    kept = f"{parent}/.{base}{_FAILED}{owner}"
+    _rename(attempt, kept)
+    if is_plain_path(kept):
+        os.utime(kept)
+    for old in [p for p in failed_attempt_paths(out) if p != kept][: -(FAILED_KEPT - 1) or None]:
+        remove_tree(old)
+    return kept
+
+
 def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held: Callable[[], bool]) -> bool:
     """Make `attempt` the step's output (see the module docstring). `write_end(folder)` writes the attempt's
     end (record, history, status) into `folder`'s `.schooner/`. False, publishing nothing, when the lease was
@@ -145,10 +171,13 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
     meta = os.path.join(attempt, META_DIR)
     if os.path.isdir(meta):  # gang readiness markers: nothing a reader needs
         shutil.rmtree(meta)
-    shutil.copytree(os.path.join(out, META_DIR), meta)
-    for name in os.listdir(meta):
-        if name.startswith("gang-") or ".takeover-" in name or name in ("disk-reserve", "starts.jsonl"):
-            os.unlink(os.path.join(meta, name))
+    # Gang markers, takeover files, the attempt's starts (recorded) and the disk reserve are not copied.
+    skip = shutil.ignore_patterns("gang-*", "*.takeover-*", "disk-reserve", "starts.jsonl")
+    try:
+        shutil.copytree(os.path.join(out, META_DIR), meta, ignore=skip)
+    except shutil.Error as e:  # one error per file: the first names the cause (a full disk...)
+        first = e.args[0][0] if e.args and e.args[0] else ("?", "?", str(e))
+        raise OSError(f"could not copy the records of {out} into the attempt {attempt}: {first[2]}") from None
     write_end(attempt)
     if not still_held():
         return False

@@ -38,7 +38,7 @@ from schooner.cluster.storage import clear_folder, is_plain_path, list_folder, s
 
 from ._lease import Lease
 from ._lower import Step
-from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
+from ._publish import keep_failed_attempt, prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
 from ._results import ResultWarning, StepOutcome
 from ._scrub_output import scrubbed_output
@@ -227,6 +227,8 @@ class StepExecutor:
         self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
         self._interrupted = False
         self._stopped: list[str] = []
+        self._published: dict[str, tuple[Any, dict]] = {}
+        """Steps rerun (forced) over a published output: its status and record, restored if they fail."""
         self._threads: dict[str, int] = {}
         """Steps running in this process now: the id of the thread calling their function."""
         self._lost: set[str] = set()
@@ -354,6 +356,16 @@ class StepExecutor:
         try:
             self._prepare_folder(step, out)
             previous = read_step_record(out, storage=storage) or {}
+            published = step_status(out, storage=storage)
+            if (
+                published is not None
+                and published.state is StepState.SUCCESS
+                and published.key == step.key
+                and previous.get("state") == "SUCCESS"
+            ):
+                # A forced rerun over a published output: if it fails, that output stays and is said to.
+                with self._lock:
+                    self._published[step.key] = (published, previous)
             record_lost_attempt(out, storage=storage)
             attempt = self._prepare_attempt(step, out, lease, previous)
             record["attempt_path"] = attempt
@@ -366,6 +378,7 @@ class StepExecutor:
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
             )
             self._check_input_paths(step)
+            record["inputs"] = [{**i, "owner": self._input_owner(i["key"])} for i in record["inputs"]]
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
             try:
@@ -375,6 +388,7 @@ class StepExecutor:
             if not lease.still_held():
                 raise LeaseLostError(self._lost_message(step, lease))
             result = self._recordable(step, rebase_paths(value, attempt, out))
+            _free_reserve(out)  # before the swap: never copied, and the end's records get its space
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             fn_sha = record.get("fn_source_sha256") or ""
             if not publish(
@@ -393,9 +407,13 @@ class StepExecutor:
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
             if not step.handle.resumable and attempt != out and _held_now(lease):
-                # Still ours: a rerun starts from nothing anyway, and a full disk gets its space back first.
+                # Still ours: a rerun starts from nothing anyway. Its files are kept aside for debugging
+                # (the latest few), except after a full disk, which gets its space back first.
                 with contextlib.suppress(Exception):
-                    remove_tree(attempt)
+                    if _is_disk_full(e):
+                        remove_tree(attempt)
+                    else:
+                        record["failed_attempt_path"] = keep_failed_attempt(out, attempt, lease.owner)
             outcome = self._failed(step, out, e, (lease, record), t0)
             # sys.exit() inside an in-process step ends that step, as it does in a worker: not the run.
             if not isinstance(e, Exception | SystemExit):
@@ -403,6 +421,7 @@ class StepExecutor:
         finally:
             with self._lock:
                 self._leases.pop(step.key, None)
+                self._published.pop(step.key, None)
                 self._jobs.pop(step.key, None)
                 self._running.pop(step.key, None)
                 self._lost.discard(step.key)
@@ -411,6 +430,15 @@ class StepExecutor:
         assert outcome is not None
         self.progress.finished(outcome)
         return outcome
+
+    def _input_owner(self, key: str) -> str | None:
+        """The attempt (status owner) of an input's published output that this step reads."""
+        path = self.paths.get(key)
+        with contextlib.suppress(Exception):
+            st = step_status(path) if path else None
+            if st is not None and st.state is StepState.SUCCESS:
+                return st.owner
+        return None
 
     def _recordable(self, step: Step, value: Any) -> Any:
         """The step's return value as its record stores it, scrubbed; a `ResultWarning` (also said on the
@@ -600,10 +628,24 @@ class StepExecutor:
                 logs_tail=scrub(logs, self.secrets) if logs else None,
             )
             error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
+            kept = record.get("failed_attempt_path")
+            with self._lock:
+                published = self._published.get(step.key)
+            if published is not None:  # notes first: the last line stays the exception (the reason shown)
+                text = (
+                    f"(the previous output stays published in {out}: its status and record still describe "
+                    f"it, run {published[0].owner.split('-')[0]}; this failure is in its history.jsonl)\n{text}"
+                )
+            if kept:
+                text = f"(this attempt's files are kept for debugging in {kept})\n{text}"
+                self.progress.note(step, f"failed; its attempt's files are kept for debugging in {kept}")
             for last_try in (False, True):
                 try:
                     if lease.still_held():
-                        _record_end(step, out, record, lease, StepState.FAILED, error=error)
+                        if published is not None:
+                            _restore_published(step, out, record, published, error)
+                        else:
+                            _record_end(step, out, record, lease, StepState.FAILED, error=error)
                     break
                 except OSError as write_err:
                     # A full disk (the step filled it): free the space kept aside, then try once more.
@@ -637,9 +679,14 @@ class StepExecutor:
         record.update(
             state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
         )
+        with self._lock:
+            published = self._published.get(step.key)
         with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
             if lease.still_held():
-                _record_end(step, out, record, lease, StepState.INTERRUPTED)
+                if published is not None:
+                    _restore_published(step, out, record, published, "interrupted", "was interrupted")
+                else:
+                    _record_end(step, out, record, lease, StepState.INTERRUPTED)
             lease.release()
         how = _how_it_continues(step, record.get("attempt_path") or out)
         return f"{step.name} after {_seconds(time.time() - t0)} ({how})"
@@ -672,6 +719,53 @@ def _record_end(
         fn_sha=fn_sha,
         storage=storage,
     )
+
+
+def _restore_published(
+    step: Step, out: str, record: dict, published: tuple[Any, dict], error: str, state: str = "failed"
+) -> None:
+    """A forced rerun over a published output failed (or was interrupted): the output is the old one, so its
+    record and status go back to it (the record saying which rerun failed), the attempt goes to history."""
+    status, previous = published
+    storage = storage_for(out)
+    append_history(out, record, storage=storage)
+    note = (
+        f"a forced rerun {state} (run {record.get('run_id')}): {error}; this output was published before it"
+    )
+    restored = {
+        **previous,
+        "last_failed_attempt": {
+            "run_id": record.get("run_id"),
+            "owner": record.get("owner"),
+            "state": record.get("state"),
+            "ended": record.get("ended"),
+            "error": error,
+            "failed_attempt_path": record.get("failed_attempt_path"),
+        },
+    }
+    write_step_record(out, restored, storage=storage)
+    write_step_status(
+        out,
+        StepState.SUCCESS,
+        key=step.key,
+        name=step.name,
+        owner=status.owner,
+        error=note[:500],
+        fn_sha=status.fn_sha,
+        storage=storage,
+    )
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    import errno
+
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return False
 
 
 def _held_now(lease: Lease) -> bool:
