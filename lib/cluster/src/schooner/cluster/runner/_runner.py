@@ -344,6 +344,7 @@ class StepRunner:
         if n_run:
             write_experiment_record(exp_path, exp)  # early, so a run that dies is on record too
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
+            restore_sigterm = sigterm_interrupts()
             try:
                 todo = [s for s in steps if states[s.key] == "will_run" or s.key in behind_forced]
                 # The runner's client is also the current client of the steps it runs in-process, so
@@ -351,17 +352,21 @@ class StepRunner:
                 current = using_client(self.client) if self.client is not None else contextlib.nullcontext()
                 with progress.live(len(todo)), current:
                     self._schedule(todo, by_key, outcomes, executor, max_concurrent)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 stopped = executor.interrupt()
-                message = "interrupted" + (
-                    f": {'; '.join(stopped)}" if stopped else " before any step started"
-                )
+                how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+                message = how + (f": {'; '.join(stopped)}" if stopped else " before any step started")
                 exp.update(ended=time.time(), ok=False, interrupted=True, counts=message)
+                if isinstance(e, Terminated):
+                    exp["signal"] = "SIGTERM"
                 with contextlib.suppress(Exception):
                     write_experiment_record(exp_path, exp)
-                raise RunInterrupted(message) from None
+                raise RunInterrupted(
+                    message, signal="SIGTERM" if isinstance(e, Terminated) else "SIGINT"
+                ) from None
             finally:
                 executor.close()
+                restore_sigterm()
         ordered = [outcomes[s.key] for s in steps]
         result = RunResult(run_id, prefix, ordered, duration_s=time.time() - t0, experiment_record=exp_path)
         # The experiment record of every (non-dry) run.
@@ -543,6 +548,30 @@ def _read_statuses(paths: list[str]) -> list[Any]:
         return [step_status(p) for p in paths]
     with ThreadPoolExecutor(max_workers=STATUS_READERS, thread_name_prefix="schooner-status") as pool:
         return list(pool.map(lambda p: step_status(p), paths))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while steps ran: handled like Ctrl-C (steps recorded INTERRUPTED, jobs stopped), said
+    as such, exit status 143."""
+
+
+def sigterm_interrupts() -> Any:
+    """While steps run, SIGTERM raises `Terminated` in the main thread (as Ctrl-C raises KeyboardInterrupt);
+    returns what puts the previous handler back. Nothing is changed outside the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError):
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _input_replaced(step: Step, out: str, status_of: dict[str, Any], by_key: dict[str, Step]) -> str:

@@ -38,6 +38,7 @@ from schooner.cluster.storage import clear_folder, is_plain_path, list_folder, s
 
 from ._lease import Lease
 from ._lower import Step
+from ._orphans import OrphanGuard
 from ._publish import keep_failed_attempt, prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
 from ._results import ResultWarning, StepOutcome
@@ -234,6 +235,7 @@ class StepExecutor:
         self._lost: set[str] = set()
         """Steps whose lease another runner took over while they ran."""
         """Steps that raised KeyboardInterrupt themselves (already recorded INTERRUPTED)."""
+        self._orphans = OrphanGuard()
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
         self._beat.start()
@@ -550,6 +552,7 @@ class StepExecutor:
         """Run the function into `attempt` (its own folder); its job's log goes to `out`'s `.schooner/`."""
         h = step.handle
         if h.resources is None:
+            self._orphans.start()  # what the step starts dies with the driver (see `_orphans`)
             with self._lock:
                 self._threads[step.key] = threading.get_ident()
             try:
@@ -665,6 +668,7 @@ class StepExecutor:
             running = list(self._running.values())
             jobs = dict(self._jobs)
         phrases = list(self._stopped)
+        self._orphans.kill()  # the processes in-process steps started
         for step, lease, record, t0 in running:
             job = jobs.get(step.key)
             if job is not None:
@@ -700,6 +704,7 @@ class StepExecutor:
 
     def close(self) -> None:
         self._stop.set()
+        self._orphans.stop()
 
 
 def _record_end(
