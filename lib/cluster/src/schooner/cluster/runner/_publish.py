@@ -99,10 +99,12 @@ def rebase_paths(value: Any, attempt: str, out: str) -> Any:
 
 
 def attempt_paths(out: str) -> list[str]:
-    """Every attempt folder of the step whose output is `out` (finished attempts leave none)."""
+    """Every attempt folder of the step whose output is `out` (a published attempt leaves only a link to
+    the output under its name, which is not one)."""
     parent, base = _split(out)
     prefix = f".{base}{_ATTEMPT}"
-    return [f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)]
+    found = [f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)]
+    return [p for p in found if not (is_plain_path(p) and os.path.islink(p))]
 
 
 def _fresh_list(folder: str) -> list[str]:
@@ -178,9 +180,12 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
     except shutil.Error as e:  # one error per file: the first names the cause (a full disk...)
         first = e.args[0][0] if e.args and e.args[0] else ("?", "?", str(e))
         raise OSError(f"could not copy the records of {out} into the attempt {attempt}: {first[2]}") from None
+    relative_links(attempt)
+    named = _names_itself(attempt)
     write_end(attempt)
     if not still_held():
         return False
+    mine = attempt
     try:
         exchange(attempt, out)
     except OSError:  # no RENAME_EXCHANGE here: the old version aside, then the new one in
@@ -194,7 +199,69 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
             raise
         attempt = aside
     remove_tree(attempt)  # the previous version now
+    _leave_link(mine, out, named)
     return True
+
+
+def relative_links(folder: str) -> int:
+    """Rewrite every symbolic link under `folder` whose absolute target lies inside `folder` as a relative
+    link, so it still resolves once the folder is renamed (published); returns how many."""
+    root = os.path.abspath(folder).rstrip("/")
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            link = os.path.join(dirpath, name)
+            if not os.path.islink(link):
+                continue
+            target = os.readlink(link)
+            if not os.path.isabs(target) or not (target == root or target.startswith(root + "/")):
+                continue
+            tmp = f"{link}.relink-tmp"
+            os.symlink(os.path.relpath(target, dirpath), tmp)
+            os.replace(tmp, link)
+            n += 1
+    return n
+
+
+NAMES_SCAN_BYTES = 8 * 1024 * 1024
+"""Files up to this size are searched for the attempt's own path at publication (see `_names_itself`)."""
+NAMES_SCAN_FILES = 2000
+
+
+def _names_itself(attempt: str) -> bool:
+    """Whether a file of the attempt (up to `NAMES_SCAN_FILES` files of at most `NAMES_SCAN_BYTES` each)
+    holds the attempt folder's absolute path: the step wrote a path into its own attempt (a manifest, a
+    config), which must keep resolving once published."""
+    needle = os.fsencode(os.path.abspath(attempt).rstrip("/") + "/")
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(attempt):
+        dirnames[:] = [d for d in dirnames if d != META_DIR]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                if os.path.islink(path) or os.path.getsize(path) > NAMES_SCAN_BYTES:
+                    continue
+                seen += 1
+                if seen > NAMES_SCAN_FILES:
+                    return False
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        return True
+    return False
+
+
+def _leave_link(attempt: str, out: str, needed: bool) -> None:
+    """The links of earlier attempts go (their output was replaced); when the published attempt's files name
+    its own folder (`needed`), a link from that folder's name to the output is left (relative:
+    `.{name}.attempt-{owner}` -> `{name}`), so those absolute paths still resolve."""
+    parent, base = _split(out)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent or "/"):
+            path = os.path.join(parent, name)
+            if name.startswith(f".{base}{_ATTEMPT}") and os.path.islink(path):
+                os.unlink(path)
+        if needed:
+            os.symlink(base, attempt)
 
 
 def _publish_remote(
@@ -216,6 +283,10 @@ def _publish_remote(
 def remove_tree(path: str) -> None:
     """Delete a folder and everything in it (missing is fine)."""
     if is_plain_path(path):
+        if os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
         shutil.rmtree(path, ignore_errors=True)
         return
     import fsspec
