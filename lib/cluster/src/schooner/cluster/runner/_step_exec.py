@@ -21,6 +21,7 @@ import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schooner.cluster._fingerprint import changed_files, code_files
 from schooner.cluster._gang import current_gang
 from schooner.cluster._secrets import scrub
 from schooner.cluster.records import (
@@ -72,7 +73,14 @@ class MissingInputError(FileNotFoundError):
     """A `handle / "sub/path"` input names a path its step did not write."""
 
 
-def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -> Any:
+class CodeChangedError(RuntimeError):
+    """A source file of a step's code changed after the step's key was computed (edited during the run): the
+    worker would run other code than the key names, so the step does not run."""
+
+
+def call_step(
+    fn: Any, config: Any, output_path: str, resumable: bool = False, code_files: dict[str, str] | None = None
+) -> Any:
     """What runs on a worker (or in the runner), once per attempt: make the local output folder, empty it
     unless the step is resumable (so a killed attempt's partial output never mixes with this one's), call
     `fn`. The runner's own files (`.schooner/`) stay.
@@ -82,7 +90,18 @@ def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -
 
     Every start appends a line to `{output_path}/.schooner/starts.jsonl` (node, host, pid, time) and, when
     the function returns or raises, its end: a start without an end died with its worker or node (a
-    preemption), and the runner records all of them in the step's record and history."""
+    preemption), and the runner records all of them in the step's record and history.
+
+    `code_files` (path -> SHA-256 of the user source files the step's key was computed from; given for steps
+    that run in a worker, which imports them afresh): a file whose text differs here raises
+    `CodeChangedError` before the function runs."""
+    changed = changed_files(code_files or {})
+    if changed:
+        raise CodeChangedError(
+            f"{', '.join(changed)} changed after this run computed the step's key (edited during the run?): "
+            "the worker would run the new code under a key that names the old one; rerun to key the step by "
+            "the code as it is now"
+        )
     gang = current_gang()
     if gang is not None and gang.num_processes > 1:
         _gang_prepare(output_path, resumable, gang.process_id, gang.attempt)
@@ -568,7 +587,10 @@ class StepExecutor:
             from schooner.cluster._current import current_client
 
             client = current_client()
-        job = client.submit(call_step, h.fn, config, attempt, h.resumable, resources=h.resources, name=h.name)
+        files = _imported_afresh(code_files(h.code))  # checked in the worker, which imports them afresh
+        job = client.submit(
+            call_step, h.fn, config, attempt, h.resumable, files or None, resources=h.resources, name=h.name
+        )
         with self._lock:
             self._jobs[step.key] = job
         try:
@@ -705,6 +727,25 @@ class StepExecutor:
     def close(self) -> None:
         self._stop.set()
         self._orphans.stop()
+
+
+def _imported_afresh(files: dict[str, str]) -> dict[str, str]:
+    """The files of `files` a worker imports afresh: not the script run as `__main__` nor modules shipped by
+    value (their code travels from this process, as the key saw it)."""
+    import sys
+
+    from schooner.cluster._worker_pickle import needs_by_value
+
+    if not files:
+        return files
+    by_value = set()
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if path and os.path.abspath(path) in files:
+            with contextlib.suppress(Exception):
+                if getattr(mod, "__name__", "") == "__main__" or needs_by_value(mod):
+                    by_value.add(os.path.abspath(path))
+    return {p: d for p, d in files.items() if p not in by_value}
 
 
 def _record_end(
