@@ -28,18 +28,12 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # train: the builders and the engine import each other (steps -> _dpo -> _dpo_run -> _loop -> _sft ->
     # steps; _export picks the training steps by function identity). Issue 35: the trainer and `steps`.
     _modules("train", "_dpo", "_dpo_run", "_export", "_loop", "_sft", "steps"),
-    # model: the transformer builds the MoE, whose balancing re-solve runs the transformer.
-    _modules("model", "_transformer", "_moe", "_balancing"),
-    # tokenize: the tokenizer imports its fast encoder and chat templates, which import it back.
-    _modules("tokenize", "_tokenizer", "_fast", "_chat"),
     # data: the offline crawl fixture and the junk-page generator import each other (fixtures folder).
     _modules("data", "curation.crawl", "curation._junk"),
 ]
 
 # (file, private thing it imports): another package's private module or name.
 KNOWN_PRIVATE: set[tuple[str, str]] = {
-    # benchmarks/eval_throughput.py: eval's helper switches it to a public name (issue 35).
-    ("benchmarks/eval_throughput.py", "schooner.eval._tasks"),
     # train's tests reach into model and cluster privates (train's helper, issue 35).
     ("lib/train/tests/test_moe_balance.py", "schooner.model._balancing"),
     ("lib/train/tests/test_moe_balance.py", "schooner.model._layers"),
