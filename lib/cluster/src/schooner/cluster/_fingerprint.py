@@ -400,10 +400,15 @@ def _global(value: Any, module: str, name: str, seen: frozenset[int], depth: int
     return _value(value, seen, depth, where)
 
 
-def _code_inside(value: Any, seen: frozenset[int], depth: int, where: str, level: int = 0) -> list[Any]:
+def _code_inside(
+    value: Any, seen: frozenset[int], depth: int, where: str, level: int = 0, budget: list[int] | None = None
+) -> list[Any]:
     """For step keys: tokens of the user code a module-level value holds: functions and classes in dicts,
-    lists, tuples and sets (a few levels deep), and the class of an instance of a user class (its methods)."""
-    if level > 4:
+    lists, tuples and sets (a few levels deep, a few thousand items at most), and the class of an instance
+    of a user class (its methods)."""
+    budget = [_INSIDE_MAX_ITEMS * 5] if budget is None else budget
+    budget[0] -= 1
+    if level > 4 or budget[0] < 0:
         return []
     if _is_code(value):
         return [] if _is_library(value) else [_guarded(value, seen, depth, where)]
@@ -414,7 +419,7 @@ def _code_inside(value: Any, seen: frozenset[int], depth: int, where: str, level
         items = list(value.items()) if t is dict else [(None, v) for v in value]
         found = []
         for k, v in items:
-            for tok in _code_inside(v, seen, depth, where, level + 1):
+            for tok in _code_inside(v, seen, depth, where, level + 1, budget):
                 found.append([repr(k) if isinstance(k, _SCALARS) else None, tok])
         return sorted(found, key=_sort_key) if t in (set, frozenset) else found
     if t.__module__ and not _library_module(t.__module__) and not isinstance(value, types.ModuleType):
