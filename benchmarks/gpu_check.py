@@ -11,8 +11,9 @@ Sections, each timed and guarded (a failure is recorded, the check goes on):
 3. grouped matmul (the 8x top-2 MoE's gate projection: 65536 assignments x 768 -> 1024, 8 experts): forward +
    backward of ``jax.lax.ragged_dot`` (jax's default), the Pallas Triton kernel (``grouped_matmul="triton"``)
    and the capacity-factor einsum (capacity 1.25), effective TFLOP/s of the real FLOPs, the kernel checked
-   against ragged_dot;
-4. training through the real ``train()`` path (``benchmarks/train_throughput.py --configs tpu-...``: the 134M,
+   against ragged_dot; forward only, jax's Mosaic GPU ragged_dot kernel beside them; then (own process) the
+   same with ``XLA_FLAGS=--xla_gpu_experimental_use_ragged_dot_fusion=true`` (XLA's cuDNN lowering);
+4. training through the real ``train()`` path (``benchmarks/train_throughput.py``: Llama-3.2-1B at batch 16, the 134M,
    374M, 0.88B dense and 8x top-2 MoE models at seq 2048, bf16 compute, fp32 parameters and Adam), each in its
    own process: tokens/s, MFU against the datasheet and the measured ceiling, compiled and peak memory.
 
@@ -42,7 +43,10 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN_CONFIGS = ("tpu-134m", "tpu-374m", "tpu-moe", "tpu-1b")  # train_throughput.py's seq-2048 models
+SECTIONS = ("environment", "attention", "grouped_matmul", "ragged_dot_fusion", "training")
+# train_throughput.py's seq-2048 models (gpu-1b: Llama-3.2-1B shape, batch 16), the headline first (what a
+# cut-short run still measures).
+TRAIN_CONFIGS = ("gpu-1b", "tpu-moe", "tpu-134m", "tpu-374m", "tpu-1b")
 DATASHEET_BF16 = {"H200": 989e12, "H100": 989e12, "B200": 2250e12, "A100": 312e12}
 
 
@@ -204,10 +208,76 @@ def grouped_bench(dry: bool) -> dict:
                 results[name] |= {"max_rel_error_vs_ragged_dot": err, "correct": err < 2e-2}
         except Exception as e:  # noqa: BLE001 - recorded
             results[name] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+    if (
+        jax.default_backend() == "gpu"
+    ):  # forward only: jax's Mosaic GPU (Hopper) kernel, a candidate to compare
+        try:
+            from jax.experimental.pallas.ops.gpu import ragged_dot_mgpu
+
+            def mosaic(x: Any, w: Any) -> Any:
+                return ragged_dot_mgpu.ragged_dot(
+                    x,
+                    w,
+                    group_sizes=gs,
+                    block_m=128,
+                    block_n=128,
+                    block_k=64,
+                    max_concurrent_steps=4,
+                    grid_block_n=2,
+                )
+
+            fwd = {
+                n: jax.jit(fn)
+                for n, fn in (
+                    ("mosaic", mosaic),
+                    ("ragged_dot", paths["ragged_dot"]),
+                    ("triton", paths["triton"]),
+                )
+            }
+            times = {n: _time(lambda f=f: f(x, w), 10) for n, f in fwd.items()}
+            err = float(jnp.max(jnp.abs(fwd["mosaic"](x, w).astype(jnp.float32) - want.astype(jnp.float32))))
+            results["forward_only"] = {
+                n: {"seconds": t, "effective_tflops": flops / 3 / t / 1e12} for n, t in times.items()
+            } | {"mosaic_max_abs_error_vs_ragged_dot": err}
+        except Exception as e:  # noqa: BLE001 - recorded
+            results["forward_only"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
     return results
 
 
-def training(dry: bool, steps: int, timeout: int) -> dict:
+def _run_group(cmd: list[str], env: dict, timeout: float) -> str:
+    """Run ``cmd`` in its own process group; past ``timeout`` the whole group is killed (train_throughput's
+    children too: an orphan would hold the GPU). Returns the output's tail."""
+    import signal
+
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        out, _ = proc.communicate(timeout=max(timeout, 1))
+        return out[-6000:]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return f"(killed after {timeout:.0f}s)\n" + (out or "")[-6000:]
+
+
+def ragged_dot_fusion(timeout: float) -> dict:
+    """The grouped-matmul section again in a process with XLA's cuDNN ragged-dot fusion asked for (the flag
+    must be set before jax starts): does XLA's own lowering beat the padded dense one here?"""
+    out = os.path.join(tempfile.mkdtemp(prefix="gpu-check-"), "fusion.json")
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = (
+        env.get("XLA_FLAGS", "") + " --xla_gpu_experimental_use_ragged_dot_fusion=true"
+    ).strip()
+    cmd = [sys.executable, os.path.abspath(__file__), "--sections", "grouped_matmul", "--out", out]
+    log = _run_group(cmd, env, timeout)
+    if not os.path.exists(out):
+        return {"error": log[-3000:], "xla_flags": env["XLA_FLAGS"]}
+    with open(out) as f:
+        return {"xla_flags": env["XLA_FLAGS"], **json.load(f).get("grouped_matmul", {})}
+
+
+def training(dry: bool, steps: int, timeout: float) -> dict:
     """train_throughput.py's seq-2048 configs through train(), each in its own process (JSON lines back)."""
     out = os.path.join(tempfile.mkdtemp(prefix="gpu-check-"), "train.jsonl")
     cmd = [
@@ -224,11 +294,7 @@ def training(dry: bool, steps: int, timeout: int) -> dict:
     ]
     if dry:
         return {"command": cmd, "ran": False}
-    try:
-        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True)
-        log = (proc.stdout + proc.stderr)[-6000:]
-    except subprocess.TimeoutExpired as e:
-        log = f"timed out after {timeout}s: {str(e.stdout or '')[-3000:]}"
+    log = _run_group(cmd, dict(os.environ), timeout)
     rows = []
     if os.path.exists(out):
         with open(out) as f:
@@ -253,22 +319,39 @@ def main() -> None:
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU; training listed, not run")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per config")
-    p.add_argument("--train-timeout", type=int, default=330, help="seconds for all the training runs")
+    p.add_argument(
+        "--budget", type=float, default=470, help="seconds for the whole check (training gets the rest)"
+    )
     p.add_argument("--out", default="gpu_check.json")
+    p.add_argument("--sections", help="comma-separated subset of: " + ",".join(SECTIONS))
     args = p.parse_args()
     if args.dry_run:
         os.environ["JAX_PLATFORMS"] = "cpu"
+    start = time.perf_counter()
+
+    def left() -> float:
+        return args.budget - (time.perf_counter() - start)
+
     report: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "dry_run": args.dry_run,
     }
-    sections = [
-        ("environment", lambda: environment(args.dry_run)),
-        ("attention", lambda: attention_bench(args.dry_run)),
-        ("grouped_matmul", lambda: grouped_bench(args.dry_run)),
-    ]
-    if not args.skip_train:
-        sections.append(("training", lambda: training(args.dry_run, args.steps, args.train_timeout)))
+    every = {
+        "environment": lambda: environment(args.dry_run),
+        "attention": lambda: attention_bench(args.dry_run),
+        "grouped_matmul": lambda: grouped_bench(args.dry_run),
+        "ragged_dot_fusion": lambda: ragged_dot_fusion(min(120, left() / 3)),
+        "training": lambda: training(args.dry_run, args.steps, left()),
+    }
+    chosen = args.sections.split(",") if args.sections else list(SECTIONS)
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        sys.exit(f"unknown sections {unknown}; choose from {SECTIONS}")
+    if args.skip_train:
+        chosen = [c for c in chosen if c != "training"]
+    if args.dry_run:  # the flag is a GPU compiler's; a CPU run has nothing to compare
+        chosen = [c for c in chosen if c != "ragged_dot_fusion"]
+    sections = [(name, every[name]) for name in chosen]
     for name, run in sections:
         t0 = time.perf_counter()
         try:
@@ -288,6 +371,10 @@ def main() -> None:
     print(f"attention cudnn packed vs cudnn bias: {_ratio(att, 'cudnn_packed', 'cudnn_bias')}")
     print(f"grouped matmul triton vs ragged_dot:  {_ratio(gmm, 'triton', 'ragged_dot')}")
     print(f"grouped matmul triton vs capacity:    {_ratio(gmm, 'triton', 'capacity_1.25')}")
+    fusion = report.get("ragged_dot_fusion", {})
+    print(
+        f"grouped matmul triton vs ragged_dot with XLA's cuDNN fusion: {_ratio({**fusion, **{'triton': gmm.get('triton')}}, 'triton', 'ragged_dot')}"
+    )
     env = report.get("environment", {})
     for r in report.get("training", {}).get("results", []):
         print(

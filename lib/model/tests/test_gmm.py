@@ -117,3 +117,25 @@ def test_the_triton_choice_reaches_the_kernel_and_the_config():
         vocab_size=64, hidden_dim=32, intermediate_dim=16, num_layers=1, num_heads=2, num_kv_heads=2
     )
     assert cfg.grouped_matmul == "auto" and dataclasses.replace(cfg, grouped_matmul="triton")
+
+
+@pytest.mark.slow  # the kernel interpreted inside a whole model's forward and backward (about a minute)
+def test_a_moe_on_the_triton_kernel_trains_like_ragged_dot(tiny_moe, tokens):
+    import equinox as eqx
+
+    from schooner.model import init, loss_fn
+
+    toks = tokens(2, 16, 97)
+    segs = jnp.asarray([[0] * 6 + [1] * 10, [0] * 16], jnp.int32)
+
+    def run(impl):
+        cfg = dataclasses.replace(tiny_moe, kernels="xla", grouped_matmul=impl, load_balancing="aux_loss")
+        model = init(cfg, key=jax.random.PRNGKey(0))
+        f = eqx.filter_jit(eqx.filter_value_and_grad(lambda m: loss_fn(m, toks, segment_ids=segs)[0]))
+        value, grads = f(model)
+        return float(value), [np.asarray(g) for g in jax.tree_util.tree_leaves(grads)]
+
+    (v_t, g_t), (v_r, g_r) = run("triton"), run("ragged_dot")
+    assert v_t == pytest.approx(v_r, rel=1e-6)
+    for a, b in zip(g_t, g_r, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6 * max(1.0, float(np.abs(b).max())))
