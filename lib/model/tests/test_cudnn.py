@@ -236,3 +236,29 @@ def test_the_private_packed_layout_entry_point_keeps_its_signature():
     ]
     assert {"scale", "mask_type", "qkv_layout"} <= set(params)
     assert hasattr(fa.MaskType, "PADDING_CAUSAL")
+
+
+def test_the_packed_dispatch_under_a_dots_remat_keeps_the_kernel_residuals():
+    # The packed branch inside the lax.cond, its residuals named: the backward must not run its forward again.
+    q, k, v = _qkv()
+    segs = jnp.asarray(SEGS["packed"])
+    policy = jax.checkpoint_policies.save_only_these_names("attention_output")
+
+    def count(residual_name):
+        def f(q, k, v):
+            attn = functools.partial(
+                cudnn_attention,
+                fallback=lambda q, k, v, s: q,  # no products: only the packed branch's are counted
+                max_segments=4,
+                capability=(9, 0),
+                kernels=EMULATED,
+                residual_name=residual_name,
+            )
+            return jnp.sum(
+                jax.checkpoint(lambda *a: attn(*a, segs), policy=policy)(q, k, v).astype(jnp.float32)
+            )
+
+        return _count(jax.make_jaxpr(jax.grad(f, argnums=(0, 1, 2)))(q, k, v).jaxpr, "dot_general")
+
+    assert count("something else") == 2 + 1 + 4  # the scores computed again in the backward
+    assert count("attention_output") == 2 + 4
