@@ -66,7 +66,7 @@ class Recipe(Mapping):
     model: Any
     """A `schooner.model.LlamaConfig`."""
     optimizer: Any
-    """A `schooner.train.AdamConfig`."""
+    """A `schooner.train.AdamConfig` (today's rules) or an AdamH config (`HorizonRecipe`)."""
     batch_size: int
     seq_len: int
     num_train_steps: int
@@ -109,7 +109,14 @@ class Recipe(Mapping):
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
             "steps": self.num_train_steps,
+            "optimizer": type(self.optimizer).__name__,
             "learning_rate": self.optimizer.learning_rate,
+            **(
+                {"adam_learning_rate": self.optimizer.adam_learning_rate}
+                if getattr(self.optimizer, "adam_learning_rate", None) is not None
+                else {}
+            ),
+            "max_grad_norm": self.optimizer.max_grad_norm,
             "beta2": self.optimizer.beta2,
             "eps": self.optimizer.eps,
             "warmup": self.optimizer.warmup,
@@ -143,7 +150,6 @@ class ScalingRecipe:
     def run(self, budget: float, width: int) -> Recipe:
         """The run of the family member of `width` that spends `budget` FLOPs."""
         from schooner.model import flops_per_token, num_parameters
-        from schooner.train import AdamConfig
 
         budget = _positive_number("budget", budget)
         model = self.family.config(width, self.seq_len)
@@ -160,20 +166,7 @@ class ScalingRecipe:
                 f"tokens at {fpt:.3g} FLOPs/token); pick a smaller width or a larger budget"
             )
         tokens = steps * batch * self.seq_len
-        batch_tokens = batch * self.seq_len
-        s = self.schedule
-        optimizer = AdamConfig(
-            learning_rate=self.learning_rate(width=width, batch_tokens=batch_tokens, tokens=tokens),
-            weight_decay=self.adam.weight_decay,
-            max_grad_norm=self.adam.max_grad_norm,
-            schedule=s.kind,
-            warmup=s.warmup,
-            decay=s.decay,
-            min_lr_ratio=s.min_lr_ratio,
-            beta1=self.adam.beta1,
-            beta2=self.adam.beta2_for(batch_tokens),
-            eps=self.adam.eps_for(batch_tokens),
-        )
+        optimizer = self.optimizer_for(width=width, batch_tokens=batch * self.seq_len, tokens=tokens)
         return Recipe(
             budget=float(budget),
             width=width,
@@ -185,6 +178,25 @@ class ScalingRecipe:
             tokens=tokens,
             params=num_parameters(model),
             flops=fpt * tokens,
+        )
+
+    def optimizer_for(self, *, width: int, batch_tokens: int, tokens: int) -> Any:
+        """The optimizer config of a run of this width, batch (tokens per step) and horizon (tokens): AdamW
+        from the `learning_rate`, `adam` and `schedule` rules (`HorizonRecipe` gives AdamH instead)."""
+        from schooner.train import AdamConfig
+
+        s = self.schedule
+        return AdamConfig(
+            learning_rate=self.learning_rate(width=width, batch_tokens=batch_tokens, tokens=tokens),
+            weight_decay=self.adam.weight_decay,
+            max_grad_norm=self.adam.max_grad_norm,
+            schedule=s.kind,
+            warmup=s.warmup,
+            decay=s.decay,
+            min_lr_ratio=s.min_lr_ratio,
+            beta1=self.adam.beta1,
+            beta2=self.adam.beta2_for(batch_tokens),
+            eps=self.adam.eps_for(batch_tokens),
         )
 
     def candidates(self, budget: float) -> list[Recipe]:
@@ -316,13 +328,32 @@ class ScalingRecipe:
         return grid, warnings + ([short] if short else [])
 
 
+RULES = ("default", "horizon")
+"""The recipes `recipe(rule=...)` selects: "default" (`ScalingRecipe`, AdamW) and "horizon" (`HorizonRecipe`,
+AdamH with the token-horizon rule)."""
+
+
 def recipe(
     compute_budget: float,
     tokens_per_param: float | None = None,
     *,
     params: float | None = None,
     rules: ScalingRecipe | None = None,
+    rule: str | None = None,
 ) -> Recipe:
-    """The run a compute budget buys under `rules` (default `ScalingRecipe()`): model, batch, steps,
-    optimizer. See `ScalingRecipe.__call__`."""
-    return (rules or ScalingRecipe())(compute_budget, tokens_per_param, params=params)
+    """The run a compute budget buys under `rules` (default `ScalingRecipe()`, or `HorizonRecipe()` with
+    `rule="horizon"`): model, batch, steps, optimizer. See `ScalingRecipe.__call__`.
+
+    `rule` names the recipe when `rules` is not given; given both, they must agree."""
+    from ._horizon import HorizonRecipe
+
+    if rule is not None and rule not in RULES:
+        raise ValueError(f"recipe rule must be one of {RULES}; got rule={rule!r}")
+    if rules is None:
+        rules = HorizonRecipe() if rule == "horizon" else ScalingRecipe()
+    elif rule is not None and isinstance(rules, HorizonRecipe) != (rule == "horizon"):
+        raise ValueError(
+            f"recipe: rule={rule!r} but rules is a {type(rules).__name__}; pass one of them (rule='horizon' goes "
+            "with a HorizonRecipe, rule='default' with a ScalingRecipe)"
+        )
+    return rules(compute_budget, tokens_per_param, params=params)
