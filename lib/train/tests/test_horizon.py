@@ -288,7 +288,8 @@ def test_reference_search_runs_as_steps_and_its_result_sets_the_rule(data_dir, t
     done = StepRunner(prefix=str(tmp_path)).run([h], max_concurrent=1)
     out = done[h].output_path
     ref = read_reference(out)
-    assert ref == json.load(open(f"{out}/reference.json"))  # noqa: SIM115
+    with open(f"{out}/reference.json") as f:
+        assert ref == json.load(f)
     losses = [r["loss"] for r in ref["runs"]]
     assert len(losses) == 4 and all(np.isfinite(losses))
     want = pick_learning_rate([(r["learning_rate"], r["loss"]) for r in ref["runs"]])
