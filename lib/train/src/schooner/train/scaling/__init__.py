@@ -49,12 +49,12 @@ from ._law import ScalingRun as ScalingRun
 from ._law import synthetic_runs as synthetic_runs
 from ._recipe import Recipe as Recipe
 from ._recipe import ScalingRecipe as ScalingRecipe
-from ._recipe import recipe as recipe
 from ._rules import AdamRule as AdamRule
 from ._rules import BatchRule as BatchRule
 from ._rules import LearningRateRule as LearningRateRule
 from ._rules import ModelFamily as ModelFamily
 from ._rules import ScheduleRule as ScheduleRule
+from ._select import recipe as recipe
 from ._sweep import SweepRun as SweepRun
 from ._sweep import isoflop_runs as isoflop_runs
 from ._sweep import isoflop_sweep as isoflop_sweep
