@@ -75,6 +75,15 @@ def test_sphere_kinds_choose_the_labels(nano) -> None:
     state = jax.eval_shape(tx.init, untied)  # shapes only, as the trainer does before restoring
     radii = jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, tuple) and not hasattr(x, "_fields"))
     assert radii  # one radius per sphere leaf: the 7 projections and the head
+    from schooner.model import ParamGroup, parameter_groups
+
+    groups = parameter_groups(untied)
+    rules = {
+        g.kind: AdamHConfig(sphere_kinds=("matrix", "head")).group_rule(g)
+        for g in jax.tree.leaves(groups, is_leaf=lambda x: isinstance(x, ParamGroup))
+    }
+    assert rules == {"embedding": "adam", "head": "adamh", "norm": "adam", "matrix": "adamh"}
+    assert AdamHConfig().group_rule(ParamGroup("balancing")) == "frozen"
     with pytest.raises(TypeError, match="needs a schooner.model model"):
         AdamHConfig().build({"w": np.ones((2, 2))}, 10)
 

@@ -349,6 +349,13 @@ class AdamHConfig(OptimizerConfig):
                 + (" (norm scales are vectors: they take plain Adam)" if "norm" in bad else "")
             )
 
+    def group_rule(self, group: Any) -> str:
+        """The update rule of a parameter group (a `schooner.model.ParamGroup`): "adamh" (on a sphere),
+        "adam" or "frozen"; what `describe_param_groups` should report for this optimizer (no group decays)."""
+        if not group.trainable:
+            return "frozen"
+        return "adamh" if group.kind in self.sphere_kinds else "adam"
+
     def build(self, params: Any, num_steps: int) -> optax.GradientTransformation:
         """`adamh` for `params`, a `schooner.model` model (or its shapes): `model_labels(params,
         sphere_kinds)`, both learning rates on this config's schedule, clipping first."""
