@@ -51,6 +51,10 @@ from ._loss import loss_fn as loss_fn
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._sampling import Samples as Samples
+from ._sampling import SamplingConfig as SamplingConfig
+from ._sampling import filter_logits as filter_logits
+from ._sampling import sample as sample
 from ._scoring import StreamScorer as StreamScorer
 from ._scoring import token_nll as token_nll
 from ._sharding import activation_sharding as activation_sharding
