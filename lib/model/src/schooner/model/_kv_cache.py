@@ -120,9 +120,12 @@ def cached_forward(
     x = weights["embed"].astype(dtype)[tokens]
 
     def layer(
-        x: jax.Array, scanned: tuple[dict[str, Any], jax.Array, jax.Array]
-    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        w, k_cache, v_cache = scanned
+        carry: tuple[jax.Array, jax.Array, jax.Array], scanned: tuple[dict[str, Any], jax.Array]
+    ) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
+        # the whole cache is carried and updated in place (as scanned input and output it was copied whole
+        # every step)
+        x, k_all, v_all = carry
+        w, i = scanned
         h = _rms(x, w["attn_norm"], eps)
         q = jnp.einsum("bte,nde->btnd", h, w["q"].astype(dtype))
         k = jnp.einsum("bte,kde->btkd", h, w["k"].astype(dtype))
@@ -131,8 +134,10 @@ def cached_forward(
             q, k = _rms(q, w["q_norm"], eps), _rms(k, w["k_norm"], eps)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         # steps past the cache (the tail of the last chunk, discarded) are dropped, not clipped onto the end
-        k_cache = k_cache.at[rows, positions].set(k.astype(k_cache.dtype), mode="drop")
-        v_cache = v_cache.at[rows, positions].set(v.astype(v_cache.dtype), mode="drop")
+        k_all = k_all.at[i, rows, positions].set(k.astype(k_all.dtype), mode="drop")
+        v_all = v_all.at[i, rows, positions].set(v.astype(v_all.dtype), mode="drop")
+        k_cache = jax.lax.dynamic_index_in_dim(k_all, i, keepdims=False)
+        v_cache = jax.lax.dynamic_index_in_dim(v_all, i, keepdims=False)
         _, t, n, d = q.shape
         kv = k_cache.shape[2]
         qg = q.reshape(b, t, kv, n // kv, d).astype(jnp.float32)
@@ -148,9 +153,11 @@ def cached_forward(
             u = jnp.einsum("bte,me->btm", h, w["up"].astype(dtype))
             parts.append(jnp.einsum("btm,em->bte", jax.nn.silu(g) * u, w["down"].astype(dtype)))
         x = x + (parts[0] if len(parts) == 1 else parts[0] + parts[1])
-        return x, (k_cache, v_cache)
+        return (x, k_all, v_all), None
 
-    x, cache = jax.lax.scan(layer, x, (weights["layers"], cache[0], cache[1]))
+    layers = jnp.arange(config.num_layers)
+    (x, k_all, v_all), _ = jax.lax.scan(layer, (x, cache[0], cache[1]), (weights["layers"], layers))
+    cache = (k_all, v_all)
     x = _rms(x, weights["final_norm"], eps)
     logits = jnp.einsum("bte,ve->btv", x, weights["head"].astype(dtype), preferred_element_type=jnp.float32)
     return logits, cache
