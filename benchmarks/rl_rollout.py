@@ -157,7 +157,7 @@ def main() -> None:
         f"model llama_nano ({config.num_layers} layers, width {config.hidden_dim}, vocab {config.vocab_size}), "
         f"{args.prompts} prompts of 8-{args.prompt_max} tokens x {args.group} samples x {args.new} new tokens, "
         f"temperature {TEMPERATURE}, top-p {TOP_P}; jax {jax.__version__}, torch {hf['torch']}, "
-        f", transformers {hf['transformers']}, {os.cpu_count()} CPUs"
+        f"transformers {hf['transformers']}, {os.cpu_count()} CPUs"
     )
     print(f"  schooner.model.sample   {ours_tps:10.1f} new tokens/s  ({seconds:.2f} s, with log-probs)")
     each = ", ".join(f"{t} thread(s) {s:.2f} s" for t, s in hf["timings"].items())
