@@ -311,6 +311,26 @@ def test_the_adapter_runs_under_lm_evals_request_cache(setup, tmp_path):
     assert lm._loglikelihood_tokens([pair]) == SchoonerLM(model=model, tokenizer=tok).loglikelihood(tokens)
 
 
+def test_an_overlong_continuation_names_the_harness_task_and_document(setup):
+    """lm-eval's `hf` backend asserts `len(continuation_enc) <= max_length` (a bare AssertionError); the
+    adapter's error named no task or document. It names lm-eval's task, doc_id and request index now."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    long_text = " " + " ".join(["The quick brown fox jumps over the lazy dog."] * 10)
+    assert len(tok.encode(long_text)) > model.config.max_seq_len
+    requests = [
+        Instance("loglikelihood", {}, ("The quick brown", " fox"), 0, metadata=("local_mc", 2, 1)),
+        Instance("loglikelihood", {}, ("The quick brown", long_text), 1, metadata=("local_mc", 3, 1)),
+    ]
+    with pytest.raises(
+        ValueError, match=r"task 'local_mc': document 3 \(request 1\): a continuation of \d+ "
+    ):
+        SchoonerLM(model=model, tokenizer=tok).loglikelihood(requests)
+
+
 def _hf_encode(tok, text: str, add_special_tokens: bool = True) -> list[int]:
     """HF `tokenizers`' own encoding, as lm-eval's `hf` backend's `tokenizer.encode(string)` gives it: special
     token strings in the text are the special tokens, and the post-processor runs (transformers' default
@@ -420,8 +440,24 @@ CHATS = [
 
 def _transformers_render(template: str, tok, messages, add_generation_prompt: bool) -> str:
     """What `transformers`' `apply_chat_template(..., tokenize=False, continue_final_message=not
-    add_generation_prompt)` gives: the Jinja template rendered with jinja2, then, to continue the final message,
-    cut after the last occurrence of its stripped content."""
+    add_generation_prompt)` gives (lm-eval's `hf` backend): transformers itself where installed, else its steps
+    (transformers 5): the final message's content tagged, the Jinja template rendered with jinja2, the text cut
+    at the tag, trailing white space kept where the template kept the content's spacing."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        pass
+    else:
+        import tokenizers
+
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=tokenizers.Tokenizer.from_str(tok.to_json()), bos_token=tok.bos_token,
+            eos_token=tok.eos_token, chat_template=template,
+        )  # fmt: skip
+        return hf.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )  # fmt: skip
     import jinja2
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
@@ -430,14 +466,48 @@ def _transformers_render(template: str, tok, messages, add_generation_prompt: bo
         raise jinja2.exceptions.TemplateError(message)
 
     env.globals["raise_exception"] = raise_exception
+    tag = "CONTINUE_FINAL_MESSAGE_TAG "
+    if not add_generation_prompt:
+        messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + tag}]
     text = env.from_string(template).render(
         messages=messages, add_generation_prompt=add_generation_prompt, bos_token=tok.bos_token,
         eos_token=tok.eos_token,
     )  # fmt: skip
     if not add_generation_prompt:
-        final = messages[-1]["content"].strip()
-        text = text[: text.rindex(final) + len(final)]
+        at = text.rindex(tag.strip())
+        text = text[:at] if text[at : at + len(tag)] == tag else text[:at].rstrip()
     return text
+
+
+# An assistant prefill continued (`continue_final_message=True`) as transformers 5.25.0 renders it with the
+# exported "schooner" template: `PreTrainedTokenizerFast(chat_template=...).apply_chat_template([PREFILL_USER,
+# {"role": "assistant", "content": prefill}], tokenize=False, add_generation_prompt=False,
+# continue_final_message=True)`, after the BOS token. The content is kept as it is, trailing white space too.
+PREFILL_USER = {"role": "user", "content": "What is 2 + 2?"}
+PREFILLS = {
+    "Answer: ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>Answer: ",
+    "Answer:": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>Answer:",
+    "  return a -\n": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>  return a -\n",
+    "x\t\n ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>x\t\n ",
+    "  ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>  ",
+    "": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>",
+    "\n": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>\n",
+}
+
+
+def test_an_assistant_prefill_keeps_its_trailing_white_space_as_transformers(setup):
+    """lm-eval's `gen_prefix: "Answer: "` is an assistant prefill; transformers keeps its trailing space (the
+    template keeps the content's spacing) and the adapter cut it (`.rstrip()`)."""
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    _, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok)
+    template = jinja_chat_template(resolve_template(tok, None))
+    for prefill, rendered in PREFILLS.items():
+        chat = [PREFILL_USER, {"role": "assistant", "content": prefill}]
+        got = lm.apply_chat_template(chat, add_generation_prompt=False)
+        assert got == tok.bos_token + rendered == _transformers_render(template, tok, chat, False), prefill
 
 
 def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(setup, monkeypatch):
@@ -468,3 +538,149 @@ def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(se
     )
     context = out["samples"]["local_mc"][0]["arguments"][0][0]  # the first choice's (context, continuation)
     assert context.startswith(tok.bos_token + "<|user|>") and context.endswith("<|assistant|>"), context
+
+
+def test_generate_until_stops_at_the_end_of_turn_token_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend generates with transformers' `generate`, which stops at every id of the model's
+    `generation_config.eos_token_id`: [EOS, end-of-turn] for a chat model (Llama-3-Instruct; `export_hf` of a
+    chat-trained Schooner run). The adapter stopped at EOS only and went on past the end of the answer."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    from .rigged import chain_model
+
+    _, tok, model = setup
+    eot, fox = tok.token_to_id("<|end_of_turn|>"), tok.encode(" fox")[-1]
+    context = "The quick"
+    untied = init(dataclasses.replace(model.config, tie_embeddings=False), key=jax.random.key(0))
+    rigged = chain_model(untied, {tok.encode(context)[-1]: eot}, fox)
+    gen = Instance("generate_until", {}, (context, {"until": ["\n\n"], "max_gen_toks": 4}), 0)
+    # what the hf backend returns: generation ends at end-of-turn, decoded without special tokens
+    assert SchoonerLM(model=rigged, tokenizer=tok).generate_until([gen]) == [""]
+    # a tokenizer without a chat template's end-of-turn token, or the option off: EOS alone stops it
+    off = SchoonerLM(model=rigged, tokenizer=tok, stop_at_end_of_turn="false")
+    assert off.generate_until([gen]) == [tok.decode([fox] * 3)]
+
+
+ROLLING_YAML = """
+task: local_rolling
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: bits_per_byte
+"""
+
+
+def test_bits_per_byte_agrees_with_lm_evals_on_a_sentencepiece_style_tokenizer(tmp_path, monkeypatch):
+    """lm-eval's `bits_per_byte` (a `loglikelihood_rolling` task) divides by `len(text.encode("utf-8"))`,
+    whatever the backend. `evaluate_lm` on a cache of the same texts gives the same number: the same nats
+    (documents after BOS, the EOS term left out) over the same bytes. It divided by the tokenizer's byte
+    table, which counts 0 for `<unk>` (the Japanese sentence: 1 byte of 33)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import numpy as np
+    import tokenizers
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from schooner.data import make_record, write_records
+    from schooner.eval import evaluate_lm
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import Tokenizer, build_cache
+
+    hf = tokenizers.Tokenizer(models.Unigram())
+    hf.pre_tokenizer, hf.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    english = ["The quick brown fox jumps over the lazy dog.", "A lazy dog sleeps all day in the sun."]
+    hf.train_from_iterator(
+        english * 20,
+        trainers.UnigramTrainer(vocab_size=120, unk_token="<unk>", special_tokens=["<unk>", "<s>", "</s>"]),
+    )
+    tok = Tokenizer(hf, bos_token="<s>", eos_token="</s>")
+    texts = ["日本語のテキストです。", "The lazy fox sleeps in the sun.", "A dog, 日本 and a fox."]
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=64,
+    )  # fmt: skip
+    model = init(config, key=jax.random.key(1))
+    data = tmp_path / "texts.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8"
+    )
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "local_rolling.yaml").write_text(ROLLING_YAML.format(path=data))
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=2)
+    assert lm.prefix_token_id == tok.bos_id
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    theirs = simple_evaluate(model=lm, tasks=["local_rolling"], task_manager=manager)
+    theirs = theirs["results"]["local_rolling"]["bits_per_byte,none"]
+
+    write_records([make_record(t, source="s") for t in texts], str(tmp_path / "records"), format="jsonl")
+    build_cache(str(tmp_path / "records"), str(tmp_path / "cache"), tok, prepend_bos=True)
+    ours = evaluate_lm(model, {"x": str(tmp_path / "cache" / "train")}, tokenizer=tok, seq_len=64)[
+        "datasets"
+    ]["x"]
+    assert ours["bytes"] == sum(len(t.encode("utf-8")) for t in texts)
+    # lm-eval scores each text's tokens after the prefix token (BOS), not the EOS a cache appends
+    eos_nats = (
+        ours["nats"]
+        - evaluate_lm(model, {"x": [np.array([tok.bos_id, *tok.encode(t)]) for t in texts]}, seq_len=64)[
+            "datasets"
+        ]["x"]["nats"]
+    )
+    assert (ours["nats"] - eos_nats) / math.log(2) / ours["bytes"] == pytest.approx(theirs, rel=1e-5)
+
+
+def test_gen_prefix_requests_under_a_chat_template_match_lm_evals_hf_backend(setup, monkeypatch, tmp_path):
+    """A task with `gen_prefix: "Answer: "` under `--apply_chat_template`: lm-eval continues an assistant message
+    "Answer: " and, the prefix ending in white space, puts no delimiter before each choice. The hf backend's
+    context keeps that space (transformers), the adapter's cut it, so every request differed. Reference: the
+    hf backend's steps, each by its own code: transformers' rendering, HF `tokenizers`' encoding (special
+    tokens read, no post-processor for a string that starts with BOS) and lm-eval's own split
+    (`TemplateLM.loglikelihood`), scored by the same model."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    root, tok, model = setup
+    template = jinja_chat_template(resolve_template(tok, None))
+
+    class HfBackendLM(SchoonerLM):
+        loglikelihood = TemplateLM.loglikelihood
+
+        def apply_chat_template(self, chat_history, add_generation_prompt=True):
+            return _transformers_render(template, tok, chat_history, add_generation_prompt)
+
+        def tok_encode(self, string, add_special_tokens=None, **kwargs):
+            add = not string.startswith(tok.bos_token) if add_special_tokens is None else add_special_tokens
+            return _hf_encode(tok, string, add)
+
+    yaml = TASK_YAML.replace("task: local_mc", "task: local_prefix").format(path=root / "mc.jsonl")
+    (tmp_path / "local_prefix.yaml").write_text(yaml + 'gen_prefix: "Answer: "\n')
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+
+    def samples(lm):
+        out = simple_evaluate(
+            model=lm, tasks=["local_prefix"], task_manager=manager, log_samples=True, apply_chat_template=True
+        )
+        return sorted(out["samples"]["local_prefix"], key=lambda s: s["doc_id"])
+
+    ours = samples(SchoonerLM(model=model, tokenizer=tok, batch_size=3))
+    reference = samples(HfBackendLM(model=model, tokenizer=tok, batch_size=3))
+    assert len(ours) == len(ROWS)
+    for mine, theirs, row in zip(ours, reference, ROWS, strict=True):
+        assert mine["arguments"] == theirs["arguments"]
+        context, continuation = mine["arguments"][0][:2]
+        assert context.endswith(f"<|user|>{row['question']}<|end_of_turn|><|assistant|>Answer: "), context
+        assert continuation == row["choices"][0]  # no delimiter after a prefix that ends in white space
+        assert [float(r[0][0]) for r in mine["resps"]] == [float(r[0][0]) for r in theirs["resps"]]
