@@ -182,3 +182,18 @@ def test_bad_input_is_refused_naming_the_prompt(model):
     assert SamplingConfig(stop_ids=[2, np.int64(3)]).stop_ids == (2, 3)
     empty = sample(model, [[1, 2]], dataclasses.replace(SamplingConfig(), max_new_tokens=0), key=key)
     assert empty.tokens.shape == (1, 0) and empty.stop_reasons == (LENGTH,)
+
+
+@pytest.mark.slow  # compiles a dropless MoE twice (~30 s on 2 loaded cores)
+def test_moe_sampled_logprobs_equal_a_full_forward_pass():
+    from schooner.model import MoEConfig
+
+    config = MoEConfig(
+        vocab_size=97, hidden_dim=32, intermediate_dim=16, num_layers=2, num_heads=4, num_kv_heads=2,
+        max_seq_len=64, num_experts=4, num_experts_per_token=2, num_shared_experts=1, compute_dtype="float32",
+        initializer_range=0.3,
+    )  # fmt: skip
+    moe = init(config, key=jax.random.key(2))
+    cfg = SamplingConfig(temperature=0.8, top_p=0.9, n=2, max_new_tokens=16)
+    out = sample(moe, PROMPTS, cfg, key=jax.random.key(0))
+    np.testing.assert_allclose(out.logprobs, _forward_logprobs(moe, PROMPTS, out, 0.8), atol=1e-5, rtol=0)
