@@ -12,7 +12,7 @@ import pytest
 
 from schooner.model import LlamaConfig, SamplingConfig, init
 from schooner.train._rl_objective import PolicyLossConfig, group_advantages, policy_loss, token_logprobs
-from schooner.train._rl_rollout import RolloutBatch, rollout, rollout_key
+from schooner.train._rl_rollout import RolloutBatch, chat_prompts, rollout, rollout_key
 
 CONFIG = LlamaConfig(
     vocab_size=97, hidden_dim=32, intermediate_dim=48, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -95,3 +95,23 @@ def test_the_rollout_rng_is_a_pure_function_of_seed_and_step(model, batch):
         jax.random.key_data(rollout_key(7, 3)).tolist()
         == jax.random.key_data(jax.random.fold_in(jax.random.key(7), 3)).tolist()
     )
+
+
+def test_chat_prompts_render_as_sft_does_and_stop_at_eos_and_end_of_turn(data_dir):
+    from schooner.tokenize import load_tokenizer, render_chat
+
+    tok = load_tokenizer(f"{data_dir}/tokenizer.json")
+    conversation = [
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": "1 + 2?"},
+    ]
+    ids, stops = chat_prompts(tok, ["What is 40 + 2?", conversation])
+    assert (
+        ids[0]
+        == render_chat(
+            tok, [{"role": "user", "content": "What is 40 + 2?"}], add_generation_prompt=True
+        ).ids.tolist()
+    )
+    assert ids[1] == render_chat(tok, conversation, add_generation_prompt=True).ids.tolist()
+    assert tok.decode(ids[0]).endswith("<|assistant|>") and "What is 40 + 2?" in tok.decode(ids[0])
+    assert stops == (tok.eos_id, tok.token_to_id("<|end_of_turn|>"))

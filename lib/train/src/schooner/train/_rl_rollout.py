@@ -17,6 +17,9 @@ grouped as `(len(batch.row_ids), G)`, prompt-major, as `group_advantages` wants 
 **Randomness.** The key is `fold_in(key(seed), step)`: a pure function of `(seed, step)`, so a resumed run
 samples the same completions at step `s` whatever ran before (with the same weights and prompts).
 
+**Chat.** `chat_prompts(tokenizer, texts_or_conversations)` renders prompts as SFT renders chats (ending with
+the assistant header) and gives the stop ids: EOS and the template's end-of-turn token.
+
 **Bad rows.** A prompt longer than `max_prompt_tokens` (or empty) is skipped, counted and named in
 `batch.skipped` (and logged); the other prompts are sampled as usual. A batch whose every prompt is skipped is
 an error naming them.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -86,6 +89,42 @@ class RolloutBatch:
         return {"rollout/skipped_prompts": float(len(self.skipped)), "completions/clipped_ratio": clipped}
 
 
+def chat_prompts(
+    tokenizer: Any, prompts: Sequence[str | Sequence[Mapping[str, str]]], template: Any = None
+) -> tuple[list[list[int]], tuple[int, ...]]:
+    """Prompts rendered as SFT renders chats, ready for the assistant's turn, and the ids a completion stops at.
+
+    Args:
+        tokenizer: a `schooner.tokenize.Tokenizer`.
+        prompts: each a user message's text, or a whole conversation (`[{"role": ..., "content": ...}]`).
+        template: the chat template (default: the tokenizer's own, as `render_chat` picks it).
+
+    Returns:
+        The token ids of each prompt (`render_chat(..., add_generation_prompt=True)`: it ends with the
+        assistant header), and the stop ids for `SamplingConfig.stop_ids`: the tokenizer's EOS and the special
+        token that closes a turn in the template (the first of its footer's tokens that is one of the
+        template's special tokens), those that exist.
+    """
+    from schooner.tokenize import render_chat, resolve_template
+
+    chat = resolve_template(tokenizer, template)
+    ids = [
+        render_chat(
+            tokenizer,
+            [{"role": "user", "content": p}] if isinstance(p, str) else p,
+            chat,
+            add_generation_prompt=True,
+        ).ids.tolist()
+        for p in prompts
+    ]
+    special = {tokenizer.token_to_id(t) for t in chat.required_tokens} - {None}
+    end_of_turn = next(
+        (int(i) for i in tokenizer.encode(chat.footer, parse_special=True) if i in special), None
+    )
+    stops = [i for i in (tokenizer.eos_id, end_of_turn) if i is not None]
+    return ids, tuple(dict.fromkeys(int(i) for i in stops))
+
+
 def rollout_key(seed: int, step: int) -> jax.Array:
     """The rollout RNG of `step`: `fold_in(key(seed), step)`."""
     return jax.random.fold_in(jax.random.key(seed), step)
@@ -106,7 +145,7 @@ def rollout(
 
     Args:
         model: the policy, a `schooner.model.Transformer`.
-        prompts: token ids of each prompt, rendered as in SFT (chat template applied by the caller).
+        prompts: token ids of each prompt, rendered as in SFT (`chat_prompts` renders text or conversations).
         sampling: temperature, top-p, `n` = G, the completion cap and the stop ids (EOS, end of turn).
         seed: the run's seed; with `step`, all the randomness.
         step: the training step the rollouts are for.
