@@ -289,13 +289,13 @@ def sample(
             logprobs[live, col] = chunk_logp[live, k]
             mask[live, col] = True
             hit = live & np.isin(chunk[:, k], stop_ids)
-            for i in np.flatnonzero(hit):
-                reasons[i] = STOP_ID
+            for row in np.flatnonzero(hit).tolist():
+                reasons[row] = STOP_ID
             done |= hit
             if stop is not None:
-                for i in np.flatnonzero(live & ~hit):
-                    if stop(int(i), tokens[i, : col + 1].tolist()):
-                        reasons[i], done[i] = STOP_SEQUENCE, True
+                for row in np.flatnonzero(live & ~hit).tolist():
+                    if stop(row, tokens[row, : col + 1].tolist()):
+                        reasons[row], done[row] = STOP_SEQUENCE, True
         made += min(chunk.shape[1], n_new - made)
         if made >= n_new or done.all():
             break
