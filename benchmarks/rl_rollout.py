@@ -16,6 +16,7 @@ HF runs in another Python that has torch and transformers (they are not Schooner
 
     python3 -m venv /tmp/hfbench && /tmp/hfbench/bin/pip install torch transformers
     uv run python benchmarks/rl_rollout.py --hf-python /tmp/hfbench/bin/python [--prompts 8 --group 4 --new 128]
+        [--vocab 32000] [--hf-threads 1]
 
 Prints new tokens/s of each and the ratio (goal: Schooner >= HF).
 """
@@ -69,7 +70,8 @@ def hf_worker(folder: str) -> None:
             )  # fmt: skip
 
     timings = {}
-    for threads in sorted({1, torch.get_num_threads()}):  # with other load on the cores, 1 thread can win
+    # with other load on the cores, 1 thread can win
+    for threads in spec["threads"] or sorted({1, torch.get_num_threads()}):
         torch.set_num_threads(threads)
         timings[threads], out = _best(sampled, repeats)
     threads = min(timings, key=timings.get)
@@ -100,6 +102,10 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=128, help="new tokens per sample")
     parser.add_argument("--prompt-max", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vocab", type=int, default=512, help="vocabulary size (llama_nano's is 512)")
+    parser.add_argument(
+        "--hf-threads", default="", help="torch thread counts to try, e.g. '1' (default: 1 and torch's)"
+    )
     parser.add_argument("--hf-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.hf_worker:
@@ -118,7 +124,10 @@ def main() -> None:
     from schooner.model import SamplingConfig, export_hf, init, presets, sample
 
     config = dataclasses.replace(
-        presets.llama_nano, max_seq_len=args.prompt_max + args.new, compute_dtype="float32"
+        presets.llama_nano,
+        vocab_size=args.vocab,
+        max_seq_len=args.prompt_max + args.new,
+        compute_dtype="float32",
     )
     model = init(config, key=jax.random.key(0))
     rng = np.random.default_rng(0)
@@ -136,6 +145,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         export_hf(model, config, folder)
         spec = {"prompts": prompts, "group": args.group, "new": args.new, "repeats": args.repeats}
+        spec["threads"] = [int(t) for t in args.hf_threads.split(",") if t]
         with open(os.path.join(folder, "spec.json"), "w") as f:
             json.dump(spec, f)
         done = subprocess.run(
