@@ -38,7 +38,6 @@ from experiments.tokenizers import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner
 from schooner.data import read_shards
 from schooner.data.curation import ClassifierConfig, iter_attributes, lang_is, not_dup, passes, score_at_least
-from schooner.data.curation.crawl import CrawlConfig, read_truth
 from schooner.data.curation.steps import (
     consolidate,
     decontaminate,
@@ -54,6 +53,7 @@ from schooner.data.curation.steps import (
     quality_scores,
     train_quality_classifier,
 )
+from schooner.data.fixtures import CrawlConfig, read_truth
 from schooner.data.steps import source_records
 from schooner.eval.steps import evaluate, task_texts
 from schooner.tokenize.steps import tokenized

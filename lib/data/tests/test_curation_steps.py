@@ -17,7 +17,6 @@ pytest.importorskip("resiliparse")
 from schooner.cluster import StepRunner
 from schooner.data import read_shards
 from schooner.data.curation import lang_is, not_dup, passes
-from schooner.data.curation.crawl import CrawlConfig, read_truth
 from schooner.data.curation.steps import (
     consolidate,
     exact_dedup,
@@ -27,6 +26,7 @@ from schooner.data.curation.steps import (
     offline_crawl,
     quality_rules,
 )
+from schooner.data.fixtures import CrawlConfig, read_truth
 
 CHROMIUM = shutil.which("chromium")
 

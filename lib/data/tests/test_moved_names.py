@@ -39,3 +39,25 @@ def test_data_steps_has_no_unknown_attribute() -> None:
 
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         _ = steps.nope  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "name", ["CrawlConfig", "build_crawl", "read_truth", "warc_paths", "visible_text", "MODULES"]
+)
+def test_curation_crawl_names_moved_to_fixtures(name: str) -> None:
+    import schooner.data.curation.crawl as crawl
+    from schooner.data import fixtures
+
+    with pytest.warns(
+        DeprecationWarning, match=rf"crawl\.{name} moved: use `from schooner\.data\.fixtures import {name}`"
+    ):
+        got = getattr(crawl, name)
+    assert got is getattr(fixtures, name)
+
+
+def test_the_old_crawl_module_lists_what_it_still_offers() -> None:
+    import schooner.data.curation.crawl as crawl
+
+    assert "build_crawl" in dir(crawl)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = crawl.nope  # type: ignore[attr-defined]

@@ -1,7 +1,7 @@
 """schooner.data.curation: from a web crawl to clean, deduplicated, decontaminated text.
 
 Operators as functions and configs (this module), as cached steps (`schooner.data.curation.steps`), an
-offline test crawl (`schooner.data.curation.crawl`) and a page to look at record folders
+offline test crawl (`schooner.data.fixtures`) and a page to look at record folders
 (`schooner.data.curation.browse`). Heavy libraries (resiliparse, fastwarc, trafilatura, fastText,
 floret, dupekit, rbloom, ftfy) come with `schooner-data[curation]` and are imported only inside the modules that
 wrap them.

@@ -46,7 +46,7 @@ def _samples(folder: str, n: int) -> list[dict]:
     return out
 
 
-def _record(rec: dict, max_chars: int) -> str:
+def _record_html(rec: dict, max_chars: int) -> str:
     meta = dict(rec.get("metadata") or {})
     attrs = meta.pop("attributes", None)
     reason = meta.pop("drop_reason", None)
@@ -88,7 +88,7 @@ def render_browse(path: str, *, sample: int = 25, max_chars: int = 3000) -> str:
                 + "</ul>"
             )
     recs = _samples(path, sample)
-    out.append(f"<h2>Sample records ({len(recs)})</h2>" + "".join(_record(r, max_chars) for r in recs))
+    out.append(f"<h2>Sample records ({len(recs)})</h2>" + "".join(_record_html(r, max_chars) for r in recs))
     dropped_dir = storage.join(path, "dropped")
     if manifest and storage.isdir(dropped_dir) and read_manifest(dropped_dir):
         by_reason: dict[str, list[dict]] = {}
@@ -97,7 +97,7 @@ def render_browse(path: str, *, sample: int = 25, max_chars: int = 3000) -> str:
         out.append("<h2>Dropped records (samples)</h2>")
         for reason, rs in sorted(by_reason.items()):
             out.append(f"<h3 class='reason'>{_e(reason)} ({len(rs)} shown)</h3>")
-            out.extend(_record(r, max_chars) for r in rs[:sample])
+            out.extend(_record_html(r, max_chars) for r in rs[:sample])
     out.append("</body></html>")
     return "".join(out)
 
