@@ -81,9 +81,13 @@ scores = quality_scores("attributes/crawl-quality", pages, classifier)
 # (signatures, identifiers) score 0.4-1.0 as English here, while every page in another language scores
 # >= 0.97 for its own; 0.65 would drop a quarter of the documentation (the summary counts them).
 MIN_EN_SCORE = 0.3
+# Gopher quality without its alphabetic-word rule: it counts punctuation tokens as words (as datatrove does),
+# and API reference pages (signatures: brackets, commas, "=") hold fewer than 80% words with a letter, so it
+# would drop almost every documentation page (201 of 220); keyword spam still fails its stop-word rule.
 filtered = consolidate(
     "data/crawl-filtered", pages, [langs, rules, scores],
-    keep=[lang_is("en", MIN_EN_SCORE), passes("gopher_quality"), score_at_least("quality", 0.5)],
+    keep=[lang_is("en", MIN_EN_SCORE), passes("gopher_quality", ignore=["alpha_words"]),
+          score_at_least("quality", 0.5)],
     dropped_samples=10_000,
 )  # fmt: skip
 

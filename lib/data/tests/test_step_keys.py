@@ -8,12 +8,12 @@ from __future__ import annotations
 EXPECTED = {
     "data/raw": "e1e465815daf2b11cbdf9f169daced04e5136a07acc2c165ff6648de1d5350df",
     "a/exact": "a49481229c396e97389dbce809ba04989f3bccd96202918a14d9691d72896a6e",
-    "a/q": "436db455a8d4cb931d29a5a389bf6e661b4d6e7c60b81a42c235cd5d12dbfd97",
+    "a/q": "21615fdee5067cff93fcff53fbbf1266d02f19aea91f4ff3725f912892dd5310",  # quality_rules-v4: datatrove's formulas
     "a/p": "ed22ea1811ded17f3f18dee40b9422ed7a83c37e333a7edaaf291cde445764b0",
     "a/f": "04516ee6fb2357199bdf02fa8bba00de5f52ead54aa6b13b4edc8ce8a51c9280",
     "a/l": "6f4632b878a115e20c652c229ebff3f8d1ae453da9519b0ec11f179d0393b0d6",
     "a/s": "ca81f547ee491b6d67c7341f9e89b089f8444b08b0b98929c5fb0bdeb12e8471",
-    "c": "e06032c896bac8c6d063076a8c255d81b6315e3eb71e81145dc848eff089a80c",
+    "c": "c8b153914537871ccfe0587384a33c0ab6b46e7d2fc7c0a9c12af8477bd83a10",  # its input a/q changed
     "d": "fb33bf535b4200ee9219b9b26e69f22ffb0b0158babf2dffc07cef8cfc355fc6",
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",

@@ -1,4 +1,4 @@
-"""Text units shared by the curation operators: words, lines (paragraphs) with their character spans, and
+"""Text units shared by the curation operators: lines (paragraphs) with their character spans, and
 the normalisation n-gram matching uses."""
 
 from __future__ import annotations
@@ -7,19 +7,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-_WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]", re.UNICODE)
 _NORM_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def words(text: str) -> list[str]:
-    """Word and punctuation tokens (a regex stand-in for NLTK's `word_tokenize`, which datatrove uses:
-    runs of word characters with inner apostrophes, and each punctuation character on its own)."""
-    return _WORD.findall(text)
-
-
-def is_punct(token: str) -> bool:
-    """Whether a token of `words` is a single punctuation character."""
-    return len(token) == 1 and not token.isalnum() and not token.isspace()
 
 
 def line_spans(text: str) -> Iterator[tuple[int, int, str]]:

@@ -134,7 +134,7 @@ def quality_rules(
             raise ValueError(f"quality_rules: unknown rule set {r!r}; use some of {sorted(RULE_SETS)}")
         RULE_SETS[r](**kw)  # validates the overrides now, not on a worker
     params = tuple((r, tuple(sorted(kw.items()))) for r, kw in spec.items())
-    return _attribute_step(name, records, "quality_rules", params, "v3", resources)
+    return _attribute_step(name, records, "quality_rules", params, "v4", resources)
 
 
 def quality_scores(
