@@ -13,7 +13,7 @@ EXPECTED = {
     "a/f": "04516ee6fb2357199bdf02fa8bba00de5f52ead54aa6b13b4edc8ce8a51c9280",
     "a/l": "6f4632b878a115e20c652c229ebff3f8d1ae453da9519b0ec11f179d0393b0d6",
     "a/s": "ca81f547ee491b6d67c7341f9e89b089f8444b08b0b98929c5fb0bdeb12e8471",
-    "c": "c8b153914537871ccfe0587384a33c0ab6b46e7d2fc7c0a9c12af8477bd83a10",  # its input a/q changed
+    "c": "520aac0229e1a3be9229a760e4876deb6cca9fd9e08cf782aeb753f0d9864da2",  # a/q changed; consolidate-v5
     "d": "fb33bf535b4200ee9219b9b26e69f22ffb0b0158babf2dffc07cef8cfc355fc6",
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",

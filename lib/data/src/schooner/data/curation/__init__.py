@@ -15,6 +15,7 @@ from ._classifier import train_classifier as train_classifier
 from ._clean import clean_text as clean_text
 from ._clean import fix_text as fix_text
 from ._clean import normalize_whitespace as normalize_whitespace
+from ._clean import remove_invisible as remove_invisible
 from ._consolidate import Keep as Keep
 from ._consolidate import lang_is as lang_is
 from ._consolidate import not_contaminated as not_contaminated

@@ -32,6 +32,7 @@ class ConsolidateConfig:
     extra: dict = field(default_factory=dict)
     fix_text: bool = True
     normalize_whitespace: bool = True
+    remove_invisible: bool = True
 
 
 def _scored(
@@ -63,7 +64,8 @@ def run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
             resolve_top_fraction(k, _scored(folders, k.key, keep)) if isinstance(k, TopFraction) else k
         )
     c = Consolidator(tuple(keep), tuple(config.remove), config.attach_attributes, fix_text=config.fix_text,
-                     normalize_whitespace=config.normalize_whitespace)  # fmt: skip
+                     normalize_whitespace=config.normalize_whitespace,
+                     remove_invisible=config.remove_invisible)  # fmt: skip
     ds = with_attributes(src, folders, locate=True)
     manifest = ds.map_shard(c, with_counters=True, name="consolidate").write_jsonl(
         output_path, skip_existing=True, num_shards=config.num_shards

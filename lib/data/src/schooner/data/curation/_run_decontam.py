@@ -95,7 +95,7 @@ def run_decontam(config: DecontamStepConfig, output_path: str) -> dict:
         documents = config.remove == "documents"
         c = Consolidator(
             (not_contaminated(),) if documents else (), () if documents else ("contaminated",), False,
-            fix_text=False, normalize_whitespace=False,
+            fix_text=False, normalize_whitespace=False, remove_invisible=False,
         )  # fmt: skip
         out = with_attributes(src, [output_path], locate=True).map_shard(
             c, with_counters=True, name="decontaminate"

@@ -235,6 +235,7 @@ def consolidate(
     name: str, records: Any, attributes: Sequence[Any], *, keep: Sequence[Keep] = (), remove: Sequence[str] = (),
     attach_attributes: bool = True, dropped_samples: int = 20, num_shards: int | None = None,
     resources: ResourceConfig | None = None, fix_text: bool = True, normalize_whitespace: bool = True,
+    remove_invisible: bool = True,
 ) -> StepHandle:  # fmt: skip
     """Records of `records` that pass every filter of `keep` (applied in order; a drop counts under the
     first filter that rejects it), with the spans of the attributes named in `remove` cut out. The
@@ -242,13 +243,17 @@ def consolidate(
     `dropped_samples` dropped records per reason per shard with their reason and attributes.
 
     Kept texts are cleaned after the cut: `fix_text` repairs mojibake with ftfy (`curation.fix_text`),
-    `normalize_whitespace` makes unicode spaces (no-break, thin, ...) plain spaces, strips trailing whitespace
-    and keeps at most one blank line in a row (`curation.normalize_whitespace`); records changed and
-    characters removed are counted under `cleaned` in the step record. A text left empty is dropped
-    (`empty_after_cleaning`)."""
+    `remove_invisible` deletes soft hyphens, zero-width spaces, word joiners and byte-order marks
+    (`curation.remove_invisible`), `normalize_whitespace` makes unicode spaces (no-break, thin, ...) plain
+    spaces, strips trailing whitespace and keeps at most one blank line in a row
+    (`curation.normalize_whitespace`); records changed and characters removed are counted under `cleaned`
+    in the step record. A text left empty is dropped
+    (`empty_after_cleaning`). The span attributes attached to kept records (`attach_attributes`) are moved
+    with the cut and the cleaning: their offsets are into the written text."""
     cfg = ConsolidateConfig(as_step_inputs(records, what="consolidate records"),
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
                             tuple(remove), attach_attributes, dropped_samples, num_shards,
-                            fix_text=fix_text, normalize_whitespace=normalize_whitespace)  # fmt: skip
-    return step(name, run_consolidate, cfg, version="consolidate-v4", resources=resources, resumable=True,
+                            fix_text=fix_text, normalize_whitespace=normalize_whitespace,
+                            remove_invisible=remove_invisible)  # fmt: skip
+    return step(name, run_consolidate, cfg, version="consolidate-v5", resources=resources, resumable=True,
                 description="consolidate: filters and span removals")  # fmt: skip
