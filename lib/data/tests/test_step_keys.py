@@ -17,7 +17,7 @@ EXPECTED = {
     "d": "fb33bf535b4200ee9219b9b26e69f22ffb0b0158babf2dffc07cef8cfc355fc6",
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",
-    "w": "1b130ad6eba1ae53a9029217448de14c30237a0cc341fb2852f0b94b3b7ece83",
+    "w": "d4a4760d333c108773ed7a6ce030f69f13546e4e88c1fdcea2ccbc6ee1bd982b",  # extract-v3: WET, no empty success
     "k": "f10be39c302ca1302a9b55ccd7189842aa7f24fb8c76a72cb4eed7d9b4f793ab",
 }
 

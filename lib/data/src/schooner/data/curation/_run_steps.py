@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.data import storage
+from schooner.data import DataError, storage
 from schooner.data.step_inputs import input_locations
 
 from ._attributes import attribute_dataset, iter_attributes
@@ -34,7 +34,19 @@ def run_extract(config: ExtractStepConfig, output_path: str) -> dict:
     ds = warc_dataset(
         input_locations(config.inputs), config.extract, on_error=config.on_error, source=config.source
     )
-    return summary(ds.write_jsonl(output_path, skip_existing=True, num_shards=config.num_shards))
+    manifest = ds.write_jsonl(output_path, skip_existing=True, num_shards=config.num_shards)
+    if not manifest["records"]:
+        errors = manifest["errors"]
+        reasons = {k: len(v) for k, v in sorted(errors.get("reasons", {}).items())}
+        raise DataError(
+            ", ".join(input_locations(config.inputs)),
+            f"no page was extracted: skipped {reasons or 'nothing'}, counted {manifest['counters']}; first "
+            f"skips: {errors.get('examples', [])[:3]}",
+            fix="check that the inputs are WARC or WET files of HTML responses (an empty output is refused, "
+            "not cached as a success)",
+            kind="no_pages",
+        )
+    return summary(manifest)
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ def extract_warc(
     cfg = ExtractStepConfig(as_step_inputs(warc_files, what=f"extract_warc({name!r})"),
                             ExtractConfig(extractor=extractor, main_content=main_content, **extract), on_error,
                             source, num_shards)  # fmt: skip
-    return step(name, run_extract, cfg, version="extract-v2", resources=resources, resumable=True,
+    return step(name, run_extract, cfg, version="extract-v3", resources=resources, resumable=True,
                 description=f"WARC -> text ({extractor})")  # fmt: skip
 
 
