@@ -13,7 +13,7 @@ EXPECTED = {
     "a/f": "04516ee6fb2357199bdf02fa8bba00de5f52ead54aa6b13b4edc8ce8a51c9280",
     "a/l": "6f4632b878a115e20c652c229ebff3f8d1ae453da9519b0ec11f179d0393b0d6",
     "a/s": "ca81f547ee491b6d67c7341f9e89b089f8444b08b0b98929c5fb0bdeb12e8471",
-    "c": "520aac0229e1a3be9229a760e4876deb6cca9fd9e08cf782aeb753f0d9864da2",  # a/q changed; consolidate-v5
+    "c": "19e6d1b73956064826d361656ecc22f928c294f9eaa5f5a786ec8ee240bae50d",  # v5; its attributes now lang, scores (checked)
     "d": "fb33bf535b4200ee9219b9b26e69f22ffb0b0158babf2dffc07cef8cfc355fc6",
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",
@@ -49,9 +49,10 @@ def test_data_and_curation_step_keys_are_unchanged(tmp_path) -> None:
     clf = train_quality_classifier("k", raw, junk)
     keep = [lang_is("en", 0.65), passes("gopher_quality"), not_dup("exact"), top_fraction("quality", 0.5)]
     item = {"text": "an eval item of some length", "source": "t", "id": "1"}
+    langs, scores = language_id("a/l", raw), quality_scores("a/s", raw, clf)
     handles = [
-        raw, ex, q, paragraph_dedup("a/p", raw, duplicates=[ex]), fuzzy_dedup("a/f", raw), language_id("a/l", raw),
-        quality_scores("a/s", raw, clf), consolidate("c", raw, [ex, q], keep=keep),
+        raw, ex, q, paragraph_dedup("a/p", raw, duplicates=[ex]), fuzzy_dedup("a/f", raw), langs,
+        scores, consolidate("c", raw, [ex, q, langs, scores], keep=keep),
         decontaminate("d", raw, against=[item], remove="paragraphs"), crawl, junk, extract_warc("w", crawl), clf,
     ]  # fmt: skip
     assert {h.name: h.key for h in handles} == EXPECTED

@@ -71,6 +71,9 @@ class LangIs(Keep):
             and float(attrs.get("lang_score", 0)) >= self.min_score
         )
 
+    def __str__(self) -> str:
+        return f"lang_is({self.lang!r}, {self.min_score:g})"
+
     def needs(self) -> tuple[str, ...]:
         return ("lang", "lang_score")
 
@@ -87,6 +90,9 @@ class Passes(Keep):
     def __call__(self, attrs: dict) -> bool:
         return not [r for r in _get(attrs, self.ruleset, self.name) if r not in self.ignore]
 
+    def __str__(self) -> str:
+        return f"passes({self.ruleset!r}" + (f", ignore={list(self.ignore)!r})" if self.ignore else ")")
+
     def needs(self) -> tuple[str, ...]:
         return (self.ruleset,)
 
@@ -102,6 +108,9 @@ class ScoreAtLeast(Keep):
 
     def __call__(self, attrs: dict) -> bool:
         return float(_get(attrs, self.key, self.name)) >= self.threshold
+
+    def __str__(self) -> str:
+        return f"score_at_least({self.key!r}, {self.threshold:g})"
 
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
@@ -140,6 +149,9 @@ class TopFraction(Keep):
             raise ValueError("TopFraction needs the record's place: read the source with locate=True")
         return tuple(loc) < self.cut
 
+    def __str__(self) -> str:
+        return f"top_fraction({self.key!r}, {self.fraction:g})"
+
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
 
@@ -157,6 +169,10 @@ class NotFlag(Keep):
 
     def __call__(self, attrs: dict) -> bool:
         return not _get(attrs, self.key, self.name)
+
+    def __str__(self) -> str:
+        kind = self.key.removesuffix("_dup")
+        return f"not_dup({kind!r})" if self.key != kind else "not_contaminated()"
 
     def needs(self) -> tuple[str, ...]:
         return (self.key,)

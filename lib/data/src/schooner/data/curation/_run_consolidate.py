@@ -15,6 +15,9 @@ from schooner.data.step_inputs import input_locations
 
 from ._attributes import with_attributes
 from ._consolidate import Consolidator, Keep, TopFraction, lost_paragraph_lines, resolve_top_fraction
+from ._rules import RULE_SETS
+from ._run_decontam import DecontamStepConfig
+from ._run_steps import AttributeStepConfig
 from ._step_io import one_folder, summary
 
 logger = logging.getLogger("schooner.data.curation.steps")
@@ -97,3 +100,49 @@ def run_consolidate(config: ConsolidateConfig, output_path: str) -> dict:
             "removed": removed, "lost": lost, "cleaned": cleaned, "filters": [k.name for k in keep],
             "thresholds": {k.name: getattr(k, "threshold", None) for k in keep},
             "ties_cut_at": {k.name: list(k.cut) for k in keep if isinstance(k, TopFraction) and k.cut}}  # fmt: skip
+
+
+# The attributes each attribute step writes that filters and removals read, and the builder that computes one.
+_MAKERS = {"lang": "language_id", "lang_score": "language_id", "exact_dup": "exact_dedup",
+           "fuzzy_dup": "fuzzy_dedup", "paragraph_dups": "paragraph_dedup", "paragraph_firsts": "paragraph_dedup",
+           "contaminated": "decontaminate", "c4_lines": "quality_rules(..., rules=('c4',))",
+           **{r: f"quality_rules(..., rules=({r!r},))" for r in RULE_SETS}}  # fmt: skip
+
+
+def _computes(handle: Any) -> tuple[str, set[str]] | None:
+    """`(what, attribute names)` a step computes, None where it is not known before it runs (a folder)."""
+    cfg = getattr(handle, "config", None)
+    if isinstance(cfg, DecontamStepConfig):
+        return "decontaminate", {"contaminated"}
+    if not isinstance(cfg, AttributeStepConfig):
+        return None
+    kind, p = cfg.kind, cfg.params
+    keys = {"language_id": {"lang", "lang_score"}, "exact_dedup": {"exact_dup"}, "fuzzy_dedup": {"fuzzy_dup"},
+            "paragraph_dedup": {"paragraph_dups", "paragraph_firsts"}}.get(kind)  # fmt: skip
+    if kind == "quality_rules":
+        names = [n for n, _ in p]
+        return ", ".join(names), set(names) | ({"c4_lines"} if "c4" in names else set())
+    if kind == "quality_scores":
+        return f"quality_scores key {p!r}", {p}
+    return (kind, keys) if keys is not None else None
+
+
+def check_attributes(
+    name: str, attributes: Sequence[Any], keep: Sequence[Keep], remove: Sequence[str]
+) -> None:
+    """Refuse a filter or removal that reads an attribute no attribute step computes (when every attribute
+    input is a step whose attributes are known), naming the step that computes it."""
+    known = [_computes(a) for a in attributes]
+    if any(k is None for k in known):
+        return
+    have = set().union(*(keys for _, keys in known)) if known else set()
+    what = "; ".join(f"{getattr(a, 'name', a)} computes {w}" for a, (w, _) in zip(attributes, known))
+    wants = [(str(k), n) for k in keep for n in k.needs() if n != "lang_score"]
+    wants += [(f"remove=[{r!r}]", r) for r in remove]
+    for who, attr in wants:
+        if attr not in have:
+            maker = _MAKERS.get(attr, f"quality_scores(..., key={attr!r})")
+            raise ValueError(
+                f"consolidate({name!r}): {who} reads attribute {attr!r}, which none of its attribute steps "
+                f"computes ({what or 'none given'}); add a {maker} step to `attributes`"
+            )

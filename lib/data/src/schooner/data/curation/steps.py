@@ -30,7 +30,7 @@ from ._html import ExtractConfig
 from ._langid import LangIdConfig
 from ._minhash import MinHashConfig
 from ._rules import RULE_SETS
-from ._run_consolidate import ConsolidateConfig, run_consolidate
+from ._run_consolidate import ConsolidateConfig, check_attributes, run_consolidate
 from ._run_decontam import DecontamStepConfig, decontam_against, run_decontam
 from ._run_offline import (
     CrawlStepConfig,
@@ -250,6 +250,7 @@ def consolidate(
     in the step record. A text left empty is dropped
     (`empty_after_cleaning`). The span attributes attached to kept records (`attach_attributes`) are moved
     with the cut and the cleaning: their offsets are into the written text."""
+    check_attributes(name, attributes, keep, remove)
     cfg = ConsolidateConfig(as_step_inputs(records, what="consolidate records"),
                             as_step_inputs(list(attributes), what="consolidate attributes"), tuple(keep),
                             tuple(remove), attach_attributes, dropped_samples, num_shards,
