@@ -14,7 +14,7 @@ EXPECTED = {
     "a/l": "6f4632b878a115e20c652c229ebff3f8d1ae453da9519b0ec11f179d0393b0d6",
     "a/s": "ca81f547ee491b6d67c7341f9e89b089f8444b08b0b98929c5fb0bdeb12e8471",
     "c": "19e6d1b73956064826d361656ecc22f928c294f9eaa5f5a786ec8ee240bae50d",  # v5; its attributes now lang, scores (checked)
-    "d": "fb33bf535b4200ee9219b9b26e69f22ffb0b0158babf2dffc07cef8cfc355fc6",
+    "d": "4304b7c3d8af735f972353d192a04404646c4ca8c9a1e4c371e09511e2da43b0",  # decontam-v6
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",
     "w": "d4a4760d333c108773ed7a6ce030f69f13546e4e88c1fdcea2ccbc6ee1bd982b",  # extract-v3: WET, no empty success

@@ -51,7 +51,7 @@ def _hit(rec: dict, h: dict, eval_text: str) -> dict:
     s, e = h["span"]
     return {"task": h["task"], "eval_item": h["eval_item"], "ngram": h["ngram"], "document": rec["id"],
             "source": rec.get("source"), "url": rec["metadata"].get("url"), "span": [s, e],
-            "fraction": h["fraction"], "paragraph": rec["text"][s:e].rstrip("\n")[:300], "eval_text": eval_text[:300]}  # fmt: skip
+            "fraction": h["fraction"], "whole_item": h["whole_item"], "paragraph": rec["text"][s:e].rstrip("\n")[:300], "eval_text": eval_text[:300]}  # fmt: skip
 
 
 def _decontam_report(src: str, attrs: str, index: str, built: dict, config: DecontamConfig) -> dict:
@@ -74,7 +74,8 @@ def _decontam_report(src: str, attrs: str, index: str, built: dict, config: Deco
                 matched.add(h["eval_item"])
                 by_task[h["task"]]["items_matched"] += 1
         hits.extend(found)
-    return {"index": built, "contaminated_paragraphs": len(hits),
+    below = sum(1 for h in hits if h["whole_item"] and h["fraction"] < config.threshold)
+    return {"index": built, "contaminated_paragraphs": len(hits), "whole_items_below_threshold": below,
             "contaminated_documents": len({h["document"] for h in hits}),
             "contaminated_chars": sum(h["span"][1] - h["span"][0] for h in hits),
             "eval_items_matched": len(matched), "by_task": by_task, "hits": hits}  # fmt: skip

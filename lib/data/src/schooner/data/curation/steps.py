@@ -227,7 +227,7 @@ def decontaminate(
         raise ValueError(f"decontaminate(remove={remove!r}): use None, 'paragraphs' or 'documents'")
     cfg = DecontamStepConfig(as_step_inputs(records, what="decontaminate records"), decontam_against(against),
                              config or DecontamConfig(), remove)  # fmt: skip
-    return step(name, run_decontam, cfg, version="decontam-v5", resources=resources,
+    return step(name, run_decontam, cfg, version="decontam-v6", resources=resources,
                 description="decontamination (13-gram Bloom index)")  # fmt: skip
 
 
