@@ -17,7 +17,7 @@ EXPECTED = {
     "d": "4304b7c3d8af735f972353d192a04404646c4ca8c9a1e4c371e09511e2da43b0",  # decontam-v6
     "cr": "b1f68a2f08930135024ffa80246bb1e9bd4cd90225ced7b2c72318d4ffda8a0a",
     "j": "516726cc0fda3e537ceef59a2ae1309d800533ca3b8f411c6ac8ee073cd091bd",
-    "w": "d4a4760d333c108773ed7a6ce030f69f13546e4e88c1fdcea2ccbc6ee1bd982b",  # extract-v3: WET, no empty success
+    "w": "54a0a63d8c52d6a68755338b8aa4cfbbc20987086719c227d2b20706b5ab4ee7",  # extract-v3, max_shard_bytes
     "k": "f10be39c302ca1302a9b55ccd7189842aa7f24fb8c76a72cb4eed7d9b4f793ab",
 }
 

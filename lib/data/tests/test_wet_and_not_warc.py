@@ -78,3 +78,52 @@ def test_an_extract_step_that_writes_no_page_fails_naming_what_it_skipped(tmp_pa
     assert not result.ok
     err = str(result[step].error)
     assert "no page" in err and "not_warc" in err and "page.warc" in err, err
+
+
+def test_a_large_warc_is_split_into_shards_for_the_steps_after_it(tmp_path):
+    """One WARC of large pages is several output shards (records in order, as one shard would hold them),
+    so the rules step after it runs on several workers; small WARC files stay one shard each."""
+    from schooner.cluster import StepRunner
+    from schooner.data import read_shards
+    from schooner.data.curation import WarcPage, write_warc
+    from schooner.data.curation.steps import extract_warc, quality_rules
+
+    words = [
+        "the",
+        "river",
+        "runs",
+        "under",
+        "the",
+        "old",
+        "stone",
+        "bridge",
+        "and",
+        "the",
+        "town",
+        "sleeps",
+        "beside",
+        "it",
+    ]
+    pages = []
+    for i in range(12):
+        body = " ".join(words[(i + j) % len(words)] + str(j % 97) for j in range(6000))
+        pages.append(
+            WarcPage(f"https://big.example/{i}", f"<html><body><p>{body}</p></body></html>".encode())
+        )
+    (tmp_path / "in").mkdir()
+    write_warc(str(tmp_path / "in" / "big.warc.gz"), pages)
+    small = [WarcPage(f"https://s.example/{i}", b"<html><body><p>" + b"A small page. " * 20 + b"</p></body></html>")
+             for i in range(3)]  # fmt: skip
+    write_warc(str(tmp_path / "in" / "small.warc.gz"), small)
+    text = extract_warc("data/pages", str(tmp_path / "in"), max_shard_bytes=150_000)
+    one = extract_warc("data/pages-one", str(tmp_path / "in"), max_shard_bytes=None)
+    rules = quality_rules("attributes/rules", text, rules=("c4",))
+    result = StepRunner(prefix=str(tmp_path / "out")).run([text, one, rules])
+    assert result.ok
+    split, whole = result[text].output_path, result[one].output_path
+    from schooner.data._folders import list_shards
+
+    assert len(list_shards(whole)) == 2  # one per WARC file
+    assert len(list_shards(split)) >= 4  # ~500 KB of records over 150 KB shards
+    assert [r["id"] for r in read_shards(split)] == [r["id"] for r in read_shards(whole)]
+    assert len(list_shards(result[rules].output_path)) == len(list_shards(split))

@@ -28,13 +28,17 @@ class ExtractStepConfig:
     on_error: str = "skip"
     source: str | None = None
     num_shards: int | None = None
+    max_shard_bytes: int | None = None
 
 
 def run_extract(config: ExtractStepConfig, output_path: str) -> dict:
     ds = warc_dataset(
         input_locations(config.inputs), config.extract, on_error=config.on_error, source=config.source
     )
-    manifest = ds.write_jsonl(output_path, skip_existing=True, num_shards=config.num_shards)
+    shards = {"num_shards": config.num_shards} if config.num_shards is not None else {}
+    if not shards and config.max_shard_bytes is not None:
+        shards = {"max_shard_bytes": config.max_shard_bytes}
+    manifest = ds.write_jsonl(output_path, skip_existing=True, **shards)
     if not manifest["records"]:
         errors = manifest["errors"]
         reasons = {k: len(v) for k, v in sorted(errors.get("reasons", {}).items())}

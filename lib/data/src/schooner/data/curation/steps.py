@@ -69,14 +69,17 @@ __all__ = [
 def extract_warc(
     name: str, warc_files: Any, *, extractor: str = "resiliparse", main_content: bool = True,
     on_error: str = "skip", source: str | None = None, num_shards: int | None = None,
-    resources: ResourceConfig | None = None, **extract: Any,
+    max_shard_bytes: int | None = 32 * 2**20, resources: ResourceConfig | None = None, **extract: Any,
 ) -> StepHandle:  # fmt: skip
     """HTML pages of WARC files (paths, globs, folders or step handles) as a record folder (one task per
     WARC file). Bad pages are counted and named in the step record (`on_error="raise"` stops instead);
-    `**extract` sets other `ExtractConfig` fields (content_types, max_bytes, min_chars, keep_status)."""
+    `**extract` sets other `ExtractConfig` fields (content_types, max_bytes, min_chars, keep_status).
+    The output has one shard per WARC file, and more where they give over `max_shard_bytes` of records
+    (32 MiB; records in order), so the steps after it split a large WARC between workers (`num_shards`
+    sets the count instead; `max_shard_bytes=None`: one shard per file)."""
     cfg = ExtractStepConfig(as_step_inputs(warc_files, what=f"extract_warc({name!r})"),
                             ExtractConfig(extractor=extractor, main_content=main_content, **extract), on_error,
-                            source, num_shards)  # fmt: skip
+                            source, num_shards, max_shard_bytes)  # fmt: skip
     return step(name, run_extract, cfg, version="extract-v3", resources=resources, resumable=True,
                 description=f"WARC -> text ({extractor})")  # fmt: skip
 
