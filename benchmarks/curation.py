@@ -142,7 +142,7 @@ def _components(ids: list[str], edges) -> dict[str, str]:
 def peer_datasketch(docs: list[dict]) -> dict[str, str]:
     from datasketch import MinHash, MinHashLSH
 
-    from schooner.data.curation._minhash import normalize_texts
+    from schooner.data.curation import normalize_texts
 
     lsh = MinHashLSH(num_perm=286, params=(26, 11))
     edges = []
@@ -331,10 +331,15 @@ def bench_extract_and_langid(pages: int, repeats: int = 3) -> None:
     from resiliparse.parse.encoding import bytes_to_str
     from resiliparse.parse.html import HTMLTree
 
-    from schooner.data._errors import SkipLog
-    from schooner.data.curation import ExtractConfig, extract_text, predict_languages, warc_dataset
-    from schooner.data.curation._html import RESILIPARSE_OPTIONS
-    from schooner.data.curation._warc import iter_pages
+    from schooner.data import SkipLog
+    from schooner.data.curation import (
+        RESILIPARSE_OPTIONS,
+        ExtractConfig,
+        extract_text,
+        iter_pages,
+        predict_languages,
+        warc_dataset,
+    )
     from schooner.data.fixtures import CrawlConfig, build_crawl, read_truth, visible_text  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -451,15 +456,23 @@ def bench_extract_and_langid(pages: int, repeats: int = 3) -> None:
 
 def bench_rules_and_exact(chunk: int) -> None:
     from schooner.data import Dataset, write_records
-    from schooner.data.curation import exact_dedup_attributes
-    from schooner.data.curation._rules import RULE_SETS, RuleAttributes
+    from schooner.data.curation import (
+        C4Rules,
+        FineWebRules,
+        GopherQuality,
+        GopherRepetition,
+        exact_dedup_attributes,
+    )
 
     docs, _ = corpus(chunk)
-    for name, cls in RULE_SETS.items():
-        ra = RuleAttributes(((name, cls()),))
+    rule_sets = {"gopher_quality": GopherQuality, "gopher_repetition": GopherRepetition, "c4": C4Rules,
+                 "fineweb": FineWebRules}  # fmt: skip
+    for name, cls in rule_sets.items():
+        rules = cls()
+        check = rules.check_lines if isinstance(rules, C4Rules) else rules.check  # what quality_rules calls
         t = time.perf_counter()
         for d in docs:
-            ra(d)
+            check(d["text"])
         dt = time.perf_counter() - t
         mb = sum(len(d["text"]) for d in docs) / 1e6
         print(f"rules {name:<18} {len(docs) / dt:7.0f} docs/s per core ({mb / dt:5.1f} MB/s)")

@@ -20,11 +20,10 @@ import random
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
-from schooner.cluster._storage import storage_for
-from schooner.cluster.runner._step import resolve_config
+from schooner.cluster.storage import storage_for
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,11 @@ def bench(
 
     # Peer for the first run: the same functions without a runner.
     scratch = tempfile.mkdtemp(prefix="bench-peer-")
-    configs = [resolve_config(h.config, lambda d: os.path.join(scratch, d.dir_name)) for h in handles]
+    # each config with its input handles replaced by their folders, as the runner hands it to the function
+    configs = [
+        replace(h.config, inputs=tuple(os.path.join(scratch, d.dir_name) for d in h.config.inputs))
+        for h in handles
+    ]
     t0 = time.perf_counter()
     if client is None:
         for i, c in enumerate(configs):

@@ -141,9 +141,14 @@ def run_variant(
     import jax
 
     from schooner.model import flops_per_token, init, num_parameters
-    from schooner.train import AdamConfig, init_state, make_train_step
-    from schooner.train._memory import CompiledStep, StepMemoryError, advice
-    from schooner.train._mfu import datasheet_peak
+    from schooner.train import (
+        AdamConfig,
+        CompiledStep,
+        StepMemoryError,
+        datasheet_peak,
+        init_state,
+        make_train_step,
+    )
 
     spec = spec or parse_variant(name)
     cfg = build(spec)
@@ -161,7 +166,8 @@ def run_variant(
     model = jax.jit(lambda k: init(cfg, key=k))(jax.random.PRNGKey(0))  # two programs, as train() does
     state = jax.jit(lambda m, k: init_state(m, tx, k), donate_argnums=(0,))(model, jax.random.PRNGKey(0))
     step = make_train_step(tx, z_loss_weight=0.0, microbatches=mb, lr_schedule=lambda s: 3e-4)
-    fn = CompiledStep(jax.jit(step, donate_argnums=(0,)), advice(cfg, b, mb), log=print)
+    hint = f"a smaller batch (now {b}) or more microbatches (now {mb})"  # what this ablation varies
+    fn = CompiledStep(jax.jit(step, donate_argnums=(0,)), hint, log=print)
     data = batches(b, SEQ, cfg.vocab_size, 2)
     t0 = time.perf_counter()
     try:
@@ -242,7 +248,7 @@ def main() -> None:
     SEQ = args.seq
     import jax
 
-    from schooner.train._mfu import matmul_ceiling
+    from schooner.train import matmul_ceiling
 
     start = time.perf_counter()
     ceiling = matmul_ceiling(8192 if jax.default_backend() == "tpu" else 1024, "bfloat16", repeats=5)

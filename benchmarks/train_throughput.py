@@ -200,7 +200,7 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         name=kind,
     )
     if kind.startswith("tpu"):
-        from schooner.train._memory import StepMemoryError
+        from schooner.train import StepMemoryError
 
         while True:  # the largest batch of the settings' that fits (halved until it does)
             try:

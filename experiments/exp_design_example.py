@@ -8,7 +8,7 @@ this, with a two-source mixture, an evaluation step and a report.
 """
 
 from experiments.models import llama_nano
-from experiments.tokenizers import default_tokenizer
+from experiments.tokenizer_defs import default_tokenizer
 from schooner.cluster import ResourceConfig, StepRunner, lower
 from schooner.tokenize.steps import tokenized
 from schooner.train import AdamConfig

@@ -191,8 +191,9 @@ def test_tutorial_on_a_local_ray_then_a_cached_rerun(ray_client, tmp_path, monke
 
 
 def test_the_design_example_plans_from_inside_experiments(tmp_path):
-    """experiments/exp_design_example.py runs with experiments/ first on sys.path, where experiments/tokenizers.py
-    would shadow Hugging Face's `tokenizers`; the plan must still build (and match DESIGN.md's graph)."""
+    """experiments/exp_design_example.py runs with experiments/ first on sys.path, where a file named
+    tokenizers.py would shadow Hugging Face's `tokenizers`; the plan must still build (and match DESIGN.md's
+    graph)."""
     proc = subprocess.run(
         [
             sys.executable,

@@ -25,7 +25,7 @@ this file made and at what scale.
 
 import os
 
-from experiments.tokenizers import python_code_records, python_docs_records
+from experiments.tokenizer_defs import python_code_records, python_docs_records
 from schooner.cluster import RunResult, StepRunner, write_report
 from schooner.eval.steps import evaluate
 from schooner.tokenize.steps import tokenized, train_tokenizer

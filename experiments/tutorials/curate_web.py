@@ -34,7 +34,7 @@ import os
 from collections import Counter
 
 from experiments.models import llama_nano
-from experiments.tokenizers import default_tokenizer
+from experiments.tokenizer_defs import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner
 from schooner.data import read_shards
 from schooner.data.curation import ClassifierConfig, iter_attributes, lang_is, not_dup, passes, score_at_least

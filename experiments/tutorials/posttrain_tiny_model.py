@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from experiments.tokenizers import default_tokenizer
+from experiments.tokenizer_defs import default_tokenizer
 from experiments.tutorials.train_tiny_model import SEQ_LEN, docs
 from experiments.tutorials.train_tiny_model import model as pretrained
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, step

@@ -8,7 +8,7 @@ the file again does nothing and finishes in seconds; change a setting and only w
 
 1. `data/python-docs`, `data/python-code`: the embedded corpus (the Python standard library's docs and code,
    no download) written as record folders.
-2. `tokenizers/python-bpe-2k`: a byte-level BPE tokenizer trained on both (see `experiments/tokenizers.py`).
+2. `tokenizers/python-bpe-2k`: a byte-level BPE tokenizer trained on both (see `experiments/tokenizer_defs.py`).
 3. `tokenized/python-docs`, `tokenized/python-code`: token caches, each split into `train/` and `validation/`.
 4. `checkpoints/tutorial-nano`: a ~1M-parameter Llama trained for 300 steps on a 75/25 mixture of prose and
    code (the tasks below are about the prose); its output holds checkpoints, `metrics.jsonl` and `loss.png`.
@@ -28,7 +28,7 @@ import math
 import os
 
 from experiments.models import llama_nano
-from experiments.tokenizers import default_tokenizer
+from experiments.tokenizer_defs import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, write_report
 from schooner.eval import BundledTasks, SamplingConfig
 from schooner.eval.steps import evaluate

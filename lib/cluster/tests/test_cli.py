@@ -275,13 +275,17 @@ def test_steps_with_resources_go_through_the_cluster_given_on_the_command_line(t
 
 
 def test_script_flags_leave_the_scripts_own_flags_alone(monkeypatch) -> None:
-    from schooner.cluster.runner._options import options_from_argv
+    from schooner.cluster.cli._flags import options_from_argv
+    from schooner.cluster.runner._options import run_flags_in
 
     assert options_from_argv(["--pre", "x", "-f", "kernel.json"]) is None  # no abbreviations, no -f
-    opts = options_from_argv(["--steps", "3", "--dry-run", "--only", "a", "--force", "b", "--force", "c"])
-    assert opts.dry_run and opts.only == ("a",) and opts.force == ("b", "c") and opts.prefix is None
+    assert run_flags_in(["--pre", "x", "-f", "kernel.json"]) == []
+    argv = ["--steps", "3", "--dry-run", "--only", "a", "--force=b", "--force", "c"]
+    opts = options_from_argv(argv)
+    assert opts is not None and opts.dry_run and opts.only == ("a",) and opts.force == ("b", "c")
+    assert opts.prefix is None and run_flags_in(argv) == ["--dry-run", "--only", "--force=b", "--force"]
     monkeypatch.setenv("SCHOONER_NO_ARGV", "1")
-    assert options_from_argv(["--dry-run"]) is None
+    assert options_from_argv(["--dry-run"]) is None and run_flags_in(["--dry-run"]) == []
 
 
 @pytest.mark.slow  # one of the default suite's heaviest (20-70 s on 2 cores); covered in part by faster tests

@@ -266,7 +266,7 @@ def writes_two(config: Any, out: str) -> int:
 
 def test_explain_names_a_code_change_as_the_reason_for_a_new_key(tmp_path: Path) -> None:
     from schooner.cluster import StepRunner, lower
-    from schooner.cluster.runner._explain import explain_step
+    from schooner.cluster.views._explain import explain_step
 
     prefix = str(tmp_path / "out")
     first = step("w", writes_one, {"n": 1})

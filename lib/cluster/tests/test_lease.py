@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from schooner.cluster._storage import storage_for
+from schooner.cluster.records import meta_path
 from schooner.cluster.runner._lease import Lease, parse_lease
-from schooner.cluster.runner._status import meta_path
+from schooner.cluster.storage import storage_for
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -109,7 +109,7 @@ def test_heartbeat_notices_a_lost_lease(folder: str) -> None:
 _HOLDER = textwrap.dedent("""
     import sys, time
     from schooner.cluster.runner._lease import Lease
-    from schooner.cluster._storage import storage_for
+    from schooner.cluster.storage import storage_for
     folder = sys.argv[1]
     lease = Lease(storage_for(folder), folder, owner="child", run_id="child", ttl=3600)
     assert lease.try_acquire()[0]
@@ -140,7 +140,7 @@ def test_a_lease_of_a_killed_process_on_this_host_is_stale_at_once(tmp_path) -> 
 _CONTENDER = textwrap.dedent("""
     import os, sys, time
     from schooner.cluster.runner._lease import Lease
-    from schooner.cluster._storage import storage_for
+    from schooner.cluster.storage import storage_for
     folder, owner, ready_dir, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lease = Lease(storage_for(folder), folder, owner=owner, run_id=owner, ttl=60)
     open(os.path.join(ready_dir, owner), "w").close()
@@ -176,7 +176,7 @@ def test_processes_racing_for_a_stale_lease_one_wins(tmp_path) -> None:
 def test_exclusive_create_through_a_generic_fsspec_backend(tmp_path) -> None:
     import fsspec
 
-    from schooner.cluster._storage import FsspecStorage
+    from schooner.cluster.storage import FsspecStorage
 
     storage = FsspecStorage(fsspec.filesystem("file"))  # fsspec's generic pipe_file(mode="create") path
     path = str(tmp_path / "lease.json")

@@ -26,7 +26,7 @@ from urllib.parse import unquote
 import pytest
 
 from schooner.cluster import StepRunner, step
-from schooner.cluster.cli._report import collect, render_report, write_report
+from schooner.cluster.views._report import collect, render_report, write_report
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
 
@@ -531,9 +531,8 @@ def test_report_loads_in_headless_chromium_without_console_errors(prefix: Prefix
 
 def test_every_state_an_attempt_can_have_is_coloured_in_the_report() -> None:
     """A badge is white text on its state's colour: a state without a CSS rule is invisible (LOST was)."""
-    from schooner.cluster.cli._report import _CSS
-    from schooner.cluster.runner._records import LOST_STATE
-    from schooner.cluster.runner._status import StepState
+    from schooner.cluster.records import LOST_STATE, StepState
+    from schooner.cluster.views._report import _CSS
 
     for state in [*StepState, LOST_STATE]:
         assert re.search(rf"\.{state}[,{{]", _CSS), f"no CSS rule for the badge of {state}"

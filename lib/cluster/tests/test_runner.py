@@ -29,7 +29,7 @@ from schooner.cluster import (
     step,
     using_client,
 )
-from schooner.cluster.runner._status import meta_path
+from schooner.cluster.records import meta_path
 
 CALLS: list[str] = []
 FAIL: set[str] = set()
@@ -500,7 +500,7 @@ def test_environment_variables_are_judged_by_name_config_fields_never(name: str,
 
 
 def test_scan_prefix_finds_step_folders_with_their_states(prefix: str) -> None:
-    from schooner.cluster.runner._status import scan_prefix
+    from schooner.cluster.views import scan_prefix
 
     g = graph()
     FAIL.clear()

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from schooner.cluster import StepRunner, step, write_report
-from schooner.cluster.runner._status import scan_prefix
+from schooner.cluster.views import scan_prefix
 
 HERE = Path(__file__).parent / "experiments_data"
 

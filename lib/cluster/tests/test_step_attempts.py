@@ -281,19 +281,15 @@ def test_a_keyboard_interrupt_inside_a_step_records_it_interrupted(tmp_path: Pat
 def test_a_lost_attempt_is_recorded_once(tmp_path: Path) -> None:
     """A taker killed right after recording the attempt before it as LOST leaves the record RUNNING; the next
     taker must not record the same attempt again, and a finished record adds nothing."""
-    from schooner.cluster._storage import storage_for
-    from schooner.cluster.runner._records import read_history, record_lost_attempt, write_step_record
+    from schooner.cluster.records import read_history, record_lost_attempt, write_step_record
 
     out = str(tmp_path / "step")
-    storage = storage_for(out)
-    write_step_record(storage, out, {"run_id": "r1", "owner": "o1", "state": "RUNNING", "started": 10.0})
-    assert record_lost_attempt(storage, out) is not None
-    assert record_lost_attempt(storage, out) is None
-    assert [(h["run_id"], h["state"], h["started"]) for h in read_history(storage, out)] == [
-        ("r1", "LOST", 10.0)
-    ]
-    write_step_record(storage, out, {"run_id": "r2", "owner": "o2", "state": "SUCCESS", "started": 20.0})
-    assert record_lost_attempt(storage, out) is None and len(read_history(storage, out)) == 1
+    write_step_record(out, {"run_id": "r1", "owner": "o1", "state": "RUNNING", "started": 10.0})
+    assert record_lost_attempt(out) is not None
+    assert record_lost_attempt(out) is None
+    assert [(h["run_id"], h["state"], h["started"]) for h in read_history(out)] == [("r1", "LOST", 10.0)]
+    write_step_record(out, {"run_id": "r2", "owner": "o2", "state": "SUCCESS", "started": 20.0})
+    assert record_lost_attempt(out) is None and len(read_history(out)) == 1
 
 
 def die_on_first_start(config: dict, out: str) -> dict:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schooner.cluster import step
-from schooner.cluster.runner._explain import diff_configs
 from schooner.cluster.runner._version import canonicalize
+from schooner.cluster.views._explain import diff_configs
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def test_explain_without_the_experiment_reads_the_versions_in_the_order_they_ran
     # n=1 succeeded, then n=2 ran and failed. explain (no experiment file) put SUCCESS first, called it
     # "latest recorded version" and showed 'config.n: 2 -> 1': the change backwards, the newest run hidden.
     from schooner.cluster import StepRunner
-    from schooner.cluster.runner._explain import explain_records
+    from schooner.cluster.views._explain import explain_records
 
     runner = StepRunner(prefix=str(tmp_path), quiet=True)
     first = step("abl/x", _maybe_fail, {"n": 1})
@@ -128,7 +128,7 @@ def test_explain_without_the_experiment_names_a_changed_input_by_its_step(tmp_pa
     # A changed input read `config.src: {"__step__": "04cc6574d038..."} -> {...}` (its raw key); with the
     # experiment file the same change reads `<step 'abl/src' 1a2b3c4d>`.
     from schooner.cluster import StepRunner
-    from schooner.cluster.runner._explain import explain_records
+    from schooner.cluster.views._explain import explain_records
 
     runner = StepRunner(prefix=str(tmp_path), quiet=True)
     src1, src2 = step("abl/src", fn, {"n": 1}), step("abl/src", fn, {"n": 2})

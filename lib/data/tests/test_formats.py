@@ -458,3 +458,36 @@ def test_a_folder_lists_upper_case_names_and_subfolders_but_never_hidden_ones(tm
     (hid / ".schooner" / "starts.jsonl").write_text(json.dumps(rec("s")) + "\n")
     with pytest.raises(FileNotFoundError, match="holds no data files"):
         list_shards(str(hid))
+
+
+def test_rows_without_text_are_read_with_text_field_none(tmp_path) -> None:
+    """`text_field=None`: rows that hold other content (a chat file's `messages`, a preference file's
+    `prompt`/`chosen`/`rejected`) are records with `text` "" (or the row's own string `text`) and their other
+    fields in `metadata`; a row without an id gets the content id of the whole row, so rows stay apart."""
+    rows = [
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "yo"}]},
+        {"messages": [{"role": "user", "content": "hi"}], "id": 3, "text": "user: hi"},
+        {"prompt": "p", "chosen": "a", "rejected": "b", "text": None},
+    ]
+    jsonl = tmp_path / "chats.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(DataError, match=r"chats.jsonl, line 1: no 'text' field"):
+        list(read_records(str(jsonl)))
+    recs = list(read_records(str(jsonl), text_field=None))
+    assert [r["text"] for r in recs] == ["", "", "user: hi", ""]
+    assert recs[0]["metadata"] == {"messages": rows[0]["messages"]} and recs[2]["id"] == "3"
+    assert recs[3]["metadata"] == {"prompt": "p", "chosen": "a", "rejected": "b"}
+    assert len({r["id"] for r in recs}) == 4 and recs[0]["id"] != content_id("", "chats")
+    assert [r["id"] for r in read_records(str(jsonl), text_field=None)] == [r["id"] for r in recs]
+    with pytest.raises(DataError, match=r"line 1: field 'text' must be a string"):
+        jsonl.write_text(json.dumps({"messages": [], "text": 5}) + "\n")
+        list(read_records(str(jsonl), text_field=None))
+    table = pa.table({"messages": [json.dumps(rows[0]["messages"])] * 2, "n": [1, 2]})
+    pq.write_table(table, tmp_path / "chats.parquet")
+    with pytest.raises(DataError, match=r"no column 'text'"):
+        list(read_records(str(tmp_path / "chats.parquet")))
+    recs = list(read_records(str(tmp_path / "chats.parquet"), text_field=None))
+    assert [(r["text"], r["metadata"]["n"]) for r in recs] == [("", 1), ("", 2)] and recs[0]["id"] != recs[1][
+        "id"
+    ]

@@ -420,8 +420,24 @@ CHATS = [
 
 def _transformers_render(template: str, tok, messages, add_generation_prompt: bool) -> str:
     """What `transformers`' `apply_chat_template(..., tokenize=False, continue_final_message=not
-    add_generation_prompt)` gives: the Jinja template rendered with jinja2, then, to continue the final message,
-    cut after the last occurrence of its stripped content."""
+    add_generation_prompt)` gives (lm-eval's `hf` backend): transformers itself where installed, else its steps
+    (transformers 5): the final message's content tagged, the Jinja template rendered with jinja2, the text cut
+    at the tag, trailing white space kept where the template kept the content's spacing."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        pass
+    else:
+        import tokenizers
+
+        hf = PreTrainedTokenizerFast(
+            tokenizer_object=tokenizers.Tokenizer.from_str(tok.to_json()), bos_token=tok.bos_token,
+            eos_token=tok.eos_token, chat_template=template,
+        )  # fmt: skip
+        return hf.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+        )  # fmt: skip
     import jinja2
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
@@ -430,14 +446,48 @@ def _transformers_render(template: str, tok, messages, add_generation_prompt: bo
         raise jinja2.exceptions.TemplateError(message)
 
     env.globals["raise_exception"] = raise_exception
+    tag = "CONTINUE_FINAL_MESSAGE_TAG "
+    if not add_generation_prompt:
+        messages = [*messages[:-1], {**messages[-1], "content": messages[-1]["content"] + tag}]
     text = env.from_string(template).render(
         messages=messages, add_generation_prompt=add_generation_prompt, bos_token=tok.bos_token,
         eos_token=tok.eos_token,
     )  # fmt: skip
     if not add_generation_prompt:
-        final = messages[-1]["content"].strip()
-        text = text[: text.rindex(final) + len(final)]
+        at = text.rindex(tag.strip())
+        text = text[:at] if text[at : at + len(tag)] == tag else text[:at].rstrip()
     return text
+
+
+# An assistant prefill continued (`continue_final_message=True`) as transformers 5.25.0 renders it with the
+# exported "schooner" template: `PreTrainedTokenizerFast(chat_template=...).apply_chat_template([PREFILL_USER,
+# {"role": "assistant", "content": prefill}], tokenize=False, add_generation_prompt=False,
+# continue_final_message=True)`, after the BOS token. The content is kept as it is, trailing white space too.
+PREFILL_USER = {"role": "user", "content": "What is 2 + 2?"}
+PREFILLS = {
+    "Answer: ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>Answer: ",
+    "Answer:": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>Answer:",
+    "  return a -\n": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>  return a -\n",
+    "x\t\n ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>x\t\n ",
+    "  ": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>  ",
+    "": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>",
+    "\n": "<|user|>What is 2 + 2?<|end_of_turn|><|assistant|>\n",
+}
+
+
+def test_an_assistant_prefill_keeps_its_trailing_white_space_as_transformers(setup):
+    """lm-eval's `gen_prefix: "Answer: "` is an assistant prefill; transformers keeps its trailing space (the
+    template keeps the content's spacing) and the adapter cut it (`.rstrip()`)."""
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    _, tok, model = setup
+    lm = SchoonerLM(model=model, tokenizer=tok)
+    template = jinja_chat_template(resolve_template(tok, None))
+    for prefill, rendered in PREFILLS.items():
+        chat = [PREFILL_USER, {"role": "assistant", "content": prefill}]
+        got = lm.apply_chat_template(chat, add_generation_prompt=False)
+        assert got == tok.bos_token + rendered == _transformers_render(template, tok, chat, False), prefill
 
 
 def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(setup, monkeypatch):
@@ -468,3 +518,52 @@ def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(se
     )
     context = out["samples"]["local_mc"][0]["arguments"][0][0]  # the first choice's (context, continuation)
     assert context.startswith(tok.bos_token + "<|user|>") and context.endswith("<|assistant|>"), context
+
+
+def test_gen_prefix_requests_under_a_chat_template_match_lm_evals_hf_backend(setup, monkeypatch, tmp_path):
+    """A task with `gen_prefix: "Answer: "` under `--apply_chat_template`: lm-eval continues an assistant message
+    "Answer: " and, the prefix ending in white space, puts no delimiter before each choice. The hf backend's
+    context keeps that space (transformers), the adapter's cut it, so every request differed. Reference: the
+    hf backend's steps, each by its own code: transformers' rendering, HF `tokenizers`' encoding (special
+    tokens read, no post-processor for a string that starts with BOS) and lm-eval's own split
+    (`TemplateLM.loglikelihood`), scored by the same model."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from lm_eval import simple_evaluate
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.tasks import TaskManager
+
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import jinja_chat_template, resolve_template
+
+    root, tok, model = setup
+    template = jinja_chat_template(resolve_template(tok, None))
+
+    class HfBackendLM(SchoonerLM):
+        loglikelihood = TemplateLM.loglikelihood
+
+        def apply_chat_template(self, chat_history, add_generation_prompt=True):
+            return _transformers_render(template, tok, chat_history, add_generation_prompt)
+
+        def tok_encode(self, string, add_special_tokens=None, **kwargs):
+            add = not string.startswith(tok.bos_token) if add_special_tokens is None else add_special_tokens
+            return _hf_encode(tok, string, add)
+
+    yaml = TASK_YAML.replace("task: local_mc", "task: local_prefix").format(path=root / "mc.jsonl")
+    (tmp_path / "local_prefix.yaml").write_text(yaml + 'gen_prefix: "Answer: "\n')
+    manager = TaskManager(include_path=str(tmp_path), include_defaults=False)
+
+    def samples(lm):
+        out = simple_evaluate(
+            model=lm, tasks=["local_prefix"], task_manager=manager, log_samples=True, apply_chat_template=True
+        )
+        return sorted(out["samples"]["local_prefix"], key=lambda s: s["doc_id"])
+
+    ours = samples(SchoonerLM(model=model, tokenizer=tok, batch_size=3))
+    reference = samples(HfBackendLM(model=model, tokenizer=tok, batch_size=3))
+    assert len(ours) == len(ROWS)
+    for mine, theirs, row in zip(ours, reference, ROWS, strict=True):
+        assert mine["arguments"] == theirs["arguments"]
+        context, continuation = mine["arguments"][0][:2]
+        assert context.endswith(f"<|user|>{row['question']}<|end_of_turn|><|assistant|>Answer: "), context
+        assert continuation == row["choices"][0]  # no delimiter after a prefix that ends in white space
+        assert [float(r[0][0]) for r in mine["resps"]] == [float(r[0][0]) for r in theirs["resps"]]

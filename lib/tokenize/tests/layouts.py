@@ -14,8 +14,8 @@ import tokenizers
 from tokenizers import models, pre_tokenizers, trainers
 
 from schooner.tokenize import Tokenizer
+from schooner.tokenize._byte_alphabet import byte_decoder
 from schooner.tokenize._fast import PATTERNS
-from schooner.tokenize._tokenizer import _bytes_to_unicode
 
 
 def _trained_ranks(texts: list[str], pattern: str, vocab_size: int) -> dict[str, int]:
@@ -122,4 +122,4 @@ def qwen2_like(texts: list[str], vocab_size: int = 1200) -> Tokenizer:
     )
 
 
-assert _bytes_to_unicode  # the byte alphabet the vocabularies are written in
+assert byte_decoder  # the byte alphabet the vocabularies are written in

@@ -30,7 +30,7 @@ from schooner.tokenize import (
     chat_record,
     write_cache,
 )
-from schooner.tokenize._tokenizer import _bytes_to_unicode
+from schooner.tokenize._byte_alphabet import byte_decoder
 
 from .conftest import stdlib_texts
 
@@ -62,7 +62,7 @@ def token_bytes(tok: Tokenizer, i: int) -> bytes:
     added = {t.content for t in tok.hf.get_added_tokens_decoder().values()}
     if s in added:
         return s.encode("utf-8")
-    alphabet = _bytes_to_unicode()
+    alphabet = byte_decoder()
     return bytes(alphabet[c] for c in s)
 
 
@@ -322,3 +322,43 @@ def test_a_split_left_empty_is_a_warning_naming_it_and_the_fix(tokenizer_path, t
     caplog.clear()  # asked for no validation split: nothing to say
     build_cache(path, str(tmp_path / "none"), tokenizer_path, kind="chat", validation_fraction=0.0)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_rows_of_messages_without_text_or_id_are_chat_records(tokenizer, tokenizer_path, tmp_path) -> None:
+    """A JSON-lines file of `{"messages": [...]}` rows, the Hugging Face chat layout (no `text`, no `id`), and
+    one of `{"prompt", "chosen", "rejected"}` rows: `tokenized_chat` refused them ("no 'text' field ... pass
+    text_field=...", an argument it does not take). Each row is one conversation, rendered as a
+    `chat_record` of the same messages is; a row with no messages is named as such."""
+    from schooner.cluster import StepRunner
+    from schooner.tokenize.steps import tokenized_chat
+
+    convs = conversations(12)
+    src = tmp_path / "chats.jsonl"
+    src.write_text("".join(json.dumps({"messages": m}) + "\n" for m in convs))
+    step = tokenized_chat(
+        "tokenized/hf-chat", source=str(src), tokenizer=tokenizer_path, validation_fraction=0.3
+    )
+    out = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([step])[step].output_path
+    by_text = {expected_text_and_mask(m, tokenizer)[0]: m for m in convs}
+    seen, ids = [], set()
+    for split in ("train", "validation"):
+        cache = TokenCache.open(f"{out}/{split}", tokenizer=tokenizer)
+        for d in range(cache.num_documents):
+            lo, hi = cache.document_bounds(d)
+            tokens = cache.tokens(lo, hi)
+            messages = by_text[b"".join(token_bytes(tokenizer, i) for i in tokens.tolist())]
+            check_document(tokenizer, tokens, cache.loss_mask(lo, hi), messages)
+            seen.append(convs.index(messages))
+            ids.add(cache.document_info(d)["id"])
+    assert sorted(seen) == list(range(12)) and len(ids) == 12  # content ids: rows apart, split by row
+    prefs = tmp_path / "prefs.jsonl"
+    rows = [{"prompt": f"Say {i}.", "chosen": f" {i}", "rejected": f" {i + 1}!"} for i in range(5)]
+    prefs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = build_cache(str(prefs), str(tmp_path / "prefs_out"), tokenizer_path, kind="preference")
+    assert summary["train_documents"] == 10
+    (tmp_path / "none" / "x.jsonl").parent.mkdir()
+    (tmp_path / "none" / "x.jsonl").write_text(json.dumps({"turns": convs[0]}) + "\n")
+    with pytest.raises(JobError, match=r"x.jsonl, line 1: .*no 'messages' field \(fields: turns\)"):
+        build_cache(str(tmp_path / "none"), str(tmp_path / "none_out"), tokenizer_path, kind="chat")
+    with pytest.raises(ValueError, match=r"text_field= applies to kind='text' builds only"):
+        build_cache(str(src), str(tmp_path / "tf"), tokenizer_path, kind="chat", text_field="body")

@@ -242,3 +242,34 @@ def test_lone_surrogates_fail_as_in_hf_between_added_tokens(bases, base) -> None
             with pytest.raises(TypeError) as fast_error:
                 ours(text)
             assert str(fast_error.value) == str(hf_error.value)
+
+
+def _panicking(hf: tokenizers.Tokenizer) -> None:
+    hf.add_tokens([AddedToken("<R>", rstrip=True), AddedToken("\n", lstrip=True)])
+
+
+def test_a_tokenizer_on_which_hf_panics_loads_and_encodes_as_hf_does(bases, tmp_path) -> None:
+    """HF `tokenizers` panics (pyo3's PanicException, a BaseException) on "<R>\\n\\n" with these two added
+    tokens; the load-time probe hits that string. Loading must still work, the fast path must be refused (it
+    cannot be compared with HF there), and every other text encodes as HF encodes it."""
+    from schooner.tokenize import load_tokenizer
+
+    hf = tokenizers.Tokenizer.from_str(bases["schooner"].to_json())
+    _panicking(hf)
+    with pytest.raises(BaseException, match="AddedVocabulary bad split") as panic:
+        hf.encode("<R>\n\n", add_special_tokens=False)
+    assert not isinstance(panic.value, Exception)  # why a plain `except Exception` let it through
+    path = tmp_path / "tokenizer.json"
+    path.write_text(hf.to_str(), encoding="utf-8")
+    tok = load_tokenizer(path)
+    texts = ["hello", "a <R> b\n c", "<R>x\n", "\n\n<R> y", "x\n\n"]
+    assert [tok.encode(t) for t in texts] == reference(tok, texts, parse_special=False)
+    assert tok.encode_batch(texts) == reference(tok, texts, parse_special=False)
+    assert tok.encoder_choice.encoder == "hf"
+    assert "panics" in tok.encoder_choice.reason and "<R>\\n\\n" in tok.encoder_choice.reason
+    # on the string itself HF has no answer: a clear error naming it, not a BaseException
+    with pytest.raises(ValueError, match=r"HF tokenizers panicked .*'<R>\\n\\n'"):
+        tok.encode("<R>\n\n")
+    with pytest.raises(ValueError, match=r"HF tokenizers panicked"):
+        tok.encode_batch(["hello", "<R>\n\n"])
+    assert tok.encode("hello") == reference(tok, ["hello"], parse_special=False)[0]  # still usable

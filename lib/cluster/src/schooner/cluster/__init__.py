@@ -1,10 +1,16 @@
 """schooner.cluster: resources and clients (local and Ray), and the step runner.
 
-Three groups of modules: resources and clients here (`ResourceConfig`, `Client`, `LocalClient`,
-`RayClient`), the step runner in `schooner.cluster.runner` (`step`, `StepRunner`, ...; its public names
-are exported here too), and the `schooner` command with its report in `schooner.cluster.cli`.
+Parts, each importing only the ones before it: `schooner.cluster.storage` (local paths and fsspec URLs,
+atomic writes, JSON) and `schooner.cluster.records` (the on-disk records of a step: metrics, status,
+history, experiment records), which every package uses; resources and clients here (`ResourceConfig`,
+`Client`, `LocalClient`, `RayClient`); the step runner, the writing side, in `schooner.cluster.runner`
+(`step`, `StepRunner`, ...; its public names are exported here too); the read side in
+`schooner.cluster.views` (status, explain, report, compare; `write_report` is exported here too); and the
+`schooner` command in `schooner.cluster.cli`, which this face never imports.
 """
 
+from . import records as records
+from . import storage as storage
 from ._client import Client as Client
 from ._client import JobCancelledError as JobCancelledError
 from ._client import JobError as JobError
@@ -30,11 +36,6 @@ from ._secrets import Secret as Secret
 from ._secrets import is_secret_name as is_secret_name
 from ._secrets import redact_env as redact_env
 from ._secrets import secret_field as secret_field
-from ._storage import atomic_open as atomic_open
-from ._storage import atomic_write as atomic_write
-from ._storage import is_temp_name as is_temp_name
-from ._storage import unique_tag as unique_tag
-from .cli._report import write_report as write_report
 from .runner import ConfigError as ConfigError
 from .runner import InputFiles as InputFiles
 from .runner import InputPath as InputPath
@@ -52,6 +53,11 @@ from .runner import runtime_field as runtime_field
 from .runner import step as step
 from .runner._publish import published_path as published_path
 from .runner._publish import published_paths as published_paths
+from .storage import atomic_open as atomic_open
+from .storage import atomic_write as atomic_write
+from .storage import is_temp_name as is_temp_name
+from .storage import unique_tag as unique_tag
+from .views import write_report as write_report
 
 
 def _publish() -> None:

@@ -29,7 +29,7 @@ def _batches(f: IO[Any]) -> Iterator[pa.RecordBatch]:
 
 
 def read_arrow_records(
-    path: str, text_field: str, id_field: str, source: str, on_error: str, skips: SkipLog | None
+    path: str, text_field: str | None, id_field: str, source: str, on_error: str, skips: SkipLog | None
 ) -> Iterator[dict]:
     """Records of one Arrow IPC file, rows normalised like foreign parquet rows (see `read_records`)."""
     row = 0
@@ -37,7 +37,7 @@ def read_arrow_records(
         try:
             batches = _batches(f)
             for batch in batches:
-                if text_field not in batch.schema.names:
+                if text_field is not None and text_field not in batch.schema.names:
                     raise DataError(
                         path, f"no column {text_field!r} (columns: {', '.join(batch.schema.names)})",
                         fix="pass text_field=... naming the text column",

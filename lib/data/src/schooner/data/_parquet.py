@@ -196,7 +196,7 @@ def _is_text_type(t: pa.DataType) -> bool:
 def read_parquet_records(
     path: str,
     *,
-    text_field: str,
+    text_field: str | None,
     id_field: str,
     source: str,
     columns: list[str] | None,
@@ -213,7 +213,7 @@ def read_parquet_records(
         return
     schema = frag.physical_schema
     names = schema.names
-    if text_field not in names:
+    if text_field is not None and text_field not in names:
         err = DataError(
             path,
             f"no column {text_field!r} (columns: {', '.join(names)})",
@@ -221,17 +221,18 @@ def read_parquet_records(
         )
         handle(err, on_error, skips)
         return
-    t = schema.field(text_field).type
-    if not _is_text_type(t):
+    t = schema.field(text_field).type if text_field is not None else None
+    if t is not None and not _is_text_type(t):
         handle(DataError(path, f"column {text_field!r} has type {t}, expected string"), on_error, skips)
         return
-    version = records_version(schema) if (text_field, id_field) == ("text", "id") else 0
+    # our own layout always holds its text: read fast however text_field says the text is optional
+    version = records_version(schema) if (text_field or "text", id_field) == ("text", "id") else 0
     read_cols = None
     if columns is not None:
         missing = [c for c in columns if c not in names]
         if missing:
             raise ValueError(f"{path}: columns {missing} not in the file (columns: {', '.join(names)})")
-        keep = {text_field, id_field, "source", "metadata", "metadata_json"}
+        keep = {text_field or "text", id_field, "source", "metadata", "metadata_json"}
         read_cols = [c for c in names if c in set(columns) or c in keep]
     expr = as_expression(filter, names)
     _check_filter_keys(path, frag, expr)

@@ -67,7 +67,7 @@ def check_text_mode(text_mode: str) -> TextMode:
 def read_records(
     path: str,
     *,
-    text_field: str = "text",
+    text_field: str | None = "text",
     id_field: str = "id",
     on_error: OnError = "raise",
     source: str | None = None,
@@ -88,7 +88,8 @@ def read_records(
 
     Args:
         path: A local path or fsspec URL of one file.
-        text_field: The field (or parquet column) holding the text.
+        text_field: The field (or parquet column) holding the text; None: rows need no text (other content,
+            such as chat `messages`): see `normalize`.
         id_field: The field holding the id; missing ids become `content_id(text, source)`.
         on_error: `"raise"` stops at the first bad record with a `DataError` naming file and line;
             `"skip"` counts it in `skips` (or the process-wide log) and goes on.
@@ -158,7 +159,7 @@ def _utf8_reason(line: bytes) -> str | None:
 
 
 def _read_json_lines(
-    path: str, fmt: str, comp: str | None, text_field: str, id_field: str, source: str, on_error: str,
+    path: str, fmt: str, comp: str | None, text_field: str | None, id_field: str, source: str, on_error: str,
     skips: SkipLog | None,
 ) -> Iterator[dict]:  # fmt: skip
     loads = orjson.loads
@@ -259,7 +260,7 @@ def _one_document(first: bytes) -> bool:
 
 
 def _read_json_document(
-    path: str, first: bytes, chunks: Iterator[bytes], text_field: str, id_field: str, source: str,
+    path: str, first: bytes, chunks: Iterator[bytes], text_field: str | None, id_field: str, source: str,
     on_error: str, skips: SkipLog | None,
 ) -> Iterator[dict]:  # fmt: skip
     """A `.json` file holding one object (as `json.load` reads it): one record."""
@@ -277,7 +278,7 @@ def _read_json_document(
 
 
 def _read_json_array(
-    path: str, first: bytes, chunks: Iterator[bytes], text_field: str, id_field: str, source: str,
+    path: str, first: bytes, chunks: Iterator[bytes], text_field: str | None, id_field: str, source: str,
     on_error: str, skips: SkipLog | None,
 ) -> Iterator[dict]:  # fmt: skip
     data = first + b"".join(chunks)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 RECORD_FIELDS: tuple[str, ...] = ("id", "text", "source", "metadata")
@@ -50,18 +51,24 @@ class BadRecord(Exception):
     """Raised by `normalize` with the reason only; readers add the file and line."""
 
 
-def normalize(row: Any, text_field: str = "text", id_field: str = "id", default_source: str = "") -> dict:
+def normalize(
+    row: Any, text_field: str | None = "text", id_field: str = "id", default_source: str = ""
+) -> dict:
     """Turn one input row into a record, or raise `BadRecord(reason)`.
 
     `text_field` names the text; `id_field` the id (an int id becomes its decimal string; a missing or
     null id becomes `content_id(text, source)`). A string `source` field is kept, else `default_source`.
     A dict `metadata` field is kept and every other field is merged into it.
+
+    `text_field=None`: rows need no text (they hold other content, such as a chat file's `messages`): the
+    text is the row's `text` when it has a string one, else "" (a missing or null `text`); a row without
+    an id then gets the content id of the whole row (its fields as canonical JSON), so such rows stay apart.
     """
     if type(row) is not dict:
         raise BadRecord(f"expected a JSON object (a record), got {type(row).__name__} {_short(row)}")
     # Fast path: the row already is a record in the standard layout.
     if (
-        text_field == "text"
+        text_field in ("text", None)
         and id_field == "id"
         and len(row) == 4
         and type(row.get("text")) is str
@@ -70,8 +77,13 @@ def normalize(row: Any, text_field: str = "text", id_field: str = "id", default_
         and type(row.get("metadata")) is dict
     ):
         return row
+    optional = text_field is None
+    if optional:
+        text_field = "text"
     text = row.get(text_field, _MISSING)
-    if text is _MISSING:
+    if optional and (text is _MISSING or text is None):
+        text = ""
+    elif text is _MISSING:
         fields = ", ".join(sorted(map(str, row))) or "none"
         raise BadRecord(
             f"no {text_field!r} field (fields: {fields}); pass text_field=... naming the field that holds the text"
@@ -85,7 +97,7 @@ def normalize(row: Any, text_field: str = "text", id_field: str = "id", default_
         raise BadRecord(f"field 'source' must be a string, got {type(source).__name__} {_short(source)}")
     rid = row.get(id_field)
     if rid is None:
-        rid = content_id(text, source)
+        rid = content_id(text if text or not optional else _row_content(row, id_field), source)
     elif type(rid) is int:
         rid = str(rid)
     elif type(rid) is not str:
@@ -102,6 +114,12 @@ def normalize(row: Any, text_field: str = "text", id_field: str = "id", default_
     if extra:
         meta = {**meta, **extra}
     return {"id": rid, "text": text, "source": source, "metadata": meta}
+
+
+def _row_content(row: dict, id_field: str) -> str:
+    """A row's fields but the id and source as canonical JSON (the content a text-less row's id is of)."""
+    rest = {str(k): v for k, v in row.items() if k not in (id_field, "source")}
+    return json.dumps(rest, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=repr)
 
 
 def check_record(rec: Any) -> str | None:

@@ -136,8 +136,10 @@ class SchoonerLM(TemplateLM):
     ) -> str:
         """`chat_history` as text, as the hf backend's `apply_chat_template` gives it: `transformers` rendering
         the tokenizer's Jinja template (`chat_template(True)`), with `continue_final_message` when no
-        generation prompt is added (the final message left open, cut after its content without trailing
-        white space, for an assistant prefill). `tok_encode` then reads the header strings as special tokens."""
+        generation prompt is added: the final message left open, cut right after its content with its trailing
+        white space kept (an assistant prefill such as lm-eval's `gen_prefix: "Answer: "`), as `transformers`
+        does for a template that keeps the content's spacing, which Schooner's do. `tok_encode` then reads the
+        header strings as special tokens."""
         template = self._chat(None)
         for i, m in enumerate(chat_history):
             if m.get("role") not in template.header or not isinstance(m.get("content"), str):
@@ -147,8 +149,8 @@ class SchoonerLM(TemplateLM):
                 )
         parts = [self.tok.bos_token or ""] if template.bos else []
         for i, m in enumerate(chat_history):
-            if not add_generation_prompt and i == len(chat_history) - 1 and m["content"].strip():
-                parts.append(template.header[m["role"]] + m["content"].rstrip())
+            if not add_generation_prompt and i == len(chat_history) - 1:
+                parts.append(template.header[m["role"]] + m["content"])
             else:
                 parts.append(template.header[m["role"]] + m["content"] + template.footer)
         if add_generation_prompt:

@@ -9,10 +9,6 @@ from ._accounting import num_parameters as num_parameters
 from ._attention import attention as attention
 from ._attention import blocked_attention as blocked_attention
 from ._attention import reference_attention as reference_attention
-from ._balancing import BalanceStats as BalanceStats
-from ._balancing import balance_router as balance_router
-from ._balancing import balance_stats as balance_stats
-from ._balancing import rate_take_back as rate_take_back
 from ._checkpoint import CHECKPOINT_MARKER as CHECKPOINT_MARKER
 from ._checkpoint import checkpoint_folder_name as checkpoint_folder_name
 from ._checkpoint import checkpoint_step as checkpoint_step
@@ -51,6 +47,10 @@ from ._loss import loss_fn as loss_fn
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._rebalance import BalanceStats as BalanceStats
+from ._rebalance import balance_router as balance_router
+from ._rebalance import balance_stats as balance_stats
+from ._rebalance import rate_take_back as rate_take_back
 from ._scoring import StreamScorer as StreamScorer
 from ._scoring import token_nll as token_nll
 from ._sharding import activation_sharding as activation_sharding

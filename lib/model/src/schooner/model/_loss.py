@@ -27,10 +27,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from ._balancing import BalanceStats
 from ._kernels import resolve_kernels
 from ._layers import BATCH, EMBED, POSITION
 from ._moe import moe_loss_terms
+from ._rebalance import BalanceStats
 from ._transformer import Transformer
 from ._xent import output_cross_entropy
 

@@ -5,7 +5,7 @@ Experts are chosen by ``top_k(logits + router_bias)``; the combine weights are t
 chosen experts (renormalised to sum to 1 when ``normalize_topk``), so the bias steers load without
 changing what the gradient sees. ``router_bias`` is not trained by gradients (read through
 ``stop_gradient``; its parameter group is "balancing", which optimizers leave alone): with
-``load_balancing="quantile"`` it is set after every step by :func:`balance_router` (see ``_balancing.py``)
+``load_balancing="quantile"`` it is set after every step by :func:`balance_router` (see ``_rebalance.py``)
 from the statistics each forward pass returns; otherwise it stays 0.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
@@ -73,7 +73,7 @@ class MoE(eqx.Module):
         self, x: NamedArray, *, kernels: str = "xla", rebalance: jax.Array | None = None
     ) -> tuple[NamedArray, dict[str, jax.Array]]:
         """The layer's output and its routing statistics. ``rebalance`` (quantile balancing's re-solve pass,
-        see ``_balancing.py``), float32[experts]: solve the balancing shift on these tokens first and route
+        see ``_rebalance.py``), float32[experts]: solve the balancing shift on these tokens first and route
         them with it less ``rebalance`` (the rate's take-back; zeros for the whole solution), so the layers
         after this one see inputs routed as the next step will route them. None: the plain forward pass."""
         cfg = self.config

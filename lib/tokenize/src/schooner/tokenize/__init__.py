@@ -3,18 +3,16 @@
 `import schooner.tokenize` stays light: jax is imported only when the loader places arrays on devices.
 """
 
+import warnings as _warnings
+from typing import Any as _Any
+
 from ._build import build_cache as build_cache
 from ._build import write_cache as write_cache
 from ._cache import KINDS as KINDS
 from ._cache import CacheError as CacheError
 from ._cache import TokenCache as TokenCache
 from ._cache import TokenizerMismatchError as TokenizerMismatchError
-from ._chat import CHAT_TEMPLATES as CHAT_TEMPLATES
-from ._chat import CHATML as CHATML
-from ._chat import SCHOONER_CHAT as SCHOONER_CHAT
-from ._chat import ChatTemplate as ChatTemplate
 from ._chat import RenderedChat as RenderedChat
-from ._chat import jinja_chat_template as jinja_chat_template
 from ._chat import pack_chats as pack_chats
 from ._chat import render_chat as render_chat
 from ._chat import resolve_template as resolve_template
@@ -32,6 +30,11 @@ from ._permute import derive_key as derive_key
 from ._preferences import PreferenceDataset as PreferenceDataset
 from ._sequences import TokenSequences as TokenSequences
 from ._sequences import segment_ids_from_eos as segment_ids_from_eos
+from ._templates import CHAT_TEMPLATES as CHAT_TEMPLATES
+from ._templates import CHATML as CHATML
+from ._templates import SCHOONER_CHAT as SCHOONER_CHAT
+from ._templates import ChatTemplate as ChatTemplate
+from ._templates import jinja_chat_template as jinja_chat_template
 from ._tokenizer import Tokenizer as Tokenizer
 from ._tokenizer import load_tokenizer as load_tokenizer
 from ._train import BOS_TOKEN as BOS_TOKEN
@@ -41,4 +44,16 @@ from ._train import EOS_TOKEN as EOS_TOKEN
 from ._train import PAD_TOKEN as PAD_TOKEN
 from ._train import BPEConfig as BPEConfig
 from ._train import train_bpe as train_bpe
-from ._train import train_tokenizer as train_tokenizer
+
+
+def __getattr__(name: str) -> _Any:
+    # one name, one meaning: `train_tokenizer` is the step builder in `schooner.tokenize.steps`
+    if name == "train_tokenizer":
+        _warnings.warn(
+            "schooner.tokenize.train_tokenizer is train_bpe under another name and will be removed in the next "
+            "release; call schooner.tokenize.train_bpe (the step is schooner.tokenize.steps.train_tokenizer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return train_bpe
+    raise AttributeError(f"module 'schooner.tokenize' has no attribute {name!r}")

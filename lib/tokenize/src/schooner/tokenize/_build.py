@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from schooner.data import storage
+from schooner.cluster import storage
+from schooner.data.storage import file_identity, has_glob
 
 from . import _arrays
 from ._cache import FORMAT, FORMAT_VERSION, KINDS, MANIFEST, TokenCache
@@ -72,11 +73,11 @@ def input_identities(inputs: Sequence[str], shards: Sequence[str]) -> list[Any]:
     listed: dict[str, str] = {}
     for inp in inputs:
         m = storage.join(inp, "manifest.json")
-        if not storage.has_glob(inp) and storage.isdir(inp) and storage.exists(m):
+        if not has_glob(inp) and storage.isdir(inp) and storage.exists(m):
             for s in storage.read_json(m).get("shards", []):
                 if s.get("sha256"):
                     listed[storage.join(inp, s["path"])] = s["sha256"]
-    return [{"sha256": listed[s]} if s in listed else storage.file_identity(s) for s in shards]
+    return [{"sha256": listed[s]} if s in listed else file_identity(s) for s in shards]
 
 
 def _start_fresh(output: str) -> None:
@@ -154,6 +155,12 @@ def build_cache(
         raise ValueError(f"max_length must be an int >= 2 or None, got max_length={max_length!r}")
     if kind == "text" and (chat_template is not None or max_length is not None):
         raise ValueError("chat_template= and max_length= apply to kind='chat' or 'preference' builds only")
+    if kind != "text" and text_field != "text":
+        raise ValueError(
+            f"text_field= applies to kind='text' builds only, got text_field={text_field!r} with kind={kind!r}: "
+            "chat and preference records need no text (they are read from `messages`, or `prompt`, `chosen` "
+            "and `rejected`)"
+        )
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got on_error={on_error!r}")
     if isinstance(in_process_below, bool) or not isinstance(in_process_below, int) or in_process_below < 0:
@@ -218,7 +225,7 @@ def build_cache(
             logger.warning("%s: inputs changed since the build finished: rebuilding it", output)
             _start_fresh(output)
     tok.save(output)
-    storage.write_json(build_path, {"plan": plan, "inputs": identities, "complete": False}, pretty=True)
+    storage.write_json(build_path, {"plan": plan, "inputs": identities, "complete": False}, indent=2)
 
     ledgers: dict[int, dict] = {}
     todo = []
@@ -274,7 +281,7 @@ def build_cache(
         for message in summary["warnings"]:
             logger.warning(message)
     storage.write_json(build_path, {"plan": plan, "inputs": identities, "complete": True, "summary": summary},
-                       pretty=True)  # fmt: skip
+                       indent=2)  # fmt: skip
     storage.remove_tree(storage.join(output, "parts"))
     return summary
 
@@ -451,7 +458,7 @@ def write_cache(
         "content_sha256": hashlib.sha256(sha.encode()).hexdigest(),
         **extra,
     }
-    storage.write_json(storage.join(path, MANIFEST), manifest, pretty=True)
+    storage.write_json(storage.join(path, MANIFEST), manifest, indent=2)
     return TokenCache.open(path)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from schooner.data import storage
+from schooner.cluster import storage
 
 from . import _arrays
 

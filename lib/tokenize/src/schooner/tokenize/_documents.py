@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ._chat import ChatTemplate, check_messages, render_chat
+from ._chat import check_messages, render_chat
+from ._templates import ChatTemplate
 from ._tokenizer import Tokenizer
 
 
@@ -136,7 +137,14 @@ def chat_documents(
     rec: dict, tok: Tokenizer, template: ChatTemplate | str | None, max_length: int | None
 ) -> list[Document]:
     """The one document of a chat record: its rendered conversation, assistant tokens as targets."""
-    msgs = _messages(_field(rec, "messages"), "messages")
+    value = _field(rec, "messages")
+    if value is None:
+        fields = sorted({*rec, *(rec.get("metadata") or {})} - {"id", "text", "source", "metadata"})
+        raise BadDocument(
+            f"no 'messages' field (fields: {', '.join(map(str, fields)) or 'none'}); a chat record holds "
+            "`messages`: [{'role': ..., 'content': ...}, ...] (`schooner.tokenize.chat_record` builds one)"
+        )
+    msgs = _messages(value, "messages")
     r = render_chat(tok, msgs, template)
     ids, mask = _finish(r.ids, r.loss_mask, tok, max_length, "the conversation")
     return [Document(ids, mask, _info(rec))]

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from schooner.data import storage
+from schooner.cluster import storage
 
 from ._split_text import split_for_encoding
 from ._tokenizer import Tokenizer, load_tokenizer
@@ -274,9 +274,8 @@ def _encode_documents_shard(task: dict, tok: Tokenizer) -> dict:
     name = os.path.basename(task["shard"])
     own = 0  # records skipped here (not by the reader)
     try:
-        records = read_records(
-            task["shard"], text_field=task["text_field"], on_error=task["on_error"], skips=skips
-        )
+        # chat and preference rows need no text (a file of `{"messages": [...]}` rows is a chat file)
+        records = read_records(task["shard"], text_field=None, on_error=task["on_error"], skips=skips)
         for i, rec in enumerate(records):
             try:
                 if task["kind"] == "chat":
@@ -398,5 +397,7 @@ def _finish_ledger(
         "skipped_bad": skips.to_dict(),
         "splits": ledger_splits,
     }
-    storage.write_json(storage.join(task["output"], "parts", f"part-{task['index']:05d}.json"), ledger)
+    storage.write_json(
+        storage.join(task["output"], "parts", f"part-{task['index']:05d}.json"), ledger, indent=None
+    )
     return ledger

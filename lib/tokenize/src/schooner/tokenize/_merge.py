@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 import tensorstore as ts
 
-from schooner.data import storage
+from schooner.cluster import storage
 
 from . import _arrays
 from ._cache import FORMAT, FORMAT_VERSION, MANIFEST
@@ -146,7 +146,7 @@ def merge_split(output: str, split: str, plan: dict, ledgers: list[dict], tok: T
     if masks:
         manifest |= {"chat_template": plan.get("template"), "max_length": plan.get("max_length"),
                      "target_tokens": targets, "loss_mask_sha256": mask_sha.hexdigest()}  # fmt: skip
-    storage.write_json(storage.join(dest, MANIFEST), manifest, pretty=True)
+    storage.write_json(storage.join(dest, MANIFEST), manifest, indent=2)
     return manifest
 
 

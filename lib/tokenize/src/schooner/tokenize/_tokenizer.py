@@ -18,6 +18,11 @@ from typing import Any
 import numpy as np
 import tokenizers
 
+from ._byte_alphabet import byte_decoder
+from ._fast import FastEncoder
+from ._panics import is_panic, panic_error
+from ._templates import CHAT_TEMPLATES, jinja_chat_template
+
 logger = logging.getLogger("schooner.tokenize")
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
@@ -28,21 +33,6 @@ _EOS_NAMES = ("<|end_of_text|>", "</s>", "<|eos|>", "[EOS]", "<eos>", "<|endofte
 _PAD_NAMES = ("<|pad|>", "<pad>", "[PAD]", "<|padding|>")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-def _bytes_to_unicode() -> dict[str, int]:
-    """The GPT-2 byte-level alphabet, inverted: printable character -> the byte it stands for."""
-    bs = (
-        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), 256))
-    )
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
 
 
 def canonical_json(tokenizer_json: str) -> str:
@@ -150,8 +140,6 @@ class Tokenizer:
         force either with `encoder=` at load or `$SCHOONER_TOKENIZER_ENCODER` (`hf`, `tiktoken`, `auto`).
         """
         if self._choice is None:
-            from ._fast import FastEncoder
-
             self._fast, self._choice = FastEncoder.for_tokenizer(
                 self.hf, self._encoder_request, fingerprint=self.fingerprint
             )
@@ -173,7 +161,12 @@ class Tokenizer:
         if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
             return self._fast.encode(text, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
-        return hf.encode(text, add_special_tokens=add_special_tokens).ids
+        try:
+            return hf.encode(text, add_special_tokens=add_special_tokens).ids
+        except BaseException as e:  # a Rust panic is a BaseException
+            if not is_panic(e):
+                raise
+            raise panic_error(self.source, hf.encode, [text], e) from None
 
     def encode_batch(
         self, texts: Sequence[str], *, add_special_tokens: bool = False, parse_special: bool = False
@@ -182,7 +175,12 @@ class Tokenizer:
         if not add_special_tokens and self.encoder_choice.encoder == "tiktoken":
             return self._fast.encode_batch(texts, parse_special=parse_special)
         hf = self.hf if parse_special else self._hf_plain
-        return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+        try:
+            return [e.ids for e in hf.encode_batch_fast(list(texts), add_special_tokens=add_special_tokens)]
+        except BaseException as e:  # a Rust panic is a BaseException
+            if not is_panic(e):
+                raise
+            raise panic_error(self.source, hf.encode, texts, e) from None
 
     def _encode_arrays(self, texts: Sequence[str]) -> list[np.ndarray]:
         """`encode_batch(texts)` as integer arrays (uint32 on the fast path: no Python int per token)."""
@@ -200,8 +198,6 @@ class Tokenizer:
     def _use_checked_fast_path(self) -> None:
         """Take the fast path without re-running its checks: only for a tokenizer whose fingerprint a build
         has checked (`_encode` does, for the file a build wrote and its workers load)."""
-        from ._fast import FastEncoder
-
         self._fast, self._choice = FastEncoder.for_tokenizer(
             self.hf, "tiktoken", fingerprint=self.fingerprint, checked=True
         )
@@ -230,7 +226,7 @@ class Tokenizer:
     def _compute_byte_lengths(self) -> np.ndarray:
         spec = json.loads(self._json)
         byte_level = _uses(spec.get("decoder"), "ByteLevel") or _uses(spec.get("pre_tokenizer"), "ByteLevel")
-        alphabet = _bytes_to_unicode() if byte_level else {}
+        alphabet = byte_decoder() if byte_level else {}
         special = {t.content for t in self.hf.get_added_tokens_decoder().values() if t.special}
         out = np.zeros(self.vocab_size, dtype=np.int32)
         for i in range(self.vocab_size):
@@ -252,7 +248,7 @@ class Tokenizer:
         """Write `tokenizer.json` and `tokenizer_config.json` (HF layout) into `folder` (a local path or an
         fsspec URL), each atomically; return the folder. A tokenizer trained for a chat template gets its
         Jinja `chat_template` too (`jinja_chat_template`), so `transformers` renders chats as Schooner does."""
-        from schooner.data import storage
+        from schooner.cluster import storage
 
         folder = os.fspath(folder)
         storage.write_bytes(storage.join(folder, TOKENIZER_FILE), self._json)
@@ -264,15 +260,13 @@ class Tokenizer:
             "schooner_fingerprint": self.fingerprint,
         }
         if self.chat_template is not None:
-            from ._chat import CHAT_TEMPLATES, jinja_chat_template
-
             template = CHAT_TEMPLATES.get(self.chat_template)
             if template is None:
                 cfg["schooner_chat_template"] = self.chat_template
             elif all(self.token_to_id(t) is not None for t in template.required_tokens):
                 cfg["schooner_chat_template"] = self.chat_template
                 cfg["chat_template"] = jinja_chat_template(template)  # for transformers' apply_chat_template
-        storage.write_bytes(storage.join(folder, CONFIG_FILE), json.dumps(cfg, indent=2) + "\n")
+        storage.write_json(storage.join(folder, CONFIG_FILE), cfg, indent=2, sort_keys=False)
         return folder
 
     def __repr__(self) -> str:
@@ -346,11 +340,11 @@ def _read_config(folder: Path | str) -> dict:
             return {}
         text = (folder / CONFIG_FILE).read_text(encoding="utf-8")
     else:  # a URL: through the storage layer
-        from schooner.data import storage
+        from schooner.cluster import storage
 
         if not storage.exists(cfg_path):
             return {}
-        text = storage.read_bytes(cfg_path).decode("utf-8")
+        text = storage.read_text(cfg_path)
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
@@ -434,7 +428,7 @@ def load_tokenizer(
 
 def _from_url(url: str, **special: str | None) -> Tokenizer:
     """A tokenizer file or folder on an object store (`gs://`, `s3://`, ...), read through the storage layer."""
-    from schooner.data import storage
+    from schooner.cluster import storage
 
     folder_file = f"{url.rstrip('/')}/{TOKENIZER_FILE}"
     if storage.exists(folder_file):
@@ -444,7 +438,7 @@ def _from_url(url: str, **special: str | None) -> Tokenizer:
     else:
         raise FileNotFoundError(f"tokenizer {url!r}: no such file, and no {TOKENIZER_FILE} in such a folder")
     try:
-        hf = tokenizers.Tokenizer.from_str(storage.read_bytes(file).decode("utf-8"))
+        hf = tokenizers.Tokenizer.from_str(storage.read_text(file))
     except Exception as e:  # tokenizers raises a bare Exception with a serde message
         raise ValueError(f"{file}: not a Hugging Face tokenizers JSON file ({e})") from e
     return Tokenizer(

@@ -9,6 +9,7 @@ from typing import Any
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
+from ._templates import CHAT_TEMPLATES
 from ._tokenizer import Tokenizer
 
 BOS_TOKEN = "<|begin_of_text|>"
@@ -123,16 +124,10 @@ def _template_served(config: BPEConfig) -> str | None:
     """`config.chat_template`, or None where it is a known template whose tokens are not among the special
     tokens (the default "schooner" on a tokenizer trained without role tokens: a base tokenizer, which must
     not ship a Jinja template that renders its role markers as plain text)."""
-    from ._chat import CHAT_TEMPLATES
-
     template = CHAT_TEMPLATES.get(config.chat_template or "")
     if template is not None and not set(template.required_tokens) <= set(config.special_tokens):
         return None
     return config.chat_template
-
-
-train_tokenizer = train_bpe
-"""Alias of `train_bpe` (the name /work/contract.md uses)."""
 
 
 class _Counter:

@@ -19,10 +19,12 @@ from ._loop import NonFiniteLossError as NonFiniteLossError
 from ._loop import train as train
 from ._malloc import malloc_env as malloc_env
 from ._malloc import malloc_tuned as malloc_tuned
+from ._memory import CompiledStep as CompiledStep
 from ._memory import StepMemoryError as StepMemoryError
 from ._memory import device_memory_limit as device_memory_limit
 from ._mesh import MeshConfig as MeshConfig
 from ._mesh import make_mesh as make_mesh
+from ._mfu import datasheet_peak as datasheet_peak
 from ._mfu import matmul_ceiling as matmul_ceiling
 from ._mfu import peak_flops as peak_flops
 from ._optim import AdamConfig as AdamConfig

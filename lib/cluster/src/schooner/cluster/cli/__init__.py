@@ -16,27 +16,16 @@ experiment file, bad arguments or a prefix that does not exist, 130 when interru
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import re
-import runpy
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from schooner.cluster.runner._lower import Step, lower
-from schooner.cluster.runner._options import (
-    CapturedRun,
-    RunOptions,
-    add_run_flags,
-    applying,
-    options_from_args,
-)
-from schooner.cluster.runner._progress import fmt_age, fmt_duration, make_console
-from schooner.cluster.runner._step import StepHandle
+from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._version import ConfigError
+
+from ._flags import add_run_flags
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,9 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns.script_args = script_args
     try:
         if ns.command == "run":
-            code = _cmd_run(ns)
+            from ._run import cmd_run
+
+            code = cmd_run(ns)
             if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
-                from schooner.cluster.runner._entry import exit_now
+                from ._entry import exit_now
 
                 exit_now(code)
             return code
@@ -111,10 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_report(ns)
         if ns.command == "compare":
             from schooner.cluster.runner._runner import resolve_prefix
+            from schooner.cluster.views import compare
 
-            from ._compare import cmd_compare
-
-            return cmd_compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
+            compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
+            return 0
         if ns.command in plugins:
             return plugins[ns.command].run(ns)
         if ns.command == "cluster":
@@ -133,151 +124,23 @@ def _esc(text: str) -> str:
     return escape(text)
 
 
-@contextlib.contextmanager
-def _script_context(path: str, args: Sequence[str]) -> Iterator[None]:
-    """sys.argv / sys.path as when running `python path args...`, restored afterwards."""
-    old_argv, old_path = sys.argv, list(sys.path)
-    sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        yield
-    finally:
-        sys.argv, sys.path[:] = old_argv, old_path
-
-
-def _load(path: str, options: RunOptions, args: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the experiment file as `__main__` under `options`; its globals."""
-    if not os.path.isfile(path):
-        raise SystemExit(f"schooner: experiment file {path!r} does not exist")
-    with _script_context(path, args), applying(options):
-        return runpy.run_path(path, run_name="__main__")
-
-
-def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
-    """The step handles bound to module-level names (also inside lists/dicts/tuples), in definition order."""
-    found: dict[str, StepHandle] = {}
-
-    def add(v: Any, depth: int = 0) -> None:
-        if isinstance(v, StepHandle):
-            found.setdefault(v.key, v)
-        elif isinstance(v, Step):
-            found.setdefault(v.key, v.handle)
-        elif depth < 2 and isinstance(v, list | tuple):
-            for x in v:
-                add(x, depth + 1)
-        elif depth < 2 and isinstance(v, dict):
-            for x in v.values():
-                add(x, depth + 1)
-
-    for name, v in globs.items():
-        if not name.startswith("_"):
-            add(v)
-    return list(found.values())
-
-
-def _cmd_run(ns: argparse.Namespace) -> int:
-    from schooner.cluster.runner._entry import EXIT_BAD, execute
-    from schooner.cluster.runner._runner import StepRunner
-
-    opts = options_from_args(ns)
-
-    def body() -> int:
-        globs = _load(ns.experiment, opts, ns.script_args)
-        if opts.runs:
-            return 0
-        handles = module_handles(globs)  # the file only declares steps: run all of them
-        if not handles:
-            make_console().print(
-                f"[bold red]error:[/] {ns.experiment} declares no steps and runs none; define step handles "
-                "at module level or end it with StepRunner().main([...]) under `if __name__ == '__main__':`"
-            )
-            return EXIT_BAD
-        from schooner.cluster.runner._records import running_script
-
-        with running_script(ns.experiment):  # recorded as this experiment (its name, file and git state)
-            StepRunner().run(handles)
-        return 0
-
-    code, value = execute(opts, body, experiment=ns.experiment)
-    return code or (value or 0)
-
-
 def _cmd_status(ns: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from schooner.cluster._storage import storage_for
-    from schooner.cluster.runner._lease import parse_lease
-    from schooner.cluster.runner._records import read_step_record
     from schooner.cluster.runner._runner import resolve_prefix
-    from schooner.cluster.runner._status import StepState, meta_path, scan_prefix
+    from schooner.cluster.views import print_status, status_rows
 
     prefix = resolve_prefix(ns.prefix)
-    console = make_console()
     _require_prefix(prefix, ns.prefix)
-    try:
-        pattern = re.compile(ns.name) if ns.name else None
-    except re.error as e:
-        from rich.markup import escape
-
-        console.print(
-            f"[bold red]error:[/] {escape(f'--name {ns.name!r} is not a valid regular expression: {e}')}"
-        )
-        return 2
-    table = Table(title=f"steps under {prefix}", title_justify="left")
-    for col in ("step", "key", "state", "age", "took", "output"):
-        table.add_column(col, overflow="fold" if col == "output" else "ellipsis")
-    counts: dict[str, int] = {}
-    rows: list[dict[str, Any]] = []
-    listed = []
-    for found in scan_prefix(prefix):
-        storage = storage_for(found.output_path)
-        st = found.status
-        record = read_step_record(storage, found.output_path) or {}
-        name = (st.name if st else "") or record.get("name") or found.output_path.rsplit("/", 1)[-1]
-        listed.append((found, storage, st, record, name))
-    exact = pattern is not None and any(name == ns.name for *_, name in listed)
-    for found, storage, st, record, name in listed:
-        # --name that is a step's name is that step alone (names may hold regex characters); else a regex
-        if pattern and (name != ns.name if exact else not pattern.search(name)):
-            continue
-        state = st.state.value if st else "UNKNOWN"
-        style = {"SUCCESS": "green", "FAILED": "red", "RUNNING": "cyan"}.get(state, "yellow")
-        if st is not None and st.state is StepState.RUNNING:
-            lease = parse_lease(storage.read_text(meta_path(found.output_path, "lease.json")))
-            if lease is None or lease.is_stale():
-                state, style = "INTERRUPTED", "yellow"
-        counts[state] = counts.get(state, 0) + 1
-        took = record.get("duration_s")
-        rows.append(
-            {
-                "name": name,
-                "key": st.key if st else record.get("key"),
-                "state": state,
-                "time": st.time if st else None,
-                "duration_s": took,
-                "output_path": found.output_path,
-            }
-        )
-        table.add_row(
-            name,
-            (st.key if st else record.get("key", ""))[:8],
-            f"[{style}]{state}[/]",
-            fmt_age(st.time if st else None),
-            fmt_duration(took),
-            found.output_path,
-        )
+    rows = status_rows(prefix, ns.name)
     if ns.json:
         print(json.dumps(rows, indent=1))
-        return 0
-    console.print(table)
-    console.print(", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no steps found")
+    else:
+        print_status(rows, prefix, make_console())
     return 0
 
 
 def _cmd_report(ns: argparse.Namespace) -> int:
     from schooner.cluster.runner._runner import resolve_prefix
-
-    from ._report import write_report
+    from schooner.cluster.views import write_report
 
     prefix = resolve_prefix(ns.prefix)
     _require_prefix(prefix, ns.prefix)
@@ -288,8 +151,8 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 
 def _require_prefix(prefix: str, given: str | None) -> None:
     """A prefix that does not exist is a typo or the wrong working directory: say which, create nothing."""
-    from schooner.cluster._storage import storage_for
     from schooner.cluster.runner._runner import PREFIX_ENV
+    from schooner.cluster.storage import storage_for
 
     if storage_for(prefix).exists(prefix):
         return
@@ -305,66 +168,44 @@ def _require_prefix(prefix: str, given: str | None) -> None:
 
 
 def _cmd_explain(ns: argparse.Namespace) -> int:
-    from schooner.cluster.runner._explain import explain_records, explain_step
     from schooner.cluster.runner._runner import resolve_prefix
+    from schooner.cluster.views import explain_planned, explain_recorded
+
+    from ._run import capture_steps
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
     if ns.experiment is None:
-        expl = explain_records(prefix, ns.step)
-        found = [expl] if expl is not None else []
-        known: list[str] = []
-        if not found:  # a regex, as for a step of the experiment file
-            from schooner.cluster.cli._compare import _known_names
-
-            known = _known_names(prefix)
-            with contextlib.suppress(re.error):
-                found = [e for n in known if re.search(ns.step, n) for e in [explain_records(prefix, n)] if e]
-        if not found:
-            listed = ", ".join(known[:30]) or "none"
-            console.print(
-                _esc(
-                    f"no recorded step named {ns.step!r} under {prefix} (steps there: {listed}); pass the "
-                    "experiment file to explain a step that has not run yet"
-                )
-            )
+        try:
+            found = explain_recorded(prefix, ns.step)
+        except LookupError as e:
+            console.print(_esc(str(e.args[0])))
             return 1
-        for e in found[:10]:
-            console.print(_esc("\n".join(e.lines())))
-        return 0
-    steps = capture_steps(ns.experiment, prefix)
-    by_key = {s.key: s for s in steps}
-    names = ", ".join(sorted({s.name for s in steps})[:30])
-    try:
-        matches = [s for s in steps if s.name == ns.step] or [s for s in steps if re.search(ns.step, s.name)]
-    except re.error as e:
-        console.print(
-            f"[bold red]error:[/] {_esc(f'{ns.step!r} is no step name of {ns.experiment} and not a valid regular expression ({e}); its steps: {names}')}"
-        )
-        return 2
-    if not matches:
-        console.print(f"[bold red]error:[/] no step named {ns.step!r} in {ns.experiment}; its steps: {names}")
-        return 2
-    for s in matches[:10]:
-        console.print(_esc("\n".join(explain_step(s, prefix, by_key).lines())))
+    else:
+        found = explain_planned(capture_steps(ns.experiment, prefix), prefix, ns.step, ns.experiment)
+    for e in found:
+        console.print(_esc("\n".join(e.lines())))
     return 0
 
 
-def capture_steps(path: str, prefix: str | None = None) -> list[Step]:
-    """The lowered steps an experiment file would run (its `StepRunner.run` calls, else its module-level
-    handles), without running anything."""
-    opts = RunOptions(prefix=prefix, capture=[])
-    t0 = time.time()
-    try:
-        globs = _load(path, opts)
-    except CapturedRun:
-        globs = {}
-    if opts.capture:
-        return [s for batch in opts.capture for s in batch]
-    steps = lower(module_handles(globs))
-    if not steps:
-        raise SystemExit(f"schooner: {path} declares no steps (loaded in {time.time() - t0:.1f}s)")
-    return steps
+_MOVED = {"module_handles": "schooner.cluster.cli._run", "capture_steps": "schooner.cluster.cli._run"}
+
+
+def __getattr__(name: str) -> Any:
+    """`module_handles` and `capture_steps` moved to `cli/_run.py` (0.2.0); the old names work for one
+    release with a DeprecationWarning."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"schooner.cluster.cli.{name} moved; it is internal to the `schooner run`/`explain` commands now "
+            "and will be removed from schooner.cluster.cli in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

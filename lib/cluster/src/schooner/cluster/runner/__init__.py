@@ -1,8 +1,10 @@
 """schooner.cluster.runner: experiments as graphs of cached, versioned steps.
 
 Handles (`step`, `StepHandle`, `InputPath`) and their keys, lowering a graph (`lower`), running it
-(`StepRunner`) with leases, status files and records, and explaining why a step reruns. The names users
-write are also exported by `schooner.cluster`.
+(`StepRunner`) with leases, status files and records (written through `schooner.cluster.records`). The
+writing side only: reading the records back (status, explain, report, compare) is `schooner.cluster.views`,
+and command-line flags and exit statuses are `schooner.cluster.cli`'s. The names users write are also
+exported by `schooner.cluster`.
 """
 
 from ._files import InputFiles as InputFiles

@@ -23,9 +23,8 @@ import socket
 import time
 from dataclasses import asdict, dataclass
 
-from schooner.cluster._storage import Storage
-
-from ._status import meta_path
+from schooner.cluster.records import meta_path
+from schooner.cluster.storage import Storage
 
 DEFAULT_TTL_S = 60.0
 """Seconds without a heartbeat after which a lease held from another host is stale."""

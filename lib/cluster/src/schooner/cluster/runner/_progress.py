@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from ._lower import Step
-    from ._runner import RunResult, StepOutcome
+    from ._results import RunResult, StepOutcome
 
 _STYLE = {
     "cached": ("green", "cached"),

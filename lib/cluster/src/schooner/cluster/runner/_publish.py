@@ -36,9 +36,8 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
-from schooner.cluster._storage import is_local, list_folder, storage_for
-
-from ._status import META_DIR
+from schooner.cluster.records import META_DIR
+from schooner.cluster.storage import is_plain_path, list_folder, storage_for
 
 _ATTEMPT = ".attempt-"
 
@@ -108,7 +107,7 @@ def attempt_paths(out: str) -> list[str]:
 
 def _fresh_list(folder: str) -> list[str]:
     """`list_folder`, not from a client's listing cache (s3fs keeps one per process)."""
-    if not is_local(folder):
+    if not is_plain_path(folder):
         import fsspec
 
         fs, root = fsspec.core.url_to_fs(folder)
@@ -141,7 +140,7 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
     """Make `attempt` the step's output (see the module docstring). `write_end(folder)` writes the attempt's
     end (record, history, status) into `folder`'s `.schooner/`. False, publishing nothing, when the lease was
     lost; the caller then discards the attempt."""
-    if not is_local(out):
+    if not is_plain_path(out):
         return _publish_remote(out, attempt, write_end, still_held)
     meta = os.path.join(attempt, META_DIR)
     if os.path.isdir(meta):  # gang readiness markers: nothing a reader needs
@@ -187,7 +186,7 @@ def _publish_remote(
 
 def remove_tree(path: str) -> None:
     """Delete a folder and everything in it (missing is fine)."""
-    if is_local(path):
+    if is_plain_path(path):
         shutil.rmtree(path, ignore_errors=True)
         return
     import fsspec
@@ -198,7 +197,7 @@ def remove_tree(path: str) -> None:
 
 
 def _rename(src: str, dst: str) -> None:
-    if is_local(src):
+    if is_plain_path(src):
         os.rename(src, dst)
         return
     _move_files(src, dst)
@@ -221,7 +220,7 @@ def _move_files(src: str, dst: str, skip: str | None = None) -> None:
 
 
 def _mtime(path: str) -> float:
-    if is_local(path):
+    if is_plain_path(path):
         try:
             return os.stat(path).st_mtime
         except OSError:

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import hashlib
 import inspect
-import json
 import os
 import platform
 import re
@@ -24,30 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from schooner.cluster._secrets import redact_env, scrub, secret_values
-from schooner.cluster._storage import Storage
+from schooner.cluster.records import installed_versions
 
-from ._status import meta_path
 from ._version import to_jsonable
-
-_PACKAGES = (
-    "schooner",
-    "schooner-cluster",
-    "schooner-data",
-    "schooner-tokenize",
-    "schooner-model",
-    "schooner-train",
-    "schooner-eval",
-    "jax",
-    "jaxlib",
-    "haliax",
-    "equinox",
-    "optax",
-    "numpy",
-    "tensorstore",
-    "tokenizers",
-    "ray",
-    "fsspec",
-)
 
 
 def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
@@ -73,18 +51,6 @@ def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
 def scrub_any(value: Any, secrets: list[str] | None = None) -> Any:
     """`to_jsonable(value)` with secret values scrubbed from every string."""
     return redact_config(to_jsonable(value), secret_values() if secrets is None else secrets)
-
-
-@functools.cache
-def package_versions() -> dict[str, str]:
-    """Installed versions of the Schooner packages and the main libraries they use."""
-    from importlib import metadata
-
-    out = {}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[name] = metadata.version(name)
-    return out
 
 
 @functools.cache
@@ -139,7 +105,7 @@ def environment() -> dict[str, Any]:
         "pid": os.getpid(),
         "python": platform.python_version(),
         "platform": platform.platform(terse=True),
-        "packages": package_versions(),
+        "packages": installed_versions(),
         "git": git_info(os.path.dirname(script) if script else os.getcwd()),
         "script": script,
     }
@@ -202,98 +168,8 @@ def _source_hash(fn: Any) -> str | None:
         return None
 
 
-def write_step_record(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
-    storage.write_text(meta_path(output_path, "step.json"), json.dumps(record, indent=1, sort_keys=True))
-
-
-HISTORY_KEEP = 50
-"""Attempts kept in a step's `history.jsonl` (the oldest are dropped beyond it)."""
-
-
-def append_history(storage: Storage, output_path: str, record: dict[str, Any]) -> None:
-    """Add the end of an attempt (its outcome, times, run, error traceback) to `.schooner/history.jsonl`.
-
-    The status file and `step.json` describe the latest attempt; the history keeps every attempt, so an
-    earlier failure's traceback survives a later success. Rewritten whole (object stores cannot append).
-    """
-    path = meta_path(output_path, "history.jsonl")
-    entry = {
-        k: record.get(k) for k in ("run_id", "owner", "state", "started", "ended", "duration_s", "error")
-    }
-    entry["host"] = (record.get("env") or {}).get("host")
-    if record.get("starts"):  # every start of the function: node, pid, how it ended (preemptions too)
-        entry["starts"] = record["starts"]
-    lines = (storage.read_text(path) or "").splitlines()
-    lines = [*lines, json.dumps(entry, sort_keys=True)][-HISTORY_KEEP:]
-    storage.write_text(path, "\n".join(lines) + "\n")
-
-
-LOST_STATE = "LOST"
-"""The history's state for an attempt whose end was never recorded (see :func:`record_lost_attempt`)."""
-
-
-def record_lost_attempt(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    """If the step's record still says RUNNING, its attempt ended without a record: add that attempt to the
-    history as ``LOST`` (its start, no end) and return the entry; None if there is nothing to add.
-
-    Called by the attempt that takes the step over (its lease was free or stale), before it writes its own
-    record: without it a killed attempt would leave no trace in the history, and its start (the run's real
-    start) would be lost. An attempt already in the history (same run, owner and start: a taker killed
-    right after adding it) is not added twice.
-    """
-    previous = read_step_record(storage, output_path)
-    if previous is None or previous.get("state") != "RUNNING":
-        return None
-    same = ("run_id", "owner", "started")
-    if any(all(h.get(k) == previous.get(k) for k in same) for h in read_history(storage, output_path)):
-        return None
-    lost = {
-        **previous,
-        "state": LOST_STATE,
-        "ended": None,
-        "duration_s": None,
-        "error": "no end was recorded: a later attempt found this one's record still RUNNING and its lease "
-        "free or stale (its runner was killed, e.g. with SIGKILL, its machine was lost, or it stalled "
-        "past the lease's time-out)",
-    }
-    append_history(storage, output_path, lost)
-    return lost
-
-
-def read_history(storage: Storage, output_path: str) -> list[dict[str, Any]]:
-    """The attempts of a step, oldest first (unreadable lines skipped)."""
-    out = []
-    for line in (storage.read_text(meta_path(output_path, "history.jsonl")) or "").splitlines():
-        with contextlib.suppress(ValueError):
-            out.append(json.loads(line))
-    return out
-
-
-def read_json(storage: Storage, path: str) -> Any:
-    """The JSON value of a small file, or None when it is missing, empty or unreadable."""
-    text = storage.read_text(path)
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
-def read_step_record(storage: Storage, output_path: str) -> dict[str, Any] | None:
-    record = read_json(storage, meta_path(output_path, "step.json"))
-    return record if isinstance(record, dict) else None
-
-
 def experiment_name() -> str:
     """The file stem of the experiment script, or 'interactive'."""
     script = script_path()
     stem = os.path.splitext(os.path.basename(script))[0] if script else "interactive"
     return re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "interactive"
-
-
-def experiment_record_path(prefix: str, name: str, key: str, started: float, run_id: str) -> str:
-    """`{prefix}/experiments/{name}-{key[:12]}/{UTC start}-{run_id}.json`: one record per run, kept, so
-    failed and interrupted runs stay on record beside later ones (sorted by name = by start time)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
-    return f"{prefix.rstrip('/')}/experiments/{name}-{key[:12]}/{stamp}-{run_id}.json"

@@ -6,10 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from schooner.cluster._storage import storage_for
+from schooner.cluster.records import read_step_record
 
 from ._lower import Step
-from ._records import read_step_record
 from ._step import InputPath, StepHandle
 
 STATES = ("cached", "succeeded", "failed", "interrupted", "skipped", "will_run")
@@ -44,7 +43,7 @@ class StepOutcome:
     def result(self) -> Any:
         """The step's return value (as recorded, JSON-able); read from its record for cached steps."""
         if self._result is _UNSET:
-            record = read_step_record(storage_for(self.output_path), self.output_path) or {}
+            record = read_step_record(self.output_path) or {}
             self._result = record.get("result")
         return self._result
 

@@ -33,22 +33,21 @@ from schooner.cluster._client import Client
 from schooner.cluster._current import using_client
 from schooner.cluster._resources import ResourceConfig
 from schooner.cluster._secrets import secret_values
-from schooner.cluster._storage import is_local, normalize_prefix, storage_for
+from schooner.cluster.records import (
+    StepState,
+    experiment_record_path,
+    read_step_record,
+    step_status,
+    write_experiment_record,
+)
+from schooner.cluster.storage import is_plain_path, normalize_prefix
 
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
-from ._options import RUN_FLAGS, CapturedRun, DryRunStop, current_options, options_from_argv
+from ._options import CapturedRun, DryRunStop, current_options, run_flags_in
 from ._progress import Progress, make_console
-from ._records import (
-    environment,
-    experiment_name,
-    experiment_record_path,
-    fn_source_hash,
-    read_step_record,
-    scrub_any,
-)
+from ._records import environment, experiment_name, fn_source_hash, scrub_any
 from ._results import RunInterrupted, RunResult, StepFailedError, StepOutcome
-from ._status import StepState, read_status
 from ._step_exec import StepExecutor
 from ._version import ConfigError
 
@@ -226,11 +225,12 @@ class StepRunner:
             >>> if __name__ == "__main__":          # at the end of an experiment file  # doctest: +SKIP
             ...     StepRunner().main([model])
         """
-        from ._entry import run_main
-
         if current_options() is not None:
             return self.run(steps)
-        return run_main(self, steps, sys.argv[1:] if argv is None else list(argv))
+        # A script's entry point is the command line's (flags, exit statuses): the runner parses nothing.
+        from schooner.cluster.cli._entry import run_main
+
+        return run_main(lambda: self.run(steps), sys.argv[1:] if argv is None else list(argv))
 
     # ------------------------------------------------------------------------------------------------------
     def _run(
@@ -326,7 +326,7 @@ class StepRunner:
         exp_path = experiment_record_path(prefix, exp_name, exp_key, t0, run_id)
         exp = _experiment_record(exp_name, run_id, prefix, env, t0)
         if n_run:
-            _write_json(exp_path, exp)  # early, so a run that dies is on record too
+            write_experiment_record(exp_path, exp)  # early, so a run that dies is on record too
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
             try:
                 todo = [s for s in steps if states[s.key] == "will_run" or s.key in behind_forced]
@@ -342,7 +342,7 @@ class StepRunner:
                 )
                 exp.update(ended=time.time(), ok=False, interrupted=True, counts=message)
                 with contextlib.suppress(Exception):
-                    _write_json(exp_path, exp)
+                    write_experiment_record(exp_path, exp)
                 raise RunInterrupted(message) from None
             finally:
                 executor.close()
@@ -365,7 +365,7 @@ class StepRunner:
                 for o in ordered
             ],
         )
-        _write_json(exp_path, exp)
+        write_experiment_record(exp_path, exp)
         if n_run or not result.ok:
             progress.summary(result)
         if not result.ok and raise_on_failure:
@@ -396,7 +396,7 @@ class StepRunner:
         for s in needs:
             client.check(s.handle.resources or ResourceConfig(), what=f"step {s.name!r}")
         nodes = getattr(client, "nodes", None)
-        local = [s for s in needs if is_local(s.handle.output_path(prefix))]
+        local = [s for s in needs if is_plain_path(s.handle.output_path(prefix))]
         if local and nodes is not None and not shared_prefix and len(nodes()) > 1:
             raise ConfigError(
                 f"the output of step {local[0].name!r} ({local[0].handle.output_path(prefix)}) is on a local path, "
@@ -504,10 +504,9 @@ def _refuse_unread_flags() -> None:
     """`python exp.py --dry-run` whose script calls `StepRunner().run` (not `.main`): the flag would be
     ignored and everything would run. Refuse instead (`SCHOONER_NO_ARGV=1` for scripts with their own
     flags of these names)."""
-    opts = options_from_argv(sys.argv[1:])
-    if opts is None:
+    given = run_flags_in(sys.argv[1:])
+    if not given:
         return
-    given = [a for a in sys.argv[1:] if a.split("=", 1)[0] in RUN_FLAGS]
     script = os.path.basename(sys.argv[0]) or "EXP.py"
     raise ConfigError(
         f"the command line has {' '.join(given)}, which StepRunner.run does not read, so it would be ignored; "
@@ -524,10 +523,10 @@ STATUS_READERS = 32
 def _read_statuses(paths: list[str]) -> list[Any]:
     """Every step's status file: in order locally, concurrently on object stores where each read is a
     request (1,000 steps: ~20 s one by one against a local S3 server)."""
-    if all(is_local(p) for p in paths) or len(paths) < 2:
-        return [read_status(storage_for(p), p) for p in paths]
+    if all(is_plain_path(p) for p in paths) or len(paths) < 2:
+        return [step_status(p) for p in paths]
     with ThreadPoolExecutor(max_workers=STATUS_READERS, thread_name_prefix="schooner-status") as pool:
-        return list(pool.map(lambda p: read_status(storage_for(p), p), paths))
+        return list(pool.map(lambda p: step_status(p), paths))
 
 
 def _code_change(step: Step, out: str, st: Any) -> str:
@@ -535,7 +534,7 @@ def _code_change(step: Step, out: str, st: Any) -> str:
     now = fn_source_hash(step.handle.fn)
     then = st.fn_sha
     if not then:  # status files written before the hash was kept there: the record has it
-        then = (read_step_record(storage_for(out), out) or {}).get("fn_source_sha256")
+        then = (read_step_record(out) or {}).get("fn_source_sha256")
     if not then or not now or then == now:
         return ""
     return (
@@ -556,9 +555,3 @@ def _experiment_record(name: str, run_id: str, prefix: str, env: dict[str, Any],
         "ok": None,
         "steps": [],
     }
-
-
-def _write_json(path: str, obj: dict[str, Any]) -> None:
-    storage = storage_for(path)
-    storage.makedirs(os.path.dirname(path) if "://" not in path else path.rsplit("/", 1)[0])
-    storage.write_text(path, json.dumps(obj, indent=1, sort_keys=True, default=str))

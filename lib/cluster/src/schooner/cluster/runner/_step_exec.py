@@ -17,32 +17,34 @@ import threading
 import time
 import traceback
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schooner.cluster._gang import current_gang
 from schooner.cluster._secrets import scrub
-from schooner.cluster._storage import clear_folder, is_local, list_folder, storage_for
+from schooner.cluster.records import (
+    META_DIR,
+    StepState,
+    append_history,
+    meta_path,
+    read_step_record,
+    record_lost_attempt,
+    step_status,
+    write_step_record,
+    write_step_status,
+)
+from schooner.cluster.storage import clear_folder, is_plain_path, list_folder, storage_for
 
 from ._lease import Lease
 from ._lower import Step
 from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
-from ._records import (
-    append_history,
-    read_step_record,
-    record_lost_attempt,
-    scrub_any,
-    step_record,
-    write_step_record,
-)
+from ._records import scrub_any, step_record
 from ._results import StepOutcome
-from ._status import META_DIR, StepState, meta_path, read_status, write_status
 from ._step import join_path, resolve_config
 
 if TYPE_CHECKING:
-    from schooner.cluster._client import JobHandle
+    from schooner.cluster._client import Client, JobHandle
 
     from ._progress import Progress
-    from ._runner import StepRunner
 
 DISK_RESERVE_BYTES = 256 * 1024
 """Space kept aside in a local step's `.schooner/` while it runs, freed to record its end when the step
@@ -83,7 +85,7 @@ def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -
     else:
         if not resumable:
             clear_folder(output_path, keep=META_DIR)
-        if is_local(output_path) and not os.path.isdir(output_path):
+        if is_plain_path(output_path) and not os.path.isdir(output_path):
             os.makedirs(output_path, exist_ok=True)
     start = _log_start(output_path, gang.process_id if gang is not None else 0)
     try:
@@ -132,7 +134,7 @@ def _log_end(output_path: str, start: str, how: str) -> None:
 def _append_line(output_path: str, line: str, make: bool = False) -> None:
     """`make`: create the folder if needed (never for an end: a fenced-off attempt's folder may be gone)."""
     with contextlib.suppress(Exception):
-        if is_local(output_path):
+        if is_plain_path(output_path):
             if make:
                 os.makedirs(os.path.join(output_path, META_DIR), exist_ok=True)
             with open(meta_path(output_path, STARTS), "a") as f:
@@ -185,12 +187,20 @@ def _gang_prepare(output_path: str, resumable: bool, process_id: int, attempt: s
         time.sleep(0.05)
 
 
+class RunnerSettings(Protocol):
+    """What an executor reads of its `StepRunner`."""
+
+    client: Client | None
+    lease_ttl: float
+    heartbeat_s: float
+
+
 class StepExecutor:
     """Executes the steps of one run (called from the runner's threads)."""
 
     def __init__(
         self,
-        runner: StepRunner,
+        runner: RunnerSettings,
         prefix: str,
         paths: dict[str, str],
         run_id: str,
@@ -276,7 +286,7 @@ class StepExecutor:
         first = True
         while True:
             # The plan has just read the status; later rounds (after waiting) read it again.
-            st = None if first else read_status(storage, out)
+            st = None if first else step_status(out, storage=storage)
             if st is not None and st.state is StepState.SUCCESS and (not forced or waited_for is not None):
                 note = f"finished by run {st.owner.split('-')[0]}" if waited_for else ""
                 return None, StepOutcome(step.name, step.key, out, "cached", note=note)
@@ -299,7 +309,7 @@ class StepExecutor:
                 first = False
             acquired, holder = lease.try_acquire()
             if acquired:
-                st = read_status(storage, out)  # finished while we were acquiring?
+                st = step_status(out, storage=storage)  # finished while we were acquiring?
                 if (
                     st is not None
                     and st.state is StepState.SUCCESS
@@ -340,13 +350,15 @@ class StepExecutor:
             self._running[step.key] = (step, lease, record, t0)
         try:
             self._prepare_folder(step, out)
-            previous = read_step_record(storage, out) or {}
-            record_lost_attempt(storage, out)
+            previous = read_step_record(out, storage=storage) or {}
+            record_lost_attempt(out, storage=storage)
             attempt = self._prepare_attempt(step, out, lease, previous)
             record["attempt_path"] = attempt
-            write_step_record(storage, out, record)
+            write_step_record(out, record, storage=storage)
             _reserve_disk(out)
-            write_status(storage, out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner)
+            write_step_status(
+                out, StepState.RUNNING, key=step.key, name=step.name, owner=lease.owner, storage=storage
+            )
             config = resolve_config(
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
             )
@@ -411,7 +423,7 @@ class StepExecutor:
         others = [e for e in list_folder(out) if e != META_DIR]
         if not others:
             return
-        rec = read_step_record(storage, out)
+        rec = read_step_record(out, storage=storage)
         if rec is None or rec.get("key") != step.key:
             shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
             raise ForeignOutputError(
@@ -438,7 +450,7 @@ class StepExecutor:
         )
         if adopted:
             self.progress.note(step, f"resumes the partial output of an earlier attempt ({adopted})")
-        elif resume and previous.get("state") != "SUCCESS" and is_local(out):
+        elif resume and previous.get("state") != "SUCCESS" and is_plain_path(out):
             legacy = [e for e in list_folder(out) if e != META_DIR]
             for name in legacy:
                 os.rename(os.path.join(out, name), os.path.join(attempt, name))
@@ -618,10 +630,17 @@ def _record_end(
 ) -> None:
     """The end of an attempt, in order: its record, its line in the history, then the status (last)."""
     storage = storage_for(out)
-    write_step_record(storage, out, record)
-    append_history(storage, out, record)
-    write_status(
-        storage, out, state, key=step.key, name=step.name, owner=lease.owner, error=error, fn_sha=fn_sha
+    write_step_record(out, record, storage=storage)
+    append_history(out, record, storage=storage)
+    write_step_status(
+        out,
+        state,
+        key=step.key,
+        name=step.name,
+        owner=lease.owner,
+        error=error,
+        fn_sha=fn_sha,
+        storage=storage,
     )
 
 
@@ -637,7 +656,7 @@ def _held_now(lease: Lease) -> bool:
 def _reserve_disk(out: str) -> None:
     """Keep `DISK_RESERVE_BYTES` aside in a local step's `.schooner/` (best effort: a disk already this full
     fails the step's own writes soon enough)."""
-    if not is_local(out):
+    if not is_plain_path(out):
         return
     with contextlib.suppress(OSError), open(meta_path(out, DISK_RESERVE), "wb") as f:
         f.write(b"\0" * DISK_RESERVE_BYTES)
@@ -647,7 +666,7 @@ def _reserve_disk(out: str) -> None:
 
 def _free_reserve(out: str) -> bool:
     """Delete the space kept aside; True when there was some."""
-    if not is_local(out):
+    if not is_plain_path(out):
         return False
     try:
         os.unlink(meta_path(out, DISK_RESERVE))

@@ -31,6 +31,7 @@ from ._decontam import load_eval_items as load_eval_items
 from ._exact import exact_dedup_attributes as exact_dedup_attributes
 from ._exact import paragraph_dedup_attributes as paragraph_dedup_attributes
 from ._fuzzy import fuzzy_dedup_attributes as fuzzy_dedup_attributes
+from ._html import RESILIPARSE_OPTIONS as RESILIPARSE_OPTIONS
 from ._html import ExtractConfig as ExtractConfig
 from ._html import decode_html as decode_html
 from ._html import extract_text as extract_text
@@ -39,6 +40,7 @@ from ._langid import LangIdConfig as LangIdConfig
 from ._langid import lite_model_path as lite_model_path
 from ._langid import predict_languages as predict_languages
 from ._minhash import MinHashConfig as MinHashConfig
+from ._minhash import normalize_texts as normalize_texts
 from ._minhash import signatures_and_buckets as signatures_and_buckets
 from ._rules import C4Rules as C4Rules
 from ._rules import FineWebRules as FineWebRules
@@ -46,5 +48,6 @@ from ._rules import GopherQuality as GopherQuality
 from ._rules import GopherRepetition as GopherRepetition
 from ._text import normalized_words as normalized_words
 from ._warc import WarcPage as WarcPage
+from ._warc import iter_pages as iter_pages
 from ._warc import warc_dataset as warc_dataset
 from ._warc import write_warc as write_warc

@@ -12,8 +12,8 @@ import json
 import os
 from typing import Any
 
-from schooner.cluster._storage import is_local
-from schooner.cluster.runner._status import META_DIR
+from schooner.cluster.records import META_DIR
+from schooner.cluster.storage import is_plain_path
 
 from ._html import (
     anchor,
@@ -105,7 +105,7 @@ def tables_section(result: Any) -> str:
 def list_outputs(folder: str) -> list[tuple[str, int | None, bool]]:
     """(name, size or None, is_dir) of the top-level entries of an output folder, without runner files."""
     try:
-        if is_local(folder):
+        if is_plain_path(folder):
             entries = []
             for name in sorted(os.listdir(folder)):
                 full = os.path.join(folder, name)
@@ -126,7 +126,7 @@ def list_outputs(folder: str) -> list[tuple[str, int | None, bool]]:
 
 def _read_bytes(path: str) -> bytes | None:
     try:
-        if is_local(path):
+        if is_plain_path(path):
             with open(path, "rb") as f:
                 return f.read()
         import fsspec

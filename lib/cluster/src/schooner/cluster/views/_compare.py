@@ -15,16 +15,16 @@ import os
 import re
 from typing import Any
 
-from schooner.cluster._storage import atomic_write, storage_for
-from schooner.cluster.runner._explain import find_records
+from schooner.cluster.records import meta_path
 from schooner.cluster.runner._progress import fmt_duration, make_console
-from schooner.cluster.runner._status import meta_path, scan_prefix
 from schooner.cluster.runner._version import ConfigError
+from schooner.cluster.storage import atomic_write, storage_for
 
+from ._explain import find_records
 from ._html import when
 from ._metrics import numeric_series, read_metrics, summarize
 from ._report_step import headline_result
-from ._versions import Version, by_name, config_rows, load_version, short_labels
+from ._versions import Version, by_name, config_rows, known_names, load_version, short_labels
 
 PLOT_INSTALL = "pip install 'schooner-cluster[plot]'  (in the workspace: uv sync --all-extras)"
 """How to get matplotlib for `--plot`."""
@@ -39,14 +39,6 @@ def _folder_version(ref: str) -> Version | None:
     return None
 
 
-def _known_names(prefix: str) -> list[str]:
-    """The names of the steps recorded under `prefix` (for error messages)."""
-    if not storage_for(prefix).exists(prefix):
-        return []
-    versions = [load_version(f.output_path) for f in scan_prefix(prefix)]
-    return sorted({v.name for v in versions if v is not None})
-
-
 def _versions_named(prefix: str, name: str) -> list[Version]:
     """Every version of the step `name` under `prefix`, oldest first; an error naming the steps that exist."""
     found = find_records(prefix, name) if storage_for(prefix).exists(prefix) else []
@@ -58,7 +50,7 @@ def _versions_named(prefix: str, name: str) -> list[Version]:
             f"no step output folder {name!r} and the prefix {prefix} does not exist; pass --prefix (the one "
             "the experiment used) or the step's output folder"
         )
-    names = _known_names(prefix)
+    names = known_names(prefix)
     listed = ", ".join(names[:40]) + (f" … ({len(names)} in all)" if len(names) > 40 else "")
     raise ConfigError(
         f"no step named {name!r} under {prefix}, and no output folder {name!r}; steps there: {listed or 'none'}"
@@ -210,11 +202,14 @@ def plot_comparison(versions: list[Version], out: str, metric: str | None = None
     return out
 
 
-def cmd_compare(prefix: str, refs: list[str], plot: str | None = None, metric: str | None = None) -> int:
-    """`schooner compare`: print the comparison of `refs` under `prefix`; with `plot`, write the PNG too."""
+def compare(prefix: str, refs: list[str], plot: str | None = None, metric: str | None = None) -> None:
+    """`schooner compare`: print the comparison of `refs` under `prefix`; with `plot`, write the PNG too.
+
+    Raises:
+        ConfigError: a ref names no step or folder (the message lists the steps under `prefix`).
+    """
     console = make_console()
     versions = resolve_versions(prefix, refs)
     print_comparison(versions, console)
     if plot:
         console.print(f"plot written to {plot_comparison(versions, plot, metric)}")
-    return 0

@@ -12,11 +12,19 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.cluster._storage import storage_for
-from schooner.cluster.runner._explain import FieldChange, _ref_label, _short, diff_configs
+from schooner.cluster.records import (
+    StepState,
+    StepStatus,
+    meta_path,
+    read_history,
+    read_step_record,
+    step_status,
+)
 from schooner.cluster.runner._lease import parse_lease
-from schooner.cluster.runner._records import read_history, read_step_record
-from schooner.cluster.runner._status import StatusInfo, StepState, meta_path, read_status
+from schooner.cluster.storage import storage_for
+
+from ._explain import FieldChange, _ref_label, _short, diff_configs
+from ._scan import scan_prefix
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,7 @@ class Version:
     folder: str
     record: dict[str, Any]
     """`.schooner/step.json` (empty when missing)."""
-    status: StatusInfo | None
+    status: StepStatus | None
     state: str
     """SUCCESS, FAILED, RUNNING, INTERRUPTED (a RUNNING status whose runner is gone) or UNKNOWN."""
 
@@ -46,10 +54,10 @@ class Version:
 
     def history(self) -> list[dict[str, Any]]:
         """Every recorded attempt, oldest first (`.schooner/history.jsonl`)."""
-        return read_history(storage_for(self.folder), self.folder)
+        return read_history(self.folder)
 
 
-def step_state(folder: str, status: StatusInfo | None, record: dict[str, Any]) -> str:
+def step_state(folder: str, status: StepStatus | None, record: dict[str, Any]) -> str:
     """The state a reader should see: the status file's, INTERRUPTED for RUNNING with a stale or no lease."""
     if status is None:
         return str(record.get("state") or "UNKNOWN")
@@ -64,8 +72,8 @@ def load_version(folder: str) -> Version | None:
     """The version recorded in `folder`; None when it holds neither a step record nor a status."""
     folder = folder.rstrip("/")
     storage = storage_for(folder)
-    record = read_step_record(storage, folder)
-    status = read_status(storage, folder)
+    record = read_step_record(folder, storage=storage)
+    status = step_status(folder, storage=storage)
     if record is None and status is None:
         return None
     return Version(folder, record or {}, status, step_state(folder, status, record or {}))
@@ -140,3 +148,11 @@ def short_labels(
         more = " …" if len(rows) > fields else ""
         labels.append(f"{v.key[:8]} ({', '.join(bits)}{more})" if bits else v.key[:8])
     return labels
+
+
+def known_names(prefix: str) -> list[str]:
+    """The names of the steps recorded under `prefix` (for error messages)."""
+    if not storage_for(prefix).exists(prefix):
+        return []
+    versions = [load_version(f.output_path) for f in scan_prefix(prefix)]
+    return sorted({v.name for v in versions if v is not None})

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from schooner.cluster._client import Client, ResourcesUnavailableError
 from schooner.cluster._current import CLUSTER_ENV, client_from_spec, using_client
+from schooner.cluster.runner._options import DryRunStop, RunOptions, applying
+from schooner.cluster.runner._progress import make_console
+from schooner.cluster.runner._results import RunInterrupted, StepFailedError
+from schooner.cluster.runner._version import ConfigError
 
-from ._options import DryRunStop, RunOptions, add_run_flags, applying, options_from_args
-from ._progress import make_console
-from ._results import RunInterrupted, StepFailedError
-from ._version import ConfigError
+from ._flags import add_run_flags, options_from_args
 
 if TYPE_CHECKING:
-    from ._results import RunResult
-    from ._runner import StepRunner
+    from schooner.cluster.runner._results import RunResult
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -71,15 +71,16 @@ def execute(
         client.shutdown()
 
 
-def run_main(runner: StepRunner, steps: Any, argv: list[str]) -> RunResult:
-    """`StepRunner.main`: parse `argv` strictly, run, and exit the process unless everything is done."""
+def run_main(run: Callable[[], RunResult], argv: list[str]) -> RunResult:
+    """`StepRunner.main`: parse `argv` strictly, call `run` (the runner's `run` of the steps) with the flags
+    applied, and exit the process unless everything is done."""
     parser = argparse.ArgumentParser(
         prog=os.path.basename(sys.argv[0]) or "experiment", description="Run this experiment's steps."
     )
     add_run_flags(parser)
     options = options_from_args(parser.parse_args(argv))  # an unknown flag: usage and exit status 2
     script = getattr(sys.modules.get("__main__"), "__file__", None)
-    code, result = execute(options, lambda: runner.run(steps), experiment=script)
+    code, result = execute(options, run, experiment=script)
     if code == EXIT_OK and result is not None:
         return result
     exit_now(code)

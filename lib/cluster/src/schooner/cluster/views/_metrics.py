@@ -7,32 +7,14 @@ path component (`train/loss`, `eval/docs/loss` -> `loss`), so one chart holds va
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.cluster._storage import storage_for
-
-METRICS_FILE = "metrics.jsonl"
-"""The file, at the top of a step's output folder, that the report and `schooner compare` read."""
+from schooner.cluster.records import METRICS_FILE as METRICS_FILE
+from schooner.cluster.records import read_metrics as read_metrics
 
 Point = tuple[float, float]
-
-
-def read_metrics(folder: str) -> list[dict[str, Any]]:
-    """The rows of `{folder}/metrics.jsonl` (none when absent); a line that is not a JSON object is skipped,
-    since the last line may be half-written by a step still running."""
-    text = storage_for(folder).read_text(f"{folder.rstrip('/')}/{METRICS_FILE}")
-    rows = []
-    for line in (text or "").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def _number(value: Any) -> float | None:

@@ -13,13 +13,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from schooner.cluster._storage import storage_for
+from schooner.cluster.records import StepState, meta_path, read_step_record, step_status
+from schooner.cluster.runner._lease import parse_lease
+from schooner.cluster.runner._lower import Step
+from schooner.cluster.runner._records import fn_source_hash, redact_config
+from schooner.cluster.runner._step import join_path
+from schooner.cluster.storage import storage_for
 
-from ._lease import parse_lease
-from ._lower import Step
-from ._records import fn_source_hash, read_step_record, redact_config
-from ._status import StepState, meta_path, read_status, scan_prefix
-from ._step import join_path
+from ._scan import scan_prefix
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def find_records(prefix: str, name: str) -> list[dict[str, Any]]:
         tail = folder[len(parent) + 1 :]
         if not (tail.startswith(f"{stem}-") and len(tail) == len(stem) + 9):  # `{stem}-{key[:8]}`
             continue
-        rec = read_step_record(storage, folder)
+        rec = read_step_record(folder, storage=storage)
         if rec is not None and rec.get("name") == name:
             rec["_folder"] = folder
             rec["_status"] = found.status.state.value if found.status is not None else None
@@ -242,10 +243,10 @@ def explain_step(
     h = step.handle
     out = h.output_path(prefix)
     storage = storage_for(out)
-    st = read_status(storage, out)
+    st = step_status(out, storage=storage)
     if st is not None and st.state is StepState.SUCCESS and st.key == h.key:
         reason = "its output folder is marked SUCCESS; same name, config, code version and inputs as recorded"
-        rec = read_step_record(storage, out) or {}
+        rec = read_step_record(out, storage=storage) or {}
         then, now = rec.get("fn_source_sha256"), fn_source_hash(h.fn)
         if then and now and then != now:
             reason += (

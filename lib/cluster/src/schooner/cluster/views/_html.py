@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from schooner.cluster._storage import is_local
+from schooner.cluster.storage import is_plain_path
 
 
 def esc(value: Any) -> str:
@@ -72,9 +72,9 @@ def anchor(key: str) -> str:
 
 def href(target: str, out_dir: str | None) -> str:
     """A link to `target` that works from the report's folder (relative when both are local)."""
-    if is_local(target) and out_dir is not None:
+    if is_plain_path(target) and out_dir is not None:
         return esc(os.path.relpath(target, out_dir).replace(os.sep, "/"))
-    if is_local(target):
+    if is_plain_path(target):
         return esc("file://" + os.path.abspath(target))
     return esc(target)
 

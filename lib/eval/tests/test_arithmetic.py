@@ -1,0 +1,108 @@
+"""The generated arithmetic task: answers checked by an independent evaluation of each story's numbers,
+deterministic rows, and train and held-out splits that never share a computation (across seeds too)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from schooner.eval.arithmetic import ArithmeticTask, arithmetic_problems, arithmetic_task
+from schooner.eval.rewards import exact_answer
+
+_NUMBER_WORDS = {"doubles": ("*", 2), "triples": ("*", 3)}
+
+
+def _evaluate_prompt(prompt: str) -> int:
+    """The answer read from the story's words alone (not from the generator's key or solution)."""
+    sentences = [s for s in re.split(r"(?<=[.?])\s+", prompt) if s]
+    value = int(re.search(r" has (\d+) ", sentences[0]).group(1))
+    for sentence in sentences[1:-1]:
+        n = re.search(r"\d+", sentence)
+        if "doubles" in sentence or "triples" in sentence:
+            value *= 2 if "doubles" in sentence else 3
+        elif "equal groups" in sentence:
+            assert value % int(n.group(0)) == 0, sentence
+            value //= int(n.group(0))
+        elif any(w in sentence for w in ("buys", "finds", "is given", "wins")):
+            value += int(n.group(0))
+        elif any(w in sentence for w in ("gives", "loses", "eats", "sells")):
+            value -= int(n.group(0))
+        else:
+            raise AssertionError(f"unknown step {sentence!r}")
+    assert sentences[-1].startswith("How many")
+    return value
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_answers_follow_from_the_words_and_the_worked_solution(split: str) -> None:
+    rows = arithmetic_problems(split, 300, seed=3, max_value=30)
+    reward = exact_answer()
+    for row in rows:
+        assert _evaluate_prompt(row["prompt"]) == row["answer"], row
+        assert isinstance(row["answer"], int) and 0 <= row["answer"] <= 30
+        # every worked line's arithmetic is right, every amount within bounds, and the solution scores 1.0
+        for a, op, b, c in re.findall(r"(\d+) ([-+*/]) (\d+) = (\d+)", row["solution"]):
+            assert {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b), "/": int(a) // int(b)}[
+                op
+            ] == int(c)
+            assert 0 <= int(c) <= 30 and (op != "/" or int(a) % int(b) == 0)
+        assert row["solution"].count("=") == row["steps"]
+        assert row["solution"].endswith(f"#### {row['answer']}")
+        assert reward(row["prompt"], row["solution"], row) == 1.0
+        assert 2 <= row["steps"] <= 4
+
+
+def test_deterministic_from_the_seed() -> None:
+    assert arithmetic_problems("train", 50, seed=7) == arithmetic_problems("train", 50, seed=7)
+    assert arithmetic_problems("train", 50, seed=7) != arithmetic_problems("train", 50, seed=8)
+    # a longer list starts with the shorter one
+    assert arithmetic_problems("heldout", 80, seed=7)[:30] == arithmetic_problems("heldout", 30, seed=7)
+
+
+def test_splits_never_share_a_computation_or_a_prompt() -> None:
+    train = {seed: arithmetic_problems("train", 2000, seed=seed) for seed in (0, 1)}
+    heldout = {seed: arithmetic_problems("heldout", 300, seed=seed) for seed in (0, 1)}
+    for rows in (*train.values(), *heldout.values()):
+        assert len({r["key"] for r in rows}) == len(rows)  # distinct computations within a split
+    for a in (0, 1):
+        for b in (0, 1):
+            assert not {r["key"] for r in train[a]} & {r["key"] for r in heldout[b]}
+            assert not {r["prompt"] for r in train[a]} & {r["prompt"] for r in heldout[b]}
+    # the same held-out computations come up under another seed: the split is by computation, not by seed
+    assert {r["key"] for r in heldout[0]} & {r["key"] for r in heldout[1]}
+
+
+def test_every_operation_appears() -> None:
+    keys = "".join(r["key"] for r in arithmetic_problems("train", 500))
+    assert all(op in keys for op in "+-*/")
+
+
+def test_arithmetic_task_writes_both_splits_once(tmp_path) -> None:
+    task = ArithmeticTask(train_size=40, heldout_size=10, seed=2)
+    paths = arithmetic_task(str(tmp_path), task)
+    rows = {
+        s: [json.loads(line) for line in Path(p).read_text(encoding="utf-8").splitlines()]
+        for s, p in paths.items()
+    }
+    assert [len(rows["train"]), len(rows["heldout"])] == [40, 10]
+    assert rows["train"] == arithmetic_problems("train", 40, seed=2)
+    assert set(rows["train"][0]) >= {"id", "prompt", "answer", "solution"}
+    stamp = (tmp_path / "train.jsonl").stat().st_mtime_ns
+    assert arithmetic_task(str(tmp_path), task) == paths
+    assert (tmp_path / "train.jsonl").stat().st_mtime_ns == stamp  # reused
+    arithmetic_task(str(tmp_path), ArithmeticTask(train_size=41, heldout_size=10, seed=2))
+    assert len((tmp_path / "train.jsonl").read_text().splitlines()) == 41  # new settings: rewritten
+
+
+def test_bad_settings_and_exhausted_spaces_are_named() -> None:
+    with pytest.raises(ValueError, match="min_steps must be <= max_steps"):
+        ArithmeticTask(min_steps=3, max_steps=2)
+    with pytest.raises(ValueError, match="train_size must be a positive int, got train_size=0"):
+        ArithmeticTask(train_size=0)
+    with pytest.raises(ValueError, match="split must be one of"):
+        arithmetic_problems("test", 1)
+    with pytest.raises(ValueError, match=r"only \d+ distinct train problems found"):
+        arithmetic_problems("train", 10_000, min_steps=1, max_steps=1, max_value=6)
