@@ -126,6 +126,8 @@ _MOVED = {
     "length_filter": ("schooner.data.pipelines", "length_filter"),
     "function_path": ("schooner.data.step_inputs", "function_path"),
     "resolve_function": ("schooner.data.step_inputs", "resolve_function"),
+    # imported here before steps.py held only builders (schooner-tokenize's S3 test imported it from here)
+    "write_records": ("schooner.data", "write_records"),
 }
 
 
