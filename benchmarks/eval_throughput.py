@@ -23,8 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from schooner.data.sources import iter_source
-from schooner.eval import bundled_suite, load_examples, score_requests
-from schooner.eval._tasks import example_requests
+from schooner.eval import bundled_suite, example_requests, load_examples, score_requests
 from schooner.model import init, presets
 from schooner.tokenize import train_bpe
 

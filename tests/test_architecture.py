@@ -32,8 +32,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
 
 # (file, private thing it imports): another package's private module or name.
 KNOWN_PRIVATE: set[tuple[str, str]] = {
-    # benchmarks/eval_throughput.py: eval's helper switches it to a public name (issue 35).
-    ("benchmarks/eval_throughput.py", "schooner.eval._tasks"),
     # train's tests reach into model and cluster privates (train's helper, issue 35).
     ("lib/train/tests/test_moe_balance.py", "schooner.model._balancing"),
     ("lib/train/tests/test_moe_balance.py", "schooner.model._layers"),

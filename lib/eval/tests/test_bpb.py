@@ -252,3 +252,91 @@ def test_llama_nano_is_batch_invariant_and_matches_token_losses():
     expected = sum(losses[i, : len(d) - 1].sum() for i, d in enumerate(short))
     whole = evaluate_lm(model, {"x": short}, seq_len=32, batch_size=2)["datasets"]["x"]
     assert whole["nats"] == pytest.approx(expected, rel=1e-5)
+
+
+def _sentencepiece_style_tokenizer():
+    """A Unigram tokenizer with `▁` word prefixes and an `<unk>` for what it never saw (as Llama 2 or T5
+    without byte fallback): Japanese text encodes as `▁`, `<unk>`."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from schooner.tokenize import Tokenizer
+
+    hf = tokenizers.Tokenizer(models.Unigram())
+    hf.pre_tokenizer = pre_tokenizers.Metaspace()
+    hf.decoder = decoders.Metaspace()
+    english = ["The quick brown fox jumps over the lazy dog.", "A lazy dog sleeps all day in the sun."]
+    trainer = trainers.UnigramTrainer(
+        vocab_size=120, unk_token="<unk>", special_tokens=["<unk>", "<s>", "</s>"]
+    )
+    hf.train_from_iterator(english * 20, trainer)
+    return Tokenizer(hf, bos_token="<s>", eos_token="</s>")
+
+
+JAPANESE = "日本語のテキストです。"
+
+
+def test_bits_per_byte_divides_by_the_texts_bytes_not_the_tokens(tmp_path, caplog):
+    """A SentencePiece-style tokenizer's `<unk>` stands for 0 bytes in its per-token byte table, so the
+    33-byte Japanese sentence counted 1 byte (its `▁`) and bits per byte came out 33 times too high. The
+    bytes now come from the cache's per-document byte counts of the text, as lm-eval's `bits_per_byte`
+    counts `len(text.encode("utf-8"))`; a cache without them is scored as before, with a warning."""
+    from schooner.data import make_record, write_records
+    from schooner.tokenize import build_cache, write_cache
+
+    tok = _sentencepiece_style_tokenizer()
+    texts = [JAPANESE, "The lazy fox sleeps.", "A dog in the 日本 sun."]
+    assert tok.encode(JAPANESE) == [tok.hf.token_to_id("▁"), tok.hf.token_to_id("<unk>")]
+    assert int(tok.token_byte_lengths()[tok.encode(JAPANESE)].sum()) == 1  # the defect's count
+    assert len(JAPANESE.encode("utf-8")) == 33
+    records = str(tmp_path / "records")
+    write_records([make_record(t, source="s") for t in texts], records, format="jsonl")
+    rng = np.random.default_rng(0)
+    model = Bigram(jnp.asarray(rng.normal(size=(tok.vocab_size, tok.vocab_size)).astype(np.float32)))
+    for bos in (False, True):
+        out = str(tmp_path / f"cache-bos-{bos}")
+        build_cache(records, out, tok, prepend_bos=bos)
+        got = evaluate_lm(model, {"x": f"{out}/train"}, tokenizer=tok, seq_len=8)["datasets"]["x"]
+        # lm-eval's byte count of the texts; without BOS each document's first token (here `▁`, which
+        # stands for no byte of the text) is not scored
+        first = [0 if bos else len(tok.decode(tok.encode(t)[:1]).encode("utf-8")) for t in texts]
+        want = sum(len(t.encode("utf-8")) for t in texts) - sum(first)
+        assert got["bytes"] == want and got["bytes_from"] == "text", (bos, got)
+        assert got["bpb"] == pytest.approx(got["nats"] / math.log(2) / want)
+    # the Japanese sentence alone: 33 bytes, where the token table said 1
+    alone = str(tmp_path / "alone")
+    write_records([make_record(JAPANESE, source="s")], alone, format="jsonl")
+    build_cache(alone, str(tmp_path / "alone-cache"), tok, prepend_bos=True)
+    got = evaluate_lm(model, {"ja": str(tmp_path / "alone-cache" / "train")}, tokenizer=tok, seq_len=8)
+    assert got["datasets"]["ja"]["bytes"] == 33
+    # a cache without byte counts (built before they were recorded): the token table, and a warning
+    old = write_cache(str(tmp_path / "old"), [tok.encode(t) for t in texts], tok)
+    with caplog.at_level("WARNING", logger="schooner.eval"):
+        got = evaluate_lm(model, {"old": old.path}, tokenizer=tok, seq_len=8)["datasets"]["old"]
+    table = tok.token_byte_lengths()
+    assert got["bytes"] == sum(int(table[tok.encode(t)[1:]].sum()) for t in texts)
+    assert got["bytes_from"] == "tokens"
+    assert "no per-document byte counts" in caplog.text and old.path in caplog.text, caplog.text
+    assert "rebuild" in caplog.text
+
+
+def test_bits_per_byte_of_a_document_cut_by_max_tokens(tmp_path):
+    """`max_tokens` cutting a document: its scored tokens' table bytes plus its share (by tokens) of the
+    bytes the table misses in it; every whole document counts its text's bytes."""
+    from schooner.tokenize import write_cache
+
+    tok = _sentencepiece_style_tokenizer()
+    texts = ["The lazy fox sleeps.", JAPANESE + " The dog " + JAPANESE]
+    docs = [tok.encode(t) + [tok.eos_id] for t in texts]
+    cache = write_cache(
+        str(tmp_path / "c"), [d[:-1] for d in docs], tok, document_bytes=[len(t.encode()) for t in texts]
+    )
+    rng = np.random.default_rng(1)
+    model = Bigram(jnp.asarray(rng.normal(size=(tok.vocab_size, tok.vocab_size)).astype(np.float32)))
+    keep = len(docs[0]) + 4  # the first document and 4 tokens of the second
+    got = evaluate_lm(model, {"x": cache.path}, tokenizer=tok, seq_len=8, max_tokens=keep)["datasets"]["x"]
+    table = tok.token_byte_lengths()
+    whole = len(texts[0].encode()) - len(tok.decode(docs[0][:1]).encode())  # its first token is not scored
+    missing = len(texts[1].encode()) - int(table[docs[1]].sum())
+    want = whole + int(table[docs[1][1:4]].sum()) + round(missing * 4 / len(docs[1]))
+    assert got["bytes"] == want, got

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from schooner.eval import greedy_tokens, latest_checkpoint, list_checkpoints
+from schooner.eval import find_checkpoint, greedy_tokens, list_checkpoints
 
 
 class Bigram(eqx.Module):
@@ -69,7 +69,7 @@ def _touch_checkpoint(folder, complete=True):
         (folder / "checkpoint.json").write_text("{}")
 
 
-def test_latest_checkpoint_picks_the_highest_complete_step(tmp_path):
+def test_find_checkpoint_picks_the_highest_complete_step(tmp_path):
     run = tmp_path / "run"
     _touch_checkpoint(run / "step-000005")
     _touch_checkpoint(run / "step-000010")
@@ -77,12 +77,12 @@ def test_latest_checkpoint_picks_the_highest_complete_step(tmp_path):
     _touch_checkpoint(run / "step-000030.tmp-123")  # a crashed write
     (run / "metrics.jsonl").write_text("")
     assert [s for s, _ in list_checkpoints(str(run))] == [5, 10]
-    assert latest_checkpoint(str(run)) == str(run / "step-000010")
+    assert find_checkpoint(str(run)) == str(run / "step-000010")
     # a checkpoint folder itself is returned as is
-    assert latest_checkpoint(str(run / "step-000005")) == str(run / "step-000005")
+    assert find_checkpoint(str(run / "step-000005")) == str(run / "step-000005")
 
 
-def test_latest_checkpoint_on_fsspec_memory():
+def test_find_checkpoint_on_fsspec_memory():
     import fsspec
 
     fs = fsspec.filesystem("memory")
@@ -91,14 +91,27 @@ def test_latest_checkpoint_on_fsspec_memory():
         fs.pipe(f"/h7-run/step-{step}/checkpoint.json", b"{}")
     fs.pipe("/h7-run/step-000015/config.json", b"{}")
     try:
-        assert latest_checkpoint("memory://h7-run") == "memory://h7-run/step-000012"
+        assert find_checkpoint("memory://h7-run") == "memory://h7-run/step-000012"
     finally:
         fs.rm("/h7-run", recursive=True)
 
 
-def test_latest_checkpoint_explains_a_missing_checkpoint(tmp_path):
+def test_find_checkpoint_explains_a_missing_checkpoint(tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(FileNotFoundError, match="did training finish"):
-        latest_checkpoint(str(tmp_path / "run"))
+        find_checkpoint(str(tmp_path / "run"))
     with pytest.raises(FileNotFoundError, match="no training output folder"):
-        latest_checkpoint(str(tmp_path / "missing"))
+        find_checkpoint(str(tmp_path / "missing"))
+
+
+def test_latest_checkpoint_is_find_checkpoint_under_a_deprecated_name(tmp_path):
+    """`schooner.train.latest_checkpoint` returns `(step, path) | None`; eval's name for the finder was the same
+    word for another return type, so it is `find_checkpoint` now (schooner.model's), the old name warning."""
+    import schooner.eval
+    import schooner.model
+
+    assert schooner.eval.find_checkpoint is schooner.model.find_checkpoint
+    _touch_checkpoint(tmp_path / "run" / "step-000007")
+    with pytest.warns(DeprecationWarning, match=r"schooner\.eval\.latest_checkpoint .*find_checkpoint"):
+        from schooner.eval import latest_checkpoint
+    assert latest_checkpoint(str(tmp_path / "run")) == str(tmp_path / "run" / "step-000007")

@@ -311,6 +311,26 @@ def test_the_adapter_runs_under_lm_evals_request_cache(setup, tmp_path):
     assert lm._loglikelihood_tokens([pair]) == SchoonerLM(model=model, tokenizer=tok).loglikelihood(tokens)
 
 
+def test_an_overlong_continuation_names_the_harness_task_and_document(setup):
+    """lm-eval's `hf` backend asserts `len(continuation_enc) <= max_length` (a bare AssertionError); the
+    adapter's error named no task or document. It names lm-eval's task, doc_id and request index now."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    _, tok, model = setup
+    long_text = " " + " ".join(["The quick brown fox jumps over the lazy dog."] * 10)
+    assert len(tok.encode(long_text)) > model.config.max_seq_len
+    requests = [
+        Instance("loglikelihood", {}, ("The quick brown", " fox"), 0, metadata=("local_mc", 2, 1)),
+        Instance("loglikelihood", {}, ("The quick brown", long_text), 1, metadata=("local_mc", 3, 1)),
+    ]
+    with pytest.raises(
+        ValueError, match=r"task 'local_mc': document 3 \(request 1\): a continuation of \d+ "
+    ):
+        SchoonerLM(model=model, tokenizer=tok).loglikelihood(requests)
+
+
 def _hf_encode(tok, text: str, add_special_tokens: bool = True) -> list[int]:
     """HF `tokenizers`' own encoding, as lm-eval's `hf` backend's `tokenizer.encode(string)` gives it: special
     token strings in the text are the special tokens, and the post-processor runs (transformers' default
@@ -518,6 +538,103 @@ def test_chat_templates_apply_as_transformers_renders_the_tokenizers_template(se
     )
     context = out["samples"]["local_mc"][0]["arguments"][0][0]  # the first choice's (context, continuation)
     assert context.startswith(tok.bos_token + "<|user|>") and context.endswith("<|assistant|>"), context
+
+
+def test_generate_until_stops_at_the_end_of_turn_token_as_lm_evals_hf_backend(setup):
+    """lm-eval's `hf` backend generates with transformers' `generate`, which stops at every id of the model's
+    `generation_config.eos_token_id`: [EOS, end-of-turn] for a chat model (Llama-3-Instruct; `export_hf` of a
+    chat-trained Schooner run). The adapter stopped at EOS only and went on past the end of the answer."""
+    from lm_eval.api.instance import Instance
+
+    from schooner.eval.harness import SchoonerLM
+
+    from .rigged import chain_model
+
+    _, tok, model = setup
+    eot, fox = tok.token_to_id("<|end_of_turn|>"), tok.encode(" fox")[-1]
+    context = "The quick"
+    untied = init(dataclasses.replace(model.config, tie_embeddings=False), key=jax.random.key(0))
+    rigged = chain_model(untied, {tok.encode(context)[-1]: eot}, fox)
+    gen = Instance("generate_until", {}, (context, {"until": ["\n\n"], "max_gen_toks": 4}), 0)
+    # what the hf backend returns: generation ends at end-of-turn, decoded without special tokens
+    assert SchoonerLM(model=rigged, tokenizer=tok).generate_until([gen]) == [""]
+    # a tokenizer without a chat template's end-of-turn token, or the option off: EOS alone stops it
+    off = SchoonerLM(model=rigged, tokenizer=tok, stop_at_end_of_turn="false")
+    assert off.generate_until([gen]) == [tok.decode([fox] * 3)]
+
+
+ROLLING_YAML = """
+task: local_rolling
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {path}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: bits_per_byte
+"""
+
+
+def test_bits_per_byte_agrees_with_lm_evals_on_a_sentencepiece_style_tokenizer(tmp_path, monkeypatch):
+    """lm-eval's `bits_per_byte` (a `loglikelihood_rolling` task) divides by `len(text.encode("utf-8"))`,
+    whatever the backend. `evaluate_lm` on a cache of the same texts gives the same number: the same nats
+    (documents after BOS, the EOS term left out) over the same bytes. It divided by the tokenizer's byte
+    table, which counts 0 for `<unk>` (the Japanese sentence: 1 byte of 33)."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import numpy as np
+    import tokenizers
+    from lm_eval import simple_evaluate
+    from lm_eval.tasks import TaskManager
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from schooner.data import make_record, write_records
+    from schooner.eval import evaluate_lm
+    from schooner.eval.harness import SchoonerLM
+    from schooner.tokenize import Tokenizer, build_cache
+
+    hf = tokenizers.Tokenizer(models.Unigram())
+    hf.pre_tokenizer, hf.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    english = ["The quick brown fox jumps over the lazy dog.", "A lazy dog sleeps all day in the sun."]
+    hf.train_from_iterator(
+        english * 20,
+        trainers.UnigramTrainer(vocab_size=120, unk_token="<unk>", special_tokens=["<unk>", "<s>", "</s>"]),
+    )
+    tok = Tokenizer(hf, bos_token="<s>", eos_token="</s>")
+    texts = ["日本語のテキストです。", "The lazy fox sleeps in the sun.", "A dog, 日本 and a fox."]
+    config = dataclasses.replace(
+        presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
+        num_heads=2, num_kv_heads=1, max_seq_len=64,
+    )  # fmt: skip
+    model = init(config, key=jax.random.key(1))
+    data = tmp_path / "texts.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8"
+    )
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "local_rolling.yaml").write_text(ROLLING_YAML.format(path=data))
+    lm = SchoonerLM(model=model, tokenizer=tok, batch_size=2)
+    assert lm.prefix_token_id == tok.bos_id
+    manager = TaskManager(include_path=str(tmp_path / "tasks"), include_defaults=False)
+    theirs = simple_evaluate(model=lm, tasks=["local_rolling"], task_manager=manager)
+    theirs = theirs["results"]["local_rolling"]["bits_per_byte,none"]
+
+    write_records([make_record(t, source="s") for t in texts], str(tmp_path / "records"), format="jsonl")
+    build_cache(str(tmp_path / "records"), str(tmp_path / "cache"), tok, prepend_bos=True)
+    ours = evaluate_lm(model, {"x": str(tmp_path / "cache" / "train")}, tokenizer=tok, seq_len=64)[
+        "datasets"
+    ]["x"]
+    assert ours["bytes"] == sum(len(t.encode("utf-8")) for t in texts)
+    # lm-eval scores each text's tokens after the prefix token (BOS), not the EOS a cache appends
+    eos_nats = (
+        ours["nats"]
+        - evaluate_lm(model, {"x": [np.array([tok.bos_id, *tok.encode(t)]) for t in texts]}, seq_len=64)[
+            "datasets"
+        ]["x"]["nats"]
+    )
+    assert (ours["nats"] - eos_nats) / math.log(2) / ours["bytes"] == pytest.approx(theirs, rel=1e-5)
 
 
 def test_gen_prefix_requests_under_a_chat_template_match_lm_evals_hf_backend(setup, monkeypatch, tmp_path):

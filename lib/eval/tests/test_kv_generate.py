@@ -13,6 +13,8 @@ from schooner.eval import SamplingConfig, generate_texts, generate_tokens, greed
 from schooner.model import RopeConfig, init, presets
 from schooner.tokenize import train_bpe
 
+from .rigged import chain_model
+
 
 def _model(**changes):
     small = dict(
@@ -97,3 +99,17 @@ def test_text_generation_cuts_at_stop_sequences_and_checks_lengths():
         assert a.startswith(b) and "o" not in b
     with pytest.raises(ValueError, match="exceeds the model's max_seq_len=64"):
         generate_tokens(model, [[1] * 60], 10)
+
+
+def test_generation_stops_at_extra_stop_token_ids_as_at_eos():
+    """A chat model ends its answer with its end-of-turn token; transformers' `generate` stops at every id of
+    `generation_config.eos_token_id` (`export_hf` writes [EOS, end-of-turn] for a chat model)."""
+    tok = train_bpe(["The quick brown fox jumps over the lazy dog.\n"] * 8, vocab_size=280)
+    eot, fox = tok.token_to_id("<|end_of_turn|>"), tok.encode(" fox")[-1]
+    prompt = tok.encode("The quick")
+    model = chain_model(_model(vocab_size=tok.vocab_size, tie_embeddings=False), {prompt[-1]: eot}, fox)
+    assert generate_tokens(model, [prompt], 4) == [[eot, fox, fox, fox]]  # the rigged chain
+    assert generate_tokens(model, [prompt], 4, eos_id=[tok.eos_id, eot]) == [[eot]]
+    assert generate_texts(model, tok, [prompt], 4, stop_token_ids=[eot]) == [""]
+    assert generate_texts(model, tok, [prompt], 4, stop_token_ids=[eot], stop_at_eos=False) == [""]
+    assert generate_texts(model, tok, [prompt], 4, skip_special_tokens=True) == [tok.decode([fox] * 3)]

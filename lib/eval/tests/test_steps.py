@@ -140,3 +140,37 @@ def test_errors_point_at_the_fix(setup):
         EvaluateConfig(checkpoint="x", datasets={"a": "b"}, tokenizer="t", seq_len=8, prompts="The")
     with pytest.raises(ValueError, match="non-empty dict"):
         EvaluateConfig(checkpoint="x", datasets={}, tokenizer="t", seq_len=8)
+
+
+def _strict_json(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_diverged_checkpoints_scores_are_written_as_json_nulls(setup, tmp_path, caplog):
+    """A NaN loss (a diverged checkpoint) was written as the bare token NaN, which JSON does not have (strict
+    readers, `jq`, JavaScript refuse the file); results.json now holds null there and the step says so."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    root, _, _ = setup
+    model, config = load_model(str(root / "run" / "step-000005"))
+    diverged = eqx.tree_at(
+        lambda m: m.final_norm.array, model, jnp.full_like(model.final_norm.array, jnp.nan)
+    )
+    save_model(str(tmp_path / "nan"), diverged, config)
+    handle = evaluate(
+        "eval/nan",
+        checkpoint=str(tmp_path / "nan"),
+        datasets={"val": str(root / "tokenized")},
+        tokenizer=str(root / "tok"),
+        seq_len=16,
+        prompts=(),
+    )
+    with caplog.at_level("WARNING", logger="schooner.eval"):
+        outcome = StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([handle])[handle]
+    results = _strict_json((Path(outcome.output_path) / "results.json").read_text())
+    assert results["datasets"]["val"]["loss"] is None and results["datasets"]["val"]["tokens"] > 0
+    assert "datasets.val.loss" in caplog.text and "not a finite number" in caplog.text, caplog.text

@@ -358,6 +358,45 @@ def test_a_file_that_is_not_utf8_names_path_line_and_fix(tmp_path, suffix):
     assert f"{path}:2" in message and "UTF-8" in message and "0xe9" in message, message
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
+def test_an_escaped_lone_surrogate_names_file_row_and_field(tmp_path, suffix):
+    """`"\\ud800"` in JSON is half of a UTF-16 pair: Python's json reads it as a lone surrogate, which is no
+    Unicode text (it cannot be encoded as UTF-8 or tokenized: a bare `TypeError` from the tokenizer). lm-eval's
+    loader (`datasets` over pyarrow) refuses the file ("The surrogate pair in string is invalid. in row 0")."""
+    import gzip
+
+    bad = {"contexts": ["The quick brown"], "continuations": ["fox \ud800 jumps", "dog"], "gold": 0}
+    lines = [json.dumps(ROWS[0]), json.dumps(bad)]  # ensure_ascii: the surrogate is written as \ud800
+    assert "\\ud800" in lines[1]
+    text = ("[" + ",\n".join(lines) + "]" if suffix == ".json" else "\n".join(lines) + "\n").encode()
+    path = tmp_path / f"surrogate{suffix}"
+    path.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    message = _load(path)
+    where = f"{path}:item 1" if suffix == ".json" else f"{path}:2"
+    assert where in message and "'continuations'" in message and "surrogate" in message, message
+    assert "\\ud800" in message and "item 0" in message and "write the character itself" in message, message
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
+def test_a_utf8_bom_at_the_start_of_a_task_file_is_read_past(tmp_path, suffix):
+    """Windows tools write a byte-order mark first; lm-eval's loader (`datasets` over pyarrow) reads such a file."""
+    import gzip
+
+    lines = [json.dumps(r) for r in ROWS]
+    text = "[" + ",\n".join(lines) + "]" if suffix == ".json" else "\n".join(lines) + "\n"
+    plain, marked = tmp_path / f"plain{suffix}", tmp_path / f"bom{suffix}"
+    for path, data in ((plain, text.encode()), (marked, b"\xef\xbb\xbf" + text.encode())):
+        path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    assert load_examples(str(marked), "examples", task="t") == load_examples(str(plain), "examples", task="t")
+
+
+def test_a_bom_elsewhere_than_the_start_is_still_refused(tmp_path):
+    path = tmp_path / "two.jsonl"
+    path.write_bytes(json.dumps(ROWS[0]).encode() + b"\n\xef\xbb\xbf" + json.dumps(ROWS[1]).encode() + b"\n")
+    message = _load(path)
+    assert f"{path}:2" in message and "JSON" in message, message
+
+
 def test_a_gz_file_that_is_not_gzip_names_path_and_fix(tmp_path):
     path = _jsonl(tmp_path / "plain.jsonl.gz", ROWS)
     message = _load(path)

@@ -13,12 +13,14 @@ import numpy as np
 import pytest
 
 from schooner.eval import (
+    Example,
     Request,
     Task,
     core_suite,
     encode_pair,
     evaluate_suite,
     evaluate_task,
+    example_requests,
     rolling_requests,
     score_requests,
     score_rolling,
@@ -126,6 +128,23 @@ def test_long_requests_keep_their_last_tokens(model):
         score_requests(model, [Request((1,), tuple(range(100)))])
 
 
+def test_an_overlong_continuation_names_the_task_and_document(model, tok, tmp_path):
+    """A continuation longer than the model's window is an error (lm-eval's `hf` backend asserts the same
+    limit, with a bare AssertionError); it named no task or document, so the row could not be found."""
+    long_answer = " ".join(["The quick brown fox jumps over the lazy dog."] * 20)
+    assert len(tok.encode(" " + long_answer)) > model.config.max_seq_len
+    rows = [
+        {"contexts": ["The quick brown"], "continuations": ["fox", "dog"], "gold": 0},
+        {"contexts": ["A lazy dog"], "continuations": ["sleeps", long_answer], "gold": 0},
+    ]
+    path = _write_jsonl(tmp_path / "long.jsonl", rows)
+    with pytest.raises(ValueError) as err:
+        evaluate_task(model, tok, Task(name="long", path=path, layout="examples"))
+    message = str(err.value)
+    assert "task 'long'" in message and "document 1" in message and f"{path}:2" in message, message
+    assert "choice 1" in message and f"{model.config.max_seq_len}-token window" in message, message
+
+
 def test_the_boundary_is_in_token_space(tok):
     # the context's trailing space moves to the continuation (lm-eval's split: see test_encode_pair.py)
     r1 = encode_pair(tok, "Answer: ", "Paris")
@@ -135,6 +154,19 @@ def test_the_boundary_is_in_token_space(tok):
     assert list(r1.continuation) == tok.encode(" Paris")
     empty = encode_pair(tok, "", "Paris")
     assert len(empty.context) == 1
+
+
+def test_example_requests_are_each_choice_after_the_delimiter(tok):
+    # one context, four choices (multiple choice); four contexts, one continuation (WinoGrande's partial scoring)
+    mc = Example(contexts=("Question: 2 + 2?\nAnswer:",), continuations=("4", "5", "22", "four"), gold=0)
+    assert example_requests(tok, mc, " ") == [
+        encode_pair(tok, "Question: 2 + 2?\nAnswer:", " " + c) for c in ("4", "5", "22", "four")
+    ]
+    wino = Example(contexts=("The cat", "The dog"), continuations=("sat down.",), gold=1)
+    assert example_requests(tok, wino, "") == [
+        encode_pair(tok, "The cat", "sat down."),
+        encode_pair(tok, "The dog", "sat down."),
+    ]
 
 
 def test_rolling_windows_predict_every_token_once(model):

@@ -352,3 +352,41 @@ def test_build_into_the_same_folder_with_another_eos_is_rebuilt(
         MixtureError, match=rf"'{old}/train'.*eos_id={tok.eos_id} but component .* eos_id={other.eos_id}"
     ):
         MixtureDataset({out: 1.0, old: 1.0}, seq_len=32, seed=0)
+
+
+def test_a_text_cache_records_each_documents_utf8_bytes(
+    tokenizer: Tokenizer, tokenizer_path, tmp_path
+) -> None:
+    """Bits per byte needs the bytes of the text: summing the tokenizer's per-token byte lengths counts 0 for
+    an `<unk>` (a SentencePiece-style tokenizer gave 1 byte for a 33-byte Japanese sentence). A text cache
+    stores the UTF-8 byte count of every document's text (long documents encoded in pieces included)."""
+    texts = ["héllo wörld " * 3, "日本語のテキストです。", "def f():\n    return 1\n" * 400, "x"]
+    src = str(tmp_path / "recs")
+    write_records([make_record(t, source="s") for t in texts], src, format="jsonl", num_shards=2)
+    out = str(tmp_path / "cache")
+    build_cache(src, out, tokenizer_path, validation_fraction=0.5, split_seed=1, piece_chars=1024)
+    by_split = {"train": [], "validation": []}
+    for rec in read_records_in_order(src):
+        by_split[split_of(rec["id"], 0.5, 1)].append(len(rec["text"].encode("utf-8")))
+    assert by_split["train"] and by_split["validation"]
+    for split, want in by_split.items():
+        cache = TokenCache.open(f"{out}/{split}")
+        assert cache.has_document_bytes
+        assert cache.document_bytes().tolist() == want
+        assert cache.manifest["text_bytes"] == sum(want)
+        assert cache.document_bytes(1, 2).tolist() == want[1:2]
+        cache.verify()
+    mem = write_cache(str(tmp_path / "mem"), [[1, 2], [3]], tokenizer, document_bytes=[5, 7])
+    assert mem.document_bytes().tolist() == [5, 7]
+    bare = write_cache(str(tmp_path / "bare"), [[1, 2]], tokenizer)
+    assert not bare.has_document_bytes
+    with pytest.raises(CacheError, match="no per-document byte counts"):
+        bare.document_bytes()
+    with pytest.raises(ValueError, match="document_bytes holds 1 entries for 2 documents"):
+        write_cache(str(tmp_path / "bad"), [[1], [2]], tokenizer, document_bytes=[3])
+
+
+def read_records_in_order(path: str) -> list[dict]:
+    from schooner.data import read_shards
+
+    return list(read_shards(path))

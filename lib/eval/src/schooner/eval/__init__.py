@@ -8,7 +8,7 @@ adapter in `schooner.eval.harness` (imported only when used).
 from ._bpb import evaluate_lm as evaluate_lm
 from ._bundled import BundledTasks as BundledTasks
 from ._bundled import bundled_suite as bundled_suite
-from ._checkpoint import latest_checkpoint as latest_checkpoint
+from ._checkpoint import find_checkpoint as find_checkpoint
 from ._checkpoint import list_checkpoints as list_checkpoints
 from ._checkpoint import load_checkpoint as load_checkpoint
 from ._generate import generate as generate
@@ -24,6 +24,7 @@ from ._loglikelihood import rolling_requests as rolling_requests
 from ._loglikelihood import score_requests as score_requests
 from ._loglikelihood import score_rolling as score_rolling
 from ._tasks import Example as Example
+from ._tasks import example_requests as example_requests
 from ._tasks import score_examples as score_examples
 from ._taskspec import CORE_TASKS as CORE_TASKS
 from ._taskspec import Suite as Suite
@@ -32,3 +33,20 @@ from ._taskspec import core_suite as core_suite
 from ._taskspec import evaluate_suite as evaluate_suite
 from ._taskspec import evaluate_task as evaluate_task
 from ._taskspec import load_examples as load_examples
+
+
+def __getattr__(name: str) -> object:
+    # `schooner.train.latest_checkpoint` returns `(step, path) | None`; this package's finder returns the path
+    # and raises, so one word named two things. The old name stays for one release (0.1.x), warning.
+    if name == "latest_checkpoint":
+        import warnings
+
+        warnings.warn(
+            "schooner.eval.latest_checkpoint is renamed find_checkpoint (the same function, "
+            "schooner.model.find_checkpoint: a path, raising when there is none) and will be removed in the "
+            "next release; schooner.train.latest_checkpoint is another function ((step, path) or None)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return find_checkpoint
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

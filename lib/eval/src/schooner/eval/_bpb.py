@@ -5,6 +5,17 @@ windows cut from each cache without reference to the batch size (`schooner.model
 padding masked, every window's nats summed on the host in float64 in window order, and the fused output
 cross-entropy for Schooner models. So `evaluate_lm` and a run's `eval/<name>/loss` agree exactly for the same
 checkpoint, cache, `seq_len` and `max_tokens`, whatever the batch sizes.
+
+Bits per byte divides the scored nats by the UTF-8 bytes of the scored text, counted from the text: a text
+cache records each document's bytes (`TokenCache.document_bytes`), as lm-eval's `bits_per_byte` counts
+`len(text.encode("utf-8"))`. Summing the tokenizer's per-token byte lengths instead counts 0 for an `<unk>`
+(a SentencePiece-style tokenizer gave 1 byte for a 33-byte Japanese sentence) and miscounts tokens that
+do not spell the text (a `▁` prefix, WordPiece's `##`). A document's first token is not scored (it has no
+context within its document), so the bytes it stands for are left out: the fewer of its decoded bytes and
+its table bytes (a leading `▁` decodes to no byte; a BOS to none). A document cut by `max_tokens` counts its
+scored tokens' table bytes plus its share, by tokens, of the bytes the table misses in it. Caches without
+byte counts (built before they were recorded, chat caches) and token arrays count the table's bytes, with a
+warning for caches; `bytes_from` in the results says which (`"text"` or `"tokens"`).
 """
 
 from __future__ import annotations
@@ -15,9 +26,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import fsspec
 import numpy as np
 
+from schooner.cluster import storage
 from schooner.model import StreamScorer, TokenStream
 
 logger = logging.getLogger(__name__)
@@ -42,13 +53,14 @@ def _byte_table(tokenizer: Any) -> np.ndarray | None:
     return table.astype(np.int64)
 
 
-def _open(name: str, source: CacheLike, max_tokens: int | None, tokenizer: Any) -> TokenStream:
+def _open(name: str, source: CacheLike, max_tokens: int | None, tokenizer: Any) -> tuple[TokenStream, Any]:
+    """The token stream of `source` and its cache (None for token arrays)."""
     if isinstance(source, str) or hasattr(source, "__fspath__"):
         path = str(source)
-        fs, root = fsspec.core.url_to_fs(path)
-        root = root.rstrip("/")
-        if not fs.exists(f"{root}/manifest.json"):
-            splits = [s for s in ("validation", "train") if fs.exists(f"{root}/{s}/manifest.json")]
+        if not storage.exists(storage.join(path, "manifest.json")):
+            splits = [
+                s for s in ("validation", "train") if storage.exists(storage.join(path, s, "manifest.json"))
+            ]
             hint = (
                 f"it is a tokenized step's output: pass {path.rstrip('/')}/{splits[0]}"
                 if splits
@@ -61,9 +73,9 @@ def _open(name: str, source: CacheLike, max_tokens: int | None, tokenizer: Any) 
     if hasattr(source, "num_documents") and hasattr(source, "offsets"):
         if tokenizer is not None and hasattr(tokenizer, "fingerprint"):
             source.check_tokenizer(tokenizer)
-        return TokenStream.from_cache(source, max_tokens)
+        return TokenStream.from_cache(source, max_tokens), source
     if isinstance(source, Sequence) and not isinstance(source, str | bytes):
-        return TokenStream.from_documents(list(source), max_tokens)
+        return TokenStream.from_documents(list(source), max_tokens), None
     raise TypeError(
         f"evaluation dataset {name!r}: expected a token cache path, a TokenCache or a sequence of token-id "
         f"arrays, got {type(source).__name__}"
@@ -117,7 +129,8 @@ def evaluate_lm(
     if not caches:
         raise ValueError("caches is empty; pass at least one {name: cache path}")
     table = _byte_table(tokenizer)
-    streams = {name: _open(name, source, max_tokens, tokenizer) for name, source in caches.items()}
+    opened = {name: _open(name, source, max_tokens, tokenizer) for name, source in caches.items()}
+    streams = {name: stream for name, (stream, _) in opened.items()}
     scorer = StreamScorer(
         streams,
         seq_len=seq_len,
@@ -129,6 +142,9 @@ def evaluate_lm(
     for name in streams:
         start = time.perf_counter()
         datasets[name] = scorer.score(model, name)
+        if table is not None:
+            _count_text_bytes(datasets[name], name, streams[name], opened[name][1], table, tokenizer,
+                              respect_documents)  # fmt: skip
         datasets[name]["seconds"] = time.perf_counter() - start
         logger.info(
             "eval %s: loss %.4f%s over %d tokens (%d windows)",
@@ -146,6 +162,62 @@ def evaluate_lm(
         "max_tokens": max_tokens,
         "respect_documents": respect_documents,
     }
+
+
+def _count_text_bytes(
+    result: dict[str, Any],
+    name: str,
+    stream: TokenStream,
+    cache: Any,
+    table: np.ndarray,
+    tokenizer: Any,
+    respect_documents: bool,
+) -> None:
+    """Replace `result`'s token-table `bytes` (and `bpb`, `bytes_per_token`) by the bytes of the scored text
+    when `cache` records its documents' bytes (see the module docstring); set `bytes_from`."""
+    if cache is None or not getattr(cache, "has_document_bytes", False):
+        result["bytes_from"] = "tokens"
+        if cache is not None:
+            logger.warning(
+                "evaluation set %r: token cache %s has no per-document byte counts (%s), so bits per byte "
+                "divides by the tokenizer's per-token byte lengths, which count 0 bytes for <unk> and miscount "
+                "tokens that do not spell the text (SentencePiece's ▁ prefix, WordPiece's ##); rebuild the cache "
+                "with this schooner-tokenize to count the text's bytes",
+                name,
+                getattr(cache, "path", "?"),
+                "a text cache built before they were recorded"
+                if cache.kind == "text"
+                else f"a {cache.kind} cache",
+            )
+        return
+    stop = stream.num_tokens
+    offsets = np.asarray(cache.offsets(), np.int64)
+    count = int(np.searchsorted(offsets, stop, side="left"))  # documents starting before `stop`
+    whole = int(np.searchsorted(offsets, stop, side="right")) - 1  # documents ending at or before it
+    text_bytes = cache.document_bytes(0, count)
+    total = int(text_bytes[:whole].sum())
+    # each document's first token (only the stream's first with respect_documents=False) is not scored
+    firsts = stream.tokens[offsets[: whole if respect_documents else min(whole, 1)]]
+    ids, times = np.unique(firsts, return_counts=True)
+    total -= sum(_first_token_bytes(int(t), table, tokenizer) * int(n) for t, n in zip(ids, times))
+    if whole < count:  # the last document is cut by max_tokens
+        lo, hi = int(offsets[whole]), int(offsets[whole + 1])
+        scored = stream.tokens[lo + (1 if respect_documents or lo == 0 else 0) : stop]
+        missing = int(text_bytes[whole]) - int(table[cache.tokens(lo, hi)].sum())
+        total += int(table[scored].sum()) + round(missing * (stop - lo) / (hi - lo))
+    result.update(bytes=total, bytes_from="text", bytes_per_token=total / result["tokens"])
+    result["bpb"] = result["nats"] / math.log(2) / total if total > 0 else float("nan")
+
+
+def _first_token_bytes(token: int, table: np.ndarray, tokenizer: Any) -> int:
+    """The bytes of the text an unscored first token stands for: the fewer of its decoded bytes (special
+    tokens skipped) and its table bytes (a leading `▁` decodes to nothing; a byte-fallback piece of a
+    character decodes to a whole replacement character)."""
+    decode = getattr(tokenizer, "decode", None)
+    if decode is None:
+        return int(table[token])
+    decoded = len(decode([token], skip_special_tokens=True).encode("utf-8"))
+    return min(decoded, int(table[token]))
 
 
 def _average(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:

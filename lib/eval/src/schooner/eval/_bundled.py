@@ -28,7 +28,6 @@ split): these tasks measure what a model learned of its training distribution, n
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import random
@@ -36,6 +35,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
+
+from schooner.cluster import storage
 
 from ._tasks import Example
 from ._taskspec import Suite, Task, chance_level
@@ -206,14 +207,12 @@ BUILDERS = {
 
 
 def _write_examples(path: str, examples: Sequence[Example]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with storage.atomic_open(path, "w") as f:
         for ex in examples:
             row = {"contexts": list(ex.contexts), "continuations": list(ex.continuations), "gold": ex.gold}
             if ex.answer_texts:
                 row["answer_texts"] = list(ex.answer_texts)
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+            f.write(storage.dumps_json(row, indent=None, sort_keys=False) + "\n")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,8 +247,7 @@ def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:
     index = os.path.join(folder, "tasks.json")
     settings = {"version": BUNDLED_VERSION, "size": size, "seed": seed}
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            saved = json.load(f)
+        saved = storage.read_json(index)
         if saved.get("settings") == settings:
             # Each task's file is `{folder}/{name}.jsonl`: found where the folder is now (a step's attempt
             # folder is renamed when it is published, and an older tasks.json holds absolute paths).
@@ -282,8 +280,5 @@ def bundled_suite(folder: str, *, size: int = 200, seed: int = 0) -> Suite:
     # Paths relative to the folder: it may move (a step's attempt folder is renamed when published).
     saved_tasks = [{**t.to_dict(), "path": os.path.basename(t.path)} for t in tasks]
     payload: dict[str, Any] = {"settings": settings, "tasks": saved_tasks}
-    tmp = f"{index}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(payload, f, indent=2, sort_keys=True)
-    os.replace(tmp, index)
+    storage.write_json(index, payload, indent=2)
     return Suite("bundled", tuple(tasks))

@@ -3,8 +3,8 @@
 Evaluation takes either one checkpoint folder (anything with a `config.json`, e.g. a `save_model` folder) or a
 training run folder, in which case its latest complete `step-NNNNNN/` checkpoint is used. Finding it is
 `schooner.model.find_checkpoint`, where the checkpoint layout contract (folder names, the `checkpoint.json`
-marker the train loop writes last) lives; `latest_checkpoint` and `list_checkpoints` are kept here as names
-of the eval API.
+marker the train loop writes last) lives; `schooner.eval` exports it and `list_checkpoints` under the same
+names.
 """
 
 from __future__ import annotations
@@ -13,18 +13,7 @@ from typing import Any
 
 from schooner.model import find_checkpoint, list_checkpoints
 
-__all__ = ["latest_checkpoint", "list_checkpoints", "load_checkpoint"]
-
-
-def latest_checkpoint(path: str) -> str:
-    """`path` itself if it is a checkpoint (has `config.json`), else its highest-step complete `step-*` folder.
-
-    The same as `schooner.model.find_checkpoint(path)`.
-
-    Raises:
-        FileNotFoundError: no checkpoint there, naming the folder, what was looked for and what it holds.
-    """
-    return find_checkpoint(path)
+__all__ = ["find_checkpoint", "list_checkpoints", "load_checkpoint"]
 
 
 def check_tokenizer(folder: str, tokenizer: Any) -> None:
@@ -35,23 +24,18 @@ def check_tokenizer(folder: str, tokenizer: Any) -> None:
     ids and wrong scores (every task, sample and harness request), so it is refused; a checkpoint without the
     record (a `save_model` folder) or a tokenizer without a fingerprint is not checked.
     """
-    import json
-
-    import fsspec
-
+    from schooner.cluster import storage
     from schooner.model import CHECKPOINT_MARKER
 
     theirs = getattr(tokenizer, "fingerprint", None)
-    fs, root = fsspec.core.url_to_fs(folder)
-    marker = f"{root.rstrip('/')}/{CHECKPOINT_MARKER}"
-    if theirs is None or not fs.exists(marker):
+    marker = storage.join(folder, CHECKPOINT_MARKER)
+    if theirs is None or not storage.exists(marker):
         return
-    with fs.open(marker, "r") as f:
-        try:
-            meta = json.load(f)
-            recorded = meta.get("tokenizer_fingerprint")
-        except (ValueError, AttributeError):
-            return
+    try:
+        meta = storage.read_json(marker)
+        recorded = meta.get("tokenizer_fingerprint")
+    except (ValueError, AttributeError):
+        return
     if recorded and recorded != theirs:
         raise ValueError(
             f"checkpoint {folder} was trained with the tokenizer of fingerprint {recorded} (its "
@@ -74,7 +58,7 @@ def check_tokenizer(folder: str, tokenizer: Any) -> None:
 
 
 def load_checkpoint(path: str, *, tokenizer: Any = None) -> tuple[Any, Any, str]:
-    """Load the model of `latest_checkpoint(path)`; returns `(model, config, checkpoint_path)`.
+    """Load the model of `find_checkpoint(path)`; returns `(model, config, checkpoint_path)`.
 
     With `tokenizer`, the checkpoint must have been trained with it (`check_tokenizer`).
     """

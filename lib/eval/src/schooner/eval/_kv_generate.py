@@ -261,7 +261,7 @@ def generate_tokens(
     max_new_tokens: int,
     *,
     sampling: SamplingConfig = SamplingConfig(),
-    eos_id: int | None = None,
+    eos_id: int | Sequence[int] | None = None,
     stop: Any = None,
 ) -> list[list[int]]:
     """New tokens for each prompt (a batch of any lengths), with a KV cache.
@@ -271,7 +271,8 @@ def generate_tokens(
         prompts: token ids of each prompt (each at least one token).
         max_new_tokens: tokens to generate at most per prompt; prompt + new must fit `max_seq_len`.
         sampling: greedy (default) or temperature / top-k / top-p sampling with a seed.
-        eos_id: a row stops after producing it (it is included).
+        eos_id: a row stops after producing it (it is included); several ids (EOS and a chat model's
+            end-of-turn, as transformers' `generation_config.eos_token_id` list): after any of them.
         stop: a callable `stop(row_index, new_ids) -> bool` checked after each token (text stop sequences:
             see `generate_texts`).
     """
@@ -279,6 +280,7 @@ def generate_tokens(
     from schooner.model import resolve_compute_dtype
 
     rows = [[int(t) for t in p] for p in prompts]
+    ends = {int(eos_id)} if isinstance(eos_id, int | np.integer) else {int(i) for i in eos_id or ()}
     if not rows or any(not r for r in rows):
         raise ValueError("every prompt needs at least one token (start empty prompts with BOS/EOS)")
     from ._loglikelihood import check_token_ids
@@ -320,7 +322,7 @@ def generate_tokens(
                 if done[i] or len(new[i]) >= max_new_tokens:
                     break
                 new[i].append(int(t))
-                if (eos_id is not None and t == eos_id) or (stop is not None and stop(i, new[i])):
+                if int(t) in ends or (stop is not None and stop(i, new[i])):
                     done[i] = True
         if made >= max_new_tokens or all(done[i] or len(new[i]) >= max_new_tokens for i in range(b)):
             break
@@ -351,9 +353,13 @@ def generate_texts(
     stop: Sequence[str] = (),
     stop_at_eos: bool = True,
     skip_special_tokens: bool = False,
+    stop_token_ids: Sequence[int] = (),
 ) -> list[str]:
     """Continuations of prompts (text, or token ids) as text, batched over the KV cache, each cut before its
     first stop sequence (and at EOS, which is not included).
+
+    `stop_token_ids` end a row as EOS does (not included): a chat model's end-of-turn token, which
+    transformers' `generate` stops at when `generation_config.eos_token_id` lists it.
 
     Stop sequences are looked for in the text with its special tokens; `skip_special_tokens` leaves special
     tokens out of the returned text (as lm-eval's `hf` backend decodes generations), before it is cut.
@@ -368,6 +374,7 @@ def generate_texts(
         for p in prompts
     ]
     eos = getattr(tokenizer, "eos_id", None) if stop_at_eos else None
+    ends = {int(i) for i in stop_token_ids} | ({int(eos)} if eos is not None else set())
     stops = [s for s in stop if s]
 
     def hit(_: int, new: list[int]) -> bool:
@@ -375,9 +382,9 @@ def generate_texts(
 
     out = []
     for row in generate_tokens(
-        model, ids, max_new_tokens, sampling=sampling, eos_id=eos, stop=hit if stops else None
+        model, ids, max_new_tokens, sampling=sampling, eos_id=sorted(ends), stop=hit if stops else None
     ):
-        if eos is not None and row and row[-1] == eos:
+        if row and row[-1] in ends:
             row = row[:-1]
         text = (
             tokenizer.decode(row, skip_special_tokens=True) if skip_special_tokens else tokenizer.decode(row)

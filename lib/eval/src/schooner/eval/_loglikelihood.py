@@ -146,12 +146,12 @@ def _bucket(length: int, max_length: int) -> int:
     return min(-(-length // BUCKET) * BUCKET, max_length)
 
 
-def _window(request: Request, max_length: int) -> np.ndarray:
+def _window(request: Request, max_length: int, name: str) -> np.ndarray:
     tokens = np.asarray(request.context + request.continuation, np.int32)
     if len(request.continuation) > max_length:
         raise ValueError(
-            f"a continuation of {len(request.continuation)} tokens does not fit the {max_length}-token window; "
-            "raise max_length (at most the model's max_seq_len) or shorten the continuation"
+            f"{name}: a continuation of {len(request.continuation)} tokens does not fit the {max_length}-token "
+            "window; raise max_length (at most the model's max_seq_len) or shorten the continuation"
         )
     return tokens[-(max_length + 1) :]
 
@@ -162,9 +162,9 @@ def model_max_length(model: Any, default: int = 2048) -> int:
     return int(value) if value else default
 
 
-def check_token_ids(model: Any, rows: Sequence[Any], what: str) -> None:
+def check_token_ids(model: Any, rows: Sequence[Any], what: str, names: Sequence[str] | None = None) -> None:
     """A ValueError when a token id of `rows` (sequences or 1-D arrays of ids) is negative or past the model's
-    vocabulary (`model.config.vocab_size`).
+    vocabulary (`model.config.vocab_size`); the message names row `i` as `names[i]`, else `"{what} {i}"`.
 
     Such an id reads outside the embedding table, which gives NaN (or another row's) log-probabilities
     silently: it means the tokenizer is not the one the model was trained with.
@@ -177,7 +177,7 @@ def check_token_ids(model: Any, rows: Sequence[Any], what: str) -> None:
         if (vocab is not None and top >= vocab) or low < 0:
             bad = top if low >= 0 else low
             raise ValueError(
-                f"{what} {i} holds token id {int(bad)} but the model's vocabulary has {vocab} entries: the "
+                f"{names[i] if names else f'{what} {i}'} holds token id {int(bad)} but the model's vocabulary has {vocab} entries: the "
                 "tokenizer is not the one the model was trained with; pass the checkpoint's own tokenizer"
             )
 
@@ -189,6 +189,7 @@ def score_requests(
     batch_size: int = 8,
     max_length: int | None = None,
     micro_batch: int = 1,
+    names: Sequence[str] | None = None,
 ) -> list[Score]:
     """Score each request (see the module docstring); results in the order of `requests`.
 
@@ -201,15 +202,25 @@ def score_requests(
         micro_batch: rows the model computes at once inside a call. Part of the numbers' definition (with
             `BUCKET`): keep 1 for bitwise reproducibility across batch sizes on CPU; on an accelerator use, say,
             16 for throughput (then every batch size that is a multiple of it gives the same numbers).
+        names: what each request is (`"task 'arc': document 17 (arc.jsonl:18), choice 2"`), for the errors
+            (a continuation longer than the window, a token id past the vocabulary); default `"request {i}"`.
+
+    Raises:
+        ValueError: a continuation longer than `max_length` tokens (lm-eval's `hf` backend asserts the same
+            limit) or a token id outside the model's vocabulary; the message names the request.
     """
+    if names is not None and len(names) != len(requests):
+        raise ValueError(
+            f"names holds {len(names)} entries for {len(requests)} requests; give one per request"
+        )
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size=}")
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ValueError(f"micro_batch must be an int >= 1, got {micro_batch=}")
     batch_size = -(-batch_size // micro_batch) * micro_batch
     limit = max_length or model_max_length(model)
-    windows = [_window(r, limit) for r in requests]
-    check_token_ids(model, windows, "request")
+    windows = [_window(r, limit, names[i] if names else f"request {i}") for i, r in enumerate(requests)]
+    check_token_ids(model, windows, "request", names)
     by_bucket: dict[int, list[int]] = {}
     for i, w in enumerate(windows):
         by_bucket.setdefault(_bucket(len(w), limit + 1), []).append(i)

@@ -44,12 +44,14 @@ class Example:
         continuations: the continuation of each choice; one entry shared by all contexts, or one per choice.
         gold: index of the right choice.
         answer_texts: the text whose length normalises each choice (`acc_norm`); defaults to the continuations.
+        source: where the document was read (`"arc.jsonl:18"`), for error messages; not part of its equality.
     """
 
     contexts: tuple[str, ...]
     continuations: tuple[str, ...]
     gold: int
     answer_texts: tuple[str, ...] = ()
+    source: str = dataclasses.field(default="", compare=False)
 
     def __post_init__(self) -> None:
         n = self.num_choices
@@ -124,7 +126,12 @@ def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
 
 
 def example_requests(tokenizer: Any, example: Example, delimiter: str) -> list[Request]:
-    """The request of each choice of `example` (context, then `delimiter + continuation`)."""
+    """The request of each choice of `example` (context, then `delimiter + continuation`): what a task scores.
+
+    Example:
+        >>> ex = Example(contexts=("Question: 2 + 2?\\nAnswer:",), continuations=("4", "5"), gold=0)
+        >>> reqs = example_requests(tokenizer, ex, " ")  # [encode_pair(tokenizer, ctx, " 4"), ... " 5"]
+    """
     return [encode_pair(tokenizer, context, delimiter + cont) for context, cont in example.pairs()]
 
 
@@ -173,8 +180,12 @@ def score_examples(
     delimiter: str = " ",
     batch_size: int = 8,
     max_length: int | None = None,
+    task: str = "",
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Score prepared examples (few-shot prefixes already in their contexts).
+
+    An error about one request (a continuation longer than the window) names `task`, the document's index
+    and `Example.source`, and the choice.
 
     Returns:
         `(metrics, documents)`: the aggregate metrics and, per document, its metrics plus every choice's
@@ -184,12 +195,15 @@ def score_examples(
     if kind not in KINDS:
         raise ValueError(f"task kind must be one of {KINDS}, got {kind!r}")
     requests: list[Request] = []
+    names: list[str] = []
     spans: list[tuple[int, int]] = []
-    for ex in examples:
+    for d, ex in enumerate(examples):
         reqs = example_requests(tokenizer, ex, delimiter)
         spans.append((len(requests), len(requests) + len(reqs)))
         requests.extend(reqs)
-    scores = score_requests(model, requests, batch_size=batch_size, max_length=max_length)
+        doc = f"{f'task {task!r}: ' if task else ''}document {d}{f' ({ex.source})' if ex.source else ''}"
+        names.extend(f"{doc}, choice {c}" for c in range(len(reqs)))
+    scores = score_requests(model, requests, batch_size=batch_size, max_length=max_length, names=names)
     documents: list[dict[str, Any]] = []
     # acc_norm is a task's metric when any of its documents can normalise (lm-eval: per task, by its yaml)
     norm = any(ex.normalises for ex in examples)

@@ -22,6 +22,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -148,6 +149,8 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark: read past at the start of a task file (lm-eval's loader reads such files)."""
 
 
 def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
@@ -181,6 +184,8 @@ def _text_lines(path: str, who: str) -> Iterator[tuple[int, str]]:
     try:
         with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
             for n, raw in enumerate(f, 1):
+                if n == 1 and raw.startswith(BOM):  # a byte-order mark, as Windows tools write: not text
+                    raw = raw[len(BOM) :]
                 try:
                     yield n, raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -199,6 +204,36 @@ def _text_lines(path: str, who: str) -> Iterator[tuple[int, str]]:
         ) from None
     except zlib.error as e:
         raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_lone_surrogates(where: str, value: Any, keys: tuple[str, ...] = (), items: str = "") -> None:
+    """A ValueError naming `where`, the field and the fix when a string in a JSON row holds a lone surrogate.
+
+    JSON's `"\\ud800"` escape is half of a UTF-16 pair; Python's json reads it as a lone surrogate, which is
+    no Unicode character: it cannot be encoded as UTF-8 or tokenized (the tokenizer raised a bare TypeError).
+    lm-eval's loader (`datasets` over pyarrow) refuses such a file too.
+    """
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        if found:
+            code = f"\\u{ord(found.group()):04x}"
+            around = value[max(found.start() - 20, 0) : found.start() + 20]
+            raise ValueError(
+                f"{where}: field {'.'.join(keys)!r}{items} holds an escaped lone surrogate {code} at character "
+                f"{found.start()} ({around!r}): half of a UTF-16 pair, which is no Unicode character (it cannot "
+                "be written as UTF-8 or tokenized); write the character itself (or its whole escaped pair, e.g. "
+                "\\ud83d\\ude00), or remove it"
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_lone_surrogates(where, key, (*keys, key), f"{items} (its name)")
+            _refuse_lone_surrogates(where, item, (*keys, key), items)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_lone_surrogates(where, item, keys, f"{items}, item {i}")
 
 
 def missing_file_message(task: str, paths: Sequence[str]) -> str:
@@ -230,7 +265,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
     if path.endswith(".json"):
         with open(path, "rb") as f:
             raw = f.read()
-        text = _decode_utf8(raw, f"{who}{path}")
+        text = _decode_utf8(raw.removeprefix(BOM), f"{who}{path}")
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
@@ -242,6 +277,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
                 f"{who}{path}: a .json task file holds a list of rows, got {type(data).__name__}"
             )
         for i, row in enumerate(data):
+            _refuse_lone_surrogates(f"{who}{path}:item {i}", row)
             yield f"{path}:item {i}", row
         return
     for n, line in _text_lines(path, who):
@@ -253,6 +289,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
             raise ValueError(f"{who}{path}:{n}: not a JSON line ({e})") from None
         if not isinstance(row, dict):
             raise ValueError(f"{who}{path}:{n}: expected a JSON object, got {type(row).__name__}")
+        _refuse_lone_surrogates(f"{who}{path}:{n}", row)
         yield f"{path}:{n}", row
 
 
@@ -296,7 +333,7 @@ def load_examples(
             )
         if check_choices and kind == "multiple_choice":
             _check_choices(doc, layout, example)
-        out.append(example)
+        out.append(dataclasses.replace(example, source=where))
     if not out:
         raise ValueError(f"task {task!r}: {path} holds no rows")
     return out
@@ -393,6 +430,7 @@ def evaluate_task(
         delimiter=task.delimiter,
         batch_size=batch_size,
         max_length=max_length,
+        task=task.name,
     )
     metrics["chance"] = task.chance if task.chance is not None else chance_level(examples, task.kind)
     metrics["reference"] = dict(task.reference)

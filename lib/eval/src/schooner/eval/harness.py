@@ -48,6 +48,11 @@ class SchoonerLM(TemplateLM):
             the window when that is shorter, so a small model's context keeps room).
         add_bos_token: as lm-eval's `hf` backend's: run the tokenizer's post-processor (True) or not (False)
             when encoding text; None (default): the tokenizer's default, as `transformers` (run it).
+        stop_at_end_of_turn: `generate_until` also stops at the end-of-turn token of the tokenizer's chat
+            template (`<|end_of_turn|>`, `<|im_end|>`), as the `hf` backend stops at every id of a chat model's
+            `generation_config.eos_token_id` (`export_hf` of a chat-trained run writes [EOS, end-of-turn]).
+            None (default): when the tokenizer has such a token; False: at EOS only (what the `hf` backend
+            does on a base model's export; a base model never trained on the token does not emit it).
     """
 
     def __init__(
@@ -60,6 +65,7 @@ class SchoonerLM(TemplateLM):
         max_length: int | None = None,
         max_gen_toks: int | None = None,
         add_bos_token: bool | str | None = None,
+        stop_at_end_of_turn: bool | str | None = None,
         **unused: Any,
     ) -> None:
         super().__init__()
@@ -77,11 +83,8 @@ class SchoonerLM(TemplateLM):
         self.batch_size = int(batch_size) if str(batch_size).isdigit() else 8
         self.max_length = int(max_length) if max_length else model_max_length(model)
         self.max_gen_toks = int(max_gen_toks) if max_gen_toks else min(256, self.max_length // 2)
-        if isinstance(add_bos_token, str):  # from --model_args
-            if add_bos_token.lower() not in ("true", "false"):
-                raise ValueError(f"SchoonerLM: add_bos_token must be True or False, got {add_bos_token!r}")
-            add_bos_token = add_bos_token.lower() == "true"
-        self.add_bos_token = add_bos_token
+        self.add_bos_token = _flag("add_bos_token", add_bos_token)
+        self.stop_token_ids = _end_of_turn_stop(tokenizer, _flag("stop_at_end_of_turn", stop_at_end_of_turn))
 
     @property
     def eot_token_id(self) -> int:
@@ -160,7 +163,9 @@ class SchoonerLM(TemplateLM):
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """(log-probability, greedy) of each `(context, continuation)`, encoded by `encode_pair`."""
         return self._score(
-            [self._encode_request(*req.args) for req in requests], [tuple(r.args) for r in requests]
+            [self._encode_request(*req.args) for req in requests],
+            [tuple(r.args) for r in requests],
+            [_request_name(r, i) for i, r in enumerate(requests)],
         )
 
     def _encode_request(self, context: str, continuation: str) -> Any:
@@ -186,10 +191,14 @@ class SchoonerLM(TemplateLM):
         encoded = [Request(tuple(ctx) or (self.prefix_token_id,), tuple(cont)) for _, ctx, cont in requests]
         return self._score(encoded, [key for key, _, _ in requests])
 
-    def _score(self, encoded: list[Any], keys: list[Any]) -> list[tuple[float, bool]]:
+    def _score(
+        self, encoded: list[Any], keys: list[Any], names: list[str] | None = None
+    ) -> list[tuple[float, bool]]:
         """Scores of `encoded`, each also given to lm-eval's cache hook (`--use_cache`) under its request's
-        strings `(context, continuation)`, as the `hf` backend keys them (None: not cached)."""
-        scores = score_requests(self.model, encoded, batch_size=self.batch_size, max_length=self.max_length)
+        strings `(context, continuation)`, as the `hf` backend keys them (None: not cached); `names` for errors."""
+        scores = score_requests(
+            self.model, encoded, batch_size=self.batch_size, max_length=self.max_length, names=names
+        )
         out = [(s.logprob, s.greedy) for s in scores]
         for key, result in zip(keys, out, strict=True):
             if key is not None:
@@ -208,8 +217,9 @@ class SchoonerLM(TemplateLM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS,
-        special tokens left out of the text (lm-eval's `hf` backend decodes with `skip_special_tokens=True`).
+        """Continuations of each context (KV cache, batched), cut before the first `until` string and at EOS (and
+        at the end-of-turn token, see `stop_at_end_of_turn`), special tokens left out of the text (lm-eval's `hf`
+        backend decodes with `skip_special_tokens=True`).
 
         As lm-eval's `hf` backend: up to `max_gen_toks` tokens (or its aliases `max_new_tokens`, `max_tokens`,
         `max_completion_tokens`; default the adapter's `max_gen_toks`) after the context's last
@@ -247,10 +257,49 @@ class SchoonerLM(TemplateLM):
             ]  # lm-eval's left truncation to max_length - max_gen_toks
             # special tokens left out of the text, as the hf backend's tok_decode(skip_special_tokens=True)
             (text,) = generate_texts(
-                self.model, self.tok, [prompt], n, sampling=sampling, stop=until, skip_special_tokens=True
+                self.model,
+                self.tok,
+                [prompt],
+                n,
+                sampling=sampling,
+                stop=until,
+                skip_special_tokens=True,
+                stop_token_ids=self.stop_token_ids,
             )
             out.append(text)
         return out
+
+
+def _flag(name: str, value: bool | str | None) -> bool | None:
+    """A boolean model argument, given as a bool or (from `--model_args`) as "True"/"False"."""
+    if isinstance(value, str):
+        if value.lower() not in ("true", "false"):
+            raise ValueError(f"SchoonerLM: {name} must be True or False, got {value!r}")
+        return value.lower() == "true"
+    return value
+
+
+def _end_of_turn_stop(tok: Any, wanted: bool | None) -> list[int]:
+    """`[id]` of the special token closing a turn in the tokenizer's chat template (the first of its footer's
+    tokens that is one of the template's special tokens), or [] when it has none or `wanted` is False."""
+    from schooner.tokenize import resolve_template
+
+    if wanted is False:
+        return []
+    try:
+        template = resolve_template(tok, None)
+    except ValueError as e:
+        if wanted:
+            raise ValueError(f"SchoonerLM: stop_at_end_of_turn=True but {e}") from None
+        return []
+    special = {tok.token_to_id(t) for t in template.required_tokens} - {None}
+    eot = next((int(i) for i in tok.encode(template.footer, parse_special=True) if i in special), None)
+    if eot is None and wanted:
+        raise ValueError(
+            f"SchoonerLM: stop_at_end_of_turn=True but chat template {template.name!r} of tokenizer "
+            f"{getattr(tok, 'source', 'unnamed')} closes a turn with no special token ({template.footer!r})"
+        )
+    return [] if eot is None else [eot]
 
 
 class _HarnessEncoding:
@@ -259,3 +308,12 @@ class _HarnessEncoding:
     def __init__(self, lm: SchoonerLM) -> None:
         self.encode = lm.tok_encode
         self.bos_id, self.eos_id = lm.tok.bos_id, lm.tok.eos_id
+
+
+def _request_name(request: Any, position: int) -> str:
+    """An lm-eval request as an error names it: `"task 'arc_easy': document 17 (request 3)"` (its task, doc_id
+    and index among the document's requests), `"request {position}"` when it carries none."""
+    task, doc = getattr(request, "task_name", None), getattr(request, "doc_id", None)
+    if task is None and doc is None:
+        return f"request {position}"
+    return f"task {task!r}: document {doc} (request {getattr(request, 'idx', position)})"

@@ -369,6 +369,7 @@ def write_cache(
     loss_masks: Iterable[Sequence[int] | np.ndarray] | None = None,
     infos: Iterable[dict] | None = None,
     kind: str | None = None,
+    document_bytes: Iterable[int] | None = None,
 ) -> TokenCache:
     """Write in-memory token documents as a cache at `path` (held in memory once: for small caches,
     tests and derived sets; use `build_cache` for corpora). Returns the opened cache.
@@ -376,6 +377,8 @@ def write_cache(
     With `loss_masks` (one 0/1 array per document, its length) the cache is a `kind="chat"` cache (or
     `"preference"`: documents 2i and 2i+1 are pair i's chosen and rejected); the appended EOS is not a
     target. `infos` gives each document's `{"id", "source", ...}` (default: its index and `source`).
+    `document_bytes` gives the UTF-8 bytes of each document's text (a text cache; what bits per byte divides
+    by, see `TokenCache.document_bytes`).
     """
     _arrays.check_supported(path)
     kind = kind or ("text" if loss_masks is None else "chat")
@@ -398,6 +401,15 @@ def write_cache(
     offsets = np.concatenate([[0], np.cumsum([d.size for d in docs], dtype=np.int64)]).astype(np.int64)
     arrays: dict[str, tuple[np.ndarray, str]] = {"tokens": (tokens, dtype), "offsets": (offsets, "int64")}
     extra: dict[str, Any] = {}
+    if document_bytes is not None:
+        nbytes = np.asarray(list(document_bytes), dtype=np.int64).reshape(-1)
+        if kind != "text" or nbytes.size != len(docs) or (nbytes < 0).any():
+            raise ValueError(
+                f"write_cache {path!r}: document_bytes holds {nbytes.size} entries for {len(docs)} documents; "
+                "give one non-negative UTF-8 byte count per document of a text cache"
+            )
+        arrays["document_bytes"] = (nbytes, "int64")
+        extra = {"has_document_bytes": True, "text_bytes": int(nbytes.sum())}
     if loss_masks is not None:
         masks = _document_masks(path, loss_masks, docs, len(eos))
         info_list = (

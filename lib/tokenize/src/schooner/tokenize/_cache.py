@@ -14,6 +14,13 @@ Format 2 adds, for caches whose `kind` is `"chat"` or `"preference"` (`has_loss_
 - `info/` + `info_offsets/`: uint8 bytes and int64 `[num_documents + 1]` offsets of one JSON object per
   document (`{"id", "source"}`, and `"role"` in preference caches), so errors can name a document.
 
+Text caches built by this version also hold (`has_document_bytes` and `text_bytes` in the manifest; older
+caches lack them and are read as before):
+
+- `document_bytes/`: int64 `[num_documents]`, the UTF-8 bytes of each document's text: what bits per byte
+  divides by. Summing the tokenizer's per-token byte lengths instead counts 0 for an `<unk>` token and
+  is off for tokenizers whose tokens do not spell the text (a SentencePiece `▁` prefix, WordPiece `##`).
+
 Format 1 caches (token ids only) are still read, as caches without masks.
 
 Nothing is read until asked for, so a cache much larger than memory is fine.
@@ -204,6 +211,35 @@ class TokenCache:
         return bool(self.manifest.get("has_loss_mask", False))
 
     @property
+    def has_document_bytes(self) -> bool:
+        """Whether the cache stores the UTF-8 bytes of each document's text (text caches built by this
+        version; see `document_bytes`)."""
+        return bool(self.manifest.get("has_document_bytes", False))
+
+    def document_bytes(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """int64: the UTF-8 bytes of the texts of documents `[start, stop)` (default all).
+
+        Raises:
+            CacheError: the cache holds no byte counts (a chat or preference cache, or a text cache built
+                before they were recorded: rebuild it).
+        """
+        if not self.has_document_bytes:
+            raise CacheError(
+                f"token cache {self.path!r} ({self.kind} cache) has no per-document byte counts: "
+                + (
+                    "it was built before they were recorded; rebuild it (build_cache or the tokenized step)"
+                    if self.kind == "text"
+                    else "only text caches record them"
+                )
+            )
+        stop = self.num_documents if stop is None else stop
+        if not 0 <= start <= stop <= self.num_documents:
+            raise IndexError(
+                f"token cache {self.path!r}: documents [{start}, {stop}) are outside [0, {self.num_documents}]"
+            )
+        return self._array("document_bytes")[start:stop].read().result().astype(np.int64, copy=False)
+
+    @property
     def pad_id(self) -> int | None:
         """The tokenizer's padding id, or None."""
         pad = self.manifest.get("pad_id")
@@ -369,6 +405,14 @@ class TokenCache:
             )
         if self.has_loss_mask:
             self._verify_masks(offsets, chunk_tokens)
+        if self.has_document_bytes:
+            nbytes = self.document_bytes()
+            if nbytes.size != self.num_documents or int(nbytes.sum()) != self.manifest.get("text_bytes"):
+                raise CacheError(
+                    f"token cache {self.path!r}: the per-document byte counts ({nbytes.size} documents, "
+                    f"{int(nbytes.sum())} bytes) do not match the manifest ({self.num_documents} documents, "
+                    f"text_bytes={self.manifest.get('text_bytes')}); the cache is corrupt, rebuild it"
+                )
 
     def _verify_masks(self, offsets: np.ndarray, chunk_tokens: int) -> None:
         h = hashlib.sha256()

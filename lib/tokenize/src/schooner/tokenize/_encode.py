@@ -5,8 +5,9 @@ characters, documents longer than `piece_chars` are encoded in pieces cut where 
 those of the whole document (`_split_text`), ids go straight into numpy arrays of the cache's dtype, and
 the part's tokens are streamed to disk a few MiB at a time.
 
-A part is `parts/part-NNNNN-<attempt>/{train,validation}.{tokens,offsets}` (raw little-endian arrays:
-the tokens in the cache's dtype, int64 document lengths) plus `parts/part-NNNNN.json`, the ledger entry,
+A part is `parts/part-NNNNN-<attempt>/{train,validation}.{tokens,offsets,bytes}` (raw little-endian
+arrays: the tokens in the cache's dtype, int64 document lengths, and for text builds the int64 UTF-8 byte
+count of each document's text) plus `parts/part-NNNNN.json`, the ledger entry,
 written last: it marks the part finished and names the attempt's folder.
 """
 
@@ -75,6 +76,7 @@ class _PartWriter:
         self._f = {k: cm.__enter__() for k, cm in self._cms.items()}
         self.folder, self.split, self.masks = folder, split, masks
         self.lengths: list[int] = []
+        self.text_bytes: list[int] = []  # text builds (no masks): each document's UTF-8 bytes
         self.first_targets: list[int] = []
         self.info_lengths: list[int] = []
         self.sha = hashlib.sha256()
@@ -106,8 +108,10 @@ class _PartWriter:
         if self._buffered >= _WRITE_BYTES:
             self._flush()
 
-    def add_batch(self, tokens: np.ndarray, lengths: list[int]) -> None:
-        """Whole documents (concatenated, in the part's dtype) and their lengths, in one write."""
+    def add_batch(self, tokens: np.ndarray, lengths: list[int], text_bytes: list[int]) -> None:
+        """Whole documents (concatenated, in the part's dtype), their lengths and the UTF-8 bytes of their
+        texts, in one write."""
+        self.text_bytes.extend(text_bytes)
         self._flush()
         if tokens.size:
             # `.data`: the arrays' memory as a memoryview (what write/update read through the buffer
@@ -136,6 +140,8 @@ class _PartWriter:
         for cm in self._cms.values():
             cm.__exit__(None, None, None)
         arrays = {"offsets": self.lengths}
+        if not self.masks:  # text: the bytes of every document's text (bits per byte)
+            arrays["bytes"] = self.text_bytes
         if self.masks:
             arrays |= {"first_target": self.first_targets, "info_lengths": self.info_lengths}
         for name, values in arrays.items():
@@ -143,6 +149,8 @@ class _PartWriter:
                                 np.asarray(values, dtype="<i8").tobytes())  # fmt: skip
         out = {"documents": len(self.lengths), "tokens": self.tokens, "max_token_id": self.max_id,
                "sha256": self.sha.hexdigest()}  # fmt: skip
+        if not self.masks:
+            out["text_bytes"] = sum(self.text_bytes)
         if self.masks:
             out |= {"mask_sha256": self.mask_sha.hexdigest(), "target_tokens": self.targets,
                     "info_bytes": sum(self.info_lengths)}  # fmt: skip
@@ -321,34 +329,37 @@ class _Documents:
         self.eos = np.array([tok.eos_id], dtype=dtype)
         self.head = [np.array([tok.bos_id], dtype=dtype)] if task["prepend_bos"] else []
         self.fraction, self.seed, self.shard = task["validation_fraction"], task["split_seed"], task["shard"]
-        self.key, self.left = "", 0
+        self.key, self.left, self.nbytes = "", 0, 0
         self.pending: list[np.ndarray] = []  # the unfinished document's arrays
 
     def add(
         self, batch: list[tuple[str, int, str]], ids: list[np.ndarray]
-    ) -> dict[str, tuple[np.ndarray, list[int]]]:
-        """The documents this batch finishes: per split, their tokens (concatenated) and lengths."""
+    ) -> dict[str, tuple[np.ndarray, list[int], list[int]]]:
+        """The documents this batch finishes: per split, their tokens (concatenated), lengths and the UTF-8
+        bytes of their texts."""
         flat = np.concatenate(ids) if ids else np.zeros(0, self.dtype)
         top = int(flat.max()) if flat.size else -1
         if top >= self.vocab_size:  # a tokenizer bug or a corrupt JSON: never cast it into the dtype
             raise ValueError(f"{self.shard}: tokenizer produced id {top} >= vocab_size={self.vocab_size}")
         flat = flat.astype(self.dtype, copy=False)
-        out: dict[str, tuple[list[np.ndarray], list[int]]] = {}
+        out: dict[str, tuple[list[np.ndarray], list[int], list[int]]] = {}
         start = 0
-        for (key, count, _), a in zip(batch, ids):
+        for (key, count, piece), a in zip(batch, ids):
             if count:
-                self.key, self.left, self.pending = key, count, list(self.head)
+                self.key, self.left, self.pending, self.nbytes = key, count, list(self.head), 0
             self.pending.append(flat[start : start + a.size])
+            self.nbytes += len(piece.encode("utf-8"))
             start += a.size
             self.left -= 1
             if self.left == 0:
                 self.pending.append(self.eos)
                 split = split_of(self.key, self.fraction, self.seed)
-                arrays, lengths = out.setdefault(split, ([], []))
+                arrays, lengths, nbytes = out.setdefault(split, ([], [], []))
                 arrays += self.pending
                 lengths.append(sum(p.size for p in self.pending))
+                nbytes.append(self.nbytes)
                 self.pending = []
-        return {s: (np.concatenate(arrays), lengths) for s, (arrays, lengths) in out.items()}
+        return {s: (np.concatenate(a), n, b) for s, (a, n, b) in out.items()}
 
 
 def _encode_shard(task: dict, tok: Tokenizer) -> dict:
@@ -367,8 +378,8 @@ def _encode_shard(task: dict, tok: Tokenizer) -> dict:
         docs = _records(task, skips)
         for batch in _batches(docs, tok, task["batch_chars"], task["piece_chars"], stats, task["shard"]):
             ids = tok._encode_arrays([p for _, _, p in batch])
-            for split, (tokens, lengths) in documents.add(batch, ids).items():
-                writers[split].add_batch(tokens, lengths)
+            for split, (tokens, lengths, nbytes) in documents.add(batch, ids).items():
+                writers[split].add_batch(tokens, lengths, nbytes)
         ledger_splits = {s: w.close() for s, w in writers.items()}
     except BaseException as e:
         for w in writers.values():

@@ -1,7 +1,7 @@
 """Merging a build's parts, in shard order, into one split's token cache (tensorstore arrays + manifest).
 
-Token ids and document offsets always; for chat and preference builds also the loss mask, each
-document's first target and its info (see `_cache`). The manifest is written last: a cache without one is
+Token ids and document offsets always; for text builds the UTF-8 bytes of each document's text; for chat
+and preference builds the loss mask, each document's first target and its info (see `_cache`). The manifest is written last: a cache without one is
 unfinished.
 """
 
@@ -80,6 +80,10 @@ def merge_split(output: str, split: str, plan: dict, ledgers: list[dict], tok: T
     tokens = writer("tokens", n_tok, plan["dtype"])
     offsets = writer("offsets", n_doc + 1, "int64")
     offsets.append(np.zeros(1, np.int64))
+    # parts written before the byte counts existed (a build resumed across the upgrade) have none
+    text_bytes = not masks and all("text_bytes" in lg["splits"][split] for lg in ledgers)
+    if text_bytes:
+        doc_bytes = writer("document_bytes", n_doc, "int64")
     if masks:
         n_info = sum(lg["splits"][split]["info_bytes"] for lg in ledgers)
         mask, first = writer("loss_mask", n_tok, "uint8"), writer("first_target", n_doc, "int64")
@@ -95,6 +99,9 @@ def merge_split(output: str, split: str, plan: dict, ledgers: list[dict], tok: T
             for piece in _read_part(storage.join(part, f"{split}.tokens"), plan["dtype"], chunk):
                 tokens.append(piece)
             _concat_lengths(offsets, storage.join(part, f"{split}.offsets"), token_base, chunk)
+            if text_bytes:
+                for piece in _read_part(storage.join(part, f"{split}.bytes"), "int64", chunk):
+                    doc_bytes.append(piece)
         if masks and s["documents"]:
             for piece in _read_part(storage.join(part, f"{split}.mask"), "uint8", chunk):
                 mask.append(piece)
@@ -114,6 +121,8 @@ def merge_split(output: str, split: str, plan: dict, ledgers: list[dict], tok: T
         doc_base += s["documents"]
     for w in (tokens, offsets, *((mask, first, info, info_off) if masks else ())):
         w.close()
+    if text_bytes:
+        doc_bytes.close()
     train = split == "train"
     manifest = {
         "format": FORMAT,
@@ -143,6 +152,9 @@ def merge_split(output: str, split: str, plan: dict, ledgers: list[dict], tok: T
         "shards": shards,
         "content_sha256": hashlib.sha256("".join(s["sha256"] for s in shards).encode()).hexdigest(),
     }
+    if text_bytes:
+        manifest |= {"has_document_bytes": True,
+                     "text_bytes": sum(lg["splits"][split]["text_bytes"] for lg in ledgers)}  # fmt: skip
     if masks:
         manifest |= {"chat_template": plan.get("template"), "max_length": plan.get("max_length"),
                      "target_tokens": targets, "loss_mask_sha256": mask_sha.hexdigest()}  # fmt: skip
