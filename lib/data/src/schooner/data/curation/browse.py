@@ -44,7 +44,8 @@ def _table(rows: Sequence[tuple[Any, Any]], head: tuple[str, str] = ("name", "va
 
 def _samples(folder: str, n: int, *, scan: int = 1000, seed: int = 0) -> list[dict]:
     """About `n` records drawn from every shard of `folder` (from `n` shards spread over them when there are
-    more): from each, a seeded sample of its first `scan` records, in their order (the same each time)."""
+    more): from each, its first record and a seeded sample of its first `scan` records, in their order (the
+    same each time)."""
     shards = list_shards(folder)
     if not shards or n <= 0:
         return []
@@ -54,7 +55,10 @@ def _samples(folder: str, n: int, *, scan: int = 1000, seed: int = 0) -> list[di
     out: list[dict] = []
     for i, shard in enumerate(shards):
         head = list(itertools.islice(read_records(shard), scan))
-        picked = sorted(random.Random(seed * 1_000_003 + i).sample(range(len(head)), min(per, len(head))))
+        rest = random.Random(seed * 1_000_003 + i).sample(
+            range(1, len(head)), max(0, min(per, len(head)) - 1)
+        )
+        picked = sorted([0, *rest]) if head else []  # each shard's first record, then a seeded sample
         out.extend(head[j] for j in picked)
     return out[:n]
 
