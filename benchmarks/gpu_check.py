@@ -226,21 +226,26 @@ def grouped_bench(dry: bool) -> dict:
                     grid_block_n=2,
                 )
 
-            fwd = {
-                n: jax.jit(fn)
-                for n, fn in (
-                    ("mosaic", mosaic),
-                    ("ragged_dot", paths["ragged_dot"]),
-                    ("triton", paths["triton"]),
-                )
-            }
-            times = {n: _time(lambda f=f: f(x, w), 10) for n, f in fwd.items()}
-            err = float(jnp.max(jnp.abs(fwd["mosaic"](x, w).astype(jnp.float32) - want.astype(jnp.float32))))
-            results["forward_only"] = {
-                n: {"seconds": t, "effective_tflops": flops / 3 / t / 1e12} for n, t in times.items()
-            } | {"mosaic_max_abs_error_vs_ragged_dot": err}
-        except Exception as e:  # noqa: BLE001 - recorded
-            results["forward_only"] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            candidates = (
+                ("mosaic", mosaic),
+                ("ragged_dot", paths["ragged_dot"]),
+                ("triton", paths["triton"]),
+            )
+        except Exception as e:  # noqa: BLE001 - recorded (e.g. the Mosaic module's imports)
+            results["forward_only_import"] = f"{type(e).__name__}: {e}"[:2000]
+            candidates = (("ragged_dot", paths["ragged_dot"]), ("triton", paths["triton"]))
+        forward: dict[str, Any] = {}
+        for n, fn in candidates:  # each on its own: one failing kernel leaves the others' figures
+            try:
+                f = jax.jit(fn)
+                t = _time(lambda f=f: f(x, w), 10)
+                forward[n] = {"seconds": t, "effective_tflops": flops / 3 / t / 1e12}
+                if want is not None:
+                    diff = jnp.abs(f(x, w).astype(jnp.float32) - want.astype(jnp.float32))
+                    forward[n]["max_abs_error_vs_ragged_dot"] = float(jnp.max(diff))
+            except Exception as e:  # noqa: BLE001 - recorded
+                forward[n] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+        results["forward_only"] = forward
     return results
 
 
