@@ -47,10 +47,9 @@ _POLICIES: dict[str, Any] = {
 
 def _dots_remat(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` under the "dots" policy: the backward keeps the block's input, the queries, keys and values
-    after RoPE, the attention's output (with "splash" also the kernel's output and log-sum-exp; with "cudnn" the
-    kernel's saved values, named like the attention's output), the MLPs'
-    gate and up products and the experts' routing (chosen experts and sort orders), and recomputes the
-    rest from them: the norms, RoPE, the SwiGLU gate, the dispatch gathers, and three matrix products per
+    after RoPE, the attention's output (with "splash" also the kernel's output and log-sum-exp; with
+    "cudnn" the kernel's saved values, named like the attention's output), the MLPs' gate and up products
+    and the experts' routing (chosen experts and sort orders), and recomputes the rest from them: the norms, RoPE, the SwiGLU gate, the dispatch gathers, and three matrix products per
     layer (pinned by ``tests/test_remat.py``):
 
     - the attention's output projection: the residual stream ``x + h`` between attention and MLP is not
