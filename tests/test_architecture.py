@@ -28,8 +28,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # train: the builders and the engine import each other (steps -> _dpo -> _dpo_run -> _loop -> _sft ->
     # steps; _export picks the training steps by function identity). Issue 35: the trainer and `steps`.
     _modules("train", "_dpo", "_dpo_run", "_export", "_loop", "_sft", "steps"),
-    # data: the offline crawl fixture and the junk-page generator import each other (fixtures folder).
-    _modules("data", "curation.crawl", "curation._junk"),
 ]
 
 # (file, private thing it imports): another package's private module or name.
@@ -41,7 +39,6 @@ KNOWN_PRIVATE: set[tuple[str, str]] = {
     ("lib/train/tests/test_tracking.py", "schooner.cluster.runner._publish"),
     # the classifier page's example builds its inputs from curation privates (data's helper).
     ("docs/curation/classifier.md", "schooner.data.curation._classifier"),
-    ("docs/curation/classifier.md", "schooner.data.curation._junk"),
 }
 
 # (package, package it imports against DESIGN.md's column), wherever in the package the import sits.
