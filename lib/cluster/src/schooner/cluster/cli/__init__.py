@@ -91,9 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._run import cmd_run
 
             code = cmd_run(ns)
-            if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
-                from ._entry import exit_now
+            from ._entry import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_now
 
+            if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+                # Ctrl-C, SIGTERM: do not wait for in-process steps (they are recorded INTERRUPTED)
                 exit_now(code)
             return code
         if ns.command == "status":
