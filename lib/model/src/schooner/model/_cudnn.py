@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -136,16 +136,26 @@ class CudnnKernels(NamedTuple):
     packed: Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
 
-def _causal(q: jax.Array, k: jax.Array, v: jax.Array, *, implementation: str = "cudnn") -> jax.Array:
-    return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)  # type: ignore[arg-type]
+_Implementation = Literal["xla", "cudnn"]
+
+
+def _causal(
+    q: jax.Array, k: jax.Array, v: jax.Array, *, implementation: _Implementation = "cudnn"
+) -> jax.Array:
+    return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)
 
 
 def _masked(
-    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array, *, implementation: str = "cudnn"
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array,
+    *,
+    implementation: _Implementation = "cudnn",
 ) -> jax.Array:
     """Documents as a mask (jax turns it into cuDNN's additive bias); ``implementation="xla"`` in tests."""
     mask = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None, :, :]
-    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)  # type: ignore[arg-type]
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation=implementation)
 
 
 def _packed(q: jax.Array, k: jax.Array, v: jax.Array, offsets: jax.Array, lengths: jax.Array) -> jax.Array:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -87,7 +87,7 @@ def supported(k: int, n: int) -> bool:
     return _block(k, (64, 32, 16)) is not None and _block(n, (128, 64, 32, 16)) is not None
 
 
-def _compiler_params(num_warps: int, num_stages: int) -> object:
+def _compiler_params(num_warps: int, num_stages: int) -> Any:
     from jax.experimental.pallas import triton as pltriton
 
     return pltriton.CompilerParams(num_warps=num_warps, num_stages=num_stages)
@@ -184,9 +184,12 @@ def _gmm_bwd(block_m: int, interpret: bool, res: tuple, dy: jax.Array) -> tuple[
     x, w, group_sizes = res
     layout = tiled_layout(group_sizes, x.shape[0], block_m)
     dy_tiles = _to_tiles(dy.astype(x.dtype), layout)
-    kw = dict(block_m=block_m, interpret=interpret)
-    dx = _tile_product(layout.tile_group, dy_tiles, w, transpose_w=True, **kw)[layout.dest]
-    dw = _group_product(layout.group_tiles, _to_tiles(x, layout), dy_tiles, **kw)
+    dx = _tile_product(
+        layout.tile_group, dy_tiles, w, transpose_w=True, block_m=block_m, interpret=interpret
+    )[layout.dest]
+    dw = _group_product(
+        layout.group_tiles, _to_tiles(x, layout), dy_tiles, block_m=block_m, interpret=interpret
+    )
     return dx, dw.astype(w.dtype), None
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,7 @@ class AdamHState(NamedTuple):
     parameters, so they shard like them), and the radii of the sphere leaves in leaf order (keepdims-shaped,
     one per matrix; plain arrays, small enough to replicate)."""
 
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as optax's Adam state does
     mu: Any
     nu: Any
     radius: tuple[jax.Array, ...]
@@ -97,6 +97,7 @@ def _resolve(labels: Any, params: Any) -> list[Label]:
     if len(leaves) == 1 and leaves[0] is labels and callable(labels):  # a function, not a tree of labels
         return _resolve(labels(params), params)
     lab_leaves, lab_def = jax.tree.flatten(labels, is_leaf=_is_label)
+    lab_def = cast(Any, lab_def)  # jax's PyTreeDef stub lacks flatten_up_to
     try:
         subtrees = lab_def.flatten_up_to(params)
     except (ValueError, TypeError) as e:
@@ -213,7 +214,8 @@ def adamh(
                 "adamh needs the parameters in update(updates, state, params) (it projects them)"
             )
         labs = _check(_resolve(labels, params), params)
-        grads, treedef = jax.tree.flatten(updates)
+        grads, flat_def = jax.tree.flatten(updates)
+        treedef = cast(Any, flat_def)  # jax's PyTreeDef stub lacks flatten_up_to / unflatten
         ws = treedef.flatten_up_to(params)
         mus, nus = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
         radii = iter(state.radius)

@@ -184,8 +184,8 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
             return 1
     else:
         found = explain_planned(capture_steps(ns.experiment, prefix), prefix, ns.step, ns.experiment)
-    for e in found:
-        console.print(_esc("\n".join(e.lines())))
+    for explained in found:
+        console.print(_esc("\n".join(explained.lines())))
     return 0
 
 

@@ -132,8 +132,9 @@ def check_attributes(
 ) -> None:
     """Refuse a filter or removal that reads an attribute no attribute step computes (when every attribute
     input is a step whose attributes are known), naming the step that computes it."""
-    known = [_computes(a) for a in attributes]
-    if any(k is None for k in known):
+    computed = [_computes(a) for a in attributes]
+    known = [k for k in computed if k is not None]
+    if len(known) < len(computed):
         return
     have = set().union(*(keys for _, keys in known)) if known else set()
     what = "; ".join(f"{getattr(a, 'name', a)} computes {w}" for a, (w, _) in zip(attributes, known))

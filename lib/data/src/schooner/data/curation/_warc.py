@@ -155,6 +155,7 @@ def iter_pages(
                     raise BadPage(
                         f"truncated record: {len(block):,} of {declared:,} bytes", "truncated_record"
                     )
+                page: tuple[str, str, str, str] | None
                 if conversion:
                     page = _conversion(block, headers)
                 else:

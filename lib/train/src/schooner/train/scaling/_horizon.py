@@ -408,6 +408,7 @@ def pick_learning_rate(results: Iterable[Any], *, neighbours: int = 2) -> Learni
                     f"pick_learning_rate: result {i} has {name}={v!r}; it must be a finite number"
                     + (" (a diverged run: lower the grid or leave it out)" if name == "loss" else "")
                 )
+        assert isinstance(lr, int | float) and isinstance(loss, int | float)  # checked just above
         if not lr > 0:
             raise ValueError(f"pick_learning_rate: result {i} has learning_rate={lr!r}; it must be > 0")
         points.append((float(lr), float(loss)))
