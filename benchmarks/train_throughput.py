@@ -172,9 +172,8 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
     from schooner.train import (
         AdamConfig,
         CheckpointConfig,
-        DataConfig,
         TrackerConfig,
-        TrainConfig,
+        TrainerConfig,
         read_metrics,
         train,
     )
@@ -184,9 +183,12 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
     microbatches = TPU_SETTINGS[kind][1] if kind.startswith("tpu") else 1
     if kind.startswith("tpu"):
         batch = TPU_SETTINGS[kind][0]
-    cfg = TrainConfig(
+    cfg = TrainerConfig(
         model=model_config(kind),
-        data=DataConfig({f"{data}/train": 1.0}, seq_len=seq, validation={}),
+        datasets=[(f"{data}/train", 1.0)],
+        seq_len=seq,
+        validation={},
+        fit_vocab=False,
         output_path=out,
         batch_size=batch,
         microbatches=microbatches,

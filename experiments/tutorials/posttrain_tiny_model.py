@@ -47,7 +47,7 @@ from experiments.tutorials.train_tiny_model import model as pretrained
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, step
 from schooner.tokenize.steps import tokenized_chat, tokenized_preferences
 from schooner.train import AdamConfig
-from schooner.train.steps import dpo, export_hf, reference_logprobs, sft
+from schooner.train.steps import dpo, hf_export, reference_logprobs, sft
 
 STEPS = int(os.environ.get("SCHOONER_POSTTRAIN_STEPS", "40"))
 TASK_DOCUMENTS = int(os.environ.get("SCHOONER_POSTTRAIN_TASK_DOCUMENTS", "200"))
@@ -247,7 +247,7 @@ stages = step(
     version="v2",
     resources=CPU,
 )
-hf = export_hf(dpo_model)
+hf = hf_export(dpo_model)
 
 
 def print_summary(result: RunResult) -> None:

@@ -10,25 +10,25 @@ from schooner.train import (
     AdamConfig,
     BatchSchedule,
     CheckpointConfig,
-    DataConfig,
     MeshConfig,
-    TrainConfig,
+    TrainerConfig,
     check_run,
     train,
 )
 
 
-def cfg(nano, **kw) -> TrainConfig:
+def cfg(nano, **kw) -> TrainerConfig:
     args = dict(
         model=nano(),
-        data=DataConfig({"/nonexistent/train": 1.0}, seq_len=32),
+        datasets={"/nonexistent/train": 1.0},
+        seq_len=32,
         output_path="/tmp/x",
         batch_size=8,
         num_train_steps=10,
         optimizer=AdamConfig(warmup=2),
     )
     args.update(kw)
-    return TrainConfig(**args)
+    return TrainerConfig(**args)
 
 
 def test_batch_not_divisible_by_data_parallel_size(nano) -> None:
@@ -39,9 +39,27 @@ def test_batch_not_divisible_by_data_parallel_size(nano) -> None:
     check_run(cfg(nano, batch_size=8, mesh=MeshConfig(data=2, tensor=4)), num_devices=8)  # 8 % 2 == 0
 
 
+def test_a_tensor_axis_that_does_not_divide_the_heads_is_refused(nano, caplog) -> None:
+    # tensor=3 with 8 heads used to run with attention replicated on every tensor device, only the MLP split
+    model = nano(num_heads=8, num_kv_heads=8, intermediate_dim=192)  # 192 = 3 x 64: the MLP would split
+    with pytest.raises(
+        ValueError, match=r"MeshConfig\.tensor=3 does not divide the model's num_heads=8"
+    ) as e:
+        check_run(cfg(nano, model=model, batch_size=2, mesh=MeshConfig(data=-1, tensor=3)), num_devices=6)
+    assert "tensor in (1, 2)" in str(e.value)  # the sizes that divide the heads and the 6 devices
+    with pytest.raises(ValueError, match=r"does not divide the model's intermediate_dim=128"):
+        wide = nano(hidden_dim=96, num_heads=6, num_kv_heads=6)  # heads split 3 ways, the MLP (128) not
+        check_run(cfg(nano, model=wide, batch_size=4, mesh=MeshConfig(data=-1, tensor=3)), num_devices=6)
+    # heads that divide, a vocabulary that does not: allowed, and said (the embedding and head replicate)
+    with caplog.at_level("WARNING", logger="schooner.train"):
+        check_run(cfg(nano, model=nano(vocab_size=321), batch_size=4, mesh=MeshConfig(data=2, tensor=4)),
+                  num_devices=8)  # fmt: skip
+    assert "vocab_size=321 is not divisible by MeshConfig.tensor=4" in caplog.text
+
+
 def test_sequence_longer_than_the_model(nano) -> None:
     with pytest.raises(ValueError, match=r"seq_len=256 is beyond the model's max_seq_len=128"):
-        cfg(nano, data=DataConfig({"c": 1.0}, seq_len=256))
+        cfg(nano, datasets={"c": 1.0}, seq_len=256)
 
 
 def test_vocab_smaller_than_the_caches_tokenizer(nano) -> None:
@@ -89,22 +107,22 @@ def test_other_field_errors(nano) -> None:
     with pytest.raises(ValueError, match="keep_last"):
         CheckpointConfig(keep_last=0)
     with pytest.raises(ValueError, match="weight must be a finite number"):
-        DataConfig({"c": float("nan")}, seq_len=32)
+        cfg(nano, datasets={"c": float("nan")})
     assert cfg(nano, batch_size=[(0, 8), (4, 16)]).batch_size_at(5) == 16
 
 
 def test_train_fails_before_compiling(nano, data_dir, tmp_path) -> None:
     out = tmp_path / "run"
-    bad = cfg(
-        nano, data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32), batch_size=6, output_path=str(out)
-    )
+    bad = cfg(nano, datasets={f"{data_dir}/train": 1.0}, seq_len=32, batch_size=6, output_path=str(out))
     with pytest.raises(ValueError, match="not divisible by the data-parallel size 8"):
         train(bad)
     assert not [p for p in os.listdir(out) if p.startswith("step-")]
     small_vocab = cfg(
         nano,
         model=nano(vocab_size=100),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32),
+        fit_vocab=False,
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
         output_path=str(out),
     )
     with pytest.raises(ValueError, match="vocab_size=100 is smaller than the tokenizer"):
@@ -114,7 +132,7 @@ def test_train_fails_before_compiling(nano, data_dir, tmp_path) -> None:
 def test_bool_fields_take_only_bools_and_counts_no_bools(nano) -> None:
     """The string "false" is truthy: fit_vocab="false" would grow the model's vocabulary, asynchronous="false"
     write on a thread; every=True would checkpoint every step (True == 1)."""
-    with pytest.raises(ValueError, match=r"TrainConfig\.fit_vocab must be True or False, got 'false'"):
+    with pytest.raises(ValueError, match=r"TrainerConfig\.fit_vocab must be True or False, got 'false'"):
         cfg(nano, fit_vocab="false")
     with pytest.raises(
         ValueError, match=r"CheckpointConfig\.asynchronous must be True or False, got 'false'"

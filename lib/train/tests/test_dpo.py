@@ -145,7 +145,7 @@ def test_sequence_logps_and_log2_at_step_0(nano, pref_cache) -> None:
             assert ref[f"{role}_count"][pair] == mask[1:].sum() > 0
 
     # The policy is the reference: z = 0 everywhere, the sigmoid loss is log 2, rewards 0.
-    from schooner.train._dpo import WithReference
+    from schooner.train._dpo_run import WithReference
 
     batch = WithReference(ds, ref).add(ds.pairs(np.arange(3, 11)))
     loss_fn = eqx.filter_jit(make_dpo_loss(beta=0.1, loss_type="sigmoid", label_smoothing=0.0))
@@ -275,7 +275,7 @@ def test_a_live_reference_model_gives_the_cached_reference_steps_losses(
     # refused.
     one = dict(common, num_train_steps=1, eval_every=None, initialize_from=live, initialize_from_step=2)
     same = dpo("dpo/from-run", reference=live, reference_step=2, **one)
-    bad = dpo("dpo/bad", reference=cached.config.reference, reference_step=2, **one)
+    bad = dpo("dpo/bad", reference=cached.config.objective.reference, reference_step=2, **one)
     result = runner.run([lower(same), lower(bad)], raise_on_failure=False)
     assert logged_first_loss(result[same].output_path) == pytest.approx(math.log(2), abs=1e-6)
     assert "leave reference_step out" in result[bad].error
@@ -287,7 +287,7 @@ def test_an_empty_validation_split_is_said_not_silently_skipped(data_dir, tmp_pa
     import logging
 
     from schooner.tokenize import load_tokenizer, write_cache
-    from schooner.train._dpo import _split_folder
+    from schooner.train._dpo_run import split_folder as _split_folder
     from schooner.train._evaluate import default_validation
 
     tok = load_tokenizer(f"{data_dir}/tokenizer.json")
@@ -313,7 +313,9 @@ def test_first_step_rewards_are_exactly_zero_as_in_trl(nano, pref_cache, tmp_pat
     (scored in another program) and with a live one. Before, float noise between the two computations gave
     rewards of +-1e-6 and an accuracy like 0.375."""
     from schooner.model import init, save_model
-    from schooner.train._dpo import DpoConfig, ReferenceConfig, _run_dpo, _run_reference
+    from schooner.train import Dpo, TrainerConfig
+    from schooner.train.steps._dpo import ReferenceConfig, _run_reference
+    from schooner.train.steps._lm import run_training
 
     start = str(tmp_path / "start")
     save_model(start, init(nano(), key=jax.random.PRNGKey(5)), nano())
@@ -324,13 +326,13 @@ def test_first_step_rewards_are_exactly_zero_as_in_trl(nano, pref_cache, tmp_pat
         _run_reference(ReferenceConfig(model=start, preferences=pref_cache, seq_len=48), reference)
     from schooner.train import AdamConfig
 
-    config = DpoConfig(
-        model=nano(), initialize_from=start, reference=reference, datasets=[{"input": pref_cache, "weight": 1.0}],
-        beta=0.1, loss_type="sigmoid", label_smoothing=0.0, optimizer=AdamConfig(learning_rate=1e-3),
-        batch_size=32, seq_len=48, num_train_steps=2,
+    config = TrainerConfig(
+        model=nano(), initialize_from=start, datasets=[(pref_cache, 1.0)], validation={},
+        objective=Dpo(reference=reference, beta=0.1, loss_type="sigmoid", label_smoothing=0.0),
+        optimizer=AdamConfig(learning_rate=1e-3), batch_size=32, seq_len=48, num_train_steps=2,
     )  # fmt: skip
     out = str(tmp_path / "run")
-    _run_dpo(config, out)
+    run_training(config, out)
     with open(f"{out}/metrics.jsonl") as f:
         row, second = [r for r in map(json.loads, f) if "train/loss" in r]
     # TRL's formulas in numpy on the same log-probs (the policy's are the reference's: one model)
@@ -365,12 +367,19 @@ def test_dpo_numbers_of_the_wrong_type_are_named(kw: dict, message: str) -> None
     """From a YAML file or a command line: not "'>' not supported between 'str' and 'int'"."""
     import re
 
-    from schooner.train import AdamConfig
-    from schooner.train._dpo import DpoConfig
+    from schooner.train import Dpo
 
-    args = dict(
-        model=None, initialize_from="x", reference="y", datasets=[], beta=0.1, loss_type="sigmoid",
-        label_smoothing=0.0, optimizer=AdamConfig(), batch_size=8, seq_len=32, num_train_steps=2,
-    )  # fmt: skip
+    args = dict(reference="y", beta=0.1, loss_type="sigmoid", label_smoothing=0.0)
     with pytest.raises(ValueError, match=re.escape(message)):
-        DpoConfig(**{**args, **kw})
+        Dpo(**{**args, **kw})
+
+
+def test_a_preferences_folder_that_is_not_a_cache_is_named_by_its_field(nano, tmp_path) -> None:
+    from schooner.train import Dpo, TrainerConfig, train
+
+    empty = tmp_path / "prefs"
+    empty.mkdir()
+    config = TrainerConfig(model=nano(), datasets=[(str(empty), 1.0)], seq_len=32, num_train_steps=1,
+                           objective=Dpo(reference=str(tmp_path / "ref")), validation={})  # fmt: skip
+    with pytest.raises(ValueError, match=r"TrainerConfig\.datasets\[0\] \(dpo's preferences\): token cache"):
+        train(config, str(tmp_path / "run"))

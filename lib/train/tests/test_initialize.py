@@ -12,15 +12,17 @@ import numpy as np
 import pytest
 
 from schooner.tokenize import jinja_chat_template
-from schooner.train import AdamConfig, CheckpointConfig, DataConfig, TrackerConfig, TrainConfig, train
+from schooner.train import AdamConfig, CheckpointConfig, TrackerConfig, TrainerConfig, train
 from schooner.train._init import load_initial_model
 from schooner.train.steps import initial_model_config
 
 
-def _config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
+def _config(nano, data_dir: str, out: str, **kw) -> TrainerConfig:
     args = dict(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
+        validation={},
         output_path=out,
         batch_size=8,
         num_train_steps=2,
@@ -30,7 +32,7 @@ def _config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
         seed=1,
     )
     args.update(kw)
-    return TrainConfig(**args)
+    return TrainerConfig(**args)
 
 
 @pytest.fixture(scope="module")

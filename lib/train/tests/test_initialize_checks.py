@@ -4,10 +4,14 @@ a path source is keyed by the checkpoint it resolves to (its folder and a finger
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 
 import pytest
 
 from schooner.train._init import check_compatible
+
+FOLDER = str(pathlib.Path(__file__).parent / "data")
+"""A folder that exists, as the steps' data: these steps are built (their inputs must exist), never run."""
 
 
 def test_every_differing_field_is_named_with_both_values(nano) -> None:
@@ -78,7 +82,7 @@ def _checkpoint(run, step: int, config, seed: int = 0) -> str:
 def _train_lm(source, **kw):
     from schooner.train.steps import train_lm
 
-    return train_lm("tuned", initialize_from=source, datasets={"/data/train": 1.0}, batch_size=2, seq_len=16,
+    return train_lm("tuned", initialize_from=source, datasets={FOLDER: 1.0}, batch_size=2, seq_len=16,
                     num_train_steps=1, **kw)  # fmt: skip
 
 
@@ -103,9 +107,9 @@ def test_sft_and_dpo_pin_a_run_folder_source_too(nano, tmp_path) -> None:
 
     run = tmp_path / "run"
     _checkpoint(run, 2, nano())
-    build_sft = lambda: sft("s", initialize_from=str(run), datasets={"/chat": 1.0}, batch_size=2, seq_len=16,  # noqa: E731
+    build_sft = lambda: sft("s", initialize_from=str(run), datasets={FOLDER: 1.0}, batch_size=2, seq_len=16,  # noqa: E731
                             num_train_steps=1)  # fmt: skip
-    build_dpo = lambda: dpo("d", initialize_from=str(run), reference=str(run), preferences="/prefs",  # noqa: E731
+    build_dpo = lambda: dpo("d", initialize_from=str(run), reference=str(run), preferences=FOLDER,  # noqa: E731
                             batch_size=2, seq_len=16, num_train_steps=1)  # fmt: skip
     keys = (build_sft().key, build_dpo().key)
     _checkpoint(run, 4, nano(), seed=1)
@@ -121,14 +125,14 @@ def test_a_dpo_reference_path_is_pinned_to_the_checkpoint_it_resolves_to(nano, t
     policy = _checkpoint(tmp_path / "policy", 2, nano())  # one fixed checkpoint: only the reference moves
     ref = tmp_path / "ref"
     _checkpoint(ref, 2, nano())
-    build_dpo = lambda **kw: dpo("d", initialize_from=policy, reference=str(ref), preferences="/prefs",  # noqa: E731
+    build_dpo = lambda **kw: dpo("d", initialize_from=policy, reference=str(ref), preferences=FOLDER,  # noqa: E731
                                  batch_size=2, seq_len=16, num_train_steps=1, **kw)  # fmt: skip
-    build_ref = lambda **kw: reference_logprobs("r", str(ref), "/prefs", seq_len=16, **kw)  # noqa: E731
+    build_ref = lambda **kw: reference_logprobs("r", str(ref), FOLDER, seq_len=16, **kw)  # noqa: E731
     keys = (build_dpo().key, build_ref().key)
     assert (build_dpo().key, build_ref().key) == keys  # nothing changed: the same steps
     latest = _checkpoint(ref, 4, nano(), seed=1)
     assert build_dpo().key != keys[0] and build_ref().key != keys[1]
-    assert str(build_dpo().config.reference) == latest and str(build_ref().config.model) == latest
+    assert str(build_dpo().config.objective.reference) == latest and str(build_ref().config.model) == latest
     assert build_dpo(reference_step=2).key == keys[0] and build_ref(step=2).key == keys[1]  # named: pinned
     with pytest.raises(FileNotFoundError, match="no complete checkpoint of step 3"):
         build_dpo(reference_step=3)
@@ -142,10 +146,10 @@ def test_a_reference_logprobs_folder_is_keyed_by_its_content(nano, tmp_path) -> 
     ref = tmp_path / "logps"
     ref.mkdir()
     (ref / "reference.json").write_text('{"model": "a", "seq_len": 16, "splits": {}}')
-    build = lambda **kw: dpo("d", initialize_from=policy, reference=str(ref), preferences="/prefs",  # noqa: E731
+    build = lambda **kw: dpo("d", initialize_from=policy, reference=str(ref), preferences=FOLDER,  # noqa: E731
                              batch_size=2, seq_len=16, num_train_steps=1, **kw)  # fmt: skip
     first = build().key
-    assert build().key == first and str(build().config.reference) == str(ref)
+    assert build().key == first and str(build().config.objective.reference) == str(ref)
     (ref / "reference.json").write_text('{"model": "b", "seq_len": 16, "splits": {}}')
     assert build().key != first
     with pytest.raises(ValueError, match="reference_step=2 names a checkpoint of a live reference run"):

@@ -16,19 +16,20 @@ import pytest
 from schooner.train import (
     AdamConfig,
     CheckpointConfig,
-    DataConfig,
     StepMemoryError,
     TrackerConfig,
-    TrainConfig,
+    TrainerConfig,
     _memory,
     train,
 )
 
 
-def _config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
+def _config(nano, data_dir: str, out: str, **kw) -> TrainerConfig:
     args = dict(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
+        validation={},
         output_path=out,
         batch_size=8,
         num_train_steps=1,
@@ -37,7 +38,7 @@ def _config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
         trackers=TrackerConfig(loss_plot=False),
     )
     args.update(kw)
-    return TrainConfig(**args)
+    return TrainerConfig(**args)
 
 
 def test_format_bytes_reads_in_binary_units():
@@ -68,7 +69,7 @@ def test_a_step_that_does_not_fit_is_refused_naming_the_options(nano, data_dir, 
     assert "".join(traceback.format_exception_only(err.value)).startswith("schooner.train.StepMemoryError: ")
     assert "the device holds 1.00 MiB (SCHOONER_DEVICE_MEMORY_BYTES)" in msg
     assert "a smaller batch_size (now 16)" in msg
-    assert "`microbatches=` of train_lm or TrainConfig, now 2" in msg
+    assert "`microbatches=` of train_lm or TrainerConfig, now 2" in msg
     assert "gradient_checkpointing='dots'" in msg and "(now 'none'" in msg  # nano trains without remat
     assert "SCHOONER_MEMORY_CHECK=0" in msg
     # The figures read in binary units (not "0.00 GiB" for a small step): the need and each part of it.

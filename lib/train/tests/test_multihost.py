@@ -29,11 +29,10 @@ from schooner.cluster import LocalClient, ResourceConfig, current_gang
 from schooner.cluster.pytest_fixtures import local_client as local_client  # noqa: F401
 from schooner.train import (
     CheckpointConfig,
-    DataConfig,
     MeshConfig,
     MuonConfig,
     TrackerConfig,
-    TrainConfig,
+    TrainerConfig,
     latest_checkpoint,
     train,
 )
@@ -43,11 +42,14 @@ MESH = MeshConfig(data=2, fsdp=2, tensor=2)  # batch over processes, parameters 
 
 def make_config(
     nano, data_dir: str, out: str, *, steps: int, every: int | None, evaluate: bool = False
-) -> TrainConfig:
+) -> TrainerConfig:
     validation = {"val": f"{data_dir}/validation"} if evaluate else {}
-    return TrainConfig(
+    return TrainerConfig(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation=validation, eval_max_tokens=2048),
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
+        validation=validation,
+        eval_max_tokens=2048,
         eval_every=2 if evaluate else None,
         output_path=out,
         batch_size=8,
@@ -60,7 +62,7 @@ def make_config(
     )
 
 
-def train_as_gang_member(config: TrainConfig, devices: int, spy: str | None = None) -> dict:
+def train_as_gang_member(config: TrainerConfig, devices: int, spy: str | None = None) -> dict:
     """What each process of the gang runs: `devices` fake CPU devices, then plain `train(config)`.
 
     With `spy`, the rows and bytes this process's loader reads per step go to `spy/reads-<process>.json`.
@@ -89,7 +91,7 @@ def train_as_gang_member(config: TrainConfig, devices: int, spy: str | None = No
     return summary
 
 
-def run_gang(client: LocalClient, config: TrainConfig, *, spy: str | None = None, retries: int = 0) -> dict:
+def run_gang(client: LocalClient, config: TrainerConfig, *, spy: str | None = None, retries: int = 0) -> dict:
     resources = ResourceConfig.with_cpu(1, hosts=2, max_retries_preemption=retries)
     job = client.submit(train_as_gang_member, config, 4, spy, resources=resources)
     return job.result(timeout=1200)
@@ -176,7 +178,7 @@ def test_two_processes_train_exactly_as_one_and_read_half_the_data(
 
 
 @pytest.fixture(scope="module")
-def straight(local_client, nano, data_dir, tmp_path_factory) -> TrainConfig:  # noqa: F811
+def straight(local_client, nano, data_dir, tmp_path_factory) -> TrainerConfig:  # noqa: F811
     """An uninterrupted 2 x 4 run of 16 steps with a checkpoint every 4 steps (all kept)."""
     cfg = make_config(nano, data_dir, str(tmp_path_factory.mktemp("mh") / "straight"), steps=16, every=4)
     run_gang(local_client, cfg)

@@ -228,3 +228,28 @@ def test_muon_config_errors() -> None:
 def test_a_field_of_the_wrong_type_is_named(cls: type, kw: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         cls(**kw)
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("cls", [AdamConfig, MuonConfig])
+@pytest.mark.parametrize(
+    "field",
+    ["weight_decay", "max_grad_norm", "min_lr_ratio", "beta1", "beta2", "eps", "warmup", "decay"],
+)
+@pytest.mark.parametrize("value", [NAN, INF])
+def test_a_non_finite_number_is_refused_naming_its_field(cls: type, field: str, value: float) -> None:
+    # NaN passes every `< 0` check; AdamConfig(weight_decay=nan) used to fail at step 1 telling the user to
+    # lower the learning rate.
+    with pytest.raises(
+        ValueError, match=rf"{cls.__name__}\.{field} must be a finite number.*{field}={value}"
+    ):
+        cls(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["momentum", "consistent_rms", "adam_learning_rate"])
+@pytest.mark.parametrize("value", [NAN, INF])
+def test_muon_refuses_non_finite_numbers_naming_the_field(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=rf"MuonConfig\.{field} must be a finite number.*{field}={value}"):
+        MuonConfig(**{field: value})

@@ -23,15 +23,15 @@ RUN = textwrap.dedent(
     """
     import dataclasses, sys
     from schooner.model import presets
-    from schooner.train import (AdamConfig, CheckpointConfig, DataConfig, MuonConfig, TrackerConfig,
-                                TrainConfig, train)
+    from schooner.train import (AdamConfig, CheckpointConfig, MuonConfig, TrackerConfig,
+                                TrainerConfig, train)
 
     def config(data_dir, out):
         model = dataclasses.replace(presets.llama_nano, vocab_size=320, hidden_dim=64, intermediate_dim=128,
                                     num_layers=2, max_seq_len=128)
-        return TrainConfig(
+        return TrainerConfig(
             model=model,
-            data=DataConfig({data_dir + "/train": 1.0}, seq_len=32, validation={}),
+            datasets={data_dir + "/train": 1.0}, seq_len=32, validation={},
             output_path=out, batch_size=8, num_train_steps=20, seed=3,
             optimizer=MuonConfig(learning_rate=3e-3, warmup=3, weight_decay=0.1),
             checkpoint=CheckpointConfig(every=5, keep_last=10),

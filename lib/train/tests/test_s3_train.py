@@ -23,10 +23,9 @@ from schooner.cluster.pytest_fixtures import s3_prefix as s3_prefix  # noqa: F40
 from schooner.cluster.pytest_fixtures import s3_server as s3_server  # noqa: F401
 from schooner.train import (
     CheckpointConfig,
-    DataConfig,
     MuonConfig,
     TrackerConfig,
-    TrainConfig,
+    TrainerConfig,
     complete_checkpoints,
     read_metrics,
     train,
@@ -47,9 +46,11 @@ def test_a_run_on_s3_equals_local_and_resumes_exactly(
     tmp_path,
 ) -> None:
     remote = f"{s3_prefix}/checkpoints/nano"
-    cfg = TrainConfig(
+    cfg = TrainerConfig(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
+        validation={},
         output_path=remote,
         batch_size=8,
         num_train_steps=8,
@@ -84,13 +85,13 @@ KILLED_RUN = textwrap.dedent(
     """
     import dataclasses, sys
     from schooner.model import presets
-    from schooner.train import CheckpointConfig, DataConfig, MuonConfig, TrackerConfig, TrainConfig, train
+    from schooner.train import CheckpointConfig, MuonConfig, TrackerConfig, TrainerConfig, train
 
     def config(data_dir, out):
         model = dataclasses.replace(presets.llama_nano, vocab_size=320, hidden_dim=64, intermediate_dim=128,
                                     num_layers=2, max_seq_len=128)
-        return TrainConfig(
-            model=model, data=DataConfig({data_dir + "/train": 1.0}, seq_len=32, validation={}),
+        return TrainerConfig(
+            model=model, datasets={data_dir + "/train": 1.0}, seq_len=32, validation={},
             output_path=out, batch_size=8, num_train_steps=12, seed=7,
             optimizer=MuonConfig(learning_rate=3e-3, warmup=2, weight_decay=0.1),
             checkpoint=CheckpointConfig(every=4, keep_last=5),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from schooner.cluster import StepRunner, step
+from schooner.cluster import StepRunner, records, step
 from schooner.train.scaling import (
     Approach3Config,
     BatchRule,
@@ -150,8 +150,7 @@ def _refusals_and_flags(
         _run_score(cfg(partial), str(tmp_path / "s2"))
     # 3. A forecast written after the run started but before its first metrics row (during compilation) was
     # not registered before the run.
-    with open(f"{target_dir}/.schooner/history.jsonl") as f:
-        started = min(json.loads(line)["started"] for line in f)
+    started = min(attempt["started"] for attempt in records.read_history(target_dir))
     with open(f"{target_dir}/metrics.jsonl") as f:
         first_row = json.loads(f.readline())["time"]
     assert first_row > started
@@ -176,7 +175,7 @@ def _refusals_and_flags(
     elsewhere = _copy_run(target_dir, tmp_path / "other-data-run")
     with open(f"{elsewhere}/run.json") as f:
         info = json.load(f)
-    info["config"]["data"]["components"] = {other_data: 1.0}
+    info["config"]["datasets"] = [[other_data, 1.0]]
     with open(f"{elsewhere}/run.json", "w") as f:
         json.dump(info, f)
     with pytest.raises(ValueError, match=r"training data: forecast .*; validation sets: forecast") as e:
@@ -218,6 +217,6 @@ def test_sweep_runs_are_named_by_budget_and_width_and_share_their_data(data_dir)
     runs = isoflop_runs("scaling/x", budgets=BUDGETS, sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
     assert len(runs) == 6 and len({r.train.key for r in runs}) == 6
     assert runs[0].train.name == f"scaling/x/1.00e+09-w{runs[0].recipe.width}"
-    assert all(r.train.config.datasets == [{"input": data_dir, "weight": 1.0}] for r in runs)
+    assert all(r.train.config.datasets == ((data_dir, 1.0),) for r in runs)
     with pytest.raises(ValueError, match="method"):
         forecast("f", "fit", budget=1e12, method="approach1")

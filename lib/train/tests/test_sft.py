@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from schooner.train import AdamConfig, CheckpointConfig, DataConfig, TrackerConfig, TrainConfig, train
+from schooner.train import AdamConfig, CheckpointConfig, TrackerConfig, TrainerConfig, train
 
 
 def _chats(n: int, seed: int = 0) -> list[list[dict]]:
@@ -118,7 +118,7 @@ def test_the_step_loss_is_the_masked_cross_entropy_of_each_conversation(nano, ch
 def test_the_held_out_chat_evaluation_is_the_masked_cross_entropy(nano, chat_dir, data_dir) -> None:
     from schooner.model import init
     from schooner.tokenize import TokenCache, load_tokenizer
-    from schooner.train._sft import ChatEvaluator
+    from schooner.train import ChatEvaluator
 
     model = init(nano(), key=jax.random.PRNGKey(0))
     cache = TokenCache.open(f"{chat_dir}/validation")
@@ -157,9 +157,11 @@ def test_a_conversation_with_nothing_to_train_on_is_an_error(
         kind="chat",
         client=LocalClient(max_workers=1),
     )
-    cfg = TrainConfig(
+    cfg = TrainerConfig(
         model=nano(),
-        data=DataConfig({str(tmp_path / "c" / "train"): 1.0}, seq_len=32, validation={}),
+        datasets={str(tmp_path / "c" / "train"): 1.0},
+        seq_len=32,
+        validation={},
         output_path=str(tmp_path / "run"),
         batch_size=8,
         num_train_steps=1,
@@ -173,12 +175,13 @@ def test_a_conversation_with_nothing_to_train_on_is_an_error(
 def test_sft_lowers_the_held_out_chat_loss(nano, chat_dir, data_dir, init_checkpoint, tmp_path) -> None:
     from schooner.model import load_model
     from schooner.tokenize import load_tokenizer
-    from schooner.train._sft import ChatEvaluator
+    from schooner.train import ChatEvaluator
 
     out = str(tmp_path / "sft")
-    cfg = TrainConfig(
+    cfg = TrainerConfig(
         model=nano(),
-        data=DataConfig({f"{chat_dir}/train": 1.0}, seq_len=64),  # validation: the chat cache's own
+        datasets={f"{chat_dir}/train": 1.0},
+        seq_len=64,  # validation: the chat cache's own
         output_path=out,
         batch_size=8,
         num_train_steps=40,
@@ -209,8 +212,8 @@ def test_sft_lowers_the_held_out_chat_loss(nano, chat_dir, data_dir, init_checkp
 
 
 def test_the_sft_step_builds_a_train_lm_handle_from_the_source(init_checkpoint, chat_dir) -> None:
-    from schooner.train._export import train_lm_model_config
     from schooner.train.steps import sft
+    from schooner.train.steps import trained_model_config as train_lm_model_config
 
     h = sft(
         "sft",

@@ -14,7 +14,7 @@ import pytest
 
 from schooner.cluster import ResourceConfig, StepRunner, lower
 from schooner.train import AdamConfig, TrackerConfig
-from schooner.train.steps import export_hf, train_lm
+from schooner.train.steps import hf_export, train_lm
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables are Linux-only")
 
@@ -61,10 +61,9 @@ def test_a_batch_schedule_becomes_the_runs_schedule_and_is_checked_when_the_step
     nano, data_dir
 ) -> None:
     from schooner.train import BatchSchedule
-    from schooner.train.steps import _to_train_config
 
     handle = _train(nano, data_dir, batch_size=[(0, 8), (2, 16)])
-    tc = _to_train_config(handle.config, output_path="runs/x")
+    tc = handle.config
     assert tc.batch_size == BatchSchedule(((0, 8), (2, 16)))
     assert [tc.batch_size_at(s) for s in range(4)] == [8, 8, 16, 16]
     with pytest.raises(ValueError, match="must start at step 0"):
@@ -73,7 +72,7 @@ def test_a_batch_schedule_becomes_the_runs_schedule_and_is_checked_when_the_step
 
 def _report_result(prefix: str, key: str):
     """The rows of the Result table of step `key`'s card in the prefix's HTML report, as (name, text) items."""
-    from schooner.cluster.cli._report import write_report
+    from schooner.cluster import write_report
 
     with open(write_report(prefix)) as f:
         page = f.read()
@@ -91,7 +90,7 @@ def test_export_hf_is_a_step_added_to_a_finished_run(nano, data_dir, tmp_path) -
     model = _train(nano, data_dir)
     (first,) = StepRunner(prefix=prefix, quiet=True).run([lower(model)]).steps
     assert first.state == "succeeded", first.error
-    hf = export_hf(model)
+    hf = hf_export(model)
     assert hf.name == "hf/runs/steps-test"
     result = StepRunner(prefix=prefix, quiet=True).run([lower(hf)])
     states = {o.name: o.state for o in result.steps}
@@ -121,10 +120,10 @@ def test_export_hf_is_a_step_added_to_a_finished_run(nano, data_dir, tmp_path) -
         }.items()
     )
     # An earlier checkpoint, by its step number; a step that was not kept is refused, naming those that were.
-    two = StepRunner(prefix=prefix, quiet=True).run([lower(export_hf(model, "hf/at-2", step=2))])
+    two = StepRunner(prefix=prefix, quiet=True).run([lower(hf_export(model, "hf/at-2", step=2))])
     assert _read_json(f"{two.steps[-1].output_path}/export.json")["step"] == 2
     runner = StepRunner(prefix=prefix, quiet=True)
-    bad = runner.run([lower(export_hf(model, "hf/at-3", step=3))], raise_on_failure=False)
+    bad = runner.run([lower(hf_export(model, "hf/at-3", step=3))], raise_on_failure=False)
     assert bad.steps[-1].state == "failed" and "has steps [2, 4]" in bad.steps[-1].error
 
 
@@ -134,13 +133,13 @@ def test_export_hf_refuses_what_cannot_be_exported_when_built(nano, data_dir) ->
     fields = {f.name: getattr(nano(), f.name) for f in dataclasses.fields(nano()) if f.name != "type"}
     quantile = _train(nano, data_dir, model=MoEConfig(**fields, num_experts=4, num_experts_per_token=2))
     with pytest.raises(ValueError, match=r"export_hf\('runs/steps-test'\).*load_balancing='quantile'"):
-        export_hf(quantile)
+        hf_export(quantile)
     shared = MoEConfig(**fields, num_experts=4, load_balancing="aux_loss", num_shared_experts=1)
     with pytest.raises(ValueError, match="num_shared_experts=1"):
-        export_hf(_train(nano, data_dir, model=shared))
-    export_hf(_train(nano, data_dir, model=MoEConfig(**fields, num_experts=4, load_balancing="aux_loss")))
+        hf_export(_train(nano, data_dir, model=shared))
+    hf_export(_train(nano, data_dir, model=MoEConfig(**fields, num_experts=4, load_balancing="aux_loss")))
     with pytest.raises(ValueError, match="dtype must be one of"):
-        export_hf(_train(nano, data_dir), dtype="float16")
+        hf_export(_train(nano, data_dir), dtype="float16")
 
 
 @linux
@@ -178,3 +177,32 @@ def test_the_worker_really_gets_the_tunable(nano, data_dir, tmp_path, monkeypatc
 
 def _read_tunables(config: dict, output_path: str) -> str | None:
     return os.environ.get("GLIBC_TUNABLES")
+
+
+def test_an_input_path_that_does_not_exist_is_named_when_the_step_is_built(nano, data_dir, tmp_path) -> None:
+    from schooner.train.steps import dpo, sft
+
+    missing = str(tmp_path / "tokenized" / "typo")
+    with pytest.raises(FileNotFoundError, match=rf"datasets\[1\] = '{re.escape(missing)}' does not exist"):
+        _train(nano, data_dir, datasets={data_dir: 1.0, missing: 1.0})
+    with pytest.raises(FileNotFoundError, match=r"validation\['held-out'\] = .* does not exist"):
+        _train(nano, data_dir, validation={"held-out": missing})
+    with pytest.raises(FileNotFoundError, match=r"evals\['x'\] = .* does not exist"):
+        _train(nano, data_dir, evals={"x": missing})
+    with pytest.raises(FileNotFoundError, match=r"sft\('s'\): datasets\[0\] = .* does not exist"):
+        sft("s", model=nano(), initialize_from=None, datasets={missing: 1.0}, batch_size=8, seq_len=32,
+            num_train_steps=1)  # fmt: skip
+    with pytest.raises(FileNotFoundError, match=r"dpo\('d'\): preferences = .* does not exist"):
+        dpo("d", model=nano(), initialize_from=None, reference=data_dir, preferences=missing, batch_size=8,
+            seq_len=32, num_train_steps=1)  # fmt: skip
+
+
+def test_the_run_names_the_field_of_a_folder_that_is_not_a_cache(nano, data_dir, tmp_path) -> None:
+    from schooner.train import TrainerConfig, train
+
+    empty = tmp_path / "not-a-cache"
+    empty.mkdir()
+    config = TrainerConfig(model=nano(), datasets=[(f"{data_dir}/train", 1.0), (str(empty), 1.0)], seq_len=32,
+                           num_train_steps=1, validation={})  # fmt: skip
+    with pytest.raises(ValueError, match=r"TrainerConfig\.datasets\[1\]: token cache .*no manifest\.json"):
+        train(config, str(tmp_path / "run"))

@@ -15,13 +15,16 @@ from schooner.train._tracking import JsonlTracker, make_trackers
 
 def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
     path = str(tmp_path / "metrics.jsonl")
-    t = JsonlTracker(path)
+    t = JsonlTracker(str(tmp_path))
     for s in range(1, 8):
         t.log({"train/loss": 10.0 - s}, s)
     t.log({"train/loss": float("nan")}, 8)
     t.finish()
-    assert read_metrics(path)[-1]["train/loss"] == "nan"  # JSON has no NaN; kept visible as a string
-    t = JsonlTracker(path, resume_step=5)  # the interrupted run had logged 6..8 after its checkpoint at 5
+    assert read_metrics(path)[-1]["train/loss"] is None  # JSON has no NaN: null, as schooner.cluster.records
+    assert '"train/loss": null' in (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
+    assert read_metrics(str(tmp_path)) == read_metrics(path)  # the run folder names the same file
+    # the interrupted run had logged 6..8 after its checkpoint at 5
+    t = JsonlTracker(str(tmp_path), resume_step=5)
     t.log({"train/loss": 4.5}, 6)
     t.finish()
     assert [(r["step"], r["train/loss"]) for r in read_metrics(path)] == [
@@ -36,7 +39,7 @@ def test_jsonl_resume_drops_steps_after_the_checkpoint(tmp_path) -> None:
 
 def test_loss_plot_is_a_png(tmp_path) -> None:
     path = str(tmp_path / "metrics.jsonl")
-    t = JsonlTracker(path)
+    t = JsonlTracker(str(tmp_path))
     for s in range(1, 20):
         t.log({"train/loss": 5.0 / s}, s)
     t.log({"eval/docs/loss": 1.0}, 19)
@@ -90,27 +93,32 @@ def test_matmul_ceiling_is_the_best_timed_run(monkeypatch) -> None:
     assert matmul_ceiling.__wrapped__(256, "float32", repeats=3) == 2 * 256**3 / 0.25
 
 
+def _wandb_run(config: dict, output_path: str) -> dict:
+    """A step writing an offline W&B run into its attempt folder: the folder and the run's id."""
+    cfg = TrackerConfig(wandb=True, wandb_mode="offline", loss_plot=False)
+    trackers = make_trackers(cfg, run_dir=output_path, name="t", run_config={}, resume_step=None)
+    trackers.log({"train/loss": 1.0}, 1)
+    trackers.finish()
+    (run,) = [p for p in os.listdir(os.path.join(output_path, "wandb")) if p.startswith("offline-run-")]
+    with open(config["seen"], "a") as f:  # the attempt's own folder (a step's result reads as published)
+        f.write(output_path + "\n")
+    return {"id": run.rsplit("-", 1)[1]}
+
+
 def test_wandb_run_id_is_the_same_for_every_attempt_of_a_step(tmp_path, monkeypatch) -> None:
     """Each attempt of a step writes into a folder of its own (the runner publishes it on success): a resumed
     run must continue the same W&B run, so the id comes from the published folder, not the attempt's."""
     pytest.importorskip("wandb")
-    from schooner.cluster import published_path
-    from schooner.cluster.runner._publish import attempt_path
+    from schooner.cluster import StepRunner, lower, step
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    out = str(tmp_path / "train-0123abcd")
-    ids = []
-    for owner in ("host-1-100", "host-2-200"):
-        run_dir = attempt_path(out, owner)
-        os.makedirs(run_dir)
-        assert published_path(run_dir) == out and published_path(run_dir + "/x") == out + "/x"
-        cfg = TrackerConfig(wandb=True, wandb_mode="offline")
-        trackers = make_trackers(cfg, run_dir=run_dir, name="t", run_config={}, resume_step=None)
-        trackers.log({"train/loss": 1.0}, 1)
-        trackers.finish()
-        (run,) = [p for p in os.listdir(os.path.join(run_dir, "wandb")) if p.startswith("offline-run-")]
-        ids.append(run.rsplit("-", 1)[1])
-    assert ids[0] == ids[1]
+    seen = tmp_path / "seen.txt"
+    handle = step("wandb-ids", _wandb_run, {"seen": str(seen)})
+    runner = StepRunner(str(tmp_path / "prefix"), quiet=True)
+    attempts = [runner.run([lower(handle)], force="wandb-ids")[handle].result for _ in range(2)]
+    folders = seen.read_text().split()
+    assert len(folders) == 2 and folders[0] != folders[1]  # two attempts, each in a folder of its own
+    assert attempts[0]["id"] == attempts[1]["id"]
 
 
 @pytest.mark.parametrize(

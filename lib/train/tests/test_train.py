@@ -16,11 +16,10 @@ import pytest
 from schooner.train import (
     AdamConfig,
     CheckpointConfig,
-    DataConfig,
     MeshConfig,
     NonFiniteLossError,
     TrackerConfig,
-    TrainConfig,
+    TrainerConfig,
     latest_checkpoint,
     read_metrics,
     train,
@@ -121,10 +120,12 @@ def _by_hand(model, cache, tokenizer, *, seq_len: int, max_tokens: int) -> tuple
     return nats / count, nats / np.log(2) / nbytes
 
 
-def _run_config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
+def _run_config(nano, data_dir: str, out: str, **kw) -> TrainerConfig:
     args = dict(
         model=nano(),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+        datasets={f"{data_dir}/train": 1.0},
+        seq_len=32,
+        validation={},
         output_path=out,
         batch_size=8,
         num_train_steps=3,
@@ -133,7 +134,7 @@ def _run_config(nano, data_dir: str, out: str, **kw) -> TrainConfig:
         trackers=TrackerConfig(loss_plot=False),
     )
     args.update(kw)
-    return TrainConfig(**args)
+    return TrainerConfig(**args)
 
 
 @pytest.mark.slow
@@ -206,7 +207,7 @@ def test_a_validation_cache_with_other_special_tokens_is_refused_without_a_run_t
     write_cache(val, [other.encode("a validation text that ends with another end of text")] * 4, other)
     cfg = _run_config(
         nano, data_dir, str(tmp_path / "run"),
-        data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={"held-out": val}),
+        datasets={f"{data_dir}/train": 1.0}, seq_len=32, validation={"held-out": val},
     )  # fmt: skip
     with pytest.raises(TokenizerMismatchError, match=rf"eos_id={other.eos_id}.*eos_id={tok.eos_id}"):
         train(cfg)
@@ -226,7 +227,7 @@ def test_training_caches_with_other_special_tokens_are_named_as_training_caches(
     write_cache(second, [other.encode("a training text that ends with another end of text")] * 4, other)
     cfg = _run_config(
         nano, data_dir, str(tmp_path / "run"),
-        data=DataConfig({f"{data_dir}/train": 0.5, second: 0.5}, seq_len=32, validation={}),
+        datasets={f"{data_dir}/train": 0.5, second: 0.5}, seq_len=32, validation={},
     )  # fmt: skip
     with pytest.raises(MixtureError, match=rf"{second}.*eos_id={other.eos_id}.*eos_id={tok.eos_id}"):
         train(cfg)

@@ -25,7 +25,7 @@ The waits are the coordination service's barriers (not collectives), safe on the
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import shutil
 import threading
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import jax
 
+from schooner.cluster import storage
 from schooner.model import CHECKPOINT_MARKER, checkpoint_folder_name, checkpoint_step, list_checkpoints
 
 # Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
@@ -98,10 +98,6 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
 def complete_checkpoints(root: str) -> list[tuple[int, str]]:
     """The complete checkpoints under `root` as (step, path), oldest first (incomplete ones are ignored).
 
@@ -123,8 +119,8 @@ def latest_checkpoint(root: str) -> tuple[int, str] | None:
 
 def read_marker(path: str) -> dict[str, Any]:
     """The `checkpoint.json` of a complete checkpoint folder."""
-    with fsspec.open(f"{path.rstrip('/')}/{CHECKPOINT_MARKER}", "r") as f:
-        return json.load(f)
+    marker: dict[str, Any] = storage.read_json(storage.join(path, CHECKPOINT_MARKER))
+    return marker
 
 
 class CheckpointManager:
@@ -154,29 +150,26 @@ class CheckpointManager:
     def _remove_stale_temporaries(self, *, writes: bool = True) -> None:
         """Remove what interrupted writes (`writes`) and prunes left: `.tmp-` and `.trash-` folders, and step
         folders without their marker (an object store's in-place write, or a prune cut after the marker)."""
-        fs, base = fsspec.core.url_to_fs(self.root)
-        if not fs.exists(base):
-            return
-        for entry in fs.ls(base, detail=False):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
+        for name in storage.listdir(self.root):
             if not name.startswith("step-"):
                 continue
+            entry = storage.join(self.root, name)
             if _TRASH in name:
                 self._log(f"removing {name} (a checkpoint whose pruning was interrupted)")
-                fs.rm(entry, recursive=True)
+                storage.remove_tree(entry)
             elif ".tmp-" in name:
                 if writes:
                     self._log(f"removing incomplete checkpoint {name} (left by an interrupted write)")
-                    fs.rm(entry, recursive=True)
-            elif checkpoint_step(name) is not None and not fs.exists(
-                f"{entry.rstrip('/')}/{CHECKPOINT_MARKER}"
+                    storage.remove_tree(entry)
+            elif checkpoint_step(name) is not None and not storage.exists(
+                storage.join(entry, CHECKPOINT_MARKER)
             ):
                 # Locally a step folder only ever appears by the rename after its marker: without one it is
                 # what an interrupted prune left. On object stores, also an interrupted in-place write.
                 self._log(
                     f"removing {name}: a step folder without {CHECKPOINT_MARKER} (interrupted prune or write)"
                 )
-                fs.rm(entry, recursive=True)
+                storage.remove_tree(entry)
 
     def _barrier(self, what: str) -> None:
         """On several hosts, wait until every process got here (a no-op on one)."""
@@ -249,18 +242,15 @@ class CheckpointManager:
     ) -> None:
         t0 = time.perf_counter()
         final = f"{self.root}/{checkpoint_folder_name(step)}"
-        local = _is_local(self.root)
+        local = storage.is_local(self.root)
         folder = f"{final}.tmp-{self._tmp_tag()}" if local else final
-        fs, fpath = fsspec.core.url_to_fs(folder)
         if self._primary:
-            if fs.exists(fpath):
-                fs.rm(fpath, recursive=True)
-            fs.makedirs(fpath, exist_ok=True)
+            storage.remove_tree(folder)
+            storage.makedirs(folder)
         self._barrier(f"{step}-prepared")
         write_fn(folder, snapshot)
         if os.environ.get(_PAUSE_ENV) == str(nth):
-            with fsspec.open(f"{folder}/.paused", "w") as f:
-                f.write("paused")
+            storage.write_text(f"{folder}/.paused", "paused")
             time.sleep(3600)
         self._barrier(f"{step}-written")
         if self._primary:
@@ -271,8 +261,9 @@ class CheckpointManager:
 
     def _commit(self, step: int, folder: str, final: str, metadata: dict) -> None:
         metadata = {**metadata, "step": step, "written_at": time.time()}
-        with fsspec.open(f"{folder}/{CHECKPOINT_MARKER}", "w") as f:
-            json.dump(metadata, f, indent=1, sort_keys=True, default=str)
+        if isinstance(metadata.get("metrics"), dict):  # JSON has no NaN: null, as metrics.jsonl holds it
+            metadata["metrics"] = {k: _finite(v) for k, v in metadata["metrics"].items()}
+        storage.write_json(f"{folder}/{CHECKPOINT_MARKER}", metadata, default=str)
         if folder != final:
             final_local = final.removeprefix("file://")
             if os.path.exists(final_local):
@@ -295,11 +286,11 @@ class CheckpointManager:
         """Delete a checkpoint folder so that no moment leaves it loadable with files missing: locally, rename
         it to a `.trash-` name (atomic) and delete that; on object stores, delete its marker first."""
         self._prunes += 1
-        fs, fpath = fsspec.core.url_to_fs(path)
-        if not _is_local(self.root):
-            fs.rm(f"{fpath}/{CHECKPOINT_MARKER}")
-            fs.rm(fpath, recursive=True)
+        if not storage.is_local(self.root):
+            storage.remove(storage.join(path, CHECKPOINT_MARKER))
+            storage.remove_tree(path)
             return
+        fpath = storage.local_path(path)
         trash = f"{fpath}{_TRASH}{self._tmp_tag()}"
         if os.path.exists(trash):
             shutil.rmtree(trash)
@@ -325,3 +316,7 @@ class CheckpointManager:
     def close(self) -> None:
         """Finish pending writes."""
         self.wait()
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -19,7 +19,9 @@ def tokenizer_sources(run: str) -> tuple[str, ...]:
         if os.path.exists(path):
             with open(path) as f:
                 config = json.load(f).get("config", {})
-            found = [config.get("tokenizer"), *(config.get("data", {}).get("components") or {})]
+            inputs = [pair[0] for pair in config.get("datasets") or []]  # TrainerConfig
+            inputs += list(config.get("data", {}).get("components") or {})  # a run of schooner-train 0.x
+            found = [config.get("tokenizer"), *inputs]
             return tuple(str(x) for x in found if x)
     return ()
 
@@ -95,6 +97,8 @@ class _ExportHf:
 def _drop_null_token_ids(out: str) -> list[str]:
     """Remove the `*_token_id: null` entries of a tokenizer-less export's config files (absent, not null:
     transformers then takes its own defaults); returns the names removed from config.json."""
+    from schooner.cluster import storage
+
     dropped: list[str] = []
     for name in ("config.json", "generation_config.json"):
         path = os.path.join(out, name)
@@ -107,9 +111,7 @@ def _drop_null_token_ids(out: str) -> list[str]:
             continue
         for k in nulls:
             del data[k]
-        with open(path, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        storage.write_json(path, data, indent=2, sort_keys=False)
         if name == "config.json":
             dropped = [k.removesuffix("_token_id") for k in nulls]
     return dropped

@@ -1,16 +1,25 @@
-"""`TrainConfig` and its parts: data, batch size (or schedule), length (steps or tokens), precision.
+"""`TrainerConfig`: the one config of a training run, and the step config of `train_lm`, `sft` and `dpo`.
+
+Every knob of a run is one field here, with its docstring: the step builders pass their arguments through
+and the trainer reads the field. Inputs are `(input, weight)` pairs whose input is a tokenized step's handle
+or a cache folder, so a step keeps its handles in the config and the runner replaces them with their
+folders before the run (`schooner.cluster.resolve_config`, which runs `__post_init__` again on the paths).
 
 Checks that need only the config run in `__post_init__`; checks that need the devices or the caches
-(batch divisible by the data-parallel size, sequence length vs the model, vocab vs the caches' tokenizer)
-run in `check_run` before anything is compiled.
+(batch divisible by the data-parallel size, vocab vs the caches' tokenizer) run in `check_run` before
+anything is compiled.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from schooner.cluster import runtime_field
 
 from ._checkpoint import CheckpointConfig
 from ._mesh import MeshConfig
@@ -18,55 +27,7 @@ from ._optim import AdamConfig, OptimizerConfig
 from ._tracking import TrackerConfig
 
 _DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """The training mixture and the validation sets.
-
-    Example:
-        >>> DataConfig(components={"out/docs/train": 1.0}, seq_len=256).seq_len
-        256
-    """
-
-    components: Mapping[str, float]
-    """Token cache folder (or tokenized step folder) -> mixture weight."""
-    seq_len: int
-    """Tokens per training sequence."""
-    validation: Mapping[str, str] | None = None
-    """Validation caches, name -> folder. None: the `validation/` cache next to each component's
-    `train/` cache when it exists (named after the component's folder); {} disables eval."""
-    weight_schedule: Sequence[tuple[int, Mapping[str, float]]] | None = None
-    """Mixture weights by step: `[(start_step, {component: weight}), ...]` (see MixtureDataset)."""
-    block_size: int = 1024
-    """Sequences per mixture sampling block."""
-    eval_max_tokens: int | None = 65_536
-    """Score the first this many tokens of each validation cache at each evaluation (fixed, so numbers
-    compare across steps and runs; `schooner.eval.evaluate_lm` with the same `max_tokens` and `seq_len` gives
-    the same numbers). None: every token."""
-
-    def __post_init__(self) -> None:
-        if not self.components:
-            raise ValueError("DataConfig.components is empty; give at least one {cache_path: weight}")
-        for k, w in self.components.items():
-            if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-                raise ValueError(
-                    f"DataConfig.components[{k!r}] weight must be a finite number >= 0, got {w!r}"
-                )
-        if sum(self.components.values()) <= 0:
-            raise ValueError(
-                f"DataConfig.components weights sum to 0: {dict(self.components)}; give one a weight > 0"
-            )
-        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
-            raise ValueError(f"DataConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")
-        if self.eval_max_tokens is not None and (
-            isinstance(self.eval_max_tokens, bool)
-            or not isinstance(self.eval_max_tokens, int)
-            or self.eval_max_tokens < 2
-        ):
-            raise ValueError(
-                f"DataConfig.eval_max_tokens must be an int >= 2 or None (all), got {self.eval_max_tokens!r}"
-            )
+logger = logging.getLogger("schooner.train")
 
 
 @dataclass(frozen=True)
@@ -103,99 +64,148 @@ class BatchSchedule:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything a training run needs. Validated here and (with the devices and caches) in `check_run`.
+class TrainerConfig:
+    """Everything a training run needs besides its output folder; the step config of `train_lm`, `sft`
+    and `dpo`. Validated here and (with the devices and caches) in `check_run`.
 
     Example:
-        >>> from schooner.model import presets                                        # doctest: +SKIP
-        >>> cfg = TrainConfig(model=presets.llama_nano, data=DataConfig({"c/train": 1.0}, seq_len=64),
-        ...                   batch_size=8, num_train_steps=100, output_path="out/run")  # doctest: +SKIP
+        >>> from schooner.model import presets
+        >>> cfg = TrainerConfig(model=presets.llama_nano, datasets=[("tok/docs/train", 1.0)], seq_len=64,
+        ...                     batch_size=8, num_train_steps=100)
+        >>> cfg.steps, cfg.datasets
+        (100, (('tok/docs/train', 1.0),))
     """
 
     model: Any
     """The model config (a schooner.model LlamaConfig / MoEConfig)."""
-    data: DataConfig
-    """Training mixture and validation caches."""
-    output_path: str
-    """Run folder: checkpoints `step-NNNNNN/`, `metrics.jsonl`, `loss.png`, `run.json`."""
-    batch_size: int | BatchSchedule = 8
-    """Sequences per optimizer step (global, over all devices), or a schedule by step."""
+    datasets: Sequence[tuple[Any, float]]
+    """`(input, weight)` pairs: a tokenized step's handle or a token cache folder (a tokenized folder's
+    `train/` cache is used), and its mixture weight. A mapping `{input: weight}` is accepted."""
+    seq_len: int
+    """Tokens per training sequence."""
+    optimizer: OptimizerConfig = field(default_factory=AdamConfig)
+    """AdamConfig or MuonConfig (with the learning-rate schedule)."""
+    batch_size: Any = 8
+    """Sequences (rows) per optimizer step, global over all devices, or a `BatchSchedule` (or its
+    `[(start_step, batch_size), ...]`)."""
     num_train_steps: int | None = None
     """Optimizer steps; give this or `train_tokens`."""
     train_tokens: int | None = None
     """Token budget: steps = ceil(train_tokens / (batch_size * seq_len)) (constant batch size only)."""
-    optimizer: OptimizerConfig = field(default_factory=AdamConfig)
-    """AdamConfig or MuonConfig (with the learning-rate schedule)."""
+    objective: Any = None
+    """What is minimised, as a config whose `setup` builds the run's parts (`schooner.train._objective`):
+    None is language modeling (`LanguageModeling`: pretraining, and SFT on chat caches); `Dpo(...)`."""
     z_loss_weight: float = 0.0
-    """Weight of the output z-loss (mean squared log-partition); 1e-4 is common."""
+    """Weight of the output z-loss (mean squared log-partition) of language modeling; 1e-4 is common."""
+    validation: Mapping[str, Any] | None = None
+    """Validation caches `{name: handle_or_folder}`. None: the `validation/` cache next to each dataset
+    when it has one (named after the dataset's folder); {} disables evaluation."""
+    evals: Mapping[str, Any] | None = None
+    """More validation caches `{name: handle_or_folder}`, added to `validation` (or to the defaults)."""
+    eval_every: int | None = None
+    """Evaluate every this many steps (and at the end); None: only at the end."""
+    eval_max_tokens: int | None = 65_536
+    """Score the first this many tokens of each validation cache at each evaluation (fixed, so numbers
+    compare across steps and runs; `schooner.eval.evaluate_lm` with the same `max_tokens` and `seq_len` gives
+    the same numbers). None: every token."""
+    weight_schedule: Sequence[tuple[int, Mapping[Any, float]]] | None = None
+    """Mixture weights by step: `[(start_step, {input: weight}), ...]` (see `MixtureDataset`)."""
+    block_size: int = 1024
+    """Sequences per mixture sampling block."""
+    tokenizer: Any = None
+    """Tokenizer folder/file (or step): byte lengths for bits-per-byte and the export. None: the one the
+    caches record, when it can be found."""
+    seed: int = 0
+    """Seed of the initialization, the data order and the per-step RNG (`fold_in(key, step)`)."""
+    microbatches: int = 1
+    """Gradient accumulation: split each batch into this many microbatches (same result, less memory)."""
     compute_dtype: str | None = None
     """Mixed precision: activation/matmul dtype ("bfloat16", "float32"); parameters and optimizer state stay
     float32. None keeps the model config's `compute_dtype`."""
-    microbatches: int = 1
-    """Gradient accumulation: split each batch into this many microbatches (same result, less memory)."""
-    seed: int = 0
-    """Seed of the initialization, the data order and the per-step RNG (`fold_in(key, step)`)."""
     mesh: MeshConfig = field(default_factory=MeshConfig)
     """Device mesh and axis mappings."""
-    eval_every: int | None = None
-    """Evaluate on the validation caches every this many steps (and at the end); None: only at the end."""
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    """Checkpoint policy."""
-    trackers: TrackerConfig = field(default_factory=TrackerConfig)
-    """Metric sinks and progress frequency."""
-    tokenizer: str | None = None
-    """Tokenizer folder/file: byte lengths for bits-per-byte. None: the one the caches record, when it can
-    be found."""
-    fit_vocab: bool = False
-    """Raise the model's `vocab_size` to the caches' tokenizer vocabulary when it is smaller (a preset's
-    vocab rarely matches your tokenizer). False: a smaller model vocab is an error."""
-    name: str = "train"
-    """Run name (trackers, logs)."""
-    initialize_from: str | None = None
-    """Start from these weights (a run folder, a checkpoint folder or a Hugging Face folder) with a fresh
-    optimizer state and schedule; None: a random initialization. See `schooner.train._init`."""
+    fit_vocab: bool = True
+    """Raise the model's `vocab_size` to the caches' tokenizer vocabulary when it is smaller (a preset's vocab
+    rarely matches your tokenizer; the extra rows of a larger one are never targets). False: an error."""
+    initialize_from: Any = None
+    """Start from these weights (a training step's handle, a run, checkpoint or Hugging Face folder, or an
+    `InitialCheckpoint` pinned when the step was built) with a fresh optimizer state and schedule; None: a
+    random initialization. See `schooner.train._init`."""
     initialize_from_step: int | None = None
-    """With a run folder in `initialize_from`: its checkpoint of this step (None: the latest)."""
+    """With a run in `initialize_from`: its checkpoint of this step (None: the latest)."""
+    checkpoint: CheckpointConfig = runtime_field(default_factory=CheckpointConfig)
+    """When checkpoints are written and which are kept (runtime-only: cannot change the trained model)."""
+    trackers: TrackerConfig = runtime_field(default_factory=TrackerConfig)
+    """Metric sinks and progress frequency (runtime-only; JSONL metrics are always written)."""
+    name: str = runtime_field("train")
+    """Run name (trackers, logs; runtime-only)."""
+    output_path: str | None = runtime_field(None)
+    """The run folder for `train(config)` (checkpoints `step-NNNNNN/`, `metrics.jsonl`, `run.json`); a step's
+    is the one the step runner gives it (runtime-only)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.data, DataConfig):
-            raise TypeError(f"TrainConfig.data must be a DataConfig, got {type(self.data).__name__}")
+        pairs = self.datasets.items() if isinstance(self.datasets, Mapping) else self.datasets
+        try:
+            datasets = tuple((x, w) for x, w in pairs)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"TrainerConfig.datasets must be (input, weight) pairs or {{input: weight}}, got {self.datasets!r}"
+            ) from None
+        object.__setattr__(self, "datasets", datasets)
+        if not datasets:
+            raise ValueError(
+                "TrainerConfig.datasets is empty; give at least one (tokenized step or cache, weight)"
+            )
+        for x, w in datasets:
+            if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+                raise ValueError(
+                    f"TrainerConfig.datasets: {x!r} weight must be a finite number >= 0, got {w!r}"
+                )
+        if sum(w for _, w in datasets) <= 0:
+            raise ValueError(f"TrainerConfig.datasets weights sum to 0: {datasets!r}; give one a weight > 0")
+        if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
+            raise ValueError(f"TrainerConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")
         if not isinstance(self.fit_vocab, bool):  # the string "false" is truthy: refuse, do not coerce
             raise ValueError(
-                f"TrainConfig.fit_vocab must be True or False, got {self.fit_vocab!r} ({type(self.fit_vocab).__name__})"
+                f"TrainerConfig.fit_vocab must be True or False, got {self.fit_vocab!r} ({type(self.fit_vocab).__name__})"
             )
         if not isinstance(self.optimizer, OptimizerConfig):
             raise TypeError(
-                f"TrainConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"
+                f"TrainerConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"
+            )
+        if self.objective is not None and not callable(getattr(self.objective, "setup", None)):
+            raise TypeError(
+                f"TrainerConfig.objective must be None (language modeling) or an objective config with a "
+                f"setup(config, output_path) method (e.g. Dpo(...)), got {self.objective!r}"
             )
         if isinstance(self.batch_size, Sequence) and not isinstance(self.batch_size, str):
-            object.__setattr__(self, "batch_size", BatchSchedule(tuple(self.batch_size)))
+            object.__setattr__(self, "batch_size", BatchSchedule(tuple(tuple(x) for x in self.batch_size)))
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | BatchSchedule):
             raise ValueError(
-                f"TrainConfig.batch_size must be an int or a BatchSchedule, got {self.batch_size!r}"
+                f"TrainerConfig.batch_size must be an int or a BatchSchedule, got {self.batch_size!r}"
             )
         if isinstance(self.batch_size, int) and self.batch_size < 1:
-            raise ValueError(f"TrainConfig.batch_size must be >= 1, got batch_size={self.batch_size}")
+            raise ValueError(f"TrainerConfig.batch_size must be >= 1, got batch_size={self.batch_size}")
         if (self.num_train_steps is None) == (self.train_tokens is None):
             raise ValueError(
-                "give exactly one of TrainConfig.num_train_steps and TrainConfig.train_tokens, got "
+                "give exactly one of num_train_steps and train_tokens, got "
                 f"num_train_steps={self.num_train_steps!r}, train_tokens={self.train_tokens!r}"
             )
         for f in ("num_train_steps", "train_tokens"):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"TrainConfig.{f} must be a positive int, got {f}={v!r}")
+                raise ValueError(f"TrainerConfig.{f} must be a positive int, got {f}={v!r}")
         if self.train_tokens is not None and isinstance(self.batch_size, BatchSchedule):
             raise ValueError(
-                "TrainConfig.train_tokens needs a constant batch_size; give num_train_steps instead"
+                "TrainerConfig.train_tokens needs a constant batch_size; give num_train_steps instead"
             )
         if not (isinstance(self.z_loss_weight, int | float) and self.z_loss_weight >= 0):
             raise ValueError(
-                f"TrainConfig.z_loss_weight must be >= 0, got z_loss_weight={self.z_loss_weight!r}"
+                f"TrainerConfig.z_loss_weight must be >= 0, got z_loss_weight={self.z_loss_weight!r}"
             )
         if self.compute_dtype is not None and self.compute_dtype not in _DTYPES:
             raise ValueError(
-                f"TrainConfig.compute_dtype must be one of {_DTYPES} or None, got {self.compute_dtype!r}"
+                f"TrainerConfig.compute_dtype must be one of {_DTYPES} or None, got {self.compute_dtype!r}"
             )
         if (
             isinstance(self.microbatches, bool)
@@ -203,7 +213,7 @@ class TrainConfig:
             or self.microbatches < 1
         ):
             raise ValueError(
-                f"TrainConfig.microbatches must be a positive int, got microbatches={self.microbatches!r}"
+                f"TrainerConfig.microbatches must be a positive int, got microbatches={self.microbatches!r}"
             )
         for size in self.batch_sizes:
             if size % self.microbatches:
@@ -211,17 +221,25 @@ class TrainConfig:
                     f"batch size {size} is not divisible by microbatches={self.microbatches}; "
                     f"choose microbatches among the divisors of {size}"
                 )
-        if self.eval_every is not None and (not isinstance(self.eval_every, int) or self.eval_every < 1):
+        if self.eval_every is not None and (
+            isinstance(self.eval_every, bool) or not isinstance(self.eval_every, int) or self.eval_every < 1
+        ):
             raise ValueError(
-                f"TrainConfig.eval_every must be a positive int or None, got {self.eval_every!r}"
+                f"TrainerConfig.eval_every must be a positive int or None, got {self.eval_every!r}"
             )
-        if not self.output_path:
-            raise ValueError("TrainConfig.output_path is empty; give the run folder")
-        max_seq = getattr(self.model, "max_seq_len", None)
-        if max_seq is not None and self.data.seq_len > max_seq:
+        if self.eval_max_tokens is not None and (
+            isinstance(self.eval_max_tokens, bool)
+            or not isinstance(self.eval_max_tokens, int)
+            or self.eval_max_tokens < 2
+        ):
             raise ValueError(
-                f"seq_len={self.data.seq_len} is beyond the model's max_seq_len={max_seq}; shorten seq_len or "
-                f"use a model config with max_seq_len >= {self.data.seq_len}"
+                f"TrainerConfig.eval_max_tokens must be an int >= 2 or None (all), got {self.eval_max_tokens!r}"
+            )
+        max_seq = getattr(self.model, "max_seq_len", None)
+        if max_seq is not None and self.seq_len > max_seq:
+            raise ValueError(
+                f"seq_len={self.seq_len} is beyond the model's max_seq_len={max_seq}; shorten seq_len or "
+                f"use a model config with max_seq_len >= {self.seq_len}"
             )
         # Schedule phases longer than the run raise here, before anything is built.
         self.optimizer.lr_schedule(self.steps)
@@ -241,16 +259,19 @@ class TrainConfig:
         if self.num_train_steps is not None:
             return self.num_train_steps
         assert self.train_tokens is not None and isinstance(self.batch_size, int)
-        return math.ceil(self.train_tokens / (self.batch_size * self.data.seq_len))
+        return math.ceil(self.train_tokens / (self.batch_size * self.seq_len))
+
+    @property
+    def inputs(self) -> list[Any]:
+        """The datasets' inputs, in order."""
+        return [x for x, _ in self.datasets]
 
 
-def check_run(
-    config: TrainConfig, *, num_devices: int, cache_vocab_sizes: Mapping[str, int] | None = None
-) -> None:
+def check_run(config: Any, *, num_devices: int, cache_vocab_sizes: Mapping[str, int] | None = None) -> None:
     """Checks that need the devices and the caches; raises ValueError before anything compiles.
 
     Args:
-        config: the run.
+        config: the run (a `TrainerConfig`).
         num_devices: devices the mesh spans.
         cache_vocab_sizes: vocab size of each training/validation cache's tokenizer (path -> size).
     """
@@ -262,6 +283,7 @@ def check_run(
                 f"{config.microbatches} (mesh {config.mesh.shape(num_devices)} on {num_devices} devices); use a "
                 f"batch size that is a multiple of {dp * config.microbatches}"
             )
+    _check_tensor_axis(config, num_devices)
     vocab = getattr(config.model, "vocab_size", None)
     for path, v in (cache_vocab_sizes or {}).items():
         if vocab is not None and vocab < v:
@@ -269,3 +291,35 @@ def check_run(
                 f"the model's vocab_size={vocab} is smaller than the tokenizer of cache {path!r} ({v} ids); use "
                 f"dataclasses.replace(model, vocab_size={v}) (train_lm does this when vocab_size is left to it)"
             )
+
+
+def _check_tensor_axis(config: Any, num_devices: int) -> None:
+    """Refuse a tensor axis that does not divide the attention heads or the MLP width: those arrays would
+    stay replicated on every tensor device (`schooner.model.pspec_for_named` replicates an indivisible axis),
+    so the run would pay for tensor parallelism and get it for part of the model, silently. A vocabulary it
+    does not divide only replicates the embedding and head: said in the log."""
+    tensor = config.mesh.shape(num_devices)["tensor"]
+    if tensor == 1:
+        return
+    model = config.model
+    for name in ("num_heads", "intermediate_dim"):
+        size = getattr(model, name, None)
+        if isinstance(size, int) and size % tensor:
+            fits = tuple(
+                t
+                for t in range(1, num_devices + 1)
+                if num_devices % t == 0
+                and all(getattr(model, f, t) % t == 0 for f in ("num_heads", "intermediate_dim"))
+            )
+            raise ValueError(
+                f"MeshConfig.tensor={tensor} does not divide the model's {name}={size}: every array with that "
+                f"axis (attention for num_heads, the MLP for intermediate_dim) would be replicated on all "
+                f"{tensor} tensor devices instead of split; use tensor in {fits} (they divide num_heads, "
+                f"intermediate_dim and the {num_devices} devices), or a model whose {name} divides by {tensor}"
+            )
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, int) and vocab % tensor:
+        logger.warning(
+            f"vocab_size={vocab} is not divisible by MeshConfig.tensor={tensor}: the embedding and output head "
+            f"stay replicated on every tensor device; a vocab_size padded to a multiple of {tensor} splits them"
+        )

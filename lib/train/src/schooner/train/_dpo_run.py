@@ -1,9 +1,11 @@
-"""The DPO trainer: `train()`'s loop (`_loop._Run`) with preference batches carrying the reference's
-log-probs, the DPO objective in the train step, and a held-out evaluation over every validation pair.
+"""DPO as a configuration of the trainer: the `Dpo` objective config (the `objective` of a `dpo` step's
+`TrainerConfig`) and what its `setup` builds: preference batches carrying the reference's log-probs, the
+pairwise loss (`_dpo.make_dpo_loss`) and a held-out evaluation over every validation pair.
 
-The reference's log-probs come from a `reference_logprobs` step (read by pair index), or, when the `dpo`
-step's `reference` is a model, from a frozen copy of it scored inside the jitted train step (and on each
-evaluation batch): no cached step, a second model in memory, one more forward pass per step.
+The reference's log-probs come from a `reference_logprobs` step (read by pair index), or, when `reference`
+is a model, from a frozen copy of it scored inside the jitted train step (`Objective.frozen` and
+`prepare`; and on each evaluation batch): no cached step, a second model in memory, one more forward pass
+per step.
 """
 
 from __future__ import annotations
@@ -11,27 +13,225 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import numbers
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ._dpo import (
-    _ROLES,
-    DpoConfig,
-    WithReference,
-    _split_folder,
-    cached_reference_with_step,
-    load_model_from,
-    make_dpo_loss,
-    read_reference,
-    sequence_logps,
-    with_ref_is_policy,
-)
-from ._loop import _Run
-from ._memory import CompiledStep
+from ._checkpoint import latest_checkpoint
+from ._config import TrainerConfig, check_run
+from ._dpo import LOSS_TYPES, ROLES, make_dpo_loss, sequence_logps
+from ._lm import resolve_model_config
+from ._objective import Objective, Setup
 
 logger = logging.getLogger("schooner.train")
+
+
+@dataclass(frozen=True)
+class Dpo:
+    """Direct preference optimisation (or IPO / hinge) against a reference: the `objective` of a
+    `TrainerConfig` whose `datasets` is one `tokenized_preferences` step or folder (see `dpo`).
+
+    Example:
+        >>> Dpo(reference="runs/sft", beta=0.1).loss_type
+        'sigmoid'
+    """
+
+    reference: Any
+    """A `reference_logprobs` step or folder (cached log-probs), or a model (a training step, a run,
+    checkpoint or Hugging Face folder): a live reference scored in the train step."""
+    beta: float = 0.1
+    """The KL strength (TRL's default 0.1)."""
+    loss_type: str = "sigmoid"
+    """"sigmoid" (DPO), "hinge" (SLiC) or "ipo"."""
+    label_smoothing: float = 0.0
+    """Conservative DPO's eps (only the sigmoid loss changes with it)."""
+    reference_step: int | None = None
+    """A live reference run's checkpoint step (None: its latest)."""
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"dpo: loss_type must be one of {LOSS_TYPES}, got loss_type={self.loss_type!r}")
+        for f, rule in (("beta", "> 0"), ("label_smoothing", "in [0, 0.5)")):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):  # a string from YAML, True, None
+                raise ValueError(f"dpo: {f} must be a number {rule}, got {f}={v!r} ({type(v).__name__})")
+        if not self.beta > 0:
+            raise ValueError(f"dpo: beta must be > 0, got beta={self.beta!r}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"dpo: label_smoothing must be in [0, 0.5), got {self.label_smoothing!r}")
+
+    def setup(self, config: TrainerConfig, output_path: str) -> Setup:
+        """Preference batches with the reference's log-probs, the DPO loss, the held-out evaluator."""
+        import jax
+
+        from schooner.tokenize import CacheError, PreferenceDataset, TokenCache, load_tokenizer
+
+        from ._trainer import place_params
+
+        if len(config.datasets) != 1:
+            raise ValueError(
+                f"dpo: datasets must be one preference step or folder, got {len(config.datasets)}"
+            )
+        preferences = os.fspath(config.datasets[0][0])
+        reference = os.fspath(self.reference)
+        try:
+            train_cache = TokenCache.open(os.path.join(preferences, "train"))
+        except CacheError as e:  # named by its field: the dpo step's `preferences`
+            raise CacheError(f"TrainerConfig.datasets[0] (dpo's preferences): {e}") from e
+        model_config = resolve_model_config(config, train_cache.vocab_size)
+        check_run(dataclasses.replace(config, model=model_config), num_devices=len(jax.devices()))
+        tokenizer = load_tokenizer(os.fspath(config.tokenizer)) if config.tokenizer else None
+        fp = tokenizer or train_cache.tokenizer_fingerprint
+        cached = is_cached_reference(reference)
+        if cached and self.reference_step is not None:
+            raise cached_reference_with_step(reference, self.reference_step)
+        ref_model = ref_folder = None
+        if not cached:
+            ref_model, ref_folder = load_model_from(reference, self.reference_step)
+            vocab = ref_model.config.vocab_size
+            if vocab != model_config.vocab_size:
+                raise ValueError(
+                    f"dpo: the reference model {ref_folder!r} has vocab_size {vocab}, the policy "
+                    f"{model_config.vocab_size}; use a reference with the policy's vocabulary"
+                )
+            logger.info(f"live reference model {ref_folder}: scored in the train step")
+            ref_model, _ = place_params(ref_model, config)  # placed like the policy's weights
+        datasets: dict[str, WithReference | LiveReference] = {}
+        for split in ("train", "validation"):
+            folder = split_folder(preferences, split)
+            if folder is None:
+                continue
+            ds = PreferenceDataset(
+                folder, config.seq_len, config.seed, tokenizer=fp, vocab_size=model_config.vocab_size
+            )
+            if ref_model is not None:
+                datasets[split] = LiveReference(ds, ref_model)
+            else:
+                datasets[split] = WithReference(ds, read_reference(reference, split, ds, config.seq_len))
+        # A fresh run whose policy starts from the reference's own checkpoint: at step 0 they are one model.
+        if config.initialize_from is not None and latest_checkpoint(output_path) is None:
+            from ._init import resolve_source
+
+            start = resolve_source(os.fspath(config.initialize_from), config.initialize_from_step)[1]
+            if ref_folder is None:
+                with open(os.path.join(reference, "reference.json")) as f:
+                    ref_folder = json.load(f)["model"]
+            same = _same_folder(ref_folder, start)
+            datasets["train"].starts_at_reference = same
+            if same:
+                logger.info(
+                    "the policy starts as the reference: step 1 takes the reference's log-probs as its own"
+                )
+        loss = make_dpo_loss(beta=self.beta, loss_type=self.loss_type, label_smoothing=self.label_smoothing)
+        evaluators = []
+        if "validation" in datasets:
+            evaluators.append(DpoEvaluator(datasets["validation"], loss, min(config.batch_sizes)))
+        else:
+            logger.warning(f"{preferences!r} has no validation/ preference cache: no held-out evaluation")
+        special_ids = {k: train_cache.manifest[k] for k in ("bos_id", "eos_id") if k in train_cache.manifest}
+        return Setup(
+            model_config=model_config,
+            objective=Objective(
+                loss=loss,
+                frozen=ref_model,
+                prepare=reference_logps if ref_model is not None else None,
+                sequences_per_row=2,  # a pair is two sequences
+                constrain_batch=False,  # the batch's [B] arrays are placed by the data loader
+            ),
+            data=datasets["train"],
+            evaluators=evaluators,
+            metadata={
+                "tokenizer_fingerprint": train_cache.tokenizer_fingerprint,
+                "tokenizer_special_ids": special_ids,
+            },
+        )
+
+
+def split_folder(prefs: str, split: str) -> str | None:
+    """The `split` cache of a preference folder; None where there is none, or an empty `validation/` (said)."""
+    from schooner.tokenize import TokenCache
+
+    from ._evaluate import empty_split
+
+    path = os.path.join(prefs, split)
+    if not os.path.exists(os.path.join(path, "manifest.json")):
+        return None
+    if split == "validation" and TokenCache.open(path).num_documents == 0:
+        logger.warning(empty_split(path))
+        return None
+    return path
+
+
+def load_model_from(path: str, step: int | None = None) -> tuple[Any, str]:
+    """`(model, folder)` of a run folder (latest or `step`), a checkpoint folder or a Hugging Face folder."""
+    from schooner.model import import_hf, load_model
+
+    from ._init import resolve_source
+
+    kind, folder = resolve_source(path, step)
+    model = load_model(folder)[0] if kind == "schooner" else import_hf(folder)[0]
+    return model, folder
+
+
+def cached_reference_with_step(path: str, step: int) -> ValueError:
+    """The error for a `reference_step` given with a `reference_logprobs` output as the reference."""
+    return ValueError(
+        f"dpo: reference_step={step} names a checkpoint of a live reference run, but {path!r} is a "
+        "reference_logprobs output; leave reference_step out"
+    )
+
+
+class WithReference:
+    """A `PreferenceDataset` whose batches also carry the reference's `ref_{chosen,rejected}_{logps,count}`."""
+
+    def __init__(self, dataset: Any, reference: Mapping[str, np.ndarray]) -> None:
+        self.dataset, self.seq_len = dataset, dataset.seq_len
+        self.reference = {k: np.asarray(v, np.float32) for k, v in reference.items()}
+        self.starts_at_reference = False
+        """The run's policy starts as the reference model: step 0's batch says so (`ref_is_policy`)."""
+
+    def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        return with_ref_is_policy(self.add(self.dataset.batch(step, batch_size, rows)), self, step)
+
+    def add(self, b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        idx = b.pop("pair_index")
+        return b | {f"ref_{k}": v[idx] for k, v in self.reference.items()}
+
+
+def with_ref_is_policy(b: dict[str, Any], data: Any, step: int) -> dict[str, Any]:
+    """`b` with `ref_is_policy` (bool [B]): True at step 0 of a run whose policy starts as the reference."""
+    n = b["chosen_tokens"].shape[0]
+    return b | {"ref_is_policy": np.full(n, bool(data.starts_at_reference and step == 0))}
+
+
+def read_reference(folder: str, split: str, dataset: Any, seq_len: int) -> dict[str, np.ndarray]:
+    """A `reference_logprobs` split, checked against the preference cache and the run's `seq_len`."""
+    with open(os.path.join(folder, "reference.json")) as f:
+        info = json.load(f)
+    meta = info["splits"].get(split)
+    if meta is None:
+        raise FileNotFoundError(
+            f"reference {folder!r} has no {split} split; it scored {sorted(info['splits'])}"
+        )
+    problems = []
+    if info["seq_len"] != seq_len:
+        problems.append(f"seq_len {info['seq_len']} (this run: {seq_len})")
+    if meta["pairs"] != dataset.num_pairs:
+        problems.append(f"{meta['pairs']} pairs (the cache has {dataset.num_pairs})")
+    if meta["tokenizer_fingerprint"] != dataset.tokenizer_fingerprint:
+        problems.append("another tokenizer")
+    if problems:
+        raise ValueError(
+            f"reference {folder!r} does not belong to {dataset.cache.path!r}: "
+            + ", ".join(problems)
+            + "; compute it with reference_logprobs on these preferences and seq_len"
+        )
+    with np.load(os.path.join(folder, f"{split}.npz")) as z:
+        return {k: z[k] for k in z.files}
 
 
 def is_cached_reference(folder: str) -> bool:
@@ -54,7 +254,7 @@ def reference_logps(reference: Any, b: dict) -> dict[str, Any]:
     )
     n = b["chosen_tokens"].shape[0]
     out = {}
-    for i, role in enumerate(_ROLES):
+    for i, role in enumerate(ROLES):
         out[f"ref_{role}_logps"] = logps[i * n : (i + 1) * n]
         out[f"ref_{role}_count"] = counts[i * n : (i + 1) * n]
     return out
@@ -108,156 +308,3 @@ def _same_folder(a: str, b: str) -> bool:
     """Whether two checkpoint folders are one (local paths compared resolved, others as written)."""
     norm = lambda p: os.path.realpath(p) if "://" not in p else p.rstrip("/")  # noqa: E731
     return norm(os.fspath(a)) == norm(os.fspath(b))
-
-
-class DpoRun(_Run):
-    """`train()` with preference batches, the DPO objective and a held-out preference evaluation."""
-
-    def __init__(self, config: Any, dpo: DpoConfig, reference: str, preferences: str) -> None:
-        super().__init__(config)
-        self.dpo, self.reference, self.preferences = dpo, reference, preferences
-        self.reference_model: Any = None  # a live reference (placed like the policy in _compile_step)
-        self.reference_folder: str | None = None
-
-    def _setup_data(self) -> None:
-        import jax
-
-        from schooner.tokenize import PreferenceDataset, TokenCache, load_tokenizer
-
-        from ._config import check_run
-        from ._loop import resolve_model_config
-
-        cfg = self.config
-        train_cache = TokenCache.open(os.path.join(self.preferences, "train"))
-        self.model_config = resolve_model_config(cfg, train_cache.vocab_size)
-        check_run(dataclasses.replace(cfg, model=self.model_config), num_devices=len(jax.devices()))
-        self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
-        fp = self.tokenizer or train_cache.tokenizer_fingerprint
-        self.datasets: dict[str, WithReference | LiveReference] = {}
-        cached = is_cached_reference(self.reference)
-        if cached and self.dpo.reference_step is not None:
-            raise cached_reference_with_step(self.reference, self.dpo.reference_step)
-        if not cached:
-            self.reference_model, self.reference_folder = load_model_from(
-                self.reference, self.dpo.reference_step
-            )
-            vocab = self.reference_model.config.vocab_size
-            if vocab != self.model_config.vocab_size:
-                raise ValueError(
-                    f"dpo: the reference model {self.reference_folder!r} has vocab_size {vocab}, the policy "
-                    f"{self.model_config.vocab_size}; use a reference with the policy's vocabulary"
-                )
-            logger.info(f"live reference model {self.reference_folder}: scored in the train step")
-        for split in ("train", "validation"):
-            folder = _split_folder(self.preferences, split)
-            if folder is None:
-                continue
-            ds = PreferenceDataset(
-                folder, cfg.data.seq_len, cfg.seed, tokenizer=fp, vocab_size=self.model_config.vocab_size
-            )
-            if self.reference_model is not None:
-                self.datasets[split] = LiveReference(ds, self.reference_model)
-            else:
-                self.datasets[split] = WithReference(
-                    ds, read_reference(self.reference, split, ds, cfg.data.seq_len)
-                )
-        self.dataset = self.datasets["train"]
-        self.tokenizer_fingerprint = train_cache.tokenizer_fingerprint
-        self.caches = {train_cache.path: train_cache}
-        self.validation = {}
-        self.objective = make_dpo_loss(
-            beta=self.dpo.beta, loss_type=self.dpo.loss_type, label_smoothing=self.dpo.label_smoothing
-        )
-
-    def _setup_state(self) -> None:
-        super()._setup_state()
-        # A fresh run whose policy starts from the reference's own checkpoint: at step 0 they are one model.
-        if self.initialized_from is None:
-            return
-        if self.reference_folder is not None:
-            ref_model = self.reference_folder
-        else:
-            with open(os.path.join(self.reference, "reference.json")) as f:
-                ref_model = json.load(f)["model"]
-        same = _same_folder(ref_model, self.initialized_from)
-        self.datasets["train"].starts_at_reference = same
-        if same:
-            logger.info(
-                "the policy starts as the reference: step 1 takes the reference's log-probs as its own"
-            )
-
-    def _compile_step(self) -> None:
-        import haliax as hax
-        import jax
-
-        from ._mesh import replicated
-        from ._step import _split_microbatches, make_train_step
-
-        step_fn = make_train_step(
-            self.tx,
-            z_loss_weight=0.0,
-            microbatches=self.config.microbatches,
-            lr_schedule=self.lr_schedule,
-            loss=self.objective,
-        )
-
-        if self.reference_model is None:
-
-            def wrapped(state: Any, batch: dict[str, Any]) -> Any:
-                with hax.axis_mapping(self.compute_map):
-                    return step_fn(state, batch)
-
-            # Batches arrive placed by the data loader ([B, T] and [B] arrays split over the batch axes).
-            plain = jax.jit(
-                wrapped,
-                in_shardings=(self.state_sharding, None),
-                out_shardings=(self.state_sharding, replicated(self.mesh)),
-                donate_argnums=(0,),
-            )
-            self.step_fn = CompiledStep(plain, self.memory_hint(), log=logger.info)
-            return
-        import equinox as eqx
-
-        from schooner.model import model_shardings
-
-        # The live reference: placed like the policy's weights, scored on the whole batch, then the step.
-        ref_sharding = model_shardings(
-            eqx.filter_eval_shape(lambda m: m, self.reference_model), self.mesh, self.param_map
-        )
-        reference = jax.jit(lambda m: m, out_shardings=ref_sharding)(self.reference_model)
-        self.reference_model = reference
-        for data in self.datasets.values():
-            if isinstance(data, LiveReference):
-                data.model = reference
-
-        m = self.config.microbatches
-
-        def score(ref: Any, batch: dict[str, Any]) -> dict[str, Any]:
-            if m == 1:
-                return reference_logps(ref, batch)
-            # as many forward passes as the policy's microbatches, so the reference's logits fit as theirs do
-            out = jax.lax.map(lambda b: reference_logps(ref, b), _split_microbatches(batch, m))
-            return {k: v.reshape(-1) for k, v in out.items()}
-
-        def live(state: Any, ref: Any, batch: dict[str, Any]) -> Any:
-            with hax.axis_mapping(self.compute_map):
-                return step_fn(state, batch | score(ref, batch))
-
-        jitted = jax.jit(
-            live,
-            in_shardings=(self.state_sharding, ref_sharding, None),
-            out_shardings=(self.state_sharding, replicated(self.mesh)),
-            donate_argnums=(0,),
-        )
-        self.step_fn = CompiledStep(jitted, self.memory_hint(), bound=(reference,), log=logger.info)
-
-    def _make_evaluator(self) -> Any:
-        if "validation" not in self.datasets:
-            logger.warning(
-                f"{self.preferences!r} has no validation/ preference cache: no held-out evaluation"
-            )
-            return None
-        return DpoEvaluator(self.datasets["validation"], self.objective, min(self.config.batch_sizes))
-
-    def tokens_before(self, step: int) -> int:
-        return 2 * super().tokens_before(step)  # a pair is two sequences

@@ -1,4 +1,5 @@
-"""Evaluation during training: loss and bits-per-byte on each validation cache, and their average.
+"""Evaluation during training: loss and bits-per-byte on each validation cache, and their average; chat
+caches (`ChatEvaluator`) on their assistant tokens, packed as in training.
 
 The scorer is `schooner.model.StreamScorer`, shared with `schooner.eval.evaluate_lm` (the trainer does not
 import `schooner.eval`): each cache's first `max_tokens` tokens cut into `seq_len` windows overlapping by one
@@ -133,4 +134,106 @@ class Evaluator:
             metrics["eval/loss"] = math.fsum(losses) / len(losses)
         if bpbs:
             metrics["eval/bpb"] = math.fsum(bpbs) / len(bpbs)
+        return metrics
+
+
+class ChatEvaluator:
+    """Masked loss and bits-per-byte of a model on chat validation caches, packed as in training.
+
+    Args:
+        caches: name -> chat cache folder.
+        seq_len: row length (conversations packed whole, first-fit, cut to `seq_len`).
+        batch_size: rows per device call (a multiple of the data-parallel size); never changes the numbers.
+        max_tokens: score the first `ceil(max_tokens / seq_len)` rows of each cache (fixed across steps);
+            None: all rows.
+        byte_lengths: int[vocab] bytes per token id (bits-per-byte), or None.
+        sharding: sharding of the [B, T] arrays.
+        tokenizer: the run's tokenizer or fingerprint; every cache must have been built with it.
+    """
+
+    def __init__(
+        self,
+        caches: Mapping[str, str],
+        *,
+        seq_len: int,
+        batch_size: int,
+        max_tokens: int | None,
+        byte_lengths: np.ndarray | None,
+        sharding: Any = None,
+        tokenizer: Any = None,
+    ) -> None:
+        from schooner.tokenize import PackedSequences, TokenCache
+
+        self.sets = {}
+        for name, path in caches.items():
+            cache = TokenCache.open(path)
+            if tokenizer is not None:
+                cache.check_tokenizer(tokenizer)
+            packed = PackedSequences(cache, seq_len)
+            rows = packed.num_sequences
+            if max_tokens is not None:
+                rows = min(rows, math.ceil(max_tokens / seq_len))
+            self.sets[name] = (packed, rows)
+        self.batch_size, self.byte_lengths, self.sharding = batch_size, byte_lengths, sharding
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.sets)
+
+    def score(self, model: Any, name: str) -> dict[str, float]:
+        """`{"loss", "bpb", "tokens"}` of one cache: nats per target token, bits per target byte."""
+        import jax
+
+        from schooner.model import token_nll
+
+        packed, rows = self.sets[name]
+        nats = count = nbytes = 0.0
+        for start in range(0, rows, self.batch_size):
+            b = packed.batch(np.arange(start, min(start + self.batch_size, rows)))
+            n = b["tokens"].shape[0]
+            if n < self.batch_size:  # pad to a full batch with rows that score nothing
+                b = {k: np.concatenate([v, np.repeat(v[:1], self.batch_size - n, 0)]) for k, v in b.items()}
+                b["loss_mask"][n:] = 0
+            tokens, segs = b["tokens"], b["segment_ids"]
+            put = (lambda x: jax.device_put(x, self.sharding)) if self.sharding is not None else (lambda x: x)
+            nll = np.asarray(jax.device_get(token_nll(model, put(tokens), put(segs))), np.float64)
+            w = (segs[:, :-1] == segs[:, 1:]) * b["loss_mask"][:, 1:]
+            nats += float((w * nll).sum())
+            count += float(w.sum())
+            if self.byte_lengths is not None:
+                nbytes += float((w * self.byte_lengths[tokens[:, 1:]]).sum())
+        out = {"loss": nats / max(count, 1.0), "tokens": count}
+        if nbytes > 0:
+            out["bpb"] = nats / math.log(2) / nbytes
+        return out
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        """`eval/<name>/loss` and `eval/<name>/bpb` per cache (a chat cache's target tokens only)."""
+        metrics: dict[str, float] = {}
+        for name in self.sets:
+            s = self.score(model, name)
+            metrics[f"eval/{name}/loss"] = s["loss"]
+            if "bpb" in s:
+                metrics[f"eval/{name}/bpb"] = s["bpb"]
+        return metrics
+
+
+class Evaluators:
+    """Several evaluators as one: their per-set metrics, and `eval/loss`, `eval/bpb` averaged over all sets."""
+
+    def __init__(self, parts: list[Any]) -> None:
+        self.parts = parts
+
+    @property
+    def names(self) -> list[str]:
+        return [n for p in self.parts for n in p.names]
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        for p in self.parts:
+            metrics.update({k: v for k, v in p(model).items() if k.count("/") == 2})
+        for kind in ("loss", "bpb"):
+            vals = [v for k, v in metrics.items() if k.endswith(f"/{kind}")]
+            if vals:
+                metrics[f"eval/{kind}"] = math.fsum(vals) / len(vals)
         return metrics

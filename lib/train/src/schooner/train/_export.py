@@ -1,8 +1,5 @@
-"""The `export_hf` step: one checkpoint of a training run written in the Hugging Face layout.
-
-A step of its own (not a flag of `train_lm`), so adding it to a finished run exports without training
-again. What cannot be exported (quantile balancing's router bias, sigmoid routers, shared experts...) is
-refused when the step is built, from the run's model config, naming the field.
+"""Writing one checkpoint of a training run in the Hugging Face layout: the work of the `hf_export` step
+(`schooner.train.steps.hf_export`) and of the `schooner export-hf` command.
 
 Output folder: `config.json`, `generation_config.json`, `model.safetensors` (or shards with an index),
 the tokenizer's files (`tokenizer_config.json` with a Jinja `chat_template` for `apply_chat_template`), and
@@ -16,8 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle
-from schooner.cluster import step as make_step
+from schooner.cluster import storage
 
 VERSION = "export-hf-v1"
 _DTYPES = ("float32", "bfloat16")
@@ -25,7 +21,7 @@ _DTYPES = ("float32", "bfloat16")
 
 @dataclass(frozen=True)
 class ExportHfConfig:
-    """What the `export_hf` step exports (inputs are resolved to their folders when it runs)."""
+    """What the `hf_export` step exports (inputs are resolved to their folders when it runs)."""
 
     run: Any
     """The `train_lm` step (or a run folder / checkpoint folder path)."""
@@ -64,96 +60,6 @@ class ExportHfConfig:
             raise ValueError(
                 f"export_hf: max_shard_bytes must be a positive int, got {self.max_shard_bytes!r}"
             )
-
-
-def train_lm_model_config(handle: StepHandle) -> Any:
-    """The model config of a `train_lm` (or `sft`, `dpo`) handle (None for other handles)."""
-    from ._dpo import _run_dpo
-    from .steps import _run_train_lm
-
-    return handle.config.model if handle.fn in (_run_train_lm, _run_dpo) else None
-
-
-def export_hf(
-    checkpoint: StepHandle | str,
-    name: str | None = None,
-    *,
-    step: int | None = None,
-    tokenizer: Any = None,
-    dtype: str = "float32",
-    max_shard_bytes: int = 5 * 10**9,
-    chat_template: str | None = None,
-    resources: ResourceConfig | None = None,
-) -> StepHandle:
-    """A step that writes a training run's checkpoint as a Hugging Face model folder.
-
-    Args:
-        checkpoint: the `train_lm` step handle (or a run folder or checkpoint folder path).
-        name: the step's name; default `hf/<the train step's name>`.
-        step: which checkpoint (its step number); None: the latest complete one.
-        tokenizer: the tokenizer to ship (folder, file or step); None: the run's own (its `tokenizer`, else
-            the one its datasets were tokenized with).
-        dtype: "float32" or "bfloat16" tensors.
-        max_shard_bytes: largest safetensors file (bigger models are sharded with an index).
-        chat_template: the chat template `tokenizer_config.json` gets as Jinja ("schooner", "chatml"); None:
-            the tokenizer folder's own, else the one the run's chat caches were rendered with, else the
-            tokenizer's default when it has its tokens (none otherwise).
-        resources: where it runs (runtime-only); None: in the runner's process.
-
-    Returns:
-        The step handle; its output folder loads with `transformers.AutoModelForCausalLM.from_pretrained`
-        and with `schooner.model.import_hf`.
-
-    Raises:
-        ValueError: the run's model cannot be represented in an HF layout (the message names the field,
-            e.g. `load_balancing='quantile'`), or a bad argument.
-
-    Example:
-        >>> model = train_lm("checkpoints/nano", ...)                            # doctest: +SKIP
-        >>> hf = export_hf(model)                                               # doctest: +SKIP
-        >>> StepRunner().run([lower(hf)])  # trains if needed, then exports       # doctest: +SKIP
-    """
-    from schooner.model import hf_export_problems
-
-    sources: tuple = ()
-    if isinstance(checkpoint, StepHandle):
-        model_config = train_lm_model_config(checkpoint)
-        if model_config is None:
-            raise TypeError(
-                f"export_hf: {checkpoint.name!r} is not a train_lm step; pass a train_lm handle or a path"
-            )
-        problems = hf_export_problems(model_config)
-        if problems:
-            raise ValueError(
-                f"export_hf({checkpoint.name!r}): the run's model has no Hugging Face layout: "
-                + "; ".join(problems)
-                + "."
-            )
-        tc = checkpoint.config
-        sources = tuple(x for x in (tc.tokenizer, *(d["input"] for d in tc.datasets)) if x is not None)
-        default_name = f"hf/{checkpoint.name}"
-    elif isinstance(checkpoint, str | os.PathLike):
-        checkpoint = os.fspath(checkpoint)
-        default_name = "hf/" + os.path.basename(checkpoint.rstrip("/"))
-    else:
-        raise TypeError(f"export_hf: checkpoint must be a train_lm handle or a path, got {checkpoint!r}")
-    config = ExportHfConfig(
-        run=checkpoint,
-        step=step,
-        tokenizer=tokenizer,
-        tokenizer_sources=sources,
-        dtype=dtype,
-        max_shard_bytes=max_shard_bytes,
-        chat_template=chat_template,
-    )
-    return make_step(
-        name or default_name,
-        _run_export_hf,
-        config,
-        version=VERSION,
-        resources=resources,
-        description=f"export {'the latest' if step is None else f'step {step}'} checkpoint in the HF layout",
-    )
 
 
 def _tokenizer_folder(config: ExportHfConfig) -> str | None:
@@ -205,11 +111,7 @@ def write_chat_template(folder: str, tok: Any, config: ExportHfConfig) -> str | 
             raise
         return None  # the tokenizer lacks the default template's tokens: a base model without chat format
     cfg |= {"chat_template": jinja_chat_template(template), "schooner_chat_template": template.name}
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    storage.write_json(path, cfg, indent=2, sort_keys=False)
     return template.name
 
 
@@ -242,17 +144,11 @@ def _stop_on_end_of_turn(folder: str, tok: Any, config: ExportHfConfig) -> list[
     with open(path) as f:
         gen = json.load(f)
     gen["eos_token_id"] = stop if len(stop) > 1 else stop[0]
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(gen, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
+    storage.write_json(path, gen, indent=2, sort_keys=False)
     return stop
 
 
 def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
-    import fsspec
-
     from schooner.model import CHECKPOINT_MARKER, find_checkpoint, load_model
     from schooner.model import export_hf as write_hf
     from schooner.tokenize import load_tokenizer
@@ -284,17 +180,15 @@ def _run_export_hf(config: ExportHfConfig, output_path: str) -> dict[str, Any]:
     )
     chat = write_chat_template(output_path, tok, config) if tok_path is not None else None
     stop_ids = _stop_on_end_of_turn(output_path, tok, config) if tok_path is not None else None
-    fs, marker = fsspec.core.url_to_fs(f"{folder}/{CHECKPOINT_MARKER}")  # none in a save_model folder
+    has_marker = storage.exists(storage.join(folder, CHECKPOINT_MARKER))  # none in a save_model folder
     record = {
         "checkpoint": folder,
-        "step": read_marker(folder)["step"] if fs.exists(marker) else None,
+        "step": read_marker(folder)["step"] if has_marker else None,
         "tokenizer": tok_path,
         "tokenizer_fingerprint": fingerprint,
         "dtype": config.dtype,
         "chat_template": chat,
         "eos_token_ids": stop_ids if stop_ids is not None else ids.get("eos_token_id"),
     }
-    with open(os.path.join(output_path, "export.json"), "w") as f:
-        json.dump(record, f, indent=2)
-        f.write("\n")
+    storage.write_json(os.path.join(output_path, "export.json"), record, indent=2, sort_keys=False)
     return record

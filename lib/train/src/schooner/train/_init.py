@@ -32,10 +32,9 @@ _RESOLVED = {"head_dim": "resolved_head_dim", "shared_intermediate_dim": "resolv
 
 
 def _exists(path: str) -> bool:
-    import fsspec
+    from schooner.cluster import storage
 
-    fs, p = fsspec.core.url_to_fs(path)
-    return fs.exists(p)
+    return storage.exists(path)
 
 
 def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
@@ -133,17 +132,13 @@ def pin_initialize_from(source: Any, step: int | None) -> tuple[Any, int | None]
 
 def source_config(path: str, step: int | None = None) -> Any:
     """The model config stored at an `initialize_from` path (see `resolve_source`)."""
-    import json
-
-    import fsspec
-
+    from schooner.cluster import storage
     from schooner.model import config_from_hf, read_config
 
     kind, folder = resolve_source(path, step)
     if kind == "schooner":
         return read_config(folder)
-    with fsspec.open(f"{folder}/config.json", "r") as f:
-        return config_from_hf(json.load(f))
+    return config_from_hf(storage.read_json(storage.join(folder, "config.json")))
 
 
 def check_compatible(run: Any, source: Any, *, where: str) -> None:

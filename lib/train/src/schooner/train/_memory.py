@@ -114,7 +114,7 @@ def advice(model_config: Any, batch_size: int, microbatches: int) -> str:
     lighter = {"none": "dots", "dots": "save_carries"}.get(str(policy))
     options = [
         f"a smaller batch_size (now {batch_size})",
-        f"more microbatches (`microbatches=` of train_lm or TrainConfig, now {microbatches}; the batch size must divide by it)",
+        f"more microbatches (`microbatches=` of train_lm or TrainerConfig, now {microbatches}; the batch size must divide by it)",
     ]
     if lighter:
         options.append(

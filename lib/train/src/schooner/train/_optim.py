@@ -42,6 +42,8 @@ def _check_types(config: Any, numbers_: dict[str, str], flags: tuple[str, ...]) 
             continue
         if isinstance(v, bool) or not isinstance(v, numbers.Real):
             raise ValueError(f"{name}.{f} must be a number {rule}, got {f}={v!r} ({type(v).__name__})")
+        if not math.isfinite(v):  # NaN passes every `< 0` check and only fails at the first step
+            raise ValueError(f"{name}.{f} must be a finite number {rule}, got {f}={v!r}")
     for f in flags:
         v = getattr(config, f)
         if not isinstance(v, bool):
@@ -76,7 +78,13 @@ class OptimizerConfig:
         name = type(self).__name__
         _check_types(
             self,
-            {"weight_decay": ">= 0", "max_grad_norm": "> 0 or None", "min_lr_ratio": "in [0, 1]"},
+            {
+                "weight_decay": ">= 0",
+                "max_grad_norm": "> 0 or None",
+                "min_lr_ratio": "in [0, 1]",
+                "warmup": ">= 0 (steps, or a fraction of the run)",
+                "decay": ">= 0 (steps, or a fraction of the run) or None",
+            },
             ("decay_norms_and_biases", "decay_embeddings"),
         )
         if not (isinstance(self.learning_rate, int | float) and math.isfinite(self.learning_rate)):

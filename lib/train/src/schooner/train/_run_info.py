@@ -132,3 +132,23 @@ class RunLog:
             logger.removeHandler(h)
             h.close()
         logger.setLevel(self._old_level)
+
+
+def recorded_data(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"seq_len", "components": {input: weight}, "validation": {name: folder} | None, "evals": {...}}` of a
+    run's config as `run.json` records it: a `TrainerConfig`, or the `TrainConfig` of schooner-train 0.x
+    (`data.components`, `data.seq_len`, `data.validation`). `validation` None: the datasets' own."""
+    if "data" in config:  # schooner-train 0.x
+        data = config["data"]
+        return {
+            "seq_len": int(data["seq_len"]),
+            "components": {str(k): float(v) for k, v in data["components"].items()},
+            "validation": data.get("validation"),
+            "evals": {},
+        }
+    return {
+        "seq_len": int(config["seq_len"]),
+        "components": {str(x): float(w) for x, w in config["datasets"]},
+        "validation": config.get("validation"),
+        "evals": dict(config.get("evals") or {}),
+    }

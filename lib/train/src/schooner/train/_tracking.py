@@ -6,15 +6,11 @@ wandb, tensorboardX and matplotlib are imported only inside the tracker that nee
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-
-import fsspec
 
 
 @dataclass(frozen=True)
@@ -50,76 +46,42 @@ class Tracker(Protocol):
     def finish(self) -> None: ...
 
 
-def _finite_or_str(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)  # JSON has no NaN/Inf; keep them visible as strings
-    return v
-
-
 class JsonlTracker:
-    """Appends one JSON object per logged step to `metrics.jsonl`.
+    """Writes the run's `metrics.jsonl` through `schooner.cluster.records.MetricsWriter`: one row per logged
+    step, `{"step", "time", ...}`, NaN and infinities as `null` (JSON has no such numbers).
 
-    On resume from step S, lines for steps after S (logged by the interrupted run after its last
-    checkpoint) are dropped first, so the file reads as one uninterrupted run. On an object store, which
-    cannot append, the whole file is uploaded again at `flush()` (the loop calls it with every checkpoint),
-    at most every `upload_every_s` seconds otherwise, and at the end; a killed run keeps every row up to its
-    last checkpoint.
+    On resume from step S, rows for steps after S (logged by the interrupted run after its last checkpoint)
+    are dropped first, so the file reads as one uninterrupted run. On an object store, which cannot append,
+    the whole file is uploaded again at `flush()` (the loop calls it with every checkpoint), now and then
+    otherwise, and at the end; a killed run keeps every row up to its last checkpoint.
     """
 
-    upload_every_s: float = 30.0
+    def __init__(self, run_dir: str, *, resume_step: int | None = None) -> None:
+        from schooner.cluster.records import MetricsWriter
 
-    def __init__(self, path: str, *, resume_step: int | None = None) -> None:
-        self.path = path
-        self.fs, self._p = fsspec.core.url_to_fs(path)
-        self._local = "://" not in path or path.startswith("file://")
-        kept = []
-        if resume_step is not None and self.fs.exists(self._p):
-            kept = [r for r in read_metrics(path) if r.get("step", 0) <= resume_step]
-        elif resume_step is None and self.fs.exists(self._p):
-            self.fs.rm(self._p)
-        self._lines = [json.dumps(r) + "\n" for r in kept]
-        self._uploaded = time.monotonic()
-        if self._local:
-            if resume_step is not None:
-                with self.fs.open(self._p, "w") as f:
-                    f.writelines(self._lines)
-            self._f = self.fs.open(self._p, "a")
-        else:
-            self.flush()
+        self._writer = MetricsWriter(run_dir.rstrip("/"), resume_step=resume_step)
+        self.path = self._writer.path
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
-        row = {"step": step, "time": time.time(), **{k: _finite_or_str(v) for k, v in metrics.items()}}
-        if self._local:
-            self._f.write(json.dumps(row) + "\n")
-            self._f.flush()
-            return
-        self._lines.append(json.dumps(row) + "\n")
-        if time.monotonic() - self._uploaded >= self.upload_every_s:
-            self.flush()
+        self._writer.append({"step": step, "time": time.time(), **metrics})
 
     def flush(self) -> None:
         """Make every logged row durable (an object store: upload the file again)."""
-        if self._local:
-            self._f.flush()
-        else:
-            self.fs.pipe_file(self._p, "".join(self._lines).encode())
-            self._uploaded = time.monotonic()
+        self._writer.flush()
 
     def finish(self) -> None:
-        if self._local:
-            self._f.close()
-        else:
-            self.flush()
+        self._writer.close()
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The rows of a `metrics.jsonl` file."""
-    rows = []
-    with fsspec.open(path, "r") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    return rows
+    """The rows of a run's `metrics.jsonl` (`path`: the file, or the run folder), in file order; none when
+    there is no such file. NaN and infinities read back as None (see `schooner.cluster.records`)."""
+    from schooner.cluster import records
+
+    folder = path.rstrip("/")
+    if folder.rsplit("/", 1)[-1] == records.METRICS_FILE:
+        folder = folder.rsplit("/", 1)[0] if "/" in folder else "."
+    return records.read_metrics(folder)
 
 
 class WandbTracker:
@@ -203,7 +165,7 @@ def make_trackers(
     processes other than 0 of a multi-host run)."""
     if config is None:
         return Trackers([])
-    trackers: list[Tracker] = [JsonlTracker(f"{run_dir.rstrip('/')}/metrics.jsonl", resume_step=resume_step)]
+    trackers: list[Tracker] = [JsonlTracker(run_dir, resume_step=resume_step)]
     if config.wandb:
         trackers.append(WandbTracker(config, run_dir=run_dir, name=name, run_config=run_config))
     if config.tensorboard:
@@ -237,6 +199,8 @@ def plot_losses(metrics_path: str, out_path: str, *, title: str = "") -> None:
     if train or evals:
         ax.legend()
     fig.tight_layout()
-    with fsspec.open(out_path, "wb") as f:
+    from schooner.cluster import storage
+
+    with storage.atomic_open(out_path, "wb") as f:
         fig.savefig(f, format="png")
     plt.close(fig)

@@ -8,14 +8,13 @@ reads its interval from them without refitting.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from schooner.cluster import StepHandle, step
+from schooner.cluster import StepHandle, step, storage
 
 from ._approach2 import fit_approach2
 from ._approach3 import Approach3Config, fit_approach3
@@ -195,11 +194,9 @@ def fit_runs(
 
 def read_fit(path: str) -> dict[str, Any]:
     """The `fit.json` of a fit step's folder (or the file itself)."""
-    import fsspec
-
     file = path if path.endswith(".json") else f"{path.rstrip('/')}/fit.json"
-    with fsspec.open(file) as f:
-        return json.load(f)
+    fit: dict[str, Any] = storage.read_json(file)
+    return fit
 
 
 def fitted_law(fit: Mapping[str, Any], method: str) -> ScalingLaw:
@@ -276,9 +273,8 @@ def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
         approach3=config.approach3, varpro=config.varpro,
     )  # fmt: skip
     fit["data"] = fitted_data(data, runs)
-    os.makedirs(output_path, exist_ok=True)
-    with open(f"{output_path}/fit.json", "w") as f:
-        json.dump(fit, f, indent=1, sort_keys=True)
+    storage.makedirs(output_path)
+    storage.write_text(f"{output_path}/fit.json", json.dumps(fit, indent=1, sort_keys=True))
     write_plots(fit, output_path)
     return fit_summary(fit)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from schooner.cluster import StepHandle, step
+from schooner.cluster import StepHandle, records, step, storage
 
 from ._approach2 import PowerLaw
 from ._bootstrap import percentile_interval, replicates_shortfall
@@ -237,9 +236,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
             "samples": fit["samples"],
         },
     }
-    os.makedirs(output_path, exist_ok=True)
-    with open(f"{output_path}/forecast.json", "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
+    storage.write_text(f"{output_path}/forecast.json", json.dumps(record, indent=1, sort_keys=True))
     plot_forecast([ScalingRun.from_dict(r) for r in fit["runs"]], record, f"{output_path}/forecast.png")
     iv = pred["interval"]
     return {
@@ -322,27 +319,17 @@ def run_started(train_path: str) -> tuple[float | None, str]:
     by the compile time; a resumed attempt appends to the rows of the attempts before it). A forecast written
     between a killed attempt and its resumption is therefore not "before the run".
     """
-    import fsspec
-
     found: list[tuple[float, str]] = []
-    try:
-        with fsspec.open(f"{train_path}/.schooner/history.jsonl", "r") as f:
-            for line in f:
-                with contextlib.suppress(ValueError):  # a torn line (a writer killed mid-write) says nothing
-                    t = json.loads(line).get("started") if line.strip() else None
-                    if t is not None:
-                        found.append((float(t), "step history"))
-    except FileNotFoundError:
-        pass
-    try:
-        with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
-            for line in f:
-                t = json.loads(line).get("time") if line.strip() else None
-                if t is not None:
-                    found.append((float(t), "first metrics row"))
-                    break
-    except FileNotFoundError:
-        pass
+    # through the records module: the runner's files are its own (a torn line, a writer killed mid-write, is
+    # skipped there and says nothing)
+    for attempt in records.read_history(train_path):
+        with contextlib.suppress(TypeError, ValueError):
+            if attempt.get("started") is not None:
+                found.append((float(attempt["started"]), "step history"))
+    for row in records.read_metrics(train_path):
+        if row.get("time") is not None:
+            found.append((float(row["time"]), "first metrics row"))
+            break
     return min(found) if found else (None, "nothing recorded")
 
 
@@ -374,13 +361,12 @@ def _data_mismatches(recorded: Any, run: Mapping[str, Any]) -> tuple[list[str], 
 
 
 def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
-    import fsspec
+    from schooner.train._run_info import recorded_data
 
     from ._plots import plot_forecast
     from ._sweep import run_counts, run_data, run_loss
 
-    with fsspec.open(f"{config.forecast}/forecast.json", "r") as f:
-        prediction = json.load(f)
+    prediction = storage.read_json(f"{config.forecast}/forecast.json")
     data_mismatches, data_note = _data_mismatches(prediction.get("data"), run_data(str(config.run)))
     if data_mismatches and not config.accept_other_data:
         raise ValueError(
@@ -398,13 +384,12 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         final_step=counts["steps"],
     )
     started, started_from = run_started(str(config.run))
-    with fsspec.open(f"{config.run}/run.json", "r") as f:
-        info = json.load(f)
+    info = storage.read_json(f"{config.run}/run.json")
     recorded = {
         "model_config": info["model_config"],
         "optimizer": info["config"]["optimizer"],
         "batch_size": info["config"]["batch_size"],
-        "seq_len": info["config"]["data"]["seq_len"],
+        "seq_len": recorded_data(info["config"])["seq_len"],
         "num_train_steps": info["config"]["num_train_steps"],
     }
     target = prediction["target"]
@@ -436,9 +421,7 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         "backtest_scaled_error_pct": backtest.get("scaled_error_pct"),
         **({"backtest_error": backtest["error"]} if "error" in backtest else {}),
     }
-    os.makedirs(output_path, exist_ok=True)
-    with open(f"{output_path}/score.json", "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
+    storage.write_text(f"{output_path}/score.json", json.dumps(result, indent=1, sort_keys=True))
     runs = [ScalingRun.from_dict(r) for r in prediction["fit"]["runs"]]
     plot_forecast(runs, prediction, f"{output_path}/forecast.png", actual=actual["loss"], outcome=result)
     summary = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in result.items()}

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle, step
+from schooner.cluster import ResourceConfig, StepHandle, records, step, storage
 
 from ._law import ScalingRun
 from ._recipe import Recipe, ScalingRecipe
@@ -147,12 +147,9 @@ def run_loss(
     """
     import re
 
-    import fsspec
-
     _check_finished(train_path)
     if evaluation_path is not None:
-        with fsspec.open(f"{evaluation_path}/results.json") as f:
-            results = json.load(f)
+        results = storage.read_json(f"{evaluation_path}/results.json")
         avg = results["average"]
         found = re.search(r"step-(\d+)$", str(results.get("checkpoint", "")).rstrip("/"))
         out: dict[str, Any] = {
@@ -166,11 +163,9 @@ def run_loss(
             raise ValueError(f"{where} is not a checkpoint of the run {train_path}")
     else:
         last = None
-        with fsspec.open(f"{train_path}/metrics.jsonl", "r") as f:
-            for line in f:
-                row = json.loads(line)
-                if metric in row:
-                    last = row
+        for row in records.read_metrics(train_path):
+            if metric in row:
+                last = row
         if last is None:
             raise ValueError(
                 f"{train_path}/metrics.jsonl has no {metric!r}: was the run given validation data?"
@@ -191,33 +186,28 @@ def run_loss(
 
 
 def _check_finished(train_path: str) -> None:
-    """Refuse a run whose step record (`.schooner/status.json`, written by the step runner) is not SUCCESS."""
-    import fsspec
-
-    try:
-        with fsspec.open(f"{train_path}/.schooner/status.json") as f:
-            status = json.load(f).get("status")
-    except FileNotFoundError:
+    """Refuse a run whose step status (the step runner's, read through `schooner.cluster.records`) is not
+    SUCCESS."""
+    status = records.step_status(train_path)
+    if status is None:
         return  # a run trained outside the step runner: the final-step check still applies
-    if status != "SUCCESS":
+    if status.state != records.StepState.SUCCESS:
         raise ValueError(
-            f"{train_path}: the training step is {status}, not finished (.schooner/status.json); wait for it "
-            "to succeed before reading its loss"
+            f"{train_path}: the training step is {status.state.value}, not finished (its step status); wait "
+            "for it to succeed before reading its loss"
         )
 
 
 def run_counts(train_path: str) -> dict[str, Any]:
     """N, D, FLOPs and shape of a finished run, from the model it actually trained (`run.json`): the exact
     counts of `schooner.model`, with the vocabulary `train_lm` fitted to the tokenizer."""
-    import fsspec
-
     from schooner.model import config_from_dict, flops_per_token, num_parameters
+    from schooner.train._run_info import recorded_data
 
-    with fsspec.open(f"{train_path}/run.json") as f:
-        info = json.load(f)
+    info = storage.read_json(f"{train_path}/run.json")
     model = config_from_dict(info["model_config"])
     cfg = info["config"]
-    seq_len = int(cfg["data"]["seq_len"])
+    seq_len = recorded_data(cfg)["seq_len"]
     batch, steps = cfg["batch_size"], cfg["num_train_steps"]
     if not isinstance(batch, int):
         raise ValueError(
@@ -253,17 +243,16 @@ def run_data(train_path: str) -> dict[str, Any]:
     validation sets the run scored: its own, or the `validation/` caches beside its components). A forecast
     records its fitted runs' and a score compares the target run's: a loss on other data, tokens or
     evaluation sets is not the loss the law predicts."""
-    import fsspec
-
     from schooner.train._evaluate import default_validation
+    from schooner.train._run_info import recorded_data
 
-    with fsspec.open(f"{train_path}/run.json") as f:
-        info = json.load(f)
-    data = info["config"]["data"]
-    components = {str(k): float(v) for k, v in data["components"].items()}
-    validation = data.get("validation")
+    info = storage.read_json(f"{train_path}/run.json")
+    data = recorded_data(info["config"])
+    components = data["components"]
+    validation = data["validation"]
     if validation is None:
         validation = default_validation(components)
+    validation = {**validation, **data["evals"]}
     return {
         "tokenizer": info.get("tokenizer_fingerprint"),
         "train": {_cache_id(p): w for p, w in sorted(components.items())},
@@ -273,11 +262,8 @@ def run_data(train_path: str) -> dict[str, Any]:
 
 def read_run_data(path: str) -> list[dict[str, Any] | None]:
     """Each run's `run_data` from a sweep-results folder's `runs.jsonl` (None for a row that has none)."""
-    import fsspec
-
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    with fsspec.open(file, "r") as f:
-        return [json.loads(line).get("data") for line in f if line.strip()]
+    return [json.loads(line).get("data") for line in storage.read_text(file).splitlines() if line.strip()]
 
 
 def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
@@ -305,8 +291,9 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
         )
         budget_notes = warnings.setdefault(f"{run.budget:.3g}", [])
         budget_notes.extend(n for n in notes if n not in budget_notes)
-    with open(f"{output_path}/runs.jsonl", "w") as f:
-        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    storage.write_text(
+        f"{output_path}/runs.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+    )
     plot_isoflops(runs, f"{output_path}/isoflops.png")
     best: dict[str, float] = {}
     for r in runs:
@@ -322,8 +309,9 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
 
 def read_runs(path: str) -> list[ScalingRun]:
     """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file."""
-    import fsspec
-
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    with fsspec.open(file, "r") as f:
-        return [ScalingRun.from_dict(json.loads(line)) for line in f if line.strip()]
+    return [
+        ScalingRun.from_dict(json.loads(line))
+        for line in storage.read_text(file).splitlines()
+        if line.strip()
+    ]

@@ -1,33 +1,35 @@
-"""`train(config)`: build the mesh, model, optimizer and data; resume; run the step loop; evaluate; save.
+"""`Trainer`: one training loop configured by its objective, data, evaluators and hooks.
 
-The loop keeps the device busy: the step for batch s+1 is dispatched before the metrics of batch s are
-read back (a one-step lag), the data loader prepares batches on threads, and checkpoints are written
-from device copies on a background thread.
+Pretraining, SFT and DPO are configurations of it (`_lm.py`, `_dpo_run.py` build their parts; `train()`
+wires a `TrainerConfig` to them). The loop keeps the device busy: the step for batch s+1 is dispatched
+before the metrics of batch s are read back (a one-step lag), the data loader prepares batches on threads,
+and checkpoints are written from device copies on a background thread. A batch source that reads the
+policy (`PolicyBatches`, RL's rollouts) is asked for each batch in the loop instead, with the current model.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
-import math
 import os
 import time
-import traceback
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from schooner.cluster import published_paths, storage
+
 from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
-from ._config import BatchSchedule, TrainConfig, check_run
+from ._config import BatchSchedule, TrainerConfig
 from ._malloc import malloc_env
-from ._memory import CompiledStep, StepMemoryError, advice
+from ._memory import CompiledStep, advice
 from ._mesh import make_mesh, replicated
+from ._objective import Batches, Evaluator, Hook, Objective, PolicyBatches, StepInfo
 from ._progress import Progress
 from ._run_info import (
-    RunLog,
     config_to_json,
     enable_compilation_cache,
     is_primary,
@@ -45,131 +47,71 @@ class NonFiniteLossError(FloatingPointError):
     that update (every checkpoint holds a state that passed the check)."""
 
 
-def resolve_model_config(config: TrainConfig, cache_vocab: int) -> Any:
-    """The model config the run trains: vocab fitted to the caches when asked, compute dtype applied."""
-    model = config.model
-    if config.fit_vocab and model.vocab_size < cache_vocab:
-        logger.info(f"model vocab_size {model.vocab_size} -> {cache_vocab} (the caches' tokenizer)")
-        model = dataclasses.replace(model, vocab_size=cache_vocab)
-    if config.compute_dtype is not None:
-        model = dataclasses.replace(model, compute_dtype=config.compute_dtype)
-    return model
+def batch_sharding(config: TrainerConfig, mesh: Any = None) -> Any:
+    """The sharding of a run's `[B, T]` batch arrays: rows split over the mesh's batch axes."""
+    mesh = mesh if mesh is not None else make_mesh(config.mesh)
+    return jax.sharding.NamedSharding(
+        mesh, jax.sharding.PartitionSpec(config.mesh.compute_axis_mapping["batch"], None)
+    )
 
 
-def train(config: TrainConfig) -> dict[str, Any]:
-    """Run (or resume) training as configured; returns a summary.
+def place_params(tree: Any, config: TrainerConfig, mesh: Any = None) -> tuple[Any, Any]:
+    """`(placed, shardings)`: a model pytree (a frozen reference) placed on the run's mesh as the policy's
+    weights are; `shardings` is what the train step declares for it."""
+    import equinox as eqx
 
-    Resumes automatically from the latest complete checkpoint in `config.output_path`.
+    from schooner.model import model_shardings
 
-    Returns:
-        `{"steps", "final_loss", "checkpoint", "eval", "tokens_per_second", "mfu", ...}`.
+    mesh = mesh if mesh is not None else make_mesh(config.mesh)
+    shardings = model_shardings(
+        eqx.filter_eval_shape(lambda m: m, tree), mesh, config.mesh.param_axis_mapping
+    )
+    return jax.jit(lambda m: m, out_shardings=shardings)(tree), shardings
 
-    Raises:
-        ValueError: an inconsistent configuration (before anything is compiled).
-        StepMemoryError: the compiled step does not fit in device memory (before the first step; the message
-            names the options). The run's device buffers are released first, so the caller can retry with a
-            smaller batch in the same process.
-        NonFiniteLossError: the loss or gradient became NaN/Inf (the message names the step; the last good
-            checkpoint is kept).
+
+class Trainer:
+    """Trains `model_config` on `data` by minimising `objective`, as `config` says; `run()` does the work.
+
+    Resumes from the latest complete checkpoint in `output_path`; checkpoints, `metrics.jsonl`, `run.json`
+    and `loss.png` go there.
+
+    Args:
+        config: the run (steps, batch size, optimizer, mesh, checkpoints, trackers...).
+        output_path: the run folder.
+        model_config: the architecture trained (the setup fitted its vocabulary to the data).
+        objective: the loss, and the frozen arrays it reads (`Objective`).
+        data: the batch source (`Batches`, prefetched; or `PolicyBatches`, asked in the loop).
+        evaluators: each `evaluator(model) -> {"eval/...": value}` runs every `config.eval_every` steps and
+            at the end; their metrics are merged.
+        hooks: `hook(StepInfo) -> metrics | None` after every `hook.every`-th step.
+        metadata: recorded in `run.json` and in each checkpoint's metadata.
+
+    Example:
+        >>> setup = LanguageModeling().setup(config, "runs/x")                            # doctest: +SKIP
+        >>> Trainer(config, output_path="runs/x", **vars(setup)).run()                      # doctest: +SKIP
     """
-    import fsspec
 
-    fs, out_path = fsspec.core.url_to_fs(config.output_path)
-    fs.makedirs(out_path, exist_ok=True)
-    maybe_init_distributed()  # before the log: on several hosts only process 0 writes train.log
-    logs = RunLog(config.output_path)
-    run = _Run(config)
-    try:
-        return run.run()
-    except StepMemoryError as e:
-        # The traceback's frames (and the cycle through the XLA error it chains) hold the model and optimizer
-        # state: drop them now, not at some later garbage collection, so a retry finds the device empty.
-        run.state = None
-        for err in (e, e.__cause__):
-            if err is not None:
-                traceback.clear_frames(err.__traceback__)
-        raise
-    finally:
-        logs.close()
-
-
-class _Batches(Protocol):
-    """What a run trains on: a `schooner.tokenize.MixtureDataset`, or (`DpoRun`) preference pairs with their
-    reference log-probabilities; pure in `step`, `rows` this host's rows of the batch."""
-
-    def batch(self, step: int, batch_size: Any, rows: np.ndarray | None = None) -> dict[str, np.ndarray]: ...
-
-
-class _Run:
-    """One training run; `run()` does the work. Split into methods for readability only."""
-
-    dataset: _Batches
-    step_fn: CompiledStep
-    """(state, batch) -> (state, metrics): the compiled training step (`DpoRun` binds its reference model)."""
-
-    def __init__(self, config: TrainConfig) -> None:
-        self.config = config
-        self.root = config.output_path.rstrip("/")
+    def __init__(
+        self,
+        config: TrainerConfig,
+        *,
+        output_path: str,
+        model_config: Any,
+        objective: Objective,
+        data: Batches | PolicyBatches,
+        evaluators: Sequence[Evaluator] = (),
+        hooks: Sequence[Hook] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not output_path:
+            raise ValueError("Trainer: output_path is empty; give the run folder")
+        self.config, self.root = config, output_path.rstrip("/")
+        self.model_config, self.objective, self.data = model_config, objective, data
+        self.evaluators, self.hooks = list(evaluators), list(hooks)
+        self.metadata = dict(metadata or {})
+        self.state: Any = None
 
     # -- setup ---------------------------------------------------------------------------------------
-    def _setup_data(self) -> None:
-        from schooner.tokenize import MixtureDataset, TokenCache, load_tokenizer
-
-        cfg = self.config
-        caches = {p: TokenCache.open(p) for p in cfg.data.components}
-        from ._evaluate import default_validation
-
-        self.validation = (
-            dict(cfg.data.validation)
-            if cfg.data.validation is not None
-            else default_validation(cfg.data.components)
-        )
-        val_caches = {p: TokenCache.open(p) for p in self.validation.values()}
-        vocab_sizes = {c.path: c.vocab_size for c in [*caches.values(), *val_caches.values()]}
-        self.model_config = resolve_model_config(cfg, max(vocab_sizes.values()))
-        check_run(
-            dataclasses.replace(cfg, model=self.model_config),
-            num_devices=len(jax.devices()),
-            cache_vocab_sizes=vocab_sizes,
-        )
-        # Every cache (training and validation) must come from one tokenizer: the run's `tokenizer` when
-        # given, else the one the first training cache was built with. Checkpoints record its fingerprint.
-        self.tokenizer = load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
-        first = next(iter(caches.values()))
-        expected = self.tokenizer or first.tokenizer_fingerprint
-        self.dataset = MixtureDataset(
-            {p: w for p, w in cfg.data.components.items()},
-            seq_len=cfg.data.seq_len,
-            seed=cfg.seed,
-            weight_schedule=cfg.data.weight_schedule,
-            block_size=cfg.data.block_size,
-            # None: the components are compared with the first, fingerprint and special ids (a fingerprint
-            # string says nothing of the special tokens)
-            tokenizer=self.tokenizer,
-            vocab_size=self.model_config.vocab_size,
-        )
-        for cache in val_caches.values():
-            cache.check_tokenizer(expected)
-            if self.tokenizer is None:  # as above: the special ids too
-                _check_special_ids(cache, first)
-        self.tokenizer_fingerprint = next(iter(caches.values())).tokenizer_fingerprint
-        self.caches = caches
-
-    def _tokenizer_path(self) -> str | None:
-        """The run's tokenizer (file or folder): the given one, else a `tokenizer.json` next to a training
-        cache that matches the caches' fingerprint."""
-        from schooner.tokenize import load_tokenizer
-
-        from ._evaluate import find_tokenizer_file
-
-        if self.config.tokenizer:
-            return self.config.tokenizer
-        for p in self.config.data.components:
-            found = find_tokenizer_file(p)
-            if found and load_tokenizer(found).fingerprint == self.tokenizer_fingerprint:
-                return found
-        return None
-
     def _setup_state(self) -> None:
         import equinox as eqx
 
@@ -181,9 +123,7 @@ class _Run:
         self.mesh = make_mesh(cfg.mesh)
         self.param_map = cfg.mesh.param_axis_mapping
         self.compute_map = cfg.mesh.compute_axis_mapping
-        self.batch_sharding = jax.sharding.NamedSharding(
-            self.mesh, jax.sharding.PartitionSpec(self.compute_map["batch"], None)
-        )
+        self.batch_sharding = batch_sharding(cfg, self.mesh)
         key = jax.random.PRNGKey(cfg.seed)
         k_init, k_train = jax.random.split(key)
         abstract_model = eqx.filter_eval_shape(init, self.model_config, key=k_init)
@@ -206,6 +146,7 @@ class _Run:
             return jax.jit(make, out_shardings=self.state_sharding, donate_argnums=(0,))(model, k_train)
 
         self.abstract_state = abstract
+        self.recorded: dict[str, Any] | None = None
         latest = latest_checkpoint(self.root)
         self.initialized_from: str | None = None
         if latest is None:
@@ -217,6 +158,7 @@ class _Run:
                 self.state = fresh_state(k_init, k_train)
         else:
             self.start_step, path = latest
+            self._check_same_run(path)
             self.state = self._restore(path)
             self.resumed_from = path
             logger.info(f"resuming from {path} (step {self.start_step})")
@@ -226,12 +168,64 @@ class _Run:
         from ._init import load_initial_model
         from ._step import init_state
 
-        assert self.config.initialize_from is not None
         model, self.initialized_from = load_initial_model(
-            self.config.initialize_from, self.model_config, self.config.initialize_from_step
+            os.fspath(self.config.initialize_from), self.model_config, self.config.initialize_from_step
         )
         make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
         return jax.jit(make, out_shardings=self.state_sharding)(model, k_train)
+
+    def _check_same_run(self, checkpoint: str) -> None:
+        """Before resuming: refuse a config that is another run than the one in the folder (its `run.json`),
+        naming each differing field; say when a longer run changes the learning rate of the next step."""
+        self.recorded = _read_run_json(self.root)
+        old = (self.recorded or {}).get("config")
+        if not isinstance(old, dict) or "datasets" not in old:
+            return  # no record, or one of schooner-train 0.x: nothing to compare
+        new = _config_record(self.config)
+        differences = [
+            d
+            for key in sorted(set(old) & set(new))  # a field added or removed since: nothing to compare
+            if key not in CHANGEABLE_ON_RESUME
+            for d in _differences(old.get(key), new.get(key), key)
+        ]
+        if differences:
+            raise ValueError(
+                f"train: {self.root} holds a different run (its run.json, checkpoint {checkpoint}); this config "
+                "differs in " + "; ".join(differences) + ". Resuming would continue that run under these "
+                "settings and overwrite its record: give this run another output_path (or start from that "
+                "checkpoint with initialize_from=), or the original values. Only "
+                f"{', '.join(sorted(CHANGEABLE_ON_RESUME))} may change when a run is resumed."
+            )
+        self._warn_schedule_change(old)
+
+    def _warn_schedule_change(self, old: dict[str, Any]) -> None:
+        """A longer (or shorter) run whose schedule spans its length: the next step's rate is not the one
+        the run was heading for. Said, with both values."""
+        import dataclasses
+
+        cfg, s = self.config, self.start_step
+        if s >= cfg.steps or (old.get("num_train_steps"), old.get("train_tokens")) == (
+            cfg.num_train_steps,
+            cfg.train_tokens,
+        ):
+            return
+        try:
+            before = dataclasses.replace(
+                cfg, num_train_steps=old.get("num_train_steps"), train_tokens=old.get("train_tokens")
+            )
+            lr_old = float(before.optimizer.lr_schedule(before.steps)(s))
+        except (ValueError, TypeError):
+            return
+        lr_new = float(cfg.optimizer.lr_schedule(cfg.steps)(s))
+        if abs(lr_new - lr_old) <= 1e-6 * max(abs(lr_old), 1e-30):
+            return
+        logger.warning(
+            f"resuming {self.root} at step {s} with {before.steps} -> {cfg.steps} steps: the "
+            f"{cfg.optimizer.schedule!r} schedule spans the run, so the learning rate of step {s + 1} jumps "
+            f"from {lr_old:.3g} (where the {before.steps}-step run was) to {lr_new:.3g}. For a smooth "
+            "continuation use schedule='constant' (or 'wsd' resumed before its decay); or start a new run from "
+            "this checkpoint with initialize_from= and a schedule of its own"
+        )
 
     def _restore(self, path: str) -> Any:
         from schooner.model import load_pytree, read_config
@@ -276,35 +270,68 @@ class _Run:
     def _compile_step(self) -> None:
         import haliax as hax
 
-        from ._step import make_train_step
+        from ._step import _split_microbatches, make_train_step
 
-        cfg = self.config
+        cfg, obj = self.config, self.objective
         bs = self.batch_sharding
         step_fn = make_train_step(
             self.tx,
             z_loss_weight=float(cfg.z_loss_weight),
             microbatches=cfg.microbatches,
             lr_schedule=self.lr_schedule,
-            constrain_batch=lambda b: jax.lax.with_sharding_constraint(b, {k: bs for k in b}),
+            constrain_batch=(lambda b: jax.lax.with_sharding_constraint(b, {k: bs for k in b}))
+            if obj.constrain_batch
+            else None,
+            loss=obj.loss,
             shards=cfg.mesh.data_parallel_size(len(jax.devices())),
         )
+        # Every array of the batch (tokens, segment ids, masks) split as [B, T]; or as the loader placed them.
+        batch_in = bs if obj.constrain_batch else None
+        out = (self.state_sharding, replicated(self.mesh))
+        if obj.frozen is None:
 
-        def wrapped(state: Any, batch: dict[str, jax.Array]) -> Any:
+            def wrapped(state: Any, batch: dict[str, jax.Array]) -> Any:
+                with hax.axis_mapping(self.compute_map):
+                    return step_fn(state, batch)
+
+            jitted = jax.jit(
+                wrapped, in_shardings=(self.state_sharding, batch_in), out_shardings=out, donate_argnums=(0,)
+            )
+            self.step_fn = CompiledStep(jitted, self.memory_hint(), log=logger.info)
+            return
+        import equinox as eqx
+
+        from schooner.model import model_shardings
+
+        frozen_sharding = model_shardings(
+            eqx.filter_eval_shape(lambda m: m, obj.frozen), self.mesh, self.param_map
+        )
+        m, prepare = cfg.microbatches, obj.prepare
+
+        def extra(frozen: Any, batch: dict[str, Any]) -> dict[str, Any]:
+            if prepare is None:
+                return {}
+            if m == 1:
+                return prepare(frozen, batch)
+            # as many passes as the policy's microbatches, so the frozen model's activations fit as theirs do
+            out = jax.lax.map(lambda b: prepare(frozen, b), _split_microbatches(batch, m))
+            return {k: v.reshape((-1, *v.shape[2:])) for k, v in out.items()}
+
+        def with_frozen(state: Any, frozen: Any, batch: dict[str, Any]) -> Any:
             with hax.axis_mapping(self.compute_map):
-                return step_fn(state, batch)
+                return step_fn(state, batch | extra(frozen, batch))
 
         jitted = jax.jit(
-            wrapped,
-            in_shardings=(self.state_sharding, bs),  # every array of the batch: tokens, segment ids, masks
-            out_shardings=(self.state_sharding, replicated(self.mesh)),
+            with_frozen,
+            in_shardings=(self.state_sharding, frozen_sharding, batch_in),
+            out_shardings=out,
             donate_argnums=(0,),
         )
-        self.step_fn = CompiledStep(jitted, self.memory_hint(), log=logger.info)
+        self.step_fn = CompiledStep(jitted, self.memory_hint(), bound=(obj.frozen,), log=logger.info)
 
     def memory_hint(self) -> str:
         """What lowers this run's step memory (for the preflight check's message)."""
-        cfg = self.config
-        return advice(self.model_config, max(cfg.batch_sizes), cfg.microbatches)
+        return advice(self.model_config, max(self.config.batch_sizes), self.config.microbatches)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _batch_size_fn(self) -> Any:
@@ -314,9 +341,10 @@ class _Run:
     def tokens_before(self, step: int) -> int:
         """Tokens consumed by steps [0, step)."""
         cfg = self.config
+        per_row = cfg.seq_len * self.objective.sequences_per_row
         if isinstance(cfg.batch_size, int):
-            return step * cfg.batch_size * cfg.data.seq_len
-        return sum(cfg.batch_size_at(s) for s in range(step)) * cfg.data.seq_len
+            return step * cfg.batch_size * per_row
+        return sum(cfg.batch_size_at(s) for s in range(step)) * per_row
 
     def _write_checkpoint(self, folder: str, snapshot: Any) -> None:
         from schooner.model import save_model, save_pytree
@@ -327,47 +355,77 @@ class _Run:
             {"step": snapshot.step, "opt_state": snapshot.opt_state, "key": snapshot.key},
         )
 
-    def run(self) -> dict[str, Any]:
-        from schooner.model import flops_per_token, resolve_compute_dtype
+    def _batches(self, stack: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+        """`(step, placed batch)` from `start_step` to the end: from the data loader's threads, or, for a
+        source that reads the policy, asked here with the model after the previous step."""
+        total = self.config.steps
+        if getattr(self.data, "on_policy", False):
+            data: Any = self.data
+
+            def place(x: np.ndarray) -> Any:
+                spec = jax.sharding.PartitionSpec(
+                    self.config.mesh.compute_axis_mapping["batch"], *[None] * (x.ndim - 1)
+                )
+                return jax.device_put(x, jax.sharding.NamedSharding(self.mesh, spec))
+
+            for step in range(self.start_step, total):
+                b = data.batch_for(step, self.config.batch_size_at(step), self.state.model)
+                yield step, {k: place(np.asarray(v)) for k, v in b.items()}
+            return
         from schooner.tokenize import DataLoader
+
+        loader = stack.enter_context(
+            DataLoader(
+                self.data,
+                self._batch_size_fn(),
+                start_step=self.start_step,
+                sharding=self.batch_sharding,
+                prefetch=2,
+                stop_step=total,
+            )
+        )
+        yield from loader
+
+    def run(self) -> dict[str, Any]:
+        """Run (or resume) training; returns a summary (`steps`, `final_loss`, `checkpoint`, `eval`,
+        `tokens_per_second`, `mfu`, ...)."""
+        import contextlib
+
+        from schooner.model import flops_per_token, resolve_compute_dtype
 
         from ._mfu import peak_flops
 
         cfg = self.config
         maybe_init_distributed()
         enable_compilation_cache()
-        self._setup_data()
         self._setup_state()
         self._compile_step()
         total = cfg.steps
         parameters = parameter_counts(self.model_config)
-        # the BOS/EOS ids the training documents carry (evaluation refuses a tokenizer with others)
-        first = next(iter(self.caches.values()))
-        special_ids = {k: first.manifest[k] for k in ("bos_id", "eos_id") if k in first.manifest}
         run_info = {
-            "config": config_to_json(cfg),
+            "config": _config_record(cfg),
             "model_config": config_to_json(self.model_config),
             "versions": package_versions(),
             "devices": [str(d) for d in jax.devices()],
             "mesh": cfg.mesh.shape(len(jax.devices())),
-            "tokenizer_fingerprint": self.tokenizer_fingerprint,
-            "tokenizer_special_ids": special_ids,
+            **self.metadata,
             "parameters": parameters,
         }
         logger.info(
             f"model: {parameters['total']:,} parameters ({parameters['non_embedding']:,} non-embedding)"
         )
-        from schooner.cluster import published_paths
-
+        earlier = list((self.recorded or {}).get("earlier") or [])
+        if self.recorded and self.recorded.get("config") != run_info["config"]:
+            # a resumed run under other (allowed) settings: the config it ran under before is kept
+            earlier.append({k: v for k, v in self.recorded.items() if k != "earlier"})
+        if earlier:
+            run_info["earlier"] = earlier
         primary = is_primary()  # on several hosts, process 0 alone writes the run's files
         if primary:
-            with (
-                open(os.path.join(self.root, "run.json"), "w")
-                if "://" not in self.root
-                else _fs_open(f"{self.root}/run.json") as f
-            ):
-                # Paths as they read once the step's attempt folder is published (see schooner.cluster).
-                json.dump(published_paths(run_info), f, indent=1, default=str)
+            # Paths as they read once the step's attempt folder is published (see schooner.cluster).
+            storage.write_json(
+                storage.join(self.root, "run.json"), published_paths(run_info), sort_keys=False, default=str
+            )
         trackers = make_trackers(
             cfg.trackers if primary else None,
             run_dir=self.root,
@@ -376,8 +434,8 @@ class _Run:
             resume_step=self.start_step if self.resumed_from else None,
         )
         ckpt = CheckpointManager(self.root, cfg.checkpoint, log=logger.info)
-        evaluator = self._make_evaluator()
-        fpt = flops_per_token(self.model_config, cfg.data.seq_len)
+        seq_tokens = cfg.seq_len * self.objective.sequences_per_row
+        fpt = flops_per_token(self.model_config, cfg.seq_len)
         dtype = np.dtype(resolve_compute_dtype(self.model_config)).name
         peak, peak_source = peak_flops(dtype, devices=list(self.mesh.devices.flat))
         logger.info(f"MFU relative to {peak / 1e12:.3f} TFLOP/s ({peak_source})")
@@ -435,19 +493,17 @@ class _Run:
                     f"Last good checkpoint: {good[1] if good else 'none'}. Lower the learning rate, add "
                     "warmup or gradient clipping, or check the data."
                 )
+            for hook in self.hooks:
+                if n % hook.every == 0:
+                    extra = hook(StepInfo(step=n, metrics=dict(m), trainer=self))
+                    if extra:
+                        trackers.log(dict(extra), n)
 
         try:
             if self.start_step >= total:
                 logger.info(f"nothing to do: the run already reached step {total}")
-            with DataLoader(
-                self.dataset,
-                self._batch_size_fn(),
-                start_step=self.start_step,
-                sharding=self.batch_sharding,
-                prefetch=2,
-                stop_step=total,
-            ) as loader:
-                for step, batch in loader:
+            with contextlib.ExitStack() as stack:
+                for step, batch in self._batches(stack):
                     n = step + 1
                     t_dispatch = time.perf_counter()
                     self.state, metrics = self.step_fn(self.state, batch)
@@ -459,30 +515,29 @@ class _Run:
                             summary["step_memory_bytes"] = memory.total
                     if pending is not None:
                         finish(pending)
-                    pending = (n, metrics, cfg.batch_size_at(step) * cfg.data.seq_len)
-                    do_eval = evaluator is not None and cfg.eval_every is not None and n % cfg.eval_every == 0
+                    pending = (n, metrics, cfg.batch_size_at(step) * seq_tokens)
+                    do_eval = bool(self.evaluators) and cfg.eval_every is not None and n % cfg.eval_every == 0
                     do_ckpt = ckpt.should_save(n, last_step=total)
                     if do_eval or do_ckpt or n == total:
                         finish(pending)  # a checkpoint or eval must see a verified-finite state
                         pending = None
                     if do_eval and n != total:
-                        trackers.log(self._evaluate(evaluator), n)
+                        trackers.log(self._evaluate(), n)
                     if do_ckpt:
                         snapshot = jax.tree.map(jnp.copy, self.state)  # the loop donates self.state next step
                         meta = {
                             "tokens": self.tokens_before(n),
                             "metrics": last,
                             "seed": cfg.seed,
-                            "tokenizer_fingerprint": self.tokenizer_fingerprint,
-                            "tokenizer_special_ids": special_ids,
+                            **self.metadata,
                         }
                         ckpt.save(n, snapshot, self._write_checkpoint, meta)
                         trackers.flush()  # rows up to this checkpoint survive a kill (object stores)
             if pending is not None:
                 finish(pending)
             ckpt.wait()
-            if evaluator is not None and self.start_step < total:
-                ev = self._evaluate(evaluator)
+            if self.evaluators and self.start_step < total:
+                ev = self._evaluate()
                 trackers.log(ev, max(total, self.start_step))
                 summary["eval"] = ev
         finally:
@@ -491,7 +546,7 @@ class _Run:
             try:
                 ckpt.close()
             finally:
-                if primary and cfg.trackers.loss_plot and fs_exists(f"{self.root}/metrics.jsonl"):
+                if primary and cfg.trackers.loss_plot and storage.exists(f"{self.root}/metrics.jsonl"):
                     plot_losses(f"{self.root}/metrics.jsonl", f"{self.root}/loss.png", title=cfg.name)
         final = latest_checkpoint(self.root)
         summary.update(
@@ -503,54 +558,13 @@ class _Run:
         )
         return summary
 
-    def _make_evaluator(self) -> Any:
-        if not self.validation:
-            return None
-        from schooner.tokenize import load_tokenizer
-
-        from ._evaluate import Evaluator
-
-        tok_path = self._tokenizer_path()
-        byte_lengths = None
-        if tok_path is not None:
-            byte_lengths = load_tokenizer(tok_path).token_byte_lengths()
-            if len(byte_lengths) < self.model_config.vocab_size:
-                byte_lengths = np.pad(byte_lengths, (0, self.model_config.vocab_size - len(byte_lengths)))
-        else:
-            logger.warning(
-                "no tokenizer found for the caches: bits-per-byte is not reported (pass tokenizer=)"
-            )
-        from ._sft import ChatEvaluator, Evaluators, is_chat_cache
-
-        dp = self.config.mesh.data_parallel_size(len(jax.devices()))
-        eval_bs = max(dp, math.ceil(min(self.config.batch_sizes) / dp) * dp)
-        # Chat caches are scored on their assistant tokens, packed as in training; plain caches as streams.
-        chat = {k: v for k, v in self.validation.items() if is_chat_cache(v)}
-        plain = {k: v for k, v in self.validation.items() if k not in chat}
-        kinds: list[tuple[type[Evaluator] | type[ChatEvaluator], dict[str, str]]] = [
-            (Evaluator, plain),
-            (ChatEvaluator, chat),
-        ]
-        parts = [
-            cls(
-                caches,
-                seq_len=self.config.data.seq_len,
-                batch_size=eval_bs,
-                max_tokens=self.config.data.eval_max_tokens,
-                byte_lengths=byte_lengths,
-                sharding=self.batch_sharding,
-                tokenizer=self.tokenizer_fingerprint,
-            )
-            for cls, caches in kinds
-            if caches
-        ]
-        return Evaluators(parts)
-
-    def _evaluate(self, evaluator: Any) -> dict[str, float]:
+    def _evaluate(self) -> dict[str, float]:
         import haliax as hax
 
+        ev: dict[str, float] = {}
         with hax.axis_mapping(self.compute_map):
-            ev = evaluator(self.state.model)
+            for evaluator in self.evaluators:
+                ev.update(evaluator(self.state.model))
         logger.info("eval: " + ", ".join(f"{k} {v:.4f}" for k, v in ev.items()))
         return ev
 
@@ -567,30 +581,46 @@ def parameter_counts(model_config: Any) -> dict[str, int]:
     }
 
 
-def _fs_open(path: str) -> Any:
-    import fsspec
+CHANGEABLE_ON_RESUME = frozenset(
+    {
+        "num_train_steps",  # a longer run continues the same one (see `_warn_schedule_change`)
+        "train_tokens",
+        "eval_every",
+        "eval_max_tokens",
+        "validation",
+        "evals",
+        "tokenizer",
+        "mesh",  # other devices: the same run, sharded another way
+        "microbatches",  # the same gradient, less memory
+        "checkpoint",
+        "trackers",
+        "name",
+        "output_path",
+    }
+)
+"""`TrainerConfig` fields that may differ between a run folder's `run.json` and the config resuming it; any
+other difference is another run, refused."""
 
-    return fsspec.open(path, "w")
+
+def _config_record(config: TrainerConfig) -> Any:
+    """The config as `run.json` records it: JSON values, paths as they read once published."""
+    return json.loads(storage.dumps_json(published_paths(config_to_json(config)), default=str))
 
 
-def fs_exists(path: str) -> bool:
-    """Whether `path` (local or fsspec URL) exists."""
-    import fsspec
+def _read_run_json(root: str) -> dict[str, Any] | None:
+    path = storage.join(root, "run.json")
+    if not storage.exists(path):
+        return None
+    try:
+        record = storage.read_json(path)
+    except ValueError:
+        return None  # unreadable: nothing to compare
+    return record if isinstance(record, dict) else None
 
-    fs, p = fsspec.core.url_to_fs(path)
-    return fs.exists(p)
 
-
-def _check_special_ids(cache: Any, first: Any) -> None:
-    """Refuse a validation cache whose BOS or EOS id differs from the first training cache's (the same
-    tokenizer.json with other special tokens: its documents end with another EOS). Manifests without the ids
-    are accepted."""
-    from schooner.tokenize import TokenizerMismatchError
-
-    for key in ("bos_id", "eos_id"):
-        if key in cache.manifest and key in first.manifest and cache.manifest[key] != first.manifest[key]:
-            raise TokenizerMismatchError(
-                f"validation cache {cache.path!r} was built with {key}={cache.manifest[key]} but training cache "
-                f"{first.path!r} with {key}={first.manifest[key]} (the same tokenizer.json, other special tokens); "
-                "rebuild the validation cache with the training caches' tokenizer"
-            )
+def _differences(old: Any, new: Any, where: str) -> list[str]:
+    """`where: old -> new` for each leaf that differs (dicts compared on the keys both hold: a field one
+    version of the config lacks is not a difference of the run)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) & set(new)) for d in _differences(old[k], new[k], f"{where}.{k}")]
+    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]
