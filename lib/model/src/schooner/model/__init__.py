@@ -51,6 +51,10 @@ from ._rebalance import BalanceStats as BalanceStats
 from ._rebalance import balance_router as balance_router
 from ._rebalance import balance_stats as balance_stats
 from ._rebalance import rate_take_back as rate_take_back
+from ._sampling import Samples as Samples
+from ._sampling import SamplingConfig as SamplingConfig
+from ._sampling import filter_logits as filter_logits
+from ._sampling import sample as sample
 from ._scoring import StreamScorer as StreamScorer
 from ._scoring import token_nll as token_nll
 from ._sharding import activation_sharding as activation_sharding
