@@ -1,0 +1,208 @@
+"""GRPO on the trainer (`schooner.train.Grpo`, the `rl_train` step): on the arithmetic task from a tiny
+model the reward is finite and every metric is written; a run stopped mid rollout group and resumed ends
+with the uninterrupted run's weights, bitwise; a reward that raises is counted and named, not fatal; bad
+prompt files are errors naming the file and line, prompts over the cap are counted skips naming the row."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.train import (
+    AdamConfig,
+    CheckpointConfig,
+    Grpo,
+    PolicyLossConfig,
+    TrackerConfig,
+    TrainerConfig,
+    read_metrics,
+    train,
+)
+from schooner.train._rl import prompt_indices, read_prompts
+
+CAP, NEW = 112, 16  # prompt cap + completion cap = the nano model's max_seq_len (128)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory) -> str:
+    from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
+
+    folder = str(tmp_path_factory.mktemp("arith"))
+    arithmetic_task(
+        folder, ArithmeticTask(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
+    )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def start(nano, tmp_path_factory) -> str:
+    from schooner.model import init, save_model
+
+    folder = str(tmp_path_factory.mktemp("rl-start") / "ckpt")
+    save_model(folder, init(nano(), key=jax.random.PRNGKey(5)), nano())
+    return folder
+
+
+def _config(data_dir, task, start, out, **objective) -> TrainerConfig:
+    from schooner.eval.rewards import exact_answer
+
+    steps = objective.pop("steps", 4)
+    every = objective.pop("every", 2)
+    grpo = {"reward": exact_answer(), "num_generations": 4, "max_new_tokens": NEW, "temperature": 1.0}
+    return TrainerConfig(
+        model=dataclasses.replace(start_config(start)),
+        datasets={task: 1.0},
+        seq_len=CAP + NEW,
+        objective=Grpo(**(grpo | objective)),
+        batch_size=8,
+        num_train_steps=steps,
+        validation={},
+        seed=3,
+        optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, schedule="constant"),
+        tokenizer=f"{data_dir}/tokenizer.json",
+        initialize_from=start,
+        output_path=out,
+        checkpoint=CheckpointConfig(every=every, keep_last=10),
+        trackers=TrackerConfig(loss_plot=False, log_every=1),
+    )
+
+
+def _rows(out: str) -> dict[int, dict]:
+    """step -> every metric logged at it (the trainer's row and the rollout hook's)."""
+    rows: dict[int, dict] = {}
+    for r in read_metrics(out):
+        rows.setdefault(r["step"], {}).update(r)
+    return rows
+
+
+def start_config(folder: str):
+    from schooner.model import read_config
+
+    return read_config(folder)
+
+
+def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(data_dir, task, start, tmp_path) -> None:
+    out = str(tmp_path / "run")
+    cfg = _config(
+        data_dir, task, start, out, steps=4, num_iterations=2, loss=PolicyLossConfig(beta=0.04), every=4
+    )
+    summary = train(cfg)
+    assert summary["steps"] == 4 and summary["checkpoint"].endswith("step-000004")
+    rows = _rows(out)
+    for n in (1, 2, 3, 4):
+        for k in ("train/loss", "train/kl", "train/entropy", "train/clip_ratio/region_mean", "time/update"):
+            assert np.isfinite(rows[n][k]), (n, k)
+        assert rows[n]["train/kl"] >= 0 and rows[n]["train/entropy"] > 0
+    for n in (1, 3):  # the steps that made rollouts (two updates per batch)
+        r = rows[n]
+        assert 0.0 <= r["rollout/reward"] <= 1.0 and np.isfinite(r["rollout/reward_std"])
+        assert 1 <= r["rollout/completions/mean_length"] <= NEW
+        assert r["rollout/reward_errors"] == 0.0 and r["time/rollout"] > 0 and r["time/scoring"] >= 0
+        assert r["rollout/skipped_prompts"] > 0  # the task has prompts over the 112-token cap: counted
+    assert rows[2]["time/rollout"] == 0.0  # the second update reuses the batch
+    # step 1 updates from the starting weights, which are the reference: KL 0 (float rounding aside)
+    assert rows[1]["train/kl"] < 1e-6 and rows[2]["train/kl"] > rows[1]["train/kl"]
+    with open(f"{out}/run.json") as f:
+        run = json.load(f)
+    assert run["rl"]["skipped_prompts"] and run["rl"]["reward"].endswith("exact_answer[answer]")
+    assert os.path.exists(f"{out}/reward.png")
+
+
+def test_a_run_stopped_mid_group_and_resumed_ends_bitwise_equal(data_dir, task, start, tmp_path) -> None:
+    from schooner.model import load_model, load_pytree
+
+    straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+    cfg = lambda out: _config(data_dir, task, start, out, steps=6, num_iterations=2, every=3)  # noqa: E731
+    train(cfg(straight))
+    # group 0's rollouts went once checkpoint 3 lay past them; group 1's stay (a resume at 3 reads them)
+    assert sorted(os.listdir(f"{straight}/rollouts")) == ["group-000001.npz", "group-000002.npz"]
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(f"{resumed}/step-000006")  # died after step 3's checkpoint: step 4 is mid group 1
+    summary = train(cfg(resumed))
+    assert summary["start_step"] == 3
+    a = {r["step"]: r["train/loss"] for r in read_metrics(straight) if "train/loss" in r}
+    b = {r["step"]: r["train/loss"] for r in read_metrics(resumed) if "train/loss" in r}
+    assert sorted(b) == list(range(1, 7)) and a == b
+    ma, mb = load_model(f"{straight}/step-000006")[0], load_model(f"{resumed}/step-000006")[0]
+    for x, y in zip(jax.tree.leaves(ma), jax.tree.leaves(mb), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    sa, sb = (
+        load_pytree(f"{straight}/step-000006/train_state"),
+        load_pytree(f"{resumed}/step-000006/train_state"),
+    )
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+    # and the run moved: the weights are not the starting ones
+    m0 = load_model(start)[0]
+    assert any(
+        not np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(m0), jax.tree.leaves(ma), strict=True)
+    )
+
+
+def odd_answers_raise(prompt: str, completion: str, fields) -> float:
+    """A reward that fails on every row with an odd answer (a module-level function, as a step needs)."""
+    if fields["answer"] % 2:
+        raise ZeroDivisionError(f"odd answer {fields['answer']}")
+    return float(len(completion) % 2)
+
+
+def test_a_reward_that_raises_is_counted_and_named_not_fatal(data_dir, task, start, tmp_path) -> None:
+    out = str(tmp_path / "run")
+    summary = train(_config(data_dir, task, start, out, steps=2, reward=odd_answers_raise))
+    assert summary["steps"] == 2 and np.isfinite(summary["final_loss"])
+    rows = _rows(out)
+    with open(f"{out}/reward_errors.jsonl") as f:
+        errors = [json.loads(line) for line in f]
+    for n in (1, 2):
+        failed = rows[n]["rollout/reward_errors"]
+        assert failed > 0 and failed % 4 == 0  # whole groups: the answer is the row's
+        assert rows[n]["rollout/reward_errors/ZeroDivisionError"] == failed
+        assert np.isfinite(rows[n]["train/loss"])
+    assert len(errors) == rows[1]["rollout/reward_errors"] + rows[2]["rollout/reward_errors"]
+    assert errors[0]["type"] == "ZeroDivisionError" and errors[0]["message"].startswith("odd answer")
+    assert errors[0]["row"].startswith("arith-train-")
+
+
+def test_bad_prompt_files_name_the_file_and_line(tmp_path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hi", "answer": 1}\n{"question": "no prompt"}\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:2 has no 'prompt' field .*\['question'\]"):
+        read_prompts(str(path))
+    path.write_text('{"prompt": "hi"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:2 is not valid JSON"):
+        read_prompts(str(path))
+    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+        read_prompts(str(tmp_path))
+    path.write_text('{"prompt": "hi", "answer": 1}\n\n{"prompt": [{"role": "user", "content": "yo"}]}\n')
+    rows = read_prompts(str(path))
+    assert [r.row_id for r in rows] == [f"{path}:1", f"{path}:3"] and rows[0].fields["answer"] == 1
+
+
+def test_prompts_of_a_group_are_a_pure_function_of_seed_and_group() -> None:
+    a = [prompt_indices(g, 5, 12, seed=1) for g in range(6)]
+    assert all(np.array_equal(x, prompt_indices(g, 5, 12, seed=1)) for g, x in enumerate(a))
+    flat = np.concatenate(a)  # 30 = 2.5 epochs: each epoch visits every row once
+    assert sorted(flat[:12]) == sorted(flat[12:24]) == list(range(12))
+    assert not np.array_equal(a[0], prompt_indices(0, 5, 12, seed=2))
+
+
+def test_the_config_refuses_what_cannot_run() -> None:
+    with pytest.raises(ValueError, match="advantage must be one of"):
+        Grpo(reward=odd_answers_raise, advantage="ppo")
+    with pytest.raises(ValueError, match="max_completion_length=16"):
+        Grpo(
+            reward=odd_answers_raise,
+            max_new_tokens=16,
+            loss=PolicyLossConfig(aggregation="dr_grpo", max_completion_length=8),
+        )
+    with pytest.raises(TypeError, match="reward must be a callable"):
+        Grpo(reward="exact_answer")
+    # the reward is named by module and qualified name: a resumed run's record compares equal
+    assert str(Grpo(reward=odd_answers_raise).reward) == f"{__name__}:odd_answers_raise"
