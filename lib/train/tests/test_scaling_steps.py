@@ -217,6 +217,6 @@ def test_sweep_runs_are_named_by_budget_and_width_and_share_their_data(data_dir)
     runs = isoflop_runs("scaling/x", budgets=BUDGETS, sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
     assert len(runs) == 6 and len({r.train.key for r in runs}) == 6
     assert runs[0].train.name == f"scaling/x/1.00e+09-w{runs[0].recipe.width}"
-    assert all(r.train.config.datasets == [{"input": data_dir, "weight": 1.0}] for r in runs)
+    assert all(r.train.config.datasets == ((data_dir, 1.0),) for r in runs)
     with pytest.raises(ValueError, match="method"):
         forecast("f", "fit", budget=1e12, method="approach1")
