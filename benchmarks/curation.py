@@ -340,7 +340,7 @@ def bench_extract_and_langid(pages: int, repeats: int = 3) -> None:
         predict_languages,
         warc_dataset,
     )
-    from schooner.data.curation.crawl import CrawlConfig, build_crawl, read_truth, visible_text  # noqa: F401
+    from schooner.data.fixtures import CrawlConfig, build_crawl, read_truth, visible_text  # noqa: F401
 
     with tempfile.TemporaryDirectory() as tmp:
         info = build_crawl(tmp, CrawlConfig(num_pages=pages, num_files=1, bad_input=False))

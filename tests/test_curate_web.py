@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("resiliparse")
 
 from schooner.data import read_shards
-from schooner.data.curation.crawl import read_truth
+from schooner.data.fixtures import read_truth
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIAL = ROOT / "experiments" / "tutorials" / "curate_web.py"

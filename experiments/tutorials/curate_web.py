@@ -38,7 +38,6 @@ from experiments.tokenizer_defs import default_tokenizer
 from schooner.cluster import ResourceConfig, RunResult, StepRunner
 from schooner.data import read_shards
 from schooner.data.curation import ClassifierConfig, iter_attributes, lang_is, not_dup, passes, score_at_least
-from schooner.data.curation.crawl import CrawlConfig, read_truth
 from schooner.data.curation.steps import (
     consolidate,
     decontaminate,
@@ -54,6 +53,7 @@ from schooner.data.curation.steps import (
     quality_scores,
     train_quality_classifier,
 )
+from schooner.data.fixtures import CrawlConfig, read_truth
 from schooner.data.steps import source_records
 from schooner.eval.steps import evaluate, task_texts
 from schooner.tokenize.steps import tokenized
@@ -81,9 +81,13 @@ scores = quality_scores("attributes/crawl-quality", pages, classifier)
 # (signatures, identifiers) score 0.4-1.0 as English here, while every page in another language scores
 # >= 0.97 for its own; 0.65 would drop a quarter of the documentation (the summary counts them).
 MIN_EN_SCORE = 0.3
+# Gopher quality without its alphabetic-word rule: it counts punctuation tokens as words (as datatrove does),
+# and API reference pages (signatures: brackets, commas, "=") hold fewer than 80% words with a letter, so it
+# would drop almost every documentation page (201 of 220); keyword spam still fails its stop-word rule.
 filtered = consolidate(
     "data/crawl-filtered", pages, [langs, rules, scores],
-    keep=[lang_is("en", MIN_EN_SCORE), passes("gopher_quality"), score_at_least("quality", 0.5)],
+    keep=[lang_is("en", MIN_EN_SCORE), passes("gopher_quality", ignore=["alpha_words"]),
+          score_at_least("quality", 0.5)],
     dropped_samples=10_000,
 )  # fmt: skip
 

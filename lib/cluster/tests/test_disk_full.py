@@ -86,3 +86,26 @@ def test_a_step_that_fills_a_real_filesystem_ends_failed(tmp_path: Path, where: 
     assert [s["state"] for s in listed] == ["FAILED"], listed
     if resumable == "1":  # its partial output is kept for the next attempt: the space came from the reserve
         assert "kept=" in done.stderr and "kept=0\n" not in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -rm` (user and mount namespaces)")
+def test_a_step_that_leaves_the_disk_nearly_full_and_returns_succeeds(tmp_path: Path) -> None:
+    """The space kept aside is freed before the attempt is published, never copied with the records (a
+    raw `shutil.Error` failed the step)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = tmp_path / "inner.sh"
+    script.write_text(_INNER)
+    env = {**os.environ, "FILL_WHERE": "process", "FILL_RETURN": "1", "COLUMNS": "200"}
+    env.pop("SCHOONER_PREFIX", None)
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", str(script), str(mnt), FILL, sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines and lines[0] == "exit=0", done.stdout + done.stderr
+    assert json.loads(lines[1])["status"] == "SUCCESS", done.stdout
+    assert [s["state"] for s in json.loads("\n".join(lines[2:]))] == ["SUCCESS"]

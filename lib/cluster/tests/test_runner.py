@@ -245,7 +245,8 @@ def test_run_only_pulls_in_inputs_and_force_reruns_matches(prefix: str, calls: l
     assert sorted(calls) == ["c", "d", "e"]
     calls.clear()
     runner.run([g["d"], g["e"]], force="^(a|c)$")
-    assert sorted(calls) == ["a", "c"]  # dependents keep their keys: still cached
+    # Their dependents rerun on the replaced outputs (issue 36: they were reported cached); e reads neither.
+    assert sorted(calls) == ["a", "b", "c", "d"]
     with pytest.raises(ValueError, match="'nope' matches no step; steps are: a, b, c, d, e"):
         runner.run([g["d"], g["e"]], run_only="nope")
     with pytest.raises(ValueError, match="not a valid regular expression"):

@@ -233,7 +233,9 @@ def test_a_forced_step_that_fails_is_not_done_and_its_dependents_are_not_cached(
         del os.environ["SCHOONER_TEST_FAIL_MARKER"]
     assert result[failing].state == "failed"
     assert result[down2].state == "skipped" and "rows" in result[down2].error
-    assert _status(Path(result[failing].output_path))["status"] == "FAILED"
+    # The previous output stays published, and its status says so (issue 36: it said FAILED over it).
+    status = _status(Path(result[failing].output_path))
+    assert status["status"] == "SUCCESS" and "a forced rerun failed" in status["error"]
     assert "cached" not in {o.state for o in result.steps}
 
 

@@ -275,24 +275,28 @@ class Download:
 
 def test_marked_secrets_are_runtime_only() -> None:
     a = step(
-        "dl", fn, Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="p1", extra=[Secret("x1")])
+        "dl",
+        fn,
+        Download("org/model", "hf_aaaa", api=Secret("k1-aaaaaa"), marked="pw-1", extra=[Secret("xx-1")]),
     )
     b = step(
-        "dl", fn, Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="p2", extra=[Secret("x2")])
+        "dl",
+        fn,
+        Download("org/model", "hf_bbbb", api=Secret("k2-bbbbbb"), marked="pw-2", extra=[Secret("xx-2")]),
     )
     assert a.key == b.key  # rotating a token reruns nothing
     assert (
         step("dl", fn, Download("org/model")).key
-        == step("dl", fn, Download("org/model", api=Secret("k"))).key
+        == step("dl", fn, Download("org/model", api=Secret("kkkk"))).key
     )
     assert b.config.hf_token == "hf_bbbb" and b.config.api.get() == "k2-bbbbbb"  # the step still gets them
     assert step("dl", fn, Download("org/other", "hf_aaaa")).key != a.key
     assert (
-        step("dl", fn, {"repo": "r", "token": Secret("s1")}).key
+        step("dl", fn, {"repo": "r", "token": Secret("s1-s")}).key
         == step("dl", fn, {"repo": "r", "token": None}).key
     )
     text = json.dumps(a.canonical_config)
-    assert all(v not in text for v in ("hf_aaaa", "k1-aaaaaa", "p1", "x1")) and "hf_token" not in text
+    assert all(v not in text for v in ("hf_aaaa", "k1-aaaaaa", "pw-1", "xx-1")) and "hf_token" not in text
     assert repr(a.config.api) == "Secret('***')" and "k1" not in str(a.config.api)
 
 

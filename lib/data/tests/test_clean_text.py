@@ -15,7 +15,14 @@ pytest.importorskip("ftfy")
 import ftfy
 
 from schooner.data import write_records
-from schooner.data.curation import attribute_dataset, fix_text, normalize_whitespace, with_attributes
+from schooner.data.curation import (
+    attribute_dataset,
+    clean_text,
+    fix_text,
+    normalize_whitespace,
+    remove_invisible,
+    with_attributes,
+)
 from schooner.data.curation._consolidate import Consolidator
 
 
@@ -147,3 +154,83 @@ def test_consolidate_cleans_kept_text_by_default_and_each_repair_can_be_turned_o
     assert rec["text"] == want
     if fix and whitespace:
         assert rec["text"] == "First paragraph.\n\nLast paragraph with café."
+
+
+# Invisible characters a page carries inside words: soft hyphens (`&shy;`, a CMS's hyphenation points),
+# zero-width spaces (line-break points in long words and URLs), word joiners and byte-order marks.
+INVISIBLE_TEXT = "The inter\u00adnational co\u00adoper\u00adation\u200b agree\u2060ment\ufeff is signed."
+
+
+def test_clean_text_removes_soft_hyphens_and_zero_width_characters():
+    assert clean_text(INVISIBLE_TEXT) == "The international cooperation agreement is signed."
+    assert clean_text(INVISIBLE_TEXT, fix=False, whitespace=False) == (
+        "The international cooperation agreement is signed."
+    )
+    assert clean_text(INVISIBLE_TEXT, invisible=False, fix=False) == INVISIBLE_TEXT
+
+
+def test_clean_text_keeps_the_joiners_and_marks_that_change_how_text_reads():
+    """Zero-width joiner (emoji sequences, Indic conjuncts), non-joiner (Persian) and direction marks are
+    part of the text: removing them changes what a reader sees."""
+    kept = ["👩\u200d💻 developer", "می\u200cخواهم", "क्\u200dष", "abc \u200fשלום\u200e def"]
+    for text in kept:
+        assert clean_text(text) == text
+
+
+def _words_at(text: str, spans: list) -> list[str]:
+    return [text[s:e] for s, e, *_ in spans]
+
+
+def test_spans_attached_by_consolidate_point_at_the_same_words_after_cleaning(tmp_path):
+    """Every span attribute a kept record carries is moved with the cleaning (span removal, invisible
+    characters, mojibake, whitespace): each still covers its word in the output text."""
+    words = ["Heading", "inter\u00adnational", "caf\u00c3\u00a9", "agree\u200bment", "tail"]
+    want = ["Heading", "international", "café", "agreement", "tail"]
+    body = ("\u00a0\u00a0Heading  \r\n\n\n\n\nAn inter\u00adnational\u00a0meeting at the caf\u00c3\u00a9.\n"
+            + "cut this line\n" * 3 + "The agree\u200bment \t\n\n\n\nholds.\u2028tail\n\n")  # fmt: skip
+    spans = [[body.index(w), body.index(w) + len(w), "word"] for w in words]
+    cut = [[m, m + len("cut this line\n")] for m in range(body.index("cut"), body.index("The agree"), 14)]
+    rec = {"id": "a", "text": body, "source": "t", "metadata": {"marks": spans, "cut": cut, "n": [1, 2]}}
+    src, att = str(tmp_path / "src"), str(tmp_path / "att")
+    write_records([rec], src)
+    attribute_dataset(src, per_record=lambda r: dict(r["metadata"])).write_jsonl(att, progress=False)
+    c = Consolidator((), ("cut",), True)
+    out = with_attributes(src, [att], locate=True).map_shard(c, with_counters=True)
+    [out] = out.collect(client="inline", progress=False)
+    assert "cut this line" not in out["text"] and "\u00ad" not in out["text"]
+    attrs = out["metadata"]["attributes"]
+    assert _words_at(out["text"], attrs["marks"]) == want, out["text"]
+    assert [m[2] for m in attrs["marks"]] == ["word"] * 5  # what follows start and end is kept
+    assert attrs["cut"] == []  # the removed spans are gone from the text, and so from its attributes
+    assert attrs["n"] == [1, 2]  # not spans: left alone
+
+
+def test_the_repair_reads_a_soft_hyphen_of_mojibake_before_it_is_removed():
+    """UTF-8 "í" read as windows-1252 is "Ã" and a soft hyphen: the repair comes first, so "aquí" is restored
+    (removing the soft hyphen first left "aquÃ")."""
+    assert clean_text("aqu\u00c3\u00ad est\u00c3\u00a1") == "aquí está"
+
+
+_PIECES = st.sampled_from(
+    ["word", "inter\u00adnational", "zero\u200bwidth", "joined\u2060up", "\ufeffbom", "café", "x"]
+)
+_GAPS = st.sampled_from([" ", "  ", "\u00a0", "\t", "\n", "\n\n\n\n", " \n", "\r\n", "\u2028", "\u3000 \n"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_GAPS, _PIECES), min_size=1, max_size=30), _GAPS)
+def test_spans_follow_invisible_and_whitespace_cleaning_on_any_text(parts, last):
+    """Each word's span, moved by the cleaning's offsets, covers that word without its invisible characters."""
+    from schooner.data.curation._clean import clean_text_offsets
+    from schooner.data.curation._offsets import move_spans
+
+    text, spans = "", []
+    for gap, word in parts:
+        text += gap
+        spans.append([len(text), len(text) + len(word), word])
+        text += word
+    text += last
+    out, offsets = clean_text_offsets(text, fix=False)
+    assert out == clean_text(text, fix=False)
+    moved = move_spans({"w": spans}, offsets)["w"] if offsets else spans
+    assert [out[s:e] for s, e, _ in moved] == [remove_invisible(w) for _, w in parts]

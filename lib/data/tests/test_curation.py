@@ -34,7 +34,7 @@ from schooner.data.curation import (
 )
 from schooner.data.curation._text import remove_spans
 from schooner.data.curation._warc import iter_pages
-from schooner.data.curation.crawl import CrawlConfig, build_crawl, read_truth
+from schooner.data.fixtures import CrawlConfig, build_crawl, read_truth
 
 
 @pytest.fixture(scope="module")

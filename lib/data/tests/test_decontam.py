@@ -350,3 +350,39 @@ def test_normalized_words_named_in_the_docs_is_public():
         "strasse",
         "abc",
     ]
+
+
+def test_words_joined_by_zero_width_spaces_are_found(tmp_path):
+    """A copy whose words are joined by zero-width spaces instead of spaces (it renders as the passage) is
+    found, as is one with zero-width spaces inside words (above): both readings of U+200B are checked."""
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], str(tmp_path / "idx"))
+    copy = PASSAGE.replace(" ", "\u200b")
+    page = "A blog post about a meeting.\n" + copy + "\nComments are closed."
+    hits = contamination_hits(page, str(tmp_path / "idx"))
+    start = page.index(copy)
+    assert [(h["span"], h["eval_item"]) for h in hits] == [([start, start + len(copy) + 1], "p1")]
+    # and an eval item written with them finds the plain copy
+    build_index([{"id": "p2", "task": "reading", "text": copy}], str(tmp_path / "idx2"))
+    assert [h["eval_item"] for h in contamination_hits("Intro.\n" + PASSAGE, str(tmp_path / "idx2"))] == [
+        "p2"
+    ]
+
+
+LONG_PARAGRAPH = " ".join(
+    f"Sentence {i} of a long forum post talks about the weather, the garden and the neighbours' dog."
+    for i in range(20)
+)
+
+
+def test_a_whole_eval_item_inside_a_long_paragraph_is_flagged_and_counted(tmp_path):
+    """A whole eval item (31 words) inside a paragraph of ~370 words covers under half of it, the
+    paragraph threshold: it is flagged all the same (`whole_item`), while a part of the item is not."""
+    build_index([{"id": "p1", "task": "reading", "text": PASSAGE}], str(tmp_path / "idx"))
+    half = LONG_PARAGRAPH.index("Sentence 10")
+    page = "Title\n" + LONG_PARAGRAPH[:half] + PASSAGE + " " + LONG_PARAGRAPH[half:] + "\nEnd."
+    [hit] = contamination_hits(page, str(tmp_path / "idx"))
+    assert hit["eval_item"] == "p1" and hit["whole_item"] and hit["fraction"] < 0.5
+    assert hit["span"][0] == len("Title\n")
+    part = " ".join(PASSAGE.split()[:20])  # 8 of its 19 n-grams
+    page = "Title\n" + LONG_PARAGRAPH[:half] + part + " " + LONG_PARAGRAPH[half:] + "\nEnd."
+    assert contamination_hits(page, str(tmp_path / "idx")) == []

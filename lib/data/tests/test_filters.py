@@ -12,7 +12,7 @@ from schooner.data import read_shards, write_records
 from schooner.data.curation import GopherRepetition, attribute_dataset, top_fraction, with_attributes
 from schooner.data.curation._classifier import ClassifierConfig, QualityScores, train_classifier
 from schooner.data.curation._consolidate import Consolidator, resolve_top_fraction
-from schooner.data.curation._junk import junk_records
+from schooner.data.fixtures import junk_records
 from schooner.data.sources import iter_source
 
 

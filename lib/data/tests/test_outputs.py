@@ -38,7 +38,10 @@ def test_skip_existing_rewrites_shards_of_another_plan(tmp_path) -> None:
 
 
 def test_transform_step_rerun_into_the_same_folder_with_other_params(tmp_path) -> None:
-    from schooner.data.steps import TransformConfig, _run_transform, function_path, length_filter
+    from schooner.data._step_runs import run_transform
+    from schooner.data.pipelines import length_filter
+    from schooner.data.step_inputs import function_path
+    from schooner.data.steps import TransformConfig
 
     write_records(make_records(300), str(tmp_path / "in"), num_shards=3)
     out = str(tmp_path / "out")  # one folder, as when a step is forced to rerun with changed code/params
@@ -46,7 +49,7 @@ def test_transform_step_rerun_into_the_same_folder_with_other_params(tmp_path) -
     def run(min_chars: int) -> dict:
         cfg = TransformConfig(inputs=[str(tmp_path / "in")], pipeline=function_path(length_filter),
                               params={"min_chars": min_chars})  # fmt: skip
-        return _run_transform(cfg, out)
+        return run_transform(cfg, out)
 
     loose, strict = run(10), run(30)
     expect = sum(1 for r in make_records(300) if len(r["text"]) >= 30)

@@ -244,7 +244,7 @@ def test_spill_files_are_compressed_data_not_pickles(tmp_path) -> None:
 
 
 def test_a_planted_pickle_is_never_unpickled(tmp_path) -> None:
-    from schooner.data._spill import SpillError, SpillInfo, read_records
+    from schooner.data._spill import SpillError, SpillInfo, read_spill_records
 
     marker = tmp_path / "pwned"
     planted = tmp_path / "t-00000.spill"
@@ -253,7 +253,7 @@ def test_a_planted_pickle_is_never_unpickled(tmp_path) -> None:
     )
     info = SpillInfo(str(planted), "h-1-x", {0: [[0, 10, 1, 0, 10]]}, 0, planted.stat().st_size)
     with pytest.raises(SpillError, match="not a schooner spill file"):
-        list(read_records(info))
+        list(read_spill_records(info))
     assert not marker.exists()
 
 

@@ -106,14 +106,15 @@ def test_source_records_step(tmp_path) -> None:
 
 def test_transform_and_import_steps(tmp_path) -> None:
     from schooner.cluster import StepRunner
-    from schooner.data.steps import exact_dedup, import_files, length_filter, source_records, transform
+    from schooner.data.pipelines import drop_exact_duplicates, length_filter
+    from schooner.data.steps import import_files, source_records, transform
 
     docs = source_records("python-docs", num_shards=2)
     long_docs = transform("data/long", docs, length_filter, params={"min_chars": 5000}, format="parquet")
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "a.jsonl").write_text('{"body": "x"}\n{"body": "x"}\n{"body": "y"}\n')
     raw = import_files("data/raw", str(tmp_path / "raw" / "*.jsonl"), text_field="body", source="raw")
-    deduped = transform("data/raw-dedup", raw, exact_dedup)
+    deduped = transform("data/raw-dedup", raw, drop_exact_duplicates)
     result = StepRunner(prefix=str(tmp_path / "runs")).run([long_docs, deduped])
     assert {s.name: s.state for s in result.steps} == {
         "data/python-docs": "succeeded", "data/long": "succeeded", "data/raw": "succeeded", "data/raw-dedup": "succeeded",

@@ -56,7 +56,9 @@ def test_attention_matches_reference(kv_heads):
 
 def test_attention_rejects_an_unknown_implementation():
     q = jnp.zeros((1, 4, 2, 8))
-    with pytest.raises(ValueError, match="must be None, 'blocked', 'splash', 'xla' or 'cudnn'; got 'flash'"):
+    with pytest.raises(
+        ValueError, match="must be None, 'blocked', 'splash', 'xla', 'cudnn' or 'cudnn_bias'; got 'flash'"
+    ):
         attention(q, q, q, None, implementation="flash")
 
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from schooner.cluster import StepRunner
-from schooner.data import make_record
-from schooner.data.steps import write_records
+from schooner.data import make_record, write_records
 from schooner.tokenize import MixtureDataset, TokenCache, build_cache
 from schooner.tokenize.steps import tokenized
 

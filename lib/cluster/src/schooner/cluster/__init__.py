@@ -39,6 +39,7 @@ from ._secrets import secret_field as secret_field
 from .runner import ConfigError as ConfigError
 from .runner import InputFiles as InputFiles
 from .runner import InputPath as InputPath
+from .runner import ResultWarning as ResultWarning
 from .runner import RunInterrupted as RunInterrupted
 from .runner import RunResult as RunResult
 from .runner import Step as Step

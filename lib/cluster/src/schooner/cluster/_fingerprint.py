@@ -53,11 +53,54 @@ class Unfingerprintable(Exception):
 _SCALARS = (type(None), bool, int, float, str)
 _MAX_DEPTH = 12
 _KEY_MAX_DEPTH = 48
+_INSIDE_MAX_ITEMS = 1000
 # Set while computing a step key's code fingerprint: the value policy of `code_fingerprint`.
 _KEY_MODE: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "schooner_fingerprint_key_mode", default=False
 )
 _warned: set[tuple[str, str]] = set()
+# The user source files a step key's code fingerprint read (collected while it is computed).
+_FILES: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "schooner_fingerprint_files", default=None
+)
+_files_of: dict[str, dict[str, str]] = {}
+
+
+def code_files(fingerprint: str | None) -> dict[str, str]:
+    """The user source files whose code went into `fingerprint` (a `code_fingerprint` of this process), each
+    with the SHA-256 of its text when the fingerprint was computed."""
+    return dict(_files_of.get(fingerprint or "", {}))
+
+
+def changed_files(files: dict[str, str]) -> list[str]:
+    """The files of `files` (path -> SHA-256) whose text differs now; a file missing here (another machine)
+    is not counted."""
+    changed = []
+    for path, digest in sorted(files.items()):
+        now = _file_digest(path)
+        if now is not None and now != digest:
+            changed.append(path)
+    return changed
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        st = os.stat(path)
+        return _digest(path, st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _note_file(path: str | None) -> None:
+    files = _FILES.get()
+    if files is not None and path and path.endswith(".py") and os.path.isfile(path):
+        files.add(os.path.abspath(path))
 
 
 def code_fingerprint(obj: Any) -> str | None:
@@ -74,12 +117,18 @@ def code_fingerprint(obj: Any) -> str | None:
     if _is_library(target):
         return None
     reset = _KEY_MODE.set(True)
+    files: set[str] = set()
+    reset_files = _FILES.set(files)
     try:
         tok = _value(target, frozenset(), 0, _qualname(target))
     finally:
         _KEY_MODE.reset(reset)
+        _FILES.reset(reset_files)
     text = json.dumps(tok, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+    digest = hashlib.sha256(text.encode("ascii")).hexdigest()
+    if digest not in _files_of:
+        _files_of[digest] = {f: d for f in files if (d := _file_digest(f)) is not None}
+    return digest
 
 
 def _unwrap(obj: Any) -> Any:
@@ -134,6 +183,9 @@ def token(obj: Any, _seen: frozenset[int] = frozenset(), _depth: int = 0) -> Any
             _value(obj.args, seen, nxt, "args"),
             _value(obj.keywords, seen, nxt, "keywords"),
         ]
+    wrapped = _wrapped_callable(obj)
+    if wrapped is not None:  # functools.lru_cache/cache and other wrapper objects: what they wrap
+        return ["wrapped", _qualname(t), token(wrapped, seen, nxt)]
     if isinstance(obj, types.BuiltinFunctionType | types.ModuleType):
         return [
             t.__name__,
@@ -149,6 +201,17 @@ def token(obj: Any, _seen: frozenset[int] = frozenset(), _depth: int = 0) -> Any
 
 fingerprint_token = token
 """`token` under its public name (`schooner.cluster.fingerprint_token`, used by `schooner.data`)."""
+
+
+def _wrapped_callable(obj: Any) -> Any:
+    """The user function or class a wrapper *object* wraps (`functools.lru_cache`, `functools.cache`, ...), or
+    None. Wrapper functions are functions: their closure holds what they wrap."""
+    if isinstance(obj, types.FunctionType | type | types.MethodType | functools.partial) or not callable(obj):
+        return None
+    inner = getattr(obj, "__wrapped__", None)
+    if inner is None or not isinstance(inner, types.FunctionType | type) or _is_library(inner):
+        return None
+    return inner
 
 
 def _sort_key(tok: Any) -> str:
@@ -195,6 +258,7 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
     """A function by what it does: its code, defaults, closure and the globals it reads (not its name, so
     renaming or moving it changes nothing; callers name it by the global they read)."""
     where = _qualname(fn)
+    _note_file(fn.__code__.co_filename)
     closure = []
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=False):
         try:
@@ -214,10 +278,73 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
             used[name] = ["library", _qualname(value)]
         else:
             used[name] = _global(value, fn.__module__, name, seen, depth, f"{where} (global {name})")
+    for module_name, names_read in sorted(_local_imports(fn).items()):
+        mod = _user_module(module_name)
+        if mod is not None:  # an import inside the function of a user module: what it reads there counts
+            used[f"import {module_name}"] = _module(mod, sorted(names_read | attr_names), seen, depth, where)
     return [
         "function", _code(fn.__code__, seen, depth), _value(fn.__defaults__, seen, depth, f"{where} (defaults)"),
         _value(fn.__kwdefaults__, seen, depth, f"{where} (defaults)"), closure, used,
     ]  # fmt: skip
+
+
+def _local_imports(fn: types.FunctionType) -> dict[str, set[str]]:
+    """Modules a function (or a function nested in it) imports in its body -> the names it imports from each
+    (`from m import a, b`; empty for `import m`). Relative imports are resolved against the function's
+    package."""
+    import dis
+
+    found: dict[str, set[str]] = {}
+
+    def visit(code: types.CodeType) -> None:
+        consts: list[Any] = []
+        current = None
+        for ins in dis.get_instructions(code):
+            if ins.opname == "LOAD_CONST":
+                consts = [*consts[-1:], ins.argval]
+            elif ins.opname == "IMPORT_NAME":
+                level = consts[0] if len(consts) == 2 and isinstance(consts[0], int) else 0
+                name = ins.argval or ""
+                if level:
+                    package = fn.__globals__.get("__package__") or ""
+                    try:
+                        name = importlib.util.resolve_name("." * level + name, package)
+                    except (ImportError, ValueError):
+                        name = ""
+                current = name
+                if name:
+                    found.setdefault(name, set())
+                consts = []
+            elif ins.opname == "IMPORT_FROM" and current:
+                found[current].add(ins.argval)
+            else:
+                consts = [] if ins.opname != "LOAD_CONST" else consts
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                visit(c)
+
+    visit(fn.__code__)
+    return found
+
+
+def _user_module(name: str) -> types.ModuleType | None:
+    """The module `name` when it is the user's (not an installed library), imported if it is not yet."""
+    if not name or name.split(".")[0] in ("schooner", "builtins", "__future__"):
+        return None
+    mod = sys.modules.get(name)
+    if mod is None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return None
+        origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else ""
+        if not origin.endswith(".py") or "site-packages" in origin or origin.startswith(_STDLIB):
+            return None
+        try:
+            mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that fails to import: the step will say so when it runs
+            return None
+    return None if _library_module(name) else mod
 
 
 def _module(mod: types.ModuleType, names: list[str], seen: frozenset[int], depth: int, where: str) -> Any:
@@ -225,6 +352,7 @@ def _module(mod: types.ModuleType, names: list[str], seen: frozenset[int], depth
     the attributes of it the function may read (the names its code uses)."""
     if _library_module(mod.__name__) or id(mod) in seen:
         return ["module", mod.__name__]
+    _note_file(getattr(mod, "__file__", None))
     seen = seen | {id(mod)}
     attrs = {}
     for name in names:
@@ -265,8 +393,38 @@ def _global(value: Any, module: str, name: str, seen: frozenset[int], depth: int
         return _value(value, seen, depth, where)
     source = _assignment_source(module, name)
     if source is not None:
-        return ["assigned", source]
+        # The statement says which helpers it holds (`HANDLERS = {"add": add}`), not what their bodies do:
+        # the code inside the value (functions in a dict, the class of an instance) counts too.
+        inside = _code_inside(value, seen, depth, where)
+        return ["assigned", source, inside] if inside else ["assigned", source]
     return _value(value, seen, depth, where)
+
+
+def _code_inside(
+    value: Any, seen: frozenset[int], depth: int, where: str, level: int = 0, budget: list[int] | None = None
+) -> list[Any]:
+    """For step keys: tokens of the user code a module-level value holds: functions and classes in dicts,
+    lists, tuples and sets (a few levels deep, a few thousand items at most), and the class of an instance
+    of a user class (its methods)."""
+    budget = [_INSIDE_MAX_ITEMS * 5] if budget is None else budget
+    budget[0] -= 1
+    if level > 4 or budget[0] < 0:
+        return []
+    if _is_code(value):
+        return [] if _is_library(value) else [_guarded(value, seen, depth, where)]
+    t = type(value)
+    if t in (dict, list, tuple, set, frozenset):
+        if len(value) > _INSIDE_MAX_ITEMS:  # a table of data, not a registry of helpers
+            return []
+        items = list(value.items()) if t is dict else [(None, v) for v in value]
+        found = []
+        for k, v in items:
+            for tok in _code_inside(v, seen, depth, where, level + 1, budget):
+                found.append([repr(k) if isinstance(k, _SCALARS) else None, tok])
+        return sorted(found, key=_sort_key) if t in (set, frozenset) else found
+    if t.__module__ and not _library_module(t.__module__) and not isinstance(value, types.ModuleType):
+        return [["instance of", _guarded(t, seen, depth, where)]]
+    return []
 
 
 def _assignment_source(module: str, name: str, hops: int = 0) -> str | None:
@@ -355,17 +513,21 @@ def _guarded(value: Any, seen: frozenset[int], depth: int, where: str) -> Any:
 
 
 def _is_code(value: Any) -> bool:
-    return isinstance(
-        value,
-        types.FunctionType
-        | types.MethodType
-        | types.BuiltinFunctionType
-        | functools.partial
-        | type
-        | staticmethod
-        | classmethod
-        | property,
-    ) or hasattr(value, "__schooner_fingerprint__")
+    return (
+        isinstance(
+            value,
+            types.FunctionType
+            | types.MethodType
+            | types.BuiltinFunctionType
+            | functools.partial
+            | type
+            | staticmethod
+            | classmethod
+            | property,
+        )
+        or hasattr(value, "__schooner_fingerprint__")
+        or _wrapped_callable(value) is not None
+    )
 
 
 def _is_constant(value: Any, depth: int) -> bool:

@@ -70,6 +70,9 @@ class LocalRayCluster:
         start_timeout: seconds a node may take to come up (Ray's start is slow on a loaded 2-core machine).
     """
 
+    ray_command: str | None = None
+    """The `ray` executable (default: the one beside this Python)."""
+
     def __init__(
         self,
         nodes: int | Sequence[LocalNode] = 3,
@@ -132,7 +135,7 @@ class LocalRayCluster:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
         self.port = _free_port()
-        self.address = f"{_host_ip()}:{self.port}"
+        self.address = f"{LOOPBACK}:{self.port}"  # a local cluster is reached from this machine only
         try:
             head = self.nodes[0]
             self.nodes[0] = self._start_node(head, head=True)
@@ -216,12 +219,14 @@ class LocalRayCluster:
         raise KeyError(f"no node named {name!r}; the nodes are {[n.name for n in self.nodes]}")
 
     def _start_node(self, node: LocalNode, *, head: bool) -> LocalNode:
-        ray = os.path.join(os.path.dirname(sys.executable), "ray")
+        ray = self.ray_command or os.path.join(os.path.dirname(sys.executable), "ray")
         cmd = [
             ray,
             "start",
             "--node-name",
             node.name,
+            "--node-ip-address",
+            LOOPBACK,  # listen and advertise on loopback: an exposed Ray job API runs anyone's code
             "--num-cpus",
             f"{node.cpus:g}",
             "--disable-usage-stats",
@@ -248,7 +253,9 @@ class LocalRayCluster:
         }
         env.pop("RAY_ADDRESS", None)
         log = os.path.join(self.state_dir, f"start-{node.name}.log")
-        for attempt in range(1, _START_ATTEMPTS + 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
+            if attempt > 1:
+                time.sleep(RETRY_PAUSE_S * (attempt - 1))  # let the load that slowed it pass
             with open(log, "w") as out:
                 # Its own session: every process `ray start` leaves behind shares this process group.
                 proc = subprocess.Popen(
@@ -267,14 +274,28 @@ class LocalRayCluster:
             with open(log) as f:
                 text = f.read()
             # `ray start` gives a raylet 30 s (not configurable) to register; a loaded machine can exceed it.
-            if "timed out during startup" not in text or attempt == _START_ATTEMPTS:
-                tail = "".join(text.splitlines(keepends=True)[-15:])
+            tail = "".join(text.splitlines(keepends=True)[-15:])
+            if "timed out during startup" not in text:
                 raise RuntimeError(f"`ray start` for node {node.name!r} failed (exit {code}); {log}:\n{tail}")
-        raise AssertionError("unreachable")
+        raise RuntimeError(
+            f"`ray start` for node {node.name!r} timed out {START_ATTEMPTS} times: Ray gives a node's raylet 30 s "
+            f"to register (a limit `ray start` does not let us change), and this machine is busy (load average "
+            f"{_load()} on {os.cpu_count()} cores). Start it again when the machine is quieter, start fewer nodes "
+            f"(--local-nodes), or stop other work; see {log}"
+        )
 
 
-_START_ATTEMPTS = 3
+def _load() -> str:
+    with contextlib.suppress(OSError):
+        return f"{os.getloadavg()[0]:.1f}"
+    return "unknown"
+
+
+LOOPBACK = "127.0.0.1"
+START_ATTEMPTS = 5
 """Starts of one node before giving up, when `ray start` times out waiting for its raylet."""
+RETRY_PAUSE_S = 5.0
+"""Pause before the second start of a node (twice that before the third, ...)."""
 
 
 def _kill_group(pgid: int) -> None:
@@ -309,14 +330,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return int(s.getsockname()[1])
-
-
-def _host_ip() -> str:
-    """The address Ray advertises for this host (its default route's address)."""
-    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("10.255.255.255", 1))
-        return str(s.getsockname()[0])
-    return "127.0.0.1"
 
 
 def wait_for_nodes(client: Any, count: int, timeout: float = 120.0) -> None:

@@ -8,7 +8,11 @@ names is wrong both ways: `num_experts_per_token` or `eot_token` are model setti
 key, while a credential may be called anything.
 
 Environment variables carry no marker, so for them (and only them) the name decides: `HF_TOKEN`,
-`WANDB_API_KEY`, `DB_PASSWORD`... (`is_secret_name`).
+`WANDB_API_KEY`, `DB_PASSWORD`... (`is_secret_name`), and only values of 6 characters or more are scrubbed
+(a name guessed wrong must not blank out every `1234` of the output). A marked secret is scrubbed at any
+length from 4 characters; a shorter one (`Secret("pw1")`) is refused: scrubbing it would replace ordinary
+text everywhere, and it protects nothing. Each value is also scrubbed in its escaped forms (as `repr` and
+JSON write it, for a value holding a quote or a backslash).
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ _VOCAB_TOKEN = re.compile(
     re.IGNORECASE,
 )
 REDACTED = "***"
+MIN_MARKED_CHARS = 4
+"""The shortest value `Secret(...)` and `secret_field()` accept (a non-empty shorter one is refused)."""
+MIN_ENV_CHARS = 6
+"""The shortest value of a secret-looking environment variable that is scrubbed."""
 
 
 SECRET_META = "secret"
@@ -61,6 +69,7 @@ class Secret:
             value = value.get()
         if not isinstance(value, str):
             raise TypeError(f"Secret(...) holds a string (a token, a password), got a {type(value).__name__}")
+        check_secret_length(value, "Secret(...)")
         self._value = value
         register_secret(value)
 
@@ -114,11 +123,21 @@ def is_secret_field(field: dataclasses.Field) -> bool:
     return bool(field.metadata.get(SECRET_META))
 
 
+def check_secret_length(value: str, what: str) -> None:
+    """Refuse a marked secret of 1 to 3 characters (see the module's doc): `what` names where it was given."""
+    if 0 < len(value) < MIN_MARKED_CHARS:
+        raise ValueError(
+            f"{what}: a secret of {len(value)} characters cannot be scrubbed from logs and records without "
+            f"blanking out ordinary text; secrets need at least {MIN_MARKED_CHARS} "
+            "characters: use the real credential, or pass None for no secret"
+        )
+
+
 def register_secret(value: Any) -> None:
     """Scrub `value` (a string, or a `Secret`) from logs and records of this process from now on."""
     if isinstance(value, Secret):
         value = value.get()
-    if isinstance(value, str) and value:
+    if isinstance(value, str) and len(value) >= MIN_MARKED_CHARS:
         with _registered_lock:
             _registered.add(value)
 
@@ -142,10 +161,12 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
 
 
-def secret_values(env: Mapping[str, str] | None = None, *, min_length: int = 6) -> list[str]:
-    """The values of secret-looking variables (in `env`, default `os.environ`), longest first.
+def secret_values(env: Mapping[str, str] | None = None, *, min_length: int = MIN_ENV_CHARS) -> list[str]:
+    """The values of secret-looking variables (in `env`, default `os.environ`) of `min_length` characters or
+    more, each with its escaped forms (`repr`, JSON), longest first.
 
-    Without `env`, the values of the `Secret`s and `secret_field`s this process has seen are included.
+    Without `env`, the values of the `Secret`s and `secret_field`s this process has seen are included (from
+    4 characters on: they are marked, not guessed).
     """
     import os
 
@@ -153,9 +174,18 @@ def secret_values(env: Mapping[str, str] | None = None, *, min_length: int = 6) 
     if env is None:
         env = os.environ
         with _registered_lock:
-            vals |= {v for v in _registered if len(v) >= min_length}
+            vals |= set(_registered)
     vals |= {v for k, v in env.items() if is_secret_name(k) and len(v) >= min_length}
-    return sorted(vals, key=len, reverse=True)
+    return sorted({f for v in vals for f in escaped_forms(v)}, key=len, reverse=True)
+
+
+def escaped_forms(value: str) -> set[str]:
+    """`value` as printed raw, by `repr` (without its quotes) and inside a JSON string."""
+    import json
+
+    forms = {value, repr(value)[1:-1], json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    forms |= {value.encode("unicode_escape").decode("ascii")}
+    return {f for f in forms if f}
 
 
 def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
@@ -164,3 +194,46 @@ def scrub(text: str, secrets: Iterable[str] | None = None) -> str:
         if s:
             text = text.replace(s, REDACTED)
     return text
+
+
+class StreamScrubber:
+    """Scrubs a stream written in pieces: a secret split over two writes is still replaced.
+
+    `feed(piece)` returns what may be passed on now: everything scrubbed, less a tail that could be the
+    start of a secret (held until the next piece shows whether it is); `close()` returns the held tail,
+    scrubbed. Works on `str` or on `bytes` (give `secrets` of the same type).
+
+    Example:
+        >>> s = StreamScrubber(["hunter22"])
+        >>> s.feed("pass: hunt"), s.feed("er22 ok\\n"), s.close()
+        ('pass: ', '*** ok\\n', '')
+    """
+
+    def __init__(self, secrets: Iterable[Any]) -> None:
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+        self._redacted: Any = REDACTED
+        self._pending: Any = None
+
+    def feed(self, piece: Any) -> Any:
+        if self._pending is None:
+            self._pending = piece[:0]
+            self._redacted = REDACTED.encode() if isinstance(piece, bytes) else REDACTED
+        text = self._pending + piece
+        for s in self._secrets:
+            text = text.replace(s, self._redacted)
+        hold = 0
+        for s in self._secrets:
+            for k in range(min(len(s) - 1, len(text)), hold, -1):
+                if text.endswith(s[:k]):
+                    hold = k
+                    break
+        self._pending = text[len(text) - hold :] if hold else text[:0]
+        return text[: len(text) - hold]
+
+    def close(self) -> Any:
+        rest, self._pending = self._pending, None
+        if not rest:
+            return rest if rest is not None else ""
+        for s in self._secrets:
+            rest = rest.replace(s, self._redacted)
+        return rest

@@ -205,6 +205,8 @@ def append_history(output_path: str, record: dict[str, Any], *, storage: Storage
     entry["host"] = (record.get("env") or {}).get("host")
     if record.get("starts"):  # every start of the function: node, pid, how it ended (preemptions too)
         entry["starts"] = record["starts"]
+    if record.get("failed_attempt_path"):  # where a failed attempt's files are kept (the newest few)
+        entry["failed_attempt_path"] = record["failed_attempt_path"]
     lines = (st.read_text(path) or "").splitlines()
     lines = [*lines, json.dumps(entry, sort_keys=True)][-HISTORY_KEEP:]
     st.write_text(path, "\n".join(lines) + "\n")

@@ -38,7 +38,7 @@ from ._execute import (
 )
 from ._json import copy_json
 from ._plan import LastStage, Node, has_stages, log_reused, run_stages, work_folder
-from ._spill import SpillInfo, decode_lines, read_records, record_json
+from ._spill import SpillInfo, decode_lines, read_spill_records, record_json
 from ._splits import Split
 
 _logger = logging.getLogger("schooner.data")
@@ -84,7 +84,7 @@ def records_of(result: dict) -> Iterator[dict]:
     """The records a `MemorySink` or `SpillSink` task result holds."""
     if "lines" in result:
         return iter(decode_lines(result["lines"]))
-    return read_records(SpillInfo.from_dict(result["spill"]))
+    return read_spill_records(SpillInfo.from_dict(result["spill"]))
 
 
 def stream(last: LastStage, exe: Execution) -> Iterator[dict]:

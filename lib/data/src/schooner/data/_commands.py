@@ -15,7 +15,12 @@ class _Browse:
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("path", help="a record folder (or one shard file)")
-        parser.add_argument("--out", default=None, metavar="FILE", help="default PATH/browse.html")
+        parser.add_argument(
+            "--out",
+            default=None,
+            metavar="FILE",
+            help="default browse-<folder name>.html in the working directory",
+        )
         parser.add_argument("--sample", type=int, default=25, help="records shown per section")
 
     @staticmethod

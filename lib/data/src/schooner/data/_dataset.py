@@ -261,6 +261,7 @@ class Dataset:
         skip_existing: bool = False,
         num_shards: int | None = None,
         shard_bytes: int | None = None,
+        max_shard_bytes: int | None = None,
         **execution: Any,
     ) -> dict:
         """Write `part-0000i-of-0000n.jsonl[.zst|.gz]` shards plus `manifest.json`.
@@ -274,6 +275,9 @@ class Dataset:
             num_shards: Write this many shards (records redistributed in order), whatever the input's
                 sharding; default: one shard per input shard (or per reduce partition).
             shard_bytes: Instead of `num_shards`: about this many bytes of JSON records per shard.
+            max_shard_bytes: Instead of either: one shard per input shard at least, and more (records
+                redistributed in order) where the output holds over this many bytes of JSON records (one
+                large input file becomes several shards that later steps process in parallel).
             **execution: `Execution` options (client, max_workers, resources, retries, work_dir, progress).
 
         Returns:
@@ -289,7 +293,7 @@ class Dataset:
         if compression not in formats:
             raise ValueError(f"compression must be None, 'zst' or 'gz', got compression={compression!r}")
         kw = (("zstd_level", compression_level),)
-        target = _target(num_shards, shard_bytes)
+        target = _target(num_shards, shard_bytes, max_shard_bytes)
         return self._write(path, formats[compression], skip_existing, kw, Execution(**execution), target)
 
     def write_parquet(
@@ -374,14 +378,18 @@ class Dataset:
         return write_manifest(path, names, fmt, counters=upstream, errors=errors)
 
 
-def _target(num_shards: int | None, shard_bytes: int | None) -> ShardTarget:
-    if num_shards is not None and shard_bytes is not None:
-        raise ValueError(f"pass num_shards or shard_bytes, not both (got {num_shards=}, {shard_bytes=})")
-    if num_shards is not None:
-        _check_positive("num_shards", num_shards)
-    if shard_bytes is not None:
-        _check_positive("shard_bytes", shard_bytes)
-    return ShardTarget(num_shards, shard_bytes)
+def _target(
+    num_shards: int | None, shard_bytes: int | None, max_shard_bytes: int | None = None
+) -> ShardTarget:
+    given = {k: v for k, v in (("num_shards", num_shards), ("shard_bytes", shard_bytes),
+                               ("max_shard_bytes", max_shard_bytes)) if v is not None}  # fmt: skip
+    if len(given) > 1:
+        raise ValueError(
+            f"pass num_shards or shard_bytes, not both (nor max_shard_bytes with either), got {given}"
+        )
+    for k, v in given.items():
+        _check_positive(k, v)
+    return ShardTarget(num_shards, shard_bytes, max_shard_bytes)
 
 
 def _check_positive(name: str, value: Any) -> None:

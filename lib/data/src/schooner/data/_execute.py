@@ -17,7 +17,7 @@ from ._errors import DataError, SkipLog
 from ._ops import Op, apply_ops
 from ._shuffle import PartitionWriter
 from ._spill import SpillError, SpillInfo, record_json, write_lines
-from ._spill import write_records as write_spill
+from ._spill import write_spill_records as write_spill
 from ._splits import Split
 from ._writer import finished_shard, merge_counters, shard_name, write_shard
 

@@ -289,7 +289,7 @@ def _our_rows(
 
 
 def _generic_rows(
-    path: str, rg: int, table: pa.Table, text_field: str, id_field: str, source: str, on_error: str,
+    path: str, rg: int, table: pa.Table, text_field: str | None, id_field: str, source: str, on_error: str,
     skips: SkipLog | None,
 ) -> Iterator[dict]:  # fmt: skip
     # A column records cannot hold is a schema problem, not a bad record: it raises whatever on_error says.

@@ -80,14 +80,16 @@ Node = Op | Take | Reshard | GroupBy
 
 @dataclass(frozen=True)
 class ShardTarget:
-    """How many shards the final write produces: one per task (both None), a count, or a size."""
+    """How many shards the final write produces: one per task (all None), a count, a size, or one per task
+    at least and more where the tasks' output is over `max_shard_bytes`."""
 
     num_shards: int | None = None
     shard_bytes: int | None = None
+    max_shard_bytes: int | None = None
 
     @property
     def given(self) -> bool:
-        return self.num_shards is not None or self.shard_bytes is not None
+        return self.num_shards is not None or self.shard_bytes is not None or self.max_shard_bytes is not None
 
 
 def chain_tokens(splits: list[Split], nodes: tuple[Node, ...]) -> list[Any] | None:
@@ -214,12 +216,13 @@ def run_stages(
             last.counters[key] = last.counters.get(key, 0) - done + min(done, node.n)
         last.splits, last.ops, last.stage = splits, [], stage + 1
     if target.given and target.num_shards != len(last.splits):
-        plan = _fp(chain, len(nodes), "shards", target.num_shards, target.shard_bytes)
+        most = [target.max_shard_bytes] if target.max_shard_bytes is not None else []
+        plan = _fp(chain, len(nodes), "shards", target.num_shards, target.shard_bytes, *most)
         stage_dir = storage.join(work, f"stage-{last.stage:02d}-{(plan or uuid.uuid4().hex)[:12]}")
         label = f"stage {last.stage} (to shards)"
         results = _stage(last.splits, last.ops, SpillSink(stage_dir, plan, durable=durable), exe, label)
         sizes = [SpillInfo.from_dict(r["spill"]).raw_bytes() for r in results]
-        n = plan_shards(target.num_shards, target.shard_bytes, sizes)
+        n = plan_shards(target.num_shards, target.shard_bytes, sizes, max_shard_bytes=target.max_shard_bytes)
         last.add(results)
         last.splits, last.ops = _reshard_splits(results, n, plan), []
     last.plan = _fp(chain, len(nodes), "final", len(last.splits))

@@ -136,7 +136,7 @@ def _renamed_open(path: str) -> Iterator[IO[bytes]]:
         raise
 
 
-def write_records(path: str, records: Iterable[dict], *, durable: bool = True) -> tuple[SpillInfo, int]:
+def write_spill_records(path: str, records: Iterable[dict], *, durable: bool = True) -> tuple[SpillInfo, int]:
     """Write records as a record spill file; returns its info and the record count."""
     return write_lines(
         path, (record_json(rec, "a spill file", newline=True) for rec in records), durable=durable
@@ -241,7 +241,7 @@ def decode_lines(raw: bytes) -> list[dict]:
     return [exact(loads(x), x) for x in lines]
 
 
-def read_records(info: SpillInfo, start: int = 0, stop: int | None = None) -> Iterator[dict]:
+def read_spill_records(info: SpillInfo, start: int = 0, stop: int | None = None) -> Iterator[dict]:
     """Records `start:stop` of a record spill file (frames outside the range are not decompressed)."""
     frames = info.frames.get(0, [])
     if not frames:

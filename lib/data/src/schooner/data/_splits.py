@@ -21,7 +21,7 @@ from ._readers import TextMode, read_records
 from ._records import BadRecord, normalize
 from ._shuffle import reduce_groups, sorted_items
 from ._spill import SpillInfo
-from ._spill import read_records as read_spill
+from ._spill import read_spill_records as read_spill
 
 
 class Split(ABC):

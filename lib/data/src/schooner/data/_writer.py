@@ -359,9 +359,17 @@ def write_shard(
     return stats
 
 
-def plan_shards(num_shards: int | None, shard_bytes: int | None, sizes: Sequence[int]) -> int:
+def plan_shards(
+    num_shards: int | None,
+    shard_bytes: int | None,
+    sizes: Sequence[int],
+    *,
+    max_shard_bytes: int | None = None,
+) -> int:
     """How many output shards: `num_shards`, or enough that each holds about `shard_bytes` of the items'
-    `sizes` (at least one), or one per input when neither is given (`sizes` then has one entry per input).
+    `sizes` (at least one), or one per input when neither is given (`sizes` then has one entry per input),
+    and with `max_shard_bytes` (`sizes` one entry per input) at least one per input and more where they
+    hold more than `max_shard_bytes` in all.
 
     Raises:
         ValueError: both or invalid values given.
@@ -375,6 +383,8 @@ def plan_shards(num_shards: int | None, shard_bytes: int | None, sizes: Sequence
         return num_shards
     if shard_bytes is not None:
         return max(1, math.ceil(sum(sizes) / shard_bytes))
+    if max_shard_bytes is not None:
+        return max(1, len(sizes), math.ceil(sum(sizes) / max_shard_bytes))
     return max(1, len(sizes))
 
 

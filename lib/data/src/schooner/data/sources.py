@@ -80,7 +80,7 @@ def stdlib_files() -> list[tuple[str, str]]:
     return out
 
 
-def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+def _call_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     try:
         return f"{node.name}({ast.unparse(node.args)})"
     except (ValueError, RecursionError):  # very unusual defaults; the bare name still documents it
@@ -106,7 +106,7 @@ def _doc_sections(tree: ast.Module, module: str) -> list[str]:
                     continue
                 d = ast.get_docstring(node, clean=True)
                 if d:
-                    parts.append(prefix + _signature(node) + "\n" + _indent(d))
+                    parts.append(prefix + _call_signature(node) + "\n" + _indent(d))
 
     visit(tree.body, "", 0)
     return parts

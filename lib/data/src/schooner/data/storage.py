@@ -1,16 +1,22 @@
-"""The storage layer of schooner-data and schooner-tokenize: paths on any fsspec filesystem, and writes
-that readers see whole or not at all.
+"""The storage face of schooner-data: `schooner.cluster.storage` (the one owner of file access and atomic
+writes, issue 35) for everything the two share, plus what is data's own.
 
 Local paths (and `file://` URLs) use `os` directly; any other URL (`gs://`, `s3://`, `memory://`, ...) goes
 through fsspec. Every write is atomic and durable:
 
-- whole files (`write_bytes`, `write_json`) are `schooner.cluster.atomic_write`: a uniquely named
+- whole files (`write_bytes`, `write_json`) are `schooner.cluster.storage.write_bytes`: a uniquely named
   temporary file (host, pid and a random part), fsync'd, renamed over the target, and the folder fsync'd;
   on object stores one put of the whole object;
 - streamed files (`atomic_open`, used for shards and spill files too large to hold in memory) are
-  `schooner.cluster.atomic_open`: the same protocol, writing the temporary file as they go; on object
+  `schooner.cluster.storage.atomic_open`: the same protocol, writing the temporary file as they go; on object
   stores the object is published when the stream closes, so a failed writer leaves nothing under the final
   name. `is_temp_name` tells such a temporary file from data.
+
+The shared names (`exists`, `isdir`, `open_file` (reading only), `file_size`, `read_bytes`, `makedirs`,
+`remove`, `remove_tree`, `write_bytes`, `atomic_open`, `join`, `is_local`, `local_path`, `url_to_fs`,
+`is_temp_name`, `unique_tag`) are cluster's own functions. Data's own: `file_identity` (what a plan
+fingerprint notes of an input file), `read_json` / `write_json` (orjson, compact; integers of any size
+exact; `pretty=True` for files people read), `list_dir`, `has_glob`.
 
 Example:
     >>> from schooner.data import storage
@@ -21,86 +27,43 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-from typing import IO, Any
+from typing import Any
 
-import fsspec
 import orjson
 
-from schooner.cluster import atomic_open as _atomic_open
-from schooner.cluster import atomic_write
-from schooner.cluster import is_temp_name as is_temp_name
-from schooner.cluster import unique_tag as unique_tag
+from schooner.cluster.storage import atomic_open as atomic_open
+from schooner.cluster.storage import exists as exists
+from schooner.cluster.storage import file_size as file_size
+from schooner.cluster.storage import is_local as is_local
+from schooner.cluster.storage import is_temp_name as is_temp_name
+from schooner.cluster.storage import isdir as isdir
+from schooner.cluster.storage import join as join
+from schooner.cluster.storage import listdir as _listdir
+from schooner.cluster.storage import local_path as local_path
+from schooner.cluster.storage import makedirs as makedirs
+from schooner.cluster.storage import open_file as open_file
+from schooner.cluster.storage import read_bytes as read_bytes
+from schooner.cluster.storage import remove as remove
+from schooner.cluster.storage import remove_tree as remove_tree
+from schooner.cluster.storage import unique_tag as unique_tag
+from schooner.cluster.storage import url_to_fs as url_to_fs
+from schooner.cluster.storage import write_bytes as write_bytes
 
 from ._json import dumps_json, loads_json
 
 _GLOB_CHARS = ("*", "?", "[")
 
 
-def url_to_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """The filesystem and the path inside it for a local path or an fsspec URL."""
-    return fsspec.core.url_to_fs(url)
-
-
-def is_local(url: str) -> bool:
-    """True for plain paths and `file://` URLs."""
-    return "://" not in url or url.startswith("file://")
-
-
-def local_path(url: str) -> str:
-    """A local path without its `file://` prefix."""
-    return url.removeprefix("file://")
-
-
-def join(base: str, *parts: str) -> str:
-    """Join path parts with '/', for local paths and URLs alike."""
-    out = base.rstrip("/")
-    for p in parts:
-        out = f"{out}/{p.lstrip('/')}"
-    return out
-
-
 def has_glob(path: str) -> bool:
+    """Whether `path` holds a glob character (`*`, `?`, `[`)."""
     return any(c in path for c in _GLOB_CHARS)
-
-
-# ---------------------------------------------------------------------------------------------- reading
-
-
-def exists(url: str) -> bool:
-    if is_local(url):
-        return os.path.exists(local_path(url))
-    fs, p = url_to_fs(url)
-    return fs.exists(p)
-
-
-def isdir(url: str) -> bool:
-    if is_local(url):
-        return os.path.isdir(local_path(url))
-    fs, p = url_to_fs(url)
-    return fs.isdir(p)
-
-
-def open_file(url: str, mode: str = "rb") -> IO[Any]:
-    """Open a local path (plain `open`, the fast path) or an fsspec URL for reading."""
-    if is_local(url):
-        return open(local_path(url), mode)
-    fs, p = url_to_fs(url)
-    return fs.open(p, mode)
-
-
-def file_size(url: str) -> int:
-    if is_local(url):
-        return os.path.getsize(local_path(url))
-    fs, p = url_to_fs(url)
-    return int(fs.size(p))
 
 
 def file_identity(url: str) -> dict[str, Any]:
     """What identifies a file's content cheaply: its size and modification time (local), or its size and
     the store's version tag (ETag, md5, generation or mtime) on object stores. Rewriting a file changes it."""
+    import os
+
     if is_local(url):
         st = os.stat(local_path(url))
         return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -111,40 +74,20 @@ def file_identity(url: str) -> dict[str, Any]:
     return {"size": int(info.get("size") or 0), "tag": str(tag)}
 
 
-def read_bytes(url: str) -> bytes:
-    with open_file(url, "rb") as f:
-        return f.read()
-
-
 def read_json(url: str) -> Any:
     """A JSON file (integers of any size kept exact)."""
     return loads_json(read_bytes(url))
 
 
 def list_dir(url: str) -> list[str]:
-    """The names of the entries of folder `url`, sorted (empty when it does not exist)."""
-    if is_local(url):
-        try:
-            return sorted(os.listdir(local_path(url)))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-    fs, p = url_to_fs(url)
-    try:
-        return sorted(os.path.basename(x.rstrip("/")) for x in fs.ls(p, detail=False))
-    except FileNotFoundError:
-        return []
-
-
-# ---------------------------------------------------------------------------------------------- writing
-
-
-def write_bytes(url: str, data: bytes | str) -> None:
-    """Replace the file at `url` atomically and durably (`schooner.cluster.atomic_write`)."""
-    atomic_write(local_path(url) if is_local(url) else url, data)
+    """The names of the entries of folder `url`, sorted (empty when it does not exist): cluster's
+    `listdir`."""
+    return _listdir(url)
 
 
 def write_json(url: str, obj: Any, *, pretty: bool = False) -> None:
-    """Write `obj` as JSON atomically (`pretty`: indented with sorted keys, for files people read)."""
+    """Write `obj` as JSON atomically (`write_bytes`); compact orjson (integers of any size exact), or
+    `pretty`: indented with sorted keys, for files people read."""
     if pretty:
         try:
             data = orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS)
@@ -155,37 +98,3 @@ def write_json(url: str, obj: Any, *, pretty: bool = False) -> None:
     else:
         data = dumps_json(obj)
     write_bytes(url, data + b"\n")
-
-
-def makedirs(url: str) -> None:
-    if is_local(url):
-        os.makedirs(local_path(url), exist_ok=True)
-        return
-    fs, p = url_to_fs(url)
-    fs.makedirs(p, exist_ok=True)
-
-
-def remove(url: str) -> None:
-    """Delete one file (nothing when it is already gone)."""
-    if is_local(url):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(local_path(url))
-        return
-    fs, p = url_to_fs(url)
-    with contextlib.suppress(FileNotFoundError):
-        fs.rm(p)
-
-
-def remove_tree(url: str) -> None:
-    """Delete a folder and everything in it (nothing when it is already gone)."""
-    if is_local(url):
-        shutil.rmtree(local_path(url), ignore_errors=True)
-        return
-    fs, p = url_to_fs(url)
-    if fs.exists(p):
-        fs.rm(p, recursive=True)
-
-
-def atomic_open(final: str) -> contextlib.AbstractContextManager[IO[bytes]]:
-    """A binary file to write `final` through, seen whole or not at all (`schooner.cluster.atomic_open`)."""
-    return _atomic_open(local_path(final) if is_local(final) else final)

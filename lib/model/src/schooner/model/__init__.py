@@ -27,6 +27,9 @@ from ._config import config_from_dict as config_from_dict
 from ._config import config_to_dict as config_to_dict
 from ._config import register_config as register_config
 from ._config import resolve_compute_dtype as resolve_compute_dtype
+from ._cudnn import MAX_SEGMENTS as MAX_SEGMENTS
+from ._cudnn import PackedSegments as PackedSegments
+from ._cudnn import packed_segments as packed_segments
 from ._groups import STACKED_AXES as STACKED_AXES
 from ._groups import ParamGroup as ParamGroup
 from ._groups import parameter_groups as parameter_groups
@@ -47,6 +50,7 @@ from ._loss import loss_fn as loss_fn
 from ._loss import target_mask_to_loss_mask as target_mask_to_loss_mask
 from ._loss import target_weights as target_weights
 from ._loss import token_losses as token_losses
+from ._moe import grouped_matmul as grouped_matmul
 from ._rebalance import BalanceStats as BalanceStats
 from ._rebalance import balance_router as balance_router
 from ._rebalance import balance_stats as balance_stats

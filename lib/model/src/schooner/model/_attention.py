@@ -1,4 +1,9 @@
-"""Grouped-query self-attention with RoPE, optional qk-norm and document (segment) masking."""
+"""Grouped-query self-attention with RoPE, optional qk-norm and document (segment) masking.
+
+Implementations (``LlamaConfig.attention_implementation``; by the kernel path when None, see ``_kernels.py``):
+``"blocked"`` (CPU), ``"splash"`` (TPU), ``"cudnn"`` / ``"cudnn_bias"`` (NVIDIA GPU, ``_cudnn.py``) and
+``"xla"`` (``jax.nn.dot_product_attention``'s XLA path, float32 scores [B, heads, T, T]).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import PartitionSpec
 
 from ._config import LlamaConfig
+from ._cudnn import cudnn_attention
 from ._kernels import pallas_interpret, resolve_attention
 from ._layers import (
     BATCH,
@@ -39,12 +45,8 @@ def segment_mask(segment_ids: jax.Array) -> jax.Array:
 
 ATTENTION_BLOCK = 128
 """Query block of :func:`blocked_attention` (keys after a block's last query are never computed)."""
-# ``attention``'s implementations that are jax's own, under jax's names (None: jax chooses).
-_JAX_ATTENTION: dict[str | None, Literal["xla", "cudnn"] | None] = {
-    None: None,
-    "xla": "xla",
-    "cudnn": "cudnn",
-}
+# ``attention``'s implementations that are jax's XLA attention (jax's None is its XLA path too, jax 0.10-0.11).
+_JAX_ATTENTION: dict[str | None, Literal["xla"]] = {None: "xla", "xla": "xla"}
 
 
 def attention(
@@ -63,10 +65,11 @@ def attention(
         v: [B, T, K, H] values.
         segment_ids: int[B, T] or None (one document per row).
         implementation: ``"blocked"`` (:func:`blocked_attention`), ``"splash"`` (jax's Pallas TPU kernel,
-            ``_splash.py``; interpreted off a TPU), or ``"xla"`` / ``"cudnn"`` for
-            ``jax.nn.dot_product_attention``; ``None`` lets jax choose (cuDNN flash attention on GPU when it
-            can). The model passes ``"blocked"`` on its CPU kernel path and ``"splash"`` on its TPU path
-            (``LlamaConfig.kernels``).
+            ``_splash.py``; interpreted on the CPU), ``"cudnn"`` (cuDNN flash attention, documents through
+            cuDNN's packed layout; ``_cudnn.py``), ``"cudnn_bias"`` (cuDNN with documents as a mask bias) or
+            ``"xla"`` / ``None`` for ``jax.nn.dot_product_attention``'s XLA path (jax's None is XLA too: it
+            holds float32 scores [B, N, T, T]). The model passes ``"blocked"`` on its CPU kernel path,
+            ``"splash"`` on its TPU path and ``"cudnn"`` on its XLA path on a GPU (``LlamaConfig.kernels``).
 
     Returns:
         [B, T, N, H] attention outputs in q's dtype.
@@ -75,9 +78,19 @@ def attention(
         return blocked_attention(q, k, v, segment_ids)
     if implementation == "splash":
         return splash_attention(q, k, v, segment_ids, interpret=pallas_interpret())
+    if implementation in ("cudnn", "cudnn_bias"):
+        return cudnn_attention(
+            q,
+            k,
+            v,
+            segment_ids,
+            fallback=remat_blocked_attention,
+            packed=implementation == "cudnn",
+            residual_name=ATTENTION_OUTPUT,
+        )
     if implementation not in _JAX_ATTENTION:
         raise ValueError(
-            "attention implementation must be None, 'blocked', 'splash', 'xla' or 'cudnn'; got "
+            "attention implementation must be None, 'blocked', 'splash', 'xla', 'cudnn' or 'cudnn_bias'; got "
             f"{implementation!r}."
         )
     mask = None if segment_ids is None else segment_mask(segment_ids)
@@ -87,7 +100,13 @@ def attention(
 
 
 def blocked_attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None, *, block: int = ATTENTION_BLOCK
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    block: int = ATTENTION_BLOCK,
+    remat: bool = False,
 ) -> jax.Array:
     """Causal attention computed one block of ``block`` queries at a time, against keys up to the block's end.
 
@@ -95,8 +114,10 @@ def blocked_attention(
     FLOPs at long sequence lengths), and each block's [B, K, G, block, keys] scores are smaller than a full
     [B, N, T, T] tensor. Scores, softmax and the value product run in float32 whatever the input dtype:
     on CPU this is faster than 16-bit attention (no native 16-bit softmax) and it is the precise choice.
-    Pure JAX, differentiable by autodiff; the GPU path is ``jax.nn.dot_product_attention`` (see
-    :func:`attention`). Same arguments and result as :func:`attention`.
+    Pure JAX, differentiable by autodiff. ``remat``: each block is a ``jax.checkpoint``, so the backward keeps
+    only q, k and v and recomputes one block's scores at a time (never the [B, N, T, T] float32 scores: the
+    GPU's fallback where cuDNN cannot take the shape; the CPU path keeps the blocks' softmax, measured
+    faster there). Same arguments and result as :func:`attention`.
     """
     b, t, n, h = q.shape
     kv = k.shape[2]
@@ -104,17 +125,33 @@ def blocked_attention(
     dtype = q.dtype
     qg = q.astype(jnp.float32).reshape(b, t, kv, g, h) * (1.0 / h**0.5)
     k32, v32 = k.astype(jnp.float32), v.astype(jnp.float32)
+
+    def one_block(
+        qb: jax.Array, kb: jax.Array, vb: jax.Array, segs: jax.Array | None, start: int
+    ) -> jax.Array:
+        end = start + qb.shape[1]
+        scores = jnp.einsum("bqkgh,bskh->bkgqs", qb, kb)
+        allowed = (jnp.arange(start, end)[:, None] >= jnp.arange(end)[None, :])[None, None, None]
+        if segs is not None:
+            same = segs[:, start:end, None] == segs[:, None, :end]
+            allowed = allowed & same[:, None, None]
+        probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.float32(-1e30)), axis=-1)
+        return jnp.einsum("bkgqs,bskh->bqkgh", probs, vb)
+
+    run = jax.checkpoint(one_block, static_argnums=(4,)) if remat else one_block
     outs = []
     for start in range(0, t, block):
         end = min(start + block, t)
-        scores = jnp.einsum("bqkgh,bskh->bkgqs", qg[:, start:end], k32[:, :end])
-        allowed = (jnp.arange(start, end)[:, None] >= jnp.arange(end)[None, :])[None, None, None]
-        if segment_ids is not None:
-            same = segment_ids[:, start:end, None] == segment_ids[:, None, :end]
-            allowed = allowed & same[:, None, None]
-        probs = jax.nn.softmax(jnp.where(allowed, scores, jnp.float32(-1e30)), axis=-1)
-        outs.append(jnp.einsum("bkgqs,bskh->bqkgh", probs, v32[:, :end]))
+        segs = None if segment_ids is None else segment_ids[:, :end]
+        outs.append(run(qg[:, start:end], k32[:, :end], v32[:, :end], segs, start))
     return jnp.concatenate(outs, axis=1).reshape(b, t, n, h).astype(dtype)
+
+
+def remat_blocked_attention(
+    q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None
+) -> jax.Array:
+    """:func:`blocked_attention` with each block rematerialised (the GPU's fallback from cuDNN)."""
+    return blocked_attention(q, k, v, segment_ids, remat=True)
 
 
 def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
@@ -138,7 +175,9 @@ def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, segment_ids: j
 ATTENTION_QKV = "attention_qkv"
 """``checkpoint_name`` of the queries, keys and values after RoPE (see the "dots" remat)."""
 ATTENTION_OUTPUT = "attention_output"
-"""``checkpoint_name`` of the attention's [B, T, N, H] output (before the output projection)."""
+"""``checkpoint_name`` of the attention's [B, T, N, H] output (before the output projection) and, with cuDNN,
+of the kernel's residuals (its output and softmax statistics: ``_cudnn.keep_residuals``), so the "dots" remat
+never runs the attention forward again in the backward."""
 
 
 def _shard_specs(q_axes: tuple[Axis, ...], kv_axes: tuple[Axis, ...]) -> Any:

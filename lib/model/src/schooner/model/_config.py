@@ -21,6 +21,8 @@ from ._kernels import KERNELS, platform
 _COMPUTE_DTYPES = ("auto", "float32", "bfloat16", "float16")
 _ROPE_KINDS = ("default", "llama3")
 _CHECKPOINTING = ("none", "dots", "save_carries", "full", "offload", "nested")
+ATTENTION_IMPLEMENTATIONS = (None, "blocked", "splash", "xla", "cudnn", "cudnn_bias")
+GROUPED_MATMULS = ("auto", "ragged_dot", "megablox", "triton")
 
 RUNTIME_FIELDS = frozenset(
     {
@@ -144,11 +146,16 @@ class LlamaConfig:
             (sqrt-blocked remat of the layer stack). Which fits where: ``docs/accelerators.md``; ``train()``
             checks the compiled step's memory against the device before the first step.
         attention_implementation: ``None`` (by the kernel path: ``"blocked"`` on CPU, ``"splash"`` on TPU,
-            jax's choice elsewhere), ``"blocked"`` (pure-JAX causal attention by query blocks, skipping keys
-            past each block; see ``blocked_attention``), ``"splash"`` (jax's Pallas TPU flash-attention
-            kernel: no [T, T] scores in memory; interpreted, slowly, off a TPU), or, passed to
-            ``jax.nn.dot_product_attention``, ``"xla"`` or ``"cudnn"`` (cuDNN flash attention on NVIDIA GPUs;
-            needs a bf16/fp16 compute dtype).
+            ``"cudnn"`` on the XLA path on a GPU, jax's XLA attention elsewhere), ``"blocked"`` (pure-JAX causal
+            attention by query blocks, skipping keys past each block; see ``blocked_attention``), ``"splash"``
+            (jax's Pallas TPU flash-attention kernel: no [T, T] scores in memory; interpreted, slowly, on the
+            CPU; refused on a GPU), ``"xla"`` (``jax.nn.dot_product_attention``'s XLA path: float32 scores
+            [B, heads, T, T] in memory; this is also what jax's own default, None, means), ``"cudnn"`` (cuDNN
+            flash attention, NVIDIA GPUs only: causal, grouped-query, documents through cuDNN's packed layout
+            of segment offsets and lengths on Hopper and later, at most ``_cudnn.MAX_SEGMENTS`` documents per
+            row, the blocked path for a batch past it; the blocked path, with a log line, where cuDNN cannot
+            take the shape) or ``"cudnn_bias"`` (cuDNN flash attention with documents as a dense [B, 1, T, T]
+            mask bias: the slower form, kept for comparison). The cuDNN forms need a bf16/fp16 compute dtype.
         loss_chunk_tokens: 0 (default): the output projection + cross-entropy works on chunks of about
             128 MiB of float32 logits (at most 8 chunks); on the CPU kernel path it keeps the softmax in the
             compute dtype for the backward (one [tokens, vocab] array). N > 0: chunks of N // batch positions
@@ -158,7 +165,8 @@ class LlamaConfig:
         kernels: ``"auto"`` (``"cpu"`` on the CPU backend, ``"tpu"`` on TPUs, ``"xla"`` elsewhere),
             ``"cpu"`` (kernels tuned for XLA:CPU), ``"xla"`` (the plain path: ``preferred_element_type``
             products and plain autodiff) or ``"tpu"`` (the plain path with jax's Pallas TPU kernels: splash
-            attention, and megablox grouped matmuls for experts where ``MoEConfig.grouped_matmul`` asks); the one backend switch, see
+            attention, and megablox grouped matmuls for experts where ``MoEConfig.grouped_matmul`` asks;
+            refused on a GPU, where they would run through the Pallas interpreter); the one backend switch, see
             ``schooner.model._kernels``. Same model and
             parameters either way; results differ by float rounding only.
         type: registry key (``"llama"``); do not change.
@@ -232,14 +240,15 @@ class LlamaConfig:
             raise ValueError(
                 f"gradient_checkpointing must be one of {_CHECKPOINTING}; got {self.gradient_checkpointing=!r}."
             )
-        if self.attention_implementation not in (None, "blocked", "splash", "xla", "cudnn"):
+        if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
             raise ValueError(
-                "attention_implementation must be None, 'blocked', 'splash', 'xla' or 'cudnn'; got "
+                f"attention_implementation must be one of {ATTENTION_IMPLEMENTATIONS}; got "
                 f"{self.attention_implementation=!r}."
             )
-        if self.attention_implementation == "cudnn" and self.compute_dtype in ("float32",):
+        if self.attention_implementation in ("cudnn", "cudnn_bias") and self.compute_dtype in ("float32",):
             raise ValueError(
-                "attention_implementation='cudnn' needs a bfloat16/float16 compute dtype; got "
+                f"attention_implementation={self.attention_implementation!r} needs a bfloat16/float16 compute "
+                "dtype; got "
                 f"{self.compute_dtype=!r}. Set compute_dtype='bfloat16' (or 'auto' on GPU)."
             )
         if self.kernels not in KERNELS:
@@ -328,10 +337,14 @@ class MoEConfig(LlamaConfig):
             of each batch still followed the early drift far better than no re-solve, but after the warm-up
             the busiest expert averaged 1.17x its share (max 1.40): a higher maximum than the whole batch's
             1.30 and a higher mean than no re-solve's 1.14 (whose maximum was 1.55). A runtime setting: it changes no parameter.
-        grouped_matmul: the experts' dropless grouped matmuls: ``"ragged_dot"`` (``jax.lax.ragged_dot``, every
-            backend; the default: 7.5% faster per step than megablox on the TPU benchmark's MoE) or
-            ``"megablox"`` (jax's Pallas ``gmm`` kernel on the TPU kernel path, where ``hidden_dim`` and
-            ``intermediate_dim`` are multiples of 128; ``ragged_dot`` elsewhere). A runtime setting.
+        grouped_matmul: the experts' dropless grouped matmuls: ``"auto"`` (the default: ``"triton"`` on the XLA
+            kernel path on a GPU, ``"ragged_dot"`` elsewhere), ``"ragged_dot"`` (``jax.lax.ragged_dot``, every
+            backend; 7.5% faster per step than megablox on the TPU benchmark's MoE; on a GPU, jax 0.10-0.11
+            lower it to zero-padded dense products, about E/k times the experts' FLOPs), ``"triton"`` (the Pallas
+            Triton grouped matmul of ``_gmm.py``: only the groups' own rows, padded to 128-row tiles; GPU, or
+            interpreted on the CPU; refused on a TPU) or ``"megablox"`` (jax's Pallas ``gmm`` kernel on the TPU
+            kernel path, where ``hidden_dim`` and ``intermediate_dim`` are multiples of 128; ``ragged_dot``
+            elsewhere). A runtime setting.
         capacity_factor: ``None`` dispatches every token (dropless, sorted grouped matmuls). A float caps
             each expert at ``capacity_factor * tokens * k / num_experts`` tokens and drops the overflow.
     """
@@ -348,7 +361,7 @@ class MoEConfig(LlamaConfig):
     router_bias_rate: float | None = None
     router_bias_resolve: bool = True
     router_bias_resolve_tokens: int | None = None
-    grouped_matmul: str = "ragged_dot"
+    grouped_matmul: str = "auto"
     capacity_factor: float | None = None
     type: str = "moe"
 
@@ -394,9 +407,9 @@ class MoEConfig(LlamaConfig):
             raise ValueError(f"router_bias_resolve must be True or False; got {self.router_bias_resolve=!r}.")
         if self.router_bias_resolve_tokens is not None:
             _positive("router_bias_resolve_tokens", self.router_bias_resolve_tokens)
-        if self.grouped_matmul not in ("ragged_dot", "megablox"):
+        if self.grouped_matmul not in GROUPED_MATMULS:
             raise ValueError(
-                f"grouped_matmul must be 'ragged_dot' or 'megablox'; got {self.grouped_matmul=!r}."
+                f"grouped_matmul must be one of {GROUPED_MATMULS}; got {self.grouped_matmul=!r}."
             )
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise ValueError(

@@ -9,8 +9,8 @@ changing what the gradient sees. ``router_bias`` is not trained by gradients (re
 from the statistics each forward pass returns; otherwise it stays 0.
 
 Dispatch. Dropless by default: the (token, expert) assignments are sorted by expert and run through
-``jax.lax.ragged_dot`` grouped matmuls (or jax's megablox Pallas kernel on a TPU: ``grouped_matmul``), so no
-token is ever dropped. With ``capacity_factor`` set, each
+grouped matmuls (``grouped_matmul``: on a GPU the Pallas Triton kernel of ``_gmm.py``, elsewhere
+``jax.lax.ragged_dot``, or jax's megablox Pallas kernel on a TPU when asked), so no token is ever dropped. With ``capacity_factor`` set, each
 expert takes at most ``ceil(capacity_factor * tokens * k / E)`` assignments (earlier tokens first) in a
 dense [experts, capacity, embed] buffer; the overflow is dropped and reported in ``moe/dropped_fraction``.
 
@@ -21,6 +21,7 @@ balancing loss (``load_balancing="aux_loss"``) and the ``moe/...`` metrics.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 
 import equinox as eqx
@@ -31,8 +32,13 @@ from haliax import Axis, NamedArray
 from jax.ad_checkpoint import checkpoint_name
 
 from ._balancing import balancing_shift
-from ._config import MoEConfig
+from ._config import GROUPED_MATMULS, MoEConfig
+from ._gmm import supported as gmm_supported
+from ._gmm import triton_grouped_matmul
+from ._kernels import pallas_interpret, resolve_grouped_matmul, triton_interpret
 from ._layers import EMBED, EXPERTS, MLP, MLP_GATE_UP, ParamFactory, SwiGLU, axes_for
+
+logger = logging.getLogger(__name__)
 
 MOE_ROUTING = "moe_routing"
 """``checkpoint_name`` of the routing's chosen experts and sort orders (integers; see the "dots" remat)."""
@@ -170,22 +176,36 @@ def grouped_matmul(
 ) -> jax.Array:
     """``x[rows of group g] @ w[g]`` for consecutive groups of rows: [m, k] x [groups, k, n] -> [m, n].
 
-    ``jax.lax.ragged_dot``, except with ``implementation="megablox"`` on the ``"tpu"`` kernel path, where it
-    is the megablox grouped matmul of ``jax.experimental.pallas.ops.tpu.megablox`` (a Pallas kernel with its
-    own backward; interpreted off a TPU) when ``k`` and ``n`` are multiples of 128. Rows are padded to the
-    kernel's row tile as zeros counted in the last group (zero rows give zero outputs and no gradient), then
-    dropped. (``MoEConfig.grouped_matmul`` chooses; ragged_dot measured faster on a TPU v5e.)
+    ``implementation`` (``MoEConfig.grouped_matmul``, resolved by ``_kernels.resolve_grouped_matmul``):
+
+    - ``"ragged_dot"``: ``jax.lax.ragged_dot``, every backend (on a GPU, jax 0.10-0.11 lower it to zero-padded
+      dense products: about E/k times the experts' FLOPs);
+    - ``"triton"``: the Pallas Triton kernel of ``_gmm.py`` (the GPU default; interpreted on the CPU, refused on
+      a TPU), where ``k`` and ``n`` are multiples of 16 (``ragged_dot`` otherwise, with a log line);
+    - ``"megablox"``: on the ``"tpu"`` kernel path, the megablox grouped matmul of
+      ``jax.experimental.pallas.ops.tpu.megablox`` (a Pallas kernel with its own backward; interpreted on the
+      CPU) when ``k`` and ``n`` are multiples of 128. Rows are padded to the kernel's row tile as zeros counted
+      in the last group (zero rows give zero outputs and no gradient), then dropped. ragged_dot measured
+      faster on a TPU v5e.
+    - ``"auto"``: ``"triton"`` on the XLA path on a GPU, ``"ragged_dot"`` elsewhere.
     """
     m, k = x.shape
     n = w.shape[-1]
+    if implementation not in GROUPED_MATMULS:
+        raise ValueError(f"implementation must be one of {GROUPED_MATMULS}; got {implementation!r}.")
+    impl = resolve_grouped_matmul(implementation, kernels)
+    if impl == "triton":
+        if gmm_supported(k, n):
+            return triton_grouped_matmul(x, w, group_sizes, interpret=triton_interpret())
+        _log_once(
+            f"grouped matmul [{m}, {k}] x {list(w.shape)}: the Triton kernel needs k and n multiples of 16; "
+            "using jax.lax.ragged_dot"
+        )
+        return jax.lax.ragged_dot(x, w, group_sizes)
     tk, tn = _tile(k), _tile(n)
-    if implementation not in ("ragged_dot", "megablox"):
-        raise ValueError(f"implementation must be 'ragged_dot' or 'megablox'; got {implementation!r}.")
-    if implementation != "megablox" or kernels != "tpu" or tk is None or tn is None:
+    if impl != "megablox" or tk is None or tn is None:
         return jax.lax.ragged_dot(x, w, group_sizes)
     from jax.experimental.pallas.ops.tpu.megablox import ops
-
-    from ._kernels import pallas_interpret
 
     tm = 512 if m >= 512 else 128
     pad = (-m) % tm
@@ -194,6 +214,11 @@ def grouped_matmul(
         group_sizes = group_sizes.at[-1].add(pad)
     out = ops.gmm(x, w, group_sizes, x.dtype, (tm, tk, tn), None, None, False, pallas_interpret())
     return out[:m] if pad else out
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+    logger.warning(message)
 
 
 def _capacity_dispatch(

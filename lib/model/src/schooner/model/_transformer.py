@@ -47,9 +47,9 @@ _POLICIES: dict[str, Any] = {
 
 def _dots_remat(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` under the "dots" policy: the backward keeps the block's input, the queries, keys and values
-    after RoPE, the attention's output (and with "splash" the kernel's output and log-sum-exp), the MLPs'
-    gate and up products and the experts' routing (chosen experts and sort orders), and recomputes the
-    rest from them: the norms, RoPE, the SwiGLU gate, the dispatch gathers, and three matrix products per
+    after RoPE, the attention's output (with "splash" also the kernel's output and log-sum-exp; with
+    "cudnn" the kernel's saved values, named like the attention's output), the MLPs' gate and up products
+    and the experts' routing (chosen experts and sort orders), and recomputes the rest from them: the norms, RoPE, the SwiGLU gate, the dispatch gathers, and three matrix products per
     layer (pinned by ``tests/test_remat.py``):
 
     - the attention's output projection: the residual stream ``x + h`` between attention and MLP is not
@@ -58,7 +58,7 @@ def _dots_remat(fn: Callable[..., Any]) -> Callable[..., Any]:
       projection (the combine weights' gradient needs the experts' outputs).
 
     The attention's forward is also computed again where the implementation keeps no statistics (any but
-    "splash"). The dense SwiGLU's down projection is not recomputed (its output is only added)."""
+    "splash" and "cudnn"). The dense SwiGLU's down projection is not recomputed (its output is only added)."""
     names = (ATTENTION_QKV, ATTENTION_OUTPUT, SPLASH_RESIDUALS, MLP_GATE_UP, MOE_ROUTING)
     return eqx.filter_checkpoint(fn, policy=jax.checkpoint_policies.save_only_these_names(*names))
 

@@ -17,6 +17,9 @@ other axes index independent matrices, so a stacked [layers, embed, heads, head_
 norm per layer. `model_labels` builds the labels of a `schooner.model` model from its declared parameter
 groups. The state is a pytree of arrays (count, moments, radii), so it checkpoints and resumes like Adam's.
 
+`AdamHConfig` is the optimizer config the trainer takes (like `AdamConfig`): `build(model, num_steps)` gives
+`adamh` with the labels of `model_labels`, both learning rates on the config's schedule, and a gradient clip.
+
 Example:
     >>> import jax.numpy as jnp
     >>> tx = adamh(0.02, adam_learning_rate=1e-3)
@@ -29,16 +32,19 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-__all__ = ["AdamHState", "Sphere", "adamh", "model_labels"]
+from ._optim import OptimizerConfig, _check_types, _groups, _with_clipping
+
+__all__ = ["SPHERE_KINDS", "AdamHConfig", "AdamHState", "Sphere", "adamh", "model_labels"]
 
 _TINY = 1e-30
 """Floor of a norm before dividing by it (a zero Adam direction gives a zero step, not NaN)."""
@@ -73,7 +79,7 @@ class AdamHState(NamedTuple):
     parameters, so they shard like them), and the radii of the sphere leaves in leaf order (keepdims-shaped,
     one per matrix; plain arrays, small enough to replicate)."""
 
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # shadows tuple.count, as optax's Adam state does
     mu: Any
     nu: Any
     radius: tuple[jax.Array, ...]
@@ -91,6 +97,7 @@ def _resolve(labels: Any, params: Any) -> list[Label]:
     if len(leaves) == 1 and leaves[0] is labels and callable(labels):  # a function, not a tree of labels
         return _resolve(labels(params), params)
     lab_leaves, lab_def = jax.tree.flatten(labels, is_leaf=_is_label)
+    lab_def = cast(Any, lab_def)  # jax's PyTreeDef stub lacks flatten_up_to
     try:
         subtrees = lab_def.flatten_up_to(params)
     except (ValueError, TypeError) as e:
@@ -207,7 +214,8 @@ def adamh(
                 "adamh needs the parameters in update(updates, state, params) (it projects them)"
             )
         labs = _check(_resolve(labels, params), params)
-        grads, treedef = jax.tree.flatten(updates)
+        grads, flat_def = jax.tree.flatten(updates)
+        treedef = cast(Any, flat_def)  # jax's PyTreeDef stub lacks flatten_up_to / unflatten
         ws = treedef.flatten_up_to(params)
         mus, nus = treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu)
         radii = iter(state.radius)
@@ -271,3 +279,96 @@ def model_labels(model: Any, sphere_kinds: Sequence[str] = ("matrix",)) -> Any:
         return Sphere(axes=axes)
 
     return jax.tree.map(one, parameter_groups(model), model, is_leaf=lambda g: isinstance(g, ParamGroup))
+
+
+SPHERE_KINDS = ("matrix", "head", "embedding", "router")
+"""The parameter groups `AdamHConfig.sphere_kinds` may put on spheres (norm scales are vectors: no sphere)."""
+
+
+@dataclass(frozen=True)
+class AdamHConfig(OptimizerConfig):
+    """AdamH: hidden projections on the sphere of their initial norm, plain Adam (own learning rate) for
+    embeddings, norm scales and the rest; no weight decay; a small gradient clip.
+
+    Takes the schedule fields of every optimizer config (`schedule`, `warmup`, `decay`, `min_lr_ratio`): both
+    learning rates follow the same shape. `weight_decay` must stay 0 (the norms it would control are fixed).
+
+    Example:
+        >>> AdamHConfig(learning_rate=0.01, adam_learning_rate=3e-3).max_grad_norm
+        0.1
+    """
+
+    learning_rate: float = 0.01
+    """Peak relative step of the sphere matrices: each moves by `learning_rate x ||W||` per step."""
+    max_grad_norm: float | None = 0.1
+    """Clip gradients to this global L2 norm (small, as in Marin's AdamH runs); None disables clipping."""
+    adam_learning_rate: float = 3e-3
+    """Peak learning rate of the leaves on plain Adam (embeddings, norm scales, the head unless on a sphere)."""
+    beta1: float = 0.9
+    """First-moment decay (both groups)."""
+    beta2: float = 0.95
+    """Second-moment decay (both groups)."""
+    eps: float = 1e-8
+    """Denominator epsilon (both groups)."""
+    sphere_kinds: tuple[str, ...] = ("matrix",)
+    """Parameter groups kept on spheres (`model_labels`): hidden matrices by default; add "head" for an untied
+    output head as Marin's AdamH does."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        _check_types(
+            self, {"adam_learning_rate": "> 0", "beta1": "in [0, 1)", "beta2": "in [0, 1)", "eps": "> 0"}, ()
+        )
+        if not (np.isfinite(self.adam_learning_rate) and self.adam_learning_rate > 0):
+            raise ValueError(
+                f"{name}.adam_learning_rate must be a finite number > 0, got "
+                f"adam_learning_rate={self.adam_learning_rate!r}"
+            )
+        for f in ("beta1", "beta2"):
+            v = getattr(self, f)
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"{name}.{f} must be in [0, 1), got {f}={v!r}")
+        if not self.eps > 0:
+            raise ValueError(f"{name}.eps must be > 0, got eps={self.eps!r}")
+        if self.weight_decay != 0:
+            raise ValueError(
+                f"{name}.weight_decay must be 0, got weight_decay={self.weight_decay!r}: AdamH keeps each "
+                "projection's norm fixed, so decay has no norm to control (embeddings and norms take none either)"
+            )
+        kinds = self.sphere_kinds
+        if isinstance(kinds, list):  # JSON has no tuples: a config read back from run.json gives a list
+            kinds = tuple(kinds)
+            object.__setattr__(self, "sphere_kinds", kinds)
+        if not isinstance(kinds, tuple) or not all(isinstance(k, str) for k in kinds):
+            raise ValueError(
+                f"{name}.sphere_kinds must be a tuple of group kinds, got sphere_kinds={kinds!r}"
+            )
+        bad = [k for k in kinds if k not in SPHERE_KINDS]
+        if bad:
+            raise ValueError(
+                f"{name}.sphere_kinds must be among {SPHERE_KINDS}, got {bad} in sphere_kinds={kinds!r}"
+                + (" (norm scales are vectors: they take plain Adam)" if "norm" in bad else "")
+            )
+
+    def group_rule(self, group: Any) -> str:
+        """The update rule of a parameter group (a `schooner.model.ParamGroup`): "adamh" (on a sphere),
+        "adam" or "frozen"; what `describe_param_groups` should report for this optimizer (no group decays)."""
+        if not group.trainable:
+            return "frozen"
+        return "adamh" if group.kind in self.sphere_kinds else "adam"
+
+    def build(self, params: Any, num_steps: int) -> optax.GradientTransformation:
+        """`adamh` for `params`, a `schooner.model` model (or its shapes): `model_labels(params,
+        sphere_kinds)`, both learning rates on this config's schedule, clipping first."""
+        _groups(params)  # a clear TypeError for anything that is not a schooner.model model
+        adam = dataclasses.replace(self, learning_rate=self.adam_learning_rate)
+        tx = adamh(
+            self.lr_schedule(num_steps),
+            adam_learning_rate=adam.lr_schedule(num_steps),
+            b1=self.beta1,
+            b2=self.beta2,
+            eps=self.eps,
+            labels=model_labels(params, self.sphere_kinds),
+        )
+        return _with_clipping(tx, self.max_grad_norm)

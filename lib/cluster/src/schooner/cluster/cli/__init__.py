@@ -91,9 +91,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ._run import cmd_run
 
             code = cmd_run(ns)
-            if code == 130:  # Ctrl-C: do not wait for in-process steps (they are recorded INTERRUPTED)
-                from ._entry import exit_now
+            from ._entry import EXIT_INTERRUPTED, EXIT_TERMINATED, exit_now
 
+            if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+                # Ctrl-C, SIGTERM: do not wait for in-process steps (they are recorded INTERRUPTED)
                 exit_now(code)
             return code
         if ns.command == "status":
@@ -183,8 +184,8 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
             return 1
     else:
         found = explain_planned(capture_steps(ns.experiment, prefix), prefix, ns.step, ns.experiment)
-    for e in found:
-        console.print(_esc("\n".join(e.lines())))
+    for explained in found:
+        console.print(_esc("\n".join(explained.lines())))
     return 0
 
 

@@ -23,6 +23,8 @@ import argparse
 import json
 import shlex
 
+from rich.markup import escape
+
 from schooner.cluster._local_ray import DEFAULT_STATE_DIR, LocalNode, LocalRayCluster
 
 
@@ -107,7 +109,14 @@ def cmd_cluster(ns: argparse.Namespace, console: object) -> int:
             return 2
         except FileNotFoundError:
             pass
-        cluster = LocalRayCluster(nodes, state_dir=ns.state_dir).start()
+        try:
+            cluster = LocalRayCluster(nodes, state_dir=ns.state_dir).start()
+        except (
+            RuntimeError,
+            TimeoutError,
+        ) as e:  # `ray start` failed or kept timing out: the reason, the fix
+            print_(f"[bold red]error:[/] {escape(str(e))}")
+            return 1
         print_(f"local Ray cluster up at {cluster.address}: {', '.join(n.name for n in cluster.nodes)}")
         head = cluster.nodes[0]
         if not head.cpus and not head.resources:

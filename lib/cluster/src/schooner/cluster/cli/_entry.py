@@ -26,7 +26,7 @@ from ._flags import add_run_flags, options_from_args
 if TYPE_CHECKING:
     from schooner.cluster.runner._results import RunResult
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_BAD, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 
 
 def client_for(options: RunOptions) -> Client:
@@ -60,7 +60,7 @@ def execute(
         return EXIT_OK, None
     except RunInterrupted as e:
         console.print(f"[yellow]{_esc(e.message)}[/]")
-        return EXIT_INTERRUPTED, None
+        return (EXIT_TERMINATED if e.signal == "SIGTERM" else EXIT_INTERRUPTED), None
     except KeyboardInterrupt:
         console.print("[yellow]interrupted before any step ran[/]")
         return EXIT_INTERRUPTED, None
@@ -90,7 +90,7 @@ def run_main(run: Callable[[], RunResult], argv: list[str]) -> RunResult:
 def exit_now(code: int) -> None:
     """Exit with `code`. On Ctrl-C, without waiting for in-process steps' threads (their steps are recorded
     INTERRUPTED already, and a rerun continues them); otherwise a normal exit."""
-    if code != EXIT_INTERRUPTED:
+    if code not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         raise SystemExit(code)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -10,6 +10,7 @@ exported by `schooner.cluster`.
 from ._files import InputFiles as InputFiles
 from ._lower import Step as Step
 from ._lower import lower as lower
+from ._results import ResultWarning as ResultWarning
 from ._results import RunInterrupted as RunInterrupted
 from ._results import RunResult as RunResult
 from ._results import StepFailedError as StepFailedError

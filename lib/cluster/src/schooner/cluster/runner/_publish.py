@@ -99,10 +99,12 @@ def rebase_paths(value: Any, attempt: str, out: str) -> Any:
 
 
 def attempt_paths(out: str) -> list[str]:
-    """Every attempt folder of the step whose output is `out` (finished attempts leave none)."""
+    """Every attempt folder of the step whose output is `out` (a published attempt leaves only a link to
+    the output under its name, which is not one)."""
     parent, base = _split(out)
     prefix = f".{base}{_ATTEMPT}"
-    return [f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)]
+    found = [f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)]
+    return [p for p in found if not (is_plain_path(p) and os.path.islink(p))]
 
 
 def _fresh_list(folder: str) -> list[str]:
@@ -136,6 +138,32 @@ def prepare_attempt(out: str, owner: str, *, adopt: str | None, resume: bool) ->
     return mine, adopted
 
 
+FAILED_KEPT = 2
+"""Failed attempts' folders kept per step (the newest), for debugging; older ones are deleted."""
+_FAILED = ".failed-"
+
+
+def failed_attempt_paths(out: str) -> list[str]:
+    """The kept folders of failed attempts of the step whose output is `out`, oldest first."""
+    parent, base = _split(out)
+    prefix = f".{base}{_FAILED}"
+    return sorted((f"{parent}/{name}" for name in _fresh_list(parent) if name.startswith(prefix)), key=_mtime)
+
+
+def keep_failed_attempt(out: str, attempt: str, owner: str) -> str:
+    """Move a failed attempt's folder to `{parent}/.{name}-{key8}.failed-{owner}` (kept for debugging; the
+    next attempt starts from an empty folder) and delete all but the newest `FAILED_KEPT` such folders.
+    Returns where it is kept."""
+    parent, base = _split(out)
+    kept = f"{parent}/.{base}{_FAILED}{owner}"
+    _rename(attempt, kept)
+    if is_plain_path(kept):
+        os.utime(kept)
+    for old in [p for p in failed_attempt_paths(out) if p != kept][: -(FAILED_KEPT - 1) or None]:
+        remove_tree(old)
+    return kept
+
+
 def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held: Callable[[], bool]) -> bool:
     """Make `attempt` the step's output (see the module docstring). `write_end(folder)` writes the attempt's
     end (record, history, status) into `folder`'s `.schooner/`. False, publishing nothing, when the lease was
@@ -145,13 +173,19 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
     meta = os.path.join(attempt, META_DIR)
     if os.path.isdir(meta):  # gang readiness markers: nothing a reader needs
         shutil.rmtree(meta)
-    shutil.copytree(os.path.join(out, META_DIR), meta)
-    for name in os.listdir(meta):
-        if name.startswith("gang-") or ".takeover-" in name or name in ("disk-reserve", "starts.jsonl"):
-            os.unlink(os.path.join(meta, name))
+    # Gang markers, takeover files, the attempt's starts (recorded) and the disk reserve are not copied.
+    skip = shutil.ignore_patterns("gang-*", "*.takeover-*", "disk-reserve", "starts.jsonl")
+    try:
+        shutil.copytree(os.path.join(out, META_DIR), meta, ignore=skip)
+    except shutil.Error as e:  # one error per file: the first names the cause (a full disk...)
+        first = e.args[0][0] if e.args and e.args[0] else ("?", "?", str(e))
+        raise OSError(f"could not copy the records of {out} into the attempt {attempt}: {first[2]}") from None
+    relative_links(attempt)
+    named = _names_itself(attempt)
     write_end(attempt)
     if not still_held():
         return False
+    mine = attempt
     try:
         exchange(attempt, out)
     except OSError:  # no RENAME_EXCHANGE here: the old version aside, then the new one in
@@ -165,7 +199,69 @@ def publish(out: str, attempt: str, write_end: Callable[[str], None], still_held
             raise
         attempt = aside
     remove_tree(attempt)  # the previous version now
+    _leave_link(mine, out, named)
     return True
+
+
+def relative_links(folder: str) -> int:
+    """Rewrite every symbolic link under `folder` whose absolute target lies inside `folder` as a relative
+    link, so it still resolves once the folder is renamed (published); returns how many."""
+    root = os.path.abspath(folder).rstrip("/")
+    n = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            link = os.path.join(dirpath, name)
+            if not os.path.islink(link):
+                continue
+            target = os.readlink(link)
+            if not os.path.isabs(target) or not (target == root or target.startswith(root + "/")):
+                continue
+            tmp = f"{link}.relink-tmp"
+            os.symlink(os.path.relpath(target, dirpath), tmp)
+            os.replace(tmp, link)
+            n += 1
+    return n
+
+
+NAMES_SCAN_BYTES = 8 * 1024 * 1024
+"""Files up to this size are searched for the attempt's own path at publication (see `_names_itself`)."""
+NAMES_SCAN_FILES = 2000
+
+
+def _names_itself(attempt: str) -> bool:
+    """Whether a file of the attempt (up to `NAMES_SCAN_FILES` files of at most `NAMES_SCAN_BYTES` each)
+    holds the attempt folder's absolute path: the step wrote a path into its own attempt (a manifest, a
+    config), which must keep resolving once published."""
+    needle = os.fsencode(os.path.abspath(attempt).rstrip("/") + "/")
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(attempt):
+        dirnames[:] = [d for d in dirnames if d != META_DIR]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            with contextlib.suppress(OSError):
+                if os.path.islink(path) or os.path.getsize(path) > NAMES_SCAN_BYTES:
+                    continue
+                seen += 1
+                if seen > NAMES_SCAN_FILES:
+                    return False
+                with open(path, "rb") as f:
+                    if needle in f.read():
+                        return True
+    return False
+
+
+def _leave_link(attempt: str, out: str, needed: bool) -> None:
+    """The links of earlier attempts go (their output was replaced); when the published attempt's files name
+    its own folder (`needed`), a link from that folder's name to the output is left (relative:
+    `.{name}.attempt-{owner}` -> `{name}`), so those absolute paths still resolve."""
+    parent, base = _split(out)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent or "/"):
+            path = os.path.join(parent, name)
+            if name.startswith(f".{base}{_ATTEMPT}") and os.path.islink(path):
+                os.unlink(path)
+        if needed:
+            os.symlink(base, attempt)
 
 
 def _publish_remote(
@@ -187,6 +283,10 @@ def _publish_remote(
 def remove_tree(path: str) -> None:
     """Delete a folder and everything in it (missing is fine)."""
     if is_plain_path(path):
+        if os.path.islink(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
         shutil.rmtree(path, ignore_errors=True)
         return
     import fsspec

@@ -48,9 +48,10 @@ def redact_config(value: Any, secrets: list[str] | None = None) -> Any:
     return go(value)
 
 
-def scrub_any(value: Any, secrets: list[str] | None = None) -> Any:
-    """`to_jsonable(value)` with secret values scrubbed from every string."""
-    return redact_config(to_jsonable(value), secret_values() if secrets is None else secrets)
+def scrub_any(value: Any, secrets: list[str] | None = None, non_finite: list[str] | None = None) -> Any:
+    """`to_jsonable(value)` with secret values scrubbed from every string (NaN and infinities become None,
+    their paths appended to `non_finite`)."""
+    return redact_config(to_jsonable(value, non_finite), secret_values() if secrets is None else secrets)
 
 
 @functools.cache

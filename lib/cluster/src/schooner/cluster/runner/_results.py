@@ -116,14 +116,21 @@ class StepFailedError(RuntimeError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Raised by `StepRunner.run` on Ctrl-C, after the running steps were recorded INTERRUPTED and their
+    """Raised by `StepRunner.run` on Ctrl-C (or SIGTERM: `.signal`), after the running steps were recorded INTERRUPTED and their
     jobs (with every process they started) were stopped. `str(err)` is one line: what was interrupted and
     how a rerun continues."""
 
-    def __init__(self, message: str, result: RunResult | None = None) -> None:
+    def __init__(self, message: str, result: RunResult | None = None, *, signal: str = "SIGINT") -> None:
         super().__init__(message)
         self.message = message
         self.result = result
+        self.signal = signal
+        """'SIGINT' (Ctrl-C) or 'SIGTERM'."""
 
     def __str__(self) -> str:
         return self.message
+
+
+class ResultWarning(UserWarning):
+    """A step's return value could not be recorded as it is: a NaN or infinity (stored as null, which is
+    what JSON has) or a value too large for its record (stored as a note)."""

@@ -296,24 +296,40 @@ class StepRunner:
                 note = _code_change(s, out, st)
                 if note:
                     code_changed.append((s, note))
-        # Cached steps downstream of a forced one wait for it: reported cached once it succeeds again,
-        # skipped if it fails (never "cached" against an input that is not done).
-        behind_forced: set[str] = set()
+        # A cached step whose input was published again since it ran (a `--force` of the input in another
+        # run) is stale; steps downstream of a forced or stale one rerun on its new output (skipped if it
+        # fails). Both run like forced steps (from an empty folder, the old output readable until replaced).
+        status_of = {s.key: st for s, st in zip(steps, statuses, strict=True)}
+        rerun_notes: list[tuple[Step, str]] = []
         for s in steps:  # topological order: inputs first
-            if states[s.key] == "cached" and any(d in forced or d in behind_forced for d in s.deps):
-                behind_forced.add(s.key)
+            if states[s.key] != "cached":
+                continue
+            upstream = next((by_key[d] for d in s.deps if d in forced), None)
+            if upstream is not None:
+                why = f"reruns: its input {upstream.name!r} reruns in this run, so its output is replaced"
+            else:
+                why = _input_replaced(s, paths[s.key], status_of, by_key)
+            if why:
+                forced.add(s.key)
+                states[s.key] = "will_run"
+                rerun_notes.append((s, why))
+            else:
+                note = _forced_rerun_failed(s, paths[s.key], status_of[s.key])
+                if note:
+                    code_changed.append((s, note))
+        behind_forced: set[str] = set()
         n_run = sum(v == "will_run" for v in states.values())
         will_run = [s for s in steps if states[s.key] == "will_run"]
         self._check_resources(will_run, prefix, dry_run, progress, shared_prefix)
         if dry_run:
             progress.dry_run(steps, states, paths, roots)
-            for s, note in code_changed:
+            for s, note in rerun_notes + code_changed:
                 progress.note(s, note)
             planned = [StepOutcome(s.name, s.key, paths[s.key], states[s.key]) for s in steps]
             return RunResult(run_id, prefix, planned, dry_run=True, duration_s=time.time() - t0)
 
         progress.plan(len(steps), len(steps) - n_run, n_run, prefix, run_id)
-        for s, note in code_changed:
+        for s, note in rerun_notes + code_changed:
             progress.note(s, note)
         outcomes = {
             s.key: StepOutcome(s.name, s.key, paths[s.key], "cached")
@@ -328,6 +344,7 @@ class StepRunner:
         if n_run:
             write_experiment_record(exp_path, exp)  # early, so a run that dies is on record too
             executor = StepExecutor(self, prefix, paths, run_id, env, forced, progress, secret_values())
+            restore_sigterm = sigterm_interrupts()
             try:
                 todo = [s for s in steps if states[s.key] == "will_run" or s.key in behind_forced]
                 # The runner's client is also the current client of the steps it runs in-process, so
@@ -335,17 +352,21 @@ class StepRunner:
                 current = using_client(self.client) if self.client is not None else contextlib.nullcontext()
                 with progress.live(len(todo)), current:
                     self._schedule(todo, by_key, outcomes, executor, max_concurrent)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as e:
                 stopped = executor.interrupt()
-                message = "interrupted" + (
-                    f": {'; '.join(stopped)}" if stopped else " before any step started"
-                )
+                how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+                message = how + (f": {'; '.join(stopped)}" if stopped else " before any step started")
                 exp.update(ended=time.time(), ok=False, interrupted=True, counts=message)
+                if isinstance(e, Terminated):
+                    exp["signal"] = "SIGTERM"
                 with contextlib.suppress(Exception):
                     write_experiment_record(exp_path, exp)
-                raise RunInterrupted(message) from None
+                raise RunInterrupted(
+                    message, signal="SIGTERM" if isinstance(e, Terminated) else "SIGINT"
+                ) from None
             finally:
                 executor.close()
+                restore_sigterm()
         ordered = [outcomes[s.key] for s in steps]
         result = RunResult(run_id, prefix, ordered, duration_s=time.time() - t0, experiment_record=exp_path)
         # The experiment record of every (non-dry) run.
@@ -527,6 +548,54 @@ def _read_statuses(paths: list[str]) -> list[Any]:
         return [step_status(p) for p in paths]
     with ThreadPoolExecutor(max_workers=STATUS_READERS, thread_name_prefix="schooner-status") as pool:
         return list(pool.map(lambda p: step_status(p), paths))
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while steps ran: handled like Ctrl-C (steps recorded INTERRUPTED, jobs stopped), said
+    as such, exit status 143."""
+
+
+def sigterm_interrupts() -> Any:
+    """While steps run, SIGTERM raises `Terminated` in the main thread (as Ctrl-C raises KeyboardInterrupt);
+    returns what puts the previous handler back. Nothing is changed outside the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError):
+        return lambda: None
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _input_replaced(step: Step, out: str, status_of: dict[str, Any], by_key: dict[str, Step]) -> str:
+    """A note when an input of a cached step was published again since the step ran (its record names the
+    attempt of each input it read: the input's status owner then)."""
+    if not step.deps:
+        return ""
+    record = read_step_record(out) or {}
+    for inp in record.get("inputs") or []:
+        used, now = inp.get("owner"), status_of.get(inp.get("key"))
+        if used and now is not None and now.state is StepState.SUCCESS and now.owner != used:
+            name = by_key[inp["key"]].name if inp["key"] in by_key else inp.get("name")
+            return (
+                f"reruns: its input {name!r} was replaced since it ran (published again by run "
+                f"{now.owner.split('-')[0]}, e.g. --force; this step read run {used.split('-')[0]}'s output)"
+            )
+    return ""
+
+
+def _forced_rerun_failed(step: Step, out: str, st: Any) -> str:
+    """A note when the latest forced rerun of a reused step failed (its published output is older)."""
+    if st is None or st.state is not StepState.SUCCESS or not st.error:
+        return ""
+    return f"reused; {st.error}"
 
 
 def _code_change(step: Step, out: str, st: Any) -> str:

@@ -26,6 +26,9 @@ from ._version import (
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+=@-]*(/[A-Za-z0-9_][A-Za-z0-9._+=@-]*)*$")
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._+=@/-]")
+MAX_NAME_PART = 200
+"""The longest part of a step name between slashes: its folders (`{part}-{key8}`, and the attempt folder
+`.{part}-{key8}.attempt-{run}-{8 hex}`, 38 characters more) must fit the file system's 255 bytes."""
 
 
 def _bad_char(name: object) -> str:
@@ -80,6 +83,13 @@ class StepHandle:
             raise ConfigError(
                 f"step name {name!r} is not valid{_bad_char(name)}: use ASCII letters, digits and . _ - + = @, "
                 "with '/' between parts (e.g. 'tokenized/python-docs'); no leading '/', spaces or '..'"
+            )
+        long = [p for p in name.split("/") if len(p) > MAX_NAME_PART]
+        if long:
+            raise ConfigError(
+                f"step name part of {len(long[0])} characters ({long[0][:40]}...) is too long: parts of a step "
+                f"name (between '/') have at most {MAX_NAME_PART} characters, so that its output and attempt "
+                "folders fit the file system's 255-byte names; shorten it or split it with '/'"
             )
         if not callable(fn):
             raise TypeError(f"step {name!r}: fn must be a function of (config, output_path), got {fn!r}")

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import threading
 import time
 import traceback
 import uuid
+import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schooner.cluster._fingerprint import changed_files, code_files
 from schooner.cluster._gang import current_gang
 from schooner.cluster._secrets import scrub
 from schooner.cluster.records import (
@@ -36,9 +39,11 @@ from schooner.cluster.storage import clear_folder, is_plain_path, list_folder, s
 
 from ._lease import Lease
 from ._lower import Step
-from ._publish import prepare_attempt, publish, rebase_paths, remove_tree
+from ._orphans import OrphanGuard
+from ._publish import keep_failed_attempt, prepare_attempt, publish, rebase_paths, remove_tree
 from ._records import scrub_any, step_record
-from ._results import StepOutcome
+from ._results import ResultWarning, StepOutcome
+from ._scrub_output import scrubbed_output
 from ._step import join_path, resolve_config
 
 if TYPE_CHECKING:
@@ -68,7 +73,14 @@ class MissingInputError(FileNotFoundError):
     """A `handle / "sub/path"` input names a path its step did not write."""
 
 
-def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -> Any:
+class CodeChangedError(RuntimeError):
+    """A source file of a step's code changed after the step's key was computed (edited during the run): the
+    worker would run other code than the key names, so the step does not run."""
+
+
+def call_step(
+    fn: Any, config: Any, output_path: str, resumable: bool = False, code_files: dict[str, str] | None = None
+) -> Any:
     """What runs on a worker (or in the runner), once per attempt: make the local output folder, empty it
     unless the step is resumable (so a killed attempt's partial output never mixes with this one's), call
     `fn`. The runner's own files (`.schooner/`) stay.
@@ -78,7 +90,18 @@ def call_step(fn: Any, config: Any, output_path: str, resumable: bool = False) -
 
     Every start appends a line to `{output_path}/.schooner/starts.jsonl` (node, host, pid, time) and, when
     the function returns or raises, its end: a start without an end died with its worker or node (a
-    preemption), and the runner records all of them in the step's record and history."""
+    preemption), and the runner records all of them in the step's record and history.
+
+    `code_files` (path -> SHA-256 of the user source files the step's key was computed from; given for steps
+    that run in a worker, which imports them afresh): a file whose text differs here raises
+    `CodeChangedError` before the function runs."""
+    changed = changed_files(code_files or {})
+    if changed:
+        raise CodeChangedError(
+            f"{', '.join(changed)} changed after this run computed the step's key (edited during the run?): "
+            "the worker would run the new code under a key that names the old one; rerun to key the step by "
+            "the code as it is now"
+        )
     gang = current_gang()
     if gang is not None and gang.num_processes > 1:
         _gang_prepare(output_path, resumable, gang.process_id, gang.attempt)
@@ -224,11 +247,14 @@ class StepExecutor:
         self._running: dict[str, tuple[Step, Lease, dict, float]] = {}
         self._interrupted = False
         self._stopped: list[str] = []
+        self._published: dict[str, tuple[Any, dict]] = {}
+        """Steps rerun (forced) over a published output: its status and record, restored if they fail."""
         self._threads: dict[str, int] = {}
         """Steps running in this process now: the id of the thread calling their function."""
         self._lost: set[str] = set()
         """Steps whose lease another runner took over while they ran."""
         """Steps that raised KeyboardInterrupt themselves (already recorded INTERRUPTED)."""
+        self._orphans = OrphanGuard()
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat_loop, name="schooner-heartbeat", daemon=True)
         self._beat.start()
@@ -351,6 +377,16 @@ class StepExecutor:
         try:
             self._prepare_folder(step, out)
             previous = read_step_record(out, storage=storage) or {}
+            published = step_status(out, storage=storage)
+            if (
+                published is not None
+                and published.state is StepState.SUCCESS
+                and published.key == step.key
+                and previous.get("state") == "SUCCESS"
+            ):
+                # A forced rerun over a published output: if it fails, that output stays and is said to.
+                with self._lock:
+                    self._published[step.key] = (published, previous)
             record_lost_attempt(out, storage=storage)
             attempt = self._prepare_attempt(step, out, lease, previous)
             record["attempt_path"] = attempt
@@ -363,6 +399,7 @@ class StepExecutor:
                 step.handle.config, lambda h: self.paths.get(h.key) or h.output_path(self.prefix)
             )
             self._check_input_paths(step)
+            record["inputs"] = [{**i, "owner": self._input_owner(i["key"])} for i in record["inputs"]]
             where = "cluster" if step.handle.resources is not None else "in process"
             self.progress.started(step, out, where)
             try:
@@ -371,9 +408,8 @@ class StepExecutor:
                 self._record_starts(step, record, attempt)
             if not lease.still_held():
                 raise LeaseLostError(self._lost_message(step, lease))
-            result = scrub_any(rebase_paths(value, attempt, out), self.secrets)
-            if len(repr(result)) > MAX_RESULT_CHARS:
-                result = {"note": f"result too large to record ({len(repr(result))} chars)"}
+            result = self._recordable(step, rebase_paths(value, attempt, out))
+            _free_reserve(out)  # before the swap: never copied, and the end's records get its space
             record.update(state="SUCCESS", ended=time.time(), duration_s=time.time() - t0, result=result)
             fn_sha = record.get("fn_source_sha256") or ""
             if not publish(
@@ -392,9 +428,13 @@ class StepExecutor:
             raise
         except BaseException as e:  # noqa: BLE001 - every failure is recorded, then re-raised if fatal
             if not step.handle.resumable and attempt != out and _held_now(lease):
-                # Still ours: a rerun starts from nothing anyway, and a full disk gets its space back first.
+                # Still ours: a rerun starts from nothing anyway. Its files are kept aside for debugging
+                # (the latest few), except after a full disk, which gets its space back first.
                 with contextlib.suppress(Exception):
-                    remove_tree(attempt)
+                    if _is_disk_full(e):
+                        remove_tree(attempt)
+                    else:
+                        record["failed_attempt_path"] = keep_failed_attempt(out, attempt, lease.owner)
             outcome = self._failed(step, out, e, (lease, record), t0)
             # sys.exit() inside an in-process step ends that step, as it does in a worker: not the run.
             if not isinstance(e, Exception | SystemExit):
@@ -402,6 +442,7 @@ class StepExecutor:
         finally:
             with self._lock:
                 self._leases.pop(step.key, None)
+                self._published.pop(step.key, None)
                 self._jobs.pop(step.key, None)
                 self._running.pop(step.key, None)
                 self._lost.discard(step.key)
@@ -410,6 +451,44 @@ class StepExecutor:
         assert outcome is not None
         self.progress.finished(outcome)
         return outcome
+
+    def _input_owner(self, key: str) -> str | None:
+        """The attempt (status owner) of an input's published output that this step reads."""
+        path = self.paths.get(key)
+        with contextlib.suppress(Exception):
+            st = step_status(path) if path else None
+            if st is not None and st.state is StepState.SUCCESS:
+                return st.owner
+        return None
+
+    def _recordable(self, step: Step, value: Any) -> Any:
+        """The step's return value as its record stores it, scrubbed; a `ResultWarning` (also said on the
+        console) for NaN and infinities, stored as null, and for a value too large, stored as a note."""
+        non_finite: list[str] = []
+        result = scrub_any(value, self.secrets, non_finite)
+        if non_finite:
+            shown = ", ".join(non_finite[:5]) + (
+                f" and {len(non_finite) - 5} more" if len(non_finite) > 5 else ""
+            )
+            self._warn(
+                step,
+                f"its result holds {len(non_finite)} non-finite number(s) ({shown}), stored as null in its "
+                "record (JSON has no NaN or infinity); a NaN result usually means the step diverged",
+            )
+        size = len(json.dumps(result))
+        if size > MAX_RESULT_CHARS:
+            result = {"note": f"result too large to record ({size:,} characters as JSON)"}
+            self._warn(
+                step,
+                f"its result is {size:,} characters as JSON, over the {MAX_RESULT_CHARS:,} a record holds: "
+                "the record keeps a note (result too large to record) instead; write large values into "
+                "the step's output folder and return their path",
+            )
+        return result
+
+    def _warn(self, step: Step, text: str) -> None:
+        self.progress.note(step, text)
+        warnings.warn(f"step {step.name!r}: {text}", ResultWarning, stacklevel=2)
 
     def _prepare_folder(self, step: Step, out: str) -> None:
         """Refuse a folder holding files this step did not write.
@@ -492,10 +571,11 @@ class StepExecutor:
         """Run the function into `attempt` (its own folder); its job's log goes to `out`'s `.schooner/`."""
         h = step.handle
         if h.resources is None:
+            self._orphans.start()  # what the step starts dies with the driver (see `_orphans`)
             with self._lock:
                 self._threads[step.key] = threading.get_ident()
             try:
-                with _scrubbed_output(self.secrets):
+                with scrubbed_output(self.secrets):
                     return call_step(h.fn, config, attempt, h.resumable)
             finally:
                 with self._lock:
@@ -507,7 +587,10 @@ class StepExecutor:
             from schooner.cluster._current import current_client
 
             client = current_client()
-        job = client.submit(call_step, h.fn, config, attempt, h.resumable, resources=h.resources, name=h.name)
+        files = _imported_afresh(code_files(h.code))  # checked in the worker, which imports them afresh
+        job = client.submit(
+            call_step, h.fn, config, attempt, h.resumable, files or None, resources=h.resources, name=h.name
+        )
         with self._lock:
             self._jobs[step.key] = job
         try:
@@ -570,10 +653,24 @@ class StepExecutor:
                 logs_tail=scrub(logs, self.secrets) if logs else None,
             )
             error = scrub(f"{type(err).__name__}: {err}", self.secrets).splitlines()[0][:500]
+            kept = record.get("failed_attempt_path")
+            with self._lock:
+                published = self._published.get(step.key)
+            if published is not None:  # notes first: the last line stays the exception (the reason shown)
+                text = (
+                    f"(the previous output stays published in {out}: its status and record still describe "
+                    f"it, run {published[0].owner.split('-')[0]}; this failure is in its history.jsonl)\n{text}"
+                )
+            if kept:
+                text = f"(this attempt's files are kept for debugging in {kept})\n{text}"
+                self.progress.note(step, f"failed; its attempt's files are kept for debugging in {kept}")
             for last_try in (False, True):
                 try:
                     if lease.still_held():
-                        _record_end(step, out, record, lease, StepState.FAILED, error=error)
+                        if published is not None:
+                            _restore_published(step, out, record, published, error)
+                        else:
+                            _record_end(step, out, record, lease, StepState.FAILED, error=error)
                     break
                 except OSError as write_err:
                     # A full disk (the step filled it): free the space kept aside, then try once more.
@@ -593,6 +690,7 @@ class StepExecutor:
             running = list(self._running.values())
             jobs = dict(self._jobs)
         phrases = list(self._stopped)
+        self._orphans.kill()  # the processes in-process steps started
         for step, lease, record, t0 in running:
             job = jobs.get(step.key)
             if job is not None:
@@ -607,9 +705,14 @@ class StepExecutor:
         record.update(
             state="INTERRUPTED", ended=time.time(), duration_s=time.time() - t0, error="interrupted"
         )
+        with self._lock:
+            published = self._published.get(step.key)
         with contextlib.suppress(Exception):  # best effort on the way out: a stale lease says the same
             if lease.still_held():
-                _record_end(step, out, record, lease, StepState.INTERRUPTED)
+                if published is not None:
+                    _restore_published(step, out, record, published, "interrupted", "was interrupted")
+                else:
+                    _record_end(step, out, record, lease, StepState.INTERRUPTED)
             lease.release()
         how = _how_it_continues(step, record.get("attempt_path") or out)
         return f"{step.name} after {_seconds(time.time() - t0)} ({how})"
@@ -623,6 +726,26 @@ class StepExecutor:
 
     def close(self) -> None:
         self._stop.set()
+        self._orphans.stop()
+
+
+def _imported_afresh(files: dict[str, str]) -> dict[str, str]:
+    """The files of `files` a worker imports afresh: not the script run as `__main__` nor modules shipped by
+    value (their code travels from this process, as the key saw it)."""
+    import sys
+
+    from schooner.cluster._worker_pickle import needs_by_value
+
+    if not files:
+        return files
+    by_value = set()
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None)
+        if path and os.path.abspath(path) in files:
+            with contextlib.suppress(Exception):
+                if getattr(mod, "__name__", "") == "__main__" or needs_by_value(mod):
+                    by_value.add(os.path.abspath(path))
+    return {p: d for p, d in files.items() if p not in by_value}
 
 
 def _record_end(
@@ -642,6 +765,53 @@ def _record_end(
         fn_sha=fn_sha,
         storage=storage,
     )
+
+
+def _restore_published(
+    step: Step, out: str, record: dict, published: tuple[Any, dict], error: str, state: str = "failed"
+) -> None:
+    """A forced rerun over a published output failed (or was interrupted): the output is the old one, so its
+    record and status go back to it (the record saying which rerun failed), the attempt goes to history."""
+    status, previous = published
+    storage = storage_for(out)
+    append_history(out, record, storage=storage)
+    note = (
+        f"a forced rerun {state} (run {record.get('run_id')}): {error}; this output was published before it"
+    )
+    restored = {
+        **previous,
+        "last_failed_attempt": {
+            "run_id": record.get("run_id"),
+            "owner": record.get("owner"),
+            "state": record.get("state"),
+            "ended": record.get("ended"),
+            "error": error,
+            "failed_attempt_path": record.get("failed_attempt_path"),
+        },
+    }
+    write_step_record(out, restored, storage=storage)
+    write_step_status(
+        out,
+        StepState.SUCCESS,
+        key=step.key,
+        name=step.name,
+        owner=status.owner,
+        error=note[:500],
+        fn_sha=status.fn_sha,
+        storage=storage,
+    )
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    import errno
+
+    while err is not None:
+        if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(err):
+            return True
+        err = err.__cause__ or err.__context__  # type: ignore[assignment]
+    return False
 
 
 def _held_now(lease: Lease) -> bool:
@@ -690,49 +860,3 @@ def _how_it_continues(step: Step, out: str) -> str:
         with contextlib.suppress(Exception):  # a hint must never hide the interrupt itself
             hint = h.resume_hint(out)
     return f"a rerun resumes it {hint}" if hint else "a rerun resumes it from its partial output"
-
-
-class _ScrubbingStream:
-    """A text stream that writes through `stream` with secret values replaced by '***' (what an in-process
-    step prints; a worker's output is scrubbed when its log is read)."""
-
-    def __init__(self, stream: Any, secrets: list[str]) -> None:
-        self._stream, self._secrets = stream, secrets
-
-    def write(self, text: str) -> int:
-        self._stream.write(scrub(text, self._secrets))
-        return len(text)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
-
-
-_scrub_lock = threading.Lock()
-_scrub_users = 0
-_scrub_saved: tuple[Any, Any] | None = None
-
-
-@contextlib.contextmanager
-def _scrubbed_output(secrets: list[str] | None) -> Any:
-    """sys.stdout and sys.stderr scrubbed of `secrets` while in-process steps run (several may run at once,
-    in threads: the streams are swapped by the first and restored by the last)."""
-    import sys
-
-    global _scrub_users, _scrub_saved
-    if not secrets:
-        yield
-        return
-    with _scrub_lock:
-        if _scrub_users == 0:
-            _scrub_saved = (sys.stdout, sys.stderr)
-            sys.stdout = _ScrubbingStream(sys.stdout, secrets)
-            sys.stderr = _ScrubbingStream(sys.stderr, secrets)
-        _scrub_users += 1
-    try:
-        yield
-    finally:
-        with _scrub_lock:
-            _scrub_users -= 1
-            if _scrub_users == 0 and _scrub_saved is not None:
-                sys.stdout, sys.stderr = _scrub_saved
-                _scrub_saved = None

@@ -59,7 +59,14 @@ from typing import Any
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
-from schooner.cluster._secrets import Secret, is_secret_field, is_secret_name, marked_field, register_secret
+from schooner.cluster._secrets import (
+    Secret,
+    check_secret_length,
+    is_secret_field,
+    is_secret_name,
+    marked_field,
+    register_secret,
+)
 
 RUNTIME_META = "schooner_runtime"
 """Dataclass field metadata flag: the field is runtime-only and not part of the step's identity."""
@@ -216,6 +223,13 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
         for f in dataclasses.fields(value):
             v = getattr(value, f.name)
             if is_secret_field(f):
+                if isinstance(v, str):
+                    try:
+                        check_secret_length(
+                            v, f"step {step!r}: secret field {_short_path(f'{path}.{f.name}')!r}"
+                        )
+                    except ValueError as e:
+                        raise ConfigError(str(e)) from None
                 register_secret(v)  # scrubbed from logs and records of this run
                 continue
             if f.metadata.get(RUNTIME_META):
@@ -298,30 +312,38 @@ def _is_tag(key: str) -> bool:
     return len(key) > 4 and key.startswith("__") and key.endswith("__")
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: Any, non_finite: list[str] | None = None, _path: str = "result") -> Any:
     """Best-effort JSON-able copy of a step's return value for its record (never raises).
 
     Arrays (numpy, jax: anything with `tolist`, `ndim` and `dtype`) become nested lists of their values;
-    other unknown objects become their `repr`.
+    NaN and infinities become None (JSON has no such numbers; the path of each, like `result['loss']`, is
+    appended to `non_finite`); other unknown objects become their `repr`.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
+        if math.isfinite(value):
+            return value
+        if non_finite is not None:
+            non_finite.append(f"{_path} = {value}")
+        return None
     if _is_numpy_scalar(value):
-        return to_jsonable(value.item())
+        return to_jsonable(value.item(), non_finite, _path)
     if all(hasattr(value, a) for a in ("tolist", "ndim", "dtype")) and not isinstance(value, type):
         # numpy/jax arrays: their values (repr() abbreviates past 1,000 elements: values were lost).
         try:
-            return to_jsonable(value.tolist())
+            return to_jsonable(value.tolist(), non_finite, _path)
         except Exception:  # noqa: BLE001 - never raises: an odd array-like records its repr below
             pass
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_jsonable(getattr(value, f.name), non_finite, f"{_path}.{f.name}")
+            for f in dataclasses.fields(value)
+        }
     if isinstance(value, Mapping):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v, non_finite, f"{_path}[{str(k)!r}]") for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
-        return [to_jsonable(v) for v in value]
+        return [to_jsonable(v, non_finite, f"{_path}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, pathlib.PurePath):
         return str(value)
     return repr(value)

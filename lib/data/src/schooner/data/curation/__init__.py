@@ -1,7 +1,7 @@
 """schooner.data.curation: from a web crawl to clean, deduplicated, decontaminated text.
 
 Operators as functions and configs (this module), as cached steps (`schooner.data.curation.steps`), an
-offline test crawl (`schooner.data.curation.crawl`) and a page to look at record folders
+offline test crawl (`schooner.data.fixtures`) and a page to look at record folders
 (`schooner.data.curation.browse`). Heavy libraries (resiliparse, fastwarc, trafilatura, fastText,
 floret, dupekit, rbloom, ftfy) come with `schooner-data[curation]` and are imported only inside the modules that
 wrap them.
@@ -15,6 +15,7 @@ from ._classifier import train_classifier as train_classifier
 from ._clean import clean_text as clean_text
 from ._clean import fix_text as fix_text
 from ._clean import normalize_whitespace as normalize_whitespace
+from ._clean import remove_invisible as remove_invisible
 from ._consolidate import Keep as Keep
 from ._consolidate import lang_is as lang_is
 from ._consolidate import not_contaminated as not_contaminated

@@ -6,6 +6,9 @@ empty lines (up to 22 in a row there). `normalize_whitespace` makes every unicod
 line break `\\n`, strips each line's trailing whitespace and keeps at most one blank line in a row. `fix_text`
 repairs text decoded with the wrong codec (UTF-8 read as windows-1252 or latin-1: "cafÃ©" for "café") with
 ftfy (Speer, "ftfy", 2019), the repair C4, Dolma and FineWeb apply; ftfy is imported only here.
+`remove_invisible` deletes the invisible characters pages put inside words (soft hyphens from `&shy;`,
+zero-width spaces, word joiners, byte-order marks), which split a word in two for every later reader.
+`clean_text_offsets` also says where each character went, so spans on the source text follow the cleaning.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._html import _tidy
+from ._offsets import OffsetMap, compose, subsequence_map, substitution_map
 
 # str.splitlines' line breaks besides \n and \r (which `_tidy` handles): vertical tab, form feed, the file,
 # group and record separators, NEL, the line and paragraph separators
@@ -63,11 +67,53 @@ def fix_text(text: str) -> str:
     return ftfy.fix_text(text, **FTFY_OPTIONS)
 
 
-def clean_text(text: str, *, fix: bool = True, whitespace: bool = True) -> str:
-    """`text` repaired (`fix_text`, when `fix`), then its whitespace normalised (`normalize_whitespace`, when
-    `whitespace`)."""
+INVISIBLE = "\u00ad\u200b\u2060\u2061\u2062\u2063\u2064\ufeff"
+"""What `remove_invisible` deletes: soft hyphen, zero-width space, word joiner, the invisible mathematical
+operators and the zero-width no-break space (byte-order mark). Left in: the zero-width joiner and non-joiner
+(emoji sequences, Indic conjuncts, Persian words) and direction marks, which change how text reads."""
+_INVISIBLE_TABLE = dict.fromkeys(map(ord, INVISIBLE))
+
+
+def remove_invisible(text: str) -> str:
+    """`text` without its soft hyphens, zero-width spaces, word joiners and byte-order marks (`INVISIBLE`).
+
+    >>> remove_invisible("co\u00adoper\u200bation")
+    'cooperation'
+    """
+    return text.translate(_INVISIBLE_TABLE)
+
+
+def clean_text(text: str, *, fix: bool = True, whitespace: bool = True, invisible: bool = True) -> str:
+    """`text` repaired (`fix_text`, when `fix`), its invisible characters deleted (`remove_invisible`, when
+    `invisible`; after the repair, which reads a soft hyphen as the second byte of mojibake "Ã\u00ad" for
+    "í"), then its whitespace normalised (`normalize_whitespace`, when `whitespace`)."""
+    return clean_text_offsets(text, fix=fix, whitespace=whitespace, invisible=invisible, offsets=False)[0]
+
+
+# normalize_whitespace's replacements, one character for one (its other edits delete characters)
+_ONE_FOR_ONE = {**_SPACE_TABLE, ord("\r"): "\n"}
+
+
+def clean_text_offsets(
+    text: str, *, fix: bool = True, whitespace: bool = True, invisible: bool = True, offsets: bool = True
+) -> tuple[str, OffsetMap | None]:
+    """`clean_text(text)` and, when `offsets` and the text changed, the map of each of its positions to the
+    cleaned text's (`_offsets`: a deleted character maps to the next kept one), so spans follow the
+    cleaning."""
+    moved: OffsetMap | None = None
     if fix:
-        text = fix_text(text)
+        fixed = fix_text(text)
+        if offsets and fixed != text:
+            moved = substitution_map(text, fixed)
+        text = fixed
+    if invisible:
+        seen = remove_invisible(text)
+        if offsets and seen != text:
+            moved = compose(moved, subsequence_map(text, seen))
+        text = seen
     if whitespace:
-        text = normalize_whitespace(text)
-    return text
+        tidy = normalize_whitespace(text)
+        if offsets and tidy != text:
+            moved = compose(moved, subsequence_map(text.translate(_ONE_FOR_ONE), tidy))
+        text = tidy
+    return text, moved

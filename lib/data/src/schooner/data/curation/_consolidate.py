@@ -7,8 +7,10 @@ dropped as `dropped.empty_after_removal`. A dropped record holding the first cop
 whose later copies are cut takes them out of the output altogether: the distinct lines a kept record held
 (and lost) are counted as `lost.paragraph_dups` by `lost_paragraph_lines`, a second pass run only when a
 dropped record held first copies (`paragraph_firsts.dropped`) (compute the paragraph attributes with `duplicates=` the dedup attributes to avoid it). Kept texts are then cleaned (`_clean`: mojibake repaired with ftfy,
-counted `cleaned.fixed_text`; unicode spaces, trailing whitespace and runs of blank lines normalised,
-`cleaned.whitespace`), each repair on by default and optional. A sample of the dropped records of every reason is written
+counted `cleaned.fixed_text`; soft hyphens, zero-width spaces, word joiners and byte-order marks deleted,
+`cleaned.invisible`; unicode spaces, trailing whitespace and runs of blank lines normalised,
+`cleaned.whitespace`), each repair on by default and optional; the span attributes attached to a kept record
+are moved with the cut and the cleaning (offsets into the written text). A sample of the dropped records of every reason is written
 beside the output (`dropped/`), with the reason and their attributes, so a filter can be inspected before
 it is trusted (`schooner browse`).
 """
@@ -21,8 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._clean import fix_text as _fix_text
-from ._clean import normalize_whitespace as _normalize_whitespace
+from ._clean import clean_text_offsets
+from ._offsets import OffsetMap, compose, deletion_map, move_spans
 from ._text import remove_spans
 
 
@@ -69,6 +71,9 @@ class LangIs(Keep):
             and float(attrs.get("lang_score", 0)) >= self.min_score
         )
 
+    def __str__(self) -> str:
+        return f"lang_is({self.lang!r}, {self.min_score:g})"
+
     def needs(self) -> tuple[str, ...]:
         return ("lang", "lang_score")
 
@@ -85,6 +90,9 @@ class Passes(Keep):
     def __call__(self, attrs: dict) -> bool:
         return not [r for r in _get(attrs, self.ruleset, self.name) if r not in self.ignore]
 
+    def __str__(self) -> str:
+        return f"passes({self.ruleset!r}" + (f", ignore={list(self.ignore)!r})" if self.ignore else ")")
+
     def needs(self) -> tuple[str, ...]:
         return (self.ruleset,)
 
@@ -100,6 +108,9 @@ class ScoreAtLeast(Keep):
 
     def __call__(self, attrs: dict) -> bool:
         return float(_get(attrs, self.key, self.name)) >= self.threshold
+
+    def __str__(self) -> str:
+        return f"score_at_least({self.key!r}, {self.threshold:g})"
 
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
@@ -138,6 +149,9 @@ class TopFraction(Keep):
             raise ValueError("TopFraction needs the record's place: read the source with locate=True")
         return tuple(loc) < self.cut
 
+    def __str__(self) -> str:
+        return f"top_fraction({self.key!r}, {self.fraction:g})"
+
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
 
@@ -155,6 +169,10 @@ class NotFlag(Keep):
 
     def __call__(self, attrs: dict) -> bool:
         return not _get(attrs, self.key, self.name)
+
+    def __str__(self) -> str:
+        kind = self.key.removesuffix("_dup")
+        return f"not_dup({kind!r})" if self.key != kind else "not_contaminated()"
 
     def needs(self) -> tuple[str, ...]:
         return (self.key,)
@@ -217,7 +235,9 @@ def resolve_top_fraction(keep: Keep, scored: Sequence[tuple[float, tuple[int, in
 class Consolidator:
     """The per-shard work of `consolidate`: kept records out (mode "kept"), or a sample of the dropped
     ones (mode "dropped", at most `sample` per reason per shard). A kept text is repaired (`fix_text`: ftfy's
-    mojibake repair) and its whitespace normalised (`normalize_whitespace`) after its spans are cut out."""
+    mojibake repair), its invisible characters deleted (`remove_invisible`: soft hyphens, zero-width spaces)
+    and its whitespace normalised (`normalize_whitespace`) after its spans are cut out; the span attributes it
+    carries (`attach`) are moved with every edit, so they cover the same words in the written text."""
 
     keep: tuple[Keep, ...]
     remove: tuple[str, ...] = ()
@@ -226,6 +246,7 @@ class Consolidator:
     sample: int = 20
     fix_text: bool = True
     normalize_whitespace: bool = True
+    remove_invisible: bool = True
 
     @property
     def __name__(self) -> str:
@@ -234,7 +255,7 @@ class Consolidator:
     def decide(self, rec: dict) -> tuple[str | None, dict, dict[str, tuple[int, int]]]:
         """`(drop reason or None, attributes, {attribute: (spans, chars) removed})`; a kept record's text is
         cut and cleaned in place, and `removed` then also holds `cleaned.<repair>` for each repair that
-        changed it."""
+        changed it. The attributes of a kept record have their spans moved to the cut and cleaned text."""
         attrs = rec.get("_attrs", {})
         loc = rec.get("_loc")
         for k in self.keep:
@@ -247,19 +268,29 @@ class Consolidator:
             if got:
                 spans.extend(got)
                 removed[key] = (len(got), sum(e - s for s, e in got))
+        track = self.attach and self.mode == "kept"
+        moved: OffsetMap | None = None
         if spans:
+            if track:
+                moved = deletion_map(len(rec["text"]), spans)
             rec["text"] = remove_spans(rec["text"], spans)
             if not rec["text"].strip():
                 return "empty_after_removal", attrs, removed
-        for name, on, repair in (("fixed_text", self.fix_text, _fix_text),
-                                 ("whitespace", self.normalize_whitespace, _normalize_whitespace)):  # fmt: skip
+        for name, on in (("fixed_text", self.fix_text), ("invisible", self.remove_invisible),
+                         ("whitespace", self.normalize_whitespace)):  # fmt: skip
             if on:
-                text = repair(rec["text"])
+                text, step = clean_text_offsets(
+                    rec["text"], fix=name == "fixed_text", invisible=name == "invisible",
+                    whitespace=name == "whitespace", offsets=track,
+                )  # fmt: skip
                 if text != rec["text"]:
                     removed[f"cleaned.{name}"] = (1, len(rec["text"]) - len(text))
                     rec["text"] = text
+                    moved = compose(moved, step)
         if not rec["text"].strip():
             return "empty_after_cleaning", attrs, removed
+        if moved is not None:
+            attrs = move_spans(attrs, moved)
         return None, attrs, removed
 
     def __call__(self, records: Iterator[dict], counters: dict[str, int]) -> Iterator[dict]:

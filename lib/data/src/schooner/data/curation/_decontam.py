@@ -11,7 +11,9 @@ its whole word stream, across line breaks, so a hard-wrapped line shorter than 1
 text around it (n-grams cut at each line could never match such a line). An eval item shorter than
 `ngram` words is one n-gram of all its words, found in training text by its first `min_words` words and
 then compared whole (GPT-3 shortened n for tasks of short examples too); texts under `min_words` words are
-neither indexed nor checked.
+neither indexed nor checked. A paragraph that holds every n-gram of an eval item is flagged whatever the
+fraction (`whole_item`: an item quoted in a long paragraph covers less than half of it). A zero-width space
+is read both ways, deleted (a break point inside a word) and as a space (words joined by it), on both sides.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from schooner.data import storage
 from schooner.data._folders import expand_paths
 from schooner.data._records import content_id
 
-from ._text import WORDS_RULE, line_spans, normalized_words
+from ._text import WORDS_RULE, ZERO_WIDTH_SPACE, line_spans, normalized_words
 
 
 @dataclass(frozen=True)
@@ -252,17 +254,26 @@ def build_index(
     table: dict[int, list[int]] = {}
     shorter: dict[int, list[list]] = {}  # first min_words words -> [item, length, hash of all its words]
     short = []
+    counts: list[int] = []  # per item: its distinct n-grams (the fewest of its readings)
     for k, it in enumerate(items):
-        ws = normalized_words(it["text"])
-        hs = [_gram_hash(" ".join(ws[a:b])) for a, b in _windows(len(ws), config)]
-        if not hs:
+        readings = [normalized_words(it["text"])]
+        if ZERO_WIDTH_SPACE in it["text"]:
+            readings.append(normalized_words(it["text"], zero_width_space=" "))
+        count = None
+        for ws in readings:
+            hs = [_gram_hash(" ".join(ws[a:b])) for a, b in _windows(len(ws), config)]
+            if hs and len(ws) < config.ngram:
+                shorter.setdefault(_gram_hash(" ".join(ws[: config.min_words])), []).append(
+                    [k, len(ws), str(hs[0])]
+                )
+            for h in set(hs):
+                if k not in table.setdefault(h, []):
+                    table[h].append(k)
+            if hs:
+                count = len(set(hs)) if count is None else min(count, len(set(hs)))
+        if count is None:
             short.append(it["id"])
-        elif len(ws) < config.ngram:
-            shorter.setdefault(_gram_hash(" ".join(ws[: config.min_words])), []).append(
-                [k, len(ws), str(hs[0])]
-            )
-        for h in set(hs):
-            table.setdefault(h, []).append(k)
+        counts.append(count or 0)
     bloom = Bloom(max(len(table), 1), config.false_positive_rate, hash_func=_ident)
     bloom.update(table)
     storage.makedirs(folder)
@@ -279,7 +290,7 @@ def build_index(
     )
     storage.write_json(
         storage.join(folder, "index.json"),
-        {"words": WORDS_RULE, "ngram": config.ngram, "min_words": config.min_words},
+        {"words": WORDS_RULE, "ngram": config.ngram, "min_words": config.min_words, "item_ngrams": counts},
     )
     load_index.cache_clear()  # an index this process loaded from `folder` before is replaced
     tasks: dict[str, int] = {}
@@ -333,15 +344,18 @@ def load_index(folder: str) -> Index:
     return Index(bloom, table, items, shorter, meta)
 
 
-def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator[tuple[int, int, list[int]]]:
-    """`(start, end, items)` of every stretch of `words` found in the index: its n-grams (the exact table
-    rules out Bloom false positives), and whole eval items shorter than an n-gram (an n-gram of the
-    item's own length, as GPT-3 shortened n for short examples, found by its first `min_words` words)."""
+def _matches(
+    words: list[str], index: Index, config: DecontamConfig
+) -> Iterator[tuple[int, int, list[int], int | None]]:
+    """`(start, end, items, n-gram hash)` of every stretch of `words` found in the index: its n-grams (the
+    exact table rules out Bloom false positives), and whole eval items shorter than an n-gram (an n-gram of
+    the item's own length, as GPT-3 shortened n for short examples, found by its first `min_words` words;
+    hash None: the whole item)."""
     for a, b in _windows(len(words), config):
         h = _gram_hash(" ".join(words[a:b]))
         found = index.table.get(h) if h in index.bloom else None
         if found:
-            yield a, b, found
+            yield a, b, found, h
     if not index.shorter:
         return
     # a short item is looked for inside every text, one shorter than an n-gram included (its one window
@@ -352,11 +366,21 @@ def _matches(words: list[str], index: Index, config: DecontamConfig) -> Iterator
             if whole and n == len(words):
                 continue
             if a + n <= len(words) and _gram_hash(" ".join(words[a : a + n])) == full:
-                yield a, a + n, [k]
+                yield a, a + n, [k], None
 
 
-def _scan(text: str, index_folder: str, config: DecontamConfig) -> list[tuple[int, int, int, float, str]]:
-    """`(start, end, item index, fraction, first matching n-gram)` of each flagged paragraph (line)."""
+class _Flag(NamedTuple):
+    start: int
+    end: int
+    item: int
+    fraction: float
+    ngram: str
+    whole: bool
+
+
+def _scan(text: str, index_folder: str, config: DecontamConfig) -> list[_Flag]:
+    """The flagged paragraphs (lines) of `text`, under both readings of a zero-width space (the reading
+    that flags a line more surely wins: a whole item, then the larger fraction)."""
     built = load_index(index_folder).meta
     if (built["ngram"], built["min_words"]) != (config.ngram, config.min_words):
         raise ValueError(
@@ -364,52 +388,73 @@ def _scan(text: str, index_folder: str, config: DecontamConfig) -> list[tuple[in
             f"min_words={built['min_words']}; it is checked with ngram={config.ngram}, "
             f"min_words={config.min_words}, which would find nothing: pass the config it was built with"
         )
-    spans: list[tuple[int, int]] = []
+    lines = list(line_spans(text))
+    best: dict[int, _Flag] = {}
+    for reading in ("", " ") if ZERO_WIDTH_SPACE in text else ("",):
+        for li, flag in _scan_reading(lines, load_index(index_folder), config, reading):
+            old = best.get(li)
+            if old is None or (flag.whole, flag.fraction) > (old.whole, old.fraction):
+                best[li] = flag
+    return [best[li] for li in sorted(best)]
+
+
+def _scan_reading(
+    lines: list[tuple[int, int, str]], index: Index, config: DecontamConfig, zero_width_space: str
+) -> Iterator[tuple[int, _Flag]]:
     words: list[str] = []
     line_of: list[int] = []
-    for start, end, line in line_spans(text):
-        ws = normalized_words(line)
-        line_of.extend([len(spans)] * len(ws))
+    for li, (_, _, line) in enumerate(lines):
+        ws = normalized_words(line, zero_width_space=zero_width_space)
+        line_of.extend([li] * len(ws))
         words.extend(ws)
-        spans.append((start, end))
     covered = bytearray(len(words))
-    votes: dict[int, dict[int, list]] = {}  # line -> item -> [hits, first hitting window]
-    for a, b, found in _matches(words, load_index(index_folder), config):
+    # line -> item -> [hits, first hitting window, distinct n-grams of the item hit, whole item found]
+    votes: dict[int, dict[int, list]] = {}
+    for a, b, found, h in _matches(words, index, config):
         covered[a:b] = b"\x01" * (b - a)
         for li in range(line_of[a], line_of[b - 1] + 1):
             v = votes.setdefault(li, {})
             for k in found:
-                v.setdefault(k, [0, (a, b)])[0] += 1
-    per_line = [0] * len(spans)
-    covered_per_line = [0] * len(spans)
+                got = v.setdefault(k, [0, (a, b), set(), False])
+                got[0] += 1
+                if h is None:
+                    got[3] = True
+                else:
+                    got[2].add(h)
+    per_line = [0] * len(lines)
+    covered_per_line = [0] * len(lines)
     for w, li in enumerate(line_of):
         per_line[li] += 1
         covered_per_line[li] += covered[w]
-    out = []
+    counts = index.meta["item_ngrams"]
     for li, v in sorted(votes.items()):
         if not per_line[li]:
             continue  # a line without words inside a matched stretch: nothing to flag
         frac = covered_per_line[li] / per_line[li]
-        if frac >= config.threshold:
-            k, (_, (a, b)) = max(v.items(), key=lambda kv: (kv[1][0], -kv[0]))
-            out.append((spans[li][0], spans[li][1], k, round(frac, 4), " ".join(words[a:b])))
-    return out
+        whole = {k for k, got in v.items() if got[3] or (counts[k] and len(got[2]) >= counts[k])}
+        if frac >= config.threshold or whole:
+            pool = {k: got for k, got in v.items() if k in whole} if whole else v
+            k, (_, (a, b), _, _) = max(pool.items(), key=lambda kv: (kv[1][0], -kv[0]))
+            start, end, _ = lines[li]
+            yield li, _Flag(start, end, k, round(frac, 4), " ".join(words[a:b]), bool(whole))
 
 
 def contaminated_spans(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[list]:
     """`[start, end, eval item id, fraction]` of every paragraph (line) of `text` whose words lie in n-grams
-    that hit the index, a `config.threshold` fraction of them or more (the item is the one most hits
-    touching the line belong to; the fraction is the line's covered words)."""
+    that hit the index, a `config.threshold` fraction of them or more, or that holds a whole eval item (the
+    item is the one most hits touching the line belong to, a whole one first; the fraction is the line's
+    covered words)."""
     items = load_index(index_folder).items
-    return [[s, e, items[k]["id"], f] for s, e, k, f, _ in _scan(text, index_folder, config)]
+    return [[s, e, items[k]["id"], f] for s, e, k, f, _, _ in _scan(text, index_folder, config)]
 
 
 def contamination_hits(text: str, index_folder: str, config: DecontamConfig = DecontamConfig()) -> list[dict]:
-    """The flagged paragraphs of `text` as hits: `span`, `fraction`, the eval item (`eval_item`, `task`)
-    and `ngram`, the first normalised n-gram of the paragraph's matched stretch found in that item."""
+    """The flagged paragraphs of `text` as hits: `span`, `fraction`, the eval item (`eval_item`, `task`),
+    `ngram`, the first normalised n-gram of the paragraph's matched stretch found in that item, and
+    `whole_item`: the paragraph holds every n-gram of an eval item (flagged whatever its fraction)."""
     items = load_index(index_folder).items
-    return [{"span": [s, e], "fraction": f, "eval_item": items[k]["id"], "task": items[k]["task"], "ngram": g}
-            for s, e, k, f, g in _scan(text, index_folder, config)]  # fmt: skip
+    return [{"span": [s, e], "fraction": f, "eval_item": items[k]["id"], "task": items[k]["task"], "ngram": g,
+             "whole_item": w} for s, e, k, f, g, w in _scan(text, index_folder, config)]  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class SignatureSink(Sink):
         schema = pa.schema([("id", pa.binary()), ("norm", pa.string()), ("rank", pa.float64()),
                             ("text_hash", pa.uint64())])  # fmt: skip
         n = nbytes = 0
-        with storage.open_file(text_path, "wb") as f, pa.ipc.new_file(f, schema) as w:
+        with storage.atomic_open(text_path) as f, pa.ipc.new_file(f, schema) as w:
             ids: list[str] = []
             texts: list[str] = []
             ranks: list[float] = []
@@ -74,7 +74,7 @@ class SignatureSink(Sink):
                 bands.append(self._flush(ids, texts, ranks, w))
                 n += len(ids)
         band_path = storage.join(self.work, f"bands-{index:05d}-{tag}.npy")
-        with storage.open_file(band_path, "wb") as f:
+        with storage.atomic_open(band_path) as f:
             np.save(f, np.ascontiguousarray(np.concatenate(bands, axis=0).T))
         return {"records": n, "bytes": nbytes, "texts": text_path, "bands": band_path}
 

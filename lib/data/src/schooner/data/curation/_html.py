@@ -173,6 +173,8 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
     try:
         tree = parse(html)
         if config.extractor == "resiliparse":
+            if config.main_content:
+                _drop_ads(tree, html)
             text = extract_plain_text(tree, main_content=config.main_content, **RESILIPARSE_OPTIONS)
             if "<pre" in html or "<PRE" in html or "<Pre" in html:
                 return _tidy_around(text, _pre_texts(tree)), _title(tree)
@@ -186,6 +188,38 @@ def extract_page(html: str, config: ExtractConfig = ExtractConfig()) -> tuple[st
     except (ValueError, RuntimeError, TypeError) as e:  # the extractors' parse errors
         raise BadPage(f"{config.extractor} could not extract this page ({e})", "extractor_failed") from None
     return _tidy(text), _title(tree)
+
+
+AD_WORDS = frozenset(
+    ["ad", "ads", "advert", "adverts", "advertisement", "advertisements", "advertising", "adsbygoogle",
+     "sponsor", "sponsors", "sponsored"]
+)  # fmt: skip
+"""Words of a class or id that mark an element as an ad in main-content mode (the words of a name split at
+anything but letters and digits: "ad-slot", "sponsored_links", "ad advertisement" are ads; "header",
+"load-more", "adaptive" are not). resiliparse's main-content mode keeps such blocks when they sit beside
+the article (trafilatura drops them)."""
+# class and id attributes with their value (literal first, no lookbehind: ~10x faster than a case-blind
+# pattern with one, ~0.1 ms on a 12 KB page); the name must start the attribute (checked after the match)
+_NAMES = re.compile(r"""(class|id|CLASS|ID|Class|Id)\s*=\s*(?:"([^"<>]*)"|'([^'<>]*)'|([^\s"'<>=`]+))""")
+_NAME_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def _drop_ads(tree: Any, html: str) -> None:
+    """Remove the elements whose class or id words (`AD_WORDS`) mark them as ads: their attribute values
+    are found in the page's source `html` and matched by lexbor's selectors (reading each element's
+    attributes from Python costs ~2 ms an element); innermost first, so no removed element is touched again."""
+    selectors = set()
+    for m in _NAMES.finditer(html):
+        if m.start() == 0 or html[m.start() - 1] not in " \t\n\r\f\"'/":
+            continue  # "data-id", "valid": another attribute
+        value = m.group(2) if m.group(2) is not None else m.group(3) if m.group(3) is not None else m.group(4)
+        if value.isprintable() and not AD_WORDS.isdisjoint(_NAME_WORDS.findall(value.lower())):
+            quoted = value.replace("\\", "\\\\").replace('"', '\\"')
+            selectors.add(f'[{m.group(1).lower()}="{quoted}"]')
+    if not selectors:
+        return
+    for el in reversed(tree.document.query_selector_all(", ".join(sorted(selectors)))):
+        el.decompose()
 
 
 def _pre_texts(tree: Any) -> list[str]:

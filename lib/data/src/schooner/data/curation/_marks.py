@@ -26,15 +26,19 @@ def loc_key(loc: list[int]) -> str:
     return f"{loc[0]}:{loc[1]}"
 
 
-def save_marks(path: str, marks: dict[str, dict]) -> None:
-    """Write marks (loc key -> attributes) as one zstd-compressed JSON file."""
+def save_marks(folder: str, name: str, marks: dict[str, dict]) -> str:
+    """Write marks (loc key -> attributes) as one zstd-compressed JSON file in `folder`, named by a hash of
+    its content; returns its path. Other marks never share a path, so a process (or a reused worker) that
+    loaded marks once never serves them for other marks written later into the same folder."""
     data = zstandard.ZstdCompressor(level=3).compress(orjson.dumps(marks, option=orjson.OPT_SORT_KEYS))
+    path = storage.join(folder, f"{name}-marks-{hashlib.sha256(data).hexdigest()[:32]}.json.zst")
     storage.write_bytes(path, data)
+    return path
 
 
 @functools.lru_cache(maxsize=8)
 def load_marks(path: str) -> dict[str, Any]:
-    """Marks written by `save_marks` (loaded once per process)."""
+    """Marks written by `save_marks` (loaded once per process: a path names one content)."""
     with storage.open_file(path, "rb") as f:
         return orjson.loads(zstandard.ZstdDecompressor().decompressobj().decompress(f.read()))
 
@@ -61,8 +65,7 @@ def write_marks_as_attributes(
     **execution: Any,
 ) -> dict:  # fmt: skip
     """Save `marks` under `work` and write the attribute folder of `source` to `output`."""
-    path = storage.join(work, f"{name}-marks.json.zst")
-    save_marks(path, marks)
+    path = save_marks(work, name, marks)
     lookup = MarkLookup(path, tuple(sorted(default.items())), name)
     return attribute_dataset(source, per_record=lookup, locate=True).write_jsonl(output, **execution)
 

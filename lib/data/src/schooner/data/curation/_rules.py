@@ -2,22 +2,27 @@
 with the paper's thresholds as defaults; `check(text)` returns the names of every rule the text fails
 (empty: it passes), so the step record can count drops per rule.
 
-Sources (thresholds as datatrove implements them):
+Sources (thresholds and formulas as datatrove 0.10 implements them; `tests/test_rules_datatrove.py` checks
+every decision against datatrove's own filters on fixed texts):
 - Gopher quality and repetition: Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights
   from Training Gopher", appendix A1 and table A1.
 - C4: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
   Transformer", section 2.2, plus the line rules of its reference code (policy lines, long words).
 - FineWeb: Penedo et al. 2024, "The FineWeb Datasets", section 3.3 (custom filters).
-Words are regex tokens (`_text.words`) where datatrove uses NLTK's tokenizer.
+Words and sentences are split as datatrove splits English (spaCy's blank English tokenizer and sentencizer,
+ported in `_words.py`). One deliberate difference: the repetition and FineWeb rules read `\r\n` and lone `\r`
+line endings as `\n` (datatrove does not, and drops a Windows document for lines "without punctuation").
 """
 
 from __future__ import annotations
 
+import collections
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ._text import is_punct, line_spans, words
+from ._words import punctuation, sentence_count, spacy_words, terminal_punctuation
 
 STOP_WORDS = ("the", "be", "to", "of", "and", "that", "have", "with")
 """Gopher's stop words: a document needs at least two of them."""
@@ -25,7 +30,8 @@ POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "us
 """C4's policy phrases: lines holding one are removed."""
 _CITATION = re.compile(r"\[\d*]|\[edit]|\[citation needed]")
 _TERMINAL = (".", "?", "!", '"', "'")
-_SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
+_LINE_BREAK = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+"""What `str.splitlines` splits on (C4's line rules split with it)."""
 _LINES = re.compile("\n+")
 
 
@@ -61,15 +67,18 @@ class GopherQuality:
     max_symbol_word_ratio: float = 0.1
     """Hashes, and ellipses, per word."""
     max_bullet_lines: float = 0.9
+    """Lines starting with "•" or "-"."""
     max_ellipsis_lines: float = 0.3
     min_alpha_words: float = 0.8
-    """Fraction of words holding an alphabetic character."""
+    """Fraction of all tokens (punctuation tokens included) holding an alphabetic character."""
     min_stop_words: int = 2
+    """Distinct stop words the text must hold (matched case-sensitively, as datatrove does)."""
     stop_words: tuple[str, ...] = STOP_WORDS
 
     def check(self, text: str) -> list[str]:
-        toks = words(text)
-        ws = [w for w in toks if not is_punct(w)]
+        toks = spacy_words(text)
+        punct = punctuation()
+        ws = [w for w in toks if any(ch not in punct for ch in w)]  # symbols (only punctuation) left out
         n = len(ws)
         failed: list[str] = []
         if n < self.min_words:
@@ -81,22 +90,19 @@ class GopherQuality:
         mean = sum(map(len, ws)) / n
         if not self.min_mean_word_length <= mean <= self.max_mean_word_length:
             failed.append("mean_word_length")
-        if text.count("#") / n > self.max_symbol_word_ratio:
+        n_all = len(toks)  # the symbol ratios and the alphabetic ratio count every token, as datatrove does
+        if text.count("#") / n_all > self.max_symbol_word_ratio:
             failed.append("hash_ratio")
-        if (text.count("...") + text.count("…")) / n > self.max_symbol_word_ratio:
+        if (text.count("...") + text.count("…")) / n_all > self.max_symbol_word_ratio:
             failed.append("ellipsis_ratio")
         lines = text.splitlines() or [""]
-        if (
-            sum(ln.lstrip().startswith(("•", "-", "*", "·")) for ln in lines) / len(lines)
-            > self.max_bullet_lines
-        ):
+        if sum(ln.lstrip().startswith(("•", "-")) for ln in lines) / len(lines) > self.max_bullet_lines:
             failed.append("bullet_lines")
         if sum(ln.rstrip().endswith(("...", "…")) for ln in lines) / len(lines) > self.max_ellipsis_lines:
             failed.append("ellipsis_lines")
-        if sum(any(c.isalpha() for c in w) for w in ws) / n < self.min_alpha_words:
+        if sum(any(c.isalpha() for c in w) for w in toks) / n_all < self.min_alpha_words:
             failed.append("alpha_words")
-        stops = set(self.stop_words)
-        if sum(w.lower() in stops for w in ws) < self.min_stop_words:
+        if len(set(self.stop_words).intersection(toks)) < self.min_stop_words:
             failed.append("stop_words")
         return failed
 
@@ -123,7 +129,7 @@ class GopherRepetition:
 
     def check(self, text: str) -> list[str]:
         text = _unix_newlines(text)
-        if not text.strip():
+        if not text:
             return ["empty"]
         failed: list[str] = []
         size = len(text)
@@ -140,11 +146,10 @@ class GopherRepetition:
             failed.append("dup_line_frac")
         if chars / size > self.dup_line_char_frac:
             failed.append("dup_line_char_frac")
-        ws = words(text)
+        ws = spacy_words(text)
         for k, frac in self.top_ngrams:
-            grams = [" ".join(ws[i : i + k]) for i in range(len(ws) - k + 1)]
-            if grams:
-                gram, count = Counter(grams).most_common(1)[0]
+            if len(ws) >= k:  # n-grams built and counted in C (a 4 MB page's 700k words: seconds, not tens)
+                gram, count = Counter(map(" ".join, _shifted(ws, k))).most_common(1)[0]
                 if len(gram) * count / size > frac:
                     failed.append(f"top_{k}_gram")
         for k, frac in self.dup_ngrams:
@@ -153,17 +158,23 @@ class GopherRepetition:
         return failed
 
 
+def _shifted(ws: list[str], k: int) -> zip:
+    """The `k`-grams of `ws` as tuples, lazily."""
+    return zip(*(itertools.islice(ws, i, None) for i in range(k)))
+
+
 def _dup_ngram_chars(ws: list[str], k: int) -> int:
-    seen: set[tuple[str, ...]] = set()
-    chars, i = 0, 0
-    while i <= len(ws) - k:
-        g = tuple(ws[i : i + k])
+    """Characters of the words (spaces not counted, as datatrove counts them) in repeated `k`-grams, each
+    repeat skipped whole (the `k`-grams after it are not looked at)."""
+    seen: set[str] = set()
+    chars = 0
+    grams = map("".join, _shifted(ws, k))
+    for g in grams:
         if g in seen:
-            chars += sum(map(len, g)) + k - 1
-            i += k
+            chars += len(g)
+            collections.deque(itertools.islice(grams, k - 1), maxlen=0)  # skip the rest of the repeat
         else:
             seen.add(g)
-            i += 1
     return chars
 
 
@@ -190,11 +201,11 @@ class C4Rules:
         spans: list[list] = []
         sentences = 0
         lorem = curly = False
-        for start, end, line in line_spans(text):
-            ln = _CITATION.sub("", line.strip())
-            ws = ln.split()
+        for start, end, line in _c4_lines(text):
+            ws = line.split()  # before citations are removed, as datatrove counts them
             if not ws:
                 continue
+            ln = _CITATION.sub("", line.strip())
             low = ln.lower()
             rule = None
             if any(len(w) > self.max_word_length for w in ws):
@@ -218,7 +229,7 @@ class C4Rules:
             if rule:
                 spans.append([start, end, rule])
             else:
-                sentences += max(1, len(_SENTENCE.findall(ln)))
+                sentences += sentence_count(ln)
         if lorem:
             failed.append("lorem_ipsum")
         if curly:
@@ -235,38 +246,48 @@ class C4Rules:
         return self.check_lines(text)[0]
 
 
+def _c4_lines(text: str) -> list[tuple[int, int, str]]:
+    """`(start, end, line)` of the lines `str.splitlines` gives (C4 and datatrove split with it); `end`
+    includes the line break, so removing the span keeps the rest of the text's structure."""
+    out = []
+    start = 0
+    for m in _LINE_BREAK.finditer(text):
+        out.append((start, m.end(), text[start : m.start()]))
+        start = m.end()
+    if start < len(text):
+        out.append((start, len(text), text[start:]))
+    return out
+
+
 @dataclass(frozen=True)
 class FineWebRules:
     """FineWeb's additional rules (Penedo et al. 2024, 3.3)."""
 
     line_punct_thr: float = 0.12
-    """Drop when at most this fraction of lines ends in punctuation."""
+    """Drop when less than this fraction of the non-blank lines ends in terminal punctuation."""
     line_punct_exclude_zero: bool = False
     short_line_thr: float = 0.67
-    """Drop when at least this fraction of lines is short."""
+    """Drop when more than this fraction of the non-blank lines is short."""
     short_line_length: int = 30
     char_duplicates_ratio: float = 0.01
-    """Drop when this fraction of characters (or more) sits in duplicated lines."""
+    """Drop when more than this fraction of the characters (newlines aside) sits in repeated lines."""
     new_line_ratio: float = 0.3
     """Drop when newlines per word exceed this (list-like pages)."""
 
     def check(self, text: str) -> list[str]:
         text = _unix_newlines(text)
-        if not text.strip():
+        lines = [ln for ln in text.split("\n") if ln.strip()]  # blank lines are no lines (datatrove)
+        if not lines:
             return ["empty"]
         failed: list[str] = []
-        lines = text.split("\n")
-        ratio = sum(ln.endswith((".", "'", '"', "!", "?")) for ln in lines) / len(lines)
-        if ratio <= self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
+        ratio = sum(ln.endswith(terminal_punctuation()) for ln in lines) / len(lines)
+        if ratio < self.line_punct_thr and not (ratio == 0 and self.line_punct_exclude_zero):
             failed.append("line_punct_ratio")
-        if sum(len(ln) <= self.short_line_length for ln in lines) / len(lines) >= self.short_line_thr:
+        if sum(len(ln) <= self.short_line_length for ln in lines) / len(lines) > self.short_line_thr:
             failed.append("short_line_ratio")
-        nonempty = [ln for ln in lines if ln.strip()]
-        body = len(text.replace("\n", "")) or 1
-        if _dups(nonempty)[1] / body >= self.char_duplicates_ratio:
+        if _dups(lines)[1] / len(text.replace("\n", "")) > self.char_duplicates_ratio:
             failed.append("char_dup_ratio")
-        n_words = len(words(text)) or 1
-        if text.count("\n") / n_words > self.new_line_ratio:
+        if text.count("\n") / max(1, len(spacy_words(text))) > self.new_line_ratio:
             failed.append("list_ratio")
         return failed
 

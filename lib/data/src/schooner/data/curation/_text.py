@@ -1,4 +1,4 @@
-"""Text units shared by the curation operators: words, lines (paragraphs) with their character spans, and
+"""Text units shared by the curation operators: lines (paragraphs) with their character spans, and
 the normalisation n-gram matching uses."""
 
 from __future__ import annotations
@@ -7,19 +7,7 @@ import re
 import unicodedata
 from collections.abc import Iterator
 
-_WORD = re.compile(r"\w+(?:['’]\w+)*|[^\w\s]", re.UNICODE)
 _NORM_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-def words(text: str) -> list[str]:
-    """Word and punctuation tokens (a regex stand-in for NLTK's `word_tokenize`, which datatrove uses:
-    runs of word characters with inner apostrophes, and each punctuation character on its own)."""
-    return _WORD.findall(text)
-
-
-def is_punct(token: str) -> bool:
-    """Whether a token of `words` is a single punctuation character."""
-    return len(token) == 1 and not token.isalnum() and not token.isspace()
 
 
 def line_spans(text: str) -> Iterator[tuple[int, int, str]]:
@@ -44,17 +32,25 @@ FORMAT_CHARS = re.compile(
 )
 
 
-WORDS_RULE = "cf-deleted nfkc-casefold-nfkc \\w+"
-"""Names the rule of `normalized_words`; a decontamination index records it (one built by another rule is
+WORDS_RULE = "cf-deleted nfkc-casefold-nfkc \\w+; u200b both ways, whole items"
+"""Names the rule of `normalized_words` (and what an index stores: the n-grams of both readings of a
+zero-width space, each item's n-gram count); a decontamination index records it (one built by another rule is
 refused)."""
 
+ZERO_WIDTH_SPACE = "\u200b"
+"""Read two ways by decontamination: inside a word (a line-break point: deleted) and between words (in place
+of a space: a space)."""
 
-def normalized_words(text: str) -> list[str]:
+
+def normalized_words(text: str, *, zero_width_space: str = "") -> list[str]:
     """The words decontamination n-grams compare (rule `WORDS_RULE`): the text's format characters (category
     Cf: soft hyphens, zero-width spaces and joiners, word joiners, byte-order marks; invisible, they would
     split a word in two) deleted, then NFKC, full case folding (`str.casefold`: "Straße" and "STRASSE" are
     both "strasse"; `lower` kept "ß") and NFKC again (Unicode's compatibility caseless match), then its runs
-    of word characters (`\\w+`: punctuation and spaces dropped)."""
+    of word characters (`\\w+`: punctuation and spaces dropped). `zero_width_space=" "` reads U+200B as a
+    space instead (words joined by zero-width spaces)."""
+    if zero_width_space and ZERO_WIDTH_SPACE in text:
+        text = text.replace(ZERO_WIDTH_SPACE, zero_width_space)
     text = unicodedata.normalize("NFKC", FORMAT_CHARS.sub("", text))
     return _NORM_WORD.findall(unicodedata.normalize("NFKC", text.casefold()))
 

@@ -8,6 +8,11 @@ body that does not decode, an extractor failure) is a `DataError` naming the fil
 offset: raised with `on_error="raise"`, counted and skipped with `on_error="skip"`. A damaged stream (a bad
 gzip member, garbage between records) is one such skip named by its offset, and reading resumes at the next
 record. Other records (requests, metadata, non-HTML responses, statuses not kept) are counted, not errors.
+
+WET files (Common Crawl's extracted text, `*.warc.wet.gz`) hold `conversion` records of plain text: each is a
+record of that text as it is (stripped; `metadata.content_type` "text/plain"), counted `warc.conversions`, as
+datatrove's WarcReader reads them. A file that does not start as a WARC file does (`WARC/`, after its
+compression) is one skip, `not_warc`, naming the file and what it starts with.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from ._http import decode_body
 if TYPE_CHECKING:
     from fastwarc.warc import HeaderMap
 
-_WARC_NAME = re.compile(r"\.(warc|arc)(\.gz|\.zst|\.lz4)?$", re.IGNORECASE)
+_WARC_NAME = re.compile(r"\.(warc|arc|wet)(\.gz|\.zst|\.lz4)?$", re.IGNORECASE)
 
 
 def _add(counters: dict[str, int], key: str, n: int = 1) -> None:
@@ -94,10 +99,17 @@ def iter_pages(
     name = name or os.path.basename(path)
     src = source or "warc"
     with storage.open_file(path, "rb") as f:
-        if _is_arc(f):
+        head = _head(f)
+        if head is not None and head.startswith(b"filedesc://"):
             msg = ("an ARC file (the Internet Archive's format before WARC: a filedesc:// header), which is not "
                    "read; convert it to WARC (warctools' arc2warc) and read that")  # fmt: skip
             handle(DataError(path, msg, kind="arc_file"), on_error, skips)
+            return
+        if head is not None and not head.startswith(b"WARC/"):
+            start = repr(head[:40]) if head else "nothing (an empty file)"
+            msg = (f"not a WARC file: it starts with {start}, where a WARC file starts with 'WARC/' (after its "
+                   "gzip or zstd compression); read HTML files with html_dataset, JSON lines with read_shards")  # fmt: skip
+            handle(DataError(path, msg, kind="not_warc"), on_error, skips)
             return
         it = ArchiveIterator(f, record_types=WarcRecordType.any_type, parse_http=False)
         last: int | None = None  # the offset of the last record read
@@ -118,10 +130,11 @@ def iter_pages(
                 continue
             offset = last = rec.stream_pos
             last_length = rec.content_length
-            if rec.record_type != WarcRecordType.response:
+            conversion = rec.record_type == WarcRecordType.conversion
+            if rec.record_type != WarcRecordType.response and not conversion:
                 _add(counters, "warc.other_records")
                 continue
-            _add(counters, "warc.responses")
+            _add(counters, "warc.conversions" if conversion else "warc.responses")
             headers = _warc_headers(rec.headers)
             url = headers.get("warc-target-uri", "")
             try:
@@ -142,7 +155,11 @@ def iter_pages(
                     raise BadPage(
                         f"truncated record: {len(block):,} of {declared:,} bytes", "truncated_record"
                     )
-                page = _page(block, config, counters, headers.get("warc-identified-payload-type"))
+                page: tuple[str, str, str, str] | None
+                if conversion:
+                    page = _conversion(block, headers)
+                else:
+                    page = _page(block, config, counters, headers.get("warc-identified-payload-type"))
                 if page is None:
                     continue
                 text, title, charset, mime = page
@@ -177,16 +194,33 @@ def iter_pages(
             }  # fmt: skip
 
 
-def _is_arc(f: Any) -> bool:
-    """Whether the file (plain or gzip) starts as an ARC file does (`filedesc://`); the file is left at 0."""
-    head = f.read(512)
+def _head(f: Any) -> bytes | None:
+    """The first bytes of the file's content (after gzip or zstd compression), None where they cannot be
+    read (a damaged first gzip member: left to the reader, which names the damage; lz4); the file is left
+    at 0."""
+    head = f.read(2**16)
     f.seek(0)
-    if head.startswith(b"\x1f\x8b"):
-        try:
-            head = zlib.decompressobj(31).decompress(head, 16)
-        except zlib.error:
-            return False
-    return head.startswith(b"filedesc://")
+    try:
+        if head.startswith(b"\x1f\x8b"):
+            return zlib.decompressobj(31).decompress(head, 64)
+        if head.startswith(b"\x28\xb5\x2f\xfd"):
+            import zstandard
+
+            return zstandard.ZstdDecompressor().decompressobj().decompress(head)[:64]
+    except Exception:  # zlib.error, zstandard's ZstdError: a damaged start, which the reader names
+        return None
+    if head.startswith(b"\x04\x22\x4d\x18"):
+        return None
+    return head[:64]
+
+
+def _conversion(block: bytes, headers: dict[str, str]) -> tuple[str, str, str, str]:
+    """`(text, title, charset, content type)` of a WET `conversion` record: its plain text as it is."""
+    _, charset = _content_type({"content-type": headers.get("content-type", "")})
+    text, used, _ = decode_html(block, charset or "utf-8")
+    if not text.strip():
+        raise BadPage("empty conversion record", "empty_body")
+    return text.strip(), "", used, "text/plain"
 
 
 def _skip_damaged_member(
@@ -406,7 +440,7 @@ def warc_dataset(
     source: str | None = None,
 ) -> Any:  # fmt: skip
     """A `Dataset` of the page records of WARC files (paths, globs, folders searched recursively for
-    `*.warc`, `*.warc.gz`, `*.warc.zst`, names in any case; one task per file). A record's
+    `*.warc`, `*.warc.gz`, `*.warc.zst`, WET files `*.warc.wet.gz`, names in any case; one task per file). A record's
     `metadata.warc_file` is the file's path under the folder (a file given directly: its name)."""
     from schooner.data._dataset import Dataset
     from schooner.data._errors import check_on_error
@@ -423,7 +457,8 @@ def warc_dataset(
                 found = _warc_files(p)
                 if not found:
                     raise FileNotFoundError(
-                        f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst, searched recursively)"
+                        f"folder {p} holds no WARC files (*.warc, *.warc.gz, *.warc.zst, *.wet.gz, searched "
+                        "recursively)"
                     )
                 files.extend(found)
             else:

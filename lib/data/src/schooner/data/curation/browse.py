@@ -1,6 +1,8 @@
-"""A static HTML page of a record folder: its manifest, counters, sample records with their metadata and
-attributes, and, for a folder written by `consolidate`, samples of the dropped records by reason, so a
-filter can be looked at before it is trusted. No scripts, no network: open it in any browser.
+"""A static HTML page of a record folder: its manifest, counters, the bad input skipped by reason, sample
+records (drawn from every shard, the same each time) with their metadata and attributes, and, for a folder
+written by `consolidate`, samples of the dropped records by reason, so a filter can be looked at before it
+is trusted. No scripts, no network: open it in any browser. The page is written outside the folder
+(`browse-<folder name>.html` in the working directory), so looking at a step's output does not change it.
 
     schooner browse PATH [--out FILE] [--sample N]      (or: python -m schooner.data.curation.browse PATH)
 """
@@ -9,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import html
+import itertools
 import json
+import math
+import random
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +42,28 @@ def _table(rows: Sequence[tuple[Any, Any]], head: tuple[str, str] = ("name", "va
     return f"<table><tr><th>{head[0]}</th><th>{head[1]}</th></tr>{body}</table>"
 
 
-def _samples(folder: str, n: int) -> list[dict]:
+def _samples(folder: str, n: int, *, scan: int = 1000, seed: int = 0) -> list[dict]:
+    """About `n` records drawn from every shard of `folder` (from `n` shards spread over them when there are
+    more): from each, its first record and a seeded sample of its first `scan` records, in their order (the
+    same each time)."""
+    shards = list_shards(folder)
+    if not shards or n <= 0:
+        return []
+    if len(shards) > n:
+        shards = [shards[i * len(shards) // n] for i in range(n)]
+    per = math.ceil(n / len(shards))
+    out: list[dict] = []
+    for i, shard in enumerate(shards):
+        head = list(itertools.islice(read_records(shard), scan))
+        rest = random.Random(seed * 1_000_003 + i).sample(
+            range(1, len(head)), max(0, min(per, len(head)) - 1)
+        )
+        picked = sorted([0, *rest]) if head else []  # each shard's first record, then a seeded sample
+        out.extend(head[j] for j in picked)
+    return out[:n]
+
+
+def _first(folder: str, n: int) -> list[dict]:
     out: list[dict] = []
     for shard in list_shards(folder):
         for rec in read_records(shard):
@@ -46,7 +73,7 @@ def _samples(folder: str, n: int) -> list[dict]:
     return out
 
 
-def _record(rec: dict, max_chars: int) -> str:
+def _record_html(rec: dict, max_chars: int) -> str:
     meta = dict(rec.get("metadata") or {})
     attrs = meta.pop("attributes", None)
     reason = meta.pop("drop_reason", None)
@@ -81,6 +108,10 @@ def render_browse(path: str, *, sample: int = 25, max_chars: int = 3000) -> str:
             out.append("<h2>Dropped, by reason</h2>" + _table(dropped, ("reason", "records")))
         if counters:
             out.append("<h2>Counters</h2>" + _table(sorted(counters.items()), ("counter", "count")))
+        reasons = manifest["errors"].get("reasons", {})
+        if reasons:
+            rows = [(k, len(v)) for k, v in sorted(reasons.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+            out.append("<h2>Skipped bad input, by reason</h2>" + _table(rows, ("reason", "skipped")))
         if manifest["errors"]["examples"]:
             out.append(
                 "<h2>Bad input</h2><ul>"
@@ -88,23 +119,31 @@ def render_browse(path: str, *, sample: int = 25, max_chars: int = 3000) -> str:
                 + "</ul>"
             )
     recs = _samples(path, sample)
-    out.append(f"<h2>Sample records ({len(recs)})</h2>" + "".join(_record(r, max_chars) for r in recs))
+    out.append(f"<h2>Sample records ({len(recs)})</h2>" + "".join(_record_html(r, max_chars) for r in recs))
     dropped_dir = storage.join(path, "dropped")
     if manifest and storage.isdir(dropped_dir) and read_manifest(dropped_dir):
         by_reason: dict[str, list[dict]] = {}
-        for rec in _samples(dropped_dir, 10_000):
+        for rec in _first(dropped_dir, 10_000):
             by_reason.setdefault(rec["metadata"].get("drop_reason", "?"), []).append(rec)
         out.append("<h2>Dropped records (samples)</h2>")
         for reason, rs in sorted(by_reason.items()):
             out.append(f"<h3 class='reason'>{_e(reason)} ({len(rs)} shown)</h3>")
-            out.extend(_record(r, max_chars) for r in rs[:sample])
+            out.extend(_record_html(r, max_chars) for r in rs[:sample])
     out.append("</body></html>")
     return "".join(out)
 
 
+def default_page(path: str) -> str:
+    """Where `write_browse` writes the page of `path` by default: `browse-<its name>.html` in the working
+    directory (never inside the folder: a step's output is not changed by looking at it)."""
+    name = re.sub(r"[^\w.-]+", "_", path.rstrip("/").rsplit("/", 1)[-1]).strip("._") or "records"
+    return f"browse-{name}.html"
+
+
 def write_browse(path: str, out: str | None = None, *, sample: int = 25) -> str:
-    """Write the page (default `PATH/browse.html`, or `browse.html` here for a file); returns where."""
-    target = out or (storage.join(path, "browse.html") if storage.isdir(path) else "browse.html")
+    """Write the page to `out` (default `default_page(path)`: `browse-<folder name>.html` in the working
+    directory); returns where."""
+    target = out or default_page(path)
     storage.write_bytes(target, render_browse(path, sample=sample).encode("utf-8"))
     return target
 

@@ -1,7 +1,8 @@
 """schooner.train.scaling: recipes, isoFLOP sweeps, fitted scaling laws and registered, scored forecasts.
 
 - `recipe(budget)` / `ScalingRecipe`: a compute budget to a run (shape, batch, steps, optimizer), each rule
-  swappable (`_rules`).
+  swappable (`_rules`); `recipe(budget, rule="horizon")` / `HorizonRecipe`: Delphi's token-horizon recipe
+  (AdamH), its reference constants from `reference_search` and `pick_learning_rate`.
 - `isoflop_sweep(...)`: `train_lm` (+ optional evaluation) steps per (budget, size) and a results step.
 - `fit_scaling_law(...)`: Chinchilla approach 2 (`fit_approach2`), approach 3 (`fit_approach3`: Huber,
   L-BFGS from a grid) and variable projection (`fit_varpro`: grid + NNLS), bootstrap intervals, plots.
@@ -35,18 +36,25 @@ from ._forecast import predict as predict
 from ._forecast import score as score
 from ._forecast import score_forecast as score_forecast
 from ._forecast import target_run as target_run
+from ._horizon import HorizonFamily as HorizonFamily
+from ._horizon import HorizonRecipe as HorizonRecipe
+from ._horizon import HorizonRule as HorizonRule
+from ._horizon import LearningRateChoice as LearningRateChoice
+from ._horizon import pick_learning_rate as pick_learning_rate
+from ._horizon import read_reference as read_reference
+from ._horizon import reference_search as reference_search
 from ._law import CHINCHILLA as CHINCHILLA
 from ._law import ScalingLaw as ScalingLaw
 from ._law import ScalingRun as ScalingRun
 from ._law import synthetic_runs as synthetic_runs
 from ._recipe import Recipe as Recipe
 from ._recipe import ScalingRecipe as ScalingRecipe
-from ._recipe import recipe as recipe
 from ._rules import AdamRule as AdamRule
 from ._rules import BatchRule as BatchRule
 from ._rules import LearningRateRule as LearningRateRule
 from ._rules import ModelFamily as ModelFamily
 from ._rules import ScheduleRule as ScheduleRule
+from ._select import recipe as recipe
 from ._sweep import SweepRun as SweepRun
 from ._sweep import isoflop_runs as isoflop_runs
 from ._sweep import isoflop_sweep as isoflop_sweep

@@ -441,7 +441,7 @@ def fit_delphi(
     optima = budget_optima(runs)
     c = np.array([o.budget for o in optima])
     y = np.array([o.loss for o in optima])
-    law = fit_asymptotic_law(c, y)
+    law = fit_asymptotic_law(c.tolist(), y.tolist())
     replicates, failed = _bootstrap(c, y, samples, seed)
     return DelphiFit(
         optima=tuple(optima),

@@ -21,7 +21,7 @@ from typing import Any
 
 from ._rules import AdamRule, BatchRule, LearningRateRule, ModelFamily, ScheduleRule
 
-__all__ = ["Recipe", "ScalingRecipe", "recipe"]
+__all__ = ["Recipe", "ScalingRecipe"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class Recipe(Mapping):
     model: Any
     """A `schooner.model.LlamaConfig`."""
     optimizer: Any
-    """A `schooner.train.AdamConfig`."""
+    """A `schooner.train.AdamConfig` (today's rules) or an AdamH config (`HorizonRecipe`)."""
     batch_size: int
     seq_len: int
     num_train_steps: int
@@ -109,7 +109,14 @@ class Recipe(Mapping):
             "batch_size": self.batch_size,
             "seq_len": self.seq_len,
             "steps": self.num_train_steps,
+            "optimizer": type(self.optimizer).__name__,
             "learning_rate": self.optimizer.learning_rate,
+            **(
+                {"adam_learning_rate": self.optimizer.adam_learning_rate}
+                if getattr(self.optimizer, "adam_learning_rate", None) is not None
+                else {}
+            ),
+            "max_grad_norm": self.optimizer.max_grad_norm,
             "beta2": self.optimizer.beta2,
             "eps": self.optimizer.eps,
             "warmup": self.optimizer.warmup,
@@ -143,7 +150,6 @@ class ScalingRecipe:
     def run(self, budget: float, width: int) -> Recipe:
         """The run of the family member of `width` that spends `budget` FLOPs."""
         from schooner.model import flops_per_token, num_parameters
-        from schooner.train import AdamConfig
 
         budget = _positive_number("budget", budget)
         model = self.family.config(width, self.seq_len)
@@ -160,20 +166,7 @@ class ScalingRecipe:
                 f"tokens at {fpt:.3g} FLOPs/token); pick a smaller width or a larger budget"
             )
         tokens = steps * batch * self.seq_len
-        batch_tokens = batch * self.seq_len
-        s = self.schedule
-        optimizer = AdamConfig(
-            learning_rate=self.learning_rate(width=width, batch_tokens=batch_tokens, tokens=tokens),
-            weight_decay=self.adam.weight_decay,
-            max_grad_norm=self.adam.max_grad_norm,
-            schedule=s.kind,
-            warmup=s.warmup,
-            decay=s.decay,
-            min_lr_ratio=s.min_lr_ratio,
-            beta1=self.adam.beta1,
-            beta2=self.adam.beta2_for(batch_tokens),
-            eps=self.adam.eps_for(batch_tokens),
-        )
+        optimizer = self.optimizer_for(width=width, batch_tokens=batch * self.seq_len, tokens=tokens)
         return Recipe(
             budget=float(budget),
             width=width,
@@ -185,6 +178,25 @@ class ScalingRecipe:
             tokens=tokens,
             params=num_parameters(model),
             flops=fpt * tokens,
+        )
+
+    def optimizer_for(self, *, width: int, batch_tokens: int, tokens: int) -> Any:
+        """The optimizer config of a run of this width, batch (tokens per step) and horizon (tokens): AdamW
+        from the `learning_rate`, `adam` and `schedule` rules (`HorizonRecipe` gives AdamH instead)."""
+        from schooner.train import AdamConfig
+
+        s = self.schedule
+        return AdamConfig(
+            learning_rate=self.learning_rate(width=width, batch_tokens=batch_tokens, tokens=tokens),
+            weight_decay=self.adam.weight_decay,
+            max_grad_norm=self.adam.max_grad_norm,
+            schedule=s.kind,
+            warmup=s.warmup,
+            decay=s.decay,
+            min_lr_ratio=s.min_lr_ratio,
+            beta1=self.adam.beta1,
+            beta2=self.adam.beta2_for(batch_tokens),
+            eps=self.adam.eps_for(batch_tokens),
         )
 
     def candidates(self, budget: float) -> list[Recipe]:
@@ -314,15 +326,3 @@ class ScalingRecipe:
             )
         short = self._short_warning(grid)
         return grid, warnings + ([short] if short else [])
-
-
-def recipe(
-    compute_budget: float,
-    tokens_per_param: float | None = None,
-    *,
-    params: float | None = None,
-    rules: ScalingRecipe | None = None,
-) -> Recipe:
-    """The run a compute budget buys under `rules` (default `ScalingRecipe()`): model, batch, steps,
-    optimizer. See `ScalingRecipe.__call__`."""
-    return (rules or ScalingRecipe())(compute_budget, tokens_per_param, params=params)
