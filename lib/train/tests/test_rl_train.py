@@ -258,3 +258,47 @@ def test_the_rl_train_step_runs_and_its_key_follows_the_reward(data_dir, task, s
     assert summary["steps"] == 2 and summary["checkpoint"].endswith("step-000002")
     rows = _rows(result[tuned].output_path)
     assert np.isfinite(rows[1]["rollout/reward"]) and np.isfinite(rows[2]["train/loss"])
+
+
+@pytest.mark.parametrize("aggregation", ["dapo", "grpo"])
+def test_microbatch_weights_make_the_whole_batchs_loss_and_gradient(aggregation) -> None:
+    """The trainer accumulates microbatches weighted by the loss's `token_count`: completion tokens for
+    `dapo`, sequences for `grpo`. The weighted mean of two halves' losses and gradients equals the whole
+    batch's (`dapo`: every token of the rollout batch weighs the same; `grpo`: every sequence)."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from schooner.model import LlamaConfig, SamplingConfig, init
+    from schooner.train._rl import make_grpo_loss
+    from schooner.train._rl_rollout import rollout
+
+    config = LlamaConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=48, num_layers=1, num_heads=4, num_kv_heads=2,
+        max_seq_len=32, compute_dtype="float32", initializer_range=0.3,
+    )  # fmt: skip
+    model = init(config, key=jax.random.key(0))
+    sampling = SamplingConfig(temperature=1.0, n=4, max_new_tokens=12, stop_ids=(3,))
+    rb = rollout(model, [[5, 6, 7], [8, 9]], sampling, seed=0, step=0, max_prompt_tokens=8)
+    assert len(set(rb.completion_lengths.tolist())) > 1  # rows of different lengths: the weights matter
+    batch = {
+        "tokens": jnp.asarray(rb.tokens),
+        "mask": jnp.asarray(rb.mask),
+        "old_logprobs": jnp.asarray(rb.old_logprobs),
+        "advantages": jnp.linspace(-1.0, 1.0, rb.tokens.shape[0]),
+    }
+    loss = make_grpo_loss(
+        Grpo(reward=odd_answers_raise, num_iterations=2, loss=PolicyLossConfig(aggregation=aggregation))
+    )
+    grad = eqx.filter_jit(eqx.filter_value_and_grad(lambda m, b: loss(m, b, None), has_aux=True))
+    (whole, _), g_whole = grad(model, batch)
+    halves = [{k: v[i * 4 : (i + 1) * 4] for k, v in batch.items()} for i in range(2)]
+    parts = [grad(model, h) for h in halves]
+    weights = [float(aux[0]["token_count"]) for (_, aux), _ in parts]  # what the trainer weighs by
+    expected = [float(rb.mask[i * 4 : (i + 1) * 4].sum()) if aggregation == "dapo" else 4.0 for i in range(2)]
+    assert weights == expected
+    total = sum(weights)
+    mixed = sum(w * float(v) for w, ((v, _), _) in zip(weights, parts, strict=True)) / total
+    np.testing.assert_allclose(mixed, float(whole), rtol=1e-5, atol=1e-7)
+    g_mixed = jax.tree.map(lambda a, b: (weights[0] * a + weights[1] * b) / total, parts[0][1], parts[1][1])
+    for x, y in zip(jax.tree.leaves(g_mixed), jax.tree.leaves(g_whole), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
