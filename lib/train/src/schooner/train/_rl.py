@@ -535,9 +535,13 @@ class RolloutBatches:
             f"out, advantage 0): {top}; first row {errors[0]['row']}"
         )
         path = storage.join(self.root, "reward_errors.jsonl")
-        old = storage.read_text(path) if storage.exists(path) else ""
         lines = "".join(json.dumps({"group": group, **e}) + "\n" for e in errors)
-        storage.atomic_write(path, old + lines)
+        if storage.is_local(path):
+            with open(storage.local_path(path), "a", encoding="utf-8") as f:
+                f.write(lines)
+        else:  # an object store cannot append: the file is written again
+            old = storage.read_text(path) if storage.exists(path) else ""
+            storage.atomic_write(path, old + lines)
 
     def _path(self, group: int) -> str:
         from schooner.cluster import storage
