@@ -12,7 +12,7 @@ import numpy as np
 import optax
 import pytest
 
-from schooner.train import AdamConfig, CheckpointConfig, DataConfig, TrackerConfig, TrainConfig, train
+from schooner.train import AdamConfig, CheckpointConfig, TrackerConfig, TrainerConfig, train
 from schooner.train._adamh import AdamHConfig, Sphere, model_labels
 from schooner.train._run_info import config_to_json
 
@@ -91,9 +91,9 @@ def test_sphere_kinds_choose_the_labels(nano) -> None:
 def test_trains_a_nano_model(nano, data_dir, tmp_path, read_losses) -> None:
     out = str(tmp_path / "run")
     train(
-        TrainConfig(
+        TrainerConfig(
             model=nano(),
-            data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+            datasets=[(f"{data_dir}/train", 1.0)], seq_len=32, validation={},
             output_path=out, batch_size=8, num_train_steps=4, seed=1,
             optimizer=AdamHConfig(learning_rate=0.05, adam_learning_rate=1e-2, warmup=1, schedule="constant"),
             checkpoint=CheckpointConfig(every=None, save_final=False),
@@ -109,10 +109,10 @@ def test_trains_a_nano_model(nano, data_dir, tmp_path, read_losses) -> None:
 def test_trains_a_nano_model_and_resumes_exactly(nano, data_dir, tmp_path, read_losses) -> None:
     from schooner.model import load_model, load_pytree
 
-    def cfg(out: str) -> TrainConfig:
-        return TrainConfig(
+    def cfg(out: str) -> TrainerConfig:
+        return TrainerConfig(
             model=nano(),
-            data=DataConfig({f"{data_dir}/train": 1.0}, seq_len=32, validation={}),
+            datasets=[(f"{data_dir}/train", 1.0)], seq_len=32, validation={},
             output_path=out, batch_size=8, num_train_steps=6, seed=3,
             optimizer=AdamHConfig(learning_rate=0.05, adam_learning_rate=1e-2, warmup=1, schedule="wsd"),
             checkpoint=CheckpointConfig(every=3, keep_last=5),

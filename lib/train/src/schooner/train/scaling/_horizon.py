@@ -28,7 +28,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -585,16 +584,16 @@ def _reference_results(config: ReferenceResultsConfig, output_path: str) -> dict
         "fit": choice.to_dict(),
         "runs": rows,
     }
-    os.makedirs(output_path, exist_ok=True)
-    with open(f"{output_path}/reference.json", "w") as f:
-        json.dump(record, f, indent=1, sort_keys=True)
+    from schooner.cluster import storage
+
+    storage.write_text(f"{output_path}/reference.json", json.dumps(record, indent=1, sort_keys=True))
     return {"chosen": chosen, "best_loss": choice.best[1], "runs": len(rows)}
 
 
 def read_reference(path: str) -> dict[str, Any]:
     """A `reference_search` result: its folder or its `reference.json`."""
-    import fsspec
+    from schooner.cluster import storage
 
     file = path if path.endswith(".json") else f"{path.rstrip('/')}/reference.json"
-    with fsspec.open(file, "r") as f:
-        return json.load(f)
+    record: dict[str, Any] = storage.read_json(file)
+    return record
