@@ -1,5 +1,5 @@
 """schooner.train: optimizers and schedules, one trainer configured by its objective, data, evaluators and
-hooks (pretraining, SFT and DPO are configurations of it), exact-resume checkpoints, tracking, and the step
+hooks (pretraining, SFT, DPO and GRPO-family RL are configurations of it), exact-resume checkpoints, tracking, and the step
 builders (in `schooner.train.steps`).
 
 `import schooner.train` is light: jax, optax and the model load when a config is built or a run starts;
@@ -46,6 +46,9 @@ from ._optim import decay_mask as decay_mask
 from ._optim import describe_param_groups as describe_param_groups
 from ._optim import muon_dimension_numbers as muon_dimension_numbers
 from ._progress import Progress as Progress
+from ._rl import Grpo as Grpo
+from ._rl import RewardFunction as RewardFunction
+from ._rl_objective import PolicyLossConfig as PolicyLossConfig
 from ._schedule import build_schedule as build_schedule
 from ._step import TrainState as TrainState
 from ._step import build_optimizer as build_optimizer

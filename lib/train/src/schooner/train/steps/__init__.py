@@ -1,4 +1,4 @@
-"""Step builders: training runs (pretraining, SFT, DPO), reference log-probs and the Hugging Face export
+"""Step builders: training runs (pretraining, SFT, DPO, RL with `rl_train`), reference log-probs and the Hugging Face export
 as cached, versioned steps of an experiment.
 
 Example:
@@ -37,6 +37,7 @@ from ._lm import initial_model_config as initial_model_config
 from ._lm import train_lm as train_lm
 from ._lm import trained_model_config as trained_model_config
 from ._lm import trains_model as trains_model
+from ._rl import rl_train as rl_train
 from ._sft import sft as sft
 
 _SHARED_RUN_FIELDS = (

@@ -1,0 +1,146 @@
+"""The `rl_train` step: GRPO-family RL from verifiable rewards, a `TrainerConfig` whose objective is `Grpo`
+(see `schooner.train._rl`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schooner.cluster import ResourceConfig, StepHandle
+from schooner.train._checkpoint import CheckpointConfig
+from schooner.train._config import TrainerConfig
+from schooner.train._init import pin_initialize_from
+from schooner.train._mesh import MeshConfig
+from schooner.train._optim import AdamConfig, OptimizerConfig
+from schooner.train._rl import Grpo
+from schooner.train._rl_objective import PolicyLossConfig
+from schooner.train._tracking import TrackerConfig
+
+from ._lm import check_paths_exist, initial_model_config, training_step
+
+_CPU = ResourceConfig.with_cpu()
+
+
+def rl_train(
+    name: str,
+    *,
+    checkpoint: Any,
+    prompts: Any,
+    reward: Any,
+    tokenizer: Any,
+    num_train_steps: int,
+    prompts_per_step: int = 8,
+    num_generations: int = 4,
+    max_prompt_tokens: int = 128,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    num_iterations: int = 1,
+    advantage: str = "grpo",
+    scale_rewards: str = "group",
+    loss: PolicyLossConfig | None = None,
+    chat: bool = True,
+    prompt_field: str = "prompt",
+    id_field: str = "id",
+    optimizer: OptimizerConfig | None = None,
+    model: Any = None,
+    checkpoint_step: int | None = None,
+    seed: int = 0,
+    microbatches: int = 1,
+    compute_dtype: str | None = None,
+    checkpoint_every: int | None = 100,
+    keep_checkpoints: int = 2,
+    mesh: MeshConfig | None = None,
+    trackers: TrackerConfig | None = None,
+    resources: ResourceConfig | None = _CPU,
+    **options: Any,
+) -> StepHandle:
+    """A step that trains a policy with GRPO (Dr. GRPO, RLOO) on prompts scored by a verifiable reward.
+
+    Each rollout batch samples `num_generations` completions of `prompts_per_step` prompts from the current
+    policy, scores them with `reward`, turns the rewards into group-relative advantages and serves
+    `num_iterations` optimizer steps of TRL's clipped policy loss. Checkpoints resume exactly (prompts and
+    rollout RNG are pure functions of `(seed, step)`); the output folder is a training run like `train_lm`'s
+    (`step-NNNNNN/`, `metrics.jsonl`, `loss.png`, `reward.png`), so `hf_export` and `evaluate` take it.
+
+    Args:
+        name: step name.
+        checkpoint: the starting policy (an `sft` / `train_lm` step, a run, checkpoint or HF folder; a path is
+            pinned to the checkpoint it resolves to now). With `loss.beta > 0` it is also the KL reference.
+        prompts: a JSON-lines file (or a folder holding `train.jsonl`, e.g. `schooner.eval.arithmetic
+            .arithmetic_task`'s), each row `prompt_field` (a user message or a conversation) and the fields
+            the reward reads (`answer`, `tests`...); or a step producing such a folder.
+        reward: `(prompt, completion, fields) -> float` (e.g. `schooner.eval.rewards.exact_answer()`), a
+            module-level function or one a module-level factory returns (its name and code key the step).
+            A row whose reward raises is scored nan, counted and named, never fatal.
+        tokenizer: the policy's tokenizer (folder, file or step): renders the prompts (its chat template,
+            as SFT did) and decodes the completions.
+        num_train_steps: optimizer steps (rollout batches x `num_iterations`).
+        prompts_per_step: P, prompts per rollout batch.
+        num_generations: G, completions per prompt (batch = P x G rows).
+        max_prompt_tokens: the prompt cap; longer prompts are left out, counted and named.
+        max_new_tokens: the completion cap.
+        temperature, top_p, top_k: sampling (the loss's log-probs use the same temperature).
+        num_iterations: optimizer steps per rollout batch.
+        advantage: "grpo", "dr_grpo" or "rloo".
+        scale_rewards: GRPO's std: "group", "batch" or "none".
+        loss: `PolicyLossConfig` (clipping, `beta`, aggregation; TRL's defaults).
+        chat: render prompts with the chat template (False: raw text).
+        prompt_field, id_field: the rows' prompt and id fields.
+        optimizer: default `AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant")`
+            (TRL's rate); small models need more.
+        model: the model config; None: the checkpoint's.
+        checkpoint_step: with a run in `checkpoint`, its checkpoint of this step (None: the latest).
+        seed, microbatches, compute_dtype, checkpoint_every, keep_checkpoints, mesh, trackers, resources:
+            as in `train_lm`.
+        **options: any other `TrainerConfig` field.
+    """
+    check_paths_exist(f"rl_train({name!r})", [("prompts", prompts), ("tokenizer", tokenizer)])
+    if model is None:
+        model = initial_model_config(checkpoint, checkpoint_step, who=f"rl_train({name!r})")
+    initialize_from, initialize_from_step = pin_initialize_from(checkpoint, checkpoint_step)
+    objective = Grpo(
+        reward=reward,
+        num_generations=num_generations,
+        max_new_tokens=max_new_tokens,
+        temperature=float(temperature),
+        top_p=top_p,
+        top_k=top_k,
+        num_iterations=num_iterations,
+        advantage=advantage,
+        scale_rewards=scale_rewards,
+        loss=loss if loss is not None else PolicyLossConfig(),
+        chat=chat,
+        prompt_field=prompt_field,
+        id_field=id_field,
+    )
+    config = TrainerConfig(  # validated now
+        model=model,
+        datasets=((prompts, 1.0),),
+        seq_len=max_prompt_tokens + max_new_tokens,
+        objective=objective,
+        optimizer=optimizer
+        if optimizer is not None
+        else AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant"),
+        batch_size=prompts_per_step * num_generations,
+        num_train_steps=num_train_steps,
+        validation={},
+        seed=seed,
+        microbatches=microbatches,
+        compute_dtype=compute_dtype,
+        tokenizer=tokenizer,
+        initialize_from=initialize_from,
+        initialize_from_step=initialize_from_step,
+        mesh=mesh or MeshConfig(),
+        checkpoint=CheckpointConfig(every=checkpoint_every, keep_last=keep_checkpoints),
+        trackers=trackers or TrackerConfig(),
+        name=name,
+        **options,
+    )
+    return training_step(
+        name,
+        config,
+        resources,
+        f"GRPO ({advantage}, G={num_generations}, {num_iterations} update(s) per batch) for "
+        f"{num_train_steps} steps",
+    )

@@ -1,0 +1,304 @@
+"""GRPO on the trainer (`schooner.train.Grpo`, the `rl_train` step): on the arithmetic task from a tiny
+model the reward is finite and every metric is written; a run stopped mid rollout group and resumed ends
+with the uninterrupted run's weights, bitwise; a reward that raises is counted and named, not fatal; bad
+prompt files are errors naming the file and line, prompts over the cap are counted skips naming the row."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from schooner.train import (
+    AdamConfig,
+    CheckpointConfig,
+    Grpo,
+    PolicyLossConfig,
+    TrackerConfig,
+    TrainerConfig,
+    read_metrics,
+    train,
+)
+from schooner.train._rl import prompt_indices, read_prompts
+
+CAP, NEW = 112, 16  # prompt cap + completion cap = the nano model's max_seq_len (128)
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory) -> str:
+    from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
+
+    folder = str(tmp_path_factory.mktemp("arith"))
+    arithmetic_task(
+        folder, ArithmeticTask(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
+    )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def start(nano, tmp_path_factory) -> str:
+    from schooner.model import init, save_model
+
+    folder = str(tmp_path_factory.mktemp("rl-start") / "ckpt")
+    save_model(folder, init(nano(), key=jax.random.PRNGKey(5)), nano())
+    return folder
+
+
+def _config(data_dir, task, start, out, **objective) -> TrainerConfig:
+    from schooner.eval.rewards import exact_answer
+
+    steps = objective.pop("steps", 4)
+    every = objective.pop("every", 2)
+    grpo = {"reward": exact_answer(), "num_generations": 4, "max_new_tokens": NEW, "temperature": 1.0}
+    return TrainerConfig(
+        model=dataclasses.replace(start_config(start)),
+        datasets={task: 1.0},
+        seq_len=CAP + NEW,
+        objective=Grpo(**(grpo | objective)),
+        batch_size=8,
+        num_train_steps=steps,
+        validation={},
+        seed=3,
+        optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, schedule="constant"),
+        tokenizer=f"{data_dir}/tokenizer.json",
+        initialize_from=start,
+        output_path=out,
+        checkpoint=CheckpointConfig(every=every, keep_last=10),
+        trackers=TrackerConfig(loss_plot=False, log_every=1),
+    )
+
+
+def _rows(out: str) -> dict[int, dict]:
+    """step -> every metric logged at it (the trainer's row and the rollout hook's)."""
+    rows: dict[int, dict] = {}
+    for r in read_metrics(out):
+        rows.setdefault(r["step"], {}).update(r)
+    return rows
+
+
+def start_config(folder: str):
+    from schooner.model import read_config
+
+    return read_config(folder)
+
+
+@pytest.fixture(scope="module")
+def straight(data_dir, task, start, tmp_path_factory) -> str:
+    """6 steps of GRPO on the arithmetic task, two updates per rollout batch, KL to the start, checkpoints
+    at 3 and 6: read by the metrics test, resumed by the resume test (one compilation for both)."""
+    out = str(tmp_path_factory.mktemp("rl-straight") / "run")
+    summary = train(_straight_config(data_dir, task, start, out))
+    assert summary["steps"] == 6 and summary["checkpoint"].endswith("step-000006")
+    return out
+
+
+def _straight_config(data_dir, task, start, out) -> TrainerConfig:
+    return _config(
+        data_dir, task, start, out, steps=6, num_iterations=2, loss=PolicyLossConfig(beta=0.04), every=3
+    )
+
+
+def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(straight) -> None:
+    rows = _rows(straight)
+    for n in range(1, 7):
+        for k in ("train/loss", "train/kl", "train/entropy", "train/clip_ratio/region_mean", "time/update"):
+            assert np.isfinite(rows[n][k]), (n, k)
+        assert rows[n]["train/kl"] >= 0 and rows[n]["train/entropy"] > 0
+    for n in (1, 3, 5):  # the steps that made rollouts (two updates per batch)
+        r = rows[n]
+        assert 0.0 <= r["rollout/reward"] <= 1.0 and np.isfinite(r["rollout/reward_std"])
+        assert 1 <= r["rollout/completions/mean_length"] <= NEW
+        assert r["rollout/reward_errors"] == 0.0 and r["time/rollout"] > 0 and r["time/scoring"] >= 0
+        assert r["rollout/skipped_prompts"] > 0  # the task has prompts over the 112-token cap: counted
+    assert rows[2]["time/rollout"] == 0.0 and "rollout/reward" not in rows[2]  # the batch reused
+    # step 1 updates from the starting weights, which are the reference: KL 0 (float rounding aside)
+    assert rows[1]["train/kl"] < 1e-6 and rows[2]["train/kl"] > rows[1]["train/kl"]
+    with open(f"{straight}/run.json") as f:
+        run = json.load(f)
+    assert run["rl"]["skipped_prompts"] and run["rl"]["reward"].endswith("exact_answer[answer]")
+    assert os.path.exists(f"{straight}/reward.png")
+
+
+def test_a_run_stopped_mid_group_and_resumed_ends_bitwise_equal(
+    data_dir, task, start, straight, tmp_path
+) -> None:
+    from schooner.model import load_model, load_pytree
+
+    # group 1's rollouts stay (a resume at 3 reads them); group 0's go once checkpoint 3 is complete (it is
+    # written in the background: maybe not yet when group 2 was made)
+    kept = set(os.listdir(f"{straight}/rollouts"))
+    assert {"group-000001.npz", "group-000002.npz"} <= kept <= {f"group-00000{g}.npz" for g in range(3)}
+    resumed = str(tmp_path / "resumed")
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(f"{resumed}/step-000006")  # died after step 3's checkpoint: step 4 is mid group 1
+    summary = train(_straight_config(data_dir, task, start, resumed))
+    assert summary["start_step"] == 3
+    a = {r["step"]: r["train/loss"] for r in read_metrics(straight) if "train/loss" in r}
+    b = {r["step"]: r["train/loss"] for r in read_metrics(resumed) if "train/loss" in r}
+    assert sorted(b) == list(range(1, 7)) and a == b
+    ma, mb = load_model(f"{straight}/step-000006")[0], load_model(f"{resumed}/step-000006")[0]
+    for x, y in zip(jax.tree.leaves(ma), jax.tree.leaves(mb), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    sa, sb = (
+        load_pytree(f"{straight}/step-000006/train_state"),
+        load_pytree(f"{resumed}/step-000006/train_state"),
+    )
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+    # and the run moved: the weights are not the starting ones
+    m0 = load_model(start)[0]
+    assert any(
+        not np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(m0), jax.tree.leaves(ma), strict=True)
+    )
+
+
+def odd_answers_raise(prompt: str, completion: str, fields) -> float:
+    """A reward that fails on every row with an odd answer (a module-level function, as a step needs)."""
+    if fields["answer"] % 2:
+        raise ZeroDivisionError(f"odd answer {fields['answer']}")
+    return float(len(completion) % 2)
+
+
+def test_a_reward_that_raises_is_counted_and_named_not_fatal(data_dir, task, start, tmp_path) -> None:
+    out = str(tmp_path / "run")
+    cfg = _straight_config(data_dir, task, start, out)  # the same compiled programs as the other runs
+    summary = train(
+        dataclasses.replace(
+            cfg, num_train_steps=4, objective=dataclasses.replace(cfg.objective, reward=odd_answers_raise)
+        )
+    )
+    assert summary["steps"] == 4 and np.isfinite(summary["final_loss"])
+    rows = _rows(out)
+    with open(f"{out}/reward_errors.jsonl") as f:
+        errors = [json.loads(line) for line in f]
+    for n in (1, 3):
+        failed = rows[n]["rollout/reward_errors"]
+        assert failed > 0 and failed % 4 == 0  # whole groups: the answer is the row's
+        assert rows[n]["rollout/reward_errors/ZeroDivisionError"] == failed
+        assert np.isfinite(rows[n]["train/loss"])
+    assert np.isfinite(rows[4]["train/loss"])
+    assert len(errors) == rows[1]["rollout/reward_errors"] + rows[3]["rollout/reward_errors"]
+    assert errors[0]["type"] == "ZeroDivisionError" and errors[0]["message"].startswith("odd answer")
+    assert errors[0]["row"].startswith("arith-train-")
+
+
+def test_bad_prompt_files_name_the_file_and_line(tmp_path) -> None:
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "hi", "answer": 1}\n{"question": "no prompt"}\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:2 has no 'prompt' field .*\['question'\]"):
+        read_prompts(str(path))
+    path.write_text('{"prompt": "hi"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"p.jsonl:2 is not valid JSON"):
+        read_prompts(str(path))
+    with pytest.raises(FileNotFoundError, match="train.jsonl"):
+        read_prompts(str(tmp_path))
+    path.write_text('{"prompt": "hi", "answer": 1}\n\n{"prompt": [{"role": "user", "content": "yo"}]}\n')
+    rows = read_prompts(str(path))
+    assert [r.row_id for r in rows] == [f"{path}:1", f"{path}:3"] and rows[0].fields["answer"] == 1
+
+
+def test_prompts_of_a_group_are_a_pure_function_of_seed_and_group() -> None:
+    a = [prompt_indices(g, 5, 12, seed=1) for g in range(6)]
+    assert all(np.array_equal(x, prompt_indices(g, 5, 12, seed=1)) for g, x in enumerate(a))
+    flat = np.concatenate(a)  # 30 = 2.5 epochs: each epoch visits every row once
+    assert sorted(flat[:12]) == sorted(flat[12:24]) == list(range(12))
+    assert not np.array_equal(a[0], prompt_indices(0, 5, 12, seed=2))
+
+
+def test_the_config_refuses_what_cannot_run() -> None:
+    with pytest.raises(ValueError, match="advantage must be one of"):
+        Grpo(reward=odd_answers_raise, advantage="ppo")
+    with pytest.raises(ValueError, match="max_completion_length=16"):
+        Grpo(
+            reward=odd_answers_raise,
+            max_new_tokens=16,
+            loss=PolicyLossConfig(aggregation="dr_grpo", max_completion_length=8),
+        )
+    with pytest.raises(TypeError, match="reward must be a callable"):
+        Grpo(reward="exact_answer")
+    # the reward is named by module and qualified name: a resumed run's record compares equal
+    assert str(Grpo(reward=odd_answers_raise).reward) == f"{__name__}:odd_answers_raise"
+
+
+def test_the_rl_train_step_runs_and_its_key_follows_the_reward(data_dir, task, start, tmp_path) -> None:
+    from schooner.cluster import StepRunner, lower
+    from schooner.eval.rewards import exact_answer
+    from schooner.train.steps import rl_train
+
+    def step(reward, name="rl/arith"):
+        return rl_train(
+            name,
+            checkpoint=start,
+            prompts=task,
+            reward=reward,
+            tokenizer=f"{data_dir}/tokenizer.json",
+            num_train_steps=2,
+            prompts_per_step=2,
+            num_generations=4,
+            max_prompt_tokens=CAP,
+            max_new_tokens=NEW,
+            num_iterations=2,
+            loss=PolicyLossConfig(beta=0.04),
+            optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, schedule="constant"),
+            seed=3,
+            resources=None,
+        )
+
+    key = lambda handle: lower(handle)[-1].key  # noqa: E731
+    tuned = step(exact_answer())
+    assert key(tuned) == key(step(exact_answer())) != key(step(odd_answers_raise))
+    result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([lower(tuned)])
+    summary = result[tuned].result["summary"]
+    assert summary["steps"] == 2 and summary["checkpoint"].endswith("step-000002")
+    rows = _rows(result[tuned].output_path)
+    assert np.isfinite(rows[1]["rollout/reward"]) and np.isfinite(rows[2]["train/loss"])
+
+
+@pytest.mark.parametrize("aggregation", ["dapo", "grpo"])
+def test_microbatch_weights_make_the_whole_batchs_loss_and_gradient(aggregation) -> None:
+    """The trainer accumulates microbatches weighted by the loss's `token_count`: completion tokens for
+    `dapo`, sequences for `grpo`. The weighted mean of two halves' losses and gradients equals the whole
+    batch's (`dapo`: every token of the rollout batch weighs the same; `grpo`: every sequence)."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from schooner.model import LlamaConfig, SamplingConfig, init
+    from schooner.train._rl import make_grpo_loss
+    from schooner.train._rl_rollout import rollout
+
+    config = LlamaConfig(
+        vocab_size=61, hidden_dim=32, intermediate_dim=48, num_layers=1, num_heads=4, num_kv_heads=2,
+        max_seq_len=32, compute_dtype="float32", initializer_range=0.3,
+    )  # fmt: skip
+    model = init(config, key=jax.random.key(0))
+    sampling = SamplingConfig(temperature=1.0, n=4, max_new_tokens=12, stop_ids=(3,))
+    rb = rollout(model, [[5, 6, 7], [8, 9]], sampling, seed=0, step=0, max_prompt_tokens=8)
+    assert len(set(rb.completion_lengths.tolist())) > 1  # rows of different lengths: the weights matter
+    batch = {
+        "tokens": jnp.asarray(rb.tokens),
+        "mask": jnp.asarray(rb.mask),
+        "old_logprobs": jnp.asarray(rb.old_logprobs),
+        "advantages": jnp.linspace(-1.0, 1.0, rb.tokens.shape[0]),
+    }
+    loss = make_grpo_loss(
+        Grpo(reward=odd_answers_raise, num_iterations=2, loss=PolicyLossConfig(aggregation=aggregation))
+    )
+    grad = eqx.filter_jit(eqx.filter_value_and_grad(lambda m, b: loss(m, b, None), has_aux=True))
+    (whole, _), g_whole = grad(model, batch)
+    halves = [{k: v[i * 4 : (i + 1) * 4] for k, v in batch.items()} for i in range(2)]
+    parts = [grad(model, h) for h in halves]
+    weights = [float(aux[0]["token_count"]) for (_, aux), _ in parts]  # what the trainer weighs by
+    expected = [float(rb.mask[i * 4 : (i + 1) * 4].sum()) if aggregation == "dapo" else 4.0 for i in range(2)]
+    assert weights == expected
+    total = sum(weights)
+    mixed = sum(w * float(v) for w, ((v, _), _) in zip(weights, parts, strict=True)) / total
+    np.testing.assert_allclose(mixed, float(whole), rtol=1e-5, atol=1e-7)
+    g_mixed = jax.tree.map(lambda a, b: (weights[0] * a + weights[1] * b) / total, parts[0][1], parts[1][1])
+    for x, y in zip(jax.tree.leaves(g_mixed), jax.tree.leaves(g_whole), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
