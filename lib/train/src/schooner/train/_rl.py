@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -68,6 +68,7 @@ class RewardFunction:
     """
 
     __slots__ = ("fn",)
+    fn: Callable[[str, str, Mapping[str, Any]], float]
 
     def __init__(self, fn: Callable[[str, str, Mapping[str, Any]], float]) -> None:
         if isinstance(fn, RewardFunction):
@@ -507,7 +508,10 @@ class RolloutBatches:
         grouped = rewards.reshape(per_group, g)
         kwargs = {"scale": self.cfg.scale_rewards} if self.cfg.advantage == "grpo" else {}
         advantages = np.asarray(group_advantages(grouped, self.cfg.advantage, **kwargs), np.float32)
-        m = {f"rollout/{k}": float(v) for k, v in rollout_metrics(grouped, rb.mask).items()}
+        m = {
+            f"rollout/{k}": float(v)
+            for k, v in rollout_metrics(cast(Any, grouped), cast(Any, rb.mask)).items()
+        }
         m["rollout/completions/clipped_ratio"] = rb.metrics()["completions/clipped_ratio"]
         m["rollout/skipped_prompts"] = float(self.skipped + len(rb.skipped))
         m["rollout/reward_errors"] = float(len(errors))

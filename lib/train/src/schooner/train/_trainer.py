@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -376,7 +376,7 @@ class Trainer:
 
         loader = stack.enter_context(
             DataLoader(
-                self.data,
+                cast(Any, self.data),  # not on_policy: a `Batches`, the loader's BatchSource
                 self._batch_size_fn(),
                 start_step=self.start_step,
                 sharding=self.batch_sharding,
