@@ -188,3 +188,17 @@ def test_replace_keeps_validation() -> None:
     assert dataclasses.replace(cfg, learning_rate=0.03).learning_rate == 0.03
     with pytest.raises(ValueError, match="weight_decay must be 0"):
         dataclasses.replace(cfg, weight_decay=0.01)
+
+
+def test_describe_param_groups_reports_adamh_rules_and_no_decay(nano) -> None:
+    """The optimizer table of a run names AdamH's own rule per group: "adamh" for the sphere kinds, "adam"
+    for the rest, and no group decays (AdamH has no weight decay); AdamConfig's table is unchanged."""
+    from schooner.train import describe_param_groups
+
+    model = _model(nano)
+    rows = describe_param_groups(model, AdamHConfig())
+    by_kind = {r["kind"]: r["rule"] for r in rows}
+    assert by_kind["matrix"] == "adamh"
+    assert {r["rule"] for r in rows if r["kind"] != "matrix"} <= {"adam", "frozen"}
+    assert not any(r["decay"] for r in rows)
+    assert any(r["decay"] for r in describe_param_groups(model, AdamConfig(weight_decay=0.1)))

@@ -11,6 +11,11 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from ._adamh import AdamHConfig as AdamHConfig
+from ._adamh import AdamHState as AdamHState
+from ._adamh import Sphere as Sphere
+from ._adamh import adamh as adamh
+from ._adamh import model_labels as model_labels
 from ._checkpoint import CheckpointConfig as CheckpointConfig
 from ._checkpoint import CheckpointManager as CheckpointManager
 from ._checkpoint import complete_checkpoints as complete_checkpoints

@@ -84,7 +84,7 @@ class TrainerConfig:
     seq_len: int
     """Tokens per training sequence."""
     optimizer: OptimizerConfig = field(default_factory=AdamConfig)
-    """AdamConfig or MuonConfig (with the learning-rate schedule)."""
+    """AdamConfig, MuonConfig or AdamHConfig (with the learning-rate schedule)."""
     batch_size: Any = 8
     """Sequences (rows) per optimizer step, global over all devices, or a `BatchSchedule` (or its
     `[(start_step, batch_size), ...]`)."""
@@ -171,7 +171,7 @@ class TrainerConfig:
             )
         if not isinstance(self.optimizer, OptimizerConfig):
             raise TypeError(
-                f"TrainerConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"
+                f"TrainerConfig.optimizer must be an AdamConfig, MuonConfig or AdamHConfig, got {type(self.optimizer).__name__}"
             )
         if self.objective is not None and not callable(getattr(self.objective, "setup", None)):
             raise TypeError(

@@ -415,15 +415,20 @@ def describe_param_groups(params: Any, config: OptimizerConfig) -> list[dict[str
     groups = jax.tree.leaves(_groups(params), is_leaf=_is_group)
     named = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, NamedArray))[0]
     rows = []
+    # an optimizer that names its own rule per group (AdamH: "adamh" on a sphere, no decay anywhere)
+    group_rule = getattr(config, "group_rule", None)
     for g, (path, x) in zip(groups, named, strict=True):
-        rule = _rule(g) if isinstance(config, MuonConfig) else ("adam" if g.trainable else "frozen")
+        if group_rule is not None:
+            rule = group_rule(g)
+        else:
+            rule = _rule(g) if isinstance(config, MuonConfig) else ("adam" if g.trainable else "frozen")
         rows.append(
             {
                 "path": jax.tree_util.keystr(path),
                 "shape": tuple(x.array.shape),
                 "kind": g.kind,
-                "decay": g.trainable and _decays(g, config),
-                "rule": "adamw" if rule == "adam" else rule,
+                "decay": group_rule is None and g.trainable and _decays(g, config),
+                "rule": "adamw" if rule == "adam" and group_rule is None else rule,
             }
         )
     return rows

@@ -24,6 +24,15 @@ from ._bootstrap import Interval as Interval
 from ._bootstrap import bootstrap as bootstrap
 from ._bootstrap import percentile_interval as percentile_interval
 from ._bootstrap import resample_runs as resample_runs
+from ._delphi import AsymptoticLaw as AsymptoticLaw
+from ._delphi import BudgetOptimum as BudgetOptimum
+from ._delphi import DelphiFit as DelphiFit
+from ._delphi import OvertrainingPenalty as OvertrainingPenalty
+from ._delphi import budget_optima as budget_optima
+from ._delphi import fit_asymptotic_law as fit_asymptotic_law
+from ._delphi import fit_delphi as fit_delphi
+from ._delphi import fit_parabola as fit_parabola
+from ._delphi import plot_delphi as plot_delphi
 from ._fit import FitConfig as FitConfig
 from ._fit import backtest as backtest
 from ._fit import fit_runs as fit_runs

@@ -45,6 +45,7 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "plot_delphi",
 ]
 
 ALPHA_RANGE = (1e-3, 4.0)
