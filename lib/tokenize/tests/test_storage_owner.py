@@ -6,11 +6,13 @@ files or makes temporary files itself."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 
-from .test_import_graph import PACKAGE
+import schooner.tokenize
 
+PACKAGE = Path(schooner.tokenize.__file__).parent
 INPUT_SIDE = {"file_identity", "has_glob"}  # schooner.data's notion of an input file
 
 
