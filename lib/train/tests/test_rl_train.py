@@ -222,6 +222,9 @@ def test_the_config_refuses_what_cannot_run() -> None:
         )
     with pytest.raises(TypeError, match="reward must be a callable"):
         Grpo(reward="exact_answer")
+    # one sample per prompt: every group-relative advantage is 0, so the run would learn nothing
+    with pytest.raises(ValueError, match="num_generations must be >= 2"):
+        Grpo(reward=odd_answers_raise, num_generations=1)
     # the reward is named by module and qualified name: a resumed run's record compares equal
     assert str(Grpo(reward=odd_answers_raise).reward) == f"{__name__}:odd_answers_raise"
 

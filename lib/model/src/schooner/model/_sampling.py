@@ -69,20 +69,20 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if not self.temperature >= 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature=}")
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got temperature={self.temperature!r}")
         if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be None or in (0, 1], got {self.top_p=}")
+            raise ValueError(f"top_p must be None or in (0, 1], got top_p={self.top_p!r}")
         if self.top_k is not None and (isinstance(self.top_k, bool) or self.top_k < 1):
-            raise ValueError(f"top_k must be None or >= 1, got {self.top_k=}")
+            raise ValueError(f"top_k must be None or >= 1, got top_k={self.top_k!r}")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
-            raise ValueError(f"n (samples per prompt) must be an int >= 1, got {self.n=}")
+            raise ValueError(f"n (samples per prompt) must be an int >= 1, got n={self.n!r}")
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
-            raise ValueError(f"max_new_tokens must be an int, got {self.max_new_tokens=}")
+            raise ValueError(f"max_new_tokens must be an int, got max_new_tokens={self.max_new_tokens!r}")
         if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens=}")
+            raise ValueError(f"max_new_tokens must be >= 0, got max_new_tokens={self.max_new_tokens!r}")
         ids = tuple(self.stop_ids) if not isinstance(self.stop_ids, int) else (self.stop_ids,)
         if any(isinstance(i, bool) or not isinstance(i, int | np.integer) or i < 0 for i in ids):
-            raise ValueError(f"stop_ids must be non-negative token ids, got {self.stop_ids=}")
+            raise ValueError(f"stop_ids must be non-negative token ids, got stop_ids={self.stop_ids!r}")
         object.__setattr__(self, "stop_ids", tuple(int(i) for i in ids))
 
 

@@ -153,6 +153,12 @@ class Grpo:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"grpo: {f} must be an int >= 1, got {f}={v!r}")
+        if self.num_generations < 2:
+            raise ValueError(
+                f"grpo: num_generations must be >= 2, got num_generations={self.num_generations}: advantages "
+                "are relative to the other samples of the same prompt, so with one sample every advantage is 0 "
+                "and the run learns nothing"
+            )
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not t > 0:
             raise ValueError(f"grpo: temperature must be a number > 0, got temperature={t!r}")
