@@ -18,8 +18,6 @@ from ._mesh import MeshConfig
 from ._optim import AdamConfig, OptimizerConfig
 from ._tracking import TrackerConfig
 
-_DTYPES = ("float32", "bfloat16", "float16")
-
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -128,71 +126,13 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.data, DataConfig):
             raise TypeError(f"TrainConfig.data must be a DataConfig, got {type(self.data).__name__}")
-        if not isinstance(self.fit_vocab, bool):  # the string "false" is truthy: refuse, do not coerce
-            raise ValueError(
-                f"TrainConfig.fit_vocab must be True or False, got {self.fit_vocab!r} ({type(self.fit_vocab).__name__})"
-            )
-        if not isinstance(self.optimizer, OptimizerConfig):
-            raise TypeError(
-                f"TrainConfig.optimizer must be an AdamConfig or MuonConfig, got {type(self.optimizer).__name__}"
-            )
         if isinstance(self.batch_size, Sequence) and not isinstance(self.batch_size, str):
             object.__setattr__(self, "batch_size", BatchSchedule(tuple(self.batch_size)))
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int | BatchSchedule):
-            raise ValueError(
-                f"TrainConfig.batch_size must be an int or a BatchSchedule, got {self.batch_size!r}"
-            )
-        if isinstance(self.batch_size, int) and self.batch_size < 1:
-            raise ValueError(f"TrainConfig.batch_size must be >= 1, got batch_size={self.batch_size}")
-        if (self.num_train_steps is None) == (self.train_tokens is None):
-            raise ValueError(
-                "give exactly one of TrainConfig.num_train_steps and TrainConfig.train_tokens, got "
-                f"num_train_steps={self.num_train_steps!r}, train_tokens={self.train_tokens!r}"
-            )
-        for f in ("num_train_steps", "train_tokens"):
-            v = getattr(self, f)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"TrainConfig.{f} must be a positive int, got {f}={v!r}")
-        if self.train_tokens is not None and isinstance(self.batch_size, BatchSchedule):
-            raise ValueError(
-                "TrainConfig.train_tokens needs a constant batch_size; give num_train_steps instead"
-            )
-        if not (isinstance(self.z_loss_weight, int | float) and self.z_loss_weight >= 0):
-            raise ValueError(
-                f"TrainConfig.z_loss_weight must be >= 0, got z_loss_weight={self.z_loss_weight!r}"
-            )
-        if self.compute_dtype is not None and self.compute_dtype not in _DTYPES:
-            raise ValueError(
-                f"TrainConfig.compute_dtype must be one of {_DTYPES} or None, got {self.compute_dtype!r}"
-            )
-        if (
-            isinstance(self.microbatches, bool)
-            or not isinstance(self.microbatches, int)
-            or self.microbatches < 1
-        ):
-            raise ValueError(
-                f"TrainConfig.microbatches must be a positive int, got microbatches={self.microbatches!r}"
-            )
-        for size in self.batch_sizes:
-            if size % self.microbatches:
-                raise ValueError(
-                    f"batch size {size} is not divisible by microbatches={self.microbatches}; "
-                    f"choose microbatches among the divisors of {size}"
-                )
-        if self.eval_every is not None and (not isinstance(self.eval_every, int) or self.eval_every < 1):
-            raise ValueError(
-                f"TrainConfig.eval_every must be a positive int or None, got {self.eval_every!r}"
-            )
         if not self.output_path:
             raise ValueError("TrainConfig.output_path is empty; give the run folder")
-        max_seq = getattr(self.model, "max_seq_len", None)
-        if max_seq is not None and self.data.seq_len > max_seq:
-            raise ValueError(
-                f"seq_len={self.data.seq_len} is beyond the model's max_seq_len={max_seq}; shorten seq_len or "
-                f"use a model config with max_seq_len >= {self.data.seq_len}"
-            )
-        # Schedule phases longer than the run raise here, before anything is built.
-        self.optimizer.lr_schedule(self.steps)
+        # Everything else is validated once, by the config this one stands for (its errors name the
+        # TrainerConfig fields a user moves to).
+        self.to_trainer_config()
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
