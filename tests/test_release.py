@@ -281,14 +281,15 @@ def test_an_unreleased_version_is_released_as_itself(repo: Path) -> None:
 
 
 def test_the_changelog_data_and_train_were_written_for(repo: Path) -> None:
-    """As the tree stands: data says 0.2.0 (last dated 0.1.1; its defaults changed), train 0.1.1 (last dated
-    0.1.0): `minor` releases data's and `patch` train's exactly; data `patch` (0.1.2) is below what the tree
-    names and refused."""
+    """As the tree stands: data says 0.2.0 (last dated 0.1.1; its defaults changed), train 0.2.0 (last dated
+    0.1.0; one run config): `minor` releases each exactly; `patch` (data 0.1.2, train 0.1.1) is below what the
+    tree names and refused."""
     data = get_package("schooner-data", repo)
     train = get_package("schooner-train", repo)
     assert prepare("schooner-data", "minor", repo, False)[1] == data.version == Version("0.2.0")
-    assert prepare("schooner-train", "patch", repo, False)[1] == train.version
+    assert prepare("schooner-train", "minor", repo, False)[1] == train.version == Version("0.2.0")
     assert "below 0.2.0" in _refused(repo, "schooner-data", "patch")
+    assert "below 0.2.0" in _refused(repo, "schooner-train", "patch")
 
 
 def test_a_first_ever_release_names_its_version(repo: Path) -> None:
