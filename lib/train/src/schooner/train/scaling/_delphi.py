@@ -45,6 +45,7 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "overtraining_penalty",
     "plot_delphi",
 ]
 
@@ -421,6 +422,16 @@ def _bootstrap(c: np.ndarray, y: np.ndarray, samples: int, seed: int) -> tuple[n
 
 
 # -- step 4: the penalty for leaving the optimum ----------------------------------------------------------------
+def overtraining_penalty(optima: Sequence[BudgetOptimum], multiplier: float) -> OvertrainingPenalty:
+    """The extra loss of training with `multiplier` x D* tokens (the model resized to keep the budget), per
+    budget read off its parabola (c2 (ln m)^2), and a power law of it against compute to extrapolate with
+    (None when fewer than two budgets, or a penalty of 0). `fit_delphi` prices `multipliers` with this;
+    `plot_delphi` draws them (its third panel)."""
+    if not (isinstance(multiplier, int | float) and multiplier > 0 and multiplier != 1):
+        raise ValueError(f"overtraining_penalty: multiplier must be positive and not 1; got {multiplier!r}")
+    return _penalty(optima, float(multiplier))
+
+
 def _penalty(optima: Sequence[BudgetOptimum], m: float) -> OvertrainingPenalty:
     extra = tuple(float(o.loss_at(m * o.tokens) - o.loss) for o in optima)
     budgets = tuple(o.budget for o in optima)
