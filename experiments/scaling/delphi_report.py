@@ -31,15 +31,23 @@ def _read(path: str) -> Any:
         return json.load(f)
 
 
+def _maybe(pattern: str) -> Any:
+    found = sorted(glob.glob(pattern), key=os.path.getmtime)
+    return _read(found[-1]) if found else None
+
+
 def collect(prefix: str) -> dict[str, Any]:
     fit = _read(_newest(f"{prefix}/scaling/delphi-fit-*/fit.json"))
-    down = _read(_newest(f"{prefix}/scaling/delphi-downstream-[0-9a-f]*/downstream.json"))
+    down = _maybe(f"{prefix}/scaling/delphi-downstream-[0-9a-f]*/downstream.json")
     scores = []
     for path in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-*x-score-s*/score.json")):
         s = _read(path)
         s["seed"] = int(path.split("-score-s")[1].split("-")[0])
         scores.append(s)
-    down_scores = _read(_newest(f"{prefix}/scaling/delphi-downstream-score-*/score.json"))
+    down_scores = _maybe(f"{prefix}/scaling/delphi-downstream-score-*/score.json") or []
+    forecasts = [
+        _read(p) for p in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-*x-[0-9a-f]*/forecast.json"))
+    ]
     by_budget: dict[float, list[float]] = {}
     for s in scores:
         by_budget.setdefault(s["budget"], []).append(s["actual"])
@@ -54,10 +62,80 @@ def collect(prefix: str) -> dict[str, Any]:
     return {
         "fit": fit,
         "downstream": down,
+        "forecasts": [{k: v for k, v in f.items() if k not in ("fit", "replicates")} for f in forecasts],
         "scores": scores,
         "downstream_scores": down_scores,
         "spread": spread,
     }
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The tables docs/scaling.md shows (and the raw numbers behind its prose)."""
+    fit = summary["fit"]
+    lines = [
+        "| budget | width | layers | N | D | D/N | batch | steps | AdamH lr | loss |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(fit["runs"], key=lambda r: (r["budget"], r["params"])):
+        lines.append(
+            f"| {r['budget']:.3g} | {r.get('width', '')} | {r.get('layers', '')} | {r['params']:,.0f} | "
+            f"{r['tokens']:,.0f} | {r['tokens'] / r['params']:.1f} | {r.get('batch_size', '')} | "
+            f"{r.get('steps', '')} | {r.get('learning_rate', 0):.4f} | {r['loss']:.4f} |"
+        )
+    d = fit["delphi"]
+    lines.append("")
+    if "error" in d:
+        lines.append(f"Delphi fit: **failed**: {d['error']}")
+    else:
+        lines += ["| budget | D* | N* | L* | runs |", "|---|---|---|---|---|"]
+        for o in d["optima"]:
+            lines.append(
+                f"| {o['budget']:.3g} | {o['tokens']:,.0f} | {o['params']:,.0f} | {o['loss']:.4f} | {o['runs']} |"
+            )
+        law = d["law"]
+        lines.append(
+            f"\nL(C) = {law['E']:.4g} + {law['A']:.4g} C^-{law['alpha']:.4g}; intervals {d.get('intervals')}; "
+            f"interval_problem {d.get('interval_problem')}; failed {d['failed']} of {d['samples']}"
+        )
+        for x in d.get("dropped", []):
+            lines.append(f"- dropped {x['budget']:.3g}: {x['reason']}")
+        for p in d["penalties"]:
+            lines.append(
+                f"- penalty {p['multiplier']}x: {[round(v, 4) for v in p['per_budget']]}, law {p['law']}"
+            )
+    for m in ("approach2", "approach3", "varpro"):
+        e = fit.get(m, {})
+        keys = ("a", "b", "alpha", "beta", "E")
+        lines.append(f"- {m}: {e.get('error') or {k: e.get('law', {}).get(k, e.get(k)) for k in keys}}")
+    lines.append(f"- backtest: {fit.get('backtest')}")
+    for f in summary["forecasts"]:
+        lines.append(
+            f"- forecast {f['budget']:.3g}: {f['loss']:.4f} interval {f['interval']} {f.get('interval_error', '')} "
+            f"target width {f['target']['width']} written {f['created_at']}"
+        )
+    if summary["scores"]:
+        lines += [
+            "",
+            "| budget | seed | forecast | interval | actual | error | inside | registered before the run |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for s in summary["scores"]:
+            iv = s["interval"]
+            ivs = f"[{iv[0]:.4f}, {iv[1]:.4f}]" if iv else "none"
+            lines.append(
+                f"| {s['budget']:.3g} | {s['seed']} | {s['predicted']:.4f} | {ivs} | {s['actual']:.4f} | "
+                f"{s['error_pct']:+.2f}% | {s['inside_interval']} | {s['registered_before_run']} |"
+            )
+    down = summary["downstream"]
+    if down:
+        for m, rec in down["metrics"].items():
+            lines.append(f"- downstream {m}: {rec.get('error') or (rec['fit']['law'], rec['forecasts'])}")
+        lines.append(f"- soft to hard: {down['soft_to_hard']}; acc forecasts {down.get('acc_forecasts')}")
+        for r in down["runs"]:
+            lines.append(f"- run {r['name']}: {r['choice_loss']:.4f} {r['bpb']:.4f} {r['acc']:.3f}")
+    for r in summary["downstream_scores"]:
+        lines.append(f"- held out {r}")
+    return "\n".join(lines)
 
 
 def plot(summary: dict[str, Any], out_dir: str) -> None:
@@ -143,21 +221,17 @@ def main() -> None:
     out_dir = sys.argv[2] if len(sys.argv) > 2 else "docs/images/scaling"
     os.makedirs(out_dir, exist_ok=True)
     summary = collect(prefix)
-    plot(summary, out_dir)
+    print(markdown(summary))
+    if summary["scores"] and "error" not in summary["fit"]["delphi"]:
+        plot(summary, out_dir)
     small = {k: v for k, v in summary.items() if k != "fit"}
     small["fit"] = {
         k: summary["fit"][k] for k in ("delphi", "backtest", "samples", "level") if k in summary["fit"]
     }
-    small["fit"]["delphi"] = {k: v for k, v in small["fit"]["delphi"].items() if k != "replicate_laws"}
+    small["fit"]["delphi"] = {k: v for k, v in summary["fit"]["delphi"].items() if k != "replicate_laws"}
     small["fit"]["runs"] = summary["fit"]["runs"]
     with open(f"{out_dir}/delphi-summary.json", "w") as f:
         json.dump(small, f, indent=1, sort_keys=True)
-    for s in summary["scores"]:
-        print(
-            f"{s['budget']:.3g} seed {s['seed']}: predicted {s['predicted']:.4f} [{s['interval'][0]:.4f}, "
-            f"{s['interval'][1]:.4f}] actual {s['actual']:.4f} error {s['error_pct']:+.2f}% inside "
-            f"{s['inside_interval']} registered before {s['registered_before_run']}"
-        )
     print(json.dumps(summary["spread"], indent=1))
     for r in summary["downstream_scores"]:
         print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()})
