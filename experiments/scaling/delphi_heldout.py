@@ -4,12 +4,15 @@
 written its file, so each forecast is registered before its run starts; `score_forecast` checks it):
 
 1. `scaling/delphi-fit` (`fit_scaling_law`, every method; the Delphi fit drops and records a budget whose
-   parabola fails) and `scaling/delphi-downstream` (`downstream_fit`): per run the cloze task's soft metrics,
-   each fitted against compute with `fit_delphi`, the soft-to-hard sigmoid on the pool of runs, and the
-   forecasts of every metric at the held-out budgets, written to `downstream.json`;
-2. `scaling/delphi-forecast-{k}x`: the Delphi forecast of the loss at k x the largest fitted budget;
-3. the held-out runs (`scaling/delphi-heldout/{k}x-s{seed}`), their cloze evaluations, a `score_forecast`
-   per run and `scaling/delphi-downstream-score` (each soft metric's forecast against each seed).
+   parabola fails) and `scaling/delphi-forecast-{k}x`: the Delphi forecast of the loss at k x the largest
+   fitted budget, written before any held-out run is declared;
+2. the held-out runs (`scaling/delphi-heldout/{k}x-s{seed}`), their cloze evaluations and a `score_forecast`
+   per run, beside `scaling/delphi-downstream` (`downstream_fit`: per sweep run the cloze task's soft
+   metrics, each fitted against compute with `fit_delphi`, the soft-to-hard sigmoid on the pool of runs, and
+   the forecasts of every metric at the held-out budgets, in `downstream.json`; it waits for the sweep runs'
+   task scores, so it can finish after a held-out run starts) and `scaling/delphi-downstream-score` (each
+   metric's forecast against each seed, and whether the downstream forecast was written before that seed's
+   run started).
 """
 
 from __future__ import annotations
@@ -177,7 +180,7 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         )
         for k in suite.HELD_OUT
     }
-    registered = runner.main([fit, down, *guesses.values()])
+    registered = runner.main([fit, *guesses.values()])  # the loss forecasts, before any held-out run
     heldout, scores = [], []
     for k, guess in guesses.items():
         width = registered[guess].result["target"]["width"]
@@ -195,7 +198,9 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         DownstreamScoreConfig(downstream=down, heldout=heldout),
         version="delphi-downstream-score-v1",
     )
-    scored = runner.main([*scores, down_score])
+    # The downstream fit (downstream.json) waits for the sweep runs' task scores, so it may finish after a
+    # held-out run has started: its score step records per run whether it was written before the run started
+    scored = runner.main([*scores, down, down_score])
     print_summary(registered, scored, fit, guesses, scores, down_score)
 
 

@@ -50,7 +50,8 @@ from schooner.train.scaling import (
 )
 
 BUDGETS = tuple(
-    float(b) for b in os.environ.get("SCHOONER_DELPHI_BUDGETS", "3.75e9,7.5e9,1.5e10,3e10,6e10").split(",")
+    float(b)
+    for b in os.environ.get("SCHOONER_DELPHI_BUDGETS", "3.75e9,7.5e9,1.5e10,3e10,6e10,1.2e11").split(",")
 )
 """The fitted budgets (FLOPs): the one list to change."""
 HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,30").split(","))
@@ -104,10 +105,13 @@ def main() -> None:
     evals = [
         cloze_eval(f"scaling/delphi-cloze/{r.train.name.split('/')[-1]}", r.train, cloze_path) for r in runs
     ]
-    done = runner.main([sweep, *evals])
     if os.environ.get("SCHOONER_DELPHI_PHASE") == "sweep":
+        done = runner.main([sweep, *evals])
         print(json.dumps(done[sweep].result, indent=1))
         return
+    # The task scores of the sweep runs are needed only by the downstream fit: they run beside the held-out
+    # runs, after the loss forecasts are registered (held_out_phase)
+    runner.main([sweep])
     from experiments.scaling.delphi_heldout import held_out_phase
 
     held_out_phase(runner, sweep, runs, evals, cloze_path)
