@@ -41,14 +41,25 @@ def test_requirements_come_from_the_packages_pyproject_files():
 def test_resolves_every_wheel_the_h200_lacks_and_none_it_has():
     pins = gather.resolve(gather.requirements())
     names = {gather._name(p): p.split("==")[1] for p in pins}
-    for needed in ("haliax", "equinox", "jaxtyping", "optax", "tensorstore", "tokenizers", "psutil", "orjson"):
+    for needed in (
+        "haliax",
+        "equinox",
+        "jaxtyping",
+        "optax",
+        "tensorstore",
+        "tokenizers",
+        "psutil",
+        "orjson",
+    ):
         assert needed in names, (needed, sorted(names))
     assert names["haliax"] == "1.4.dev453"  # the project's exact pin
     for image in ("jax", "jaxlib", "numpy", "scipy", "ml-dtypes", "opt-einsum"):
         assert image not in names, image  # on the H200 image already
     assert not any(n.startswith("nvidia-") for n in names)
     assert "pyarrow" not in names and "matplotlib" not in names  # required, never imported by the check
-    with_jax = {gather._name(p): p.split("==")[1] for p in gather.resolve(gather.requirements(), with_jax=True)}
+    with_jax = {
+        gather._name(p): p.split("==")[1] for p in gather.resolve(gather.requirements(), with_jax=True)
+    }
     for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda13-pjrt"):
         assert with_jax[name] == gather.H200_JAX, (name, with_jax.get(name))
 

@@ -31,6 +31,7 @@ from ._lm import LanguageModeling as LanguageModeling
 from ._malloc import malloc_env as malloc_env
 from ._malloc import malloc_tuned as malloc_tuned
 from ._memory import CompiledStep as CompiledStep
+from ._estimate import estimate_step_memory as estimate_step_memory
 from ._memory import StepMemoryError as StepMemoryError
 from ._memory import device_memory_limit as device_memory_limit
 from ._mesh import MeshConfig as MeshConfig
