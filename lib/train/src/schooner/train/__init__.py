@@ -26,12 +26,12 @@ from ._config import check_run as check_run
 from ._dpo import dpo_loss as dpo_loss
 from ._dpo import score_pairs as score_pairs
 from ._dpo_run import Dpo as Dpo
+from ._estimate import estimate_step_memory as estimate_step_memory
 from ._evaluate import ChatEvaluator as ChatEvaluator
 from ._lm import LanguageModeling as LanguageModeling
 from ._malloc import malloc_env as malloc_env
 from ._malloc import malloc_tuned as malloc_tuned
 from ._memory import CompiledStep as CompiledStep
-from ._estimate import estimate_step_memory as estimate_step_memory
 from ._memory import StepMemoryError as StepMemoryError
 from ._memory import device_memory_limit as device_memory_limit
 from ._mesh import MeshConfig as MeshConfig
