@@ -398,26 +398,44 @@ def preset_config(kind: str, batch: int | None = None, remat: str | None = None)
 
 
 def size_gpu(kinds: list[str], budget: int = GPU_BUDGET, cap: int = 64) -> dict:
-    """For each H200 config: the step memory (estimate_step_memory, this machine's backend) at batch 1 and 2
-    under each remat policy from "none" down, taken as affine in the batch; the largest multiple of 8 (at most
-    `cap`) within `budget` under the first policy that allows 8, checked by one more estimate at it."""
+    """For each H200 config, the largest batch (a multiple of 8, at most `cap`) whose train step fits
+    `budget`, under the first remat policy from "none" down that allows 8.
+
+    The step memory comes from `estimate_step_memory` (the real step compiled on this machine's backend,
+    shapes only) of the model cut to 1 and 2 layers at batch 1 and 2: memory taken as bilinear in
+    (layers, batch), solved from those four and read at the model's layers (a full-size compile of a 1B
+    model takes many minutes on a small CPU machine; tests/test_train_throughput_presets.py compiles the
+    presets whole and checks they fit)."""
     from schooner.train import estimate_step_memory
 
     out = {}
     for kind in kinds:
+        layers = model_config(kind).num_layers
         for remat in ("none", "dots", "save_carries"):
-            one = estimate_step_memory(preset_config(kind, 1, remat)).total
-            two = estimate_step_memory(preset_config(kind, 2, remat)).total
-            per_row, fixed = two - one, 2 * one - two
-            batch = min(cap, (budget - fixed) // max(per_row, 1) // 8 * 8)
+            m = {}
+            for n in (1, 2):
+                for b in (1, 2):
+                    cfg = preset_config(kind, b, remat)
+                    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_layers=n))
+                    m[n, b] = estimate_step_memory(cfg).total
+            # m(n, b) = a + p n + r b + q n b
+            q = m[2, 2] - m[2, 1] - m[1, 2] + m[1, 1]
+            p = m[2, 1] - m[1, 1] - q
+            r = m[1, 2] - m[1, 1] - q
+            a = m[1, 1] - p - r - q
+            fixed, per_row = a + p * layers, r + q * layers
+            batch = int(min(cap, (budget - fixed) // max(per_row, 1) // 8 * 8))
             print(
-                f"{kind} remat {remat}: {fixed / 2**30:.2f} GiB + {per_row / 2**30:.3f} GiB a row -> batch {batch}"
+                f"{kind} ({layers} layers) remat {remat}: {fixed / 2**30:.2f} GiB + {per_row / 2**30:.3f} GiB "
+                f"a row -> batch {batch}",
+                flush=True,
             )
             if batch >= 8:
                 break
-        batch = max(int(batch), 1)
-        at = estimate_step_memory(preset_config(kind, batch, remat)).total
-        out[kind] = {"batch": batch, "remat": remat, "estimate_gib": at / 2**30, "fits": at <= budget}
+        batch = max(batch, 1)
+        est = fixed + per_row * batch
+        out[kind] = {"batch": batch, "remat": remat, "estimate_gib": round(est / 2**30, 2)}
+        out[kind] |= {"fixed_gib": round(fixed / 2**30, 2), "per_row_gib": round(per_row / 2**30, 3)}
         print(json.dumps({"kind": kind, **out[kind], "budget_gib": budget / 2**30}), flush=True)
     return out
 
