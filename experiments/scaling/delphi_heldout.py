@@ -32,6 +32,7 @@ from schooner.train.scaling import (
     fit_soft_to_hard,
     forecast,
     read_runs,
+    run_started,
     score_forecast,
     soft_metrics,
 )
@@ -130,8 +131,6 @@ class DownstreamScoreConfig:
 
 
 def _downstream_score(config: DownstreamScoreConfig, output_path: str) -> dict[str, Any]:
-    from schooner.train.scaling._forecast import run_started
-
     registered = storage.read_json(f"{config.downstream}/downstream.json")
     rows = []
     for h in config.heldout:

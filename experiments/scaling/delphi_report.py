@@ -141,8 +141,7 @@ def markdown(summary: dict[str, Any]) -> str:
 def plot(summary: dict[str, Any], out_dir: str) -> None:
     from matplotlib.figure import Figure
 
-    from schooner.train.scaling import ScalingRun, plot_delphi
-    from schooner.train.scaling._fit import delphi_from_dict
+    from schooner.train.scaling import ScalingRun, delphi_from_dict, plot_delphi
 
     fit = summary["fit"]
     runs = [ScalingRun.from_dict(r) for r in fit["runs"]]

@@ -9,8 +9,16 @@ import math
 import numpy as np
 import pytest
 
-from schooner.train.scaling import Approach3Config, ScalingRun, VarProConfig, fit_runs, predict, score
-from schooner.train.scaling._fit import delphi_from_dict, fit_summary
+from schooner.train.scaling import (
+    Approach3Config,
+    ScalingRun,
+    VarProConfig,
+    delphi_from_dict,
+    fit_runs,
+    predict,
+    score,
+)
+from schooner.train.scaling._fit import fit_summary
 from schooner.train.scaling._forecast import ForecastConfig, _run_forecast
 from schooner.train.scaling._horizon import HorizonFamily, HorizonRecipe
 

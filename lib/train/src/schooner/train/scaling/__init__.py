@@ -44,6 +44,7 @@ from ._downstream import fit_soft_to_hard as fit_soft_to_hard
 from ._downstream import soft_metrics as soft_metrics
 from ._fit import FitConfig as FitConfig
 from ._fit import backtest as backtest
+from ._fit import delphi_from_dict as delphi_from_dict
 from ._fit import fit_runs as fit_runs
 from ._fit import fit_scaling_law as fit_scaling_law
 from ._fit import read_fit as read_fit
@@ -51,6 +52,7 @@ from ._forecast import ForecastConfig as ForecastConfig
 from ._forecast import ScoreConfig as ScoreConfig
 from ._forecast import forecast as forecast
 from ._forecast import predict as predict
+from ._forecast import run_started as run_started
 from ._forecast import score as score
 from ._forecast import score_forecast as score_forecast
 from ._forecast import target_run as target_run

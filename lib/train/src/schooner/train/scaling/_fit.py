@@ -23,7 +23,7 @@ from ._delphi import fit_delphi
 from ._law import ScalingLaw, ScalingRun, budget_groups
 from ._varpro import VarProConfig, fit_varpro
 
-__all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
+__all__ = ["FitConfig", "backtest", "delphi_from_dict", "fit_runs", "fit_scaling_law", "read_fit"]
 
 VERSION = "scaling-fit-v6"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data; v6: the Delphi fit
 LAW_METHODS = ("approach3", "varpro")

@@ -38,7 +38,7 @@ from ._fit import FRONTIER_METHODS, LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
 
-__all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "score", "score_forecast"]
+__all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "run_started", "score", "score_forecast"]
 
 METHODS = (*LAW_METHODS, "frontier", *FRONTIER_METHODS)
 FORECAST_VERSION = "scaling-forecast-v4"  # v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
