@@ -150,6 +150,8 @@ def plot(summary: dict[str, Any], out_dir: str) -> None:
     plot_delphi(delphi, f"{out_dir}/delphi-fit.png", runs=runs, held_out=held, up_to=max(c for c, _ in held))
 
     down = summary["downstream"]
+    if down is None:  # the downstream fit has not run yet
+        return
     metrics = [m for m in ("choice_loss", "bpb") if "error" not in down["metrics"][m]]
     fig = Figure(figsize=(5 * (len(metrics) + 1), 4.3))
     axes = fig.subplots(1, len(metrics) + 1)
