@@ -69,7 +69,7 @@ def test_two_local_workers_sample_bitwise_what_the_trainer_samples(tmp_path, two
     with using_client(two_workers):
         pool = RolloutPool(workers=2, root=str(tmp_path / "b"), model_config=CONFIG)
         there = pool.rollout(model, PROMPTS, **kw)
-        assert pool.last_versions == [3, 3]  # every chunk sampled with the weights of group 3
+        assert pool.last_versions == [3, 3, 3]  # every chunk sampled with the weights of group 3
         assert len(set(pool.last_pids)) == 2 and os.getpid() not in pool.last_pids  # two other processes
     for f in ("tokens", "mask", "old_logprobs", "prompt_lengths", "completion_lengths"):
         np.testing.assert_array_equal(getattr(here, f), getattr(there, f), err_msg=f)
@@ -195,3 +195,27 @@ def test_a_run_with_two_ray_workers_ends_with_the_weights_of_a_run_without(
     with using_client(ray_client):
         _run(data_dir, task, start, str(tmp_path / "ray"), 2)
     _equal_runs(str(tmp_path / "none"), str(tmp_path / "ray"))
+
+
+def test_a_run_may_resume_with_another_number_of_workers() -> None:
+    """Only where the rollouts are sampled changes: `run.json`'s comparison lets it through, not the chunk."""
+    from schooner.train._trainer import _differences
+
+    old = {"rollout_workers": 0, "rollout_chunk": 1, "num_generations": 4}
+    assert _differences(old, old | {"rollout_workers": 2}, "objective") == []
+    assert _differences(old, old | {"rollout_chunk": 2}, "objective") == ["objective.rollout_chunk: 1 -> 2"]
+
+
+def test_the_number_of_workers_is_not_part_of_the_steps_key(data_dir, task, start) -> None:
+    from schooner.cluster import lower
+    from schooner.eval.rewards import exact_answer
+    from schooner.train.steps import rl_train
+
+    def key(**kw) -> str:
+        handle = rl_train(
+            "rl/w", checkpoint=start, prompts=task, reward=exact_answer(), tokenizer=f"{data_dir}/tokenizer.json",
+            num_train_steps=2, max_prompt_tokens=112, max_new_tokens=16, resources=None, **kw,
+        )  # fmt: skip
+        return lower(handle)[-1].key
+
+    assert key(rollout_chunk=1) == key(rollout_chunk=1, rollout_workers=2) != key(rollout_chunk=2)

@@ -42,6 +42,9 @@ def rl_train(
     chat: bool = True,
     prompt_field: str = "prompt",
     id_field: str = "id",
+    required_fields: tuple[str, ...] | None = None,
+    rollout_chunk: int | None = None,
+    rollout_workers: int = 0,
     optimizer: OptimizerConfig | None = None,
     model: Any = None,
     checkpoint_step: int | None = None,
@@ -87,6 +90,14 @@ def rl_train(
         loss: `PolicyLossConfig` (clipping, `beta`, aggregation; TRL's defaults).
         chat: render prompts with the chat template (False: raw text).
         prompt_field, id_field: the rows' prompt and id fields.
+        required_fields: fields every row must hold, checked before training (None: those the reward
+            declares, e.g. `exact_answer()`'s answer field); a row without one is an error naming it.
+        rollout_chunk: prompts per sampling call (None: the whole batch, or split evenly over the workers);
+            the rollouts depend on it, not on `rollout_workers`.
+        rollout_workers: N > 0 samples the chunks in N jobs of the cluster client the step runs under (Ray
+            tasks on Ray; local processes otherwise, within the CPUs the step reserved: give
+            `resources=ResourceConfig.with_cpu(1 + N)` for them to run side by side), from weights sent
+            each rollout batch. Runtime-only: the same rollouts and weights as N = 0 with the same chunk.
         optimizer: default `AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant")`
             (TRL's rate); small models need more.
         model: the model config; None: the checkpoint's.
@@ -113,6 +124,9 @@ def rl_train(
         chat=chat,
         prompt_field=prompt_field,
         id_field=id_field,
+        required_fields=required_fields,
+        rollout_chunk=rollout_chunk,
+        rollout_workers=rollout_workers,
     )
     config = TrainerConfig(  # validated now
         model=model,
