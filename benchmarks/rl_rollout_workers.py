@@ -38,7 +38,7 @@ def main() -> None:
 
     from schooner.cluster import LocalClient, RayClient, using_client
     from schooner.model import SamplingConfig, init, presets
-    from schooner.train._rl_workers import RolloutPool
+    from schooner.train import RolloutPool
 
     config = dataclasses.replace(presets.llama_nano, max_seq_len=48 + args.new)
     model = init(config, key=jax.random.key(0))

@@ -54,6 +54,8 @@ from ._progress import Progress as Progress
 from ._rl import Grpo as Grpo
 from ._rl import RewardFunction as RewardFunction
 from ._rl_objective import PolicyLossConfig as PolicyLossConfig
+from ._rl_workers import RolloutPool as RolloutPool
+from ._rl_workers import StaleWeightsError as StaleWeightsError
 from ._schedule import build_schedule as build_schedule
 from ._step import TrainState as TrainState
 from ._step import build_optimizer as build_optimizer
