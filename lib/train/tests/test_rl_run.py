@@ -135,7 +135,7 @@ def test_kill_9_mid_rl_then_rerun_ends_with_the_uninterrupted_weights(experiment
     seed = int(os.environ.get("SCHOONER_KILL_SEED", random.randrange(10**6)))
     rng = random.Random(seed)
     after, pause = rng.randint(1, STEPS - 1), rng.uniform(0.0, 1.5)
-    where = f"(kill seed {seed}: after step {after} + {pause:.2f} s)"
+    where = f"(kill seed {seed}: after step {after} and a checkpoint, + {pause:.2f} s)"
     prefix = tmp_path / "killed"
     cmd = [
         sys.executable,
@@ -150,7 +150,7 @@ def test_kill_9_mid_rl_then_rerun_ends_with_the_uninterrupted_weights(experiment
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 1200
-        while _steps_done(prefix) < after:
+        while _steps_done(prefix) < after or not list(prefix.rglob("step-*/checkpoint.json")):
             assert driver.poll() is None, f"the run ended before the kill {where}"
             assert time.time() < deadline, f"the run never reached step {after} {where}"
             time.sleep(0.05)
@@ -169,6 +169,10 @@ def test_kill_9_mid_rl_then_rerun_ends_with_the_uninterrupted_weights(experiment
     rerun = _run(script, prefix, env)
     assert rerun.returncode == 0, f"{where}\n" + rerun.stdout[-3000:] + rerun.stderr[-3000:]
     (a, _), (b, _) = _published(straight), _published(prefix)
+    resumed = re.search(r"resuming from \S+ \(step (\d+)\)", (b / "train.log").read_text())
+    assert resumed and 1 <= int(resumed.group(1)) < STEPS, (
+        where
+    )  # it went on from a checkpoint of the killed run
     assert _losses(a) == _losses(b) and sorted(_losses(b)) == list(range(1, STEPS + 1)), where
     last = f"step-{STEPS:06d}"
     ma, mb = load_model(a / last)[0], load_model(b / last)[0]
