@@ -176,14 +176,9 @@ class Grpo:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"grpo: {f} must be an int >= 1, got {f}={v!r}")
-        if (
-            isinstance(self.rollout_workers, bool)
-            or not isinstance(self.rollout_workers, int)
-            or (self.rollout_workers < 0)
-        ):
-            raise ValueError(
-                f"grpo: rollout_workers must be an int >= 0, got rollout_workers={self.rollout_workers!r}"
-            )
+        w = self.rollout_workers
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"grpo: rollout_workers must be an int >= 0, got rollout_workers={w!r}")
         c = self.rollout_chunk
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ValueError(f"grpo: rollout_chunk must be an int >= 1, got rollout_chunk={c!r}")
