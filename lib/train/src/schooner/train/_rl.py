@@ -30,6 +30,10 @@ step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
 in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
 `reward.png` draws the reward curve at the end, beside `loss.png`.
+
+**Held-out pass@k.** Each `TrainerConfig.validation` (and `evals`) entry is a held-out prompts set (a
+`_rl_eval.PassAtK`, or a path): every `eval_every` steps and at the end, `eval/<name>/pass@k` and its
+standard error (`_rl_eval.HeldoutPassAtK`).
 """
 
 from __future__ import annotations
@@ -258,8 +262,11 @@ class Grpo:
             root=output_path,
             skipped=len(skipped),
         )
+        from ._rl_eval import heldout_evaluators
+
         return Setup(
             model_config=model_config,
+            evaluators=heldout_evaluators(self, config, tokenizer, max_prompt_tokens=cap, pad_id=pad_id),
             objective=Objective(
                 loss=make_grpo_loss(self),
                 frozen=reference,

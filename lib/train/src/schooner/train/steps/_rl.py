@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle
@@ -42,6 +43,8 @@ def rl_train(
     chat: bool = True,
     prompt_field: str = "prompt",
     id_field: str = "id",
+    heldout: Mapping[str, Any] | None = None,
+    eval_every: int | None = None,
     optimizer: OptimizerConfig | None = None,
     model: Any = None,
     checkpoint_step: int | None = None,
@@ -87,6 +90,12 @@ def rl_train(
         loss: `PolicyLossConfig` (clipping, `beta`, aggregation; TRL's defaults).
         chat: render prompts with the chat template (False: raw text).
         prompt_field, id_field: the rows' prompt and id fields.
+        heldout: held-out pass@k evaluations `{name: PassAtK(...) or prompts path}` (e.g.
+            `{"arithmetic": PassAtK(task / "heldout.jsonl", samples=8, ks=(1, 8))}`): sampled at a fixed seed
+            and scored with `reward` every `eval_every` steps and at the end, logged as
+            `eval/<name>/pass@<k>` and `eval/<name>/pass@<k>_stderr` (`pass_at_k_eval` measures a checkpoint,
+            e.g. the SFT model, the same way).
+        eval_every: evaluate `heldout` every this many steps (and at the end); None: only at the end.
         optimizer: default `AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant")`
             (TRL's rate); small models need more.
         model: the model config; None: the checkpoint's.
@@ -124,7 +133,8 @@ def rl_train(
         else AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant"),
         batch_size=prompts_per_step * num_generations,
         num_train_steps=num_train_steps,
-        validation={},
+        validation=dict(heldout or {}),
+        eval_every=eval_every,
         seed=seed,
         microbatches=microbatches,
         compute_dtype=compute_dtype,
