@@ -6,8 +6,8 @@
 It starts from `checkpoints/tutorial-nano` of `train_tiny_model.py` (the same step: its cached checkpoint is
 reused; run that file first, or this one trains it too) and adds, each step cached under the prefix:
 
-1. `data/arithmetic`: integer word problems of 1 to 2 steps ("Tom has 7 apples. Then Tom buys 5 more. How many
-   apples does Tom have now?"), generated offline (`schooner.eval.arithmetic`), with `train.jsonl` and a
+1. `data/arithmetic`: integer word problems of 1 to 2 steps on amounts up to 12 ("Tom has 7 apples. Then Tom
+   buys 5 more. How many apples does Tom have now?"), generated offline (`schooner.eval.arithmetic`), with `train.jsonl` and a
    `heldout.jsonl` whose arithmetic never occurs in train.
 2. `data/arithmetic-chats` -> `tokenized/arithmetic-chat`: the train problems as chats answered with their
    worked solution, one line per step and the answer last (`7 + 5 = 12` / `#### 12`).
@@ -19,7 +19,8 @@ reused; run that file first, or this one trains it too) and adds, each step cach
    group-relative advantages; the same held-out pass@k is logged every few steps (`eval/arithmetic/pass@1`).
    Its folder holds `reward.png` beside `loss.png`.
 6. `eval/tutorial-nano-arith-rl`: the RL model's held-out pass@k, measured as in 4.
-7. `hf/checkpoints/tutorial-nano-arith-rl`: the RL model as a Hugging Face folder.
+7. `plots/tutorial-nano-arith-rl`: `curves.png`, the train reward and held-out pass@1 over RL (step 0: SFT).
+8. `hf/checkpoints/tutorial-nano-arith-rl`: the RL model as a Hugging Face folder.
 
 At the end it prints held-out pass@1 and pass@8 (± 1 standard error) of both models, a few sampled held-out
 completions of each, and an audit of every held-out completion for reward hacking (answers without worked
@@ -47,7 +48,10 @@ RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "60"))
 HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "100"))
 MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
 MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
-TASK = ArithmeticTask(train_size=3000, heldout_size=200, min_steps=1, max_steps=2, max_value=20)
+# Amounts up to 12 (one-digit arithmetic, mostly): with amounts up to 20 the SFT model's held-out pass@1 was
+# 0.10 and GRPO, its reward on 1 sample in 16, did not raise it in 20 steps (see docs/rl.md).
+TASK = ArithmeticTask(train_size=1500, heldout_size=300, min_steps=1, max_steps=2, max_value=12)
+RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "2e-4"))
 CPU = ResourceConfig.with_cpu()
 REWARD = exact_answer()  # 1.0 when the completion's final number (its `#### n` line) is the answer, else 0.0
 
@@ -145,29 +149,80 @@ def heldout_pass_at_k(name: str, checkpoint: object) -> object:
 
 
 sft_eval = heldout_pass_at_k("eval/tutorial-nano-arith-sft", sft_model)
-rl_model = rl_train(
-    "checkpoints/tutorial-nano-arith-rl",
-    checkpoint=sft_model,
-    prompts=task,  # its train.jsonl
-    reward=REWARD,
-    tokenizer=default_tokenizer,
-    num_train_steps=RL_STEPS,
-    prompts_per_step=8,
-    num_generations=8,
-    max_prompt_tokens=MAX_PROMPT_TOKENS,
-    max_new_tokens=MAX_NEW_TOKENS,
-    temperature=1.0,
-    num_iterations=1,
-    advantage="grpo",
-    loss=PolicyLossConfig(aggregation="dapo"),
-    optimizer=AdamConfig(learning_rate=5e-4, weight_decay=0.0, warmup=0, schedule="constant"),
-    heldout={"arithmetic": HELDOUT_EVAL},
-    eval_every=max(RL_STEPS // 6, 1),
-    checkpoint_every=None,
-    resources=CPU,
-)
+
+
+def rl_step(learning_rate: float) -> object:
+    """The RL run from the SFT model (a function so that tuning runs build the very same step)."""
+    return rl_train(
+        "checkpoints/tutorial-nano-arith-rl",
+        checkpoint=sft_model,
+        prompts=task,  # its train.jsonl
+        reward=REWARD,
+        tokenizer=default_tokenizer,
+        num_train_steps=RL_STEPS,
+        prompts_per_step=8,
+        num_generations=8,
+        max_prompt_tokens=MAX_PROMPT_TOKENS,
+        max_new_tokens=MAX_NEW_TOKENS,
+        temperature=1.0,
+        num_iterations=1,
+        advantage="grpo",
+        loss=PolicyLossConfig(aggregation="dapo"),
+        optimizer=AdamConfig(learning_rate=learning_rate, weight_decay=0.0, warmup=0, schedule="constant"),
+        heldout={"arithmetic": HELDOUT_EVAL},
+        eval_every=max(RL_STEPS // 6, 1),
+        checkpoint_every=None,
+        resources=CPU,
+    )
+
+
+rl_model = rl_step(RL_LEARNING_RATE)
 rl_eval = heldout_pass_at_k("eval/tutorial-nano-arith-rl", rl_model)
 hf = hf_export(rl_model)
+
+
+@dataclass(frozen=True)
+class CurvesConfig:
+    run: object  # the RL run
+    sft_eval: object  # the SFT model's held-out pass@k: the curve's step 0
+
+
+def rl_curves(config: CurvesConfig, output_path: str) -> dict:
+    """`curves.png`: the rollouts' mean reward per step, and held-out pass@1 (± 1 s.e.) from the SFT model
+    (step 0) through every evaluation of the RL run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: dict[int, dict] = {}
+    with open(os.path.join(config.run, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            rows.setdefault(r["step"], {}).update(r)
+    with open(os.path.join(config.sft_eval, "results.json")) as f:
+        sft_scores = json.load(f)["scores"]
+    reward = sorted((s, r["rollout/reward"]) for s, r in rows.items() if "rollout/reward" in r)
+    held = [(0, sft_scores["pass@1"], sft_scores["pass@1_stderr"])] + sorted(
+        (s, r["eval/arithmetic/pass@1"], r["eval/arithmetic/pass@1_stderr"])
+        for s, r in rows.items()
+        if "eval/arithmetic/pass@1" in r
+    )
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+    a.plot(*zip(*reward), linewidth=1)
+    a.set(xlabel="RL step", ylabel="mean reward of the rollouts", title="train reward (8 x 8 samples a step)")
+    x, y, se = (list(v) for v in zip(*held))
+    b.errorbar(x, y, yerr=se, marker="o", capsize=3)
+    b.set(xlabel="RL step (0: the SFT model)", ylabel="pass@1", title="held-out pass@1 (± 1 s.e.)")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(output_path, "curves.png"))
+    plt.close(fig)
+    return {"reward": reward, "heldout_pass@1": held}
+
+
+curves = step("plots/tutorial-nano-arith-rl", rl_curves, CurvesConfig(rl_model, sft_eval), version="v1")
 
 
 def audit(samples: list[dict]) -> dict[str, float]:
@@ -223,8 +278,9 @@ def print_summary(result: RunResult) -> None:
             print(f"    {label:<9} reward {r['reward']}: {r['completion']!r}")
     print("\nOutputs:")
     print(f"  RL run      {result[rl_model].output_path}  (reward.png, loss.png, metrics.jsonl)")
+    print(f"  curves      {result[curves].output_path}/curves.png")
     print(f"  HF export   {result[hf].output_path}")
 
 
 if __name__ == "__main__":
-    print_summary(StepRunner().main([sft_eval, rl_eval, hf]))
+    print_summary(StepRunner().main([sft_eval, rl_eval, curves, hf]))
