@@ -181,7 +181,8 @@ class HeldoutPassAtK:
             rows = rows[: task.max_prompts]
         ids, stop_ids = encode_prompts(tokenizer, [r.prompt for r in rows], chat=chat)
         keep = [i for i, p in enumerate(ids) if 0 < len(p) <= max_prompt_tokens]
-        self.skipped = [(rows[i].row_id, len(ids[i])) for i in range(len(rows)) if i not in set(keep)]
+        kept = set(keep)
+        self.skipped = [(rows[i].row_id, len(ids[i])) for i in range(len(rows)) if i not in kept]
         if self.skipped:
             named = ", ".join(f"{r} ({n} tokens)" for r, n in self.skipped[:5])
             logger.warning(
