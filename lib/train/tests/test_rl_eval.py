@@ -119,7 +119,6 @@ def test_the_same_seed_gives_the_same_numbers_and_another_seed_others(task, mode
 
 def test_rl_train_wires_heldout_evaluations_sampled_as_the_rollouts(data_dir, task, start) -> None:
     from schooner.tokenize import load_tokenizer
-    from schooner.train._rl_eval import heldout_evaluators
     from schooner.train.steps import rl_train
 
     spec = PassAtK(f"{task}/heldout.jsonl", samples=4, ks=(1, 4))
@@ -129,14 +128,33 @@ def test_rl_train_wires_heldout_evaluations_sampled_as_the_rollouts(data_dir, ta
         heldout={"arith": spec, "plain": f"{task}/heldout.jsonl"}, eval_every=2, resources=None,
     )  # fmt: skip
     config = handle.config
-    assert config.eval_every == 2 and config.validation == {"arith": spec, "plain": f"{task}/heldout.jsonl"}
+    assert config.eval_every == 2  # a plain path is the default PassAtK of those prompts
+    assert config.validation == {"arith": spec, "plain": PassAtK(f"{task}/heldout.jsonl")}
     tok = load_tokenizer(f"{data_dir}/tokenizer.json")
-    evs = heldout_evaluators(config.objective, config, tok, max_prompt_tokens=CAP, pad_id=0)
+    evs = [
+        v.evaluator(k, config.objective, tok, max_prompt_tokens=CAP, pad_id=0)
+        for k, v in config.validation.items()
+    ]
     assert [e.name for e in evs] == ["arith", "plain"]
     for e in evs:  # the run's sampling where the task leaves it open
         assert e.sampling.temperature == 0.7 and e.sampling.max_new_tokens == NEW
         assert e.sampling.stop_ids and e.cap == CAP and len(e.rows) + len(e.skipped) == 10
     assert evs[0].sampling.n == 4 and evs[1].task == PassAtK(f"{task}/heldout.jsonl")
+
+
+def test_an_rl_validation_entry_that_is_no_evaluation_is_an_error_naming_it(data_dir, task, start, tmp_path):
+    from schooner.model import read_config
+
+    config = TrainerConfig(
+        model=read_config(start), datasets={task: 1.0}, seq_len=CAP + NEW,
+        objective=Grpo(reward=even_length, max_new_tokens=NEW), batch_size=8, num_train_steps=1,
+        validation={"arith": f"{task}/heldout.jsonl"}, tokenizer=f"{data_dir}/tokenizer.json",
+        initialize_from=start,
+    )  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"validation\['arith'\] must be a held-out evaluation such as .*PassAtK"
+    ):
+        config.objective.setup(config, str(tmp_path / "run"))
 
 
 def test_pass_at_k_refuses_what_cannot_be_estimated(task) -> None:

@@ -90,6 +90,26 @@ class PassAtK:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"PassAtK: seed must be an int, got seed={self.seed!r}")
 
+    def evaluator(
+        self, name: str, grpo: Any, tokenizer: Any, *, max_prompt_tokens: int, pad_id: int
+    ) -> HeldoutPassAtK:
+        """The evaluator of this task in an RL run (`Grpo.setup` calls it for each `validation` entry):
+        sampled as the run's rollouts are (its temperature, completion cap, chat rendering) where this task
+        leaves them None, scored with the run's reward."""
+        return HeldoutPassAtK(
+            name,
+            self,
+            reward=grpo.reward,
+            tokenizer=tokenizer,
+            chat=grpo.chat,
+            max_prompt_tokens=max_prompt_tokens,
+            temperature=float(grpo.temperature),
+            max_new_tokens=grpo.max_new_tokens,
+            prompt_field=grpo.prompt_field,
+            id_field=grpo.id_field,
+            pad_id=pad_id,
+        )
+
 
 # -- the estimator -----------------------------------------------------------------------------------------
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -301,33 +321,6 @@ def read_heldout(path: str, prompt_field: str = "prompt", id_field: str = "id") 
             )
         path = inner
     return read_prompts(path, prompt_field, id_field)
-
-
-def heldout_evaluators(
-    grpo: Any, config: Any, tokenizer: Any, *, max_prompt_tokens: int, pad_id: int
-) -> list[HeldoutPassAtK]:
-    """The held-out pass@k evaluators of an RL run: one per `config.validation` / `config.evals` entry
-    (a `PassAtK`, or a path meaning `PassAtK(prompts=path)`), sampled as the run's rollouts are."""
-    entries = {**(config.validation or {}), **(config.evals or {})}
-    out = []
-    for name, value in entries.items():
-        task = value if isinstance(value, PassAtK) else PassAtK(prompts=value)
-        out.append(
-            HeldoutPassAtK(
-                str(name),
-                task,
-                reward=grpo.reward,
-                tokenizer=tokenizer,
-                chat=grpo.chat,
-                max_prompt_tokens=max_prompt_tokens,
-                temperature=float(grpo.temperature),
-                max_new_tokens=grpo.max_new_tokens,
-                prompt_field=grpo.prompt_field,
-                id_field=grpo.id_field,
-                pad_id=pad_id,
-            )
-        )
-    return out
 
 
 # -- on its own --------------------------------------------------------------------------------------------

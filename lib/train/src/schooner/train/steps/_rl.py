@@ -13,6 +13,7 @@ from schooner.train._init import pin_initialize_from
 from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._rl import Grpo
+from schooner.train._rl_eval import PassAtK
 from schooner.train._rl_objective import PolicyLossConfig
 from schooner.train._tracking import TrackerConfig
 
@@ -133,7 +134,7 @@ def rl_train(
         else AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant"),
         batch_size=prompts_per_step * num_generations,
         num_train_steps=num_train_steps,
-        validation=dict(heldout or {}),
+        validation={k: v if isinstance(v, PassAtK) else PassAtK(v) for k, v in (heldout or {}).items()},
         eval_every=eval_every,
         seed=seed,
         microbatches=microbatches,
