@@ -44,7 +44,7 @@ from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
 from schooner.train.steps import hf_export, pass_at_k_eval, rl_train, sft
 
 SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "300"))
-RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "60"))
+RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "120"))
 HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "100"))
 MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
 MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
