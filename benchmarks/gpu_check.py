@@ -13,17 +13,26 @@ Sections, each timed and guarded (a failure is recorded, the check goes on):
    and the capacity-factor einsum (capacity 1.25), effective TFLOP/s of the real FLOPs, the kernel checked
    against ragged_dot; forward only, jax's Mosaic GPU ragged_dot kernel beside them; then (own process) the
    same with ``XLA_FLAGS=--xla_gpu_experimental_use_ragged_dot_fusion=true`` (XLA's cuDNN lowering);
-4. training through the real ``train()`` path (``benchmarks/train_throughput.py``: Llama-3.2-1B at batch 16, the 134M,
-   374M, 0.88B dense and 8x top-2 MoE models at seq 2048, bf16 compute, fp32 parameters and Adam), each in its
-   own process: tokens/s, MFU against the datasheet and the measured ceiling, compiled and peak memory.
+4. training through the real ``train()`` path (``benchmarks/train_throughput.py --configs h200``: Llama-3.2-1B
+   shape, the 8x top-2 MoE, 134M and 374M dense at seq 2048, bf16 compute, fp32 parameters and Adam, each at
+   its H200 preset: ``GPU_SETTINGS`` there), each in its own process: tokens/s, MFU against the datasheet and
+   the measured ceiling, compiled and peak memory.
 
 Writes ``--out`` (default ``gpu_check.json``) and prints the ratios (cudnn packed / xla, triton / ragged_dot...).
 ``--dry-run`` runs sections 1-3 on the CPU with tiny shapes (the cuDNN and Triton paths then take their CPU
 forms: the blocked fallback, the Pallas interpreter) and lists section 4's commands without running them:
 ``tests/test_gpu_check.py`` runs it, so the check imports and runs before anyone carries it to a GPU.
 
+On a bare H200 (no network, python3 3.12 with jax 0.11.2 and its CUDA 13 plugin, nothing of the project
+installed), carry the wheel folder that ``benchmarks/gather_gpu_wheels.py`` gathered beforehand and pass it:
+``--wheels .whl-gpu`` installs them with pip, offline and without a resolver, under a temporary folder,
+appends it to PYTHONPATH after the checkout's ``lib/*/src`` (the image's jax stays first; the code that
+runs is this working tree's), and starts the check again in a fresh interpreter, which first checks that
+every module it needs imports (``environment.imports``).
+
 Usage:
-    uv run python benchmarks/gpu_check.py                       # on the GPU machine
+    python3 benchmarks/gpu_check.py --wheels .whl-gpu            # on a bare H200, wheels carried
+    uv run python benchmarks/gpu_check.py                       # on a GPU machine with the project installed
     uv run python benchmarks/gpu_check.py --skip-train          # the micro-benchmarks only (about 2 minutes)
     uv run python benchmarks/gpu_check.py --dry-run             # here, on a CPU
 """
@@ -43,10 +52,14 @@ from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# What the check imports (sections 1-4, a train_throughput.py child included), checked before it starts.
+NEEDED = ("jax", "equinox", "haliax", "jaxtyping", "optax", "tensorstore", "tokenizers", "psutil")
+NEEDED += ("schooner.model", "schooner.train", "schooner.tokenize")
 SECTIONS = ("environment", "attention", "grouped_matmul", "ragged_dot_fusion", "training")
-# train_throughput.py's seq-2048 models (gpu-1b: Llama-3.2-1B shape, batch 16), the headline first (what a
-# cut-short run still measures).
-TRAIN_CONFIGS = ("gpu-1b", "tpu-moe", "tpu-134m", "tpu-374m", "tpu-1b")
+# train_throughput.py's per-GPU presets (`--configs h200`: batch, remat and microbatches sized for the H200's
+# memory with schooner.train.estimate_step_memory), the headline first (what a cut-short run still measures).
+TRAIN_CONFIGS = ("h200-1b", "h200-moe", "h200-134m", "h200-374m")
 DATASHEET_BF16 = {"H200": 989e12, "H100": 989e12, "B200": 2250e12, "A100": 312e12}
 
 
@@ -63,11 +76,58 @@ def _time(fn: Callable[[], Any], repeats: int) -> float:
     return best
 
 
+def install_wheels(folder: str) -> dict[str, str]:
+    """Install every wheel in ``folder`` offline under a temporary site folder; returns the environment that
+    puts it and the checkout's ``lib/*/src`` on PYTHONPATH, after what is there (the image's jax stays
+    first), for the check to start again in."""
+    import glob
+
+    wheels = sorted(glob.glob(os.path.join(folder, "*.whl")))
+    if not wheels:
+        sys.exit(
+            f"--wheels {folder}: no .whl file there; gather them beforehand on a machine with registry access: "
+            "uv run python benchmarks/gather_gpu_wheels.py (then carry the folder)"
+        )
+    site = os.path.join(tempfile.gettempdir(), "schooner-gpu-site")
+    cmd = [sys.executable, "-m", "pip", "install", "--isolated", "-q", "--no-index", "--no-deps"]
+    cmd += ["--no-compile", "--no-cache-dir", "--upgrade", "--target", site, *wheels]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+    src = sorted(glob.glob(os.path.join(ROOT, "lib", "*", "src")))
+    path = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, *src, site])}
+    env["SCHOONER_GPU_CHECK_WHEELS"] = (
+        f"{len(wheels)} wheels from {folder} in {time.perf_counter() - t0:.0f}s"
+    )
+    print(
+        f"installed {len(wheels)} wheels from {folder} into {site}; PYTHONPATH={env['PYTHONPATH']}",
+        flush=True,
+    )
+    return env
+
+
+def imports() -> dict:
+    """Which of the modules the check needs import here, and from where (None: it does not)."""
+    import importlib
+
+    out: dict[str, Any] = {}
+    for name in NEEDED:
+        try:
+            module = importlib.import_module(name)
+            out[name] = getattr(module, "__version__", None) or os.path.dirname(module.__file__ or "?")
+        except Exception as e:  # noqa: BLE001 - recorded: the sections that need it fail on their own
+            out[name] = None
+            print(f"cannot import {name}: {type(e).__name__}: {e}", flush=True)
+    return out
+
+
 def environment(dry: bool) -> dict:
     import jax
     import jax.numpy as jnp
 
     out: dict[str, Any] = {
+        "imports": imports(),
+        "wheels": os.environ.get("SCHOONER_GPU_CHECK_WHEELS"),
         "python": platform.python_version(),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
@@ -329,7 +389,19 @@ def main() -> None:
     )
     p.add_argument("--out", default="gpu_check.json")
     p.add_argument("--sections", help="comma-separated subset of: " + ",".join(SECTIONS))
+    p.add_argument(
+        "--wheels",
+        help="a folder of wheels (benchmarks/gather_gpu_wheels.py) to install offline first, on a bare machine",
+    )
     args = p.parse_args()
+    if args.wheels:
+        argv = sys.argv[1:]
+        i = argv.index("--wheels") if "--wheels" in argv else None
+        argv = (
+            argv[:i] + argv[i + 2 :] if i is not None else [a for a in argv if not a.startswith("--wheels=")]
+        )
+        env = install_wheels(args.wheels)  # then the check again, in an interpreter that sees them
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
     if args.dry_run:
         os.environ["JAX_PLATFORMS"] = "cpu"
     start = time.perf_counter()

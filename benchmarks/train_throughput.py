@@ -51,6 +51,8 @@ import time
 
 CONFIGS = ("dense-fp32", "dense-bf16", "moe-fp32", "dense-ckpt10", "first-step-cold", "first-step-warm")
 GPU_CONFIGS = ("gpu-1b",)  # not in the default list: `--configs gpu-1b` on a machine with a GPU
+# `--configs h200` (on one NVIDIA H200; what benchmarks/gpu_check.py runs): each in its own process.
+H200_CONFIGS = ("h200-1b", "h200-moe", "h200-134m", "h200-374m")
 # `--configs tpu` (on a TPU machine): these, each in its own process (one program holds the chip at a time).
 TPU_CONFIGS = ("tpu-134m", "tpu-374m", "tpu-moe", "tpu-1b")
 EXTRA_CONFIGS = ("dense-fp32-4k-pages", "dense-bf16-4k-pages")  # on request: glibc malloc defaults
@@ -105,6 +107,43 @@ def tpu_models() -> dict:
     }
 
 
+def gpu_models() -> dict:
+    """The per-GPU benchmark's models at seq 2048, bf16 compute, fp32 parameters and Adam state: the TPU
+    benchmark's 134M, 374M and 8x top-2 MoE (vocab 32000), and the Llama-3.2-1B shape (1.24B parameters,
+    vocab 128256) for ~1B dense, which a GPU's memory holds where a v5e chip's does not."""
+    from schooner.model import presets
+
+    tpu = tpu_models()
+    one_b = dataclasses.replace(presets.llama_1b, max_seq_len=GPU_SEQ, compute_dtype="bfloat16")
+    if SMOKE:
+        one_b = tpu["tpu-1b"]
+    return {
+        "h200-134m": tpu["tpu-134m"],
+        "h200-374m": tpu["tpu-374m"],
+        "h200-moe": tpu["tpu-moe"],
+        "h200-1b": one_b,
+    }
+
+
+# One NVIDIA H200 (141 GB, about 139 GiB usable): XLA's GPU client takes 0.75 of it by default
+# (XLA_PYTHON_CLIENT_MEM_FRACTION), the budget each preset's step must fit.
+H200_BYTES = 139 * 2**30
+GPU_BUDGET = int(0.75 * H200_BYTES)
+# Per H200 config: (batch, microbatches, remat policy, scan the layers), sized by `--size-gpu` (this file's
+# `size_gpu`) with schooner.train.estimate_step_memory: the real train step compiled on this machine's
+# CPU on shapes alone, at batch 1 and 2 for each remat policy from "none" down, memory taken as affine in the
+# batch, the largest batch in GPU_BUDGET (a multiple of 8, at most 64) under the first policy that allows 8.
+# The CPU compile's figure is a conservative lead (the 134M at batch 16 estimates far above the 11.8 GiB a
+# v5e chip compiled it to): train() on the GPU checks the real figure before the first step, and the child
+# halves the batch if it does not fit. The estimates are GPU_ESTIMATES (GiB at the chosen batch).
+GPU_SETTINGS = {
+    "h200-134m": (16, 1, "none", False),
+    "h200-374m": (16, 1, "none", False),
+    "h200-moe": (16, 1, "none", False),
+    "h200-1b": (8, 1, "dots", False),
+}
+GPU_ESTIMATES: dict[str, float] = {}
+
 # Per TPU config: (batch, microbatches, remat policy, scan the layers): the documented settings
 # (docs/accelerators.md). Unrolled layers keep each layer's saved activations in buffers of their own; a scan
 # copies them into and out of stacked buffers (14% of the 134M's step on a v5e).
@@ -114,6 +153,8 @@ TPU_SETTINGS = {
     "tpu-moe": (16, 4, "none", False),
     "tpu-1b": (2, 1, "save_carries", False),
 }
+SETTINGS = TPU_SETTINGS | GPU_SETTINGS
+ACCELERATED = ("tpu", "h200")  # configs with settings, sized for a chip: settings, HBM and ceiling reported
 
 
 def model_config(kind: str):
@@ -123,6 +164,9 @@ def model_config(kind: str):
         _, _, remat, scan = TPU_SETTINGS[kind]
         model = tpu_models()[kind]
         return dataclasses.replace(model, gradient_checkpointing=remat, scan_layers=scan)
+    if kind.startswith("h200-"):
+        _, _, remat, scan = GPU_SETTINGS[kind]
+        return dataclasses.replace(gpu_models()[kind], gradient_checkpointing=remat, scan_layers=scan)
     if kind == "gpu-1b":
         # Llama-3.2-1B shape, bf16 compute, fp32 parameters and optimizer state.
         return dataclasses.replace(presets.llama_1b, max_seq_len=GPU_SEQ, compute_dtype="bfloat16")
@@ -179,10 +223,10 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
     )
 
     total = warmup + steps
-    seq, batch = (GPU_SEQ, GPU_BATCH) if kind.startswith(("gpu", "tpu")) else (SEQ, BATCH)
-    microbatches = TPU_SETTINGS[kind][1] if kind.startswith("tpu") else 1
-    if kind.startswith("tpu"):
-        batch = TPU_SETTINGS[kind][0]
+    seq, batch = (GPU_SEQ, GPU_BATCH) if kind.startswith(("gpu", *ACCELERATED)) else (SEQ, BATCH)
+    microbatches = SETTINGS[kind][1] if kind.startswith(ACCELERATED) else 1
+    if kind.startswith(ACCELERATED):
+        batch = SETTINGS[kind][0]
     cfg = TrainerConfig(
         model=model_config(kind),
         datasets=[(f"{data}/train", 1.0)],
@@ -201,7 +245,7 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         trackers=TrackerConfig(loss_plot=False, log_every=10),
         name=kind,
     )
-    if kind.startswith("tpu"):
+    if kind.startswith(ACCELERATED):
         from schooner.train import StepMemoryError
 
         while True:  # the largest batch of the settings' that fits (halved until it does)
@@ -241,7 +285,7 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         "intervals": {s: times[s + 1] - times[s] for s in range(warmup, total)},
         "checkpoint_every": cfg.checkpoint.every,
     }
-    if kind.startswith("tpu"):
+    if kind.startswith(ACCELERATED):
         import jax
 
         from schooner.train import matmul_ceiling
@@ -251,7 +295,7 @@ def child(kind: str, data: str, out: str, steps: int, warmup: int, result_path: 
         result["hbm_limit_gib"] = stats.get("bytes_limit", 0) / 2**30
         result["matmul_ceiling"] = matmul_ceiling(8192, "bfloat16", repeats=5)  # this chip, this run
         names = ("batch", "microbatches", "remat", "scan_layers")
-        result["settings"] = dict(zip(names, TPU_SETTINGS[kind], strict=True)) | {"batch": batch}
+        result["settings"] = dict(zip(names, SETTINGS[kind], strict=True)) | {"batch": batch}
         result["parameters"] = summary["parameters"]
         result["step_memory_gib"] = summary.get("step_memory_bytes", 0) / 2**30
     with open(result_path, "w") as f:
@@ -313,7 +357,7 @@ def _line(kind: str, r: dict, ceiling: float) -> str:
     if kind.startswith("first-step"):
         return line
     which = ("bf16" if "bf16" in kind else "fp32") + " ceiling"
-    if kind.startswith("tpu"):
+    if kind.startswith(ACCELERATED):
         fpt_tps = r["flops_per_token"] * r["tokens_per_second"]
         return line.replace("peak RSS", "host peak RSS") + (
             f" | {r['tokens_per_second']:8.0f} tok/s | step {r['step_seconds']:6.3f}s | MFU "
@@ -330,8 +374,74 @@ def _line(kind: str, r: dict, ceiling: float) -> str:
     )
 
 
+def preset_config(kind: str, batch: int | None = None, remat: str | None = None) -> object:
+    """The TrainerConfig `child` runs for accelerator config `kind` (data not read), at `batch` and with the
+    remat policy `remat` when given: what `size_gpu` and the tests hand to `estimate_step_memory`."""
+    from schooner.train import AdamConfig, TrainerConfig
+
+    b, micro, policy, _ = SETTINGS[kind]
+    model = model_config(kind)
+    if remat is not None:
+        model = dataclasses.replace(model, gradient_checkpointing=remat)
+    return TrainerConfig(
+        model=model,
+        datasets=[("<not read>/train", 1.0)],
+        seq_len=GPU_SEQ,
+        validation={},
+        fit_vocab=False,
+        output_path="<estimate>",
+        batch_size=batch or b,
+        microbatches=micro,
+        num_train_steps=10,
+        optimizer=AdamConfig(learning_rate=1e-3, warmup=1),
+    )
+
+
+def size_gpu(kinds: list[str], budget: int = GPU_BUDGET, cap: int = 64) -> dict:
+    """For each H200 config, the largest batch (a multiple of 8, at most `cap`) whose train step fits
+    `budget`, under the first remat policy from "none" down that allows 8.
+
+    The step memory comes from `estimate_step_memory` (the real step compiled on this machine's backend,
+    shapes only) of the model cut to 1 and 2 layers at batch 1 and 2: memory taken as bilinear in
+    (layers, batch), solved from those four and read at the model's layers (a full-size compile of a 1B
+    model takes many minutes on a small CPU machine; tests/test_train_throughput_presets.py compiles the
+    presets whole and checks they fit)."""
+    from schooner.train import estimate_step_memory
+
+    out = {}
+    for kind in kinds:
+        layers = model_config(kind).num_layers
+        for remat in ("none", "dots", "save_carries"):
+            m = {}
+            for n in (1, 2):
+                for b in (1, 2):
+                    cfg = preset_config(kind, b, remat)
+                    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_layers=n))
+                    m[n, b] = estimate_step_memory(cfg).total
+            # m(n, b) = a + p n + r b + q n b
+            q = m[2, 2] - m[2, 1] - m[1, 2] + m[1, 1]
+            p = m[2, 1] - m[1, 1] - q
+            r = m[1, 2] - m[1, 1] - q
+            a = m[1, 1] - p - r - q
+            fixed, per_row = a + p * layers, r + q * layers
+            batch = int(min(cap, (budget - fixed) // max(per_row, 1) // 8 * 8))
+            print(
+                f"{kind} ({layers} layers) remat {remat}: {fixed / 2**30:.2f} GiB + {per_row / 2**30:.3f} GiB "
+                f"a row -> batch {batch}",
+                flush=True,
+            )
+            if batch >= 8:
+                break
+        batch = max(batch, 1)
+        est = fixed + per_row * batch
+        out[kind] = {"batch": batch, "remat": remat, "estimate_gib": round(est / 2**30, 2)}
+        out[kind] |= {"fixed_gib": round(fixed / 2**30, 2), "per_row_gib": round(per_row / 2**30, 3)}
+        print(json.dumps({"kind": kind, **out[kind], "budget_gib": budget / 2**30}), flush=True)
+    return out
+
+
 def run_tpu(kinds: list[str], args: argparse.Namespace) -> None:
-    """The TPU configurations, each in its own process: this one never opens the chip (one program holds it
+    """The TPU or H200 configurations, each in its own process: this one never opens the chip (one program holds it
     at a time); each child measures its own matmul ceiling and peak HBM."""
     env = dict(os.environ)
     os.environ["JAX_PLATFORMS"] = "cpu"  # this process only writes the token cache
@@ -362,19 +472,28 @@ def main() -> None:
     p.add_argument("--data")
     p.add_argument("--out")
     p.add_argument("--result")
-    p.add_argument("--json", help="append each TPU result as a JSON line to this file")
+    p.add_argument("--json", help="append each TPU or H200 result as a JSON line to this file")
+    p.add_argument(
+        "--size-gpu",
+        action="store_true",
+        help="size the H200 presets with schooner.train.estimate_step_memory on this machine (minutes)",
+    )
     args = p.parse_args()
     if args.child:
         child(args.child, args.data, args.out, args.steps, args.warmup, args.result)
         return
 
     kinds = [k for k in args.configs.split(",") if k]
-    kinds = [x for k in kinds for x in (TPU_CONFIGS if k == "tpu" else (k,))]
-    known = CONFIGS + GPU_CONFIGS + TPU_CONFIGS + EXTRA_CONFIGS
+    groups = {"tpu": TPU_CONFIGS, "h200": H200_CONFIGS}
+    kinds = [x for k in kinds for x in groups.get(k, (k,))]
+    known = CONFIGS + GPU_CONFIGS + TPU_CONFIGS + H200_CONFIGS + EXTRA_CONFIGS
     unknown = sorted(set(kinds) - set(known))
     if unknown:
-        sys.exit(f"unknown configs {unknown}; choose from {known} or 'tpu'")
-    if any(k.startswith("tpu") for k in kinds):
+        sys.exit(f"unknown configs {unknown}; choose from {known}, 'tpu' or 'h200'")
+    if args.size_gpu:
+        size_gpu([k for k in kinds if k in H200_CONFIGS] or list(H200_CONFIGS))
+        return
+    if any(k.startswith(ACCELERATED) for k in kinds):
         run_tpu(kinds, args)
         return
     import jax

@@ -15,7 +15,8 @@ context within its document), so the bytes it stands for are left out: the fewer
 its table bytes (a leading `▁` decodes to no byte; a BOS to none). A document cut by `max_tokens` counts its
 scored tokens' table bytes plus its share, by tokens, of the bytes the table misses in it. Caches without
 byte counts (built before they were recorded, chat caches) and token arrays count the table's bytes, with a
-warning for caches; `bytes_from` in the results says which (`"text"` or `"tokens"`).
+warning for caches; `bytes_from` in the results says which (`"text"` or `"tokens"`). The count is
+`schooner.tokenize.scored_text_bytes`, which schooner-train's evaluations use too.
 """
 
 from __future__ import annotations
@@ -190,34 +191,18 @@ def _count_text_bytes(
                 else f"a {cache.kind} cache",
             )
         return
-    stop = stream.num_tokens
-    offsets = np.asarray(cache.offsets(), np.int64)
-    count = int(np.searchsorted(offsets, stop, side="left"))  # documents starting before `stop`
-    whole = int(np.searchsorted(offsets, stop, side="right")) - 1  # documents ending at or before it
-    text_bytes = cache.document_bytes(0, count)
-    total = int(text_bytes[:whole].sum())
-    # each document's first token (only the stream's first with respect_documents=False) is not scored
-    firsts = stream.tokens[offsets[: whole if respect_documents else min(whole, 1)]]
-    ids, times = np.unique(firsts, return_counts=True)
-    total -= sum(_first_token_bytes(int(t), table, tokenizer) * int(n) for t, n in zip(ids, times))
-    if whole < count:  # the last document is cut by max_tokens
-        lo, hi = int(offsets[whole]), int(offsets[whole + 1])
-        scored = stream.tokens[lo + (1 if respect_documents or lo == 0 else 0) : stop]
-        missing = int(text_bytes[whole]) - int(table[cache.tokens(lo, hi)].sum())
-        total += int(table[scored].sum()) + round(missing * (stop - lo) / (hi - lo))
+    from schooner.tokenize import scored_text_bytes
+
+    total = scored_text_bytes(
+        cache,
+        stream.num_tokens,
+        table,
+        tokenizer=tokenizer,
+        tokens=stream.tokens,
+        respect_documents=respect_documents,
+    )
     result.update(bytes=total, bytes_from="text", bytes_per_token=total / result["tokens"])
     result["bpb"] = result["nats"] / math.log(2) / total if total > 0 else float("nan")
-
-
-def _first_token_bytes(token: int, table: np.ndarray, tokenizer: Any) -> int:
-    """The bytes of the text an unscored first token stands for: the fewer of its decoded bytes (special
-    tokens skipped) and its table bytes (a leading `▁` decodes to nothing; a byte-fallback piece of a
-    character decodes to a whole replacement character)."""
-    decode = getattr(tokenizer, "decode", None)
-    if decode is None:
-        return int(table[token])
-    decoded = len(decode([token], skip_special_tokens=True).encode("utf-8"))
-    return min(decoded, int(table[token]))
 
 
 def _average(datasets: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:

@@ -35,6 +35,7 @@ from ._templates import CHATML as CHATML
 from ._templates import SCHOONER_CHAT as SCHOONER_CHAT
 from ._templates import ChatTemplate as ChatTemplate
 from ._templates import jinja_chat_template as jinja_chat_template
+from ._text_bytes import scored_text_bytes as scored_text_bytes
 from ._tokenizer import Tokenizer as Tokenizer
 from ._tokenizer import load_tokenizer as load_tokenizer
 from ._train import BOS_TOKEN as BOS_TOKEN

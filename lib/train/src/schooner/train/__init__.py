@@ -26,6 +26,7 @@ from ._config import check_run as check_run
 from ._dpo import dpo_loss as dpo_loss
 from ._dpo import score_pairs as score_pairs
 from ._dpo_run import Dpo as Dpo
+from ._estimate import estimate_step_memory as estimate_step_memory
 from ._evaluate import ChatEvaluator as ChatEvaluator
 from ._lm import LanguageModeling as LanguageModeling
 from ._malloc import malloc_env as malloc_env

@@ -85,6 +85,9 @@ class Evaluator:
         byte_lengths: int32[vocab] bytes per token id for bits-per-byte, or None to skip bits-per-byte.
         sharding: sharding of the [B, T] batches.
         tokenizer: the run's tokenizer (or its fingerprint); every cache must have been built with it.
+        text_tokenizer: the loaded `Tokenizer` whose `decode` gives the bytes of each document's unscored
+            first token (as `evaluate_lm` counts them); None: `tokenizer` when it is one, else the first
+            token's `byte_lengths` entry.
     """
 
     def __init__(
@@ -97,11 +100,15 @@ class Evaluator:
         byte_lengths: np.ndarray | None,
         sharding: Any = None,
         tokenizer: Any = None,
+        text_tokenizer: Any = None,
     ) -> None:
         from schooner.model import StreamScorer, TokenStream
-        from schooner.tokenize import TokenCache
+        from schooner.tokenize import TokenCache, scored_text_bytes
 
+        if text_tokenizer is None and hasattr(tokenizer, "decode"):
+            text_tokenizer = tokenizer
         streams = {}
+        self.text_bytes: dict[str, int] = {}  # name -> bytes of the scored text, for caches that record them
         for name, path in caches.items():
             cache = TokenCache.open(path)
             if tokenizer is not None:
@@ -111,6 +118,21 @@ class Evaluator:
                 logger.warning(f"validation cache {name!r} ({path}) has no token to score; skipped")
                 continue
             streams[name] = stream
+            if byte_lengths is None:
+                continue
+            nbytes = scored_text_bytes(
+                cache, stream.num_tokens, byte_lengths, tokenizer=text_tokenizer, tokens=stream.tokens
+            )
+            if nbytes is not None:
+                self.text_bytes[name] = nbytes
+            else:  # once per run: the evaluator is built once and scores every `eval_every` steps
+                logger.warning(
+                    f"validation cache {name!r} ({path}) has no per-document byte counts (a text cache built "
+                    "before they were recorded), so its eval bits per byte divides by the tokenizer's per-token "
+                    "byte lengths, which count 0 bytes for <unk> and miscount tokens that do not spell the text "
+                    "(SentencePiece's ▁ prefix, WordPiece's ##); rebuild the cache with this schooner-tokenize "
+                    "to count the text's bytes as schooner.eval does"
+                )
         self.scorer = StreamScorer(
             streams, seq_len=seq_len, batch_size=batch_size, byte_lengths=byte_lengths, sharding=sharding
         )
@@ -127,6 +149,9 @@ class Evaluator:
         for name, scores in self.scorer(model).items():
             metrics[f"eval/{name}/loss"] = scores["loss"]
             losses.append(scores["loss"])
+            if name in self.text_bytes:  # the same bits over the text's bytes (schooner.eval's division)
+                nbytes = self.text_bytes[name]
+                scores["bpb"] = scores["nats"] / math.log(2) / nbytes if nbytes > 0 else float("nan")
             if "bpb" in scores and math.isfinite(scores["bpb"]):
                 metrics[f"eval/{name}/bpb"] = scores["bpb"]
                 bpbs.append(scores["bpb"])

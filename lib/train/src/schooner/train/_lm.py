@@ -158,9 +158,11 @@ def _evaluators(
     from ._trainer import batch_sharding
 
     tok_path = _tokenizer_path(config, fingerprint, components)
-    byte_lengths = None
+    byte_lengths = text_tokenizer = None
     if tok_path is not None:
-        byte_lengths = load_tokenizer(tok_path).token_byte_lengths()
+        # its decode counts the bytes of each document's unscored first token (as schooner.eval does)
+        text_tokenizer = load_tokenizer(tok_path)
+        byte_lengths = text_tokenizer.token_byte_lengths()
         if len(byte_lengths) < model_config.vocab_size:
             byte_lengths = np.pad(byte_lengths, (0, model_config.vocab_size - len(byte_lengths)))
     else:
@@ -183,6 +185,7 @@ def _evaluators(
             byte_lengths=byte_lengths,
             sharding=sharding,
             tokenizer=fingerprint,
+            **({"text_tokenizer": text_tokenizer} if cls is Evaluator else {}),
         )
         for cls, caches in kinds
         if caches

@@ -112,7 +112,9 @@ class Trainer:
         self.state: Any = None
 
     # -- setup ---------------------------------------------------------------------------------------
-    def _setup_state(self) -> None:
+    def _setup_abstract(self) -> tuple[jax.Array, jax.Array]:
+        """The mesh, optimizer, and the train state's shapes and shardings (nothing allocated); returns the
+        (init, train) keys. `estimate_step_memory` stops here and compiles the step on these shapes."""
         import equinox as eqx
 
         from schooner.model import init, model_shardings
@@ -136,6 +138,17 @@ class Trainer:
 
         abstract = eqx.filter_eval_shape(make_state, k_init, k_train)
         self.state_sharding = model_shardings(abstract, self.mesh, self.param_map)
+        self.abstract_state = abstract
+        return k_init, k_train
+
+    def _setup_state(self) -> None:
+        from schooner.model import init
+
+        from ._step import init_state
+
+        cfg = self.config
+        k_init, k_train = self._setup_abstract()
+        mc = self.model_config
 
         def fresh_state(k_init: jax.Array, k_train: jax.Array) -> Any:
             # Two programs: the weights (drawn as one flat buffer, sliced: twice their size at the peak), then
@@ -145,7 +158,6 @@ class Trainer:
             make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
             return jax.jit(make, out_shardings=self.state_sharding, donate_argnums=(0,))(model, k_train)
 
-        self.abstract_state = abstract
         self.recorded: dict[str, Any] | None = None
         latest = latest_checkpoint(self.root)
         self.initialized_from: str | None = None
