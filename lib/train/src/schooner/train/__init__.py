@@ -54,6 +54,10 @@ from ._optim import muon_dimension_numbers as muon_dimension_numbers
 from ._progress import Progress as Progress
 from ._rl import Grpo as Grpo
 from ._rl import RewardFunction as RewardFunction
+from ._rl_eval import HeldoutPassAtK as HeldoutPassAtK
+from ._rl_eval import PassAtK as PassAtK
+from ._rl_eval import PassAtKEvalConfig as PassAtKEvalConfig
+from ._rl_eval import evaluate_pass_at_k as evaluate_pass_at_k
 from ._rl_objective import PolicyLossConfig as PolicyLossConfig
 from ._rl_workers import RolloutPool as RolloutPool
 from ._rl_workers import StaleWeightsError as StaleWeightsError

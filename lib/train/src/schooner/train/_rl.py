@@ -30,6 +30,10 @@ step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
 in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
 `reward.png` draws the reward curve at the end, beside `loss.png`.
+
+**Held-out pass@k.** Each `TrainerConfig.validation` (and `evals`) entry is a held-out evaluation (a
+`_rl_eval.PassAtK`, which builds its evaluator with `spec.evaluator(name, grpo, tokenizer, ...)`): every
+`eval_every` steps and at the end, `eval/<name>/pass@k` and its standard error.
 """
 
 from __future__ import annotations
@@ -301,8 +305,19 @@ class Grpo:
             skipped=len(skipped),
             pool=RolloutPool(self.rollout_workers, output_path, model_config),
         )
+        evaluators = []  # held-out evaluations (`_rl_eval.PassAtK`): each builds its own evaluator
+        for name, spec in {**(config.validation or {}), **(config.evals or {})}.items():
+            if not callable(getattr(spec, "evaluator", None)):
+                raise ValueError(
+                    f"grpo: validation[{name!r}] must be a held-out evaluation such as schooner.train.PassAtK("
+                    f"prompts, samples=8, ks=(1, 8)), got {spec!r}"
+                )
+            evaluators.append(
+                spec.evaluator(str(name), self, tokenizer, max_prompt_tokens=cap, pad_id=pad_id)
+            )
         return Setup(
             model_config=model_config,
+            evaluators=evaluators,
             objective=Objective(
                 loss=make_grpo_loss(self),
                 frozen=reference,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle
@@ -12,6 +13,7 @@ from schooner.train._init import pin_initialize_from
 from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._rl import Grpo
+from schooner.train._rl_eval import PassAtK
 from schooner.train._rl_objective import PolicyLossConfig
 from schooner.train._tracking import TrackerConfig
 
@@ -45,6 +47,8 @@ def rl_train(
     required_fields: tuple[str, ...] | None = None,
     rollout_chunk: int | None = None,
     rollout_workers: int = 0,
+    heldout: Mapping[str, Any] | None = None,
+    eval_every: int | None = None,
     optimizer: OptimizerConfig | None = None,
     model: Any = None,
     checkpoint_step: int | None = None,
@@ -98,6 +102,12 @@ def rl_train(
             tasks on Ray; local processes otherwise, within the CPUs the step reserved: give
             `resources=ResourceConfig.with_cpu(1 + N)` for them to run side by side), from weights sent
             each rollout batch. Runtime-only: the same rollouts and weights as N = 0 with the same chunk.
+        heldout: held-out pass@k evaluations `{name: PassAtK(...) or prompts path}` (e.g.
+            `{"arithmetic": PassAtK(task / "heldout.jsonl", samples=8, ks=(1, 8))}`): sampled at a fixed seed
+            and scored with `reward` every `eval_every` steps and at the end, logged as
+            `eval/<name>/pass@<k>` and `eval/<name>/pass@<k>_stderr` (`pass_at_k_eval` measures a checkpoint,
+            e.g. the SFT model, the same way).
+        eval_every: evaluate `heldout` every this many steps (and at the end); None: only at the end.
         optimizer: default `AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant")`
             (TRL's rate); small models need more.
         model: the model config; None: the checkpoint's.
@@ -138,7 +148,8 @@ def rl_train(
         else AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant"),
         batch_size=prompts_per_step * num_generations,
         num_train_steps=num_train_steps,
-        validation={},
+        validation={k: v if isinstance(v, PassAtK) else PassAtK(v) for k, v in (heldout or {}).items()},
+        eval_every=eval_every,
         seed=seed,
         microbatches=microbatches,
         compute_dtype=compute_dtype,
