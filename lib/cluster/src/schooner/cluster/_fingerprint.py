@@ -223,7 +223,28 @@ def _qualname(obj: Any) -> str:
     return f"{module}:{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
 
 
+_by_code: dict[tuple[str, int, Any], tuple[types.CodeType, Any]] = {}
+"""Facts read from a code object, by (what, id of the code object, extra): a code object is immutable, so what
+its bytecode says is read once per process; the entry holds the code object, so its id is not reused. A
+function's globals, closure and defaults are read afresh every time (they may change while a program runs)."""
+
+
+def _of_code(what: str, code: types.CodeType, extra: Any, compute: Any) -> Any:
+    hit = _by_code.get((what, id(code), extra))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    value = compute()
+    _by_code[(what, id(code), extra)] = (code, value)
+    return value
+
+
 def _code(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
+    # Constants hold no user objects (numbers, strings, tuples, frozensets, code): `seen` cannot matter, the
+    # depth (a nesting limit) and the mode can.
+    return _of_code("code", code, (depth, _KEY_MODE.get()), lambda: _code_token(code, seen, depth))
+
+
+def _code_token(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
     consts = [_code(c, seen, depth + 1) if isinstance(c, types.CodeType) else token(c, seen, depth + 1)
               for c in code.co_consts]  # fmt: skip
     return ["code", code.co_code.hex(), consts, list(code.co_names), list(code.co_freevars)]
@@ -233,11 +254,15 @@ _GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLO
 _ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
 
 
-def _global_names(code: types.CodeType) -> tuple[set[str], set[str]]:
+def _global_names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
     """(the globals `code` and its nested functions read or write, the attribute names they read).
 
     From the bytecode, not `co_names`, which mixes both: `config.words` must not make a function depend
-    on a module-level `words = ...`."""
+    on a module-level `words = ...`. Read once per code object (`_of_code`)."""
+    return _of_code("names", code, None, lambda: _read_global_names(code))
+
+
+def _read_global_names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
     import dis
 
     globals_, attrs = set(), set()
@@ -251,7 +276,7 @@ def _global_names(code: types.CodeType) -> tuple[set[str], set[str]]:
             g, a = _global_names(c)
             globals_ |= g
             attrs |= a
-    return globals_, attrs
+    return frozenset(globals_), frozenset(attrs)
 
 
 def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
@@ -291,10 +316,27 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
 def _local_imports(fn: types.FunctionType) -> dict[str, set[str]]:
     """Modules a function (or a function nested in it) imports in its body -> the names it imports from each
     (`from m import a, b`; empty for `import m`). Relative imports are resolved against the function's
-    package."""
+    package (its bytecode is read once per code object: `_of_code`)."""
+    package = fn.__globals__.get("__package__") or ""
+    raw = _of_code("imports", fn.__code__, None, lambda: _read_imports(fn.__code__))
+    found: dict[str, set[str]] = {}
+    for level, name, names in raw:
+        if level:
+            try:
+                name = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError):
+                name = ""
+        if name:
+            found.setdefault(name, set()).update(names)
+    return found
+
+
+def _read_imports(code: types.CodeType) -> tuple[tuple[int, str, frozenset[str]], ...]:
+    """(level, module as written, names imported from it) of each import statement in `code` and the code
+    nested in it, in order."""
     import dis
 
-    found: dict[str, set[str]] = {}
+    found: list[tuple[int, str, set[str]]] = []
 
     def visit(code: types.CodeType) -> None:
         consts: list[Any] = []
@@ -304,27 +346,24 @@ def _local_imports(fn: types.FunctionType) -> dict[str, set[str]]:
                 consts = [*consts[-1:], ins.argval]
             elif ins.opname == "IMPORT_NAME":
                 level = consts[0] if len(consts) == 2 and isinstance(consts[0], int) else 0
-                name = ins.argval or ""
-                if level:
-                    package = fn.__globals__.get("__package__") or ""
-                    try:
-                        name = importlib.util.resolve_name("." * level + name, package)
-                    except (ImportError, ValueError):
-                        name = ""
-                current = name
-                if name:
-                    found.setdefault(name, set())
+                current = (level, ins.argval or "", set())
+                found.append(current)
                 consts = []
-            elif ins.opname == "IMPORT_FROM" and current:
-                found[current].add(ins.argval)
+            elif ins.opname == "IMPORT_FROM" and current is not None:
+                current[2].add(ins.argval)
             else:
                 consts = [] if ins.opname != "LOAD_CONST" else consts
         for c in code.co_consts:
             if isinstance(c, types.CodeType):
                 visit(c)
 
-    visit(fn.__code__)
-    return found
+    visit(code)
+    return tuple((level, name, frozenset(names)) for level, name, names in found)
+
+
+_library_names: set[tuple[str, tuple[str, ...]]] = set()
+"""(module name, sys.path) of modules not imported yet that were found among installed libraries: not searched
+for again (a `find_spec` per handle built was a third of building a 300-step experiment's handles)."""
 
 
 def _user_module(name: str) -> types.ModuleType | None:
@@ -333,11 +372,16 @@ def _user_module(name: str) -> types.ModuleType | None:
         return None
     mod = sys.modules.get(name)
     if mod is None:
+        searched = (name, tuple(sys.path))
+        if searched in _library_names:
+            return None
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
             return None
         origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else ""
+        if spec is not None and ("site-packages" in origin or origin.startswith(_STDLIB)):
+            _library_names.add(searched)  # an installed library stays one while sys.path is the same
         if not origin.endswith(".py") or "site-packages" in origin or origin.startswith(_STDLIB):
             return None
         try:

@@ -225,8 +225,6 @@ class LocalRayCluster:
             "start",
             "--node-name",
             node.name,
-            "--node-ip-address",
-            LOOPBACK,  # listen and advertise on loopback: an exposed Ray job API runs anyone's code
             "--num-cpus",
             f"{node.cpus:g}",
             "--disable-usage-stats",
@@ -235,6 +233,7 @@ class LocalRayCluster:
             cmd += ["--resources", json.dumps(dict(node.resources))]
         if head:
             cmd += [
+                "--node-ip-address", LOOPBACK,
                 "--head",
                 "--port", str(self.port),
                 "--temp-dir", self.temp_dir,
@@ -252,6 +251,17 @@ class LocalRayCluster:
             "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
         }
         env.pop("RAY_ADDRESS", None)
+        # Every node on loopback, so that Ray's servers listen there only (an exposed Ray job API runs anyone's
+        # code). `--node-ip-address 127.0.0.1` alone does not do it: `ray start` replaces a loopback address
+        # by the machine's network address (`services.resolve_ip_for_localhost`), and the GCS, raylets and
+        # agents then listen on every interface. Ray keeps loopback when "clusters" are off
+        # (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, its single-machine mode): the head starts so. A worker node
+        # refuses that mode, so it gets no address: `ray start --address 127.0.0.1:PORT` takes the address the
+        # machine has as seen from the head's, which is loopback.
+        if head:
+            env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+        else:
+            env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
         log = os.path.join(self.state_dir, f"start-{node.name}.log")
         for attempt in range(1, START_ATTEMPTS + 1):
             if attempt > 1:
@@ -304,7 +314,7 @@ def _kill_group(pgid: int) -> None:
 
     members = []
     for p in psutil.process_iter(["pid"]):
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):  # a process that ended meanwhile: ProcessLookupError
             if os.getpgid(p.pid) == pgid:
                 members.append(p)
     for p in list(members):

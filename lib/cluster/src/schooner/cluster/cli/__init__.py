@@ -3,9 +3,9 @@
     schooner run EXPERIMENT.py [--dry-run] [--force RE] [--only RE] [--prefix P] [--cluster SPEC] [--quiet]
     schooner status [--prefix P] [--name RE]
     schooner explain STEP [EXPERIMENT.py] [--prefix P]
-    schooner report [--prefix P] [--out FILE]
+    schooner report [RUN ...] [--prefix P] [--out FILE]
     schooner cluster up --local-nodes N | status | kill-node NAME | down
-    schooner compare A [B ...] [--prefix P] [--plot OUT.png] [--metric RE]
+    schooner compare A [B ...] [--prefix P] [--plot OUT.png] [--metric RE] [--html OUT.html]
     schooner browse PATH [--out FILE] [--sample N]     (from schooner-data: subcommands of other packages
                                                       are found through the `schooner.commands` entry points)
 
@@ -58,6 +58,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_report = sub.add_parser(
         "report", help="write a static HTML page of every experiment and step under a prefix"
     )
+    p_report.add_argument(
+        "runs",
+        nargs="*",
+        metavar="RUN",
+        help="steps to overlay at the top, with a sortable table of their hyperparameters and results "
+        "(output folders, NAME@KEY-PREFIX, or step names: their latest version)",
+    )
     p_report.add_argument("--prefix", default=None)
     p_report.add_argument(
         "--out", default=None, metavar="FILE", help="where to write it (default PREFIX/report.html)"
@@ -74,6 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_compare.add_argument("--prefix", default=None)
     p_compare.add_argument("--plot", default=None, metavar="OUT.png", help="also write the metrics overlaid")
     p_compare.add_argument("--metric", default=None, metavar="RE", help="plot only the metrics matching RE")
+    p_compare.add_argument(
+        "--html",
+        default=None,
+        metavar="OUT.html",
+        help="also write a page with every metric overlaid and a sortable table of the runs",
+    )
     from ._cluster_cmd import add_cluster_parser
     from ._plugins import add_plugin_parsers
 
@@ -105,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from schooner.cluster.runner._runner import resolve_prefix
             from schooner.cluster.views import compare
 
-            compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric)
+            compare(resolve_prefix(ns.prefix), ns.steps, ns.plot, ns.metric, html=ns.html)
             return 0
         if ns.command in plugins:
             return plugins[ns.command].run(ns)
@@ -145,7 +158,7 @@ def _cmd_report(ns: argparse.Namespace) -> int:
 
     prefix = resolve_prefix(ns.prefix)
     _require_prefix(prefix, ns.prefix)
-    out = write_report(prefix, ns.out)
+    out = write_report(prefix, ns.out, runs=ns.runs or None)
     print(f"report written to {out}")
     return 0
 

@@ -48,13 +48,42 @@ class StepOutcome:
         return self._result
 
     def error_line(self) -> str:
-        """One line saying why the step failed or was not run."""
+        """Why the step failed or was not run: for a failure, the exception with its whole message (a
+        message of several lines keeps them all, up to `REASON_LINES`: the line naming a differing field is
+        often not the last); for a skip, the reason's first line."""
         if not self.error:
             return ""
+        if self.state == "failed":
+            return exception_reason(self.error)
         lines = [ln for ln in self.error.strip().splitlines() if ln.strip()]
-        if self.state == "failed" and lines:
-            return lines[-1].strip()
         return lines[0].strip() if lines else ""
+
+
+REASON_LINES = 8
+"""Lines of an exception's message shown as a failure's reason at most (the rest are counted)."""
+
+
+def exception_reason(text: str) -> str:
+    """The exception at the end of a traceback `text`, with every line of its message (`Type: line 1`,
+    then the message's further lines, up to `REASON_LINES`); a text without frames (already a reason) whole,
+    up to `REASON_LINES`.
+
+    In a traceback the frames are indented (`  File ...` and their source lines) and the exception starts at
+    the first line after the last frame that is not: so a message whose own lines are indented is kept whole.
+    Chained exceptions give the last one (the one raised).
+    """
+    lines = [ln.rstrip() for ln in str(text).strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    frames = [i for i, ln in enumerate(lines) if ln.startswith('  File "')]
+    start = 0
+    if frames:
+        after = range(frames[-1] + 1, len(lines))
+        start = next((i for i in after if not lines[i].startswith(" ")), len(lines) - 1)
+    message = lines[start:]
+    if len(message) > REASON_LINES:
+        message = [*message[: REASON_LINES - 1], f"… ({len(message) - REASON_LINES + 1} more lines)"]
+    return "\n".join([message[0].strip(), *message[1:]])
 
 
 @dataclass
@@ -111,7 +140,10 @@ class StepFailedError(RuntimeError):
             f"{len(result.failed)} step(s) failed, {len(result.skipped)} not run because of them "
             f"(run {result.run_id}):"
         ]
-        lines += [f"  {o.name}: {o.error_line()}  [{o.output_path}]" for o in result.failed]
+        lines += [
+            f"  {o.name}: {o.error_line().replace(chr(10), chr(10) + '    ')}  [{o.output_path}]"
+            for o in result.failed
+        ]
         super().__init__("\n".join(lines))
 
 

@@ -6,6 +6,7 @@ latest version; a name given alone means its two latest versions). The config di
 
     schooner compare checkpoints/nano                    # its two latest versions
     schooner compare checkpoints/nano@3fa2 checkpoints/nano@9b1c --plot curves.png
+    schooner compare runs/lr-1e-3 runs/lr-3e-3 runs/lr-1e-2 --html runs.html   # overlaid, sortable table
 """
 
 from __future__ import annotations
@@ -15,94 +16,18 @@ import os
 import re
 from typing import Any
 
-from schooner.cluster.records import meta_path
 from schooner.cluster.runner._progress import fmt_duration, make_console
 from schooner.cluster.runner._version import ConfigError
-from schooner.cluster.storage import atomic_write, storage_for
+from schooner.cluster.storage import atomic_write
 
-from ._explain import find_records
 from ._html import when
 from ._metrics import numeric_series, read_metrics, summarize
+from ._refs import resolve_versions as resolve_versions
 from ._report_step import headline_result
-from ._versions import Version, by_name, config_rows, known_names, load_version, short_labels
+from ._versions import Version, config_rows, short_labels
 
 PLOT_INSTALL = "pip install 'schooner-cluster[plot]'  (in the workspace: uv sync --all-extras)"
 """How to get matplotlib for `--plot`."""
-
-
-def _folder_version(ref: str) -> Version | None:
-    """The version in the output folder `ref`, when `ref` is one (it holds `.schooner/step.json`)."""
-    folder = os.path.abspath(ref) if "://" not in ref else ref.rstrip("/")
-    storage = storage_for(folder)
-    if storage.exists(meta_path(folder, "step.json")) or storage.exists(meta_path(folder, "status.json")):
-        return load_version(folder)
-    return None
-
-
-def _versions_named(prefix: str, name: str) -> list[Version]:
-    """Every version of the step `name` under `prefix`, oldest first; an error naming the steps that exist."""
-    found = find_records(prefix, name) if storage_for(prefix).exists(prefix) else []
-    versions = [v for v in (load_version(r["_folder"]) for r in found) if v is not None]
-    if versions:
-        return by_name(versions)[name]
-    if not storage_for(prefix).exists(prefix):
-        raise ConfigError(
-            f"no step output folder {name!r} and the prefix {prefix} does not exist; pass --prefix (the one "
-            "the experiment used) or the step's output folder"
-        )
-    names = known_names(prefix)
-    listed = ", ".join(names[:40]) + (f" … ({len(names)} in all)" if len(names) > 40 else "")
-    raise ConfigError(
-        f"no step named {name!r} under {prefix}, and no output folder {name!r}; steps there: {listed or 'none'}"
-    )
-
-
-def _is_step_name(prefix: str, ref: str) -> bool:
-    return storage_for(prefix).exists(prefix) and bool(find_records(prefix, ref))
-
-
-def _by_key(prefix: str, name: str, key: str) -> Version:
-    versions = _versions_named(prefix, name)
-    matches = [v for v in versions if v.key.startswith(key)]
-    keys = ", ".join(v.key[:12] for v in reversed(versions))
-    if not matches:
-        raise ConfigError(
-            f"no version of {name!r} under {prefix} has a key starting {key!r}; its keys: {keys}"
-        )
-    if len(matches) > 1:
-        raise ConfigError(
-            f"{name}@{key} matches {len(matches)} versions ({', '.join(v.key[:12] for v in matches)}); "
-            "give more of the key"
-        )
-    return matches[0]
-
-
-def resolve_versions(prefix: str, refs: list[str]) -> list[Version]:
-    """The versions `refs` name (see the module docstring), in the order given.
-
-    Raises:
-        ConfigError: a reference that names nothing (listing what exists), or fewer than two versions.
-    """
-    if not refs:
-        raise ConfigError("schooner compare needs a step name, or two versions (folders or name@key)")
-    versions: list[Version] = []
-    for ref in refs:
-        folder = _folder_version(ref)
-        if folder is not None:
-            versions.append(folder)
-        elif "@" in ref and not _is_step_name(prefix, ref):  # '@' may be part of a name ('eval/nano@3e-4')
-            name, key = ref.rsplit("@", 1)
-            versions.append(_by_key(prefix, name, key))
-        else:
-            named = _versions_named(prefix, ref)
-            versions += named[-2:] if len(refs) == 1 else named[-1:]
-    if len(versions) < 2:
-        v = versions[0]
-        raise ConfigError(
-            f"{v.name!r} has one version under {prefix} ({v.key[:12]}, {v.folder}); nothing to compare it with: "
-            "give a second version (a folder or name@key)"
-        )
-    return versions
 
 
 def _table(title: str, head: list[str]) -> Any:
@@ -202,8 +127,16 @@ def plot_comparison(versions: list[Version], out: str, metric: str | None = None
     return out
 
 
-def compare(prefix: str, refs: list[str], plot: str | None = None, metric: str | None = None) -> None:
-    """`schooner compare`: print the comparison of `refs` under `prefix`; with `plot`, write the PNG too.
+def compare(
+    prefix: str,
+    refs: list[str],
+    plot: str | None = None,
+    metric: str | None = None,
+    *,
+    html: str | None = None,
+) -> None:
+    """`schooner compare`: print the comparison of `refs` under `prefix`; with `plot`, write the PNG too; with
+    `html`, a page of the runs overlaid with a sortable table of their hyperparameters and results.
 
     Raises:
         ConfigError: a ref names no step or folder (the message lists the steps under `prefix`).
@@ -213,3 +146,7 @@ def compare(prefix: str, refs: list[str], plot: str | None = None, metric: str |
     print_comparison(versions, console)
     if plot:
         console.print(f"plot written to {plot_comparison(versions, plot, metric)}")
+    if html:
+        from ._report import write_runs_page
+
+        console.print(f"page written to {write_runs_page(prefix, refs, html)}")

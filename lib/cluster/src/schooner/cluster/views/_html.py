@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from schooner.cluster.runner._results import exception_reason
 from schooner.cluster.storage import is_plain_path
 
 
@@ -54,10 +55,10 @@ def kv_table(rows: Iterable[tuple[str, str]]) -> str:
 
 
 def table(head: list[str], rows: Iterable[list[str]], cls: str = "") -> str:
-    """A table with a header row; cells are HTML already."""
+    """A table with a header row; cells are HTML already. Wider than the page, it scrolls in its own box."""
     th = "".join(f"<th>{esc(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{esc(cls)}"><tr>{th}</tr>{body}</table>'
+    return f'<div class="wide"><table class="{esc(cls)}"><tr>{th}</tr>{body}</table></div>'
 
 
 def pre_json(value: Any) -> str:
@@ -80,14 +81,16 @@ def href(target: str, out_dir: str | None) -> str:
 
 
 def error_block(text: str) -> str:
-    """An error: its last line (the exception) visible, the whole traceback collapsed under it."""
+    """An error: the exception with its whole message visible (`exception_reason`: a message's line naming
+    the field at fault is often not its last), the whole traceback collapsed under it."""
     lines = [ln for ln in str(text).strip().splitlines() if ln.strip()]
     if not lines:
         return ""
-    if len(lines) == 1:
-        return f'<pre class="error">{esc(lines[0])}</pre>'
+    reason = exception_reason(text)
+    if len(lines) == 1 or reason == "\n".join(lines):
+        return f'<pre class="error">{esc(chr(10).join(lines))}</pre>'
     return (
-        f'<details class="error"><summary>{esc(lines[-1])}</summary>'
+        f'<details class="error"><summary>{esc(reason)}</summary>'
         f'<pre class="error">{esc(chr(10).join(lines))}</pre></details>'
     )
 

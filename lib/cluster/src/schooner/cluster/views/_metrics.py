@@ -3,6 +3,8 @@
 The report and `schooner compare` know nothing of training: whatever a step logs (one JSON object per line,
 a `step` field, any numeric fields beside it) is a series. Series are grouped into families by their last
 path component (`train/loss`, `eval/docs/loss` -> `loss`), so one chart holds values of one kind and unit.
+A wall-clock column (`time` in Unix seconds, as the trainer logs it, and the other `WALL_CLOCK` names) is not
+a series: it is a stat (`wall_clock`), how long the logged steps took.
 """
 
 from __future__ import annotations
@@ -16,6 +18,38 @@ from schooner.cluster.records import read_metrics as read_metrics
 
 Point = tuple[float, float]
 
+WALL_CLOCK = frozenset({"time", "timestamp", "_timestamp", "wall_time", "walltime", "wall_clock"})
+"""Column names (last path component) that hold the time a row was logged: a stat, never a curve."""
+
+
+def is_wall_clock(name: str) -> bool:
+    """Whether the column `name` is a wall-clock time (`WALL_CLOCK`)."""
+    return name.rstrip("/").rsplit("/", 1)[-1] in WALL_CLOCK
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """The wall-clock span of a metrics file: its first and last logged time and the rows that had one."""
+
+    column: str
+    first: float
+    last: float
+    rows: int
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.first
+
+
+def wall_clock(rows: list[dict[str, Any]]) -> WallClock | None:
+    """The span of the first wall-clock column of `rows` (in file order); None when there is none."""
+    for name in dict.fromkeys(k for row in rows for k in row):
+        if is_wall_clock(name):
+            times = [t for t in (_number(row.get(name)) for row in rows) if t is not None]
+            if times:
+                return WallClock(name, min(times), max(times), len(times))
+    return None
+
 
 def _number(value: Any) -> float | None:
     """`value` as a finite float; None for non-numbers, bools, NaN and infinities."""
@@ -27,7 +61,8 @@ def _number(value: Any) -> float | None:
 def numeric_series(rows: list[dict[str, Any]]) -> dict[str, list[Point]]:
     """Every numeric column of `rows` as `(step, value)` points, in first-appearance order.
 
-    x is the row's `step` field (its index in the file when it has none); `step` itself is not a series.
+    x is the row's `step` field (its index in the file when it has none); `step` itself is not a series, nor
+    are wall-clock columns (`is_wall_clock`).
     Points are sorted by step; a step logged twice (a resumed run repeating steps after its checkpoint)
     keeps its later value.
     """
@@ -37,7 +72,7 @@ def numeric_series(rows: list[dict[str, Any]]) -> dict[str, list[Point]]:
         x = float(i) if x is None else x
         for name, value in row.items():
             y = _number(value)
-            if name != "step" and y is not None:
+            if name != "step" and y is not None and not is_wall_clock(name):
                 by_step.setdefault(name, {})[x] = y
     return {name: sorted(points.items()) for name, points in by_step.items()}
 

@@ -3,10 +3,14 @@
 It reads only what the step runner writes — experiment records (`{prefix}/experiments/**/*.json`, one per
 run, failed and interrupted ones included), each step's record, status and attempt history
 (`{output}/.schooner/`) — plus, from each step's output folder, its top-level files, its PNGs (embedded
-as data URIs, so the page is one file) and its `metrics.jsonl` (every numeric series charted as inline
-SVG). Nothing in it knows what a step does. Steps with several versions (output folders of one name) are
-also shown side by side, with their config differences and overlaid metrics. No JavaScript, no network:
-inline CSS only, so the page opens from disk, from an object store, or as an e-mail attachment.
+as data URIs, so the page is one file), its samples and its `metrics.jsonl` (every numeric series charted as
+inline SVG). Nothing in it knows what a step does. Steps with several versions (output folders of one name) are
+also shown side by side, with their config differences and overlaid metrics; runs named on the command line
+(`schooner report A B`) are overlaid on one chart per metric, with a sortable table of their hyperparameters
+and results. Results come first (runs, versions, then each step's card with its results on top), the
+bookkeeping (each experiment run's command, host and steps) last. A series has one colour in every chart.
+No network: inline CSS, and only the runs table's sorting is a few lines of inline JavaScript, so the page
+opens from disk, from an object store, or as an e-mail attachment.
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ import time
 from typing import Any
 
 from schooner.cluster.records import read_experiment_records
-from schooner.cluster.storage import is_plain_path, normalize_prefix, storage_for
+from schooner.cluster.storage import atomic_write, is_plain_path, normalize_prefix, storage_for
 
 from ._html import anchor, badge, duration, error_block, esc, kv_table, table, when
+from ._refs import resolve_versions
+from ._report_runs import SORT_SCRIPT, render_runs
 from ._report_step import render_step
 from ._report_versions import render_versions
 from ._scan import scan_prefix
+from ._svg import Colours
 from ._versions import Version, by_name, load_version
 
 _CSS = """
@@ -35,6 +42,10 @@ text-align:left;vertical-align:top}th{background:#f0f2f5;font-weight:600}
 td.num,.num{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#f4f6f8;border-radius:6px;padding:8px 10px;overflow:auto;max-height:420px;font-size:12px;margin:4px 0}
 pre.error{background:#fdecec;color:#8a1f1f}details.error summary{color:#8a1f1f;font-family:monospace}
+td pre,td summary,summary{white-space:pre-wrap;overflow-wrap:anywhere}td code{overflow-wrap:anywhere}
+pre.sample{margin:0;max-height:240px}.wall-clock{color:#4b5563;font-size:13px}
+table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
+table.sortable th[aria-sort=descending]::after{content:" \\25BC"}.wide{overflow-x:auto}
 .badge{display:inline-block;border-radius:10px;padding:1px 9px;font-size:12px;font-weight:600;color:#fff}
 .SUCCESS,.succeeded,.cached,.ok{background:#2e7d32}.FAILED,.failed,.bad{background:#c62828}
 .RUNNING,.running{background:#1565c0}.skipped,.UNKNOWN,.will_run,.unfinished{background:#757575}
@@ -134,55 +145,100 @@ def _steps_index(steps: list[Version]) -> str:
     return f'<section class="card">{table(["step", "key", "state", "started", "duration"], rows)}</section>'
 
 
-def render_report(prefix: str, *, out_dir: str | None = None) -> str:
-    """The HTML page for `prefix`; links to outputs are relative to `out_dir` when given (and local)."""
+def _page(title: str, body: list[str], *, script: bool) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>\n"
+        + "\n".join(body)
+        + (SORT_SCRIPT if script else "")
+        + "\n</body></html>\n"
+    )
+
+
+def _runs(prefix: str, runs: list[str]) -> list[Version]:
+    return resolve_versions(prefix, runs)
+
+
+def render_runs_page(prefix: str, runs: list[str]) -> str:
+    """A page of only the runs `runs` names (as `schooner compare` resolves them): overlaid metrics and the
+    sortable table (`schooner compare A B --html OUT`)."""
+    prefix = normalize_prefix(prefix)
+    versions = _runs(prefix, runs)
+    body = [
+        f"<header><h1>Schooner runs compared</h1><p>{esc(prefix)} · {len(versions)} runs · generated "
+        f"{esc(when(time.time()))}</p></header><main>",
+        render_runs(versions, Colours()),
+        "</main>",
+    ]
+    return _page(f"Schooner runs: {prefix}", body, script=True)
+
+
+def render_report(prefix: str, *, out_dir: str | None = None, runs: list[str] | None = None) -> str:
+    """The HTML page for `prefix`; links to outputs are relative to `out_dir` when given (and local).
+
+    `runs`: steps to overlay at the top of the page (folders, `name@key` or names, as `schooner compare`
+    takes them), with a sortable table of their hyperparameters and results.
+
+    Raises:
+        ConfigError: a run names no step (the message lists the steps under the prefix).
+    """
+    chosen = _runs(normalize_prefix(prefix), runs) if runs else []
     data = collect(prefix)
     steps, experiments = data["steps"], data["experiments"]
     names = {v.key: v.name for v in steps}
+    colours = Colours()
     counts: dict[str, int] = {}
     for v in steps:
         counts[v.state] = counts.get(v.state, 0) + 1
     summary = ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) or "no steps"
     body = [
-        f"<header><h1>Schooner report</h1><p>{esc(data['prefix'])} · {len(experiments)} experiment run(s) · "
+        f"<header><h1>Schooner report</h1><p>{esc(data['prefix'])} · "
+        f'<a href="#experiments" style="color:#fff">{len(experiments)} experiment run(s)</a> · '
         f"{len(steps)} step(s): {esc(summary)} · generated {esc(when(time.time()))}</p></header><main>",
-        "<h2>Experiments</h2>",
     ]
-    if experiments:
-        body.append(f'<section class="card">{_experiments_table(experiments)}</section>')
-        body.extend(_render_experiment(e) for e in experiments)
-    else:
-        body.append('<p class="muted">No experiment records under this prefix.</p>')
+    if chosen:
+        body += ["<h2>Runs compared</h2>", render_runs(chosen, colours)]
     versioned = {name: vs for name, vs in by_name(steps).items() if len(vs) > 1}
     if versioned:
         body.append("<h2>Versions compared</h2>")
-        body.extend(render_versions(name, vs) for name, vs in versioned.items())
+        body.extend(render_versions(name, vs, colours) for name, vs in versioned.items())
     body.append("<h2>Steps</h2>")
     if steps:
         body.append(_steps_index(steps))
-        body.extend(render_step(v, names, out_dir) for v in steps)
+        body.extend(render_step(v, names, out_dir, colours) for v in steps)
     else:
         body.append('<p class="muted">No steps under this prefix.</p>')
+    body.append("<h2>Experiment runs</h2>")
+    if experiments:
+        body.append(f'<section class="card" id="experiments">{_experiments_table(experiments)}</section>')
+        body.extend(_render_experiment(e) for e in experiments)
+    else:
+        body.append('<p class="muted">No experiment records under this prefix.</p>')
     body.append("</main>")
-    return (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>Schooner report: {esc(data['prefix'])}</title><style>{_CSS}</style></head><body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )
+    return _page(f"Schooner report: {data['prefix']}", body, script=bool(chosen))
 
 
-def write_report(prefix: str, out: str | None = None) -> str:
-    """Write the report for `prefix` to `out` (default `{prefix}/report.html`); returns the path written."""
+def write_report(prefix: str, out: str | None = None, *, runs: list[str] | None = None) -> str:
+    """Write the report for `prefix` to `out` (default `{prefix}/report.html`); returns the path written.
+
+    `runs`: steps overlaid at the top, with a sortable table of their hyperparameters and results
+    (`render_report`)."""
     prefix = normalize_prefix(prefix)
     out = out or f"{prefix}/report.html"
     if is_plain_path(out):
         out = os.path.abspath(out)
-        page = render_report(prefix, out_dir=os.path.dirname(out))
+        page = render_report(prefix, out_dir=os.path.dirname(out), runs=runs)
     else:
-        page = render_report(prefix)
+        page = render_report(prefix, runs=runs)
     storage = storage_for(out)
     storage.makedirs(os.path.dirname(out) if is_plain_path(out) else out.rsplit("/", 1)[0])
     storage.write_text(out, page)
+    return out
+
+
+def write_runs_page(prefix: str, refs: list[str], out: str) -> str:
+    """Write the page of the runs `refs` names (overlaid metrics, sortable table) to `out`; its path."""
+    out = out if "://" in out else os.path.abspath(out)
+    atomic_write(out, render_runs_page(prefix, refs).encode("utf-8"))
     return out

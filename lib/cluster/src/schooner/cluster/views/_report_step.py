@@ -1,8 +1,10 @@
 """The report's card for one step output folder: what ran, how it ended, what it wrote.
 
-Generic for any step: its record (function, version, times, inputs, resources, result), the tables its result
-names under `"tables"`, every attempt from its history (tracebacks collapsed), every numeric series of its
-`metrics.jsonl` (one chart per family), every PNG at the top of its folder (embedded) and a listing of its files.
+Generic for any step. Results first: its error, result, the tables its result names under `"tables"`, every
+numeric series of its `metrics.jsonl` (one chart per family; a wall-clock column is a stat), the samples it
+wrote (`samples.json` / `samples.jsonl`, as evaluation writes its generations) and every PNG at the top of its
+folder (embedded). Then the bookkeeping: its record (function, version, times, inputs, resources), every attempt
+from its history (tracebacks collapsed), a listing of its files, its output, config and result as JSON.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from ._html import (
     table,
     when,
 )
-from ._metrics import families, numeric_series, read_metrics, summarize
-from ._svg import line_chart
+from ._metrics import families, numeric_series, read_metrics, summarize, wall_clock
+from ._samples import samples_section
+from ._svg import Colours, line_chart
 from ._versions import Version
 
 MAX_EMBED_BYTES = 3 * 1024 * 1024
@@ -143,23 +146,42 @@ def _summary_row(name: str, points: list[tuple[float, float]]) -> list[str]:
             f'<span class="num">{fmt(s.minimum)}</span>', f"{fmt(s.min_step)}", str(s.count)]  # fmt: skip
 
 
-def metrics_section(folder: str) -> str:
-    """A table of every numeric series of `metrics.jsonl` (final, minimum) and one chart per family."""
+def _wall_clock_line(rows: list[dict[str, Any]]) -> str:
+    span = wall_clock(rows)
+    if span is None:
+        return ""
+    steps = [
+        r["step"] for r in rows if isinstance(r.get("step"), int | float) and not isinstance(r["step"], bool)
+    ]
+    rate = ""
+    if steps and span.seconds > 0 and max(steps) > min(steps):
+        rate = f", {(max(steps) - min(steps)) / span.seconds:.3g} steps/s"
+    return (
+        f'<p class="wall-clock">Wall clock ({esc(span.column)}): {span.seconds:.1f} s from the first to the '
+        f"last of {span.rows} rows, {esc(when(span.first))} to {esc(when(span.last))}{rate}</p>"
+    )
+
+
+def metrics_section(folder: str, colours: Colours | None = None) -> str:
+    """One chart per family of the numeric series of `metrics.jsonl`, a table of each series' final and
+    minimum, and the wall-clock span (a stat, not a curve)."""
     rows = read_metrics(folder)
     series = numeric_series(rows)
     if not series:
-        return ""
+        return _wall_clock_line(rows)
     summary = table(
         ["series", "final", "at step", "min", "at step", "points"],
         (_summary_row(name, pts) for name, pts in series.items()),
         cls="metrics",
     )
+    colours = colours or Colours()
     charts = "".join(
-        line_chart([(n, series[n]) for n in names], title=family) for family, names in families(list(series))
+        line_chart([(n, series[n]) for n in names], title=family, colours=colours)
+        for family, names in families(list(series))
     )
     return (
-        f'<h4>Metrics <span class="muted">({len(rows)} rows of metrics.jsonl)</span></h4>{summary}'
-        f'<div class="charts">{charts}</div>'
+        f'<h4>Metrics <span class="muted">({len(rows)} rows of metrics.jsonl)</span></h4>'
+        f'<div class="charts">{charts}</div>{_wall_clock_line(rows)}{summary}'
     )
 
 
@@ -234,8 +256,11 @@ def _record_rows(version: Version, names: dict[str, str], out_dir: str | None) -
     return rows
 
 
-def render_step(version: Version, names: dict[str, str], out_dir: str | None) -> str:
-    """The card of one step output folder; `names` maps step keys to names (for its inputs)."""
+def render_step(
+    version: Version, names: dict[str, str], out_dir: str | None, colours: Colours | None = None
+) -> str:
+    """The card of one step output folder, results first; `names` maps step keys to names (for its inputs),
+    `colours` the page's series colours."""
     record, folder = version.record, version.folder
     parts = [
         f'<section class="card step" id="{anchor(version.key)}">',
@@ -243,7 +268,6 @@ def render_step(version: Version, names: dict[str, str], out_dir: str | None) ->
     ]
     if record.get("description"):
         parts.append(f"<p>{esc(record['description'])}</p>")
-    parts.append(kv_table(_record_rows(version, names, out_dir)))
     error = record.get("error") or (version.status.error if version.status else "")
     if error and version.state != "SUCCESS":
         parts.append(error_block(error))
@@ -258,8 +282,10 @@ def render_step(version: Version, names: dict[str, str], out_dir: str | None) ->
     outputs = list_outputs(folder)
     parts += [
         tables_section(record.get("result")),
-        metrics_section(folder),
+        metrics_section(folder, colours),
+        samples_section(folder, outputs),
         plots_section(folder, outputs, out_dir),
+        "<h4>Record</h4>" + kv_table(_record_rows(version, names, out_dir)),
         history_section(version),
         files_section(folder, outputs, out_dir),
     ]

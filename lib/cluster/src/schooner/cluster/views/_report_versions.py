@@ -11,7 +11,7 @@ from __future__ import annotations
 from ._html import anchor, badge, duration, esc, fmt, table, when
 from ._metrics import numeric_series, read_metrics, summarize
 from ._report_step import headline_result
-from ._svg import line_chart
+from ._svg import Colours, line_chart
 from ._versions import Version, config_rows, short_labels
 
 CHARTS_SHOWN = 4
@@ -45,8 +45,10 @@ def _overview(versions: list[Version], series: list[dict[str, list[tuple[float, 
     return table(head, rows, cls="versions")
 
 
-def render_versions(name: str, versions: list[Version]) -> str:
-    """The comparison card of the versions (oldest first) of the step `name` (the newest `MAX_VERSIONS`)."""
+def render_versions(name: str, versions: list[Version], colours: Colours | None = None) -> str:
+    """The comparison card of the versions (oldest first) of the step `name` (the newest `MAX_VERSIONS`);
+    `colours`: the page's series colours (a version keeps its colour in every chart)."""
+    colours = colours or Colours()
     older = versions[:-MAX_VERSIONS]
     versions = versions[-MAX_VERSIONS:]
     series = [numeric_series(read_metrics(v.folder)) for v in versions]
@@ -68,7 +70,10 @@ def render_versions(name: str, versions: list[Version]) -> str:
     else:
         parts.append('<p class="muted">No recorded config field or code version differs.</p>')
     names = list(dict.fromkeys(n for s in series for n in s))
-    charts = [line_chart([(labels[i], s[n]) for i, s in enumerate(series) if n in s], title=n) for n in names]
+    charts = [
+        line_chart([(labels[i], s[n]) for i, s in enumerate(series) if n in s], title=n, colours=colours)
+        for n in names
+    ]
     if charts:
         parts.append(f'<h4>Metrics, overlaid</h4><div class="charts">{"".join(charts[:CHARTS_SHOWN])}</div>')
     if len(charts) > CHARTS_SHOWN:
