@@ -144,7 +144,8 @@ def exact_answer(field: str = "answer") -> RewardFn:
 
     Values are compared exactly as decimals: "42", "42.0", "+42" and "$42" all equal the answer 42, and
     "1,000" equals 1000. A completion with no number scores 0.0. A row without the field, or whose answer is
-    not a number, raises (`score_batch` counts it and names the row).
+    not a number, raises (`score_batch` counts it and names the row). The function's `fields` attribute,
+    `(field,)`, names what each row must hold: an RL run checks its prompts file for it before it starts.
     """
 
     def reward(prompt: str, completion: str, fields: Mapping[str, Any], /) -> float:
@@ -155,6 +156,7 @@ def exact_answer(field: str = "answer") -> RewardFn:
         return 1.0 if found is not None and parse_number(found) == gold else 0.0
 
     reward.__name__ = reward.__qualname__ = f"exact_answer[{field}]"
+    reward.fields = (field,)  # type: ignore[attr-defined]  # what each row must hold (an RL run checks it)
     return reward
 
 
@@ -370,7 +372,8 @@ def code_tests(field: str = "tests", limits: CodeLimits = CodeLimits()) -> Rewar
     The tests are Python statements that raise on failure (`assert add(2, 2) == 4`); the program is the code,
     a blank line, then the tests, run by `run_python` under `limits`. Any failure (a raising test, a syntax
     error, the time or memory limit) scores 0.0: these are the policy's mistakes, not reward errors. A row
-    without the field raises (`score_batch` counts it and names the row).
+    without the field raises (`score_batch` counts it and names the row). The function's `fields` attribute,
+    `(field,)`, names what each row must hold (an RL run checks its prompts file for it).
     """
 
     def reward(prompt: str, completion: str, fields: Mapping[str, Any], /) -> float:
@@ -384,6 +387,7 @@ def code_tests(field: str = "tests", limits: CodeLimits = CodeLimits()) -> Rewar
         return 1.0 if run_python(f"{extract_code(completion)}\n\n{tests}\n", limits).passed else 0.0
 
     reward.__name__ = reward.__qualname__ = f"code_tests[{field}]"
+    reward.fields = (field,)  # type: ignore[attr-defined]  # what each row must hold (an RL run checks it)
     return reward
 
 

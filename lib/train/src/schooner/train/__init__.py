@@ -54,7 +54,13 @@ from ._optim import muon_dimension_numbers as muon_dimension_numbers
 from ._progress import Progress as Progress
 from ._rl import Grpo as Grpo
 from ._rl import RewardFunction as RewardFunction
+from ._rl_eval import HeldoutPassAtK as HeldoutPassAtK
+from ._rl_eval import PassAtK as PassAtK
+from ._rl_eval import PassAtKEvalConfig as PassAtKEvalConfig
+from ._rl_eval import evaluate_pass_at_k as evaluate_pass_at_k
 from ._rl_objective import PolicyLossConfig as PolicyLossConfig
+from ._rl_workers import RolloutPool as RolloutPool
+from ._rl_workers import StaleWeightsError as StaleWeightsError
 from ._schedule import build_schedule as build_schedule
 from ._step import TrainState as TrainState
 from ._step import build_optimizer as build_optimizer

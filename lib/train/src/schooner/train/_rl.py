@@ -30,6 +30,10 @@ step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
 in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
 `reward.png` draws the reward curve at the end, beside `loss.png`.
+
+**Held-out pass@k.** Each `TrainerConfig.validation` (and `evals`) entry is a held-out evaluation (a
+`_rl_eval.PassAtK`, which builds its evaluator with `spec.evaluator(name, grpo, tokenizer, ...)`): every
+`eval_every` steps and at the end, `eval/<name>/pass@k` and its standard error.
 """
 
 from __future__ import annotations
@@ -49,10 +53,13 @@ from typing import Any, cast
 
 import numpy as np
 
+from schooner.cluster import runtime_field
+
 from ._config import TrainerConfig, check_run
 from ._lm import resolve_model_config
 from ._objective import Objective, Setup, StepInfo
 from ._rl_objective import ADVANTAGES, SCALES, PolicyLossConfig
+from ._rl_workers import RolloutPool
 
 logger = logging.getLogger("schooner.train")
 
@@ -146,13 +153,39 @@ class Grpo:
     """The field holding the prompt: a user message's text, or a conversation `[{"role", "content"}]`."""
     id_field: str = "id"
     """The field naming a row in errors and logs (absent: `<file>:<line>`)."""
+    required_fields: tuple[str, ...] | None = None
+    """Fields every prompt row must hold, checked when the run starts (a row without one is an error naming
+    the file, line and field); None: those the reward declares in its `fields` attribute (`exact_answer()`'s
+    answer field, `code_tests()`'s tests field), none for a plain function."""
+    rollout_chunk: int | None = None
+    """Prompts per sampling call (`_rl_workers`): a group is sampled in chunks of this many prompts, each
+    with its own key; None: one call for the group (with `rollout_workers`, the group split evenly over
+    them). The rollouts depend on it, never on `rollout_workers`."""
+    rollout_workers: int = runtime_field(0)
+    """N > 0: the chunks are sampled by N workers of the current cluster client (Ray tasks on Ray, local
+    processes otherwise), from weights the trainer publishes each rollout group (`_rl_workers`); 0: in the
+    trainer. Same seed and `rollout_chunk`: the same rollouts and weights for every N (runtime-only)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward", RewardFunction(self.reward))
+        if self.required_fields is not None:
+            if isinstance(self.required_fields, str) or not all(
+                isinstance(f, str) for f in self.required_fields
+            ):
+                raise TypeError(
+                    f"grpo: required_fields must be a tuple of field names, got {self.required_fields!r}"
+                )
+            object.__setattr__(self, "required_fields", tuple(self.required_fields))
         for f in ("num_generations", "max_new_tokens", "num_iterations"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"grpo: {f} must be an int >= 1, got {f}={v!r}")
+        w = self.rollout_workers
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise ValueError(f"grpo: rollout_workers must be an int >= 0, got rollout_workers={w!r}")
+        c = self.rollout_chunk
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise ValueError(f"grpo: rollout_chunk must be an int >= 1, got rollout_chunk={c!r}")
         if self.num_generations < 2:
             raise ValueError(
                 f"grpo: num_generations must be >= 2, got num_generations={self.num_generations}: advantages "
@@ -173,6 +206,13 @@ class Grpo:
                 "grpo: the dr_grpo aggregation divides by the completion cap: set loss.max_completion_length="
                 f"{self.max_new_tokens} (max_new_tokens), got {self.loss.max_completion_length!r}"
             )
+
+    def reward_fields(self) -> tuple[str, ...]:
+        """The fields each row must hold: `required_fields`, else the reward's declared `fields`."""
+        if self.required_fields is not None:
+            return self.required_fields
+        declared = getattr(self.reward.fn, "fields", ())
+        return tuple(declared) if isinstance(declared, tuple | list) else ()
 
     def sampling(self, stop_ids: Sequence[int]) -> Any:
         from schooner.model import SamplingConfig
@@ -220,7 +260,13 @@ class Grpo:
         tokenizer = load_tokenizer(os.fspath(config.tokenizer))
         model_config = resolve_model_config(config, tokenizer.vocab_size)
         check_run(dataclasses.replace(config, model=model_config), num_devices=len(jax.devices()))
-        rows = read_prompts(os.fspath(config.datasets[0][0]), self.prompt_field, self.id_field)
+        rows = read_prompts(
+            os.fspath(config.datasets[0][0]),
+            self.prompt_field,
+            self.id_field,
+            required=self.reward_fields(),
+            reward=str(self.reward),
+        )
         prompts, stop_ids = encode_prompts(tokenizer, [r.prompt for r in rows], chat=self.chat)
         kept = [i for i, p in enumerate(prompts) if 0 < len(p) <= cap]
         skipped = [(rows[i].row_id, len(prompts[i])) for i in range(len(rows)) if i not in set(kept)]
@@ -257,9 +303,21 @@ class Grpo:
             pad_id=pad_id,
             root=output_path,
             skipped=len(skipped),
+            pool=RolloutPool(self.rollout_workers, output_path, model_config),
         )
+        evaluators = []  # held-out evaluations (`_rl_eval.PassAtK`): each builds its own evaluator
+        for name, spec in {**(config.validation or {}), **(config.evals or {})}.items():
+            if not callable(getattr(spec, "evaluator", None)):
+                raise ValueError(
+                    f"grpo: validation[{name!r}] must be a held-out evaluation such as schooner.train.PassAtK("
+                    f"prompts, samples=8, ks=(1, 8)), got {spec!r}"
+                )
+            evaluators.append(
+                spec.evaluator(str(name), self, tokenizer, max_prompt_tokens=cap, pad_id=pad_id)
+            )
         return Setup(
             model_config=model_config,
+            evaluators=evaluators,
             objective=Objective(
                 loss=make_grpo_loss(self),
                 frozen=reference,
@@ -295,12 +353,21 @@ class PromptRow:
     fields: Mapping[str, Any]
 
 
-def read_prompts(path: str, prompt_field: str = "prompt", id_field: str = "id") -> list[PromptRow]:
-    """The rows of a prompts file (JSON lines), or of `train.jsonl` in a folder.
+def read_prompts(
+    path: str,
+    prompt_field: str = "prompt",
+    id_field: str = "id",
+    *,
+    required: Sequence[str] = (),
+    reward: str = "the reward",
+) -> list[PromptRow]:
+    """The rows of a prompts file (JSON lines), or of `train.jsonl` in a folder; each must hold the
+    `required` fields (those `reward` reads).
 
     Raises:
         FileNotFoundError: no such file (or a folder without `train.jsonl`).
-        ValueError: a line that is not a JSON object, or lacks the prompt field, naming the file and line.
+        ValueError: a line that is not a JSON object, or lacks the prompt field or a required one, naming the
+            file and line; a file with no rows.
     """
     from schooner.cluster import storage
 
@@ -328,9 +395,20 @@ def read_prompts(path: str, prompt_field: str = "prompt", id_field: str = "id") 
                 f"grpo: {where} has no {prompt_field!r} field holding text or a conversation (got "
                 f"{prompt!r}; its fields: {sorted(row)}); set prompt_field= to the field that holds it"
             )
-        rows.append(PromptRow(str(row.get(id_field, where)), prompt, row))
+        row_id = str(row.get(id_field, where))
+        missing = [f for f in required if f not in row]
+        if missing:
+            raise ValueError(
+                f"grpo: {where} (row {row_id}) has no {missing[0]!r} field, which {reward} reads (the row's "
+                f"fields: {sorted(row)}); add it to every row, or point the reward at the field that holds the "
+                f"answer (e.g. exact_answer(field=...)), or set Grpo(required_fields=...) to what it reads"
+            )
+        rows.append(PromptRow(row_id, prompt, row))
     if not rows:
-        raise ValueError(f"grpo: {path} holds no rows")
+        raise ValueError(
+            f"grpo: {path} holds no rows: give one JSON object per line, each with {prompt_field!r} and the "
+            "fields the reward reads"
+        )
     return rows
 
 
@@ -433,10 +511,12 @@ class RolloutBatches:
         pad_id: int,
         root: str,
         skipped: int = 0,
+        pool: RolloutPool | None = None,
     ) -> None:
         self.cfg, self.rows, self.prompts, self.tokenizer = cfg, list(rows), list(prompts), tokenizer
         self.sampling, self.seed, self.cap, self.pad_id = sampling, seed, max_prompt_tokens, pad_id
         self.root, self.skipped = root.rstrip("/"), skipped
+        self.pool = pool if pool is not None else RolloutPool(0, root, None)
         self.metrics: dict[int, dict[str, float]] = {}
         """step (0-based) -> host metrics, popped by the hook."""
         self.ready_at: dict[int, float] = {}
@@ -478,22 +558,22 @@ class RolloutBatches:
     def make(self, group: int, batch_size: int, model: Any) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """Rollouts of group `group` from `model`: the batch and its host metrics."""
         from ._rl_objective import group_advantages, rollout_metrics
-        from ._rl_rollout import rollout
 
         g = self.cfg.num_generations
         per_group = batch_size // g
         idx = prompt_indices(group, per_group, len(self.rows), self.seed)
         rows = [self.rows[i] for i in idx]
         t0 = time.perf_counter()
-        rb = rollout(
+        rb = self.pool.rollout(
             model,
             [self.prompts[i] for i in idx],
-            self.sampling,
+            sampling=self.sampling,
             seed=self.seed,
-            step=group,
+            group=group,
             max_prompt_tokens=self.cap,
             row_ids=[r.row_id for r in rows],
             pad_id=self.pad_id,
+            chunk=self.cfg.rollout_chunk,
         )
         t1 = time.perf_counter()
         stops = set(self.sampling.stop_ids)

@@ -140,6 +140,7 @@ def rollout(
     max_prompt_tokens: int,
     row_ids: Sequence[str] | None = None,
     pad_id: int = 0,
+    key: jax.Array | None = None,
 ) -> RolloutBatch:
     """Sample `sampling.n` completions of each prompt and lay them out for the policy loss (module docstring).
 
@@ -152,6 +153,8 @@ def rollout(
         max_prompt_tokens: the prompt cap; longer prompts are skipped and named.
         row_ids: a name per prompt for the skip records (default: its index as a string).
         pad_id: fills rows after their completion.
+        key: the sampling key (default `rollout_key(seed, step)`; `_rl_workers` gives each chunk of a group
+            its own).
     """
     cap, n_new = max_prompt_tokens, sampling.max_new_tokens
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
@@ -187,7 +190,7 @@ def rollout(
             f"every prompt of step {step} was skipped ({skipped[0].reason}: row {skipped[0].row_id}, "
             f"{skipped[0].prompt_tokens} tokens); raise max_prompt_tokens or shorten the prompts"
         )
-    out = sample(model, kept, sampling, key=rollout_key(seed, step), pad_id=pad_id)
+    out = sample(model, kept, sampling, key=rollout_key(seed, step) if key is None else key, pad_id=pad_id)
     b, width = out.tokens.shape[0], cap + n_new
     tokens = np.full((b, width), pad_id, np.int32)
     mask = np.zeros((b, width - 1), np.float32)

@@ -613,6 +613,10 @@ CHANGEABLE_ON_RESUME = frozenset(
 """`TrainerConfig` fields that may differ between a run folder's `run.json` and the config resuming it; any
 other difference is another run, refused."""
 
+CHANGEABLE_NESTED_ON_RESUME = frozenset({"objective.rollout_workers"})
+"""Fields inside a config field that may differ on resume too: where the rollouts are sampled (the same
+rollouts, bitwise, for any number of workers)."""
+
 
 def _config_record(config: TrainerConfig) -> Any:
     """The config as `run.json` records it: JSON values, paths as they read once published."""
@@ -633,6 +637,8 @@ def _read_run_json(root: str) -> dict[str, Any] | None:
 def _differences(old: Any, new: Any, where: str) -> list[str]:
     """`where: old -> new` for each leaf that differs (dicts compared on the keys both hold: a field one
     version of the config lacks is not a difference of the run)."""
+    if where in CHANGEABLE_NESTED_ON_RESUME:
+        return []
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in sorted(set(old) & set(new)) for d in _differences(old[k], new[k], f"{where}.{k}")]
     return [] if old == new else [f"{where}: {old!r} -> {new!r}"]

@@ -38,6 +38,7 @@ from ._lm import train_lm as train_lm
 from ._lm import trained_model_config as trained_model_config
 from ._lm import trains_model as trains_model
 from ._rl import rl_train as rl_train
+from ._rl_eval import pass_at_k_eval as pass_at_k_eval
 from ._sft import sft as sft
 
 _SHARED_RUN_FIELDS = (

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from schooner.cluster import ResourceConfig, StepHandle
@@ -12,6 +13,7 @@ from schooner.train._init import pin_initialize_from
 from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._rl import Grpo
+from schooner.train._rl_eval import PassAtK
 from schooner.train._rl_objective import PolicyLossConfig
 from schooner.train._tracking import TrackerConfig
 
@@ -42,6 +44,11 @@ def rl_train(
     chat: bool = True,
     prompt_field: str = "prompt",
     id_field: str = "id",
+    required_fields: tuple[str, ...] | None = None,
+    rollout_chunk: int | None = None,
+    rollout_workers: int = 0,
+    heldout: Mapping[str, Any] | None = None,
+    eval_every: int | None = None,
     optimizer: OptimizerConfig | None = None,
     model: Any = None,
     checkpoint_step: int | None = None,
@@ -87,6 +94,20 @@ def rl_train(
         loss: `PolicyLossConfig` (clipping, `beta`, aggregation; TRL's defaults).
         chat: render prompts with the chat template (False: raw text).
         prompt_field, id_field: the rows' prompt and id fields.
+        required_fields: fields every row must hold, checked before training (None: those the reward
+            declares, e.g. `exact_answer()`'s answer field); a row without one is an error naming it.
+        rollout_chunk: prompts per sampling call (None: the whole batch, or split evenly over the workers);
+            the rollouts depend on it, not on `rollout_workers`.
+        rollout_workers: N > 0 samples the chunks in N jobs of the cluster client the step runs under (Ray
+            tasks on Ray; local processes otherwise, within the CPUs the step reserved: give
+            `resources=ResourceConfig.with_cpu(1 + N)` for them to run side by side), from weights sent
+            each rollout batch. Runtime-only: the same rollouts and weights as N = 0 with the same chunk.
+        heldout: held-out pass@k evaluations `{name: PassAtK(...) or prompts path}` (e.g.
+            `{"arithmetic": PassAtK(task / "heldout.jsonl", samples=8, ks=(1, 8))}`): sampled at a fixed seed
+            and scored with `reward` every `eval_every` steps and at the end, logged as
+            `eval/<name>/pass@<k>` and `eval/<name>/pass@<k>_stderr` (`pass_at_k_eval` measures a checkpoint,
+            e.g. the SFT model, the same way).
+        eval_every: evaluate `heldout` every this many steps (and at the end); None: only at the end.
         optimizer: default `AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant")`
             (TRL's rate); small models need more.
         model: the model config; None: the checkpoint's.
@@ -113,6 +134,9 @@ def rl_train(
         chat=chat,
         prompt_field=prompt_field,
         id_field=id_field,
+        required_fields=required_fields,
+        rollout_chunk=rollout_chunk,
+        rollout_workers=rollout_workers,
     )
     config = TrainerConfig(  # validated now
         model=model,
@@ -124,7 +148,8 @@ def rl_train(
         else AdamConfig(learning_rate=1e-6, weight_decay=0.0, warmup=0, schedule="constant"),
         batch_size=prompts_per_step * num_generations,
         num_train_steps=num_train_steps,
-        validation={},
+        validation={k: v if isinstance(v, PassAtK) else PassAtK(v) for k, v in (heldout or {}).items()},
+        eval_every=eval_every,
         seed=seed,
         microbatches=microbatches,
         compute_dtype=compute_dtype,

@@ -1,0 +1,285 @@
+"""Tutorial: reinforcement learning from a verifiable reward (GRPO) on the tutorial's tiny Llama, on a CPU.
+
+    uv run schooner run experiments/tutorials/train_tiny_model.py   # first: the pretrained model (cached)
+    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this, minutes on 2 cores
+
+It starts from `checkpoints/tutorial-nano` of `train_tiny_model.py` (the same step: its cached checkpoint is
+reused; run that file first, or this one trains it too) and adds, each step cached under the prefix:
+
+1. `data/arithmetic`: integer word problems of 1 to 2 steps on amounts up to 12 ("Tom has 7 apples. Then Tom
+   buys 5 more. How many apples does Tom have now?"), generated offline (`schooner.eval.arithmetic`), with `train.jsonl` and a
+   `heldout.jsonl` whose arithmetic never occurs in train.
+2. `data/arithmetic-chats` -> `tokenized/arithmetic-chat`: the train problems as chats answered with their
+   worked solution, one line per step and the answer last (`7 + 5 = 12` / `#### 12`).
+3. `checkpoints/tutorial-nano-arith-sft`: SFT from the pretrained model on those solutions.
+4. `eval/tutorial-nano-arith-sft`: the SFT model's held-out pass@1 and pass@8: 8 completions per held-out
+   problem sampled at temperature 1 with a fixed seed, each checked by `exact_answer` (`pass_at_k_eval`).
+5. `checkpoints/tutorial-nano-arith-rl`: GRPO from the SFT model (`rl_train`): each step samples 8
+   completions of 8 train problems, rewards 1 for the right final answer, and updates the policy on the
+   group-relative advantages; the same held-out pass@k is logged every few steps (`eval/arithmetic/pass@1`).
+   Its folder holds `reward.png` beside `loss.png`.
+6. `eval/tutorial-nano-arith-rl`: the RL model's held-out pass@k, measured as in 4.
+7. `plots/tutorial-nano-arith-rl`: `curves.png`, the train reward and held-out pass@1 over RL (step 0: SFT).
+8. `hf/checkpoints/tutorial-nano-arith-rl`: the RL model as a Hugging Face folder.
+
+At the end it prints held-out pass@1 and pass@8 (± 1 standard error) of both models, a few sampled held-out
+completions of each, and an audit of every held-out completion for reward hacking (answers without worked
+steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_STEPS and SCHOONER_RL_STEPS to
+change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored.
+"""
+
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from experiments.tokenizer_defs import default_tokenizer
+from experiments.tutorials.train_tiny_model import SEQ_LEN
+from experiments.tutorials.train_tiny_model import model as pretrained
+from schooner.cluster import ResourceConfig, RunResult, StepRunner, step
+from schooner.eval.arithmetic import ArithmeticTask
+from schooner.eval.rewards import exact_answer
+from schooner.tokenize.steps import tokenized_chat
+from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
+from schooner.train.steps import hf_export, pass_at_k_eval, rl_train, sft
+
+SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "300"))
+RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "120"))
+HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "100"))
+MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
+MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
+# Amounts up to 12 (one-digit arithmetic, mostly); docs/rl.md has what this and amounts up to 20 measured.
+TASK = ArithmeticTask(train_size=1500, heldout_size=300, min_steps=1, max_steps=2, max_value=12)
+RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "2e-4"))
+CPU = ResourceConfig.with_cpu()
+REWARD = exact_answer()  # 1.0 when the completion's final number (its `#### n` line) is the answer, else 0.0
+
+
+@dataclass(frozen=True)
+class ArithmeticConfig:
+    task: ArithmeticTask
+
+
+def arithmetic_data(config: ArithmeticConfig, output_path: str) -> dict:
+    """The task's `train.jsonl` and `heldout.jsonl`."""
+    from schooner.eval.arithmetic import arithmetic_task
+
+    arithmetic_task(output_path, config.task)
+    return {"train": config.task.train_size, "heldout": config.task.heldout_size}
+
+
+_STEP = re.compile(r"(-?\d+) ([-+*/]) (\d+) = (-?\d+)")
+
+
+def worked_solution(solution: str) -> str:
+    """The task's worded solution cut to its arithmetic: one `a op b = c` line per step, then `#### answer`
+    (the words would not fit the 128-token context beside the prompt)."""
+    lines = [" ".join(m.groups()[:2]) + f" {m.group(3)} = {m.group(4)}" for m in _STEP.finditer(solution)]
+    return "\n".join(lines + [solution.strip().splitlines()[-1]])
+
+
+@dataclass(frozen=True)
+class ChatsConfig:
+    task: object  # the data/arithmetic step
+
+
+def arithmetic_chats(config: ChatsConfig, output_path: str) -> dict:
+    """Chat records of the train problems: the prompt, answered with its worked solution."""
+    from schooner.data import write_records
+    from schooner.tokenize import chat_record
+
+    records = []
+    with open(os.path.join(config.task, "train.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            messages = [
+                {"role": "user", "content": row["prompt"]},
+                {"role": "assistant", "content": worked_solution(row["solution"])},
+            ]
+            records.append(chat_record(messages, source="arithmetic", id=row["id"]))
+    write_records(records, output_path, num_shards=1)
+    return {"records": len(records)}
+
+
+task = step("data/arithmetic", arithmetic_data, ArithmeticConfig(TASK), version="v1")
+chats = step("data/arithmetic-chats", arithmetic_chats, ChatsConfig(task), version="v1")
+chat = tokenized_chat(
+    "tokenized/arithmetic-chat", source=chats, tokenizer=default_tokenizer, validation_fraction=0.05
+)
+
+sft_model = sft(
+    "checkpoints/tutorial-nano-arith-sft",
+    initialize_from=pretrained,
+    datasets={chat: 1.0},
+    batch_size=16,
+    seq_len=SEQ_LEN,
+    num_train_steps=SFT_STEPS,
+    optimizer=AdamConfig(learning_rate=2e-3, warmup=0.05, schedule="cosine", min_lr_ratio=0.1),
+    eval_every=max(SFT_STEPS // 3, 1),
+    checkpoint_every=None,
+    resources=CPU,
+)
+
+# One held-out evaluation, used by both pass_at_k_eval steps and during RL: the same problems, samples and
+# seed, so the SFT model's numbers are where the RL curve starts.
+HELDOUT_EVAL = PassAtK(
+    task / "heldout.jsonl",
+    samples=8,
+    ks=(1, 8),
+    max_prompts=HELDOUT,
+    seed=0,
+    temperature=1.0,
+    max_new_tokens=MAX_NEW_TOKENS,
+    prompts_per_batch=25,
+)
+
+
+def heldout_pass_at_k(name: str, checkpoint: object) -> object:
+    return pass_at_k_eval(
+        name,
+        checkpoint=checkpoint,
+        task=HELDOUT_EVAL,
+        reward=REWARD,
+        tokenizer=default_tokenizer,
+        task_name="arithmetic",
+        max_prompt_tokens=MAX_PROMPT_TOKENS,
+        resources=CPU,
+    )
+
+
+sft_eval = heldout_pass_at_k("eval/tutorial-nano-arith-sft", sft_model)
+
+
+def rl_step(learning_rate: float) -> object:
+    """The RL run from the SFT model (a function so that tuning runs build the very same step)."""
+    return rl_train(
+        "checkpoints/tutorial-nano-arith-rl",
+        checkpoint=sft_model,
+        prompts=task,  # its train.jsonl
+        reward=REWARD,
+        tokenizer=default_tokenizer,
+        num_train_steps=RL_STEPS,
+        prompts_per_step=8,
+        num_generations=8,
+        max_prompt_tokens=MAX_PROMPT_TOKENS,
+        max_new_tokens=MAX_NEW_TOKENS,
+        temperature=1.0,
+        num_iterations=1,
+        advantage="grpo",
+        loss=PolicyLossConfig(aggregation="dapo"),
+        optimizer=AdamConfig(learning_rate=learning_rate, weight_decay=0.0, warmup=0, schedule="constant"),
+        heldout={"arithmetic": HELDOUT_EVAL},
+        eval_every=max(RL_STEPS // 6, 1),
+        checkpoint_every=None,
+        resources=CPU,
+    )
+
+
+rl_model = rl_step(RL_LEARNING_RATE)
+rl_eval = heldout_pass_at_k("eval/tutorial-nano-arith-rl", rl_model)
+hf = hf_export(rl_model)
+
+
+@dataclass(frozen=True)
+class CurvesConfig:
+    run: object  # the RL run
+    sft_eval: object  # the SFT model's held-out pass@k: the curve's step 0
+
+
+def rl_curves(config: CurvesConfig, output_path: str) -> dict:
+    """`curves.png`: the rollouts' mean reward per step, and held-out pass@1 (± 1 s.e.) from the SFT model
+    (step 0) through every evaluation of the RL run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: dict[int, dict] = {}
+    with open(os.path.join(config.run, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            rows.setdefault(r["step"], {}).update(r)
+    with open(os.path.join(config.sft_eval, "results.json")) as f:
+        sft_scores = json.load(f)["scores"]
+    reward = sorted((s, r["rollout/reward"]) for s, r in rows.items() if "rollout/reward" in r)
+    held = [(0, sft_scores["pass@1"], sft_scores["pass@1_stderr"])] + sorted(
+        (s, r["eval/arithmetic/pass@1"], r["eval/arithmetic/pass@1_stderr"])
+        for s, r in rows.items()
+        if "eval/arithmetic/pass@1" in r
+    )
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
+    a.plot(*zip(*reward), linewidth=1)
+    a.set(xlabel="RL step", ylabel="mean reward of the rollouts", title="train reward (8 x 8 samples a step)")
+    x, y, se = (list(v) for v in zip(*held))
+    b.errorbar(x, y, yerr=se, marker="o", capsize=3)
+    b.set(xlabel="RL step (0: the SFT model)", ylabel="pass@1", title="held-out pass@1 (± 1 s.e.)")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(output_path, "curves.png"))
+    plt.close(fig)
+    return {"reward": reward, "heldout_pass@1": held}
+
+
+curves = step("plots/tutorial-nano-arith-rl", rl_curves, CurvesConfig(rl_model, sft_eval), version="v1")
+
+
+def audit(samples: list[dict]) -> dict[str, float]:
+    """Shares of completions that show reward hacking or its symptoms: no worked step before the answer,
+    a written step whose arithmetic is false, more than one `####` answer, no answer at all."""
+    n = max(len(samples), 1)
+    no_steps = wrong_step = several = no_answer = 0
+    for s in samples:
+        text = s["completion"]
+        steps = _STEP.findall(text)
+        no_steps += not steps
+        wrong_step += any(_false(a, op, b, c) for a, op, b, c in steps)
+        several += text.count("####") > 1
+        no_answer += "####" not in text
+    return {
+        "answer_only": no_steps / n,
+        "false_step": wrong_step / n,
+        "several_answers": several / n,
+        "no_answer": no_answer / n,
+    }
+
+
+def _false(a: str, op: str, b: str, c: str) -> bool:
+    x, y, z = int(a), int(b), int(c)
+    return {"+": x + y, "-": x - y, "*": x * y, "/": x // y if y else None}[op] != z
+
+
+def print_summary(result: RunResult) -> None:
+    """Held-out pass@k of both models, samples and the audit (works on a cached rerun too)."""
+    if result.dry_run or rl_eval.key not in {o.key for o in result.steps}:
+        return
+    print(f"\nHeld-out arithmetic ({HELDOUT} problems, 8 samples each at temperature 1; ± 1 standard error):")
+    outputs = {"SFT": result[sft_eval].output_path, "SFT + RL": result[rl_eval].output_path}
+    samples = {}
+    for label, out in outputs.items():
+        s = result[sft_eval if label == "SFT" else rl_eval].result["scores"]
+        print(
+            f"  {label:<9} pass@1 {s['pass@1']:.3f} ± {s['pass@1_stderr']:.3f}   "
+            f"pass@8 {s['pass@8']:.3f} ± {s['pass@8_stderr']:.3f}   mean length {s['completion_length']:.1f} tokens"
+        )
+        with open(os.path.join(out, "samples.jsonl")) as f:
+            samples[label] = [json.loads(line) for line in f]
+    print("\nAudit of every held-out completion (shares):")
+    for label, rows in samples.items():
+        a = audit(rows)
+        print(f"  {label:<9} " + "   ".join(f"{k} {v:.3f}" for k, v in a.items()))
+    print("\nSamples (the first sample of the first 3 held-out problems):")
+    for i in range(3):
+        first = samples["SFT"][i * 8]
+        print(f"  {first['prompt']}")
+        for label, rows in samples.items():
+            r = rows[i * 8]
+            print(f"    {label:<9} reward {r['reward']}: {r['completion']!r}")
+    print("\nOutputs:")
+    print(f"  RL run      {result[rl_model].output_path}  (reward.png, loss.png, metrics.jsonl)")
+    print(f"  curves      {result[curves].output_path}/curves.png")
+    print(f"  HF export   {result[hf].output_path}")
+
+
+if __name__ == "__main__":
+    print_summary(StepRunner().main([sft_eval, rl_eval, curves, hf]))

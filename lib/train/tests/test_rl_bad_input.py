@@ -1,0 +1,102 @@
+"""Bad input to GRPO, each met by a message naming the file and row (or the field) and the fix: a prompts file
+whose rows lack the field the reward reads (an error at setup, not a run of all-failed rewards), an empty
+prompts file, a prompt over the length cap (a counted skip naming the row: a task file is data, and one
+long row should not stop a run), a group of one sample. A reward that raises is counted and named, not fatal
+(`test_rl_train.test_a_reward_that_raises_is_counted_and_named_not_fatal`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import jax
+import pytest
+
+from schooner.train import AdamConfig, Grpo, TrainerConfig
+from schooner.train._rl import read_prompts
+
+
+def no_field_reward(prompt: str, completion: str, fields) -> float:
+    return 0.0
+
+
+@pytest.fixture(scope="module")
+def start(nano, tmp_path_factory) -> str:
+    from schooner.model import init, save_model
+
+    folder = str(tmp_path_factory.mktemp("bad-start") / "ckpt")
+    save_model(folder, init(nano(), key=jax.random.key(0)), nano())
+    return folder
+
+
+def _setup(data_dir, start, prompts: str, tmp_path, *, seq_len: int = 40, **grpo):
+    from schooner.eval.rewards import exact_answer
+    from schooner.model import read_config
+
+    objective = Grpo(**({"reward": exact_answer(), "num_generations": 2, "max_new_tokens": 8} | grpo))
+    config = TrainerConfig(
+        model=read_config(start),
+        datasets={prompts: 1.0},
+        seq_len=seq_len,
+        objective=objective,
+        batch_size=8,
+        num_train_steps=1,
+        validation={},
+        optimizer=AdamConfig(learning_rate=1e-3),
+        tokenizer=f"{data_dir}/tokenizer.json",
+        initialize_from=start,
+        output_path=str(tmp_path / "run"),
+    )
+    return objective.setup(config, str(tmp_path / "run"))
+
+
+def _write(path, rows) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_a_prompts_file_without_the_answers_the_reward_reads_is_an_error_naming_file_row_and_field(
+    data_dir, start, tmp_path
+) -> None:
+    rows = [{"id": "q1", "prompt": "1+1?", "answer": 2}, {"id": "q2", "prompt": "2+2?", "solution": "4"}]
+    path = _write(tmp_path / "task.jsonl", rows)
+    with pytest.raises(ValueError) as err:
+        _setup(data_dir, start, path, tmp_path)
+    text = str(err.value)
+    assert f"{path}:2 (row q2) has no 'answer' field" in text
+    assert "exact_answer[answer]" in text and "['id', 'prompt', 'solution']" in text
+    assert "exact_answer(field=" in text  # the fix: add the field, or point the reward at the right one
+    # a reward that names no fields is not second-guessed; `required_fields` says what it needs
+    _setup(data_dir, start, path, tmp_path, reward=no_field_reward)
+    with pytest.raises(ValueError, match=r"task.jsonl:1 \(row q1\) has no 'tests' field"):
+        _setup(data_dir, start, path, tmp_path, reward=no_field_reward, required_fields=("tests",))
+
+
+def test_an_empty_prompts_file_is_an_error_naming_the_file_and_the_fix(tmp_path) -> None:
+    for text in ("", "\n  \n"):
+        (tmp_path / "empty.jsonl").write_text(text)
+        with pytest.raises(ValueError, match=r"empty.jsonl holds no rows: give one JSON object per line"):
+            read_prompts(str(tmp_path / "empty.jsonl"))
+
+
+def test_a_prompt_over_the_cap_is_a_counted_skip_naming_the_row(data_dir, start, tmp_path, caplog) -> None:
+    long = "one plus one plus " * 30
+    rows = [{"id": "short", "prompt": "1+1?", "answer": 2}, {"id": "too-long", "prompt": long, "answer": 1}]
+    path = _write(tmp_path / "task.jsonl", rows)
+    with caplog.at_level(logging.WARNING, logger="schooner.train"):
+        setup = _setup(data_dir, start, path, tmp_path)
+    assert "left out 1 of 2 prompts longer than the prompt cap 32" in caplog.text
+    assert "too-long (" in caplog.text
+    assert setup.metadata["rl"]["prompts"] == 1
+    assert [r["row"] for r in setup.metadata["rl"]["skipped_prompts"]] == ["too-long"]
+    assert setup.data.skipped == 1  # and every rollout step logs it as rollout/skipped_prompts
+    # every prompt over the cap: nothing to train on, an error naming a row and the fix
+    with pytest.raises(
+        ValueError, match=r"every prompt is longer than the prompt cap 2 .* row short .* raise seq_len"
+    ):
+        _setup(data_dir, start, path, tmp_path, seq_len=10)
+
+
+def test_a_group_of_one_sample_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"num_generations must be >= 2, got num_generations=1"):
+        Grpo(reward=no_field_reward, num_generations=1)

@@ -1,0 +1,94 @@
+"""The RL tutorial (`experiments/tutorials/rl_tiny_model.py`): a fast test of its wiring (the step graph, the
+one held-out evaluation shared by the SFT measurement and the RL run, the worked solutions it trains on and the
+reward-hacking audit it prints), and a slow one that runs it end to end through `schooner run` at a tiny size,
+as a new user would, pretraining included."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "experiments" / "tutorials" / "rl_tiny_model.py"
+
+
+def test_the_tutorial_wires_sft_heldout_pass_at_k_rl_and_the_export() -> None:
+    from experiments.tutorials import rl_tiny_model as t
+    from schooner.cluster import lower
+    from schooner.eval.arithmetic import arithmetic_problems
+    from schooner.eval.rewards import exact_answer
+
+    names = [s.name for s in lower([t.sft_eval, t.rl_eval, t.hf])]
+    for name in (
+        "checkpoints/tutorial-nano",
+        "data/arithmetic",
+        "tokenized/arithmetic-chat",
+        "checkpoints/tutorial-nano-arith-sft",
+        "eval/tutorial-nano-arith-sft",
+        "checkpoints/tutorial-nano-arith-rl",
+        "eval/tutorial-nano-arith-rl",
+        "hf/checkpoints/tutorial-nano-arith-rl",
+    ):
+        assert name in names
+    assert names.index("checkpoints/tutorial-nano-arith-sft") < names.index(
+        "checkpoints/tutorial-nano-arith-rl"
+    )
+    # the SFT model is measured exactly as the RL run measures itself: one PassAtK, one prompt cap
+    rl = t.rl_model.config
+    assert rl.validation == {"arithmetic": t.HELDOUT_EVAL} and rl.eval_every >= 1
+    assert t.sft_eval.config.task == t.rl_eval.config.task == t.HELDOUT_EVAL
+    assert t.sft_eval.config.max_prompt_tokens == rl.seq_len - rl.objective.max_new_tokens
+    assert rl.objective.max_new_tokens == t.HELDOUT_EVAL.max_new_tokens
+    assert rl.objective.temperature == t.HELDOUT_EVAL.temperature
+    assert rl.initialize_from is t.sft_model or getattr(rl.initialize_from, "key", None) == t.sft_model.key
+    # the worked solutions keep every step and the answer, and earn the reward
+    reward = exact_answer()
+    for row in arithmetic_problems("train", 50, seed=0, min_steps=1, max_steps=2, max_value=20):
+        text = t.worked_solution(row["solution"])
+        assert len(text.splitlines()) == row["steps"] + 1 and reward(row["prompt"], text, row) == 1.0
+        assert t.audit([{"completion": text}]) == dict.fromkeys(t.audit([]), 0.0)
+    hacks = [
+        {"completion": "#### 7"},
+        {"completion": "3 + 4 = 8\n#### 7"},
+        {"completion": "3 + 4 = 7\n#### 7 #### 7"},
+    ]
+    assert t.audit(hacks) == pytest.approx(
+        {"answer_only": 1 / 3, "false_step": 1 / 3, "several_answers": 1 / 3, "no_answer": 0.0}
+    )
+
+
+@pytest.mark.slow  # pretraining, SFT, two evaluations and RL, all tiny: minutes on 2 cores
+def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+    env["XLA_FLAGS"] = flags
+    env.pop("SCHOONER_CLUSTER", None)
+    env.update(
+        SCHOONER_TUTORIAL_STEPS="8", SCHOONER_RL_SFT_STEPS="8", SCHOONER_RL_STEPS="2", SCHOONER_RL_HELDOUT="5",
+        SCHOONER_PREFIX=str(tmp_path), COLUMNS="200",
+    )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "schooner.cluster.cli", "run", str(TUTORIAL)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    out = proc.stdout
+    assert re.search(r"SFT\s+pass@1 \d\.\d+ ± \d\.\d+\s+pass@8", out), out[-3000:]
+    assert re.search(r"SFT \+ RL\s+pass@1 \d\.\d+ ± \d\.\d+", out) and "Audit of every" in out
+    (run,) = tmp_path.glob("checkpoints/tutorial-nano-arith-rl-*")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/arithmetic/pass@1" in r]
+    assert evals and evals[-1]["step"] == 2 and 0 <= evals[-1]["eval/arithmetic/pass@1"] <= 1
+    assert (run / "reward.png").read_bytes().startswith(b"\x89PNG")
+    (rl_eval,) = tmp_path.glob("eval/tutorial-nano-arith-rl-*")
+    scores = json.loads((rl_eval / "results.json").read_text())["scores"]
+    # the standalone measurement of the final checkpoint is the run's own final evaluation
+    assert scores["pass@1"] == pytest.approx(evals[-1]["eval/arithmetic/pass@1"], abs=1e-12)
+    (hf,) = tmp_path.glob("hf/checkpoints/tutorial-nano-arith-rl-*")
+    assert (hf / "config.json").exists() and (hf / "tokenizer.json").exists()
