@@ -96,13 +96,13 @@ def predict(
         law = delphi["law"]
         point = float(law["E"] + law["A"] * float(flops) ** (-law["alpha"]))
         reps = np.array([r["E"] + r["A"] * float(flops) ** (-r["alpha"]) for r in delphi["replicate_laws"]])
-        out = {"method": method, "loss": point, "replicates": int(reps.size)}
+        base = {"method": method, "loss": point, "replicates": int(reps.size)}
         shortfall = replicates_shortfall(int(reps.size), int(delphi["samples"]))
         if shortfall is not None:
-            return out | {"interval": None, "interval_error": f"the delphi fit: {shortfall}"}
+            return base | {"interval": None, "interval_error": f"the delphi fit: {shortfall}"}
         # Delphi's interval: the replicates' predictions alone (whole budgets resampled: the scatter of the
         # optima around the law is already what the replicates see)
-        return out | {"interval": percentile_interval(reps, level).to_dict()}
+        return base | {"interval": percentile_interval(reps, level).to_dict()}
     elif method == "frontier":
         a2 = fit["approach2"]
         if "error" in a2:
