@@ -164,7 +164,10 @@ def test_evaluate_checkpoints_scores_every_step_and_plots(run, tmp_path, caplog)
     png = base64.b64encode((out / "scores.png").read_bytes()).decode("ascii")
     assert f"data:image/png;base64,{png}" in page
     for row in rows:
-        drawn = re.search(rf"<h4>Scores at step {row['step']}</h4><table class=\"named\">(.*?)</table>", page)
+        drawn = re.search(
+            rf"<h4>Scores at step {row['step']}</h4>(?:<div class=\"wide\">)?<table class=\"named\">(.*?)</table>",
+            page,
+        )
         assert drawn, f"no table for step {row['step']}"
         cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td>(.*?)</td>", drawn.group(1))]
         task_result = json.loads((out / f"step-{row['step']:06d}" / "results.json").read_text())["tasks"][
