@@ -54,9 +54,9 @@ IMAGE_HAS = (
     "ml-dtypes",
     "opt-einsum",
 )
-# Required by a package's metadata but never imported on the check's paths (measured: the modules loaded by
-# gpu_check's sections and a train_throughput.py child, see tests/test_gather_gpu_wheels.py): pyarrow (parquet
-# readers of schooner.data, 40+ MB), matplotlib and its helpers (loss plots; the check sets loss_plot=False).
+# Required by a package's metadata but never imported on the check's paths (measured 2026-12-06: sys.modules
+# after gpu_check's sections 1-3 and a train_throughput.py child in one process): pyarrow (schooner.data's
+# parquet readers, 40+ MB), matplotlib and its helpers (loss plots; the check sets loss_plot=False).
 NOT_IMPORTED = (
     "pyarrow",
     "matplotlib",

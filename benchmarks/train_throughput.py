@@ -18,6 +18,11 @@ glibc's defaults and prints the ratio.
 `--configs gpu-1b` (on a GPU machine) trains a Llama-3.2-1B-shaped model, bf16 compute, seq 2048, batch 16,
 and reports MFU against the GPU's datasheet bf16 peak (goal: 0.5).
 
+`--configs h200` (on one NVIDIA H200; benchmarks/gpu_check.py runs it) trains the per-GPU presets
+(`GPU_SETTINGS`: 134M, 374M, the Llama-3.2-1B shape and the 8x top-2 MoE at seq 2048), each in its own
+process, reporting as `--configs tpu` does. `--size-gpu` (any machine) re-derives their batch and remat
+from schooner.train.estimate_step_memory and the H200's memory (`size_gpu`).
+
 Issue 15 before/after (2026-12-01, shared 2-core CPU at load average 15-24 from other jobs, so each step's
 process CPU time is compared; wall time only for reference): the `--child dense-fp32` run (this file's
 `child()`, steps 1+3, GLIBC_TUNABLES=glibc.malloc.hugetlb=1, SCHOONER_COMPILATION_CACHE=off; the CPU time of
@@ -129,20 +134,25 @@ def gpu_models() -> dict:
 # (XLA_PYTHON_CLIENT_MEM_FRACTION), the budget each preset's step must fit.
 H200_BYTES = 139 * 2**30
 GPU_BUDGET = int(0.75 * H200_BYTES)
-# Per H200 config: (batch, microbatches, remat policy, scan the layers), sized by `--size-gpu` (this file's
-# `size_gpu`) with schooner.train.estimate_step_memory: the real train step compiled on this machine's
-# CPU on shapes alone, at batch 1 and 2 for each remat policy from "none" down, memory taken as affine in the
-# batch, the largest batch in GPU_BUDGET (a multiple of 8, at most 64) under the first policy that allows 8.
-# The CPU compile's figure is a conservative lead (the 134M at batch 16 estimates far above the 11.8 GiB a
-# v5e chip compiled it to): train() on the GPU checks the real figure before the first step, and the child
-# halves the batch if it does not fit. The estimates are GPU_ESTIMATES (GiB at the chosen batch).
+# Per H200 config: (batch, microbatches, remat policy, scan the layers), sized by `--size-gpu` (`size_gpu`)
+# with schooner.train.estimate_step_memory: the real train step compiled on a CPU on shapes alone, the model
+# on the GPU's paths, memory taken as bilinear in (layers, batch) from 1-2 layers at batch 1-2, then
+# `choose_gpu_settings` within GPU_BUDGET. GPU_ESTIMATES: (fixed, per 2048-token row) GiB as `--size-gpu`
+# printed on 2026-12-06. The CPU compile's figure is an upper bound (the 134M at batch 16: 77 GiB here, 11.8
+# GiB compiled on a v5e) and the same for every remat policy, so remat stays "none": train() checks the real
+# figure on the GPU before the first step and the child halves the batch if it does not fit.
 GPU_SETTINGS = {
     "h200-134m": (16, 1, "none", False),
-    "h200-374m": (16, 1, "none", False),
-    "h200-moe": (16, 1, "none", False),
-    "h200-1b": (8, 1, "dots", False),
+    "h200-374m": (16, 4, "none", False),
+    "h200-moe": (16, 2, "none", False),
+    "h200-1b": (16, 8, "none", False),
 }
-GPU_ESTIMATES: dict[str, float] = {}
+GPU_ESTIMATES: dict[str, tuple[float, float]] = {
+    "h200-134m": (2.48, 4.661),
+    "h200-374m": (-0.05, 18.822),
+    "h200-moe": (5.55, 7.469),
+    "h200-1b": (21.99, 18.614),
+}
 
 # Per TPU config: (batch, microbatches, remat policy, scan the layers): the documented settings
 # (docs/accelerators.md). Unrolled layers keep each layer's saved activations in buffers of their own; a scan
@@ -374,15 +384,25 @@ def _line(kind: str, r: dict, ceiling: float) -> str:
     )
 
 
-def preset_config(kind: str, batch: int | None = None, remat: str | None = None) -> object:
+def preset_config(
+    kind: str, batch: int | None = None, remat: str | None = None, *, as_gpu: bool = False
+) -> object:
     """The TrainerConfig `child` runs for accelerator config `kind` (data not read), at `batch` and with the
-    remat policy `remat` when given: what `size_gpu` and the tests hand to `estimate_step_memory`."""
+    remat policy `remat` when given: what `size_gpu` and the tests hand to `estimate_step_memory`.
+
+    `as_gpu`: the model on the paths a GPU resolves `kernels="auto"` to (the XLA kernel path, its loss
+    chunks, cuDNN attention), so that a CPU compile sizes the GPU's step: on a CPU the cuDNN attention
+    falls back to the blocked attention with each block rematerialised (the GPU's own fallback), which like
+    cuDNN keeps no [heads, T, T] scores for the backward; the CPU's own path keeps the blocks' softmax
+    (5.4 GiB a 2048-token row for the 134M, nearly all of its step)."""
     from schooner.train import AdamConfig, TrainerConfig
 
     b, micro, policy, _ = SETTINGS[kind]
     model = model_config(kind)
     if remat is not None:
         model = dataclasses.replace(model, gradient_checkpointing=remat)
+    if as_gpu:
+        model = dataclasses.replace(model, kernels="xla", attention_implementation="cudnn")
     return TrainerConfig(
         model=model,
         datasets=[("<not read>/train", 1.0)],
@@ -397,45 +417,54 @@ def preset_config(kind: str, batch: int | None = None, remat: str | None = None)
     )
 
 
-def size_gpu(kinds: list[str], budget: int = GPU_BUDGET, cap: int = 64) -> dict:
-    """For each H200 config, the largest batch (a multiple of 8, at most `cap`) whose train step fits
-    `budget`, under the first remat policy from "none" down that allows 8.
+def choose_gpu_settings(fixed: float, per_row: float, budget: float = GPU_BUDGET, cap: int = 64) -> tuple:
+    """(batch, microbatches) for a step of `fixed + per_row x rows` bytes (rows: the batch over the
+    microbatches): the largest multiple of 8 from 16 to `cap` that fits whole, else batch 16 in the fewest
+    microbatches (2, 4, 8, 16) that fit with a row to spare: a microbatched step also holds a float32
+    gradient accumulator, and the 1B's whole compile at 4 rows a microbatch came to 107.2 GiB where the
+    fit said 96.4. Batch 16 x 2048 is the TPU presets' and gpu-1b's step."""
+    fits = int((budget - fixed) // max(per_row, 1))
+    if fits >= 16:
+        return min(cap, fits // 8 * 8), 1
+    for micro in (2, 4, 8, 16):
+        if 16 // micro <= fits - 1:
+            return 16, micro
+    raise ValueError(
+        f"one 2048-token row needs {per_row / 2**30:.1f} GiB: it does not fit {budget / 2**30:.0f} GiB"
+    )
 
-    The step memory comes from `estimate_step_memory` (the real step compiled on this machine's backend,
-    shapes only) of the model cut to 1 and 2 layers at batch 1 and 2: memory taken as bilinear in
-    (layers, batch), solved from those four and read at the model's layers (a full-size compile of a 1B
-    model takes many minutes on a small CPU machine; tests/test_train_throughput_presets.py compiles the
-    presets whole and checks they fit)."""
+
+def size_gpu(kinds: list[str], budget: int = GPU_BUDGET) -> dict:
+    """For each H200 config: (batch, microbatches) by `choose_gpu_settings` from the step memory of
+    `estimate_step_memory` (the real step compiled on this machine's backend, shapes only, the model on the
+    GPU's paths: `preset_config(as_gpu=True)`) of the model cut to 1 and 2 layers at batch 1 and 2, taken
+    as bilinear in (layers, batch) and read at the model's layers (a full-size compile of a 1B model takes
+    many minutes on a small CPU machine; tests/test_train_throughput_presets.py's slow test compiles the
+    presets whole). Remat "none": on a CPU the estimate is the same for every policy (the 374M: 18.82 GiB a
+    row under "none", "dots" and "save_carries" alike), so it cannot choose one; the GPU session can."""
     from schooner.train import estimate_step_memory
 
     out = {}
     for kind in kinds:
         layers = model_config(kind).num_layers
-        for remat in ("none", "dots", "save_carries"):
-            m = {}
-            for n in (1, 2):
-                for b in (1, 2):
-                    cfg = preset_config(kind, b, remat)
-                    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, num_layers=n))
-                    m[n, b] = estimate_step_memory(cfg).total
-            # m(n, b) = a + p n + r b + q n b
-            q = m[2, 2] - m[2, 1] - m[1, 2] + m[1, 1]
-            p = m[2, 1] - m[1, 1] - q
-            r = m[1, 2] - m[1, 1] - q
-            a = m[1, 1] - p - r - q
-            fixed, per_row = a + p * layers, r + q * layers
-            batch = int(min(cap, (budget - fixed) // max(per_row, 1) // 8 * 8))
-            print(
-                f"{kind} ({layers} layers) remat {remat}: {fixed / 2**30:.2f} GiB + {per_row / 2**30:.3f} GiB "
-                f"a row -> batch {batch}",
-                flush=True,
-            )
-            if batch >= 8:
-                break
-        batch = max(batch, 1)
-        est = fixed + per_row * batch
-        out[kind] = {"batch": batch, "remat": remat, "estimate_gib": round(est / 2**30, 2)}
+        m = {}
+        for n in (1, 2):
+            for b in (1, 2):
+                cfg = preset_config(kind, b, "none", as_gpu=True)
+                cfg = dataclasses.replace(
+                    cfg, microbatches=1, model=dataclasses.replace(cfg.model, num_layers=n)
+                )
+                m[n, b] = estimate_step_memory(cfg).total
+        # m(n, b) = a + p n + r b + q n b
+        q = m[2, 2] - m[2, 1] - m[1, 2] + m[1, 1]
+        p = m[2, 1] - m[1, 1] - q
+        r = m[1, 2] - m[1, 1] - q
+        a = m[1, 1] - p - r - q
+        fixed, per_row = a + p * layers, r + q * layers
+        batch, micro = choose_gpu_settings(fixed, per_row, budget)
+        out[kind] = {"batch": batch, "microbatches": micro, "remat": "none"}
         out[kind] |= {"fixed_gib": round(fixed / 2**30, 2), "per_row_gib": round(per_row / 2**30, 3)}
+        out[kind]["estimate_gib"] = round((fixed + per_row * batch / micro) / 2**30, 2)
         print(json.dumps({"kind": kind, **out[kind], "budget_gib": budget / 2**30}), flush=True)
     return out
 
@@ -455,7 +484,7 @@ def run_tpu(kinds: list[str], args: argparse.Namespace) -> None:
         except subprocess.CalledProcessError as e:
             print(f"{kind:16s} failed (exit {e.returncode}); its output is above", flush=True)
             continue
-        print("tpu   " + _line(kind, r, r["matmul_ceiling"]), flush=True)
+        print(f"{kind.split('-')[0]:5s} " + _line(kind, r, r["matmul_ceiling"]), flush=True)
         if args.json:
             with open(args.json, "a") as f:
                 f.write(json.dumps({"kind": kind, **r}) + "\n")

@@ -340,7 +340,7 @@ def _read_imports(code: types.CodeType) -> tuple[tuple[int, str, frozenset[str]]
 
     def visit(code: types.CodeType) -> None:
         consts: list[Any] = []
-        current = None
+        current: tuple[int, str, set[str]] | None = None
         for ins in dis.get_instructions(code):
             if ins.opname == "LOAD_CONST":
                 consts = [*consts[-1:], ins.argval]

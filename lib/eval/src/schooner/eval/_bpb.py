@@ -201,6 +201,9 @@ def _count_text_bytes(
         tokens=stream.tokens,
         respect_documents=respect_documents,
     )
+    if total is None:  # has_document_bytes said otherwise: keep the token count rather than fail
+        result["bytes_from"] = "tokens"
+        return
     result.update(bytes=total, bytes_from="text", bytes_per_token=total / result["tokens"])
     result["bpb"] = result["nats"] / math.log(2) / total if total > 0 else float("nan")
 

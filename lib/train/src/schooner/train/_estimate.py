@@ -45,7 +45,7 @@ def estimate_step_memory(config: TrainerConfig, model_config: Any = None) -> Ste
         output_path="<estimate>",
         model_config=model_config,
         objective=Objective(loss=lm_loss(float(config.z_loss_weight))),
-        data=None,  # type: ignore[arg-type] - never read: nothing runs
+        data=None,  # type: ignore[arg-type]  # never read: nothing runs
     )
     trainer._setup_abstract()
     trainer._compile_step()

@@ -248,7 +248,18 @@ class RolloutPool:
             return parts[0] if len(parts) == 1 else _concat(parts)
         return self._remote(model, prompts, ids, slices, sampling, seed, group, max_prompt_tokens, pad_id)
 
-    def _remote(self, model, prompts, ids, slices, sampling, seed, group, cap, pad_id) -> Any:
+    def _remote(
+        self,
+        model: Any,
+        prompts: Sequence[Sequence[int]],
+        ids: Sequence[str],
+        slices: Sequence[slice],
+        sampling: Any,
+        seed: int,
+        group: int,
+        cap: int,
+        pad_id: int,
+    ) -> Any:
         from schooner.cluster import ResourceConfig, current_client
 
         from ._rl_rollout import RolloutBatch

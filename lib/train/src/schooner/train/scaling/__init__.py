@@ -6,6 +6,11 @@
 - `isoflop_sweep(...)`: `train_lm` (+ optional evaluation) steps per (budget, size) and a results step.
 - `fit_scaling_law(...)`: Chinchilla approach 2 (`fit_approach2`), approach 3 (`fit_approach3`: Huber,
   L-BFGS from a grid) and variable projection (`fit_varpro`: grid + NNLS), bootstrap intervals, plots.
+- `fit_delphi(...)`: Marin's Delphi fit (parabolas in log tokens, E + A C^-alpha through the optima, bootstrap
+  over budgets, the over-training penalty `overtraining_penalty`); also the "delphi" method of the fit and
+  forecast steps.
+- `soft_metrics`, `fit_soft_to_hard`: downstream forecasts (a task's soft metrics fitted like the loss,
+  accuracy through a sigmoid from soft to hard).
 - `forecast(...)` / `score_forecast(...)`: a prediction written before its run exists, scored after.
 
 See docs/scaling.md.
@@ -32,9 +37,14 @@ from ._delphi import budget_optima as budget_optima
 from ._delphi import fit_asymptotic_law as fit_asymptotic_law
 from ._delphi import fit_delphi as fit_delphi
 from ._delphi import fit_parabola as fit_parabola
+from ._delphi import overtraining_penalty as overtraining_penalty
 from ._delphi import plot_delphi as plot_delphi
+from ._downstream import SoftToHard as SoftToHard
+from ._downstream import fit_soft_to_hard as fit_soft_to_hard
+from ._downstream import soft_metrics as soft_metrics
 from ._fit import FitConfig as FitConfig
 from ._fit import backtest as backtest
+from ._fit import delphi_from_dict as delphi_from_dict
 from ._fit import fit_runs as fit_runs
 from ._fit import fit_scaling_law as fit_scaling_law
 from ._fit import read_fit as read_fit
@@ -42,6 +52,7 @@ from ._forecast import ForecastConfig as ForecastConfig
 from ._forecast import ScoreConfig as ScoreConfig
 from ._forecast import forecast as forecast
 from ._forecast import predict as predict
+from ._forecast import run_started as run_started
 from ._forecast import score as score
 from ._forecast import score_forecast as score_forecast
 from ._forecast import target_run as target_run

@@ -45,6 +45,7 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "overtraining_penalty",
     "plot_delphi",
 ]
 
@@ -148,6 +149,8 @@ class DelphiFit:
     level: float
     """The coverage intervals aim at (0.9: the 5th to the 95th percentile)."""
     penalties: tuple[OvertrainingPenalty, ...]
+    dropped: tuple[dict[str, Any], ...] = ()
+    """Budgets left out (`fit_delphi(skip_unbracketed=True)`): `{"budget", "runs", "reason"}` each."""
 
     @property
     def budgets(self) -> list[float]:
@@ -209,6 +212,7 @@ class DelphiFit:
             "params_law": self.params_law.to_dict(),
             "optima": [o.to_dict() for o in self.optima],
             "penalties": [p.to_dict() for p in self.penalties],
+            "dropped": list(self.dropped),
         }
 
 
@@ -272,34 +276,50 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
 
 def budget_optima(runs: Iterable[ScalingRun]) -> list[BudgetOptimum]:
     """The compute-optimal point of every budget (budgets within a relative 1e-6 are one group), ascending."""
+    optima, _ = _optima(runs, skip_unbracketed=False)
+    return optima
+
+
+def _optima(
+    runs: Iterable[ScalingRun], *, skip_unbracketed: bool
+) -> tuple[list[BudgetOptimum], list[dict[str, Any]]]:
+    """(the optima, the budgets dropped with the reason): with `skip_unbracketed`, a budget whose parabola
+    fails (too few runs, opens downwards, vertex outside the runs) is dropped and recorded, not raised."""
     runs = list(runs)
     if not runs:
         raise ValueError("the Delphi fit needs runs; got none")
     _check_runs(runs)
-    out = []
+    out, dropped = [], []
     for budget, idx in budget_groups(r.budget for r in runs):
         g = [runs[i] for i in idx]
-        if len(g) < 3:
-            raise ValueError(
-                f"the Delphi fit needs at least 3 runs per budget (a parabola has 3 coefficients); budget "
-                f"{budget:.4g} has {len(g)} ({', '.join(repr(r.name) for r in g)}): add runs or drop the budget"
-            )
-        tokens = np.array([r.tokens for r in g])
-        p = fit_parabola(budget, tokens, np.array([r.loss for r in g]))
-        lt, ln = np.log(tokens), np.log([r.params for r in g])
-        slope, intercept = np.polyfit(lt, ln, 1) if np.ptp(lt) > 0 else (0.0, float(ln.mean()))
-        d_opt = p.argmin
-        out.append(
-            BudgetOptimum(
-                budget=float(budget),
-                tokens=d_opt,
-                loss=p.min_loss,
-                params=float(np.exp(intercept + slope * math.log(d_opt))),
-                parabola=p,
-                runs=len(g),
-            )
+        try:
+            out.append(_optimum(budget, g))
+        except ValueError as e:
+            if not skip_unbracketed:
+                raise
+            dropped.append({"budget": float(budget), "runs": len(g), "reason": str(e)})
+    return out, dropped
+
+
+def _optimum(budget: float, g: Sequence[ScalingRun]) -> BudgetOptimum:
+    if len(g) < 3:
+        raise ValueError(
+            f"the Delphi fit needs at least 3 runs per budget (a parabola has 3 coefficients); budget "
+            f"{budget:.4g} has {len(g)} ({', '.join(repr(r.name) for r in g)}): add runs or drop the budget"
         )
-    return out
+    tokens = np.array([r.tokens for r in g])
+    p = fit_parabola(budget, tokens, np.array([r.loss for r in g]))
+    lt, ln = np.log(tokens), np.log([r.params for r in g])
+    slope, intercept = np.polyfit(lt, ln, 1) if np.ptp(lt) > 0 else (0.0, float(ln.mean()))
+    d_opt = p.argmin
+    return BudgetOptimum(
+        budget=float(budget),
+        tokens=d_opt,
+        loss=p.min_loss,
+        params=float(np.exp(intercept + slope * math.log(d_opt))),
+        parabola=p,
+        runs=len(g),
+    )
 
 
 # -- step 2: the law through the optima, by variable projection ----------------------------------------------
@@ -402,6 +422,16 @@ def _bootstrap(c: np.ndarray, y: np.ndarray, samples: int, seed: int) -> tuple[n
 
 
 # -- step 4: the penalty for leaving the optimum ----------------------------------------------------------------
+def overtraining_penalty(optima: Sequence[BudgetOptimum], multiplier: float) -> OvertrainingPenalty:
+    """The extra loss of training with `multiplier` x D* tokens (the model resized to keep the budget), per
+    budget read off its parabola (c2 (ln m)^2), and a power law of it against compute to extrapolate with
+    (None when fewer than two budgets, or a penalty of 0). `fit_delphi` prices `multipliers` with this;
+    `plot_delphi` draws them (its third panel)."""
+    if not (isinstance(multiplier, int | float) and multiplier > 0 and multiplier != 1):
+        raise ValueError(f"overtraining_penalty: multiplier must be positive and not 1; got {multiplier!r}")
+    return _penalty(optima, float(multiplier))
+
+
 def _penalty(optima: Sequence[BudgetOptimum], m: float) -> OvertrainingPenalty:
     extra = tuple(float(o.loss_at(m * o.tokens) - o.loss) for o in optima)
     budgets = tuple(o.budget for o in optima)
@@ -416,6 +446,7 @@ def fit_delphi(
     seed: int = 0,
     level: float = 0.9,
     multipliers: Sequence[float] = (0.5, 2.0),
+    skip_unbracketed: bool = False,
 ) -> DelphiFit:
     """The Delphi fit of isoFLOP runs (see the module docstring).
 
@@ -426,6 +457,8 @@ def fit_delphi(
         seed: the bootstrap's seed (same seed, same intervals).
         level: the coverage of the intervals.
         multipliers: token multiples of the optimum at which the over-training penalty is priced.
+        skip_unbracketed: drop a budget whose parabola cannot be fitted (too few runs, opening downwards, a
+            vertex outside its runs) instead of raising; each dropped budget and why is in `DelphiFit.dropped`.
 
     Raises:
         ValueError: a run with a non-positive or non-finite value, a budget with fewer than 3 runs (or 3
@@ -439,7 +472,7 @@ def fit_delphi(
     bad = [m for m in multipliers if not (isinstance(m, int | float) and m > 0 and m != 1)]
     if bad:
         raise ValueError(f"fit_delphi multipliers must be positive and not 1; got {bad}")
-    optima = budget_optima(runs)
+    optima, dropped = _optima(runs, skip_unbracketed=skip_unbracketed)
     c = np.array([o.budget for o in optima])
     y = np.array([o.loss for o in optima])
     law = fit_asymptotic_law(c.tolist(), y.tolist())
@@ -453,6 +486,7 @@ def fit_delphi(
         failed=failed,
         level=float(level),
         penalties=tuple(_penalty(optima, float(m)) for m in multipliers),
+        dropped=tuple(dropped),
     )
 
 

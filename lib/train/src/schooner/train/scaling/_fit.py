@@ -19,13 +19,18 @@ from schooner.cluster import StepHandle, step, storage
 from ._approach2 import fit_approach2
 from ._approach3 import Approach3Config, fit_approach3
 from ._bootstrap import bootstrap, percentile_interval, replicates_shortfall
+from ._delphi import fit_delphi
 from ._law import ScalingLaw, ScalingRun, budget_groups
 from ._varpro import VarProConfig, fit_varpro
 
-__all__ = ["FitConfig", "backtest", "fit_runs", "fit_scaling_law", "read_fit"]
+__all__ = ["FitConfig", "backtest", "delphi_from_dict", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v5"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data
+VERSION = "scaling-fit-v6"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data; v6: the Delphi fit
 LAW_METHODS = ("approach3", "varpro")
+FRONTIER_METHODS = ("delphi",)
+"""Methods that forecast the compute-optimal loss L*(C) from a law in compute alone (besides approach 2's
+frontier): "delphi" (`_delphi`: parabolas in log tokens, E + A C^-alpha through the optima, bootstrap over
+budgets)."""
 _LAW_KEYS = ("E", "A", "B", "alpha", "beta", "a", "b")
 
 
@@ -73,11 +78,26 @@ def _approach2_summary(
     }
 
 
+def _delphi_summary(
+    runs: Sequence[ScalingRun], *, samples: int, level: float, seed: int, skip_unbracketed: bool
+) -> dict[str, Any]:
+    """The Delphi fit as `fit.json` keeps it: `fit_delphi`'s record plus every bootstrap replicate's
+    (E, A, alpha) under `replicate_laws` (a forecast's interval is their predictions' percentiles)."""
+    fit = fit_delphi(runs, samples=samples, seed=seed, level=level, skip_unbracketed=skip_unbracketed)
+    return {
+        **fit.to_dict(),
+        "replicate_laws": [{"E": float(e), "A": float(a), "alpha": float(al)} for e, a, al in fit.replicates],
+        "samples": samples,
+        "level": level,
+    }
+
+
 def backtest(
     runs: Sequence[ScalingRun],
     *,
     approach3: Approach3Config | None = None,
     varpro: VarProConfig | None = None,
+    delphi_skip_unbracketed: bool = False,
 ) -> dict[str, Any]:
     """Each method fitted on every budget but the largest, predicting the best run of the largest: the
     extrapolation error a forecast's bootstrap interval does not see (it covers the noise of the runs, not a
@@ -111,6 +131,9 @@ def backtest(
             fit_approach3(fitted, approach3 or Approach3Config()).law.loss(best.params, best.tokens)
         ),
         "frontier": lambda: float(fit_approach2(fitted).loss_law(held)),
+        "delphi": lambda: float(
+            fit_delphi(fitted, samples=1, skip_unbracketed=delphi_skip_unbracketed).predict(held)
+        ),
     }
     for method, predict_best in fitters.items():
         try:
@@ -133,8 +156,10 @@ def fit_runs(
     seed: int = 0,
     approach3: Approach3Config | None = None,
     varpro: VarProConfig | None = None,
+    delphi_skip_unbracketed: bool = False,
+    delphi_samples: int | None = None,
 ) -> dict[str, Any]:
-    """Approach 2, approach 3 and variable projection on `runs`, each with `level` bootstrap intervals over
+    """Approach 2, approach 3, variable projection and the Delphi fit on `runs`, each with `level` bootstrap intervals over
     `samples` resamplings of the runs (`_bootstrap`). A JSON-able dict (the content of `fit.json`). When
     approach 2 cannot fit (a budget whose runs do not bracket a minimum), or approach 3 converges to a negative
     exponent, that method's entry holds the `error` and the other fits still run.
@@ -148,6 +173,11 @@ def fit_runs(
     `intervals_error` saying so. The parametric fits need 5 runs at 2 or more budgets, and flag `degenerate`
     terms (A or B zero); variable projection flags an exponent `on_grid_edge`, approach 3 a `runaway` one (far
     beyond its grid of starts: `Approach3Config.runaway`).
+
+    The Delphi fit (`delphi`, see `fit_delphi`) resamples whole budgets' optima, not runs; its entry holds the
+    law, the optima, the penalties and the `replicate_laws`, or the `error` that stopped it
+    (`delphi_skip_unbracketed`: drop a budget whose parabola fails instead, recorded in `dropped`;
+    `delphi_samples`: its bootstrap replicates, default `samples`: they cost milliseconds, approach 3's do not).
     """
     runs = list(runs)
     approach3 = approach3 or Approach3Config()
@@ -188,7 +218,16 @@ def fit_runs(
             "replicates": [f.law.to_dict() for f in reps],
             "log_residuals": log_residuals(runs, full.law),
         }
-    out["backtest"] = backtest(runs, approach3=approach3, varpro=varpro)
+    try:
+        out["delphi"] = _delphi_summary(
+            runs, samples=delphi_samples or samples, level=level, seed=seed,
+            skip_unbracketed=delphi_skip_unbracketed,
+        )  # fmt: skip
+    except ValueError as e:  # e.g. a budget whose runs do not bracket a minimum: the other fits still stand
+        out["delphi"] = {"error": str(e)}
+    out["backtest"] = backtest(
+        runs, approach3=approach3, varpro=varpro, delphi_skip_unbracketed=delphi_skip_unbracketed
+    )
     return out
 
 
@@ -220,6 +259,44 @@ def write_plots(fit: dict[str, Any], output_path: str, up_to: float | None = Non
         plot_frontier(a2, f"{output_path}/frontier.png", laws=laws, up_to=up_to)
     plot_fit(runs, laws, f"{output_path}/fit_vs_observed.png")
     plot_residuals(runs, laws, f"{output_path}/residuals.png")
+    if "error" not in fit.get("delphi", {"error": ""}):
+        from ._delphi import plot_delphi
+
+        plot_delphi(delphi_from_dict(fit["delphi"]), f"{output_path}/delphi.png", runs=runs, up_to=up_to)
+
+
+def delphi_from_dict(record: Mapping[str, Any]) -> Any:
+    """The `DelphiFit` of a `fit.json`'s "delphi" entry (its replicates from `replicate_laws`)."""
+    from ._approach2 import Parabola, PowerLaw
+    from ._delphi import AsymptoticLaw, BudgetOptimum, DelphiFit, OvertrainingPenalty
+
+    optima = tuple(
+        BudgetOptimum(
+            budget=o["budget"],
+            tokens=o["tokens"],
+            loss=o["loss"],
+            params=o["params"],
+            parabola=Parabola(**o["parabola"]),
+            runs=o["runs"],
+        )  # fmt: skip
+        for o in record["optima"]
+    )
+    penalties = tuple(
+        OvertrainingPenalty(
+            multiplier=p["multiplier"],
+            budgets=tuple(p["budgets"]),
+            per_budget=tuple(p["per_budget"]),
+            law=None if p["law"] is None else PowerLaw(**p["law"]),
+        )  # fmt: skip
+        for p in record["penalties"]
+    )
+    reps = np.array([[r["E"], r["A"], r["alpha"]] for r in record["replicate_laws"]], dtype=np.float64)
+    return DelphiFit(
+        optima=optima, law=AsymptoticLaw(**record["law"]), tokens_law=PowerLaw(**record["tokens_law"]),
+        params_law=PowerLaw(**record["params_law"]), replicates=reps.reshape(-1, 3), failed=record["failed"],
+        level=record.get("level", 0.9), penalties=penalties,
+        dropped=tuple(record.get("dropped", ())),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,6 +312,10 @@ class FitConfig:
     seed: int = 0
     approach3: Approach3Config = field(default_factory=Approach3Config)
     varpro: VarProConfig = field(default_factory=VarProConfig)
+    delphi_skip_unbracketed: bool = False
+    """Drop (and record) a budget whose Delphi parabola fails instead of failing the Delphi fit."""
+    delphi_samples: int | None = None
+    """The Delphi fit's bootstrap replicates (None: `samples`)."""
 
     def __post_init__(self) -> None:
         if self.samples < 1 or not 0 < self.level < 1:
@@ -252,15 +333,20 @@ def fit_scaling_law(
     seed: int = 0,
     approach3: Approach3Config | None = None,
     varpro: VarProConfig | None = None,
+    delphi_skip_unbracketed: bool = False,
+    delphi_samples: int | None = None,
 ) -> StepHandle:
-    """A step fitting a sweep's runs (see `fit_runs`); its folder holds `fit.json` and the four PNG plots."""
+    """A step fitting a sweep's runs (see `fit_runs`); its folder holds `fit.json` and the PNG plots (the
+    four of approaches 2/3 and variable projection, and `delphi.png`)."""
     config = FitConfig(
         sweep=sweep, samples=samples, level=level, seed=seed,
         approach3=approach3 or Approach3Config(), varpro=varpro or VarProConfig(),
+        delphi_skip_unbracketed=delphi_skip_unbracketed, delphi_samples=delphi_samples,
     )  # fmt: skip
     return step(
-        name, _run_fit, config, version=VERSION, description="approach 2, approach 3, variable projection"
-    )
+        name, _run_fit, config, version=VERSION,
+        description="approach 2, approach 3, variable projection, Delphi",
+    )  # fmt: skip
 
 
 def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
@@ -271,6 +357,7 @@ def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
     fit = fit_runs(
         runs, samples=config.samples, level=config.level, seed=config.seed,
         approach3=config.approach3, varpro=config.varpro,
+        delphi_skip_unbracketed=config.delphi_skip_unbracketed, delphi_samples=config.delphi_samples,
     )  # fmt: skip
     fit["data"] = fitted_data(data, runs)
     storage.makedirs(output_path)
@@ -315,4 +402,18 @@ def fit_summary(fit: Mapping[str, Any]) -> dict[str, Any]:
         for flag in ("intervals_error", "on_grid_edge", "degenerate", "runaway"):
             if result.get(flag):
                 summary[f"{method}.{flag}"] = result[flag]
+    delphi = fit.get("delphi")
+    if delphi is not None and "error" in delphi:
+        summary["delphi.error"] = delphi["error"]
+    elif delphi is not None:
+        for k in ("E", "A", "alpha"):
+            summary[f"delphi.{k}"] = float(f"{delphi['law'][k]:.4g}")
+            iv = (delphi.get("intervals") or {}).get(k)
+            if iv:
+                summary[f"delphi.{k}_interval"] = [float(f"{iv['low']:.4g}"), float(f"{iv['high']:.4g}")]
+        summary["delphi.failed"] = f"{delphi['failed']} of {delphi['samples']}"
+        if delphi.get("dropped"):
+            summary["delphi.dropped"] = [d["budget"] for d in delphi["dropped"]]
+        if delphi.get("interval_problem"):
+            summary["delphi.intervals_error"] = delphi["interval_problem"]
     return summary

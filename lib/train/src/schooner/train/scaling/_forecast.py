@@ -34,25 +34,35 @@ from schooner.cluster import StepHandle, records, step, storage
 
 from ._approach2 import PowerLaw
 from ._bootstrap import percentile_interval, replicates_shortfall
-from ._fit import LAW_METHODS, fitted_law, read_fit
+from ._fit import FRONTIER_METHODS, LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
 
-__all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "score", "score_forecast"]
+__all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "run_started", "score", "score_forecast"]
 
-METHODS = (*LAW_METHODS, "frontier")
-FORECAST_VERSION = "scaling-forecast-v3"  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
+METHODS = (*LAW_METHODS, "frontier", *FRONTIER_METHODS)
+FORECAST_VERSION = "scaling-forecast-v4"  # v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
 SCORE_VERSION = "scaling-score-v4"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line); v4: the data compared, a difference refused
 
 
 def target_run(
-    fit: Mapping[str, Any], budget: float, recipe: ScalingRecipe, width: int | None = None
+    fit: Mapping[str, Any],
+    budget: float,
+    recipe: ScalingRecipe,
+    width: int | None = None,
+    method: str | None = None,
 ) -> Recipe:
-    """The run a forecast is about: the recipe's run at `budget` of `width`, else of the family member closest
+    """The run a forecast is about: the recipe's run at `budget` of `width`, else (`method="delphi"`) of the
+    member closest to the Delphi fit's N*(budget), else of the family member closest
     to approach 2's compute-optimal N*(budget), else (approach 2 failed) of the member whose loss the variable
     projection law (approach 3's if that failed) predicts lowest."""
     if width is not None:
         return recipe.run(budget, width)
+    if method == "delphi":
+        delphi = fit.get("delphi", {"error": "the fit has no Delphi entry (fitted before scaling-fit-v6)"})
+        if "error" in delphi:
+            raise ValueError(f"the Delphi forecast needs the Delphi fit, which failed: {delphi['error']}")
+        return recipe(budget, params=float(PowerLaw(**delphi["params_law"])(budget)))
     if "error" not in fit["approach2"]:
         n_opt = PowerLaw(**fit["approach2"]["params_law"])(budget)
         return recipe(budget, params=float(n_opt))
@@ -71,13 +81,28 @@ def predict(
     level: float = 0.9,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The predicted final loss of a run of `params` and `tokens` (`flops` for the frontier) with `method`,
-    and its `level` interval from the bootstrap replicates plus resampled residuals."""
+    """The predicted final loss of a run of `params` and `tokens` (`flops` for the frontier and Delphi) with
+    `method`, and its `level` interval: the bootstrap replicates plus resampled residuals, or for "delphi"
+    the percentiles of the replicates' L*(flops) (bootstrap over budgets)."""
     rng = np.random.default_rng(seed)
     if method in LAW_METHODS:
         point = float(fitted_law(fit, method).loss(params, tokens))
         reps = np.array([float(ScalingLaw(**r).loss(params, tokens)) for r in fit[method]["replicates"]])
         residuals = np.asarray(fit[method]["log_residuals"])
+    elif method == "delphi":
+        delphi = fit.get("delphi", {"error": "the fit has no Delphi entry (fitted before scaling-fit-v6)"})
+        if "error" in delphi:
+            raise ValueError(f"the Delphi forecast needs the Delphi fit, which failed: {delphi['error']}")
+        law = delphi["law"]
+        point = float(law["E"] + law["A"] * float(flops) ** (-law["alpha"]))
+        reps = np.array([r["E"] + r["A"] * float(flops) ** (-r["alpha"]) for r in delphi["replicate_laws"]])
+        base = {"method": method, "loss": point, "replicates": int(reps.size)}
+        shortfall = replicates_shortfall(int(reps.size), int(delphi["samples"]))
+        if shortfall is not None:
+            return base | {"interval": None, "interval_error": f"the delphi fit: {shortfall}"}
+        # Delphi's interval: the replicates' predictions alone (whole budgets resampled: the scatter of the
+        # optima around the law is already what the replicates see)
+        return base | {"interval": percentile_interval(reps, level).to_dict()}
     elif method == "frontier":
         a2 = fit["approach2"]
         if "error" in a2:
@@ -109,7 +134,8 @@ class ForecastConfig:
     recipe: ScalingRecipe = field(default_factory=ScalingRecipe)
     """The rules that turn the budget into the target run."""
     method: str = "varpro"
-    """"varpro", "approach3" (the law at the target's N and D) or "frontier" (approach 2's L*(C))."""
+    """"varpro", "approach3" (the law at the target's N and D), "frontier" (approach 2's L*(C)) or "delphi"
+    (the Delphi fit's L*(C) = E + A C^-alpha, its target sized by the Delphi N*(C))."""
     level: float = 0.9
     width: int | None = None
     """Fix the target's width instead of sizing it by approach 2's N*(C)."""
@@ -211,7 +237,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
     fit = read_fit(str(config.fit))
     if config.check_recipe:
         _check_recipe(fit, config.recipe)
-    target = target_run(fit, config.budget, config.recipe, config.width)
+    target = target_run(fit, config.budget, config.recipe, config.width, method=config.method)
     pred = predict(
         fit, config.method, target.params, target.tokens, target.flops, level=config.level, seed=config.seed
     )
@@ -230,7 +256,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "fit": {
             "path": str(config.fit),
             "law": fit[config.method]["law"]
-            if config.method in LAW_METHODS
+            if config.method in (*LAW_METHODS, *FRONTIER_METHODS)
             else fit["approach2"]["loss_law"],
             "runs": fit["runs"],
             "samples": fit["samples"],

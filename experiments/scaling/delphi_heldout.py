@@ -1,0 +1,224 @@
+"""The Delphi suite's second half: fits, forecasts registered as steps, then the held-out runs and the scores.
+
+`held_out_phase` runs, in this order (the held-out runs are declared only once every forecast step has
+written its file, so each forecast is registered before its run starts; `score_forecast` checks it):
+
+1. `scaling/delphi-fit` (`fit_scaling_law`, every method; the Delphi fit drops and records a budget whose
+   parabola fails) and `scaling/delphi-forecast-{k}x`: the Delphi forecast of the loss at k x the largest
+   fitted budget, written before any held-out run is declared;
+2. the held-out runs (`scaling/delphi-heldout/{k}x-s{seed}`), their cloze evaluations and a `score_forecast`
+   per run, beside `scaling/delphi-downstream` (`downstream_fit`: per sweep run the cloze task's soft
+   metrics, each fitted against compute with `fit_delphi`, the soft-to-hard sigmoid on the pool of runs, and
+   the forecasts of every metric at the held-out budgets, in `downstream.json`; it waits for the sweep runs'
+   task scores, so it can finish after a held-out run starts) and `scaling/delphi-downstream-score` (each
+   metric's forecast against each seed, and whether the downstream forecast was written before that seed's
+   run started).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from schooner.cluster import RunResult, StepHandle, StepRunner, step, storage
+from schooner.train.scaling import (
+    ScalingRun,
+    fit_delphi,
+    fit_scaling_law,
+    fit_soft_to_hard,
+    forecast,
+    read_runs,
+    run_started,
+    score_forecast,
+    soft_metrics,
+)
+from schooner.train.steps import train_lm
+
+SOFT = ("choice_loss", "bpb")
+TASK = "sp_cloze"
+CHANCE = 0.25
+
+
+def run_metrics(evaluation_path: str) -> dict[str, float]:
+    """The cloze task's soft and hard metrics of one evaluated run (its documents file)."""
+    results = storage.read_json(f"{evaluation_path}/results.json")
+    docs_file = f"{evaluation_path}/{results['tasks'][TASK]['documents_file']}"
+    docs = [json.loads(line) for line in storage.read_text(docs_file).splitlines() if line.strip()]
+    return soft_metrics(docs)
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    sweep: Any
+    evaluations: dict
+    """{run name: evaluation step}."""
+    budgets: tuple
+    """The held-out budgets to forecast."""
+    samples: int = 1000
+    level: float = 0.9
+
+
+def _downstream(config: DownstreamConfig, output_path: str) -> dict[str, Any]:
+    runs = read_runs(str(config.sweep))
+    rows = []
+    for r in runs:
+        m = run_metrics(str(config.evaluations[r.name]))
+        rows.append({"name": r.name, "budget": r.budget, "params": r.params, "tokens": r.tokens, **m})
+    out: dict[str, Any] = {"runs": rows, "metrics": {}, "level": config.level}
+    for metric in SOFT:
+        pts = [
+            ScalingRun(
+                budget=x["budget"], params=x["params"], tokens=x["tokens"], loss=x[metric], name=x["name"]
+            )
+            for x in rows
+        ]
+        try:
+            fit = fit_delphi(pts, samples=config.samples, level=config.level, skip_unbracketed=True)
+        except ValueError as e:
+            out["metrics"][metric] = {"error": str(e)}
+            continue
+        forecasts = {}
+        for c in config.budgets:
+            iv = fit.interval(c)
+            forecasts[f"{c:.4g}"] = {
+                "compute": c,
+                "value": float(fit.predict(c)),
+                "interval": None if iv is None else iv.to_dict(),
+            }
+        out["metrics"][metric] = {"fit": fit.to_dict(), "forecasts": forecasts}
+    hard = fit_soft_to_hard([x["choice_loss"] for x in rows], [x["acc"] for x in rows], chance=CHANCE)
+    out["soft_to_hard"] = {"soft": "choice_loss", **hard.to_dict()}
+    cl = out["metrics"]["choice_loss"]
+    if "error" not in cl:
+        out["acc_forecasts"] = {
+            key: {
+                "compute": f["compute"],
+                "value": float(hard(f["value"])),
+                # the map falls with the soft metric: the soft interval's high end is accuracy's low end
+                "interval": None
+                if f["interval"] is None
+                else {
+                    "low": float(hard(f["interval"]["high"])),
+                    "high": float(hard(f["interval"]["low"])),
+                    "level": f["interval"]["level"],
+                },
+            }
+            for key, f in cl["forecasts"].items()
+        }
+    out["created_unix"] = time.time()
+    out["created_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    storage.makedirs(output_path)
+    storage.write_text(f"{output_path}/downstream.json", json.dumps(out, indent=1, sort_keys=True))
+    return {m: out["metrics"][m].get("forecasts", out["metrics"][m].get("error")) for m in SOFT} | {
+        "soft_to_hard": out["soft_to_hard"]
+    }
+
+
+def downstream_fit(name: str, sweep: StepHandle, evaluations: dict, budgets: tuple) -> StepHandle:
+    cfg = DownstreamConfig(sweep=sweep, evaluations=evaluations, budgets=tuple(float(b) for b in budgets))
+    return step(name, _downstream, cfg, version="delphi-downstream-v1", description="downstream forecasts")
+
+
+@dataclass(frozen=True)
+class DownstreamScoreConfig:
+    downstream: Any
+    heldout: list
+    """[{"budget": C, "seed": s, "train": handle, "evaluation": handle}]."""
+
+
+def _downstream_score(config: DownstreamScoreConfig, output_path: str) -> dict[str, Any]:
+    registered = storage.read_json(f"{config.downstream}/downstream.json")
+    rows = []
+    for h in config.heldout:
+        m = run_metrics(str(h["evaluation"]))
+        started, _ = run_started(str(h["train"]))
+        key = f"{float(h['budget']):.4g}"
+        row = {"budget": h["budget"], "seed": h["seed"], **m}
+        row["registered_before_run"] = started is not None and registered["created_unix"] < started
+        for metric in SOFT:
+            f = registered["metrics"][metric].get("forecasts", {}).get(key)
+            if f is None:
+                continue
+            iv = f["interval"]
+            row[f"{metric}_forecast"] = f["value"]
+            row[f"{metric}_error_pct"] = 100.0 * (f["value"] - m[metric]) / m[metric]
+            row[f"{metric}_inside"] = None if iv is None else bool(iv["low"] <= m[metric] <= iv["high"])
+        f = registered.get("acc_forecasts", {}).get(key)
+        if f is not None:
+            row["acc_forecast"] = f["value"]
+            row["acc_error_points"] = 100.0 * (f["value"] - m["acc"])
+            iv = f["interval"]
+            row["acc_inside"] = None if iv is None else bool(iv["low"] <= m["acc"] <= iv["high"])
+        rows.append(row)
+    storage.makedirs(output_path)
+    storage.write_text(f"{output_path}/score.json", json.dumps(rows, indent=1, sort_keys=True))
+    return {"rows": len(rows)}
+
+
+def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: list, cloze_path: str) -> None:
+    from experiments.scaling import delphi_suite as suite
+
+    largest = max(suite.BUDGETS)
+    targets = [k * largest for k in suite.HELD_OUT]
+    fit = fit_scaling_law(
+        "scaling/delphi-fit", sweep, samples=60, level=0.9, delphi_skip_unbracketed=True, delphi_samples=1000
+    )
+    down = downstream_fit(
+        "scaling/delphi-downstream",
+        sweep,
+        {r.train.name: e for r, e in zip(runs, evals, strict=True)},
+        targets,
+    )
+    guesses = {
+        k: forecast(
+            f"scaling/delphi-forecast-{k}x", fit, budget=k * largest, recipe=suite.RECIPE, method="delphi"
+        )
+        for k in suite.HELD_OUT
+    }
+    registered = runner.main([fit, *guesses.values()])  # the loss forecasts, before any held-out run
+    heldout, scores = [], []
+    for k, guess in guesses.items():
+        width = registered[guess].result["target"]["width"]
+        for seed in suite.SEEDS:
+            name = f"scaling/delphi-heldout/{k}x-s{seed}"
+            run = train_lm(
+                name, **suite.RECIPE.run(k * largest, width), datasets=suite.DATA, seed=seed, **suite.TRAIN
+            )
+            ev = suite.cloze_eval(f"{name}-cloze", run, cloze_path)
+            heldout.append({"budget": k * largest, "seed": seed, "train": run, "evaluation": ev})
+            scores.append(score_forecast(f"scaling/delphi-forecast-{k}x-score-s{seed}", guess, run=run))
+    down_score = step(
+        "scaling/delphi-downstream-score",
+        _downstream_score,
+        DownstreamScoreConfig(downstream=down, heldout=heldout),
+        version="delphi-downstream-score-v1",
+    )
+    # The downstream fit (downstream.json) waits for the sweep runs' task scores, so it may finish after a
+    # held-out run has started: its score step records per run whether it was written before the run started
+    scored = runner.main([*scores, down, down_score])
+    print_summary(registered, scored, fit, guesses, scores, down_score)
+
+
+def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores, down_score) -> None:
+    print("\nfit:", json.dumps(registered[fit].result, indent=1))
+    for s in scores:
+        r = scored[s].result
+        print(
+            f"{s.name}: predicted {r['predicted']:.4f} {r['interval']} actual {r['actual']:.4f} "
+            f"error {r['error_pct']:+.2f}% inside {r['inside_interval']} registered {r['registered_before_run']}"
+        )
+    path = scored[down_score].output_path
+    for row in storage.read_json(f"{path}/score.json"):
+        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+    losses = {}
+    for s in scores:
+        r = scored[s].result
+        losses.setdefault(r["budget"], []).append(r["actual"])
+    for b, v in losses.items():
+        print(
+            f"seed spread at {b:.3g}: {100 * np.std(v, ddof=1) / np.mean(v):.3f}% (std/mean), range {min(v):.4f}..{max(v):.4f}"
+        )

@@ -1,0 +1,121 @@
+"""The Delphi suite (issue 38): an isoFLOP sweep with the token-horizon recipe and AdamH on text that is never
+repeated, the Delphi fit, forecasts registered before their held-out runs (three seeds at 10x and 30x the
+largest fitted budget), and downstream forecasts of a multiple-choice task.
+
+    uv run python experiments/scaling/delphi_suite.py                      # the sizing below (about 45 min here)
+    SCHOONER_DELPHI_BUDGETS=1e10,3e10,1e11,3e11,1e12 uv run python experiments/scaling/delphi_suite.py
+
+Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
+done). In order:
+
+1. `data/site-packages`, `tokenizers/site-packages-bpe-1k`, `tokenized/site-packages-bpe1k`: the installed
+   packages' Python source and docs, deduplicated (120 MB of text, 51M tokens; no run reads more than a
+   fraction of it, so nothing is repeated), a 1024-token BPE and the token caches
+   (`experiments/scaling/delphi_data.py`); `tasks/site-packages-cloze`: "which line comes next" with four
+   choices, from files past the training cut (`cloze.py`).
+2. `scaling/delphi`: per budget of `BUDGETS` (the one list to change), `SIZES` models of the horizon family
+   around the recipe's prior optimum, each a `train_lm` step (AdamH, the token-horizon rule), with its final
+   loss on the whole validation split; `scaling/delphi-cloze/*`: each run scored on the task by
+   `schooner.eval.steps.evaluate`.
+3. `scaling/delphi-fit`: approaches 2 and 3, variable projection and the Delphi fit (parabolas in log
+   tokens, L(C) = E + A C^-alpha through the optima, bootstrap over budgets); `scaling/delphi-downstream`:
+   the soft task metrics fitted against compute the same way, and the sigmoid from soft to hard.
+4. `scaling/delphi-forecast-{10,30}x`: the Delphi forecast of the compute-optimal run at 10x and 30x,
+   written (with the downstream forecasts) before the held-out runs are declared; then the held-out runs
+   `scaling/delphi-heldout/{k}x-s{seed}` (seeds 0, 1, 2), their task scores, and `...-score-s{seed}` steps
+   scoring each forecast (error, inside the interval, registered before the run).
+5. `scaling/delphi-summary`: one JSON and the plots (docs/scaling.md shows them).
+
+Sizing: the full suite of the issue (about two hours on an idle 2-core machine at the 2.5e10 FLOP/s the old
+1e14 run reached) is `SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13`; the default here fits in about
+45 minutes of a machine shared by six processes (about 4e9 FLOP/s measured).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from experiments.scaling.delphi_data import DATA, cloze, tokenizer, tokens
+from schooner.cluster import StepRunner
+from schooner.eval import Task
+from schooner.eval.steps import evaluate
+from schooner.train.scaling import (
+    BatchRule,
+    HorizonFamily,
+    HorizonRecipe,
+    HorizonRule,
+    isoflop_runs,
+    isoflop_sweep,
+)
+
+BUDGETS = tuple(
+    float(b)
+    for b in os.environ.get("SCHOONER_DELPHI_BUDGETS", "3.75e9,7.5e9,1.5e10,3e10,6e10,1.2e11").split(",")
+)
+"""The fitted budgets (FLOPs): the one list to change."""
+HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,30").split(","))
+"""Held-out budgets as multiples of the largest fitted one."""
+SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
+SIZES = int(os.environ.get("SCHOONER_DELPHI_SIZES", "6"))
+SPREAD = 1.7
+SEQ_LEN = 64
+
+# The reference constants: the project's own learning-rate search (docs/scaling-delphi.md: width 64, 2
+# layers, 1024 tokens per step, 614,400 tokens, eta0 picked 0.0177; the Adam group at the rule's 1/4 ratio).
+RULE = HorizonRule(
+    base_learning_rate=0.0177,
+    base_adam_learning_rate=0.0044,
+    base_batch_tokens=1024,
+    base_horizon=614_400,
+    base_width=64,
+)
+RECIPE = HorizonRecipe(
+    family=HorizonFamily(vocab_size=1024, head_dim=8, min_width=8, width_step=8, max_width=512),
+    horizon=RULE,
+    batch=BatchRule(base_sequences=16, base_tokens=6e5, minimum=4, maximum=64),
+    seq_len=SEQ_LEN,
+    tokens_per_param=20.0,
+    min_steps=50,
+)
+TRAIN = dict(eval_max_tokens=None, checkpoint_every=None, resources=None)
+"""Whole validation split (no sampling noise), one checkpoint at the end, in the runner's process."""
+
+sweep_kwargs = dict(budgets=BUDGETS, data=DATA, sizes_per_budget=SIZES, recipe=RECIPE, spread=SPREAD, **TRAIN)
+sweep = isoflop_sweep("scaling/delphi", **sweep_kwargs)
+runs = isoflop_runs("scaling/delphi", **sweep_kwargs)
+
+
+def cloze_task_def(cloze_path: str) -> Task:
+    return Task(name="sp_cloze", path=f"{cloze_path}/cloze.jsonl", layout="examples", delimiter="")
+
+
+def cloze_eval(name: str, run, cloze_path: str):
+    """The run's final checkpoint scored on the cloze task."""
+    return evaluate(
+        name, checkpoint=run, tokenizer=tokenizer, seq_len=SEQ_LEN, tasks=[cloze_task_def(cloze_path)],
+        task_batch_size=32,
+    )  # fmt: skip
+
+
+def main() -> None:
+    runner = StepRunner()
+    data = runner.main([tokens, cloze])
+    cloze_path = data[cloze].output_path
+    evals = [
+        cloze_eval(f"scaling/delphi-cloze/{r.train.name.split('/')[-1]}", r.train, cloze_path) for r in runs
+    ]
+    if os.environ.get("SCHOONER_DELPHI_PHASE") == "sweep":
+        done = runner.main([sweep, *evals])
+        print(json.dumps(done[sweep].result, indent=1))
+        return
+    # The task scores of the sweep runs are needed only by the downstream fit: they run beside the held-out
+    # runs, after the loss forecasts are registered (held_out_phase)
+    runner.main([sweep])
+    from experiments.scaling.delphi_heldout import held_out_phase
+
+    held_out_phase(runner, sweep, runs, evals, cloze_path)
+
+
+if __name__ == "__main__":
+    main()
