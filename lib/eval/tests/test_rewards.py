@@ -343,3 +343,43 @@ def test_score_batch_in_threads_keeps_the_order_and_runs_programs_at_once() -> N
     assert [(e.row, e.kind) for e in serial.errors] == [("7", "KeyError")]
     with pytest.raises(ValueError, match="max_workers must be >= 1"):
         score_batch(reward, ["p"], ["x"], [{}], max_workers=0)
+
+
+# -- worked_answer: the steps checked, not just the answer -------------------------------------------------
+@pytest.mark.parametrize(
+    ("completion", "answer", "expected"),
+    [
+        ("9 - 4 = 5\n5 * 2 = 10\n#### 10", 10, 1.0),  # the tutorial's worked form
+        ("8 / 2 = 4\n4 + 5 = 9\n#### 9", 9, 1.0),
+        ("7 + 5 = 12\n#### 12\n", 12, 1.0),  # a trailing newline is fine
+        ("Tom starts with 3.\n3 x 4 = 12.\n#### 12.", 12, 1.0),  # prose lines, x, periods
+        ("9 - 4 = 5\n5 * 2 = 10\n#### 11", 10, 0.0),  # true steps, wrong answer
+        ("12 - 4 = 9\n#### 8", 8, 0.0),  # a false step, lucky answer (what exact_answer rewards)
+        ("8 / 3 = 4\n4 + 5 = 9\n#### 9", 9, 0.0),  # a false step among true ones (division is exact)
+        ("7 / 2 = 3\n#### 3", 3, 0.0),
+        (" 4\n#### 4", 4, 0.0),  # the answer alone
+        ("#### 4", 4, 0.0),
+        ("10\n#### 4 = 8\n#### 8", 8, 0.0),  # several answers
+        ("4 + 4 = 8\n#### 8\n#### 8", 8, 0.0),
+        ("10 = 2 = 9\n#### 9", 9, 0.0),  # a malformed step
+        ("3 + 4 = 7\n#### 7 apples", 7, 0.0),  # something else on the answer line
+        ("3 + 4 = 7\n#### 7\n3 + 4 = 7", 7, 0.0),  # text after the answer
+        ("1 + 1 = 2\n#### 9", 9, 0.0),  # a true step that does not lead to the answer
+        ("4 + 5 = 9", 9, 0.0),  # no answer line
+        ("", 9, 0.0),
+    ],
+)
+def test_worked_answer_credits_only_true_steps_that_lead_to_the_right_answer(completion, answer, expected):
+    assert rewards.worked_answer()("prompt", completion, {"answer": answer}) == expected
+
+
+def test_worked_answer_agrees_with_exact_answer_on_the_answer_and_names_a_missing_field() -> None:
+    worked, exact = rewards.worked_answer(), rewards.exact_answer()
+    good = "9 - 4 = 5\n5 * 2 = 10\n#### 10"
+    for answer in range(8, 13):  # never credited where exact_answer says the answer is wrong
+        assert worked("", good, {"answer": answer}) <= exact("", good, {"answer": answer})
+    assert worked.fields == ("answer",) and worked.__name__ == "worked_answer[answer]"
+    with pytest.raises(KeyError, match="'answer'"):
+        worked("", good, {"solution": good})
+    result = rewards.score_batch(worked, ["p", "p"], [good, good], [{"answer": 10}, {}])
+    assert result.rewards == [1.0, 0.0] and [e.kind for e in result.errors] == ["KeyError"]

@@ -160,6 +160,73 @@ def exact_answer(field: str = "answer") -> RewardFn:
     return reward
 
 
+_STEP_LINE = re.compile(r"\s*([-+]?\d+)\s*([-+*/x\u00d7])\s*([-+]?\d+)\s*=\s*([-+]?\d+)\s*\.?\s*")
+_ANSWER_LINE = re.compile(r"\s*####\s*([-+]?\d+)\s*\.?\s*")
+
+
+def _step_true(a: str, op: str, b: str, c: str) -> bool:
+    x, y, z = Fraction(int(a)), Fraction(int(b)), Fraction(int(c))
+    if op == "+":
+        return x + y == z
+    if op == "-":
+        return x - y == z
+    if op in ("*", "x", "\u00d7"):
+        return x * y == z
+    return y != 0 and x / y == z
+
+
+def worked_answer(field: str = "answer") -> RewardFn:
+    r"""A reward of 1.0 for a completion that shows true integer arithmetic leading to the right answer.
+
+    A completion earns 1.0 only when all of these hold, else 0.0:
+
+    * it has exactly one answer line, `#### n` (nothing else on it but an optional period), and `n` equals
+      `fields[field]`;
+    * at least one worked step before it, each a line `a op b = c` (integers; `op` one of `+ - * / x` or
+      `\u00d7`; an optional period) whose arithmetic is true (`/` exactly: `7 / 2 = 3` is false);
+    * every line before the answer that holds `=` is such a true step (a line like `10 = 2 = 9` fails), and
+      nothing but blank lines follows the answer;
+    * the last step's result is the answer (the steps lead to it).
+
+    Lines without `=` before the answer (prose) are allowed. So the answer alone (`#### 4`), several answers
+    (`#### 4 = 8` / `#### 8`), a false step (`12 - 4 = 9` / `#### 8`), or a true step unrelated to the
+    answer all score 0: the answer-only parse of `exact_answer` rewards those when the number is right. A row
+    without the field raises (`score_batch` counts it); `fields` names it, as for `exact_answer`.
+
+        >>> reward = worked_answer()
+        >>> reward("", "9 - 4 = 5\n5 * 2 = 10\n#### 10", {"answer": 10})
+        1.0
+        >>> reward("", "9 - 4 = 6\n6 * 2 = 12\n#### 10", {"answer": 10}), reward("", "#### 10", {"answer": 10})
+        (0.0, 0.0)
+    """
+
+    def reward(prompt: str, completion: str, fields: Mapping[str, Any], /) -> float:
+        if field not in fields:
+            raise KeyError(f"the row has no {field!r} field (it has {sorted(fields)})")
+        gold = _gold_value(fields[field])
+        lines = completion.split("\n")
+        answers = [i for i, line in enumerate(lines) if "####" in line]
+        if len(answers) != 1:
+            return 0.0
+        end = answers[0]
+        final = _ANSWER_LINE.fullmatch(lines[end])
+        if final is None or Fraction(int(final.group(1))) != gold or any(x.strip() for x in lines[end + 1 :]):
+            return 0.0
+        last = None
+        for line in lines[:end]:
+            if "=" not in line:
+                continue
+            step = _STEP_LINE.fullmatch(line)
+            if step is None or not _step_true(*step.groups()):
+                return 0.0
+            last = Fraction(int(step.group(4)))
+        return 1.0 if last is not None and last == gold else 0.0
+
+    reward.__name__ = reward.__qualname__ = f"worked_answer[{field}]"
+    reward.fields = (field,)  # type: ignore[attr-defined]  # what each row must hold (an RL run checks it)
+    return reward
+
+
 # ----------------------------------------------------------------------------------------------- code
 
 
