@@ -3,7 +3,7 @@ repeated, the Delphi fit, forecasts registered before their held-out runs (three
 largest fitted budget), and downstream forecasts of a multiple-choice task.
 
     uv run python experiments/scaling/delphi_suite.py                      # the sizing below (about 45 min here)
-    SCHOONER_DELPHI_BUDGETS=1e10,3e10,1e11,3e11,1e12 uv run python experiments/scaling/delphi_suite.py
+    SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13 uv run python experiments/scaling/delphi_suite.py
 
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:

@@ -383,3 +383,19 @@ def test_worked_answer_agrees_with_exact_answer_on_the_answer_and_names_a_missin
         worked("", good, {"solution": good})
     result = rewards.score_batch(worked, ["p", "p"], [good, good], [{"answer": 10}, {}])
     assert result.rewards == [1.0, 0.0] and [e.kind for e in result.errors] == ["KeyError"]
+
+
+def test_worked_answer_pays_the_arithmetic_tasks_own_reference_solutions() -> None:
+    """The task's reference solutions put each step after prose ("Noah gets 18 more: 12 + 18 = 30."); the
+    step-checking reward pays every one of them, and a false step in the same form still scores 0."""
+    from schooner.eval.arithmetic import arithmetic_problems
+    from schooner.eval.rewards import worked_answer
+
+    reward = worked_answer()
+    for split in ("train", "heldout"):
+        rows = list(arithmetic_problems(split, size=40))
+        assert [reward("", r["solution"], r) for r in rows] == [1.0] * len(rows)
+    row = {"answer": 30}
+    assert reward("", "Noah gets 18 more: 12 + 18 = 30.\n#### 30", row) == 1.0
+    assert reward("", "Noah gets 18 more: 12 + 18 = 31.\n#### 30", row) == 0.0
+    assert reward("", "Noah = 18 more: 12 + 18 = 30.\n#### 30", row) == 0.0

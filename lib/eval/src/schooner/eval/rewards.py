@@ -160,7 +160,7 @@ def exact_answer(field: str = "answer") -> RewardFn:
     return reward
 
 
-_STEP_LINE = re.compile(r"\s*([-+]?\d+)\s*([-+*/x\u00d7])\s*([-+]?\d+)\s*=\s*([-+]?\d+)\s*\.?\s*")
+_STEP_LINE = re.compile(r"(?:[^=:]*:)?\s*([-+]?\d+)\s*([-+*/x\u00d7])\s*([-+]?\d+)\s*=\s*([-+]?\d+)\s*\.?\s*")
 _ANSWER_LINE = re.compile(r"\s*####\s*([-+]?\d+)\s*\.?\s*")
 
 
@@ -183,7 +183,9 @@ def worked_answer(field: str = "answer") -> RewardFn:
     * it has exactly one answer line, `#### n` (nothing else on it but an optional period), and `n` equals
       `fields[field]`;
     * at least one worked step before it, each a line `a op b = c` (integers; `op` one of `+ - * / x` or
-      `\u00d7`; an optional period) whose arithmetic is true (`/` exactly: `7 / 2 = 3` is false);
+      `\u00d7`; an optional period), optionally after prose ending in a colon (`Noah gets 18 more: 12 + 18 =
+      30.`, the form of `schooner.eval.arithmetic`'s reference solutions), whose arithmetic is true (`/`
+      exactly: `7 / 2 = 3` is false);
     * every line before the answer that holds `=` is such a true step (a line like `10 = 2 = 9` fails), and
       nothing but blank lines follows the answer;
     * the last step's result is the answer (the steps lead to it).
