@@ -48,20 +48,26 @@ def shared_ray_client() -> RayClient:
         if _client is None or _client._closed:
             _claim_the_run()
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            for attempt in range(_START_ATTEMPTS):
-                before = _children()
-                try:
-                    with _patient_raylet_wait():
-                        _client = RayClient(address="local", **RAY_TEST_OPTIONS).connect()
-                    break
-                except Exception as exc:
-                    # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine can
-                    # exceed; then try again, after cleaning up what the failed start left behind.
-                    if attempt + 1 == _START_ATTEMPTS or "timed out during startup" not in str(exc):
-                        _cleanup_failed_start(before)
-                        raise
-                # Outside the handler: the exception's frames (which hold Ray's process handles) are gone.
-                _cleanup_failed_start(before)
+            # A failed start's process handles may be collected at any moment of the next attempt (not only in
+            # `_cleanup_failed_start`), and each warns "subprocess N is still running", an error under `-W
+            # error` that failed this fixture's setup in CI although the retry succeeded: the handles are
+            # Ray's, their processes are killed by `_cleanup_failed_start`, so that warning is off while starting.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)
+                for attempt in range(_START_ATTEMPTS):
+                    before = _children()
+                    try:
+                        with _patient_raylet_wait():
+                            _client = RayClient(address="local", **RAY_TEST_OPTIONS).connect()
+                        break
+                    except Exception as exc:
+                        # Ray gives up on a raylet that has not registered after 30 s, which a loaded machine
+                        # can exceed; then try again, after cleaning up what the failed start left behind.
+                        if attempt + 1 == _START_ATTEMPTS or "timed out during startup" not in str(exc):
+                            _cleanup_failed_start(before)
+                            raise
+                    # Outside the handler: the exception's frames (which hold Ray's process handles) are gone.
+                    _cleanup_failed_start(before)
         assert _client is not None
         return _client
 
