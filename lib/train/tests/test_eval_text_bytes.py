@@ -17,6 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+# RL tasks, rewards and evaluate_lm come from schooner-eval, a test-time extra of this package (the exact guard
+# runs train's tests without it): skip cleanly there.
+pytest.importorskip("schooner.eval")
+
 JAPANESE = "日本語のテキストです。"
 TEXTS = [JAPANESE, "The lazy fox sleeps.", "A dog in the 日本 sun.", JAPANESE + " The dog. " + JAPANESE]
 

@@ -26,6 +26,10 @@ from schooner.train.scaling import (
 from schooner.train.scaling._forecast import ForecastConfig, ScoreConfig, _run_forecast, _run_score
 from schooner.train.steps import train_lm
 
+# RL tasks, rewards and evaluate_lm come from schooner-eval, a test-time extra of this package (the exact guard
+# runs train's tests without it): skip cleanly there.
+pytest.importorskip("schooner.eval")
+
 RULES = ScalingRecipe(
     family=ModelFamily(
         vocab_size=320, min_width=16, max_width=64, width_per_layer=64
