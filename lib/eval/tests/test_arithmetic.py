@@ -106,3 +106,37 @@ def test_bad_settings_and_exhausted_spaces_are_named() -> None:
         arithmetic_problems("test", 1)
     with pytest.raises(ValueError, match=r"only \d+ distinct train problems found"):
         arithmetic_problems("train", 10_000, min_steps=1, max_steps=1, max_value=6)
+
+
+def _facts(row: dict) -> list[str]:
+    """Each step of a row as the key of a one-step problem (`"9-4"`), read from its worked solution."""
+    return [f"{a}{op}{b}" for a, op, b in re.findall(r"(\d+) ([-+*/]) (\d+) = \d+", row["solution"])]
+
+
+def test_heldout_by_composition_holds_out_new_combinations_of_facts_the_train_split_teaches() -> None:
+    settings = dict(min_steps=1, max_steps=2, max_value=9)
+    train = arithmetic_problems("train", 600, heldout_by="composition", **settings)
+    heldout = arithmetic_problems("heldout", 100, heldout_by="composition", **settings)
+    assert not {r["key"] for r in train} & {r["key"] for r in heldout}
+    assert {r["steps"] for r in heldout} == {2}  # every held-out problem combines several steps
+    taught = {r["key"] for r in train if r["steps"] == 1}
+    for row in heldout:
+        # each of its steps from a start of 1 or more is a one-step train problem (0 is no problem's start)
+        assert {f for f in _facts(row) if not f.startswith("0")} <= taught, row
+    # by key (the default, as before) a one-step problem can be held out: its fact is no one-step train problem
+    by_key = [r for r in arithmetic_problems("heldout", 100, **settings) if r["steps"] == 1]
+    assert by_key and arithmetic_problems(
+        "heldout", 100, heldout_by="key", **settings
+    ) == arithmetic_problems("heldout", 100, **settings)
+    train_by_key = {r["key"] for r in arithmetic_problems("train", 600, **settings)}
+    assert not {r["key"] for r in by_key} & train_by_key
+    assert ArithmeticTask().heldout_by == "key"
+
+
+def test_heldout_by_is_checked() -> None:
+    with pytest.raises(
+        ValueError, match=r"heldout_by must be 'key' or 'composition', got heldout_by='steps'"
+    ):
+        ArithmeticTask(heldout_by="steps")
+    with pytest.raises(ValueError, match=r"heldout_by='composition' holds out problems of 2 or more steps"):
+        ArithmeticTask(min_steps=1, max_steps=1, heldout_by="composition")

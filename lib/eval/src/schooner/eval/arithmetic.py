@@ -15,6 +15,12 @@ key alone, one key in `heldout_every` going to the held-out split, whatever the 
 problems are new computations, not train problems with another name, and the train rows of one seed never
 meet the held-out rows of another.
 
+Which keys may be held out is `heldout_by`: `"key"` (the default) hashes every key, so a one-step problem
+("9 - 1") can be held out and its fact is then never a one-step train problem; `"composition"` keeps every
+one-step problem in train and hashes only keys of two or more steps, so the held-out problems are new
+combinations of facts the train split teaches one at a time (as GSM8K's test problems are new problems built
+from the arithmetic its train problems use).
+
     >>> rows = arithmetic_problems("train", 2, seed=0)
     >>> sorted(rows[0])
     ['answer', 'id', 'key', 'prompt', 'solution', 'steps']
@@ -33,6 +39,7 @@ ARITHMETIC_VERSION = 1
 """Bumped whenever the construction changes (the folder's task.json records it)."""
 
 SPLITS = ("train", "heldout")
+HELDOUT_BY = ("key", "composition")
 _MAX_MISSES = 20_000
 """Draws in a row that give no new problem of the split before `arithmetic_problems` gives up."""
 
@@ -67,6 +74,8 @@ class ArithmeticTask:
         max_value: largest starting, intermediate and final amount (and bound of the operands).
         seed: the generator's seed.
         heldout_every: one arithmetic key in this many goes to the held-out split (by hash, seed-independent).
+        heldout_by: which keys may be held out: `"key"` (any) or `"composition"` (those of 2 or more steps;
+            every one-step problem is train).
     """
 
     train_size: int = 2000
@@ -76,6 +85,7 @@ class ArithmeticTask:
     max_value: int = 50
     seed: int = 0
     heldout_every: int = 5
+    heldout_by: str = "key"
 
     def __post_init__(self) -> None:
         for name in ("train_size", "heldout_size", "min_steps", "max_steps", "max_value", "heldout_every"):
@@ -94,6 +104,15 @@ class ArithmeticTask:
             )
         if self.heldout_every < 2:
             raise ValueError(f"ArithmeticTask: heldout_every must be >= 2, got {self.heldout_every}")
+        if self.heldout_by not in HELDOUT_BY:
+            raise ValueError(
+                f"ArithmeticTask: heldout_by must be 'key' or 'composition', got heldout_by={self.heldout_by!r}"
+            )
+        if self.heldout_by == "composition" and self.max_steps < 2:
+            raise ValueError(
+                "ArithmeticTask: heldout_by='composition' holds out problems of 2 or more steps, but "
+                f"max_steps={self.max_steps}: raise max_steps or use heldout_by='key'"
+            )
 
 
 def _operation(rng: random.Random, value: int, max_value: int) -> tuple[str, int] | None:
@@ -155,8 +174,11 @@ def problem_key(start: int, ops: list[tuple[str, int]]) -> str:
     return str(start) + "".join(f"{op}{operand}" for op, operand in ops)
 
 
-def split_of(key: str, heldout_every: int = 5) -> str:
-    """The split a problem's arithmetic belongs to ("train" or "heldout"), by a hash of its key alone."""
+def split_of(key: str, heldout_every: int = 5, heldout_by: str = "key") -> str:
+    """The split a problem's arithmetic belongs to ("train" or "heldout"), by a hash of its key alone; with
+    `heldout_by="composition"` a key of one step (one operator: amounts are never negative) is always train."""
+    if heldout_by == "composition" and sum(c in "+-*/" for c in key) < 2:
+        return "train"
     digest = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big")
     return "heldout" if digest % heldout_every == 0 else "train"
 
@@ -170,20 +192,21 @@ def arithmetic_problems(
     max_steps: int = 4,
     max_value: int = 50,
     heldout_every: int = 5,
+    heldout_by: str = "key",
 ) -> list[dict[str, Any]]:
     """`size` distinct problems of `split` ("train" or "heldout"), a pure function of the arguments.
 
     Each row: `id` (`arith-{split}-{seed}-{i:06d}`), `prompt`, `solution` (the worked steps, ending `#### answer`),
     `answer` (an int), `steps` (operations after the start) and `key` (`problem_key`). Distinct keys within the
     list; problems whose key belongs to the other split are drawn and dropped, so `heldout` costs about
-    `heldout_every` draws a row.
+    `heldout_every` draws a row. `heldout_by` as in `ArithmeticTask`.
 
     Raises:
         ValueError: an unknown split, or fewer distinct problems exist than asked for.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    ArithmeticTask(1, 1, min_steps, max_steps, max_value, seed, heldout_every)  # validates the settings
+    ArithmeticTask(1, 1, min_steps, max_steps, max_value, seed, heldout_every, heldout_by)  # validates them
     rng = random.Random(f"schooner-arithmetic-{seed}-{split}")
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -204,7 +227,7 @@ def arithmetic_problems(
         key = problem_key(start, ops)
         # the story's words are drawn for every problem, kept or not, so one draw never shifts the next's
         story = _story(rng, start, ops)
-        if key in seen or split_of(key, heldout_every) != split:
+        if key in seen or split_of(key, heldout_every, heldout_by) != split:
             misses += 1
             continue
         misses = 0
@@ -245,6 +268,7 @@ def arithmetic_task(folder: str, task: ArithmeticTask = ArithmeticTask()) -> dic
             max_steps=task.max_steps,
             max_value=task.max_value,
             heldout_every=task.heldout_every,
+            heldout_by=task.heldout_by,
         )
         _write_jsonl(path, rows)
     tmp = f"{index}.tmp-{os.getpid()}"
