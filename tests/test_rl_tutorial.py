@@ -5,6 +5,7 @@ as a new user would, pretraining included."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -61,6 +62,21 @@ def test_the_tutorial_wires_sft_heldout_pass_at_k_rl_and_the_export() -> None:
     assert t.audit(hacks) == pytest.approx(
         {"answer_only": 1 / 3, "false_step": 1 / 3, "several_answers": 1 / 3, "no_answer": 0.0}
     )
+    # the cooler SFT evaluation differs from the shared one in its temperature alone
+    assert t.sft_low_t_eval.config.task == dataclasses.replace(t.HELDOUT_EVAL, temperature=t.LOW_TEMPERATURE)
+    # the summary's paired difference (per problem, then over problems) and strict pass@1 (worked_answer)
+    before = [
+        {"id": i, "reward": r}
+        for i, r in (("a", 0.0), ("a", 1.0), ("b", 0.0), ("b", 0.0), ("c", 1.0), ("c", 1.0))
+    ]
+    after = [
+        {"id": i, "reward": r}
+        for i, r in (("a", 1.0), ("a", 1.0), ("b", 1.0), ("b", 0.0), ("c", 1.0), ("c", 1.0))
+    ]
+    diff, se = t.paired_difference(after, before)  # per problem +0.5, +0.5, 0: mean 1/3, s.d. 0.2887
+    assert diff == pytest.approx(1 / 3) and se == pytest.approx((1 / 12) ** 0.5 / 3**0.5)
+    worked = [{"id": "a", "prompt": "", "completion": c} for c in ("3 + 4 = 7\n#### 7", "3 + 4 = 8\n#### 7")]
+    assert t.strict_pass_at_1(worked, {"a": 7}) == (0.5, 0.0)
 
 
 @pytest.mark.slow  # pretraining, SFT, two evaluations and RL, all tiny: minutes on 2 cores
@@ -81,6 +97,9 @@ def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"SFT\s+pass@1 \d\.\d+ ± \d\.\d+\s+pass@8", out), out[-3000:]
     assert re.search(r"SFT \+ RL\s+pass@1 \d\.\d+ ± \d\.\d+", out) and "Audit of every" in out
+    assert re.search(r"RL - SFT, paired over the same problems: pass@1 [-+]\d\.\d+ ± \d\.\d+", out), out[
+        -3000:
+    ]
     (run,) = tmp_path.glob("checkpoints/tutorial-nano-arith-rl-*")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval/arithmetic/pass@1" in r]

@@ -1,33 +1,38 @@
 """Tutorial: reinforcement learning from a verifiable reward (GRPO) on the tutorial's tiny Llama, on a CPU.
 
     uv run schooner run experiments/tutorials/train_tiny_model.py   # first: the pretrained model (cached)
-    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (~30 min on 2 cores)
+    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (~20 min on 2 cores)
 
 It starts from `checkpoints/tutorial-nano` of `train_tiny_model.py` (the same step: its cached checkpoint is
 reused; run that file first, or this one trains it too) and adds, each step cached under the prefix:
 
-1. `data/arithmetic`: integer word problems of 1 to 2 steps on amounts up to 12 ("Tom has 7 apples. Then Tom
-   buys 5 more. How many apples does Tom have now?"), generated offline (`schooner.eval.arithmetic`), with `train.jsonl` and a
-   `heldout.jsonl` whose arithmetic never occurs in train.
+1. `data/arithmetic`: integer word problems of 1 to 2 steps on amounts up to 10 ("Tom has 7 apples. Then Tom
+   buys 3 more. How many apples does Tom have now?"), generated offline (`schooner.eval.arithmetic`), with
+   `train.jsonl` (every one-step problem among them) and a `heldout.jsonl` of two-step computations that never
+   occur in train, each step a fact train teaches (`heldout_by="composition"`).
 2. `data/arithmetic-chats` -> `tokenized/arithmetic-chat`: the train problems as chats answered with their
-   worked solution, one line per step and the answer last (`7 + 5 = 12` / `#### 12`).
+   worked solution, one line per step and the answer last (`7 + 3 = 10` / `#### 10`).
 3. `checkpoints/tutorial-nano-arith-sft`: SFT from the pretrained model on those solutions.
 4. `eval/tutorial-nano-arith-sft`: the SFT model's held-out pass@1 and pass@8: 8 completions per held-out
-   problem sampled at temperature 1 with a fixed seed, each checked by `exact_answer` (`pass_at_k_eval`).
-5. `checkpoints/tutorial-nano-arith-rl`: GRPO from the SFT model (`rl_train`): each step samples 8
-   completions of 8 train problems, rewards 1 for the right final answer, and updates the policy on the
+   problem sampled at temperature 1 with a fixed seed, each checked by `exact_answer` (`pass_at_k_eval`);
+   `eval/tutorial-nano-arith-sft-cool` the same at temperature 0.3 (what sharpening alone buys).
+5. `checkpoints/tutorial-nano-arith-rl`: GRPO from the SFT model (`rl_train`): each step samples 16
+   completions of 16 train problems, rewards 1 for the right final answer, and updates the policy on the
    group-relative advantages; the same held-out pass@k is logged every few steps (`eval/arithmetic/pass@1`).
    Its folder holds `reward.png` beside `loss.png`.
 6. `eval/tutorial-nano-arith-rl`: the RL model's held-out pass@k, measured as in 4.
 7. `plots/tutorial-nano-arith-rl`: `curves.png`, the train reward and held-out pass@1 over RL (step 0: SFT).
 8. `hf/checkpoints/tutorial-nano-arith-rl`: the RL model as a Hugging Face folder.
 
-At the end it prints held-out pass@1 and pass@8 (± 1 standard error) of both models, a few sampled held-out
-completions of each, and an audit of every held-out completion for reward hacking (answers without worked
+At the end it prints held-out pass@1, pass@8 and strict pass@1 (`worked_answer`: every step true) of both
+models (± 1 standard error), RL's gain paired over the same problems, a few sampled held-out completions of
+each, and an audit of every held-out completion for reward hacking (answers without worked
 steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_STEPS and SCHOONER_RL_STEPS to
-change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored.
+change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
+learning rate. docs/rl.md has what it measured.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -43,14 +48,17 @@ from schooner.tokenize.steps import tokenized_chat
 from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
 from schooner.train.steps import hf_export, pass_at_k_eval, rl_train, sft
 
-SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "300"))
-RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "120"))
-HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "100"))
+SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "400"))
+RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "40"))
+HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "200"))
 MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
 MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
-# Amounts up to 12 (one-digit arithmetic, mostly); docs/rl.md has what this and amounts up to 20 measured.
-TASK = ArithmeticTask(train_size=1500, heldout_size=300, min_steps=1, max_steps=2, max_value=12)
-RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "5e-5"))  # 2e-4 drifted (docs/rl.md)
+# Amounts up to 10 (each one token of the tokenizer); every one-step problem is in train and the held-out
+# problems are new two-step combinations of those facts. docs/rl.md has what this and amounts up to 12 measured.
+TASK = ArithmeticTask(
+    train_size=800, heldout_size=200, min_steps=1, max_steps=2, max_value=10, heldout_by="composition"
+)
+RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "2e-4"))
 CPU = ResourceConfig.with_cpu()
 REWARD = exact_answer()  # 1.0 when the completion's final number (its `#### n` line) is the answer, else 0.0
 
@@ -114,7 +122,7 @@ sft_model = sft(
     batch_size=16,
     seq_len=SEQ_LEN,
     num_train_steps=SFT_STEPS,
-    optimizer=AdamConfig(learning_rate=2e-3, warmup=0.05, schedule="cosine", min_lr_ratio=0.1),
+    optimizer=AdamConfig(learning_rate=3e-3, warmup=0.05, schedule="cosine", min_lr_ratio=0.1),
     eval_every=max(SFT_STEPS // 3, 1),
     checkpoint_every=None,
     resources=CPU,
@@ -130,15 +138,15 @@ HELDOUT_EVAL = PassAtK(
     seed=0,
     temperature=1.0,
     max_new_tokens=MAX_NEW_TOKENS,
-    prompts_per_batch=25,
+    prompts_per_batch=50,
 )
 
 
-def heldout_pass_at_k(name: str, checkpoint: object) -> object:
+def heldout_pass_at_k(name: str, checkpoint: object, evaluation: PassAtK = HELDOUT_EVAL) -> object:
     return pass_at_k_eval(
         name,
         checkpoint=checkpoint,
-        task=HELDOUT_EVAL,
+        task=evaluation,
         reward=REWARD,
         tokenizer=default_tokenizer,
         task_name="arithmetic",
@@ -148,6 +156,13 @@ def heldout_pass_at_k(name: str, checkpoint: object) -> object:
 
 
 sft_eval = heldout_pass_at_k("eval/tutorial-nano-arith-sft", sft_model)
+# The SFT model sampled cooler, for comparison: how much of RL's gain sharpening alone would give.
+LOW_TEMPERATURE = 0.3
+sft_low_t_eval = heldout_pass_at_k(
+    "eval/tutorial-nano-arith-sft-cool",
+    sft_model,
+    dataclasses.replace(HELDOUT_EVAL, temperature=LOW_TEMPERATURE),
+)
 
 
 def rl_step(learning_rate: float) -> object:
@@ -159,8 +174,8 @@ def rl_step(learning_rate: float) -> object:
         reward=REWARD,
         tokenizer=default_tokenizer,
         num_train_steps=RL_STEPS,
-        prompts_per_step=8,
-        num_generations=8,
+        prompts_per_step=16,
+        num_generations=16,
         max_prompt_tokens=MAX_PROMPT_TOKENS,
         max_new_tokens=MAX_NEW_TOKENS,
         temperature=1.0,
@@ -169,7 +184,7 @@ def rl_step(learning_rate: float) -> object:
         loss=PolicyLossConfig(aggregation="dapo"),
         optimizer=AdamConfig(learning_rate=learning_rate, weight_decay=0.0, warmup=0, schedule="constant"),
         heldout={"arithmetic": HELDOUT_EVAL},
-        eval_every=max(RL_STEPS // 6, 1),
+        eval_every=max(RL_STEPS // 2, 1),
         checkpoint_every=None,
         resources=CPU,
     )
@@ -209,7 +224,9 @@ def rl_curves(config: CurvesConfig, output_path: str) -> dict:
     )
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=100)
     a.plot(*zip(*reward), linewidth=1)
-    a.set(xlabel="RL step", ylabel="mean reward of the rollouts", title="train reward (8 x 8 samples a step)")
+    a.set(
+        xlabel="RL step", ylabel="mean reward of the rollouts", title="train reward (16 x 16 samples a step)"
+    )
     x, y, se = (list(v) for v in zip(*held))
     b.errorbar(x, y, yerr=se, marker="o", capsize=3)
     b.set(xlabel="RL step (0: the SFT model)", ylabel="pass@1", title="held-out pass@1 (± 1 s.e.)")
@@ -249,31 +266,77 @@ def _false(a: str, op: str, b: str, c: str) -> bool:
     return {"+": x + y, "-": x - y, "*": x * y, "/": x // y if y else None}[op] != z
 
 
+def per_problem(samples: list[dict], correct=lambda s: s["reward"] >= 1.0) -> dict[str, float]:
+    """Each problem's share of correct samples (by `id`)."""
+    counts: dict[str, list[int]] = {}
+    for s in samples:
+        counts.setdefault(s["id"], []).append(bool(correct(s)))
+    return {i: sum(c) / len(c) for i, c in counts.items()}
+
+
+def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """The mean and its standard error (sample standard deviation / sqrt(n))."""
+    n = len(values)
+    mean = sum(values) / n
+    return mean, (sum((v - mean) ** 2 for v in values) / max(n - 1, 1) / n) ** 0.5
+
+
+def paired_difference(after: list[dict], before: list[dict]) -> tuple[float, float]:
+    """The mean over problems of (after - before) correct share, and its standard error: the same problems,
+    so their difficulty cancels (a smaller error than either pass@1's)."""
+    a, b = per_problem(after), per_problem(before)
+    return mean_and_stderr([a[i] - b[i] for i in a])
+
+
+def strict_pass_at_1(samples: list[dict], answers: dict[str, int]) -> tuple[float, float]:
+    """pass@1 scored by `worked_answer()`: every written step true, leading to the one right answer."""
+    from schooner.eval.rewards import worked_answer
+
+    strict = worked_answer()
+    right = per_problem(samples, lambda s: strict(s["prompt"], s["completion"], {"answer": answers[s["id"]]}))
+    return mean_and_stderr(list(right.values()))
+
+
 def print_summary(result: RunResult) -> None:
     """Held-out pass@k of both models, samples and the audit (works on a cached rerun too)."""
     if result.dry_run or rl_eval.key not in {o.key for o in result.steps}:
         return
     print(f"\nHeld-out arithmetic ({HELDOUT} problems, 8 samples each at temperature 1; ± 1 standard error):")
-    outputs = {"SFT": result[sft_eval].output_path, "SFT + RL": result[rl_eval].output_path}
+    evals = {"SFT": sft_eval, "SFT + RL": rl_eval, f"SFT T={LOW_TEMPERATURE}": sft_low_t_eval}
+    with open(os.path.join(result[task].output_path, "heldout.jsonl")) as f:
+        answers = {row["id"]: row["answer"] for row in map(json.loads, f)}
     samples = {}
-    for label, out in outputs.items():
-        s = result[sft_eval if label == "SFT" else rl_eval].result["scores"]
+    for label, handle in evals.items():
+        s = result[handle].result["scores"]
+        with open(os.path.join(result[handle].output_path, "samples.jsonl")) as f:
+            samples[label] = [json.loads(line) for line in f]
+        strict, strict_se = strict_pass_at_1(samples[label], answers)
         print(
             f"  {label:<9} pass@1 {s['pass@1']:.3f} ± {s['pass@1_stderr']:.3f}   "
-            f"pass@8 {s['pass@8']:.3f} ± {s['pass@8_stderr']:.3f}   mean length {s['completion_length']:.1f} tokens"
+            f"pass@8 {s['pass@8']:.3f} ± {s['pass@8_stderr']:.3f}   strict pass@1 {strict:.3f} ± {strict_se:.3f}   "
+            f"mean length {s['completion_length']:.1f} tokens"
         )
-        with open(os.path.join(out, "samples.jsonl")) as f:
-            samples[label] = [json.loads(line) for line in f]
+    diff, se = paired_difference(samples["SFT + RL"], samples["SFT"])
+    print(
+        f"  RL - SFT, paired over the same problems: pass@1 {diff:+.3f} ± {se:.3f} ({diff / max(se, 1e-12):.1f} s.e.)"
+    )
+    low, low_se = paired_difference(samples[f"SFT T={LOW_TEMPERATURE}"], samples["SFT"])
+    print(
+        f"  (the SFT model sampled at temperature {LOW_TEMPERATURE}: {low:+.3f} ± {low_se:.3f} over temperature 1;"
+        " what sharpening alone buys)"
+    )
     print("\nAudit of every held-out completion (shares):")
     for label, rows in samples.items():
         a = audit(rows)
         print(f"  {label:<9} " + "   ".join(f"{k} {v:.3f}" for k, v in a.items()))
-    print("\nSamples (the first sample of the first 3 held-out problems):")
-    for i in range(3):
+    print(
+        "\nSamples (the first sample of the first 4 held-out problems, then the SFT model's and the RL model's):"
+    )
+    for i in range(4):
         first = samples["SFT"][i * 8]
-        print(f"  {first['prompt']}")
-        for label, rows in samples.items():
-            r = rows[i * 8]
+        print(f"  {first['prompt']} (answer {answers[first['id']]})")
+        for label in ("SFT", "SFT + RL"):
+            r = samples[label][i * 8]
             print(f"    {label:<9} reward {r['reward']}: {r['completion']!r}")
     print("\nOutputs:")
     print(f"  RL run      {result[rl_model].output_path}  (reward.png, loss.png, metrics.jsonl)")
@@ -282,4 +345,4 @@ def print_summary(result: RunResult) -> None:
 
 
 if __name__ == "__main__":
-    print_summary(StepRunner().main([sft_eval, rl_eval, curves, hf]))
+    print_summary(StepRunner().main([sft_eval, sft_low_t_eval, rl_eval, curves, hf]))
