@@ -84,3 +84,93 @@ def read_losses():
 def _no_persistent_compilation_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     # Tests must not write into the user's ~/.cache; train() honours this switch.
     monkeypatch.setenv("SCHOONER_COMPILATION_CACHE", "off")
+
+
+# -- RL fixtures (test_rl_train, test_rl_workers, test_rl_eval, test_rl_learns, test_rl_bad_input) --------------
+
+
+@pytest.fixture(scope="session")
+def arithmetic_folder(tmp_path_factory: pytest.TempPathFactory):
+    """A factory: `ArithmeticTask(**settings)` written to a fresh folder (train.jsonl, heldout.jsonl)."""
+
+    def make(**settings) -> str:
+        from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
+
+        folder = str(tmp_path_factory.mktemp("arith"))
+        arithmetic_task(folder, ArithmeticTask(**settings))
+        return folder
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def saved_model(tmp_path_factory: pytest.TempPathFactory):
+    """A factory: `config` initialised from the PRNG `key`, saved as a model folder (an RL run's start)."""
+
+    def make(config, key, name: str = "rl-start") -> str:
+        from schooner.model import init, save_model
+
+        folder = str(tmp_path_factory.mktemp(name) / "ckpt")
+        save_model(folder, init(config, key=key), config)
+        return folder
+
+    return make
+
+
+def _grpo_config(
+    data_dir: str,
+    prompts: str,
+    start: str,
+    out: str,
+    objective,
+    *,
+    steps: int,
+    seq_len: int = 128,
+    batch_size: int = 8,
+    learning_rate: float = 3e-3,
+    checkpoint=None,
+    model=None,
+):
+    """The TrainerConfig of a small GRPO test run: `objective` on `prompts` from the model folder `start`
+    (its config unless `model`), constant-rate Adam, seed 3, a metric row every step, no loss plot."""
+    from schooner.model import read_config
+    from schooner.train import AdamConfig, CheckpointConfig, TrackerConfig, TrainerConfig
+
+    return TrainerConfig(
+        model=model if model is not None else read_config(start),
+        datasets={prompts: 1.0},
+        seq_len=seq_len,
+        objective=objective,
+        batch_size=batch_size,
+        num_train_steps=steps,
+        validation={},
+        seed=3,
+        optimizer=AdamConfig(learning_rate=learning_rate, weight_decay=0.0, warmup=0, schedule="constant"),
+        tokenizer=f"{data_dir}/tokenizer.json",
+        initialize_from=start,
+        output_path=out,
+        checkpoint=checkpoint if checkpoint is not None else CheckpointConfig(),
+        trackers=TrackerConfig(loss_plot=False, log_every=1),
+    )
+
+
+@pytest.fixture(scope="session")
+def grpo_config():
+    """A function: the TrainerConfig of a small GRPO test run (`_grpo_config`)."""
+    return _grpo_config
+
+
+def _metric_rows(out: str) -> dict[int, dict]:
+    """step -> every metric a run logged at it (the trainer's row and the rollout hook's)."""
+    from schooner.train import read_metrics
+
+    rows: dict[int, dict] = {}
+    for r in read_metrics(out):
+        rows.setdefault(r["step"], {}).update(r)
+    return rows
+
+
+@pytest.fixture(scope="session")
+def metric_rows():
+    """A function: step -> every metric a run folder's metrics.jsonl holds at it."""
+    return _metric_rows

@@ -25,12 +25,8 @@ def no_field_reward(prompt: str, completion: str, fields) -> float:
 
 
 @pytest.fixture(scope="module")
-def start(nano, tmp_path_factory) -> str:
-    from schooner.model import init, save_model
-
-    folder = str(tmp_path_factory.mktemp("bad-start") / "ckpt")
-    save_model(folder, init(nano(), key=jax.random.key(0)), nano())
-    return folder
+def start(nano, saved_model) -> str:
+    return saved_model(nano(), jax.random.key(0), name="bad-start")
 
 
 def _setup(data_dir, start, prompts: str, tmp_path, *, seq_len: int = 40, **grpo):

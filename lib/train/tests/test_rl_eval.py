@@ -41,23 +41,13 @@ def even_length(prompt: str, completion: str, fields) -> float:
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory) -> str:
-    from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
-
-    folder = str(tmp_path_factory.mktemp("arith"))
-    arithmetic_task(
-        folder, ArithmeticTask(train_size=24, heldout_size=10, min_steps=1, max_steps=1, max_value=12)
-    )
-    return folder
+def task(arithmetic_folder) -> str:
+    return arithmetic_folder(train_size=24, heldout_size=10, min_steps=1, max_steps=1, max_value=12)
 
 
 @pytest.fixture(scope="module")
-def start(nano, tmp_path_factory) -> str:
-    from schooner.model import init, save_model
-
-    folder = str(tmp_path_factory.mktemp("start") / "ckpt")
-    save_model(folder, init(nano(), key=jax.random.PRNGKey(2)), nano())
-    return folder
+def start(nano, saved_model) -> str:
+    return saved_model(nano(), jax.random.PRNGKey(2))
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,8 @@ import numpy as np
 import pytest
 
 from schooner.train import (
-    AdamConfig,
     CheckpointConfig,
     Grpo,
-    TrackerConfig,
-    TrainerConfig,
-    read_metrics,
     train,
 )
 
@@ -29,38 +25,32 @@ def has_digit(prompt: str, completion: str, fields: dict) -> float:
 
 
 @pytest.mark.slow  # ~30 s: compiles the trainer's step and sampler
-def test_grpo_raises_the_reward_of_a_learnable_task(data_dir, nano, tmp_path) -> None:
-    from schooner.model import init, save_model
-
+def test_grpo_raises_the_reward_of_a_learnable_task(
+    data_dir, nano, saved_model, grpo_config, metric_rows, tmp_path
+) -> None:
     config = dataclasses.replace(nano(), num_layers=1, max_seq_len=48)
-    start = str(tmp_path / "start")
-    save_model(start, init(config, key=jax.random.PRNGKey(5)), config)
+    start = saved_model(config, jax.random.PRNGKey(5))
     prompts = tmp_path / "train.jsonl"
     prompts.write_text(
         "".join(json.dumps({"id": str(i), "prompt": f"def f{i}(x):"}) + "\n" for i in range(16))
     )
     out = str(tmp_path / "run")
     train(
-        TrainerConfig(
-            model=config,
-            datasets={str(prompts): 1.0},
+        grpo_config(
+            data_dir,
+            str(prompts),
+            start,
+            out,
+            Grpo(reward=has_digit, num_generations=8, max_new_tokens=4),
+            steps=10,
             seq_len=32,  # the chat-rendered prompt (< 28 tokens) + 4 new tokens
-            objective=Grpo(reward=has_digit, num_generations=8, max_new_tokens=4),
             batch_size=64,  # 8 prompts x 8 samples
-            num_train_steps=10,
-            validation={},
-            seed=3,
-            optimizer=AdamConfig(learning_rate=2e-2, weight_decay=0.0, warmup=0, schedule="constant"),
-            tokenizer=f"{data_dir}/tokenizer.json",
-            initialize_from=start,
-            output_path=out,
+            learning_rate=2e-2,
             checkpoint=CheckpointConfig(every=1000, keep_last=1),
-            trackers=TrackerConfig(loss_plot=False, log_every=1),
+            model=config,
         )
     )
-    rows: dict[int, dict] = {}
-    for r in read_metrics(out):
-        rows.setdefault(r["step"], {}).update(r)
+    rows = metric_rows(out)
     reward = np.array([rows[s]["rollout/reward"] for s in range(1, 11)])
     assert rows[1]["rollout/skipped_prompts"] == 0
     assert reward[:2].mean() < 0.35, reward  # the start: digits are rare

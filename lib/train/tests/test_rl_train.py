@@ -19,7 +19,6 @@ from schooner.train import (
     CheckpointConfig,
     Grpo,
     PolicyLossConfig,
-    TrackerConfig,
     TrainerConfig,
     read_metrics,
     train,
@@ -34,81 +33,45 @@ CAP, NEW = 112, 16  # prompt cap + completion cap = the nano model's max_seq_len
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory) -> str:
-    from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
-
-    folder = str(tmp_path_factory.mktemp("arith"))
-    arithmetic_task(
-        folder, ArithmeticTask(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-    )
-    return folder
+def task(arithmetic_folder) -> str:
+    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
 
 
 @pytest.fixture(scope="module")
-def start(nano, tmp_path_factory) -> str:
-    from schooner.model import init, save_model
-
-    folder = str(tmp_path_factory.mktemp("rl-start") / "ckpt")
-    save_model(folder, init(nano(), key=jax.random.PRNGKey(5)), nano())
-    return folder
+def start(nano, saved_model) -> str:
+    return saved_model(nano(), jax.random.PRNGKey(5))
 
 
-def _config(data_dir, task, start, out, **objective) -> TrainerConfig:
+@pytest.fixture(scope="module")
+def straight_config(data_dir, task, start, grpo_config):
+    """A function, run folder -> the config of 6 steps of GRPO on the arithmetic task (4 samples a prompt, 8
+    rows a step), two updates per rollout batch, KL to the start, checkpoints at 3 and 6."""
     from schooner.eval.rewards import exact_answer
 
-    steps = objective.pop("steps", 4)
-    every = objective.pop("every", 2)
-    grpo = {"reward": exact_answer(), "num_generations": 4, "max_new_tokens": NEW, "temperature": 1.0}
-    return TrainerConfig(
-        model=dataclasses.replace(start_config(start)),
-        datasets={task: 1.0},
-        seq_len=CAP + NEW,
-        objective=Grpo(**(grpo | objective)),
-        batch_size=8,
-        num_train_steps=steps,
-        validation={},
-        seed=3,
-        optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, schedule="constant"),
-        tokenizer=f"{data_dir}/tokenizer.json",
-        initialize_from=start,
-        output_path=out,
-        checkpoint=CheckpointConfig(every=every, keep_last=10),
-        trackers=TrackerConfig(loss_plot=False, log_every=1),
-    )
+    def make(out: str) -> TrainerConfig:
+        grpo = Grpo(
+            reward=exact_answer(), num_generations=4, max_new_tokens=NEW, temperature=1.0, num_iterations=2,
+            loss=PolicyLossConfig(beta=0.04),
+        )  # fmt: skip
+        return grpo_config(
+            data_dir, task, start, out, grpo, steps=6, seq_len=CAP + NEW,
+            checkpoint=CheckpointConfig(every=3, keep_last=10),
+        )  # fmt: skip
 
-
-def _rows(out: str) -> dict[int, dict]:
-    """step -> every metric logged at it (the trainer's row and the rollout hook's)."""
-    rows: dict[int, dict] = {}
-    for r in read_metrics(out):
-        rows.setdefault(r["step"], {}).update(r)
-    return rows
-
-
-def start_config(folder: str):
-    from schooner.model import read_config
-
-    return read_config(folder)
+    return make
 
 
 @pytest.fixture(scope="module")
-def straight(data_dir, task, start, tmp_path_factory) -> str:
-    """6 steps of GRPO on the arithmetic task, two updates per rollout batch, KL to the start, checkpoints
-    at 3 and 6: read by the metrics test, resumed by the resume test (one compilation for both)."""
+def straight(straight_config, tmp_path_factory) -> str:
+    """The straight run: read by the metrics test, resumed by the resume test (one compilation for both)."""
     out = str(tmp_path_factory.mktemp("rl-straight") / "run")
-    summary = train(_straight_config(data_dir, task, start, out))
+    summary = train(straight_config(out))
     assert summary["steps"] == 6 and summary["checkpoint"].endswith("step-000006")
     return out
 
 
-def _straight_config(data_dir, task, start, out) -> TrainerConfig:
-    return _config(
-        data_dir, task, start, out, steps=6, num_iterations=2, loss=PolicyLossConfig(beta=0.04), every=3
-    )
-
-
-def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(straight) -> None:
-    rows = _rows(straight)
+def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(straight, metric_rows) -> None:
+    rows = metric_rows(straight)
     for n in range(1, 7):
         for k in ("train/loss", "train/kl", "train/entropy", "train/clip_ratio/region_mean", "time/update"):
             assert np.isfinite(rows[n][k]), (n, k)
@@ -129,7 +92,7 @@ def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(straight) -> 
 
 
 def test_a_run_stopped_mid_group_and_resumed_ends_bitwise_equal(
-    data_dir, task, start, straight, tmp_path
+    start, straight, straight_config, tmp_path
 ) -> None:
     from schooner.model import load_model, load_pytree
 
@@ -140,7 +103,7 @@ def test_a_run_stopped_mid_group_and_resumed_ends_bitwise_equal(
     resumed = str(tmp_path / "resumed")
     shutil.copytree(straight, resumed)
     shutil.rmtree(f"{resumed}/step-000006")  # died after step 3's checkpoint: step 4 is mid group 1
-    summary = train(_straight_config(data_dir, task, start, resumed))
+    summary = train(straight_config(resumed))
     assert summary["start_step"] == 3
     a = {r["step"]: r["train/loss"] for r in read_metrics(straight) if "train/loss" in r}
     b = {r["step"]: r["train/loss"] for r in read_metrics(resumed) if "train/loss" in r}
@@ -169,16 +132,16 @@ def odd_answers_raise(prompt: str, completion: str, fields) -> float:
     return float(len(completion) % 2)
 
 
-def test_a_reward_that_raises_is_counted_and_named_not_fatal(data_dir, task, start, tmp_path) -> None:
+def test_a_reward_that_raises_is_counted_and_named_not_fatal(straight_config, metric_rows, tmp_path) -> None:
     out = str(tmp_path / "run")
-    cfg = _straight_config(data_dir, task, start, out)  # the same compiled programs as the other runs
+    cfg = straight_config(out)  # the same compiled programs as the other runs
     summary = train(
         dataclasses.replace(
             cfg, num_train_steps=4, objective=dataclasses.replace(cfg.objective, reward=odd_answers_raise)
         )
     )
     assert summary["steps"] == 4 and np.isfinite(summary["final_loss"])
-    rows = _rows(out)
+    rows = metric_rows(out)
     with open(f"{out}/reward_errors.jsonl") as f:
         errors = [json.loads(line) for line in f]
     for n in (1, 3):
@@ -233,7 +196,9 @@ def test_the_config_refuses_what_cannot_run() -> None:
     assert str(Grpo(reward=odd_answers_raise).reward) == f"{__name__}:odd_answers_raise"
 
 
-def test_the_rl_train_step_runs_and_its_key_follows_the_reward(data_dir, task, start, tmp_path) -> None:
+def test_the_rl_train_step_runs_and_its_key_follows_the_reward(
+    data_dir, task, start, metric_rows, tmp_path
+) -> None:
     from schooner.cluster import StepRunner, lower
     from schooner.eval.rewards import exact_answer
     from schooner.train.steps import rl_train
@@ -263,7 +228,7 @@ def test_the_rl_train_step_runs_and_its_key_follows_the_reward(data_dir, task, s
     result = StepRunner(prefix=str(tmp_path / "p"), quiet=True).run([lower(tuned)])
     summary = result[tuned].result["summary"]
     assert summary["steps"] == 2 and summary["checkpoint"].endswith("step-000002")
-    rows = _rows(result[tuned].output_path)
+    rows = metric_rows(result[tuned].output_path)
     assert np.isfinite(rows[1]["rollout/reward"]) and np.isfinite(rows[2]["train/loss"])
 
 

@@ -149,62 +149,43 @@ def _equal_runs(a: str, b: str) -> None:
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def _run(data_dir, task, start, out, workers: int) -> None:
-    """3 steps of GRPO on the arithmetic task (2 prompts x 4 samples a step, one prompt a chunk)."""
+@pytest.fixture(scope="module")
+def run(data_dir, task, start, grpo_config):
+    """A function (out, workers): 3 steps of GRPO on the arithmetic task (2 prompts x 4 samples a step, one
+    prompt a chunk)."""
     from schooner.eval.rewards import exact_answer
-    from schooner.model import read_config
-    from schooner.train import AdamConfig, CheckpointConfig, TrackerConfig, TrainerConfig, train
+    from schooner.train import CheckpointConfig, train
 
-    grpo = Grpo(
-        reward=exact_answer(), num_generations=4, max_new_tokens=16, rollout_chunk=1, rollout_workers=workers
-    )
-    train(
-        TrainerConfig(
-            model=read_config(start),
-            datasets={task: 1.0},
-            seq_len=128,
-            objective=grpo,
-            batch_size=8,
-            num_train_steps=3,
-            validation={},
-            seed=3,
-            optimizer=AdamConfig(learning_rate=3e-3, weight_decay=0.0, warmup=0, schedule="constant"),
-            tokenizer=f"{data_dir}/tokenizer.json",
-            initialize_from=start,
-            output_path=out,
-            checkpoint=CheckpointConfig(every=3),
-            trackers=TrackerConfig(loss_plot=False, log_every=1),
+    def go(out: str, workers: int) -> None:
+        grpo = Grpo(
+            reward=exact_answer(),
+            num_generations=4,
+            max_new_tokens=16,
+            rollout_chunk=1,
+            rollout_workers=workers,
         )
-    )
+        train(grpo_config(data_dir, task, start, out, grpo, steps=3, checkpoint=CheckpointConfig(every=3)))
+
+    return go
 
 
 @pytest.fixture(scope="module")
-def task(tmp_path_factory) -> str:
-    from schooner.eval.arithmetic import ArithmeticTask, arithmetic_task
-
-    folder = str(tmp_path_factory.mktemp("arith"))
-    arithmetic_task(
-        folder, ArithmeticTask(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-    )
-    return folder
+def task(arithmetic_folder) -> str:
+    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
 
 
 @pytest.fixture(scope="module")
-def start(nano, tmp_path_factory) -> str:
-    from schooner.model import save_model
-
-    folder = str(tmp_path_factory.mktemp("rl-start") / "ckpt")
-    save_model(folder, init(nano(), key=jax.random.PRNGKey(5)), nano())
-    return folder
+def start(nano, saved_model) -> str:
+    return saved_model(nano(), jax.random.PRNGKey(5))
 
 
 @pytest.mark.slow  # three trainer compilations and two worker processes: ~60 s on a loaded 2-core machine
 def test_a_run_with_two_local_workers_ends_with_the_weights_of_a_run_without(
-    data_dir, task, start, tmp_path, two_workers
+    run, tmp_path, two_workers
 ) -> None:
-    _run(data_dir, task, start, str(tmp_path / "none"), 0)
+    run(str(tmp_path / "none"), 0)
     with using_client(two_workers):
-        _run(data_dir, task, start, str(tmp_path / "two"), 2)
+        run(str(tmp_path / "two"), 2)
     _equal_runs(str(tmp_path / "none"), str(tmp_path / "two"))
     assert not os.listdir(
         tmp_path / "two" / "rollout-weights"
@@ -214,12 +195,10 @@ def test_a_run_with_two_local_workers_ends_with_the_weights_of_a_run_without(
 @pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
-def test_a_run_with_two_ray_workers_ends_with_the_weights_of_a_run_without(
-    data_dir, task, start, tmp_path, ray_client
-) -> None:
-    _run(data_dir, task, start, str(tmp_path / "none"), 0)
+def test_a_run_with_two_ray_workers_ends_with_the_weights_of_a_run_without(run, tmp_path, ray_client) -> None:
+    run(str(tmp_path / "none"), 0)
     with using_client(ray_client):
-        _run(data_dir, task, start, str(tmp_path / "ray"), 2)
+        run(str(tmp_path / "ray"), 2)
     _equal_runs(str(tmp_path / "none"), str(tmp_path / "ray"))
 
 
