@@ -42,12 +42,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from experiments.tokenizer_defs import default_tokenizer
-from experiments.tutorials.train_tiny_model import SEQ_LEN, docs
+from experiments.tutorials.train_tiny_model import SEQ_LEN, docs, fine_tune
 from experiments.tutorials.train_tiny_model import model as pretrained
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, step
 from schooner.tokenize.steps import tokenized_chat, tokenized_preferences
 from schooner.train import AdamConfig
-from schooner.train.steps import dpo, hf_export, reference_logprobs, sft
+from schooner.train.steps import dpo, hf_export, reference_logprobs
 
 STEPS = int(os.environ.get("SCHOONER_POSTTRAIN_STEPS", "40"))
 TASK_DOCUMENTS = int(os.environ.get("SCHOONER_POSTTRAIN_TASK_DOCUMENTS", "200"))
@@ -143,17 +143,13 @@ prefs = tokenized_preferences(
     "tokenized/docstring-preferences", source=pairs, tokenizer=default_tokenizer, validation_fraction=0.1
 )
 
-sft_model = sft(
+# SFT from the pretrained checkpoint: 16 rows of SEQ_LEN tokens a step (`fine_tune` calls `sft`)
+sft_model = fine_tune(
     "checkpoints/tutorial-nano-sft",
-    initialize_from=pretrained,
     datasets={chat: 1.0},
-    batch_size=16,
-    seq_len=SEQ_LEN,
     num_train_steps=STEPS,
     optimizer=AdamConfig(learning_rate=1e-3, warmup=0.05, schedule="linear", min_lr_ratio=0.0),
     eval_every=max(STEPS // 2, 1),
-    checkpoint_every=None,
-    resources=CPU,
 )
 ref = reference_logprobs("dpo/tutorial-nano-ref", sft_model, prefs, seq_len=PAIR_LEN, resources=CPU)
 dpo_model = dpo(

@@ -39,14 +39,13 @@ import re
 from dataclasses import dataclass
 
 from experiments.tokenizer_defs import default_tokenizer
-from experiments.tutorials.train_tiny_model import SEQ_LEN
-from experiments.tutorials.train_tiny_model import model as pretrained
+from experiments.tutorials.train_tiny_model import SEQ_LEN, fine_tune
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, step
 from schooner.eval.arithmetic import ArithmeticTask
 from schooner.eval.rewards import exact_answer
 from schooner.tokenize.steps import tokenized_chat
 from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
-from schooner.train.steps import hf_export, pass_at_k_eval, rl_train, sft
+from schooner.train.steps import hf_export, pass_at_k_eval, rl_train
 
 SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "400"))
 RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "40"))
@@ -115,17 +114,13 @@ chat = tokenized_chat(
     "tokenized/arithmetic-chat", source=chats, tokenizer=default_tokenizer, validation_fraction=0.05
 )
 
-sft_model = sft(
+# SFT from the pretrained checkpoint: 16 rows of SEQ_LEN tokens a step (`fine_tune` calls `sft`)
+sft_model = fine_tune(
     "checkpoints/tutorial-nano-arith-sft",
-    initialize_from=pretrained,
     datasets={chat: 1.0},
-    batch_size=16,
-    seq_len=SEQ_LEN,
     num_train_steps=SFT_STEPS,
     optimizer=AdamConfig(learning_rate=3e-3, warmup=0.05, schedule="cosine", min_lr_ratio=0.1),
     eval_every=max(SFT_STEPS // 3, 1),
-    checkpoint_every=None,
-    resources=CPU,
 )
 
 # One held-out evaluation, used by both pass_at_k_eval steps and during RL: the same problems, samples and

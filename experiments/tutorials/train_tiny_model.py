@@ -58,6 +58,28 @@ model = train_lm(
     resources=ResourceConfig.with_cpu(),  # runtime only: not part of the step's identity
 )
 
+
+def fine_tune(
+    name: str, datasets: dict, num_train_steps: int, optimizer: AdamConfig, eval_every: int
+) -> object:
+    """`sft` of this pretrained model, as the post-training tutorials run it: 16 rows of SEQ_LEN tokens a step,
+    one checkpoint at the end, on the CPU (`posttrain_tiny_model.py`, `rl_tiny_model.py`)."""
+    from schooner.train.steps import sft
+
+    return sft(
+        name,
+        initialize_from=model,
+        datasets=datasets,
+        batch_size=16,
+        seq_len=SEQ_LEN,
+        num_train_steps=num_train_steps,
+        optimizer=optimizer,
+        eval_every=eval_every,
+        checkpoint_every=None,
+        resources=ResourceConfig.with_cpu(),
+    )
+
+
 scores = evaluate(
     "eval/tutorial-nano",
     checkpoint=model,
