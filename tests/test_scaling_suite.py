@@ -94,10 +94,16 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
         "SCHOONER_DELPHI_DOCS": "20",
     }
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, "experiments/scaling/delphi_suite.py", "--max-concurrent", "2"]
+    # the forecast phase registers the forecasts and stops: no held-out run is declared yet
     out = subprocess.run(
-        [sys.executable, "experiments/scaling/delphi_suite.py", "--max-concurrent", "2"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=3000,
+        command, cwd=root, env={**env, "SCHOONER_DELPHI_PHASE": "forecast"}, capture_output=True, text=True,
+        timeout=3000,
     )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert len(list((tmp_path / "scaling").glob("delphi-forecast-2x-*"))) == 1
+    assert not (tmp_path / "scaling" / "delphi-heldout").exists()
+    out = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=3000)
     assert out.returncode == 0, out.stderr[-4000:]
     scores = list((tmp_path / "scaling").glob("delphi-forecast-2x-score-s*"))
     assert len(scores) == 2

@@ -5,6 +5,8 @@ largest fitted budget), and downstream forecasts of a multiple-choice task.
     uv run python experiments/scaling/delphi_suite.py                      # the sizing below (about 45 min here)
     SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13 uv run python experiments/scaling/delphi_suite.py
 
+SCHOONER_DELPHI_PHASE=sweep stops after the sweep and its task scores; =forecast after the fits and the registered
+forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/).
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:
 

@@ -1,0 +1,29 @@
+#!/bin/bash
+# On the lent machine (see pack.sh): set up once per machine, then run the Delphi suite (no step names) or only
+# the named steps (only.py) for at most T seconds, and put the run folders (no checkpoints) and the log in $OUT.
+# The runner resumes cached steps, so a warm machine's next call goes on where this one stopped; a step cut off
+# by the time limit starts again. Environment: BUDGETS (the fitted list), PHASE (SCHOONER_DELPHI_PHASE), CONC
+# (steps at a time: on the v5e 30 tiny runs at once in one process ran at 10k tokens/s each, 3 at 73k, 1 at 125k).
+T=${1:-520}; shift
+export PYTHONUNBUFFERED=1
+W=/tmp/w; mkdir -p $W
+t0=$(date +%s)
+if [ ! -f $W/setup.done ]; then
+  mkdir -p $W/site $W/prefix
+  tar xJf .tpu/site.tar.xz -C $W/site || exit 1
+  tar xJf .tpu/out.tar.xz -C $W/prefix || exit 1
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --only-binary=:all: --no-deps --no-compile \
+    --index-url file:///opt/pypi/simple --target $W/big tensorstore matplotlib fonttools pillow || exit 1
+  touch $W/setup.done
+fi
+echo "setup $(( $(date +%s) - t0 )) s"
+export PYTHONPATH=$PYTHONPATH:$PWD:$PWD/lib/cluster/src:$PWD/lib/data/src:$PWD/lib/tokenize/src:$PWD/lib/model/src:$PWD/lib/train/src:$PWD/lib/eval/src:$W/site:$W/big
+export JAX_COMPILATION_CACHE_DIR=$W/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+export SCHOONER_PREFIX=$W/prefix SCHOONER_DELPHI_BUDGETS=${BUDGETS:-1e11,3e11,1e12,3e12,1e13} COLUMNS=160 MPLBACKEND=Agg
+[ -n "$PHASE" ] && export SCHOONER_DELPHI_PHASE=$PHASE
+if [ $# -gt 0 ]; then entry=".tpu/only.py $*"; else entry="experiments/scaling/delphi_suite.py --max-concurrent ${CONC:-3}"; fi
+timeout --signal=INT --kill-after=10 $T python3 $entry > $W/suite.log 2>&1
+echo "rc=$? after $(( $(date +%s) - t0 )) s"
+grep -v "tok/s" $W/suite.log | tail -40
+cd $W/prefix && tar czf $OUT/results.tgz --exclude='step-[0-9]*' --exclude='checkpoints' scaling experiments
+cp $W/suite.log $OUT/
