@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from schooner.eval import evaluate_lm
 from schooner.model import TokenStream, iter_window_batches, num_windows
 
+from .sentencepiece import JAPANESE, sentencepiece_style_tokenizer
+
 
 class Bigram(eqx.Module):
     """logits[b, t] = table[tokens[b, t]]: the loss of each target depends only on its predecessor."""
@@ -254,28 +256,6 @@ def test_llama_nano_is_batch_invariant_and_matches_token_losses():
     assert whole["nats"] == pytest.approx(expected, rel=1e-5)
 
 
-def _sentencepiece_style_tokenizer():
-    """A Unigram tokenizer with `▁` word prefixes and an `<unk>` for what it never saw (as Llama 2 or T5
-    without byte fallback): Japanese text encodes as `▁`, `<unk>`."""
-    import tokenizers
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    from schooner.tokenize import Tokenizer
-
-    hf = tokenizers.Tokenizer(models.Unigram())
-    hf.pre_tokenizer = pre_tokenizers.Metaspace()
-    hf.decoder = decoders.Metaspace()
-    english = ["The quick brown fox jumps over the lazy dog.", "A lazy dog sleeps all day in the sun."]
-    trainer = trainers.UnigramTrainer(
-        vocab_size=120, unk_token="<unk>", special_tokens=["<unk>", "<s>", "</s>"]
-    )
-    hf.train_from_iterator(english * 20, trainer)
-    return Tokenizer(hf, bos_token="<s>", eos_token="</s>")
-
-
-JAPANESE = "日本語のテキストです。"
-
-
 def test_bits_per_byte_divides_by_the_texts_bytes_not_the_tokens(tmp_path, caplog):
     """A SentencePiece-style tokenizer's `<unk>` stands for 0 bytes in its per-token byte table, so the
     33-byte Japanese sentence counted 1 byte (its `▁`) and bits per byte came out 33 times too high. The
@@ -284,7 +264,7 @@ def test_bits_per_byte_divides_by_the_texts_bytes_not_the_tokens(tmp_path, caplo
     from schooner.data import make_record, write_records
     from schooner.tokenize import build_cache, write_cache
 
-    tok = _sentencepiece_style_tokenizer()
+    tok = sentencepiece_style_tokenizer()
     texts = [JAPANESE, "The lazy fox sleeps.", "A dog in the 日本 sun."]
     assert tok.encode(JAPANESE) == [tok.hf.token_to_id("▁"), tok.hf.token_to_id("<unk>")]
     assert int(tok.token_byte_lengths()[tok.encode(JAPANESE)].sum()) == 1  # the defect's count
@@ -325,7 +305,7 @@ def test_bits_per_byte_of_a_document_cut_by_max_tokens(tmp_path):
     bytes the table misses in it; every whole document counts its text's bytes."""
     from schooner.tokenize import write_cache
 
-    tok = _sentencepiece_style_tokenizer()
+    tok = sentencepiece_style_tokenizer()
     texts = ["The lazy fox sleeps.", JAPANESE + " The dog " + JAPANESE]
     docs = [tok.encode(t) + [tok.eos_id] for t in texts]
     cache = write_cache(

@@ -585,25 +585,18 @@ def test_bits_per_byte_agrees_with_lm_evals_on_a_sentencepiece_style_tokenizer(t
     table, which counts 0 for `<unk>` (the Japanese sentence: 1 byte of 33)."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     import numpy as np
-    import tokenizers
     from lm_eval import simple_evaluate
     from lm_eval.tasks import TaskManager
-    from tokenizers import decoders, models, pre_tokenizers, trainers
 
     from schooner.data import make_record, write_records
     from schooner.eval import evaluate_lm
     from schooner.eval.harness import SchoonerLM
-    from schooner.tokenize import Tokenizer, build_cache
+    from schooner.tokenize import build_cache
 
-    hf = tokenizers.Tokenizer(models.Unigram())
-    hf.pre_tokenizer, hf.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
-    english = ["The quick brown fox jumps over the lazy dog.", "A lazy dog sleeps all day in the sun."]
-    hf.train_from_iterator(
-        english * 20,
-        trainers.UnigramTrainer(vocab_size=120, unk_token="<unk>", special_tokens=["<unk>", "<s>", "</s>"]),
-    )
-    tok = Tokenizer(hf, bos_token="<s>", eos_token="</s>")
-    texts = ["日本語のテキストです。", "The lazy fox sleeps in the sun.", "A dog, 日本 and a fox."]
+    from .sentencepiece import JAPANESE, sentencepiece_style_tokenizer
+
+    tok = sentencepiece_style_tokenizer()
+    texts = [JAPANESE, "The lazy fox sleeps in the sun.", "A dog, 日本 and a fox."]
     config = dataclasses.replace(
         presets.llama_nano, vocab_size=tok.vocab_size, num_layers=1, hidden_dim=32, intermediate_dim=64,
         num_heads=2, num_kv_heads=1, max_seq_len=64,

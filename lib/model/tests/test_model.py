@@ -78,15 +78,18 @@ def test_blocked_attention_values_and_gradients_match_reference(t, block):
     def loss(fn, q, k, v):
         return jnp.sum(fn(q, k, v) * w)
 
-    blocked = lambda q, k, v: blocked_attention(q, k, v, seg, block=block)  # noqa: E731
-    ref = lambda q, k, v: reference_attention(q, k, v, seg)  # noqa: E731
+    # Jitted, as the model runs them (op by op, each op compiled on its own: ~20 s of the default run's time).
+    blocked = jax.jit(lambda q, k, v: blocked_attention(q, k, v, seg, block=block))
+    ref = jax.jit(lambda q, k, v: reference_attention(q, k, v, seg))
     np.testing.assert_allclose(blocked(q, k, v), ref(q, k, v), atol=2e-6, rtol=1e-5)
-    g_blocked = jax.grad(lambda *a: loss(blocked, *a), argnums=(0, 1, 2))(q, k, v)
-    g_ref = jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2))(q, k, v)
+    g_blocked = jax.jit(jax.grad(lambda *a: loss(blocked, *a), argnums=(0, 1, 2)))(q, k, v)
+    g_ref = jax.jit(jax.grad(lambda *a: loss(ref, *a), argnums=(0, 1, 2)))(q, k, v)
     for a, b in zip(g_blocked, g_ref):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
     # bf16 inputs: scores in float32 inside, output in bf16 and close to the float32 result.
-    out16 = blocked_attention(q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), seg)
+    out16 = jax.jit(blocked_attention)(
+        q.astype(jnp.bfloat16), k.astype(jnp.bfloat16), v.astype(jnp.bfloat16), seg
+    )
     assert out16.dtype == jnp.bfloat16
     np.testing.assert_allclose(out16.astype(jnp.float32), ref(q, k, v), atol=3e-2, rtol=3e-2)
 

@@ -32,13 +32,19 @@ def _forward_logprobs(model, prompts, out: Samples, temperature: float) -> np.nd
     buf = np.zeros((len(rows), max(map(len, rows))), np.int32)
     for i, r in enumerate(rows):
         buf[i, : len(r)] = r
-    logp = np.asarray(jax.nn.log_softmax(model(jnp.asarray(buf)) / temperature, axis=-1))
+    logp = np.asarray(_log_softmax(model, jnp.asarray(buf), temperature))
     want = np.zeros(out.logprobs.shape, np.float32)
     for i, c in enumerate(out.completions()):
         start = len(prompts[out.prompt_index[i]])
         for j, t in enumerate(c):
             want[i, j] = logp[i, start - 1 + j, t]
     return want
+
+
+@jax.jit
+def _log_softmax(model, tokens, temperature):
+    # jitted: op by op the forward pass took most of each test's time
+    return jax.nn.log_softmax(model(tokens) / temperature, axis=-1)
 
 
 @jax.jit
