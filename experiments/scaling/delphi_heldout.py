@@ -205,11 +205,15 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
     )
     # The downstream fit (downstream.json) waits for the sweep runs' task scores, so it may finish after a
     # held-out run has started: its score step records per run whether it was written before the run started
+    if os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout":  # the loss forecasts' runs and scores only
+        scored = runner.main(scores)
+        print_summary(registered, scored, fit, guesses, scores, None)
+        return
     scored = runner.main([*scores, down, down_score])
     print_summary(registered, scored, fit, guesses, scores, down_score)
 
 
-def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores, down_score) -> None:
+def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores, down_score=None) -> None:
     print("\nfit:", json.dumps(registered[fit].result, indent=1))
     for s in scores:
         r = scored[s].result
@@ -217,9 +221,10 @@ def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores
             f"{s.name}: predicted {r['predicted']:.4f} {r['interval']} actual {r['actual']:.4f} "
             f"error {r['error_pct']:+.2f}% inside {r['inside_interval']} registered {r['registered_before_run']}"
         )
-    path = scored[down_score].output_path
-    for row in storage.read_json(f"{path}/score.json"):
-        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
+    if down_score is not None:
+        path = scored[down_score].output_path
+        for row in storage.read_json(f"{path}/score.json"):
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()})
     losses = {}
     for s in scores:
         r = scored[s].result

@@ -6,7 +6,9 @@ largest fitted budget), and downstream forecasts of a multiple-choice task.
     SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13 uv run python experiments/scaling/delphi_suite.py
 
 SCHOONER_DELPHI_PHASE=sweep stops after the sweep and its task scores; =forecast after the fits and the registered
-forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/).
+forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/);
+=heldout runs the held-out runs and scores the loss forecasts, without the task scores and downstream fit (which
+need the sweep's checkpoints).
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:
 

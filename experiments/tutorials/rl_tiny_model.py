@@ -1,7 +1,7 @@
 """Tutorial: reinforcement learning from a verifiable reward (GRPO) on the tutorial's tiny Llama, on a CPU.
 
     uv run schooner run experiments/tutorials/train_tiny_model.py   # first: the pretrained model (cached)
-    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (~20 min on 2 cores)
+    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (~17 min on 2 cores)
 
 It starts from `checkpoints/tutorial-nano` of `train_tiny_model.py` (the same step: its cached checkpoint is
 reused; run that file first, or this one trains it too) and adds, each step cached under the prefix:

@@ -1,5 +1,6 @@
 """Run only the named steps of the Delphi suite (and what they need), e.g. fitted runs a cut-off call left
-unfinished: `python3 .tpu/only.py scaling/delphi/1.00e+13-w32 ...` (run.sh passes them)."""
+unfinished: `python3 .tpu/only.py scaling/delphi/1.00e+13-w32 ...` (run.sh passes them). Names, not the
+runner's `--only RE`: these names hold `.` and `+`, which a regular expression reads otherwise."""
 
 import sys
 
