@@ -230,6 +230,8 @@ def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores
         r = scored[s].result
         losses.setdefault(r["budget"], []).append(r["actual"])
     for b, v in losses.items():
+        if len(v) < 2:  # a spread needs two seeds
+            continue
         print(
             f"seed spread at {b:.3g}: {100 * np.std(v, ddof=1) / np.mean(v):.3f}% (std/mean), range {min(v):.4f}..{max(v):.4f}"
         )
