@@ -20,7 +20,8 @@ reused; run that file first, or this one trains it too) and adds, each step cach
    completions of 16 train problems, rewards 1 for the right final answer, and updates the policy on the
    group-relative advantages; the same held-out pass@k is logged every few steps (`eval/arithmetic/pass@1`).
    Its folder holds `reward.png` beside `loss.png`.
-6. `eval/tutorial-nano-arith-rl`: the RL model's held-out pass@k, measured as in 4.
+6. `eval/tutorial-nano-arith-rl` and `eval/tutorial-nano-arith-rl-cool`: the RL model's held-out pass@k,
+   measured as in 4 (RL is compared with SFT at the same temperature).
 7. `plots/tutorial-nano-arith-rl`: `curves.png`, the train reward and held-out pass@1 over RL (step 0: SFT).
 8. `hf/checkpoints/tutorial-nano-arith-rl`: the RL model as a Hugging Face folder.
 
@@ -187,6 +188,13 @@ def rl_step(learning_rate: float) -> object:
 
 rl_model = rl_step(RL_LEARNING_RATE)
 rl_eval = heldout_pass_at_k("eval/tutorial-nano-arith-rl", rl_model)
+# The comparison stated before any result (docs/rl.md): RL against SFT at the same temperature, 1 and 0.3, so
+# that a gain sharpening alone would give does not count as RL's.
+rl_low_t_eval = heldout_pass_at_k(
+    "eval/tutorial-nano-arith-rl-cool",
+    rl_model,
+    dataclasses.replace(HELDOUT_EVAL, temperature=LOW_TEMPERATURE),
+)
 hf = hf_export(rl_model)
 
 
@@ -276,28 +284,41 @@ def mean_and_stderr(values: list[float]) -> tuple[float, float]:
     return mean, (sum((v - mean) ** 2 for v in values) / max(n - 1, 1) / n) ** 0.5
 
 
-def paired_difference(after: list[dict], before: list[dict]) -> tuple[float, float]:
+def paired_difference(after: list[dict], before: list[dict], correct=None) -> tuple[float, float]:
     """The mean over problems of (after - before) correct share, and its standard error: the same problems,
-    so their difficulty cancels (a smaller error than either pass@1's)."""
-    a, b = per_problem(after), per_problem(before)
+    so their difficulty cancels (a smaller error than either pass@1's). `correct` (a sample -> bool) scores
+    the samples; by default their reward."""
+    a, b = (per_problem(x) if correct is None else per_problem(x, correct) for x in (after, before))
+    if a.keys() != b.keys():
+        raise ValueError(
+            f"paired_difference: the two sample sets cover different problems ({len(a)} and {len(b)})"
+        )
     return mean_and_stderr([a[i] - b[i] for i in a])
+
+
+def strictly_correct(answers: dict[str, int]):
+    """A sample -> bool scored by `worked_answer()` (every written step true, leading to the right answer)."""
+    from schooner.eval.rewards import worked_answer
+
+    strict = worked_answer()
+    return lambda s: strict(s["prompt"], s["completion"], {"answer": answers[s["id"]]}) >= 1.0
 
 
 def strict_pass_at_1(samples: list[dict], answers: dict[str, int]) -> tuple[float, float]:
     """pass@1 scored by `worked_answer()`: every written step true, leading to the one right answer."""
-    from schooner.eval.rewards import worked_answer
-
-    strict = worked_answer()
-    right = per_problem(samples, lambda s: strict(s["prompt"], s["completion"], {"answer": answers[s["id"]]}))
-    return mean_and_stderr(list(right.values()))
+    return mean_and_stderr(list(per_problem(samples, strictly_correct(answers)).values()))
 
 
 def print_summary(result: RunResult) -> None:
     """Held-out pass@k of both models, samples and the audit (works on a cached rerun too)."""
     if result.dry_run or rl_eval.key not in {o.key for o in result.steps}:
         return
-    print(f"\nHeld-out arithmetic ({HELDOUT} problems, 8 samples each at temperature 1; ± 1 standard error):")
-    evals = {"SFT": sft_eval, "SFT + RL": rl_eval, f"SFT T={LOW_TEMPERATURE}": sft_low_t_eval}
+    print(
+        f"\nHeld-out arithmetic ({HELDOUT} problems, 8 samples each at temperature 1, or {LOW_TEMPERATURE} where"
+        " marked; ± 1 standard error):"
+    )
+    cool = f"T={LOW_TEMPERATURE}"
+    evals = {"SFT": sft_eval, "SFT + RL": rl_eval, f"SFT {cool}": sft_low_t_eval, f"RL {cool}": rl_low_t_eval}
     with open(os.path.join(result[task].output_path, "heldout.jsonl")) as f:
         answers = {row["id"]: row["answer"] for row in map(json.loads, f)}
     samples = {}
@@ -315,11 +336,24 @@ def print_summary(result: RunResult) -> None:
     print(
         f"  RL - SFT, paired over the same problems: pass@1 {diff:+.3f} ± {se:.3f} ({diff / max(se, 1e-12):.1f} s.e.)"
     )
-    low, low_se = paired_difference(samples[f"SFT T={LOW_TEMPERATURE}"], samples["SFT"])
+    low, low_se = paired_difference(samples[f"SFT {cool}"], samples["SFT"])
     print(
         f"  (the SFT model sampled at temperature {LOW_TEMPERATURE}: {low:+.3f} ± {low_se:.3f} over temperature 1;"
         " what sharpening alone buys)"
     )
+    # the pre-stated comparison: each model at the same temperature, plain and strict (worked_answer) pass@1
+    strictly = strictly_correct(answers)
+    print("  RL - SFT at the same temperature, paired (the comparison docs/rl.md states before any result):")
+    for t, rl_label, sft_label in (
+        ("1", "SFT + RL", "SFT"),
+        (str(LOW_TEMPERATURE), f"RL {cool}", f"SFT {cool}"),
+    ):
+        d, d_se = paired_difference(samples[rl_label], samples[sft_label])
+        ds, ds_se = paired_difference(samples[rl_label], samples[sft_label], strictly)
+        print(
+            f"    temperature {t:<4} pass@1 {d:+.3f} ± {d_se:.3f} ({d / max(d_se, 1e-12):.1f} s.e.)   "
+            f"strict pass@1 {ds:+.3f} ± {ds_se:.3f} ({ds / max(ds_se, 1e-12):.1f} s.e.)"
+        )
     print("\nAudit of every held-out completion (shares):")
     for label, rows in samples.items():
         a = audit(rows)
@@ -340,4 +374,4 @@ def print_summary(result: RunResult) -> None:
 
 
 if __name__ == "__main__":
-    print_summary(StepRunner().main([sft_eval, sft_low_t_eval, rl_eval, curves, hf]))
+    print_summary(StepRunner().main([sft_eval, sft_low_t_eval, rl_eval, rl_low_t_eval, curves, hf]))
