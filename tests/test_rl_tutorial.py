@@ -77,6 +77,58 @@ def test_the_tutorial_wires_sft_heldout_pass_at_k_rl_and_the_export() -> None:
     assert diff == pytest.approx(1 / 3) and se == pytest.approx((1 / 12) ** 0.5 / 3**0.5)
     worked = [{"id": "a", "prompt": "", "completion": c} for c in ("3 + 4 = 7\n#### 7", "3 + 4 = 8\n#### 7")]
     assert t.strict_pass_at_1(worked, {"a": 7}) == (0.5, 0.0)
+    # the summary rescores every sample by exact_answer and by worked_answer, whatever reward the evaluation
+    # used (the stored "reward" here is 0 throughout), and pairs the two models per problem
+    answers = {"a": 7, "b": 3}
+    texts = {
+        "a": ("3 + 4 = 7\n#### 7", "3 + 4 = 8\n#### 7", "#### 6"),
+        "b": ("1 + 2 = 3\n#### 3", "#### 3", "#### 2"),
+    }
+    rows = [{"id": i, "prompt": "", "completion": c, "reward": 0.0} for i, cs in texts.items() for c in cs]
+    answered, strictly = t.correct_by(exact_answer(), answers), t.strictly_correct(answers)
+    assert t.pass_at_k_of(rows, answered, 1) == pytest.approx((2 / 3, 0.0))
+    assert t.pass_at_k_of(rows, strictly, 1) == pytest.approx((1 / 3, 0.0))
+    assert t.pass_at_k_of(rows, answered, 3) == (1.0, 0.0)
+    wrong = [dict(r, completion="#### 0") for r in rows]
+    assert t.paired_difference(rows, wrong, answered) == pytest.approx((2 / 3, 0.0))
+    assert t.paired_difference(rows, wrong) == (0.0, 0.0)  # by the stored reward
+    with pytest.raises(ValueError, match="different problems"):
+        t.paired_difference(rows, rows[:3], answered)
+    # RL is compared with SFT at the same cooler temperature too
+    assert t.rl_low_t_eval.config.task == t.sft_low_t_eval.config.task
+    assert names_of([t.rl_low_t_eval])[-1] == "eval/tutorial-nano-arith-rl-cool"
+
+
+def names_of(steps: list) -> list[str]:
+    from schooner.cluster import lower
+
+    return [s.name for s in lower(steps)]
+
+
+def test_the_tutorial_s_task_and_reward_knobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SCHOONER_RL_MAX_VALUE=9 and SCHOONER_RL_REWARD=worked: the amounts-up-to-9 task, and worked_answer as
+    the RL reward and the held-out evaluations' (so the SFT model's score is the RL curve's step 0)."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    false_step = ("", "3 + 4 = 8\n#### 7", {"answer": 7})
+    assert t.REWARD(*false_step) == 1.0 and t.TASK.max_value == 10  # the defaults: exact_answer, up to 10
+    try:
+        monkeypatch.setenv("SCHOONER_RL_MAX_VALUE", "9")
+        monkeypatch.setenv("SCHOONER_RL_REWARD", "worked")
+        importlib.reload(t)
+        assert t.TASK.max_value == 9 and t.HELDOUT_EVAL.max_prompts == t.TASK.heldout_size == 150
+        for reward in (t.rl_model.config.objective.reward, t.sft_eval.config.reward, t.rl_eval.config.reward):
+            assert reward(*false_step) == 0.0 and reward("", "3 + 4 = 7\n#### 7", {"answer": 7}) == 1.0
+        monkeypatch.setenv("SCHOONER_RL_REWARD", "answer")
+        with pytest.raises(ValueError, match="SCHOONER_RL_REWARD must be one of"):
+            importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_MAX_VALUE")
+        monkeypatch.delenv("SCHOONER_RL_REWARD")
+        importlib.reload(t)
+    assert t.REWARD(*false_step) == 1.0
 
 
 @pytest.mark.slow  # pretraining, SFT, two evaluations and RL, all tiny: minutes on 2 cores

@@ -30,7 +30,8 @@ models (± 1 standard error), RL's gain paired over the same problems, a few sam
 each, and an audit of every held-out completion for reward hacking (answers without worked
 steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_STEPS and SCHOONER_RL_STEPS to
 change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
-learning rate. docs/rl.md has what it measured.
+learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_REWARD=worked `worked_answer()` as
+the RL reward (and the held-out evaluations'). docs/rl.md has what it measured.
 """
 
 import dataclasses
@@ -43,7 +44,7 @@ from experiments.tokenizer_defs import default_tokenizer
 from experiments.tutorials.train_tiny_model import SEQ_LEN, fine_tune
 from schooner.cluster import ResourceConfig, RunResult, StepRunner, step
 from schooner.eval.arithmetic import ArithmeticTask
-from schooner.eval.rewards import exact_answer
+from schooner.eval.rewards import exact_answer, worked_answer
 from schooner.tokenize.steps import tokenized_chat
 from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
 from schooner.train.steps import hf_export, pass_at_k_eval, rl_train
@@ -55,12 +56,29 @@ MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
 MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
 # Amounts up to 10 (each one token of the tokenizer); every one-step problem is in train and the held-out
 # problems are new two-step combinations of those facts. docs/rl.md has what this and amounts up to 12 measured.
-TASK = ArithmeticTask(
-    train_size=800, heldout_size=200, min_steps=1, max_steps=2, max_value=10, heldout_by="composition"
-)
+# SCHOONER_RL_MAX_VALUE=9: amounts up to 9 (700 train and 150 held out: all the distinct problems there are).
+TASKS = {
+    10: ArithmeticTask(
+        train_size=800, heldout_size=200, min_steps=1, max_steps=2, max_value=10, heldout_by="composition"
+    ),
+    9: ArithmeticTask(
+        train_size=700, heldout_size=150, min_steps=1, max_steps=2, max_value=9, heldout_by="composition"
+    ),
+}
+MAX_VALUE = int(os.environ.get("SCHOONER_RL_MAX_VALUE", "10"))
+if MAX_VALUE not in TASKS:
+    raise ValueError(f"SCHOONER_RL_MAX_VALUE must be one of {sorted(TASKS)}, got {MAX_VALUE}")
+TASK = TASKS[MAX_VALUE]
 RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "2e-4"))
 CPU = ResourceConfig.with_cpu()
-REWARD = exact_answer()  # 1.0 when the completion's final number (its `#### n` line) is the answer, else 0.0
+# The RL reward, and the reward the held-out pass@k steps score with (so the SFT model's number is the RL
+# curve's step 0). "exact": 1.0 when the completion's final number (its `#### n` line) is the answer;
+# "worked": `worked_answer()`, 1.0 only when every written step is true arithmetic leading to the answer.
+REWARDS = {"exact": exact_answer, "worked": worked_answer}
+REWARD_NAME = os.environ.get("SCHOONER_RL_REWARD", "exact")
+if REWARD_NAME not in REWARDS:
+    raise ValueError(f"SCHOONER_RL_REWARD must be one of {sorted(REWARDS)}, got {REWARD_NAME!r}")
+REWARD = REWARDS[REWARD_NAME]()
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,7 @@ HELDOUT_EVAL = PassAtK(
     task / "heldout.jsonl",
     samples=8,
     ks=(1, 8),
-    max_prompts=HELDOUT,
+    max_prompts=min(HELDOUT, TASK.heldout_size),
     seed=0,
     temperature=1.0,
     max_new_tokens=MAX_NEW_TOKENS,
@@ -296,12 +314,15 @@ def paired_difference(after: list[dict], before: list[dict], correct=None) -> tu
     return mean_and_stderr([a[i] - b[i] for i in a])
 
 
+def correct_by(reward, answers: dict[str, int]):
+    """A sample -> bool: `reward(prompt, completion, {"answer": ...})` is 1.0 (the summary rescores every
+    sample by `exact_answer` and `worked_answer`, whichever reward the evaluation used)."""
+    return lambda s: reward(s["prompt"], s["completion"], {"answer": answers[s["id"]]}) >= 1.0
+
+
 def strictly_correct(answers: dict[str, int]):
     """A sample -> bool scored by `worked_answer()` (every written step true, leading to the right answer)."""
-    from schooner.eval.rewards import worked_answer
-
-    strict = worked_answer()
-    return lambda s: strict(s["prompt"], s["completion"], {"answer": answers[s["id"]]}) >= 1.0
+    return correct_by(worked_answer(), answers)
 
 
 def strict_pass_at_1(samples: list[dict], answers: dict[str, int]) -> tuple[float, float]:
@@ -309,46 +330,60 @@ def strict_pass_at_1(samples: list[dict], answers: dict[str, int]) -> tuple[floa
     return mean_and_stderr(list(per_problem(samples, strictly_correct(answers)).values()))
 
 
+def pass_at_k_of(samples: list[dict], correct, k: int) -> tuple[float, float]:
+    """Chen et al.'s pass@k over problems (± its standard error), each sample scored by `correct`."""
+    from schooner.eval.passk import mean_pass_at_k
+
+    counts: dict[str, list[bool]] = {}
+    for s in samples:
+        counts.setdefault(s["id"], []).append(bool(correct(s)))
+    return mean_pass_at_k([(len(c), sum(c)) for c in counts.values()], k=k)
+
+
 def print_summary(result: RunResult) -> None:
     """Held-out pass@k of both models, samples and the audit (works on a cached rerun too)."""
     if result.dry_run or rl_eval.key not in {o.key for o in result.steps}:
         return
     print(
-        f"\nHeld-out arithmetic ({HELDOUT} problems, 8 samples each at temperature 1, or {LOW_TEMPERATURE} where"
-        " marked; ± 1 standard error):"
+        f"\nHeld-out arithmetic ({HELDOUT_EVAL.max_prompts} problems, 8 samples each at temperature 1, or"
+        f" {LOW_TEMPERATURE} where marked; ± 1 standard error; pass@k by `exact_answer`, strict by"
+        f" `worked_answer`; RL reward {REWARD_NAME!r}):"
     )
     cool = f"T={LOW_TEMPERATURE}"
     evals = {"SFT": sft_eval, "SFT + RL": rl_eval, f"SFT {cool}": sft_low_t_eval, f"RL {cool}": rl_low_t_eval}
     with open(os.path.join(result[task].output_path, "heldout.jsonl")) as f:
         answers = {row["id"]: row["answer"] for row in map(json.loads, f)}
+    answered, strictly = correct_by(exact_answer(), answers), strictly_correct(answers)
     samples = {}
     for label, handle in evals.items():
-        s = result[handle].result["scores"]
+        length = result[handle].result["scores"]["completion_length"]
         with open(os.path.join(result[handle].output_path, "samples.jsonl")) as f:
             samples[label] = [json.loads(line) for line in f]
-        strict, strict_se = strict_pass_at_1(samples[label], answers)
-        print(
-            f"  {label:<9} pass@1 {s['pass@1']:.3f} ± {s['pass@1_stderr']:.3f}   "
-            f"pass@8 {s['pass@8']:.3f} ± {s['pass@8_stderr']:.3f}   strict pass@1 {strict:.3f} ± {strict_se:.3f}   "
-            f"mean length {s['completion_length']:.1f} tokens"
+        (p1, p1_se), (p8, p8_se), (strict, strict_se) = (
+            pass_at_k_of(samples[label], answered, 1),
+            pass_at_k_of(samples[label], answered, 8),
+            pass_at_k_of(samples[label], strictly, 1),
         )
-    diff, se = paired_difference(samples["SFT + RL"], samples["SFT"])
+        print(
+            f"  {label:<9} pass@1 {p1:.3f} ± {p1_se:.3f}   pass@8 {p8:.3f} ± {p8_se:.3f}   "
+            f"strict pass@1 {strict:.3f} ± {strict_se:.3f}   mean length {length:.1f} tokens"
+        )
+    diff, se = paired_difference(samples["SFT + RL"], samples["SFT"], answered)
     print(
         f"  RL - SFT, paired over the same problems: pass@1 {diff:+.3f} ± {se:.3f} ({diff / max(se, 1e-12):.1f} s.e.)"
     )
-    low, low_se = paired_difference(samples[f"SFT {cool}"], samples["SFT"])
+    low, low_se = paired_difference(samples[f"SFT {cool}"], samples["SFT"], answered)
     print(
         f"  (the SFT model sampled at temperature {LOW_TEMPERATURE}: {low:+.3f} ± {low_se:.3f} over temperature 1;"
         " what sharpening alone buys)"
     )
     # the pre-stated comparison: each model at the same temperature, plain and strict (worked_answer) pass@1
-    strictly = strictly_correct(answers)
     print("  RL - SFT at the same temperature, paired (the comparison docs/rl.md states before any result):")
     for t, rl_label, sft_label in (
         ("1", "SFT + RL", "SFT"),
         (str(LOW_TEMPERATURE), f"RL {cool}", f"SFT {cool}"),
     ):
-        d, d_se = paired_difference(samples[rl_label], samples[sft_label])
+        d, d_se = paired_difference(samples[rl_label], samples[sft_label], answered)
         ds, ds_se = paired_difference(samples[rl_label], samples[sft_label], strictly)
         print(
             f"    temperature {t:<4} pass@1 {d:+.3f} ± {d_se:.3f} ({d / max(d_se, 1e-12):.1f} s.e.)   "
