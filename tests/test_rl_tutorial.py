@@ -149,6 +149,10 @@ def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"SFT\s+pass@1 \d\.\d+ ± \d\.\d+\s+pass@8", out), out[-3000:]
     assert re.search(r"SFT \+ RL\s+pass@1 \d\.\d+ ± \d\.\d+", out) and "Audit of every" in out
+    for t in ("1", "0.3"):  # the comparison at the same temperature, plain and strict
+        assert re.search(
+            rf"temperature {re.escape(t)} +pass@1 [-+]\d\.\d+ ± \d\.\d+ .*strict pass@1 [-+]", out
+        )
     assert re.search(r"RL - SFT, paired over the same problems: pass@1 [-+]\d\.\d+ ± \d\.\d+", out), out[
         -3000:
     ]
@@ -157,7 +161,8 @@ def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     evals = [r for r in rows if "eval/arithmetic/pass@1" in r]
     assert evals and evals[-1]["step"] == 2 and 0 <= evals[-1]["eval/arithmetic/pass@1"] <= 1
     assert (run / "reward.png").read_bytes().startswith(b"\x89PNG")
-    (rl_eval,) = tmp_path.glob("eval/tutorial-nano-arith-rl-*")
+    (rl_eval,) = (p for p in tmp_path.glob("eval/tutorial-nano-arith-rl-*") if "-rl-cool-" not in p.name)
+    assert len(list(tmp_path.glob("eval/tutorial-nano-arith-rl-cool-*"))) == 1
     scores = json.loads((rl_eval / "results.json").read_text())["scores"]
     # the standalone measurement of the final checkpoint is the run's own final evaluation
     assert scores["pass@1"] == pytest.approx(evals[-1]["eval/arithmetic/pass@1"], abs=1e-12)
