@@ -82,8 +82,11 @@ RECIPE = HorizonRecipe(
     tokens_per_param=20.0,
     min_steps=50,
 )
-TRAIN = dict(eval_max_tokens=None, checkpoint_every=None, resources=None)
-"""Whole validation split (no sampling noise), one checkpoint at the end, in the runner's process."""
+CHECKPOINT_EVERY = int(os.environ.get("SCHOONER_DELPHI_CHECKPOINT_EVERY", "0")) or None
+"""Checkpoint every N steps (0: only at the end). Runtime-only (not in any step's key): set it where a call is
+cut off, so a rerun resumes the runs from their last checkpoint (experiments/scaling/device/run.sh: 1000)."""
+TRAIN = dict(eval_max_tokens=None, checkpoint_every=CHECKPOINT_EVERY, resources=None)
+"""Whole validation split (no sampling noise), checkpoints as above, in the runner's process."""
 
 sweep_kwargs = dict(budgets=BUDGETS, data=DATA, sizes_per_budget=SIZES, recipe=RECIPE, spread=SPREAD, **TRAIN)
 sweep = isoflop_sweep("scaling/delphi", **sweep_kwargs)

@@ -1,9 +1,10 @@
 #!/bin/bash
 # On the lent machine (see pack.sh): set up once per machine, then run the Delphi suite (no step names) or only
 # the named steps (only.py) for at most T seconds, and put the run folders (no checkpoints) and the log in $OUT.
-# The runner resumes cached steps, so a warm machine's next call goes on where this one stopped; a step cut off
-# by the time limit starts again. Environment: BUDGETS (the fitted list), PHASE (SCHOONER_DELPHI_PHASE), CONC
-# (steps at a time: on the v5e 30 tiny runs at once in one process ran at 10k tokens/s each, 3 at 73k, 1 at 125k).
+# The runner resumes cached steps, so a warm machine's next call goes on where this one stopped; a run cut off
+# by the time limit resumes from its last checkpoint. Environment: BUDGETS (the fitted list), PHASE
+# (SCHOONER_DELPHI_PHASE), CHECKPOINT_EVERY (steps, default 1000), CONC (steps at a time: on the v5e 30 tiny
+# runs at once in one process ran at 10k tokens/s each, 3 at 73k, 1 at 125k).
 T=${1:-520}; shift
 export PYTHONUNBUFFERED=1
 W=/tmp/w; mkdir -p $W
@@ -19,6 +20,8 @@ fi
 echo "setup $(( $(date +%s) - t0 )) s"
 export PYTHONPATH=$PYTHONPATH:$PWD:$PWD/lib/cluster/src:$PWD/lib/data/src:$PWD/lib/tokenize/src:$PWD/lib/model/src:$PWD/lib/train/src:$PWD/lib/eval/src:$W/site:$W/big
 export JAX_COMPILATION_CACHE_DIR=$W/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+# a checkpoint every 1000 steps (runtime-only: no step key changes), so a run cut off by T resumes next call
+export SCHOONER_DELPHI_CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
 export SCHOONER_PREFIX=$W/prefix SCHOONER_DELPHI_BUDGETS=${BUDGETS:-1e11,3e11,1e12,3e12,1e13} COLUMNS=160 MPLBACKEND=Agg
 [ -n "$PHASE" ] && export SCHOONER_DELPHI_PHASE=$PHASE
 if [ $# -gt 0 ]; then entry=".tpu/only.py $*"; else entry="experiments/scaling/delphi_suite.py --max-concurrent ${CONC:-3}"; fi
