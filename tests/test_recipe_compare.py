@@ -77,5 +77,6 @@ def test_the_table_compares_parabola_minima_and_names_an_unbracketed_budget(comp
     assert rows[0]["lower"] == "new" and rows[0]["diff_pct"] == pytest.approx(100 * (4.0 - 4.2) / 4.2)
     assert rows[1]["old_loss"] is None and rows[1]["diff_pct"] is None and rows[1]["lower"] is None
     table = compare.markdown(rows, new, old)
-    assert "| 1e+11 | 4.0000 | 4.2000 | -4.76% | new |" in table
-    assert "| 3e+11 | 3.5000 | no minimum |" in table and "old at 3e+11: the isoFLOP runs" in table
+    assert "| 1e+11 | 4.0000 | 4.2000 | -4.76% | new | 4.0000 | 4.2000 | -4.76% |" in table  # vertex on a run
+    assert rows[1]["old_best"] == pytest.approx(3.0 + 0.1 * math.log(1e7 / 1e9) ** 2)  # its most-tokens run
+    assert "| 3e+11 | 3.5000 | no minimum |  |  |" in table and "old at 3e+11: the isoFLOP runs" in table

@@ -120,6 +120,11 @@ def compare_rows(new: dict[float, dict], old: dict[float, dict]) -> list[dict[st
         if n is not None and o is not None:
             row["diff_pct"] = 100.0 * (n - o) / o
             row["lower"] = "new" if n < o else "old"
+        # the best single run of each (a check on the parabolas, and the only comparison where one has none)
+        nb, ob = new[b].get("best_run"), old[b].get("best_run")
+        row["new_best"] = nb["loss"] if nb else None
+        row["old_best"] = ob["loss"] if ob else None
+        row["best_diff_pct"] = 100.0 * (nb["loss"] - ob["loss"]) / ob["loss"] if nb and ob else None
         rows.append(row)
     return rows
 
@@ -128,14 +133,18 @@ def markdown(rows: list[dict[str, Any]], new: dict, old: dict) -> str:
     def cell(x: float | None) -> str:
         return "no minimum" if x is None else f"{x:.4f}"
 
+    def pct(x: float | None) -> str:
+        return "" if x is None else f"{x:+.2f}%"
+
     lines = [
-        "| budget | new L* (horizon, AdamH) | old L* (AdamW) | new - old | lower |",
-        "|---|---|---|---|---|",
+        "| budget | new L* (horizon, AdamH) | old L* (AdamW) | new - old | lower | new best run | old best run "
+        "| new - old (best runs) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        diff = "" if r["diff_pct"] is None else f"{r['diff_pct']:+.2f}%"
         lines.append(
-            f"| {r['budget']:.3g} | {cell(r['new_loss'])} | {cell(r['old_loss'])} | {diff} | {r['lower'] or ''} |"
+            f"| {r['budget']:.3g} | {cell(r['new_loss'])} | {cell(r['old_loss'])} | {pct(r['diff_pct'])} "
+            f"| {r['lower'] or ''} | {cell(r['new_best'])} | {cell(r['old_best'])} | {pct(r['best_diff_pct'])} |"
         )
     for label, optima in (("new", new), ("old", old)):
         for b, o in optima.items():
