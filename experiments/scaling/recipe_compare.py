@@ -231,13 +231,19 @@ compare = step(
 )
 
 
+def _longest(run: Any) -> float:
+    return -run.recipe.flops / run.recipe.params  # time goes with tokens x layers, about FLOPs / N
+
+
 def main() -> None:
     runner = StepRunner()
     data = runner.main([tokens])
     if data.dry_run:
         return
     for b in BUDGETS:  # budget by budget, smallest first, both recipes: partial results are whole budgets
-        runner.main([r.train for k in RECIPES for r in runs[k] if math.isclose(r.recipe.budget, b)])
+        # the longest runs first, so that the last one does not leave the other slots idle
+        todo = sorted((r for k in RECIPES for r in runs[k] if math.isclose(r.recipe.budget, b)), key=_longest)
+        runner.main([r.train for r in todo])
     done = runner.main([compare])
     out = done[compare].output_path
     print(storage.read_text(f"{out}/compare.md"))
