@@ -39,6 +39,8 @@ import jax
 from schooner.cluster import storage
 from schooner.model import CHECKPOINT_MARKER, checkpoint_folder_name, checkpoint_step, list_checkpoints
 
+from ._run_info import run_in_context
+
 # Fault injection for the crash-during-write test: when set to N, the N-th checkpoint write of this process
 # touches `<tmp>/.paused` after writing the arrays and then sleeps, so a test can `kill -9` it mid-write.
 _PAUSE_ENV = "SCHOONER_TRAIN_PAUSE_CHECKPOINT_WRITE"
@@ -224,8 +226,8 @@ class CheckpointManager:
         self._writes += 1
         args = (step, snapshot, write_fn, dict(metadata), self._writes)
         if self.config.asynchronous:
-            self._thread = threading.Thread(
-                target=self._write_guarded, args=args, name=f"checkpoint-{step}", daemon=True
+            self._thread = threading.Thread(  # in the caller's context: its log lines are the run's
+                target=run_in_context(self._write_guarded), args=args, name=f"checkpoint-{step}", daemon=True
             )
             self._thread.start()
         else:

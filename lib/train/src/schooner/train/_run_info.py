@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
+import functools
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -104,11 +106,38 @@ def enable_compilation_cache() -> None:
         jax.config.update("jax_compilation_cache_dir", where)
 
 
+_CURRENT_RUN: contextvars.ContextVar[RunLog | None] = contextvars.ContextVar(
+    "schooner_train_run", default=None
+)
+"""The run whose code is executing: set by `RunLog` in the run's thread, carried into the threads a run starts
+through `run_in_context` (threads start with an empty context)."""
+
+
+def run_in_context(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` bound to the caller's context, for a thread's target: its log lines then belong to the caller's run."""
+    return functools.partial(contextvars.copy_context().run, fn)
+
+
+class _OwnLines(logging.Filter):
+    """Pass a record emitted in this run's context, or in no run's (unattributable lines go to every open log
+    rather than none); drop another run's: several runs train at once as threads of one process."""
+
+    def __init__(self, run: RunLog) -> None:
+        super().__init__()
+        self.run = run
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        current = _CURRENT_RUN.get()
+        return current is None or current is self.run
+
+
 class RunLog:
     """Send `schooner.train` logs to `<run>/train.log` (process 0) and (if nothing else is configured) to
-    stderr."""
+    stderr. The file gets the lines of this run only (those logged in its thread and the threads it starts
+    with `run_in_context`), also when other runs train at once in the same process."""
 
     def __init__(self, run_dir: str) -> None:
+        self._token = _CURRENT_RUN.set(self)
         self.handlers: list[logging.Handler] = []
         fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
         if jax.process_count() > 1:
@@ -116,6 +145,7 @@ class RunLog:
         if "://" not in run_dir and is_primary():
             fh = logging.FileHandler(os.path.join(run_dir, "train.log"))
             fh.setFormatter(fmt)
+            fh.addFilter(_OwnLines(self))
             self.handlers.append(fh)
         if not logging.getLogger().handlers and not logger.handlers:
             sh = logging.StreamHandler(sys.stderr)
@@ -132,6 +162,10 @@ class RunLog:
             logger.removeHandler(h)
             h.close()
         logger.setLevel(self._old_level)
+        try:
+            _CURRENT_RUN.reset(self._token)
+        except ValueError:  # closed in another context than it was opened in
+            _CURRENT_RUN.set(None)
 
 
 def recorded_data(config: Mapping[str, Any]) -> dict[str, Any]:
