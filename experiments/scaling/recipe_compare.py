@@ -25,7 +25,11 @@ N around each recipe's prior optimum. The steps, all cached under the prefix:
 4. `scaling/compare`: per recipe and budget the Delphi parabola's minimum L* (`budget_optima`, the per-budget
    fit of `fit_delphi`; a budget whose runs do not bracket a minimum gets no L* and the reason), the table
    (budget, new L*, old L*, difference, which is lower) in `compare.json` and `compare.md`, and
-   `recipe-compare.png` (both recipes' isoFLOP curves; `main` copies it to docs/images/scaling/).
+   `recipe-compare.png` (both recipes' isoFLOP curves); with `--update-docs`, `main` copies the plot and
+   `compare.json` to docs/images/scaling/. The goal is checked at the budgets where both recipes have an
+   optimum (`goal_checked_at`); the others are listed (`goal_not_checkable_at`).
+
+`--dry-run` lists only the data steps: the runs are declared once the data exist (as in the Delphi suite).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +76,7 @@ at 3e10 and 1e11 FLOPs was the smallest, width 16, and the parabola found no min
 RECIPES = {"horizon": NEW, "adamw": OLD}
 TRAIN = dict(eval_max_tokens=None, checkpoint_every=None, resources=None)
 """Whole validation split, one checkpoint at the end, in the runner's process (as the Delphi suite)."""
-VERSION = "recipe-compare-v1"
+VERSION = "recipe-compare-v2"
 
 
 def _sweep_kwargs(recipe: ScalingRecipe, budgets: tuple[float, ...]) -> dict[str, Any]:
@@ -214,12 +219,16 @@ def _compare(config: CompareConfig, output_path: str) -> dict[str, Any]:
         "rows": rows,
         "new": {f"{b:.3g}": o for b, o in new.items()},
         "old": {f"{b:.3g}": o for b, o in old.items()},
-        "goal_met": all(r["lower"] == "new" for r in rows),
     }
+    # the goal is checked where both recipes have an optimum; the budgets where one has none are listed
+    shared = [r for r in rows if r["lower"] is not None]
+    result["goal_checked_at"] = [r["budget"] for r in shared]
+    result["goal_not_checkable_at"] = [r["budget"] for r in rows if r["lower"] is None]
+    result["goal_met"] = bool(shared) and all(r["lower"] == "new" for r in shared)
     storage.write_text(f"{output_path}/compare.json", json.dumps(result, indent=1, sort_keys=True))
     storage.write_text(f"{output_path}/compare.md", markdown(rows, new, old))
     _plot(new_runs, old_runs, new, old, f"{output_path}/recipe-compare.png")
-    return {"rows": rows, "goal_met": result["goal_met"]}
+    return {k: result[k] for k in ("rows", "goal_met", "goal_checked_at", "goal_not_checkable_at")}
 
 
 compare = step(
@@ -236,6 +245,9 @@ def _longest(run: Any) -> float:
 
 
 def main() -> None:
+    update_docs = "--update-docs" in sys.argv  # copy the plot and the table's JSON into docs/ (this repo's)
+    if update_docs:
+        sys.argv.remove("--update-docs")
     runner = StepRunner()
     data = runner.main([tokens])
     if data.dry_run:
@@ -247,8 +259,14 @@ def main() -> None:
     done = runner.main([compare])
     out = done[compare].output_path
     print(storage.read_text(f"{out}/compare.md"))
-    os.makedirs("docs/images/scaling", exist_ok=True)
-    shutil.copyfile(f"{out}/recipe-compare.png", "docs/images/scaling/recipe-compare.png")
+    print(json.dumps({k: v for k, v in done[compare].result.items() if k != "rows"}))
+    if update_docs:
+        os.makedirs("docs/images/scaling", exist_ok=True)
+        for src, dst in (
+            ("recipe-compare.png", "recipe-compare.png"),
+            ("compare.json", "recipe-compare.json"),
+        ):
+            shutil.copyfile(f"{out}/{src}", f"docs/images/scaling/{dst}")
 
 
 if __name__ == "__main__":
