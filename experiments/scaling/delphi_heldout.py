@@ -13,9 +13,9 @@ written its file, so each forecast is registered before its run starts; `score_f
    per run and `scaling/delphi-downstream-score` (each metric's forecast against each seed, and whether the
    downstream forecast was written before that seed's run started).
 
-`SCHOONER_DELPHI_PHASE=heldout` leaves the downstream fit and its scores out (for a prefix whose sweep runs
-have no checkpoints: the v5e sweep's records); `=forecast` registers the loss and downstream forecasts and
-stops.
+`SCHOONER_DELPHI_PHASE=heldout` (or `SCHOONER_DELPHI_DOWNSTREAM=0`) leaves the downstream fit and its scores
+out (for a prefix whose sweep runs have no checkpoints: the v5e sweep's records); `=forecast` registers the
+forecasts and stops.
 """
 
 from __future__ import annotations
@@ -183,7 +183,10 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         )
         for k in suite.HELD_OUT
     }
-    loss_only = os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout"
+    loss_only = (
+        os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout"
+        or os.environ.get("SCHOONER_DELPHI_DOWNSTREAM") == "0"
+    )
     # every forecast, the downstream ones included, is written before any held-out run is declared
     registered = runner.main([fit, *guesses.values(), *([] if loss_only else [down])])
     if os.environ.get("SCHOONER_DELPHI_PHASE") == "forecast":  # register now, run the held-out runs later

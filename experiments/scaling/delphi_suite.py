@@ -5,10 +5,12 @@ largest fitted budget), and downstream forecasts of a multiple-choice task.
     uv run python experiments/scaling/delphi_suite.py                      # the sizing below (about 45 min here)
     SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13 uv run python experiments/scaling/delphi_suite.py
 
-SCHOONER_DELPHI_PHASE=sweep stops after the sweep and its task scores; =forecast after the fits and the registered
+SCHOONER_DELPHI_PHASE=data stops after the data steps (to pack them for another machine:
+experiments/scaling/device/); =sweep stops after the sweep and its task scores; =forecast after the fits and the registered
 forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/);
 =heldout runs the held-out runs and scores the loss forecasts, without the task scores and downstream fit (which
-need the sweep's checkpoints).
+need the sweep's checkpoints). SCHOONER_DELPHI_DOWNSTREAM=0 leaves the downstream fit out of the forecast phase
+too (sweep records without checkpoints, as a lent machine brings back).
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:
 
@@ -108,6 +110,8 @@ def cloze_eval(name: str, run, cloze_path: str):
 def main() -> None:
     runner = StepRunner()
     data = runner.main([tokens, cloze])
+    if data.dry_run or os.environ.get("SCHOONER_DELPHI_PHASE") == "data":  # the data steps only
+        return
     cloze_path = data[cloze].output_path
     evals = [
         cloze_eval(f"scaling/delphi-cloze/{r.train.name.split('/')[-1]}", r.train, cloze_path) for r in runs
