@@ -5,7 +5,7 @@ recipe at every budget they share"): an isoFLOP sweep at the same budgets with b
     SCHOONER_COMPARE_BUDGETS=3e10,1e11,3e11,1e12 uv run python experiments/scaling/recipe_compare.py
 
 - the new recipe: `HorizonRecipe`, AdamH with the token-horizon rule and the horizon family, exactly the
-  Delphi suite's (`experiments/scaling/delphi_suite.RECIPE`);
+  Delphi suite's (`experiments/scaling/delphi_recipe.RECIPE`);
 - today's recipe: `ScalingRecipe`, AdamW with weight decay 0.1 and the `ModelFamily` rules, configured as the
   earlier suite configures it (`experiments/scaling/isoflop_python.py`: widths every 8, heads of 8, the grid
   centred on 100 tokens per parameter), with the vocabulary (1024) and sequence length (64) of the new one
@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.scaling.delphi_data import DATA, VOCAB, tokens
-from experiments.scaling.delphi_suite import RECIPE as HORIZON_RECIPE
-from experiments.scaling.delphi_suite import SEQ_LEN
+from experiments.scaling.delphi_recipe import RECIPE as HORIZON_RECIPE
+from experiments.scaling.delphi_recipe import SEQ_LEN
 from schooner.cluster import StepRunner, step, storage
 from schooner.train.scaling import (
     ModelFamily,
