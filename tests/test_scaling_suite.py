@@ -84,8 +84,12 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     1.2e11 FLOPs; below them the optimum lies under the smallest member, width 8, and the Delphi fit drops
     the budget): every step runs, each forecast is written before its held-out runs start, and every seed is
     scored. About an hour on a busy 2-core machine."""
+    # One CPU device, as a user's run has: the suite's smallest runs take 4 sequences a step, which the 8 fake
+    # devices the root conftest gives the test process cannot split
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f)
     env = {
         **os.environ,
+        "XLA_FLAGS": flags,
         "SCHOONER_PREFIX": str(tmp_path),
         "SCHOONER_DELPHI_BUDGETS": "3e10,6e10,1.2e11",
         "SCHOONER_DELPHI_HELD_OUT": "2",
@@ -102,6 +106,8 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-4000:]
     assert len(list((tmp_path / "scaling").glob("delphi-forecast-2x-*"))) == 1
+    (registered,) = (tmp_path / "scaling").glob("delphi-downstream-[0-9a-f]*")  # the downstream forecasts too
+    assert (registered / "downstream.json").exists()
     assert not (tmp_path / "scaling" / "delphi-heldout").exists()
     out = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=3000)
     assert out.returncode == 0, out.stderr[-4000:]

@@ -4,15 +4,18 @@
 written its file, so each forecast is registered before its run starts; `score_forecast` checks it):
 
 1. `scaling/delphi-fit` (`fit_scaling_law`, every method; the Delphi fit drops and records a budget whose
-   parabola fails) and `scaling/delphi-forecast-{k}x`: the Delphi forecast of the loss at k x the largest
-   fitted budget, written before any held-out run is declared;
-2. the held-out runs (`scaling/delphi-heldout/{k}x-s{seed}`), their cloze evaluations and a `score_forecast`
-   per run, beside `scaling/delphi-downstream` (`downstream_fit`: per sweep run the cloze task's soft
+   parabola fails), `scaling/delphi-forecast-{k}x` (the Delphi forecast of the loss at k x the largest
+   fitted budget) and `scaling/delphi-downstream` (`downstream_fit`: per sweep run the cloze task's soft
    metrics, each fitted against compute with `fit_delphi`, the soft-to-hard sigmoid on the pool of runs, and
-   the forecasts of every metric at the held-out budgets, in `downstream.json`; it waits for the sweep runs'
-   task scores, so it can finish after a held-out run starts) and `scaling/delphi-downstream-score` (each
-   metric's forecast against each seed, and whether the downstream forecast was written before that seed's
-   run started).
+   the forecasts of every metric at the held-out budgets, in `downstream.json`; it needs the sweep runs'
+   cloze scores, so their checkpoints), all written before any held-out run is declared;
+2. the held-out runs (`scaling/delphi-heldout/{k}x-s{seed}`), their cloze evaluations, a `score_forecast`
+   per run and `scaling/delphi-downstream-score` (each metric's forecast against each seed, and whether the
+   downstream forecast was written before that seed's run started).
+
+`SCHOONER_DELPHI_PHASE=heldout` (or `SCHOONER_DELPHI_DOWNSTREAM=0`) leaves the downstream fit and its scores
+out (for a prefix whose sweep runs have no checkpoints: the v5e sweep's records); `=forecast` registers the
+forecasts and stops.
 """
 
 from __future__ import annotations
@@ -180,11 +183,17 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         )
         for k in suite.HELD_OUT
     }
-    registered = runner.main([fit, *guesses.values()])  # the loss forecasts, before any held-out run
+    loss_only = (
+        os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout"
+        or os.environ.get("SCHOONER_DELPHI_DOWNSTREAM") == "0"
+    )
+    # every forecast, the downstream ones included, is written before any held-out run is declared
+    registered = runner.main([fit, *guesses.values(), *([] if loss_only else [down])])
     if os.environ.get("SCHOONER_DELPHI_PHASE") == "forecast":  # register now, run the held-out runs later
         print("\nfit:", json.dumps(registered[fit].result, indent=1))
         for k, guess in guesses.items():
             print(f"forecast {k}x:", json.dumps(registered[guess].result, indent=1))
+        print("downstream forecasts:", json.dumps(registered[down].result, indent=1))
         return
     heldout, scores = [], []
     for k, guess in guesses.items():
@@ -203,9 +212,7 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         DownstreamScoreConfig(downstream=down, heldout=heldout),
         version="delphi-downstream-score-v1",
     )
-    # The downstream fit (downstream.json) waits for the sweep runs' task scores, so it may finish after a
-    # held-out run has started: its score step records per run whether it was written before the run started
-    if os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout":  # the loss forecasts' runs and scores only
+    if loss_only:  # the loss forecasts' runs and scores only
         scored = runner.main(scores)
         print_summary(registered, scored, fit, guesses, scores, None)
         return

@@ -5,10 +5,12 @@ largest fitted budget), and downstream forecasts of a multiple-choice task.
     uv run python experiments/scaling/delphi_suite.py                      # the sizing below (about 45 min here)
     SCHOONER_DELPHI_BUDGETS=1e11,3e11,1e12,3e12,1e13 uv run python experiments/scaling/delphi_suite.py
 
-SCHOONER_DELPHI_PHASE=sweep stops after the sweep and its task scores; =forecast after the fits and the registered
+SCHOONER_DELPHI_PHASE=data stops after the data steps (to pack them for another machine:
+experiments/scaling/device/); =sweep stops after the sweep and its task scores; =forecast after the fits and the registered
 forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/);
 =heldout runs the held-out runs and scores the loss forecasts, without the task scores and downstream fit (which
-need the sweep's checkpoints).
+need the sweep's checkpoints). SCHOONER_DELPHI_DOWNSTREAM=0 leaves the downstream fit out of the forecast phase
+too (sweep records without checkpoints, as a lent machine brings back).
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:
 
@@ -41,14 +43,11 @@ import json
 import os
 
 from experiments.scaling.delphi_data import DATA, cloze, tokenizer, tokens
+from experiments.scaling.delphi_recipe import RECIPE, RULE, SEQ_LEN  # noqa: F401 (RULE: the suite's names)
 from schooner.cluster import StepRunner
 from schooner.eval import Task
 from schooner.eval.steps import evaluate
 from schooner.train.scaling import (
-    BatchRule,
-    HorizonFamily,
-    HorizonRecipe,
-    HorizonRule,
     isoflop_runs,
     isoflop_sweep,
 )
@@ -63,25 +62,6 @@ HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,
 SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
 SIZES = int(os.environ.get("SCHOONER_DELPHI_SIZES", "6"))
 SPREAD = 1.7
-SEQ_LEN = 64
-
-# The reference constants: the project's own learning-rate search (docs/scaling-delphi.md: width 64, 2
-# layers, 1024 tokens per step, 614,400 tokens, eta0 picked 0.0177; the Adam group at the rule's 1/4 ratio).
-RULE = HorizonRule(
-    base_learning_rate=0.0177,
-    base_adam_learning_rate=0.0044,
-    base_batch_tokens=1024,
-    base_horizon=614_400,
-    base_width=64,
-)
-RECIPE = HorizonRecipe(
-    family=HorizonFamily(vocab_size=1024, head_dim=8, min_width=8, width_step=8, max_width=512),
-    horizon=RULE,
-    batch=BatchRule(base_sequences=16, base_tokens=6e5, minimum=4, maximum=64),
-    seq_len=SEQ_LEN,
-    tokens_per_param=20.0,
-    min_steps=50,
-)
 CHECKPOINT_EVERY = int(os.environ.get("SCHOONER_DELPHI_CHECKPOINT_EVERY", "0")) or None
 """Checkpoint every N steps (0: only at the end). Runtime-only (not in any step's key): set it where a call is
 cut off, so a rerun resumes the runs from their last checkpoint (experiments/scaling/device/run.sh: 1000)."""
@@ -108,6 +88,8 @@ def cloze_eval(name: str, run, cloze_path: str):
 def main() -> None:
     runner = StepRunner()
     data = runner.main([tokens, cloze])
+    if data.dry_run or os.environ.get("SCHOONER_DELPHI_PHASE") == "data":  # the data steps only
+        return
     cloze_path = data[cloze].output_path
     evals = [
         cloze_eval(f"scaling/delphi-cloze/{r.train.name.split('/')[-1]}", r.train, cloze_path) for r in runs

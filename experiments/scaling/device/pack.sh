@@ -26,4 +26,5 @@ PyYAML pyyaml zstandard six python_dateutil pyparsing cycler tokenizers kiwisolv
   data tokenizers tokenized tasks $(ls -d scaling 2>/dev/null || true)) | xz -T2 -6 > .tpu/out.tar.xz
 cp experiments/scaling/device/run.sh experiments/scaling/device/only.py .tpu/
 du -ch .tpu/* | tail -1
-echo "then on the lent machine, carrying .tpu: 'PHASE=heldout CONC=3 bash .tpu/run.sh 540' (docs/scaling.md)"
+echo "then on the lent machine, carrying .tpu: 'PHASE=<sweep|forecast|heldout or none> bash .tpu/run.sh 540'"
+echo "(the PHASE that comes next for this prefix: docs/scaling.md, 'Running the suite on a lent accelerator')"

@@ -95,3 +95,37 @@ def test_one_run_on_the_calling_thread_still_logs_everything(tmp_path):
     logging.getLogger("schooner.train").info("after close")  # no longer in the file
     text = (tmp_path / "train.log").read_text()
     assert "plain line" in text and "written in" in text and "after close" not in text
+
+
+def test_a_run_that_ends_first_leaves_the_others_logging(tmp_path, monkeypatch):
+    """The logger's level and the stderr handler are shared: the first run to close must not take them from
+    a run still training (its INFO lines would stop reaching its train.log)."""
+    monkeypatch.setattr(logger, "level", logging.NOTSET)  # as under StepRunner: root at WARNING, no handlers
+    monkeypatch.setattr(logging.getLogger(), "level", logging.WARNING)
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    a_open, a_closed = threading.Event(), threading.Event()
+
+    def run_a():
+        log = RunLog(str(a))
+        a_open.set()
+        logger.info("A's line")
+        log.close()
+        a_closed.set()
+
+    def run_b():
+        a_open.wait(timeout=30)
+        log = RunLog(str(b))
+        a_closed.wait(timeout=30)
+        logger.info("B's line after A closed")
+        log.close()
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert "A's line" in (a / "train.log").read_text()
+    assert "B's line after A closed" in (b / "train.log").read_text()
+    assert logger.getEffectiveLevel() == logging.WARNING  # restored once the last run closed

@@ -10,6 +10,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -131,6 +132,14 @@ class _OwnLines(logging.Filter):
         return current is None or current is self.run
 
 
+_OPEN_LOCK = threading.Lock()
+_open_runs: list[RunLog] = []
+_shared: dict[str, Any] = {"level": logging.NOTSET, "stream": None}
+"""What the open runs share: the logger's level before the first opened, and the stderr handler (if the first
+found nothing configured). Both are undone when the last one closes, not the first: a run that ends early
+must not silence one still training."""
+
+
 class RunLog:
     """Send `schooner.train` logs to `<run>/train.log` (process 0) and (if nothing else is configured) to
     stderr. The file gets the lines of this run only (those logged in its thread and the threads it starts
@@ -147,21 +156,32 @@ class RunLog:
             fh.setFormatter(fmt)
             fh.addFilter(_OwnLines(self))
             self.handlers.append(fh)
-        if not logging.getLogger().handlers and not logger.handlers:
-            sh = logging.StreamHandler(sys.stderr)
-            sh.setFormatter(fmt)
-            self.handlers.append(sh)
-        for h in self.handlers:
-            logger.addHandler(h)
-        self._old_level = logger.level
-        if logger.getEffectiveLevel() > logging.INFO:
-            logger.setLevel(logging.INFO)
+        with _OPEN_LOCK:
+            if not _open_runs:
+                _shared["level"] = logger.level
+                if logger.getEffectiveLevel() > logging.INFO:
+                    logger.setLevel(logging.INFO)
+                if not logging.getLogger().handlers and not logger.handlers:
+                    sh = logging.StreamHandler(sys.stderr)
+                    sh.setFormatter(fmt)
+                    logger.addHandler(sh)
+                    _shared["stream"] = sh
+            _open_runs.append(self)
+            for h in self.handlers:
+                logger.addHandler(h)
 
     def close(self) -> None:
-        for h in self.handlers:
-            logger.removeHandler(h)
-            h.close()
-        logger.setLevel(self._old_level)
+        with _OPEN_LOCK:
+            for h in self.handlers:
+                logger.removeHandler(h)
+                h.close()
+            if self in _open_runs:
+                _open_runs.remove(self)
+            if not _open_runs:
+                if _shared["stream"] is not None:
+                    logger.removeHandler(_shared["stream"])
+                    _shared["stream"] = None
+                logger.setLevel(_shared["level"])
         try:
             _CURRENT_RUN.reset(self._token)
         except ValueError:  # closed in another context than it was opened in
