@@ -80,3 +80,16 @@ def test_the_table_compares_parabola_minima_and_names_an_unbracketed_budget(comp
     assert "| 1e+11 | 4.0000 | 4.2000 | -4.76% | new | 4.0000 | 4.2000 | -4.76% |" in table  # vertex on a run
     assert rows[1]["old_best"] == pytest.approx(3.0 + 0.1 * math.log(1e7 / 1e9) ** 2)  # its most-tokens run
     assert "| 3e+11 | 3.5000 | no minimum |  |  |" in table and "old at 3e+11: the isoFLOP runs" in table
+
+
+def test_the_goal_is_checked_where_both_recipes_have_an_optimum(compare) -> None:
+    rows = [
+        {"budget": 3e10, "lower": None},  # one recipe has no minimum: listed, not counted either way
+        {"budget": 1e11, "lower": "new"},
+        {"budget": 3e11, "lower": "new"},
+    ]
+    assert compare.goal(rows) == {
+        "goal_met": True, "goal_checked_at": [1e11, 3e11], "goal_not_checkable_at": [3e10]
+    }  # fmt: skip
+    assert compare.goal([*rows, {"budget": 1e12, "lower": "old"}])["goal_met"] is False
+    assert compare.goal(rows[:1])["goal_met"] is False  # nothing checkable is no evidence

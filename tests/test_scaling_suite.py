@@ -78,6 +78,23 @@ def test_build_cloze_rows_hold_the_true_next_line() -> None:
         build_cloze(files[:5], cfg)
 
 
+def test_checkpoint_every_reaches_the_runs_and_leaves_their_keys(monkeypatch) -> None:
+    """SCHOONER_DELPHI_CHECKPOINT_EVERY (run.sh: 1000, so a call cut off on a lent machine resumes) is
+    runtime-only: the runs checkpoint at it, and their keys (the cached steps) stay the same."""
+    import importlib
+
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
+    handles = {}
+    for every in ("0", "1000"):
+        monkeypatch.setenv("SCHOONER_DELPHI_CHECKPOINT_EVERY", every)
+        sys.modules.pop("experiments.scaling.delphi_suite", None)
+        handles[every] = importlib.import_module("experiments.scaling.delphi_suite").runs[0].train
+    sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+    assert handles["0"].config.checkpoint.every is None  # only at the end
+    assert handles["1000"].config.checkpoint.every == 1000
+    assert handles["0"].key == handles["1000"].key
+
+
 @pytest.mark.slow
 def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     """The whole suite at the smallest budgets whose isoFLOP runs bracket a minimum with this family (3e10 to

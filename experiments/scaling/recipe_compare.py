@@ -210,6 +210,17 @@ def _plot(new_runs: list[ScalingRun], old_runs: list[ScalingRun], new: dict, old
     fig.savefig(path, dpi=110)
 
 
+def goal(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's goal (the new recipe's optimum lower at every shared budget), checked where both recipes
+    have an optimum; the budgets where one has none are listed, not counted either way."""
+    shared = [r for r in rows if r["lower"] is not None]
+    return {
+        "goal_met": bool(shared) and all(r["lower"] == "new" for r in shared),
+        "goal_checked_at": [r["budget"] for r in shared],
+        "goal_not_checkable_at": [r["budget"] for r in rows if r["lower"] is None],
+    }
+
+
 def _compare(config: CompareConfig, output_path: str) -> dict[str, Any]:
     new_runs, old_runs = read_runs(str(config.new)), read_runs(str(config.old))
     new, old = _optima(new_runs, config.budgets), _optima(old_runs, config.budgets)
@@ -219,12 +230,8 @@ def _compare(config: CompareConfig, output_path: str) -> dict[str, Any]:
         "rows": rows,
         "new": {f"{b:.3g}": o for b, o in new.items()},
         "old": {f"{b:.3g}": o for b, o in old.items()},
+        **goal(rows),
     }
-    # the goal is checked where both recipes have an optimum; the budgets where one has none are listed
-    shared = [r for r in rows if r["lower"] is not None]
-    result["goal_checked_at"] = [r["budget"] for r in shared]
-    result["goal_not_checkable_at"] = [r["budget"] for r in rows if r["lower"] is None]
-    result["goal_met"] = bool(shared) and all(r["lower"] == "new" for r in shared)
     storage.write_text(f"{output_path}/compare.json", json.dumps(result, indent=1, sort_keys=True))
     storage.write_text(f"{output_path}/compare.md", markdown(rows, new, old))
     _plot(new_runs, old_runs, new, old, f"{output_path}/recipe-compare.png")
