@@ -287,12 +287,17 @@ def _false(a: str, op: str, b: str, c: str) -> bool:
     return {"+": x + y, "-": x - y, "*": x * y, "/": x // y if y else None}[op] != z
 
 
-def per_problem(samples: list[dict], correct=lambda s: s["reward"] >= 1.0) -> dict[str, float]:
-    """Each problem's share of correct samples (by `id`)."""
-    counts: dict[str, list[int]] = {}
+def by_problem(samples: list[dict], correct=lambda s: s["reward"] >= 1.0) -> dict[str, list[bool]]:
+    """Each problem's samples (by `id`) scored by `correct` (a sample -> bool; by default its reward)."""
+    counts: dict[str, list[bool]] = {}
     for s in samples:
         counts.setdefault(s["id"], []).append(bool(correct(s)))
-    return {i: sum(c) / len(c) for i, c in counts.items()}
+    return counts
+
+
+def per_problem(samples: list[dict], correct=lambda s: s["reward"] >= 1.0) -> dict[str, float]:
+    """Each problem's share of correct samples (by `id`)."""
+    return {i: sum(c) / len(c) for i, c in by_problem(samples, correct).items()}
 
 
 def mean_and_stderr(values: list[float]) -> tuple[float, float]:
@@ -327,17 +332,14 @@ def strictly_correct(answers: dict[str, int]):
 
 def strict_pass_at_1(samples: list[dict], answers: dict[str, int]) -> tuple[float, float]:
     """pass@1 scored by `worked_answer()`: every written step true, leading to the one right answer."""
-    return mean_and_stderr(list(per_problem(samples, strictly_correct(answers)).values()))
+    return pass_at_k_of(samples, strictly_correct(answers), 1)
 
 
 def pass_at_k_of(samples: list[dict], correct, k: int) -> tuple[float, float]:
     """Chen et al.'s pass@k over problems (± its standard error), each sample scored by `correct`."""
     from schooner.eval.passk import mean_pass_at_k
 
-    counts: dict[str, list[bool]] = {}
-    for s in samples:
-        counts.setdefault(s["id"], []).append(bool(correct(s)))
-    return mean_pass_at_k([(len(c), sum(c)) for c in counts.values()], k=k)
+    return mean_pass_at_k([(len(c), sum(c)) for c in by_problem(samples, correct).values()], k=k)
 
 
 def print_summary(result: RunResult) -> None:
@@ -362,7 +364,7 @@ def print_summary(result: RunResult) -> None:
         (p1, p1_se), (p8, p8_se), (strict, strict_se) = (
             pass_at_k_of(samples[label], answered, 1),
             pass_at_k_of(samples[label], answered, 8),
-            pass_at_k_of(samples[label], strictly, 1),
+            strict_pass_at_1(samples[label], answers),
         )
         print(
             f"  {label:<9} pass@1 {p1:.3f} ± {p1_se:.3f}   pass@8 {p8:.3f} ± {p8_se:.3f}   "
