@@ -124,6 +124,14 @@ def test_the_tutorial_s_task_and_reward_knobs(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv("SCHOONER_RL_REWARD", "answer")
         with pytest.raises(ValueError, match="SCHOONER_RL_REWARD must be one of"):
             importlib.reload(t)
+        monkeypatch.setenv("SCHOONER_RL_REWARD", "Worked")  # any case
+        importlib.reload(t)
+        assert t.REWARD(*false_step) == 0.0
+        for value in ("ten", "0", "-5"):  # a bad number names its knob
+            monkeypatch.setenv("SCHOONER_RL_STEPS", value)
+            with pytest.raises(ValueError, match=f"SCHOONER_RL_STEPS must be a positive int, got '{value}'"):
+                importlib.reload(t)
+        monkeypatch.delenv("SCHOONER_RL_STEPS")
     finally:
         monkeypatch.delenv("SCHOONER_RL_MAX_VALUE")
         monkeypatch.delenv("SCHOONER_RL_REWARD")

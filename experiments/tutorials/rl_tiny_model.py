@@ -1,7 +1,7 @@
 """Tutorial: reinforcement learning from a verifiable reward (GRPO) on the tutorial's tiny Llama, on a CPU.
 
     uv run schooner run experiments/tutorials/train_tiny_model.py   # first: the pretrained model (cached)
-    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (~17 min on 2 cores)
+    uv run schooner run experiments/tutorials/rl_tiny_model.py      # then this (17-26 min on 2 cores)
 
 It starts from `checkpoints/tutorial-nano` of `train_tiny_model.py` (the same step: its cached checkpoint is
 reused; run that file first, or this one trains it too) and adds, each step cached under the prefix:
@@ -39,6 +39,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from experiments.tokenizer_defs import default_tokenizer
 from experiments.tutorials.train_tiny_model import SEQ_LEN, fine_tune
@@ -49,9 +50,22 @@ from schooner.tokenize.steps import tokenized_chat
 from schooner.train import AdamConfig, PassAtK, PolicyLossConfig
 from schooner.train.steps import hf_export, pass_at_k_eval, rl_train
 
-SFT_STEPS = int(os.environ.get("SCHOONER_RL_SFT_STEPS", "400"))
-RL_STEPS = int(os.environ.get("SCHOONER_RL_STEPS", "40"))
-HELDOUT = int(os.environ.get("SCHOONER_RL_HELDOUT", "200"))
+
+def knob(name: str, default: str, kind: type = int) -> Any:
+    """The environment setting `name` as a positive `kind`, or an error that names it."""
+    text = os.environ.get(name, default)
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive {kind.__name__}, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"{name} must be a positive {kind.__name__}, got {text!r}")
+    return value
+
+
+SFT_STEPS = knob("SCHOONER_RL_SFT_STEPS", "400")
+RL_STEPS = knob("SCHOONER_RL_STEPS", "40")
+HELDOUT = knob("SCHOONER_RL_HELDOUT", "200")
 MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
 MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
 # Amounts up to 10 (each one token of the tokenizer); every one-step problem is in train and the held-out
@@ -65,17 +79,17 @@ TASKS = {
         train_size=700, heldout_size=150, min_steps=1, max_steps=2, max_value=9, heldout_by="composition"
     ),
 }
-MAX_VALUE = int(os.environ.get("SCHOONER_RL_MAX_VALUE", "10"))
+MAX_VALUE = knob("SCHOONER_RL_MAX_VALUE", "10")
 if MAX_VALUE not in TASKS:
     raise ValueError(f"SCHOONER_RL_MAX_VALUE must be one of {sorted(TASKS)}, got {MAX_VALUE}")
 TASK = TASKS[MAX_VALUE]
-RL_LEARNING_RATE = float(os.environ.get("SCHOONER_RL_LR", "2e-4"))
+RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
 CPU = ResourceConfig.with_cpu()
 # The RL reward, and the reward the held-out pass@k steps score with (so the SFT model's number is the RL
 # curve's step 0). "exact": 1.0 when the completion's final number (its `#### n` line) is the answer;
 # "worked": `worked_answer()`, 1.0 only when every written step is true arithmetic leading to the answer.
 REWARDS = {"exact": exact_answer, "worked": worked_answer}
-REWARD_NAME = os.environ.get("SCHOONER_RL_REWARD", "exact")
+REWARD_NAME = os.environ.get("SCHOONER_RL_REWARD", "exact").lower()
 if REWARD_NAME not in REWARDS:
     raise ValueError(f"SCHOONER_RL_REWARD must be one of {sorted(REWARDS)}, got {REWARD_NAME!r}")
 REWARD = REWARDS[REWARD_NAME]()
