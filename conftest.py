@@ -9,6 +9,20 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
+# One persistent JAX compilation cache for the whole run, shared by the xdist workers and the processes the tests
+# start (docs pages, `schooner run`, Ray workers): many tests compile the same small programs, and a hit skips
+# XLA's compile (lib/model's tests: 19% less CPU time, 520 s -> 419 s). A fresh folder per run, removed at its
+# end: nothing carries over between runs, nothing is written to the user's ~/.cache. A JAX_COMPILATION_CACHE_DIR
+# set before pytest starts is used instead (and kept).
+_COMPILE_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    _COMPILE_CACHE = tempfile.mkdtemp(prefix="schooner-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _COMPILE_CACHE
+    # jax's default keeps only programs that took over 1 s to compile: most here take less
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # Ray: no usage reporting (there is no network) and no dashboard for tests.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -41,6 +55,13 @@ LONG_FIRST = (
     "packages/eval.md",
     "packages/train.md",
 )
+
+
+def pytest_unconfigure(config):
+    if _COMPILE_CACHE is not None:  # the process that made the folder (the xdist controller) removes it
+        import shutil
+
+        shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
