@@ -62,6 +62,8 @@ def test_the_tutorial_wires_sft_heldout_pass_at_k_rl_and_the_export() -> None:
     assert t.audit(hacks) == pytest.approx(
         {"answer_only": 1 / 3, "false_step": 1 / 3, "several_answers": 1 / 3, "no_answer": 0.0}
     )
+    written = t.steps_written([*hacks, {"completion": "1 + 1 = 2\n2 + 1 = 3\n3 - 1 = 2\n2 * 2 = 4\n#### 4"}])
+    assert written == {"0": 0.25, "1": 0.5, "2": 0.0, "3": 0.0, "4+": 0.25}
     # the cooler SFT evaluation differs from the shared one in its temperature alone
     assert t.sft_low_t_eval.config.task == dataclasses.replace(t.HELDOUT_EVAL, temperature=t.LOW_TEMPERATURE)
     # the summary's paired difference (per problem, then over problems) and strict pass@1 (worked_answer)
@@ -239,6 +241,7 @@ def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"SFT\s+pass@1 \d\.\d+ ± \d\.\d+\s+pass@8", out), out[-3000:]
     assert re.search(r"SFT \+ RL\s+pass@1 \d\.\d+ ± \d\.\d+", out) and "Audit of every" in out
+    assert re.search(r"Steps written per completion .*\n\s+SFT\s+0: \d\.\d+   1: ", out), out[-3000:]
     for t in ("1", "0.3"):  # the comparison at the same temperature, plain and strict
         assert re.search(
             rf"temperature {re.escape(t)} +pass@1 [-+]\d\.\d+ ± \d\.\d+ .*strict pass@1 [-+]", out

@@ -323,6 +323,17 @@ def audit(samples: list[dict]) -> dict[str, float]:
     }
 
 
+def steps_written(samples: list[dict]) -> dict[str, float]:
+    """Shares of completions by the number of `a op b = c` steps they write ("0", "1", "2", "3", "4+"): whether
+    a model writes as many steps as the problems have (3 with SCHOONER_RL_HELDOUT_STEPS=3)."""
+    n = max(len(samples), 1)
+    counts = dict.fromkeys(("0", "1", "2", "3", "4+"), 0)
+    for s in samples:
+        k = len(_STEP.findall(s["completion"]))
+        counts[str(k) if k < 4 else "4+"] += 1
+    return {k: v / n for k, v in counts.items()}
+
+
 def _false(a: str, op: str, b: str, c: str) -> bool:
     x, y, z = int(a), int(b), int(c)
     return {"+": x + y, "-": x - y, "*": x * y, "/": x // y if y else None}[op] != z
@@ -437,6 +448,9 @@ def print_summary(result: RunResult) -> None:
     for label, rows in samples.items():
         a = audit(rows)
         print(f"  {label:<9} " + "   ".join(f"{k} {v:.3f}" for k, v in a.items()))
+    print(f"\nSteps written per completion (shares; the held-out problems have {HELDOUT_STEPS}):")
+    for label, rows in samples.items():
+        print(f"  {label:<9} " + "   ".join(f"{k}: {v:.3f}" for k, v in steps_written(rows).items()))
     print(
         "\nSamples (the first sample of the first 4 held-out problems, then the SFT model's and the RL model's):"
     )
