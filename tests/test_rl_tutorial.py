@@ -62,6 +62,8 @@ def test_the_tutorial_wires_sft_heldout_pass_at_k_rl_and_the_export() -> None:
     assert t.audit(hacks) == pytest.approx(
         {"answer_only": 1 / 3, "false_step": 1 / 3, "several_answers": 1 / 3, "no_answer": 0.0}
     )
+    written = t.steps_written([*hacks, {"completion": "1 + 1 = 2\n2 + 1 = 3\n3 - 1 = 2\n2 * 2 = 4\n#### 4"}])
+    assert written == {"0": 0.25, "1": 0.5, "2": 0.0, "3": 0.0, "4+": 0.25}
     # the cooler SFT evaluation differs from the shared one in its temperature alone
     assert t.sft_low_t_eval.config.task == dataclasses.replace(t.HELDOUT_EVAL, temperature=t.LOW_TEMPERATURE)
     # the summary's paired difference (per problem, then over problems) and strict pass@1 (worked_answer)
@@ -139,6 +141,88 @@ def test_the_tutorial_s_task_and_reward_knobs(monkeypatch: pytest.MonkeyPatch) -
     assert t.REWARD(*false_step) == 1.0
 
 
+def test_the_heldout_steps_knob_keeps_sft_and_moves_rl_and_heldout_to_three_steps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SCHOONER_RL_HELDOUT_STEPS=3: the very same SFT step (1- and 2-step problems), RL prompts and held-out
+    problems from a 3-step task, and caps that fit the prompts and worked solutions into the 128-token context."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    default_sft, default_rl = t.sft_model.key, t.rl_model.key
+    assert t.rl_task is t.task and t.MAX_PROMPT_TOKENS + t.MAX_NEW_TOKENS == 128
+    try:
+        monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", "3")
+        importlib.reload(t)
+        assert t.sft_model.key == default_sft and t.rl_model.key != default_rl  # SFT unchanged, and cached
+        assert (t.RL_TASK.min_steps, t.RL_TASK.max_steps, t.TASK.max_steps) == (3, 3, 2)
+        assert t.rl_model.config.datasets == ((t.rl_task, 1.0),) and "data/arithmetic-3step" in names_of(
+            [t.rl_model]
+        )
+        assert t.HELDOUT_EVAL.prompts == t.rl_task / "heldout.jsonl" and t.HELDOUT_EVAL.max_prompts == 200
+        assert t.sft_eval.config.task == t.rl_eval.config.task == t.HELDOUT_EVAL
+        rl = t.rl_model.config
+        assert t.sft_eval.config.max_prompt_tokens == rl.seq_len - rl.objective.max_new_tokens == 96
+        assert rl.seq_len == 128 and t.HELDOUT_EVAL.max_new_tokens == rl.objective.max_new_tokens == 32
+        for value in ("4", "1"):
+            monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", value)
+            with pytest.raises(ValueError, match=f"SCHOONER_RL_HELDOUT_STEPS must be 2 or 3, got {value}"):
+                importlib.reload(t)
+        monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", "three")
+        with pytest.raises(ValueError, match="SCHOONER_RL_HELDOUT_STEPS must be a positive int, got 'three'"):
+            importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_HELDOUT_STEPS")
+        importlib.reload(t)
+    assert t.rl_model.key == default_rl
+
+
+def test_three_step_prompts_and_worked_solutions_fit_the_caps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SCHOONER_RL_HELDOUT_STEPS=3's caps (96 prompt + 32 new tokens = the 128-token context) hold every RL
+    prompt and held-out problem, rendered as the RL run renders them, and every worked solution with room for
+    the end of turn; the 2-step caps (88 + 40) would leave out the longest prompts."""
+    import importlib
+
+    from experiments.tokenizer_defs import default_tokenizer
+    from experiments.tutorials import rl_tiny_model as t
+    from schooner.cluster import StepRunner, lower
+    from schooner.eval.arithmetic import arithmetic_task
+    from schooner.eval.rewards import exact_answer
+    from schooner.tokenize import load_tokenizer
+    from schooner.train import HeldoutPassAtK, PassAtK
+
+    try:
+        monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", "3")
+        importlib.reload(t)
+        task, caps = t.RL_TASK, (t.MAX_PROMPT_TOKENS, t.MAX_NEW_TOKENS)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_HELDOUT_STEPS")
+        importlib.reload(t)
+    assert caps == (96, 32)
+    # the tutorial's tokenizer, trained as its step trains it (a few seconds)
+    result = StepRunner(prefix=str(tmp_path), quiet=True).run([lower(default_tokenizer)])
+    tokenizer = load_tokenizer(result[default_tokenizer].output_path)
+    paths = arithmetic_task(str(tmp_path / "task"), task)  # the tutorial's data/arithmetic-3step
+    longest_prompt = longest_solution = 0
+    for split, path in paths.items():
+        # the prompts rendered as the RL run and its held-out evaluation render them (none left out at 128)
+        rendered = HeldoutPassAtK(
+            split, PassAtK(path), reward=exact_answer(), tokenizer=tokenizer, max_prompt_tokens=128
+        )
+        assert len(rendered.ids) == {"train": 800, "heldout": 200}[split] and not rendered.skipped
+        longest_prompt = max(longest_prompt, *map(len, rendered.ids))
+        with open(path, encoding="utf-8") as f:
+            solutions = [t.worked_solution(json.loads(line)["solution"]) for line in f]
+        longest_solution = max(longest_solution, *(len(tokenizer.encode(s)) for s in solutions))
+    assert 88 < longest_prompt <= caps[0] and longest_solution + 2 <= caps[1], (
+        longest_prompt,
+        longest_solution,
+    )
+
+
 @pytest.mark.slow  # pretraining, SFT, two evaluations and RL, all tiny: minutes on 2 cores
 def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     env = dict(os.environ)
@@ -157,6 +241,7 @@ def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     out = proc.stdout
     assert re.search(r"SFT\s+pass@1 \d\.\d+ ± \d\.\d+\s+pass@8", out), out[-3000:]
     assert re.search(r"SFT \+ RL\s+pass@1 \d\.\d+ ± \d\.\d+", out) and "Audit of every" in out
+    assert re.search(r"Steps written per completion .*\n\s+SFT\s+0: \d\.\d+   1: ", out), out[-3000:]
     for t in ("1", "0.3"):  # the comparison at the same temperature, plain and strict
         assert re.search(
             rf"temperature {re.escape(t)} +pass@1 [-+]\d\.\d+ ± \d\.\d+ .*strict pass@1 [-+]", out

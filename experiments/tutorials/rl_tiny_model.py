@@ -31,7 +31,8 @@ each, and an audit of every held-out completion for reward hacking (answers with
 steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_STEPS and SCHOONER_RL_STEPS to
 change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
 learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_REWARD=worked `worked_answer()` as
-the RL reward (and the held-out evaluations'). docs/rl.md has what it measured.
+the RL reward (and the held-out evaluations'), SCHOONER_RL_HELDOUT_STEPS=3 RL prompts and held-out problems
+of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2). docs/rl.md has what it measured.
 """
 
 import dataclasses
@@ -66,8 +67,15 @@ def knob(name: str, default: str, kind: type = int) -> Any:
 SFT_STEPS = knob("SCHOONER_RL_SFT_STEPS", "400")
 RL_STEPS = knob("SCHOONER_RL_STEPS", "40")
 HELDOUT = knob("SCHOONER_RL_HELDOUT", "200")
-MAX_NEW_TOKENS = 40  # a worked solution of 2 steps is ~25 tokens
-MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # the model's context (128) holds prompt + completion
+# SCHOONER_RL_HELDOUT_STEPS=3: SFT as before (1- and 2-step problems), but the RL prompts and the held-out
+# problems are 3-step computations, longer than any the SFT model was shown (docs/rl.md).
+HELDOUT_STEPS = knob("SCHOONER_RL_HELDOUT_STEPS", "2")
+if HELDOUT_STEPS not in (2, 3):
+    raise ValueError(f"SCHOONER_RL_HELDOUT_STEPS must be 2 or 3, got {HELDOUT_STEPS}")
+# The model's context (128) holds prompt + completion. Two steps: prompts of at most 79 tokens, worked
+# solutions of at most 17 (+ the end of turn). Three steps: prompts of at most 94, solutions of at most 24.
+MAX_NEW_TOKENS = {2: 40, 3: 32}[HELDOUT_STEPS]
+MAX_PROMPT_TOKENS = SEQ_LEN - MAX_NEW_TOKENS  # 88 or 96
 # Amounts up to 10 (each one token of the tokenizer); every one-step problem is in train and the held-out
 # problems are new two-step combinations of those facts. docs/rl.md has what this and amounts up to 12 measured.
 # SCHOONER_RL_MAX_VALUE=9: amounts up to 9 (700 train and 150 held out: all the distinct problems there are).
@@ -83,6 +91,20 @@ MAX_VALUE = knob("SCHOONER_RL_MAX_VALUE", "10")
 if MAX_VALUE not in TASKS:
     raise ValueError(f"SCHOONER_RL_MAX_VALUE must be one of {sorted(TASKS)}, got {MAX_VALUE}")
 TASK = TASKS[MAX_VALUE]
+# The RL prompts (its train split) and held-out problems: the SFT task's, or 3-step compositions on the same
+# amounts (every one of their steps a one-step problem of the SFT task's train split).
+RL_TASK = (
+    TASK
+    if HELDOUT_STEPS == 2
+    else ArithmeticTask(
+        train_size=800,
+        heldout_size=200,
+        min_steps=3,
+        max_steps=3,
+        max_value=MAX_VALUE,
+        heldout_by="composition",
+    )
+)
 RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
 CPU = ResourceConfig.with_cpu()
 # The RL reward, and the reward the held-out pass@k steps score with (so the SFT model's number is the RL
@@ -142,6 +164,11 @@ def arithmetic_chats(config: ChatsConfig, output_path: str) -> dict:
 
 
 task = step("data/arithmetic", arithmetic_data, ArithmeticConfig(TASK), version="v1")
+rl_task = (
+    task
+    if RL_TASK is TASK
+    else step("data/arithmetic-3step", arithmetic_data, ArithmeticConfig(RL_TASK), version="v1")
+)
 chats = step("data/arithmetic-chats", arithmetic_chats, ChatsConfig(task), version="v1")
 chat = tokenized_chat(
     "tokenized/arithmetic-chat", source=chats, tokenizer=default_tokenizer, validation_fraction=0.05
@@ -159,10 +186,10 @@ sft_model = fine_tune(
 # One held-out evaluation, used by both pass_at_k_eval steps and during RL: the same problems, samples and
 # seed, so the SFT model's numbers are where the RL curve starts.
 HELDOUT_EVAL = PassAtK(
-    task / "heldout.jsonl",
+    rl_task / "heldout.jsonl",
     samples=8,
     ks=(1, 8),
-    max_prompts=min(HELDOUT, TASK.heldout_size),
+    max_prompts=min(HELDOUT, RL_TASK.heldout_size),
     seed=0,
     temperature=1.0,
     max_new_tokens=MAX_NEW_TOKENS,
@@ -198,7 +225,7 @@ def rl_step(learning_rate: float) -> object:
     return rl_train(
         "checkpoints/tutorial-nano-arith-rl",
         checkpoint=sft_model,
-        prompts=task,  # its train.jsonl
+        prompts=rl_task,  # its train.jsonl
         reward=REWARD,
         tokenizer=default_tokenizer,
         num_train_steps=RL_STEPS,
@@ -296,6 +323,17 @@ def audit(samples: list[dict]) -> dict[str, float]:
     }
 
 
+def steps_written(samples: list[dict]) -> dict[str, float]:
+    """Shares of completions by the number of `a op b = c` steps they write ("0", "1", "2", "3", "4+"): whether
+    a model writes as many steps as the problems have (3 with SCHOONER_RL_HELDOUT_STEPS=3)."""
+    n = max(len(samples), 1)
+    counts = dict.fromkeys(("0", "1", "2", "3", "4+"), 0)
+    for s in samples:
+        k = len(_STEP.findall(s["completion"]))
+        counts[str(k) if k < 4 else "4+"] += 1
+    return {k: v / n for k, v in counts.items()}
+
+
 def _false(a: str, op: str, b: str, c: str) -> bool:
     x, y, z = int(a), int(b), int(c)
     return {"+": x + y, "-": x - y, "*": x * y, "/": x // y if y else None}[op] != z
@@ -361,13 +399,14 @@ def print_summary(result: RunResult) -> None:
     if result.dry_run or rl_eval.key not in {o.key for o in result.steps}:
         return
     print(
-        f"\nHeld-out arithmetic ({HELDOUT_EVAL.max_prompts} problems, 8 samples each at temperature 1, or"
+        f"\nHeld-out arithmetic ({HELDOUT_EVAL.max_prompts} {HELDOUT_STEPS}-step problems, 8 samples each at"
+        " temperature 1, or"
         f" {LOW_TEMPERATURE} where marked; ± 1 standard error; pass@k by `exact_answer`, strict by"
         f" `worked_answer`; RL reward {REWARD_NAME!r}):"
     )
     cool = f"T={LOW_TEMPERATURE}"
     evals = {"SFT": sft_eval, "SFT + RL": rl_eval, f"SFT {cool}": sft_low_t_eval, f"RL {cool}": rl_low_t_eval}
-    with open(os.path.join(result[task].output_path, "heldout.jsonl")) as f:
+    with open(os.path.join(result[rl_task].output_path, "heldout.jsonl")) as f:
         answers = {row["id"]: row["answer"] for row in map(json.loads, f)}
     answered, strictly = correct_by(exact_answer(), answers), strictly_correct(answers)
     samples = {}
@@ -409,6 +448,9 @@ def print_summary(result: RunResult) -> None:
     for label, rows in samples.items():
         a = audit(rows)
         print(f"  {label:<9} " + "   ".join(f"{k} {v:.3f}" for k, v in a.items()))
+    print(f"\nSteps written per completion (shares; the held-out problems have {HELDOUT_STEPS}):")
+    for label, rows in samples.items():
+        print(f"  {label:<9} " + "   ".join(f"{k}: {v:.3f}" for k, v in steps_written(rows).items()))
     print(
         "\nSamples (the first sample of the first 4 held-out problems, then the SFT model's and the RL model's):"
     )

@@ -140,3 +140,41 @@ def test_heldout_by_is_checked() -> None:
         ArithmeticTask(heldout_by="steps")
     with pytest.raises(ValueError, match=r"heldout_by='composition' holds out problems of 2 or more steps"):
         ArithmeticTask(min_steps=1, max_steps=1, heldout_by="composition")
+
+
+def _evaluate_key(key: str) -> int:
+    """The answer of a key (`"9-4*2+1"`, applied left to right) by Python's own `eval` of the composed
+    expression `((9-4)*2)+1`, not the generator's arithmetic; every division must come out whole."""
+    start, rest = re.fullmatch(r"(\d+)((?:[-+*/]\d+)+)", key).groups()
+    expression = start
+    for op, operand in re.findall(r"([-+*/])(\d+)", rest):
+        expression = f"({expression}){op}{operand}"
+        value = eval(expression)  # noqa: S307 -- digits, operators and parentheses only (the fullmatch above)
+        assert value == int(value), f"{expression} is not whole"
+    return int(value)
+
+
+def test_longer_compositions_than_sft_teaches_for_rl_prompts_and_heldout() -> None:
+    """The RL tutorial's SCHOONER_RL_HELDOUT_STEPS=3 setting: SFT on the 1-2 step task's train split, RL on the
+    train split of 3-step problems, scored on the held-out split of 3-step problems. The three never share a
+    computation, every answer is Python's evaluation of the composed expression, and every fact of a 3-step
+    problem is a one-step problem the SFT split teaches (at the tutorial's sizes)."""
+    settings = dict(max_value=10, heldout_by="composition", seed=0)
+    sft = arithmetic_problems("train", 800, min_steps=1, max_steps=2, **settings)
+    rl = arithmetic_problems("train", 800, min_steps=3, max_steps=3, **settings)
+    heldout = arithmetic_problems("heldout", 200, min_steps=3, max_steps=3, **settings)
+    keys = [{r["key"] for r in rows} for rows in (sft, rl, heldout)]
+    assert [len(k) for k in keys] == [800, 800, 200]  # distinct within each
+    assert not keys[0] & keys[1] and not keys[0] & keys[2] and not keys[1] & keys[2]
+    taught = {r["key"] for r in sft if r["steps"] == 1}
+    for row in rl + heldout:
+        assert row["steps"] == 3 and row["solution"].count(" = ") == 3, row
+        assert _evaluate_key(row["key"]) == _evaluate_prompt(row["prompt"]) == row["answer"], row
+        assert 0 <= row["answer"] <= 10 and row["solution"].endswith(f"#### {row['answer']}")
+        assert {f for f in _facts(row) if not f.startswith("0")} <= taught, row
+    assert {r["steps"] for r in sft} == {1, 2}
+    # the held-out 3-step computations are held out whatever the size asked for, and by key alone
+    assert [r["key"] for r in arithmetic_problems("heldout", 50, min_steps=3, max_steps=3, **settings)] == [
+        r["key"] for r in heldout[:50]
+    ]
+    assert _evaluate_key("9-4*2+1") == 11 and _evaluate_key("8/4*3") == 6

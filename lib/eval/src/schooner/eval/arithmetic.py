@@ -21,6 +21,12 @@ one-step problem in train and hashes only keys of two or more steps, so the held
 combinations of facts the train split teaches one at a time (as GSM8K's test problems are new problems built
 from the arithmetic its train problems use).
 
+Problems longer than any a model was fine-tuned on come from a second task of the same amounts with
+`min_steps=max_steps=3` (and `heldout_by="composition"`): its train split (e.g. RL prompts) and held-out split
+share no computation with each other or with a 1- to 2-step task (a key's length is its number of steps),
+and each of their steps is a one-step problem of that task's train split when it is large enough to hold
+them all (the RL tutorial's `SCHOONER_RL_HELDOUT_STEPS=3`).
+
     >>> rows = arithmetic_problems("train", 2, seed=0)
     >>> sorted(rows[0])
     ['answer', 'id', 'key', 'prompt', 'solution', 'steps']
