@@ -105,6 +105,26 @@ RL_TASK = (
         heldout_by="composition",
     )
 )
+# SCHOONER_RL_SFT_3STEP_SHARE=0.05 (with SCHOONER_RL_HELDOUT_STEPS=3): that share of the SFT rows are 3-step
+# worked solutions, so the SFT model writes a third step sometimes and RL has something to reinforce. They are
+# rows of the 3-step task's train split drawn after its RL prompts (`three_step_sft_rows`): no key (start and
+# operations) of theirs is a held-out problem's or an RL prompt's. 0 (the default): SFT on 1 and 2 steps only.
+_SHARE_TEXT = os.environ.get("SCHOONER_RL_SFT_3STEP_SHARE", "0")
+try:
+    SFT_3STEP_SHARE = float(_SHARE_TEXT)
+except ValueError:
+    raise ValueError(
+        f"SCHOONER_RL_SFT_3STEP_SHARE must be a number in [0, 0.5), got {_SHARE_TEXT!r}"
+    ) from None
+if not 0 <= SFT_3STEP_SHARE < 0.5:
+    raise ValueError(f"SCHOONER_RL_SFT_3STEP_SHARE must be a number in [0, 0.5), got {_SHARE_TEXT!r}")
+if SFT_3STEP_SHARE and HELDOUT_STEPS != 3:
+    raise ValueError(
+        f"SCHOONER_RL_SFT_3STEP_SHARE={_SHARE_TEXT} needs SCHOONER_RL_HELDOUT_STEPS=3 (the 3-step SFT rows come "
+        "from the 3-step task's train split); set it, or SCHOONER_RL_SFT_3STEP_SHARE=0"
+    )
+# the 3-step rows added to the SFT task's train rows, so that they are SFT_3STEP_SHARE of all (42 of 842 at 0.05)
+SFT_3STEP_ROWS = round(SFT_3STEP_SHARE * TASK.train_size / (1 - SFT_3STEP_SHARE))
 RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
 CPU = ResourceConfig.with_cpu()
 # The RL reward, and the reward the held-out pass@k steps score with (so the SFT model's number is the RL
@@ -147,20 +167,62 @@ class ChatsConfig:
 
 def arithmetic_chats(config: ChatsConfig, output_path: str) -> dict:
     """Chat records of the train problems: the prompt, answered with its worked solution."""
+    with open(os.path.join(config.task, "train.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return _write_chats(rows, output_path)
+
+
+def _write_chats(rows: list[dict], output_path: str) -> dict:
     from schooner.data import write_records
     from schooner.tokenize import chat_record
 
     records = []
-    with open(os.path.join(config.task, "train.jsonl")) as f:
-        for line in f:
-            row = json.loads(line)
-            messages = [
-                {"role": "user", "content": row["prompt"]},
-                {"role": "assistant", "content": worked_solution(row["solution"])},
-            ]
-            records.append(chat_record(messages, source="arithmetic", id=row["id"]))
+    for row in rows:
+        messages = [
+            {"role": "user", "content": row["prompt"]},
+            {"role": "assistant", "content": worked_solution(row["solution"])},
+        ]
+        records.append(chat_record(messages, source="arithmetic", id=row["id"]))
     write_records(records, output_path, num_shards=1)
-    return {"records": len(records)}
+    return {"records": len(records), "steps": {str(k): sum(r["steps"] == k for r in rows) for k in (1, 2, 3)}}
+
+
+def three_step_sft_rows(task: ArithmeticTask, rows: int) -> list[dict]:
+    """`rows` problems of `task`'s (the 3-step task's) train split drawn after its own `train_size` (the RL
+    prompts): the generator is sequential with distinct keys, so these keys are neither an RL prompt's nor (by
+    the split's hash) a held-out problem's. Ids `arith-train3-...`, apart from the 1- and 2-step rows'."""
+    from schooner.eval.arithmetic import arithmetic_problems
+
+    drawn = arithmetic_problems(
+        "train",
+        task.train_size + rows,
+        seed=task.seed,
+        min_steps=task.min_steps,
+        max_steps=task.max_steps,
+        max_value=task.max_value,
+        heldout_every=task.heldout_every,
+        heldout_by=task.heldout_by,
+    )[task.train_size :]
+    return [dict(r, id=r["id"].replace("arith-train-", "arith-train3-")) for r in drawn]
+
+
+@dataclass(frozen=True)
+class MixedChatsConfig:
+    task: object  # the data/arithmetic step: its train rows, all of them
+    three_step_task: ArithmeticTask  # the 3-step task (RL prompts, held out)
+    three_step_rows: int  # rows of its train split drawn after the RL prompts (`three_step_sft_rows`)
+
+
+def arithmetic_chats_mixed(config: MixedChatsConfig, output_path: str) -> dict:
+    """`arithmetic_chats`, plus `three_step_rows` 3-step worked solutions that share no key with the RL
+    prompts or the held-out problems (SCHOONER_RL_SFT_3STEP_SHARE); the rows shuffled with a fixed seed."""
+    import random
+
+    with open(os.path.join(config.task, "train.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    rows += three_step_sft_rows(config.three_step_task, config.three_step_rows)
+    random.Random(0).shuffle(rows)
+    return _write_chats(rows, output_path)
 
 
 task = step("data/arithmetic", arithmetic_data, ArithmeticConfig(TASK), version="v1")
@@ -169,7 +231,16 @@ rl_task = (
     if RL_TASK is TASK
     else step("data/arithmetic-3step", arithmetic_data, ArithmeticConfig(RL_TASK), version="v1")
 )
-chats = step("data/arithmetic-chats", arithmetic_chats, ChatsConfig(task), version="v1")
+chats = (
+    step("data/arithmetic-chats", arithmetic_chats, ChatsConfig(task), version="v1")
+    if not SFT_3STEP_ROWS
+    else step(
+        "data/arithmetic-chats-3step",
+        arithmetic_chats_mixed,
+        MixedChatsConfig(task, RL_TASK, SFT_3STEP_ROWS),
+        version="v1",
+    )
+)
 chat = tokenized_chat(
     "tokenized/arithmetic-chat", source=chats, tokenizer=default_tokenizer, validation_fraction=0.05
 )
