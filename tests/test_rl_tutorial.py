@@ -223,6 +223,68 @@ def test_three_step_prompts_and_worked_solutions_fit_the_caps(
     )
 
 
+def test_the_sft_3step_share_knob_adds_3step_rows_apart_from_the_rl_prompts_and_heldout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SCHOONER_RL_SFT_3STEP_SHARE=0.05 with SCHOONER_RL_HELDOUT_STEPS=3: 5% of the SFT rows are 3-step worked
+    solutions whose keys are neither a held-out problem's nor an RL prompt's; bad values name the knob; the
+    default leaves the SFT data (and so the SFT step) as it was."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+    from schooner.data import read_shards
+    from schooner.eval.arithmetic import arithmetic_task
+
+    default_chats, default_sft = t.chats.key, t.sft_model.key
+    assert t.SFT_3STEP_ROWS == 0 and t.chats.name == "data/arithmetic-chats"
+    try:
+        monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", "3")
+        importlib.reload(t)
+        assert t.sft_model.key == default_sft  # share 0: the SFT step unchanged
+        monkeypatch.setenv("SCHOONER_RL_SFT_3STEP_SHARE", "0.05")
+        importlib.reload(t)
+        assert t.chats.name == "data/arithmetic-chats-3step" and t.sft_model.key != default_sft
+        assert t.chats.config.three_step_rows == t.SFT_3STEP_ROWS == 42  # 42 of 842 rows: 4.99%
+        # the step's data, written as the tutorial writes it
+        task = arithmetic_task(str(tmp_path / "task"), t.TASK)
+        rl = arithmetic_task(str(tmp_path / "rl"), t.RL_TASK)
+        out = tmp_path / "chats"
+        config = dataclasses.replace(t.chats.config, task=str(tmp_path / "task"))
+        summary = t.arithmetic_chats_mixed(config, str(out))
+        assert summary["records"] == 842 and summary["steps"]["3"] == 42
+        records = list(read_shards(str(out), text_field=None))
+        three = [r for r in records if r["id"].startswith("arith-train3-")]
+        assert len(records) == 842 and len(three) / len(records) == pytest.approx(0.05, abs=0.001)
+        # every 3-step row answered with 3 worked steps, none a held-out problem's or an RL prompt's key
+        rows = t.three_step_sft_rows(t.RL_TASK, 42)
+        assert [r["id"] for r in rows] == sorted(r["id"] for r in three)
+        assert all(r["steps"] == 3 and len(t.worked_solution(r["solution"]).splitlines()) == 4 for r in rows)
+        keys = {r["key"] for r in rows}
+        for split in ("train", "heldout"):
+            with open(rl[split]) as f:
+                assert not keys & {json.loads(line)["key"] for line in f}, split
+        with open(task["train"]) as f:
+            assert len(list(f)) == 800  # all the 1- and 2-step rows stay
+        for value in ("0.5", "-0.1", "five"):
+            monkeypatch.setenv("SCHOONER_RL_SFT_3STEP_SHARE", value)
+            with pytest.raises(
+                ValueError,
+                match=f"SCHOONER_RL_SFT_3STEP_SHARE must be a number in \\[0, 0.5\\), got '{value}'",
+            ):
+                importlib.reload(t)
+        monkeypatch.setenv("SCHOONER_RL_SFT_3STEP_SHARE", "0.05")
+        monkeypatch.setenv("SCHOONER_RL_HELDOUT_STEPS", "2")
+        with pytest.raises(
+            ValueError, match="SCHOONER_RL_SFT_3STEP_SHARE=0.05 needs SCHOONER_RL_HELDOUT_STEPS=3"
+        ):
+            importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_HELDOUT_STEPS", raising=False)
+        monkeypatch.delenv("SCHOONER_RL_SFT_3STEP_SHARE", raising=False)
+        importlib.reload(t)
+    assert t.chats.key == default_chats and t.sft_model.key == default_sft
+
+
 @pytest.mark.slow  # pretraining, SFT, two evaluations and RL, all tiny: minutes on 2 cores
 def test_the_tutorial_runs_end_to_end_at_a_tiny_size(tmp_path: Path) -> None:
     env = dict(os.environ)
