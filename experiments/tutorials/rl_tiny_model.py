@@ -32,7 +32,8 @@ steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_ST
 change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
 learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_REWARD=worked `worked_answer()` as
 the RL reward (and the held-out evaluations'), SCHOONER_RL_HELDOUT_STEPS=3 RL prompts and held-out problems
-of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2). docs/rl.md has what it measured.
+of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2), and with it SCHOONER_RL_SFT_3STEP_SHARE=0.05 that share of
+the SFT rows 3-step worked solutions (none an RL prompt or held-out problem). docs/rl.md has what it measured.
 """
 
 import dataclasses
