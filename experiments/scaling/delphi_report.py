@@ -72,15 +72,12 @@ def collect(prefix: str) -> dict[str, Any]:
 def markdown(summary: dict[str, Any]) -> str:
     """The tables docs/scaling.md shows (and the raw numbers behind its prose)."""
     fit = summary["fit"]
-    lines = [
-        "| budget | width | layers | N | D | D/N | batch | steps | AdamH lr | loss |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    # a fitted run's record holds its name, budget, N, D and loss (the model and optimizer are in its run.json)
+    lines = ["| budget | run | N | D | D/N | loss |", "|---|---|---|---|---|---|"]
     for r in sorted(fit["runs"], key=lambda r: (r["budget"], r["params"])):
         lines.append(
-            f"| {r['budget']:.3g} | {r.get('width', '')} | {r.get('layers', '')} | {r['params']:,.0f} | "
-            f"{r['tokens']:,.0f} | {r['tokens'] / r['params']:.1f} | {r.get('batch_size', '')} | "
-            f"{r.get('steps', '')} | {r.get('learning_rate', 0):.4f} | {r['loss']:.4f} |"
+            f"| {r['budget']:.3g} | {r['name'].split('/')[-1]} | {r['params']:,.0f} | {r['tokens']:,.0f} | "
+            f"{r['tokens'] / r['params']:.1f} | {r['loss']:.4f} |"
         )
     d = fit["delphi"]
     lines.append("")
