@@ -192,18 +192,7 @@ def three_step_sft_rows(task: ArithmeticTask, rows: int) -> list[dict]:
     """`rows` problems of `task`'s (the 3-step task's) train split drawn after its own `train_size` (the RL
     prompts): the generator is sequential with distinct keys, so these keys are neither an RL prompt's nor (by
     the split's hash) a held-out problem's. Ids `arith-train3-...`, apart from the 1- and 2-step rows'."""
-    from schooner.eval.arithmetic import arithmetic_problems
-
-    drawn = arithmetic_problems(
-        "train",
-        task.train_size + rows,
-        seed=task.seed,
-        min_steps=task.min_steps,
-        max_steps=task.max_steps,
-        max_value=task.max_value,
-        heldout_every=task.heldout_every,
-        heldout_by=task.heldout_by,
-    )[task.train_size :]
+    drawn = task.problems("train", task.train_size + rows)[task.train_size :]
     return [dict(r, id=r["id"].replace("arith-train-", "arith-train3-")) for r in drawn]
 
 
