@@ -14,7 +14,6 @@ import jax
 import numpy as np
 import pytest
 
-from schooner.cluster.runner._version import canonicalize
 from schooner.train import CheckpointConfig, Grpo, read_metrics, train
 from schooner.train._rl import (
     PromptRow,
@@ -220,8 +219,8 @@ def test_the_option_left_at_its_default_keeps_the_steps_key_and_bad_settings_are
     from schooner.train import AdamConfig
     from schooner.train.steps import rl_train
 
-    canon = canonicalize(Grpo(reward=exact_answer()))
-    assert not {"dynamic_sampling", "max_sampling_rounds"} & set(canon)  # the key of a Grpo before the option
+    def canonical_objective(handle) -> dict:
+        return handle.canonical_config["objective"]
 
     def key(**options) -> str:
         handle = rl_train(
@@ -233,6 +232,14 @@ def test_the_option_left_at_its_default_keeps_the_steps_key_and_bad_settings_are
         return lower(handle)[-1].key
 
     default = key()
+    # the objective's canonical form (its part of the key) has no trace of the option while it is off
+    handle = rl_train(
+        "rl/arith", checkpoint=start, prompts=task, reward=exact_answer(), tokenizer=f"{data_dir}/tokenizer.json",
+        num_train_steps=2, max_prompt_tokens=CAP, max_new_tokens=16, resources=None,
+    )  # fmt: skip
+    objective = canonical_objective(handle)
+    assert objective["__class__"] == "Grpo" and "num_generations" in objective
+    assert not {"dynamic_sampling", "max_sampling_rounds"} & set(objective)
     assert key(dynamic_sampling=False, max_sampling_rounds=3) == default
     on = key(dynamic_sampling=True)
     assert on != default and key(dynamic_sampling=True, max_sampling_rounds=4) not in (on, default)
