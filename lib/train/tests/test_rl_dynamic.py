@@ -15,15 +15,8 @@ import numpy as np
 import pytest
 
 from schooner.train import CheckpointConfig, Grpo, read_metrics, train
-from schooner.train._rl import (
-    PromptRow,
-    RolloutBatches,
-    encode_prompts,
-    has_signal,
-    round_prompt_indices,
-    score,
-    select_groups,
-)
+from schooner.train._rl import PromptRow, RolloutBatches, encode_prompts, score
+from schooner.train._rl_sampling import has_signal, round_prompt_indices, select_groups
 from schooner.train._rl_workers import RolloutPool
 
 pytest.importorskip("schooner.eval")
