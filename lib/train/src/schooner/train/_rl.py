@@ -34,7 +34,8 @@ when made, removed once a checkpoint lies past them): the weights they were samp
 step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_reward_zero_std`,
 `rollout/completions/{mean,min,max}_length`, `rollout/completions/clipped_ratio`, `rollout/reward_errors`
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
-in the log and `run.json`); with dynamic sampling (the `rollout/` metrics above are then the batch's)
+in the log and `run.json`); with dynamic sampling (the reward, length and clipping metrics above are then the
+batch's; reward errors and skipped prompts count every round's)
 `rollout/dynamic/rounds`, `sampled_groups`, `kept_groups` (with signal), `shortfall`, and `first_round/` and
 `sampled/` `reward` and `frac_reward_zero_std` (round 0's groups: what plain GRPO would train on; all
 rounds'); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
