@@ -163,9 +163,12 @@ def _checkpointed(prefix: Path) -> bool:
 def _steps_done(prefix: Path) -> int:
     """Train steps logged so far by the running step (wherever its run folder is)."""
     done = 0
-    for path in prefix.rglob("metrics.jsonl"):
-        with contextlib.suppress(OSError):  # a folder published (moved) meanwhile
-            done = max(done, sum('"train/loss"' in line for line in path.read_text().splitlines()))
+    with contextlib.suppress(
+        OSError
+    ):  # a folder renamed while walked (a checkpoint made final, the run published)
+        for path in prefix.rglob("metrics.jsonl"):
+            with contextlib.suppress(OSError):
+                done = max(done, sum('"train/loss"' in line for line in path.read_text().splitlines()))
     return done
 
 
