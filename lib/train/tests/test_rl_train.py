@@ -23,7 +23,8 @@ from schooner.train import (
     read_metrics,
     train,
 )
-from schooner.train._rl import prompt_indices, read_prompts
+from schooner.train._rl import read_prompts
+from schooner.train._rl_sampling import prompt_indices
 
 # RL tasks, rewards and evaluate_lm come from schooner-eval, a test-time extra of this package (the exact guard
 # runs train's tests without it): skip cleanly there.

@@ -12,8 +12,14 @@ One trainer step is one optimizer update. Every `num_iterations` steps the batch
    whose reward raises (or returns no finite number) gets `nan` (left out of its group's statistics, advantage
    0, as TRL does) and is counted (`rollout/reward_errors/<ExceptionType>`) and named in the log and in
    `reward_errors.jsonl`: never a crash of the run;
-4. **advantages**: `group_advantages(rewards (P, G), advantage)`;
-5. the batch `tokens, mask, old_logprobs, advantages` then serves `num_iterations` updates with
+4. **advantages**: `group_advantages(rewards (P, G), advantage)` of the batch's groups (those step 5 keeps);
+5. **dynamic sampling** (`dynamic_sampling=True`, DAPO): groups whose rewards all agree give no gradient, so
+   steps 1-3 repeat in rounds (round `r >= 1`: P prompts of a second prompt stream, `round_prompt_indices`,
+   and the RNG `fold_in(fold_in(key, ROUND_TAG), r)`, both pure functions of `(seed, group, round)`) until P
+   groups with signal are found or `max_sampling_rounds` rounds are spent; the batch is the first P of them
+   (`select_groups`), any shortfall filled with groups without signal, counted and logged. Round 0 is the
+   batch made without the option;
+6. the batch `tokens, mask, old_logprobs, advantages` then serves `num_iterations` updates with
    `policy_loss` (and, with `loss.beta > 0`, the k3 KL to a frozen copy of the starting weights, scored in
    the train step as `dpo`'s live reference is).
 
@@ -28,7 +34,11 @@ when made, removed once a checkpoint lies past them): the weights they were samp
 step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_reward_zero_std`,
 `rollout/completions/{mean,min,max}_length`, `rollout/completions/clipped_ratio`, `rollout/reward_errors`
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
-in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
+in the log and `run.json`); with dynamic sampling (the reward, length and clipping metrics above are then the
+batch's; reward errors and skipped prompts count every round's)
+`rollout/dynamic/rounds`, `sampled_groups`, `kept_groups` (with signal), `shortfall`, and `first_round/` and
+`sampled/` `reward` and `frac_reward_zero_std` (round 0's groups: what plain GRPO would train on; all
+rounds'); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
 `reward.png` draws the reward curve at the end, beside `loss.png`.
 
 **Held-out pass@k.** Each `TrainerConfig.validation` (and `evals`) entry is a held-out evaluation (a
@@ -53,12 +63,13 @@ from typing import Any, cast
 
 import numpy as np
 
-from schooner.cluster import runtime_field
+from schooner.cluster import added_field, runtime_field
 
 from ._config import TrainerConfig, check_run
 from ._lm import resolve_model_config
 from ._objective import Objective, Setup, StepInfo
 from ._rl_objective import ADVANTAGES, SCALES, PolicyLossConfig
+from ._rl_sampling import has_signal, round_prompt_indices, select_groups
 from ._rl_workers import RolloutPool
 
 logger = logging.getLogger("schooner.train")
@@ -165,6 +176,17 @@ class Grpo:
     """N > 0: the chunks are sampled by N workers of the current cluster client (Ray tasks on Ray, local
     processes otherwise), from weights the trainer publishes each rollout group (`_rl_workers`); 0: in the
     trainer. Same seed and `rollout_chunk`: the same rollouts and weights for every N (runtime-only)."""
+    dynamic_sampling: bool = added_field(False)
+    """DAPO's dynamic sampling: a rollout batch keeps only groups whose rewards differ (at least two finite
+    rewards, not all equal: the groups that give a gradient), sampling further rounds of P prompts (each
+    round its own prompts and RNG, pure functions of `(seed, group, round)`) until P such groups are found
+    or `max_sampling_rounds` rounds are spent; a shortfall is filled with groups without signal (advantage 0,
+    as plain GRPO trains on them), counted (`rollout/dynamic/shortfall`) and logged. Round 0 is the batch
+    plain GRPO samples. False (the default): one round, every group kept (and the step's key as before the
+    option existed)."""
+    max_sampling_rounds: int = added_field(3)
+    """With `dynamic_sampling`: the most rounds of P prompts sampled for one rollout batch, the first
+    included (verl's `max_num_gen_batches`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward", RewardFunction(self.reward))
@@ -183,6 +205,16 @@ class Grpo:
         w = self.rollout_workers
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"grpo: rollout_workers must be an int >= 0, got rollout_workers={w!r}")
+        if not isinstance(self.dynamic_sampling, bool):
+            raise ValueError(f"grpo: dynamic_sampling must be True or False, got {self.dynamic_sampling!r}")
+        r = self.max_sampling_rounds
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ValueError(f"grpo: max_sampling_rounds must be an int >= 1, got max_sampling_rounds={r!r}")
+        if r != 3 and not self.dynamic_sampling:
+            raise ValueError(
+                f"grpo: max_sampling_rounds={r} applies only with dynamic sampling: set dynamic_sampling=True, "
+                "or leave max_sampling_rounds at its default"
+            )
         c = self.rollout_chunk
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ValueError(f"grpo: rollout_chunk must be an int >= 1, got rollout_chunk={c!r}")
@@ -428,19 +460,6 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Any], *, chat: bool) -> tup
     return ids, stops
 
 
-def prompt_indices(group: int, per_group: int, num_rows: int, seed: int) -> np.ndarray:
-    """The rows of rollout group `group`: positions `[group * P, (group + 1) * P)` of an endless stream that
-    visits every row once per epoch in an order drawn from `(seed, epoch)`."""
-    out = np.empty(per_group, np.int64)
-    orders: dict[int, np.ndarray] = {}
-    for j in range(per_group):
-        epoch, pos = divmod(group * per_group + j, num_rows)
-        if epoch not in orders:
-            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(num_rows)
-        out[j] = orders[epoch][pos]
-    return out
-
-
 # -- the loss --------------------------------------------------------------------------------------------
 def make_grpo_loss(cfg: Grpo) -> Any:
     """`loss(model, batch, key) -> (loss, (metrics, None))` for the train step: `policy_loss` of the batch's
@@ -556,12 +575,82 @@ class RolloutBatches:
         return batch
 
     def make(self, group: int, batch_size: int, model: Any) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Rollouts of group `group` from `model`: the batch and its host metrics."""
+        """Rollouts of group `group` from `model`: the batch and its host metrics (with dynamic sampling, of
+        the groups `select_groups` keeps from up to `max_sampling_rounds` rounds)."""
         from ._rl_objective import group_advantages, rollout_metrics
+        from ._rl_workers import _concat
 
-        g = self.cfg.num_generations
+        g, dynamic = self.cfg.num_generations, self.cfg.dynamic_sampling
         per_group = batch_size // g
-        idx = prompt_indices(group, per_group, len(self.rows), self.seed)
+        rounds = self.cfg.max_sampling_rounds if dynamic else 1
+        batches, rewards, signal, errors = [], [], [], []
+        timing = {"time/rollout": 0.0, "time/scoring": 0.0}
+        for r in range(rounds):
+            rb, grouped, errs, t_roll, t_score = self._sample_round(group, r, rounds, per_group, model)
+            batches.append(rb)
+            rewards.append(grouped)
+            errors += [dict(e, round=r) for e in errs] if dynamic else errs
+            timing["time/rollout"] += t_roll
+            timing["time/scoring"] += t_score
+            signal.append(has_signal(grouped))
+            if sum(int(x.sum()) for x in signal) >= per_group:
+                break
+        m: dict[str, float] = {}
+        if dynamic:
+            rb = batches[0] if len(batches) == 1 else _concat(batches)
+            every = np.concatenate(rewards)
+            chosen, kept = select_groups(signal, per_group)
+            rows = (chosen[:, None] * g + np.arange(g)).reshape(-1)
+            grouped = every[chosen]
+            tokens, mask, old = rb.tokens[rows], rb.mask[rows], rb.old_logprobs[rows]
+            stop_reasons = [rb.stop_reasons[i] for i in rows]
+            first = rollout_metrics(cast(Any, rewards[0]), cast(Any, batches[0].mask))
+            sampled = rollout_metrics(cast(Any, every), cast(Any, rb.mask))
+            m = {
+                "rollout/dynamic/rounds": float(len(batches)),
+                "rollout/dynamic/sampled_groups": float(len(every)),
+                "rollout/dynamic/kept_groups": float(kept),
+                "rollout/dynamic/shortfall": float(per_group - kept),
+                "rollout/dynamic/first_round/reward": float(first["reward"]),
+                "rollout/dynamic/first_round/frac_reward_zero_std": float(first["frac_reward_zero_std"]),
+                "rollout/dynamic/sampled/reward": float(sampled["reward"]),
+                "rollout/dynamic/sampled/frac_reward_zero_std": float(sampled["frac_reward_zero_std"]),
+            }
+            if kept < per_group:
+                logger.warning(
+                    f"grpo: rollout group {group}: dynamic sampling found {kept} of {per_group} prompt groups with "
+                    f"reward signal in {len(batches)} round(s) ({len(every)} groups sampled); the batch holds "
+                    f"{per_group - kept} without (advantage 0, as plain GRPO would): raise max_sampling_rounds "
+                    "or num_generations"
+                )
+        else:
+            (rb,), (grouped,) = batches, rewards
+            tokens, mask, old, stop_reasons = rb.tokens, rb.mask, rb.old_logprobs, list(rb.stop_reasons)
+        kwargs = {"scale": self.cfg.scale_rewards} if self.cfg.advantage == "grpo" else {}
+        advantages = np.asarray(group_advantages(grouped, self.cfg.advantage, **kwargs), np.float32)
+        m |= {
+            f"rollout/{k}": float(v) for k, v in rollout_metrics(cast(Any, grouped), cast(Any, mask)).items()
+        }
+        m["rollout/completions/clipped_ratio"] = sum(w == "length" for w in stop_reasons) / max(
+            len(stop_reasons), 1
+        )
+        m["rollout/skipped_prompts"] = float(self.skipped + sum(len(b.skipped) for b in batches))
+        m["rollout/reward_errors"] = float(len(errors))
+        for kind, count in Counter(e["type"] for e in errors).items():
+            m[f"rollout/reward_errors/{kind}"] = float(count)
+        if errors:
+            self._report(group, errors)
+        m.update(timing)
+        batch = {"tokens": tokens, "mask": mask, "old_logprobs": old, "advantages": advantages.reshape(-1)}
+        return batch, m
+
+    def _sample_round(
+        self, group: int, sampling_round: int, rounds: int, per_group: int, model: Any
+    ) -> tuple[Any, np.ndarray, list[dict[str, str]], float, float]:
+        """One round's rollouts of `per_group` prompts (round 0: the group's own) and their rewards, grouped
+        `(P, G)`: the rollout batch, the rewards, the reward errors and the rollout and scoring seconds."""
+        g = self.cfg.num_generations
+        idx = round_prompt_indices(group, sampling_round, per_group, len(self.rows), self.seed, rounds)
         rows = [self.rows[i] for i in idx]
         t0 = time.perf_counter()
         rb = self.pool.rollout(
@@ -574,6 +663,7 @@ class RolloutBatches:
             row_ids=[r.row_id for r in rows],
             pad_id=self.pad_id,
             chunk=self.cfg.rollout_chunk,
+            sampling_round=sampling_round,
         )
         t1 = time.perf_counter()
         stops = set(self.sampling.stop_ids)
@@ -591,28 +681,7 @@ class RolloutBatches:
             [f"{rows[i // g].row_id}#{i % g}" for i in range(len(completions))],
         )
         t2 = time.perf_counter()
-        grouped = rewards.reshape(per_group, g)
-        kwargs = {"scale": self.cfg.scale_rewards} if self.cfg.advantage == "grpo" else {}
-        advantages = np.asarray(group_advantages(grouped, self.cfg.advantage, **kwargs), np.float32)
-        m = {
-            f"rollout/{k}": float(v)
-            for k, v in rollout_metrics(cast(Any, grouped), cast(Any, rb.mask)).items()
-        }
-        m["rollout/completions/clipped_ratio"] = rb.metrics()["completions/clipped_ratio"]
-        m["rollout/skipped_prompts"] = float(self.skipped + len(rb.skipped))
-        m["rollout/reward_errors"] = float(len(errors))
-        for kind, count in Counter(e["type"] for e in errors).items():
-            m[f"rollout/reward_errors/{kind}"] = float(count)
-        if errors:
-            self._report(group, errors)
-        m.update({"time/rollout": t1 - t0, "time/scoring": t2 - t1})
-        batch = {
-            "tokens": rb.tokens,
-            "mask": rb.mask,
-            "old_logprobs": rb.old_logprobs,
-            "advantages": advantages.reshape(-1),
-        }
-        return batch, m
+        return rb, rewards.reshape(-1, g), errors, t1 - t0, t2 - t1
 
     # errors and stored rollouts
     def _report(self, group: int, errors: list[dict[str, str]]) -> None:
