@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from schooner.train import CheckpointConfig, Grpo, read_metrics, train
-from schooner.train._rl import PromptRow, RolloutBatches, encode_prompts, score
+from schooner.train._rl_batches import PromptRow, RolloutBatches, encode_prompts, score
 from schooner.train._rl_sampling import has_signal, round_prompt_indices, select_groups
 from schooner.train._rl_workers import RolloutPool
 
@@ -108,7 +108,7 @@ def start(nano, saved_model) -> str:
 def parts(data_dir, task):
     """The tokenizer, the task's rows that fit the cap and their prompt ids, the sampling config."""
     from schooner.tokenize import load_tokenizer
-    from schooner.train._rl import read_prompts
+    from schooner.train._rl_batches import read_prompts
 
     tok = load_tokenizer(f"{data_dir}/tokenizer.json")
     rows = read_prompts(task)

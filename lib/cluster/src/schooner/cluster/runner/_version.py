@@ -55,8 +55,8 @@ import math
 import pathlib
 import re
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
@@ -119,7 +119,9 @@ def added_field(default: Any = dataclasses.MISSING, *, default_factory: Any = da
 
 
 def _default_of(f: dataclasses.Field) -> Any:
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return cast(Callable[[], Any], f.default_factory)()
 
 
 def dumps(obj: Any) -> str:
