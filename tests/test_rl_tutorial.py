@@ -158,7 +158,7 @@ def test_the_dynamic_rounds_knob_turns_on_dynamic_sampling_and_keeps_the_sft_ste
         objective = t.rl_model.config.objective
         assert objective.dynamic_sampling and objective.max_sampling_rounds == 4
         assert t.rl_model.key != default.key and t.sft_model.key == default.config.initialize_from.key
-        for value in ("four", "-1"):
+        for value in ("four", "-1", "1"):
             monkeypatch.setenv("SCHOONER_RL_DYNAMIC_ROUNDS", value)
             with pytest.raises(
                 ValueError, match=f"SCHOONER_RL_DYNAMIC_ROUNDS must be 0 .off. or .*got '{value}'"

@@ -130,11 +130,12 @@ if SFT_3STEP_SHARE and HELDOUT_STEPS != 3:
 SFT_3STEP_ROWS = round(SFT_3STEP_SHARE * TASK.train_size / (1 - SFT_3STEP_SHARE))
 RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
 # SCHOONER_RL_DYNAMIC_ROUNDS=4: DAPO's dynamic sampling in RL, up to that many rounds of 16 prompts a step to fill
-# the batch with prompt groups whose rewards differ (docs/rl.md); unset or 0 (the default): off.
-_ROUNDS_TEXT = os.environ.get("SCHOONER_RL_DYNAMIC_ROUNDS", "0")
-if not _ROUNDS_TEXT.isdigit():
+# the batch with prompt groups whose rewards differ (docs/rl.md); unset, empty or 0 (the default): off.
+_ROUNDS_TEXT = os.environ.get("SCHOONER_RL_DYNAMIC_ROUNDS", "").strip() or "0"  # set but empty: unset
+if not _ROUNDS_TEXT.isdigit() or _ROUNDS_TEXT.lstrip("0") == "1":
     raise ValueError(
-        f"SCHOONER_RL_DYNAMIC_ROUNDS must be 0 (off) or a number of rounds >= 1, got {_ROUNDS_TEXT!r}"
+        f"SCHOONER_RL_DYNAMIC_ROUNDS must be 0 (off) or a number of rounds >= 2 (it counts the first), got "
+        f"{_ROUNDS_TEXT!r}"
     )
 DYNAMIC_ROUNDS = int(_ROUNDS_TEXT)
 DYNAMIC = {"dynamic_sampling": True, "max_sampling_rounds": DYNAMIC_ROUNDS} if DYNAMIC_ROUNDS else {}

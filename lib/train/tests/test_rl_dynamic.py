@@ -244,6 +244,9 @@ def test_the_option_left_at_its_default_keeps_the_steps_key_and_bad_settings_are
         Grpo(reward=exact_answer(), dynamic_sampling=True, max_sampling_rounds=0)
     with pytest.raises(ValueError, match="dynamic_sampling must be True or False, got 1"):
         Grpo(reward=exact_answer(), dynamic_sampling=1)
+    # one round samples nothing beyond the batch plain GRPO makes: a new key for the same batch (a review)
+    with pytest.raises(ValueError, match="max_sampling_rounds=1 samples no round beyond the first"):
+        Grpo(reward=exact_answer(), dynamic_sampling=True, max_sampling_rounds=1)
 
 
 # -- resume -------------------------------------------------------------------------------------------------

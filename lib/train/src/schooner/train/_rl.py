@@ -203,6 +203,11 @@ class Grpo:
         r = self.max_sampling_rounds
         if isinstance(r, bool) or not isinstance(r, int) or r < 1:
             raise ValueError(f"grpo: max_sampling_rounds must be an int >= 1, got max_sampling_rounds={r!r}")
+        if r == 1 and self.dynamic_sampling:
+            raise ValueError(
+                "grpo: max_sampling_rounds=1 samples no round beyond the first, so the batch is the one plain GRPO "
+                "makes: use max_sampling_rounds >= 2 (it counts the first round), or dynamic_sampling=False"
+            )
         if r != 3 and not self.dynamic_sampling:
             raise ValueError(
                 f"grpo: max_sampling_rounds={r} applies only with dynamic sampling: set dynamic_sampling=True, "
