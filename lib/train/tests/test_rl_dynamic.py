@@ -94,14 +94,6 @@ def test_the_filter_and_the_choice_equal_the_numpy_reference() -> None:
 
 
 # -- on real rollouts ---------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def task(arithmetic_folder) -> str:
-    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-
-
-@pytest.fixture(scope="module")
-def start(nano, saved_model) -> str:
-    return saved_model(nano(), jax.random.PRNGKey(5))
 
 
 @pytest.fixture(scope="module")

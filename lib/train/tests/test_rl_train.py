@@ -34,16 +34,6 @@ CAP, NEW = 112, 16  # prompt cap + completion cap = the nano model's max_seq_len
 
 
 @pytest.fixture(scope="module")
-def task(arithmetic_folder) -> str:
-    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-
-
-@pytest.fixture(scope="module")
-def start(nano, saved_model) -> str:
-    return saved_model(nano(), jax.random.PRNGKey(5))
-
-
-@pytest.fixture(scope="module")
 def straight_config(data_dir, task, start, grpo_config):
     """A function, run folder -> the config of 6 steps of GRPO on the arithmetic task (4 samples a prompt, 8
     rows a step), two updates per rollout batch, KL to the start, checkpoints at 3 and 6."""

@@ -173,16 +173,6 @@ def run(data_dir, task, start, grpo_config):
     return go
 
 
-@pytest.fixture(scope="module")
-def task(arithmetic_folder) -> str:
-    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-
-
-@pytest.fixture(scope="module")
-def start(nano, saved_model) -> str:
-    return saved_model(nano(), jax.random.PRNGKey(5))
-
-
 @pytest.mark.slow  # three trainer compilations and two worker processes: ~60 s on a loaded 2-core machine
 def test_a_run_with_two_local_workers_ends_with_the_weights_of_a_run_without(
     run, tmp_path, two_workers
