@@ -293,11 +293,12 @@ def test_the_changelog_data_and_train_were_written_for(repo: Path) -> None:
 
 
 def test_a_first_ever_release_names_its_version(repo: Path) -> None:
-    _set_version(repo, "eval", "0.1.0", "# Changelog — schooner-eval\n\n## 0.1.0 — unreleased\n\n- All.\n")
-    assert prepare("schooner-eval", "0.1.0", repo, False)[1] == Version("0.1.0")
+    # eval has never been released; the tree names 0.2.0 (the root requires >=0.2)
+    _set_version(repo, "eval", "0.2.0", "# Changelog — schooner-eval\n\n## 0.2.0 — unreleased\n\n- All.\n")
+    assert prepare("schooner-eval", "0.2.0", repo, False)[1] == Version("0.2.0")
     out = _refused(repo, "schooner-eval", "patch")
     assert "schooner-eval has never been released" in out
-    assert "give the version: 0.1.0" in out
+    assert "give the version: 0.2.0" in out
 
 
 def test_a_released_version_bumps_from_itself(repo: Path) -> None:

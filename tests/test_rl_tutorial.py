@@ -141,6 +141,35 @@ def test_the_tutorial_s_task_and_reward_knobs(monkeypatch: pytest.MonkeyPatch) -
     assert t.REWARD(*false_step) == 1.0
 
 
+def test_the_dynamic_rounds_knob_turns_on_dynamic_sampling_and_keeps_the_sft_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SCHOONER_RL_DYNAMIC_ROUNDS=4: the RL step with dynamic sampling (up to 4 rounds), a new RL key, the same
+    SFT step; unset, the RL step is the default's (the option off, its key as before the option existed)."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    default = t.rl_model
+    assert not default.config.objective.dynamic_sampling
+    try:
+        monkeypatch.setenv("SCHOONER_RL_DYNAMIC_ROUNDS", "4")
+        importlib.reload(t)
+        objective = t.rl_model.config.objective
+        assert objective.dynamic_sampling and objective.max_sampling_rounds == 4
+        assert t.rl_model.key != default.key and t.sft_model.key == default.config.initialize_from.key
+        for value in ("four", "-1", "1"):
+            monkeypatch.setenv("SCHOONER_RL_DYNAMIC_ROUNDS", value)
+            with pytest.raises(
+                ValueError, match=f"SCHOONER_RL_DYNAMIC_ROUNDS must be 0 .off. or .*got '{value}'"
+            ):
+                importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_DYNAMIC_ROUNDS")
+        importlib.reload(t)
+    assert t.rl_model.key == default.key
+
+
 def test_the_heldout_steps_knob_keeps_sft_and_moves_rl_and_heldout_to_three_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -33,7 +33,9 @@ change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored,
 learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_REWARD=worked `worked_answer()` as
 the RL reward (and the held-out evaluations'), SCHOONER_RL_HELDOUT_STEPS=3 RL prompts and held-out problems
 of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2), and with it SCHOONER_RL_SFT_3STEP_SHARE=0.05 that share of
-the SFT rows 3-step worked solutions (none an RL prompt or held-out problem). docs/rl.md has what it measured.
+the SFT rows 3-step worked solutions (none an RL prompt or held-out problem), SCHOONER_RL_DYNAMIC_ROUNDS=4 dynamic
+sampling in RL (up to 4 rounds of prompts a step to fill the batch with groups that have reward signal).
+docs/rl.md has what it measured.
 """
 
 import dataclasses
@@ -127,6 +129,16 @@ if SFT_3STEP_SHARE and HELDOUT_STEPS != 3:
 # the 3-step rows added to the SFT task's train rows, so that they are SFT_3STEP_SHARE of all (42 of 842 at 0.05)
 SFT_3STEP_ROWS = round(SFT_3STEP_SHARE * TASK.train_size / (1 - SFT_3STEP_SHARE))
 RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
+# SCHOONER_RL_DYNAMIC_ROUNDS=4: DAPO's dynamic sampling in RL, up to that many rounds of 16 prompts a step to fill
+# the batch with prompt groups whose rewards differ (docs/rl.md); unset, empty or 0 (the default): off.
+_ROUNDS_TEXT = os.environ.get("SCHOONER_RL_DYNAMIC_ROUNDS", "").strip() or "0"  # set but empty: unset
+if not _ROUNDS_TEXT.isdigit() or _ROUNDS_TEXT.lstrip("0") == "1":
+    raise ValueError(
+        f"SCHOONER_RL_DYNAMIC_ROUNDS must be 0 (off) or a number of rounds >= 2 (it counts the first), got "
+        f"{_ROUNDS_TEXT!r}"
+    )
+DYNAMIC_ROUNDS = int(_ROUNDS_TEXT)
+DYNAMIC = {"dynamic_sampling": True, "max_sampling_rounds": DYNAMIC_ROUNDS} if DYNAMIC_ROUNDS else {}
 CPU = ResourceConfig.with_cpu()
 # The RL reward, and the reward the held-out pass@k steps score with (so the SFT model's number is the RL
 # curve's step 0). "exact": 1.0 when the completion's final number (its `#### n` line) is the answer;
@@ -192,18 +204,7 @@ def three_step_sft_rows(task: ArithmeticTask, rows: int) -> list[dict]:
     """`rows` problems of `task`'s (the 3-step task's) train split drawn after its own `train_size` (the RL
     prompts): the generator is sequential with distinct keys, so these keys are neither an RL prompt's nor (by
     the split's hash) a held-out problem's. Ids `arith-train3-...`, apart from the 1- and 2-step rows'."""
-    from schooner.eval.arithmetic import arithmetic_problems
-
-    drawn = arithmetic_problems(
-        "train",
-        task.train_size + rows,
-        seed=task.seed,
-        min_steps=task.min_steps,
-        max_steps=task.max_steps,
-        max_value=task.max_value,
-        heldout_every=task.heldout_every,
-        heldout_by=task.heldout_by,
-    )[task.train_size :]
+    drawn = task.problems("train", task.train_size + rows)[task.train_size :]
     return [dict(r, id=r["id"].replace("arith-train-", "arith-train3-")) for r in drawn]
 
 
@@ -314,6 +315,7 @@ def rl_step(learning_rate: float) -> object:
         eval_every=max(RL_STEPS // 2, 1),
         checkpoint_every=None,
         resources=CPU,
+        **DYNAMIC,
     )
 
 

@@ -477,3 +477,33 @@ def test_an_unmarked_field_named_like_a_credential_is_keyed_but_warned_about(cap
     warned = [r.getMessage() for r in caplog.records if "named like a credential" in r.getMessage()]
     assert len(warned) == 1 and "hf_token" in warned[0] and "secret_field()" in warned[0], warned
     assert "eot_token" not in warned[0] and "num_experts_per_token" not in warned[0]
+
+
+def test_an_added_field_at_its_default_keeps_the_key_the_config_had_without_it() -> None:
+    from dataclasses import field, make_dataclass
+
+    from schooner.cluster import added_field
+
+    before = make_dataclass("Cfg", [("a", int)], frozen=True)
+    after = make_dataclass(
+        "Cfg",
+        [
+            ("a", int),
+            ("flag", bool, added_field(False)),
+            ("rounds", tuple, added_field(default_factory=tuple)),
+        ],
+        frozen=True,
+    )
+    plain = make_dataclass("Cfg", [("a", int), ("flag", bool, field(default=False))], frozen=True)
+
+    def key(config: Any) -> str:
+        return step("s", fn, config).key
+
+    assert key(after(a=1)) == key(before(a=1)) != key(before(a=2))
+    assert key(after(a=1, flag=True)) != key(before(a=1))  # set: keyed like any field
+    assert key(after(a=1, rounds=(3,))) not in (key(before(a=1)), key(after(a=1, flag=True)))
+    assert key(after(a=1, rounds=())) == key(before(a=1))  # the factory's default
+    assert key(plain(a=1)) != key(before(a=1))  # what a plain new field does: the test can fail
+    assert canonicalize(after(a=1, flag=True)) == {"__class__": "Cfg", "a": 1, "flag": True}
+    with pytest.raises(TypeError, match="added_field needs a default"):
+        added_field()

@@ -178,3 +178,31 @@ def test_longer_compositions_than_sft_teaches_for_rl_prompts_and_heldout() -> No
         r["key"] for r in heldout[:50]
     ]
     assert _evaluate_key("9-4*2+1") == 11 and _evaluate_key("8/4*3") == 6
+
+
+def test_a_tasks_problems_are_arithmetic_problems_with_every_setting_of_the_task(tmp_path) -> None:
+    """`ArithmeticTask.problems` (what `arithmetic_task` writes and the RL tutorial's extra SFT rows draw)
+    passes every setting on: it equals `arithmetic_problems` called with each one by hand, and changing any one
+    setting changes the rows."""
+    import dataclasses
+
+    settings = dict(seed=7, min_steps=1, max_steps=3, max_value=12, heldout_every=3, heldout_by="composition")
+    task = ArithmeticTask(train_size=30, heldout_size=10, **settings)
+    assert task.problems("train") == arithmetic_problems("train", 30, **settings)
+    assert task.problems("heldout") == arithmetic_problems("heldout", 10, **settings)
+    longer = task.problems("train", 36)
+    assert longer[:30] == task.problems("train") and len({r["key"] for r in longer}) == 36
+    assert task.problems("heldout", 0) == []
+    for name, other in dict(
+        seed=8, min_steps=2, max_steps=2, max_value=11, heldout_every=4, heldout_by="key"
+    ).items():
+        changed = dataclasses.replace(task, **{name: other})
+        assert changed.problems("train") != task.problems("train"), name
+    paths = arithmetic_task(str(tmp_path / "task"), task)
+    for split in ("train", "heldout"):
+        written = [json.loads(line) for line in Path(paths[split]).read_text().splitlines()]
+        assert written == task.problems(split)
+    with pytest.raises(ValueError, match="split must be one of .*got 'test'"):
+        task.problems("test")
+    with pytest.raises(ValueError, match="size must be an int >= 0, got size=-1"):
+        task.problems("train", -1)

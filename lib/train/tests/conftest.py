@@ -117,6 +117,21 @@ def saved_model(tmp_path_factory: pytest.TempPathFactory):
     return make
 
 
+@pytest.fixture(scope="session")
+def task(arithmetic_folder) -> str:
+    """The RL tests' arithmetic task (48 train / 8 held-out problems of 1-2 steps); test_rl_eval has its own."""
+    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
+
+
+@pytest.fixture(scope="session")
+def start(nano, saved_model) -> str:
+    """The RL tests' starting weights: the nano model from PRNGKey(5); test_rl_eval and test_rl_bad_input have
+    their own."""
+    import jax
+
+    return saved_model(nano(), jax.random.PRNGKey(5))
+
+
 def _grpo_config(
     data_dir: str,
     prompts: str,

@@ -13,7 +13,7 @@ import jax
 import pytest
 
 from schooner.train import AdamConfig, Grpo, TrainerConfig
-from schooner.train._rl import read_prompts
+from schooner.train._rl_batches import read_prompts
 
 # RL tasks, rewards and evaluate_lm come from schooner-eval, a test-time extra of this package (the exact guard
 # runs train's tests without it): skip cleanly there.

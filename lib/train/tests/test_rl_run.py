@@ -40,11 +40,18 @@ EXPERIMENT = textwrap.dedent(
     from schooner.train import AdamConfig, PolicyLossConfig
     from schooner.train.steps import hf_export, rl_train
 
+
+    def char_sum_reward(prompt, completion, fields):
+        return float(sum(map(ord, completion)) % 7 == 0)  # groups with and without signal from the start
+
+
+    # RL_DYNAMIC=1: dynamic sampling, whose extra rounds (prompts and RNG) a resumed run must sample again
+    DYNAMIC = os.environ.get("RL_DYNAMIC") == "1"
     policy = rl_train(
         "rl/arith",
         checkpoint=os.environ["RL_START"],
         prompts=os.environ["RL_TASK"],
-        reward=exact_answer(),
+        reward=char_sum_reward if DYNAMIC else exact_answer(),
         tokenizer=os.environ["RL_TOKENIZER"],
         num_train_steps={STEPS},
         prompts_per_step=2,
@@ -58,6 +65,7 @@ EXPERIMENT = textwrap.dedent(
         checkpoint_every=1,
         keep_checkpoints=2,
         resources=ResourceConfig.with_cpu(),
+        **(dict(dynamic_sampling=True, max_sampling_rounds=3) if DYNAMIC else {{}}),
     )
     hf = hf_export(policy)
 
@@ -117,22 +125,66 @@ def straight(experiment, tmp_path_factory) -> Path:
     return prefix
 
 
+@pytest.fixture(scope="module")
+def dynamic(experiment) -> tuple[Path, dict[str, str]]:
+    """The experiment with dynamic sampling on (`RL_DYNAMIC=1`)."""
+    script, env = experiment
+    return script, {**env, "RL_DYNAMIC": "1"}
+
+
+@pytest.fixture(scope="module")
+def straight_dynamic(dynamic, tmp_path_factory) -> Path:
+    script, env = dynamic
+    prefix = tmp_path_factory.mktemp("straight-dynamic")
+    proc = _run(script, prefix, env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run, _) = _published(prefix)
+    rounds = [
+        json.loads(x).get("rollout/dynamic/rounds") for x in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert max(r for r in rounds if r is not None) >= 2  # extra rounds were sampled
+    return prefix
+
+
 def _losses(run: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
+def _checkpointed(prefix: Path) -> bool:
+    """Whether the running step has a complete checkpoint; a folder renamed while it is walked (a checkpoint's
+    temp folder made final, the run published) is looked at again on the next poll."""
+    try:
+        return any(True for _ in prefix.rglob("step-*/checkpoint.json"))
+    except FileNotFoundError:
+        return False
+
+
 def _steps_done(prefix: Path) -> int:
     """Train steps logged so far by the running step (wherever its run folder is)."""
     done = 0
-    for path in prefix.rglob("metrics.jsonl"):
-        with contextlib.suppress(OSError):  # a folder published (moved) meanwhile
-            done = max(done, sum('"train/loss"' in line for line in path.read_text().splitlines()))
+    with contextlib.suppress(
+        OSError
+    ):  # a folder renamed while walked (a checkpoint made final, the run published)
+        for path in prefix.rglob("metrics.jsonl"):
+            with contextlib.suppress(OSError):
+                done = max(done, sum('"train/loss"' in line for line in path.read_text().splitlines()))
     return done
 
 
 @pytest.mark.slow  # three RL runs in subprocesses: minutes of CPU
 def test_kill_9_mid_rl_then_rerun_ends_with_the_uninterrupted_weights(experiment, straight, tmp_path) -> None:
+    _kill_9_then_rerun(experiment, straight, tmp_path)
+
+
+@pytest.mark.slow  # three RL runs in subprocesses: minutes of CPU
+def test_kill_9_mid_rl_with_dynamic_sampling_then_rerun_ends_with_the_uninterrupted_weights(
+    dynamic, straight_dynamic, tmp_path
+) -> None:
+    _kill_9_then_rerun(dynamic, straight_dynamic, tmp_path)
+
+
+def _kill_9_then_rerun(experiment: tuple[Path, dict[str, str]], straight: Path, tmp_path: Path) -> None:
     from schooner.model import load_model, load_pytree
 
     script, env = experiment
@@ -154,7 +206,7 @@ def test_kill_9_mid_rl_then_rerun_ends_with_the_uninterrupted_weights(experiment
     driver = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 1200
-        while _steps_done(prefix) < after or not list(prefix.rglob("step-*/checkpoint.json")):
+        while _steps_done(prefix) < after or not _checkpointed(prefix):
             assert driver.poll() is None, f"the run ended before the kill {where}"
             assert time.time() < deadline, f"the run never reached step {after} {where}"
             time.sleep(0.05)

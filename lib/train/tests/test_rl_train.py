@@ -23,23 +23,14 @@ from schooner.train import (
     read_metrics,
     train,
 )
-from schooner.train._rl import prompt_indices, read_prompts
+from schooner.train._rl import read_prompts
+from schooner.train._rl_sampling import prompt_indices
 
 # RL tasks, rewards and evaluate_lm come from schooner-eval, a test-time extra of this package (the exact guard
 # runs train's tests without it): skip cleanly there.
 pytest.importorskip("schooner.eval")
 
 CAP, NEW = 112, 16  # prompt cap + completion cap = the nano model's max_seq_len (128)
-
-
-@pytest.fixture(scope="module")
-def task(arithmetic_folder) -> str:
-    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-
-
-@pytest.fixture(scope="module")
-def start(nano, saved_model) -> str:
-    return saved_model(nano(), jax.random.PRNGKey(5))
 
 
 @pytest.fixture(scope="module")

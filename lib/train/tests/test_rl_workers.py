@@ -65,18 +65,20 @@ def test_chunks_split_the_prompts_in_order_whatever_the_worker_count() -> None:
         Grpo(reward=_rewards, rollout_workers=-1)
 
 
-def test_the_worker_job_samples_bitwise_what_the_trainer_samples(tmp_path) -> None:
+@pytest.mark.parametrize("sampling_round", [0, 2])  # 2: a round of dynamic sampling, its own key
+def test_the_worker_job_samples_bitwise_what_the_trainer_samples(tmp_path, sampling_round) -> None:
     """The fast variant (no other process): each chunk's job, run here from the published weights file,
     gives the rows the trainer samples for that chunk with its live model."""
     model = init(CONFIG, key=jax.random.key(0))
     kw = dict(sampling=SAMPLING, seed=7, group=3, max_prompt_tokens=16, pad_id=0, chunk=2)
-    here = RolloutPool(workers=0, root=str(tmp_path), model_config=CONFIG).rollout(model, PROMPTS, **kw)
+    pool = RolloutPool(workers=0, root=str(tmp_path), model_config=CONFIG)
+    here = pool.rollout(model, PROMPTS, **kw, sampling_round=sampling_round)
     ref = publish_weights(model, str(tmp_path), version=3)
     rows = [
         sample_chunk(
             ChunkJob(
                 weights=ref, model_config=CONFIG, prompts=PROMPTS[s], sampling=SAMPLING, seed=7, group=3,
-                chunk=c, chunks=2, max_prompt_tokens=16, pad_id=0,
+                chunk=c, chunks=2, max_prompt_tokens=16, pad_id=0, sampling_round=sampling_round,
             )
         )
         for c, s in enumerate(chunk_slices(len(PROMPTS), 2))
@@ -85,6 +87,8 @@ def test_the_worker_job_samples_bitwise_what_the_trainer_samples(tmp_path) -> No
     for f in ("tokens", "mask", "old_logprobs", "completion_lengths"):
         np.testing.assert_array_equal(np.concatenate([r[f] for r in rows]), getattr(here, f), err_msg=f)
     assert len(set(here.completion_lengths.tolist())) > 1  # rows that stopped and rows that ran to the cap
+    other = pool.rollout(model, PROMPTS, **kw, sampling_round=1 - min(sampling_round, 1))
+    assert not np.array_equal(other.tokens, here.tokens)  # another round draws other completions
 
 
 @pytest.mark.slow  # two fresh worker processes import jax and compile the sampler: ~50 s of CPU
@@ -167,16 +171,6 @@ def run(data_dir, task, start, grpo_config):
         train(grpo_config(data_dir, task, start, out, grpo, steps=3, checkpoint=CheckpointConfig(every=3)))
 
     return go
-
-
-@pytest.fixture(scope="module")
-def task(arithmetic_folder) -> str:
-    return arithmetic_folder(train_size=48, heldout_size=8, min_steps=1, max_steps=2, max_value=20)
-
-
-@pytest.fixture(scope="module")
-def start(nano, saved_model) -> str:
-    return saved_model(nano(), jax.random.PRNGKey(5))
 
 
 @pytest.mark.slow  # three trainer compilations and two worker processes: ~60 s on a loaded 2-core machine

@@ -48,6 +48,7 @@ from .runner import StepFailedError as StepFailedError
 from .runner import StepHandle as StepHandle
 from .runner import StepOutcome as StepOutcome
 from .runner import StepRunner as StepRunner
+from .runner import added_field as added_field
 from .runner import lower as lower
 from .runner import resolve_prefix as resolve_prefix
 from .runner import runtime_field as runtime_field

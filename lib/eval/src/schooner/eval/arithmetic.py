@@ -120,6 +120,37 @@ class ArithmeticTask:
                 f"max_steps={self.max_steps}: raise max_steps or use heldout_by='key'"
             )
 
+    def problems(self, split: str, size: int | None = None) -> list[dict[str, Any]]:
+        """`size` problems of `split` ("train" or "heldout") with these settings: `arithmetic_problems` called
+        with every one of them, so a row of this task is the same wherever it is drawn. `size` defaults to the
+        split's own (`train_size` or `heldout_size`); a larger `size` draws further rows of the same split
+        after those (the first `train_size` rows are `train.jsonl`'s), which no other row of the split shares
+        a key with.
+
+        Example:
+            >>> task = ArithmeticTask(train_size=3, heldout_size=2, max_value=10)
+            >>> [r["id"] for r in task.problems("heldout")]
+            ['arith-heldout-0-000000', 'arith-heldout-0-000001']
+            >>> task.problems("train", 5)[:3] == task.problems("train")
+            True
+        """
+        if split not in SPLITS:
+            raise ValueError(f"ArithmeticTask.problems: split must be one of {SPLITS}, got {split!r}")
+        if size is None:
+            size = self.train_size if split == "train" else self.heldout_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError(f"ArithmeticTask.problems: size must be an int >= 0, got size={size!r}")
+        return arithmetic_problems(
+            split,
+            size,
+            seed=self.seed,
+            min_steps=self.min_steps,
+            max_steps=self.max_steps,
+            max_value=self.max_value,
+            heldout_every=self.heldout_every,
+            heldout_by=self.heldout_by,
+        )
+
 
 def _operation(rng: random.Random, value: int, max_value: int) -> tuple[str, int] | None:
     """A random operation applicable to `value` within 0..max_value, as (op, operand); None if none drawn."""
@@ -264,19 +295,8 @@ def arithmetic_task(folder: str, task: ArithmeticTask = ArithmeticTask()) -> dic
         with open(index, encoding="utf-8") as f:
             if json.load(f).get("settings") == settings and all(os.path.exists(p) for p in paths.values()):
                 return paths
-    sizes = {"train": task.train_size, "heldout": task.heldout_size}
     for split, path in paths.items():
-        rows = arithmetic_problems(
-            split,
-            sizes[split],
-            seed=task.seed,
-            min_steps=task.min_steps,
-            max_steps=task.max_steps,
-            max_value=task.max_value,
-            heldout_every=task.heldout_every,
-            heldout_by=task.heldout_by,
-        )
-        _write_jsonl(path, rows)
+        _write_jsonl(path, task.problems(split))
     tmp = f"{index}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(

@@ -12,8 +12,14 @@ One trainer step is one optimizer update. Every `num_iterations` steps the batch
    whose reward raises (or returns no finite number) gets `nan` (left out of its group's statistics, advantage
    0, as TRL does) and is counted (`rollout/reward_errors/<ExceptionType>`) and named in the log and in
    `reward_errors.jsonl`: never a crash of the run;
-4. **advantages**: `group_advantages(rewards (P, G), advantage)`;
-5. the batch `tokens, mask, old_logprobs, advantages` then serves `num_iterations` updates with
+4. **advantages**: `group_advantages(rewards (P, G), advantage)` of the batch's groups (those step 5 keeps);
+5. **dynamic sampling** (`dynamic_sampling=True`, DAPO): groups whose rewards all agree give no gradient, so
+   steps 1-3 repeat in rounds (round `r >= 1`: P prompts of a second prompt stream, `round_prompt_indices`,
+   and the RNG `fold_in(fold_in(key, ROUND_TAG), r)`, both pure functions of `(seed, group, round)`) until P
+   groups with signal are found or `max_sampling_rounds` rounds are spent; the batch is the first P of them
+   (`select_groups`), any shortfall filled with groups without signal, counted and logged. Round 0 is the
+   batch made without the option;
+6. the batch `tokens, mask, old_logprobs, advantages` then serves `num_iterations` updates with
    `policy_loss` (and, with `loss.beta > 0`, the k3 KL to a frozen copy of the starting weights, scored in
    the train step as `dpo`'s live reference is).
 
@@ -28,7 +34,11 @@ when made, removed once a checkpoint lies past them): the weights they were samp
 step that made rollouts): `rollout/reward`, `rollout/reward_std`, `rollout/frac_reward_zero_std`,
 `rollout/completions/{mean,min,max}_length`, `rollout/completions/clipped_ratio`, `rollout/reward_errors`
 (and per exception type), `rollout/skipped_prompts` (rows over the prompt cap, left out at setup and named
-in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
+in the log and `run.json`); with dynamic sampling (the reward, length and clipping metrics above are then the
+batch's; reward errors and skipped prompts count every round's)
+`rollout/dynamic/rounds`, `sampled_groups`, `kept_groups` (with signal), `shortfall`, and `first_round/` and
+`sampled/` `reward` and `frac_reward_zero_std` (round 0's groups: what plain GRPO would train on; all
+rounds'); and at every step `time/rollout`, `time/scoring`, `time/update` (seconds).
 `reward.png` draws the reward curve at the end, beside `loss.png`.
 
 **Held-out pass@k.** Each `TrainerConfig.validation` (and `evals`) entry is a held-out evaluation (a
@@ -39,25 +49,19 @@ in the log and `run.json`); and at every step `time/rollout`, `time/scoring`, `t
 from __future__ import annotations
 
 import dataclasses
-import io
-import json
 import logging
-import math
 import numbers
 import os
-import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-import numpy as np
-
-from schooner.cluster import runtime_field
+from schooner.cluster import added_field, runtime_field
 
 from ._config import TrainerConfig, check_run
 from ._lm import resolve_model_config
-from ._objective import Objective, Setup, StepInfo
+from ._objective import Objective, Setup
+from ._rl_batches import RolloutBatches, RolloutMetrics, encode_prompts, read_prompts
 from ._rl_objective import ADVANTAGES, SCALES, PolicyLossConfig
 from ._rl_workers import RolloutPool
 
@@ -165,6 +169,17 @@ class Grpo:
     """N > 0: the chunks are sampled by N workers of the current cluster client (Ray tasks on Ray, local
     processes otherwise), from weights the trainer publishes each rollout group (`_rl_workers`); 0: in the
     trainer. Same seed and `rollout_chunk`: the same rollouts and weights for every N (runtime-only)."""
+    dynamic_sampling: bool = added_field(False)
+    """DAPO's dynamic sampling: a rollout batch keeps only groups whose rewards differ (at least two finite
+    rewards, not all equal: the groups that give a gradient), sampling further rounds of P prompts (each
+    round its own prompts and RNG, pure functions of `(seed, group, round)`) until P such groups are found
+    or `max_sampling_rounds` rounds are spent; a shortfall is filled with groups without signal (advantage 0,
+    as plain GRPO trains on them), counted (`rollout/dynamic/shortfall`) and logged. Round 0 is the batch
+    plain GRPO samples. False (the default): one round, every group kept (and the step's key as before the
+    option existed)."""
+    max_sampling_rounds: int = added_field(3)
+    """With `dynamic_sampling`: the most rounds of P prompts sampled for one rollout batch, the first
+    included (verl's `max_num_gen_batches`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward", RewardFunction(self.reward))
@@ -183,6 +198,21 @@ class Grpo:
         w = self.rollout_workers
         if isinstance(w, bool) or not isinstance(w, int) or w < 0:
             raise ValueError(f"grpo: rollout_workers must be an int >= 0, got rollout_workers={w!r}")
+        if not isinstance(self.dynamic_sampling, bool):
+            raise ValueError(f"grpo: dynamic_sampling must be True or False, got {self.dynamic_sampling!r}")
+        r = self.max_sampling_rounds
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ValueError(f"grpo: max_sampling_rounds must be an int >= 1, got max_sampling_rounds={r!r}")
+        if r == 1 and self.dynamic_sampling:
+            raise ValueError(
+                "grpo: max_sampling_rounds=1 samples no round beyond the first, so the batch is the one plain GRPO "
+                "makes: use max_sampling_rounds >= 2 (it counts the first round), or dynamic_sampling=False"
+            )
+        if r != 3 and not self.dynamic_sampling:
+            raise ValueError(
+                f"grpo: max_sampling_rounds={r} applies only with dynamic sampling: set dynamic_sampling=True, "
+                "or leave max_sampling_rounds at its default"
+            )
         c = self.rollout_chunk
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise ValueError(f"grpo: rollout_chunk must be an int >= 1, got rollout_chunk={c!r}")
@@ -344,104 +374,8 @@ class Grpo:
 
 
 # -- prompts ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PromptRow:
-    """One task row: its id, its prompt and every field (for the reward)."""
-
-    row_id: str
-    prompt: Any
-    fields: Mapping[str, Any]
 
 
-def read_prompts(
-    path: str,
-    prompt_field: str = "prompt",
-    id_field: str = "id",
-    *,
-    required: Sequence[str] = (),
-    reward: str = "the reward",
-) -> list[PromptRow]:
-    """The rows of a prompts file (JSON lines), or of `train.jsonl` in a folder; each must hold the
-    `required` fields (those `reward` reads).
-
-    Raises:
-        FileNotFoundError: no such file (or a folder without `train.jsonl`).
-        ValueError: a line that is not a JSON object, or lacks the prompt field or a required one, naming the
-            file and line; a file with no rows.
-    """
-    from schooner.cluster import storage
-
-    if storage.isdir(path):
-        path = storage.join(path, "train.jsonl")
-    if not storage.exists(path):
-        raise FileNotFoundError(
-            f"grpo: no prompts file {path!r}; give a JSON-lines file (or a folder with train.jsonl) whose rows "
-            f"hold {prompt_field!r} and the task's fields"
-        )
-    rows: list[PromptRow] = []
-    for n, line in enumerate(storage.read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"grpo: {where} is not valid JSON ({e}); one JSON object per line") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"grpo: {where} is a {type(row).__name__}, not a JSON object")
-        prompt = row.get(prompt_field)
-        if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt):
-            raise ValueError(
-                f"grpo: {where} has no {prompt_field!r} field holding text or a conversation (got "
-                f"{prompt!r}; its fields: {sorted(row)}); set prompt_field= to the field that holds it"
-            )
-        row_id = str(row.get(id_field, where))
-        missing = [f for f in required if f not in row]
-        if missing:
-            raise ValueError(
-                f"grpo: {where} (row {row_id}) has no {missing[0]!r} field, which {reward} reads (the row's "
-                f"fields: {sorted(row)}); add it to every row, or point the reward at the field that holds the "
-                f"answer (e.g. exact_answer(field=...)), or set Grpo(required_fields=...) to what it reads"
-            )
-        rows.append(PromptRow(row_id, prompt, row))
-    if not rows:
-        raise ValueError(
-            f"grpo: {path} holds no rows: give one JSON object per line, each with {prompt_field!r} and the "
-            "fields the reward reads"
-        )
-    return rows
-
-
-def encode_prompts(tokenizer: Any, prompts: Sequence[Any], *, chat: bool) -> tuple[list[list[int]], tuple]:
-    """Token ids of each prompt and the stop ids: chat-rendered (`chat_prompts`), or the raw text."""
-    from ._rl_rollout import chat_prompts
-
-    if chat:
-        return chat_prompts(tokenizer, prompts)
-    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-    ids = []
-    for p in prompts:
-        if not isinstance(p, str):
-            raise ValueError(f"grpo: chat=False takes text prompts, got a {type(p).__name__}: {p!r:.80}")
-        ids.append(bos + tokenizer.encode(p))
-    stops = () if tokenizer.eos_id is None else (int(tokenizer.eos_id),)
-    return ids, stops
-
-
-def prompt_indices(group: int, per_group: int, num_rows: int, seed: int) -> np.ndarray:
-    """The rows of rollout group `group`: positions `[group * P, (group + 1) * P)` of an endless stream that
-    visits every row once per epoch in an order drawn from `(seed, epoch)`."""
-    out = np.empty(per_group, np.int64)
-    orders: dict[int, np.ndarray] = {}
-    for j in range(per_group):
-        epoch, pos = divmod(group * per_group + j, num_rows)
-        if epoch not in orders:
-            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(num_rows)
-        out[j] = orders[epoch][pos]
-    return out
-
-
-# -- the loss --------------------------------------------------------------------------------------------
 def make_grpo_loss(cfg: Grpo) -> Any:
     """`loss(model, batch, key) -> (loss, (metrics, None))` for the train step: `policy_loss` of the batch's
     completions. The microbatch weight (`token_count`) makes the accumulated gradient the whole batch's:
@@ -489,267 +423,3 @@ def make_reference_logprobs(temperature: float) -> Any:
         return {"ref_logprobs": jax.lax.stop_gradient(ref)}
 
     return prepare
-
-
-# -- the batch source ------------------------------------------------------------------------------------
-class RolloutBatches:
-    """The trainer's on-policy batch source: rollouts, rewards and advantages every `num_iterations` steps
-    (module docstring); the host metrics of each step wait in `metrics` for the `RolloutMetrics` hook."""
-
-    on_policy = True
-
-    def __init__(
-        self,
-        cfg: Grpo,
-        *,
-        rows: Sequence[PromptRow],
-        prompts: Sequence[Sequence[int]],
-        tokenizer: Any,
-        sampling: Any,
-        seed: int,
-        max_prompt_tokens: int,
-        pad_id: int,
-        root: str,
-        skipped: int = 0,
-        pool: RolloutPool | None = None,
-    ) -> None:
-        self.cfg, self.rows, self.prompts, self.tokenizer = cfg, list(rows), list(prompts), tokenizer
-        self.sampling, self.seed, self.cap, self.pad_id = sampling, seed, max_prompt_tokens, pad_id
-        self.root, self.skipped = root.rstrip("/"), skipped
-        self.pool = pool if pool is not None else RolloutPool(0, root, None)
-        self.metrics: dict[int, dict[str, float]] = {}
-        """step (0-based) -> host metrics, popped by the hook."""
-        self.ready_at: dict[int, float] = {}
-        """step -> when its batch was handed over (for `time/update`)."""
-        self._group: tuple[int, dict[str, np.ndarray]] | None = None
-
-    # the trainer's interface
-    def batch_for(self, step: int, batch_size: int, model: Any) -> dict[str, np.ndarray]:
-        import jax
-
-        jax.block_until_ready(model)  # the previous update is done: its time ends here
-        if step - 1 in self.ready_at:
-            self.metrics.setdefault(step - 1, {})["time/update"] = (
-                time.perf_counter() - self.ready_at[step - 1]
-            )
-        group = step // self.cfg.num_iterations
-        m: dict[str, float] = {}
-        if self._group is None or self._group[0] != group:
-            if step % self.cfg.num_iterations and self._stored(group):
-                batch = self._load(group)  # resumed mid-group: the rollouts of weights no longer held
-                m.update({"time/rollout": 0.0, "time/scoring": 0.0})
-            else:
-                batch, m = self.make(group, batch_size, model)
-                if self.cfg.num_iterations > 1:
-                    self._store(group, batch)
-            self._group = (group, batch)
-        else:
-            m.update({"time/rollout": 0.0, "time/scoring": 0.0})
-        batch = self._group[1]
-        if batch["tokens"].shape[0] != batch_size:
-            raise ValueError(
-                f"grpo: step {step} wants {batch_size} completions but its rollout group has "
-                f"{batch['tokens'].shape[0]}; a batch-size schedule must change at multiples of num_iterations"
-            )
-        self.metrics[step] = self.metrics.get(step, {}) | m
-        self.ready_at[step] = time.perf_counter()
-        return batch
-
-    def make(self, group: int, batch_size: int, model: Any) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Rollouts of group `group` from `model`: the batch and its host metrics."""
-        from ._rl_objective import group_advantages, rollout_metrics
-
-        g = self.cfg.num_generations
-        per_group = batch_size // g
-        idx = prompt_indices(group, per_group, len(self.rows), self.seed)
-        rows = [self.rows[i] for i in idx]
-        t0 = time.perf_counter()
-        rb = self.pool.rollout(
-            model,
-            [self.prompts[i] for i in idx],
-            sampling=self.sampling,
-            seed=self.seed,
-            group=group,
-            max_prompt_tokens=self.cap,
-            row_ids=[r.row_id for r in rows],
-            pad_id=self.pad_id,
-            chunk=self.cfg.rollout_chunk,
-        )
-        t1 = time.perf_counter()
-        stops = set(self.sampling.stop_ids)
-        completions = []
-        for ids, why in zip(rb.completions(), rb.stop_reasons, strict=True):
-            if why == "stop_id" and ids and ids[-1] in stops:
-                ids = ids[:-1]
-            completions.append(self.tokenizer.decode(ids))
-        prompt_texts = [_prompt_text(r.prompt) for r in rows]
-        rewards, errors = score(
-            self.cfg.reward,
-            [prompt_texts[i // g] for i in range(len(completions))],
-            completions,
-            [rows[i // g].fields for i in range(len(completions))],
-            [f"{rows[i // g].row_id}#{i % g}" for i in range(len(completions))],
-        )
-        t2 = time.perf_counter()
-        grouped = rewards.reshape(per_group, g)
-        kwargs = {"scale": self.cfg.scale_rewards} if self.cfg.advantage == "grpo" else {}
-        advantages = np.asarray(group_advantages(grouped, self.cfg.advantage, **kwargs), np.float32)
-        m = {
-            f"rollout/{k}": float(v)
-            for k, v in rollout_metrics(cast(Any, grouped), cast(Any, rb.mask)).items()
-        }
-        m["rollout/completions/clipped_ratio"] = rb.metrics()["completions/clipped_ratio"]
-        m["rollout/skipped_prompts"] = float(self.skipped + len(rb.skipped))
-        m["rollout/reward_errors"] = float(len(errors))
-        for kind, count in Counter(e["type"] for e in errors).items():
-            m[f"rollout/reward_errors/{kind}"] = float(count)
-        if errors:
-            self._report(group, errors)
-        m.update({"time/rollout": t1 - t0, "time/scoring": t2 - t1})
-        batch = {
-            "tokens": rb.tokens,
-            "mask": rb.mask,
-            "old_logprobs": rb.old_logprobs,
-            "advantages": advantages.reshape(-1),
-        }
-        return batch, m
-
-    # errors and stored rollouts
-    def _report(self, group: int, errors: list[dict[str, str]]) -> None:
-        from schooner.cluster import storage
-
-        kinds = Counter(f"{e['type']}: {e['message']}" for e in errors)
-        top = "; ".join(f"{k} (x{n})" for k, n in kinds.most_common(3))
-        logger.warning(
-            f"grpo: rollout group {group}: the reward failed on {len(errors)} completion(s), scored nan (left "
-            f"out, advantage 0): {top}; first row {errors[0]['row']}"
-        )
-        path = storage.join(self.root, "reward_errors.jsonl")
-        lines = "".join(json.dumps({"group": group, **e}) + "\n" for e in errors)
-        if storage.is_local(path):
-            with open(storage.local_path(path), "a", encoding="utf-8") as f:
-                f.write(lines)
-        else:  # an object store cannot append: the file is written again
-            old = storage.read_text(path) if storage.exists(path) else ""
-            storage.atomic_write(path, old + lines)
-
-    def _path(self, group: int) -> str:
-        from schooner.cluster import storage
-
-        return storage.join(self.root, "rollouts", f"group-{group:06d}.npz")
-
-    def _stored(self, group: int) -> bool:
-        from schooner.cluster import storage
-
-        return storage.exists(self._path(group))
-
-    def _load(self, group: int) -> dict[str, np.ndarray]:
-        from schooner.cluster import storage
-
-        with np.load(io.BytesIO(storage.read_bytes(self._path(group)))) as z:
-            return {k: z[k] for k in z.files}
-
-    def _store(self, group: int, batch: Mapping[str, np.ndarray]) -> None:
-        """Keep the group's rollouts until a checkpoint lies past it (a resume inside it reads them)."""
-        from schooner.cluster import storage
-
-        from ._checkpoint import latest_checkpoint
-
-        buf = io.BytesIO()
-        np.savez(buf, allow_pickle=False, **batch)
-        storage.makedirs(storage.join(self.root, "rollouts"))
-        storage.atomic_write(self._path(group), buf.getvalue())
-        latest = latest_checkpoint(self.root)
-        done = latest[0] // self.cfg.num_iterations if latest else 0
-        for name in storage.list_folder(storage.join(self.root, "rollouts")):
-            base = os.path.basename(name.rstrip("/"))
-            if base.startswith("group-") and base.endswith(".npz") and int(base[6:12]) < min(done, group):
-                storage.remove(storage.join(self.root, "rollouts", base))
-
-
-def _prompt_text(prompt: Any) -> str:
-    """A prompt as the reward sees it: the text, or a conversation's last user message."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m.get("content", "") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
-    return str(users[-1]) if users else ""
-
-
-def score(
-    reward: Callable[[str, str, Mapping[str, Any]], float],
-    prompts: Sequence[str],
-    completions: Sequence[str],
-    fields: Sequence[Mapping[str, Any]],
-    row_ids: Sequence[str],
-) -> tuple[np.ndarray, list[dict[str, str]]]:
-    """float64 rewards, `nan` where the function raised an `Exception` or returned no finite real number,
-    and those failures (`{"row", "type", "message"}`). KeyboardInterrupt and SystemExit propagate."""
-    out = np.empty(len(completions), np.float64)
-    errors: list[dict[str, str]] = []
-    for i, (p, c, f) in enumerate(zip(prompts, completions, fields, strict=True)):
-        try:
-            v = reward(p, c, f)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
-                raise ValueError(f"a reward must be a finite real number, got {v!r}")
-            out[i] = float(v)
-        except Exception as e:  # noqa: BLE001 - a user's reward failing is counted, never fatal
-            out[i] = np.nan
-            errors.append({"row": str(row_ids[i]), "type": type(e).__name__, "message": str(e)[:200]})
-    return out, errors
-
-
-# -- the hook ----------------------------------------------------------------------------------------------
-class RolloutMetrics:
-    """After each step: the rollouts' host metrics and the time split; at the last step, `reward.png`."""
-
-    every = 1
-
-    def __init__(self, data: RolloutBatches, total: int, name: str = "") -> None:
-        self.data, self.total, self.name = data, total, name
-
-    def __call__(self, info: StepInfo) -> Mapping[str, float] | None:
-        s = info.step - 1
-        m = self.data.metrics.pop(s, {})
-        ready = self.data.ready_at.pop(s, None)
-        if "time/update" not in m and ready is not None:  # the step's metrics were read: it is done
-            m["time/update"] = time.perf_counter() - ready
-        if info.step == self.total:
-            try:
-                plot_rewards(self.data.root, m, info.step, title=self.name)
-            except Exception as e:  # noqa: BLE001 - a plot never fails a finished run
-                logger.warning(f"grpo: could not draw reward.png: {e}")
-        return m
-
-
-def plot_rewards(root: str, last: Mapping[str, float], step: int, *, title: str = "") -> None:
-    """`reward.png`: the mean reward (and +- its std) per rollout step, from `metrics.jsonl` and `last`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from schooner.cluster import storage
-
-    from ._tracking import read_metrics
-
-    rows = [r for r in read_metrics(root) if r.get("step", 0) < step]
-    rows.append({"step": step, **last})
-    pts = [
-        (r["step"], r["rollout/reward"], r.get("rollout/reward_std") or 0.0)
-        for r in rows
-        if isinstance(r.get("rollout/reward"), float | int)
-    ]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    if pts:
-        x, y, sd = (np.asarray(v, float) for v in zip(*sorted(pts)))
-        ax.plot(x, y, label="rollout/reward", linewidth=1)
-        ax.fill_between(x, y - sd, y + sd, alpha=0.2, label="+- reward_std")
-        ax.legend()
-    ax.set_xlabel("step")
-    ax.set_ylabel("reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    with storage.atomic_open(storage.join(root, "reward.png"), "wb") as f:
-        fig.savefig(f, format="png")
-    plt.close(fig)

@@ -193,7 +193,7 @@ class HeldoutPassAtK:
     ) -> None:
         from schooner.model import SamplingConfig
 
-        from ._rl import _prompt_text, encode_prompts
+        from ._rl_batches import _prompt_text, encode_prompts
 
         self.name, self.task, self.reward, self.tokenizer = name, task, reward, tokenizer
         rows = read_heldout(os.fspath(task.prompts), prompt_field, id_field)
@@ -241,7 +241,7 @@ class HeldoutPassAtK:
 
         from schooner.model import sample
 
-        from ._rl import score
+        from ._rl_batches import score
 
         n, per = self.task.samples, self.task.prompts_per_batch
         stops = set(self.sampling.stop_ids)
@@ -311,7 +311,7 @@ def read_heldout(path: str, prompt_field: str = "prompt", id_field: str = "id") 
     """The rows of a held-out prompts file, or of `heldout.jsonl` in a folder."""
     from schooner.cluster import storage
 
-    from ._rl import read_prompts
+    from ._rl_batches import read_prompts
 
     if storage.isdir(path):
         inner = storage.join(path, "heldout.jsonl")

@@ -56,14 +56,22 @@ def chunk_slices(num_prompts: int, chunk: int | None) -> list[slice]:
     return [slice(i, min(i + size, num_prompts)) for i in range(0, num_prompts, size)]
 
 
-def chunk_key(seed: int, group: int, chunk: int, chunks: int) -> Any:
+ROUND_TAG = 2**31 - 1
+"""Folded into a group's key before a dynamic-sampling round's index (rounds >= 1): no chunk index reaches it,
+so no round's key is a chunk's key of round 0."""
+
+
+def chunk_key(seed: int, group: int, chunk: int, chunks: int, sampling_round: int = 0) -> Any:
     """Chunk `chunk`'s sampling key: `rollout_key(seed, group)` when the group is one chunk, else that key
-    folded with the chunk's index."""
+    folded with the chunk's index. Round `r >= 1` of dynamic sampling (`Grpo(dynamic_sampling=True)`) starts
+    from `fold_in(fold_in(rollout_key(seed, group), ROUND_TAG), r)` instead; round 0 is the group's own key."""
     import jax
 
     from ._rl_rollout import rollout_key
 
     key = rollout_key(seed, group)
+    if sampling_round:
+        key = jax.random.fold_in(jax.random.fold_in(key, ROUND_TAG), sampling_round)
     return key if chunks == 1 else jax.random.fold_in(key, chunk)
 
 
@@ -157,6 +165,8 @@ class ChunkJob:
     max_prompt_tokens: int
     pad_id: int
     row_ids: Sequence[str] | None = None
+    sampling_round: int = 0
+    """The dynamic-sampling round (0 without dynamic sampling)."""
 
 
 _loaded: tuple[str, Any] | None = None
@@ -180,7 +190,7 @@ def sample_chunk(job: ChunkJob) -> dict[str, Any]:
         max_prompt_tokens=job.max_prompt_tokens,
         row_ids=job.row_ids,
         pad_id=job.pad_id,
-        key=chunk_key(job.seed, job.group, job.chunk, job.chunks),
+        key=chunk_key(job.seed, job.group, job.chunk, job.chunks, job.sampling_round),
     )
     out = {f.name: getattr(rb, f.name) for f in dataclasses.fields(rb)}
     return out | {"version": job.weights.version, "pid": os.getpid()}
@@ -223,8 +233,10 @@ class RolloutPool:
         pad_id: int,
         chunk: int | None,
         row_ids: Sequence[str] | None = None,
+        sampling_round: int = 0,
     ) -> Any:
-        """The group's `RolloutBatch`: its chunks' rows in chunk order."""
+        """The group's `RolloutBatch` (of round `sampling_round` with dynamic sampling): its chunks' rows in
+        chunk order."""
         from ._rl_rollout import rollout
 
         ids = [str(i) for i in range(len(prompts))] if row_ids is None else [str(r) for r in row_ids]
@@ -240,13 +252,15 @@ class RolloutPool:
                     max_prompt_tokens=max_prompt_tokens,
                     row_ids=ids[s],
                     pad_id=pad_id,
-                    key=chunk_key(seed, group, c, len(slices)),
+                    key=chunk_key(seed, group, c, len(slices), sampling_round),
                 )
                 for c, s in enumerate(slices)
             ]
             self.last_versions, self.last_pids = [], [os.getpid()] * len(parts)
             return parts[0] if len(parts) == 1 else _concat(parts)
-        return self._remote(model, prompts, ids, slices, sampling, seed, group, max_prompt_tokens, pad_id)
+        return self._remote(
+            model, prompts, ids, slices, sampling, seed, group, max_prompt_tokens, pad_id, sampling_round
+        )
 
     def _remote(
         self,
@@ -259,6 +273,7 @@ class RolloutPool:
         group: int,
         cap: int,
         pad_id: int,
+        sampling_round: int = 0,
     ) -> Any:
         from schooner.cluster import ResourceConfig, current_client
 
@@ -278,6 +293,7 @@ class RolloutPool:
                 max_prompt_tokens=cap,
                 pad_id=pad_id,
                 row_ids=ids[s],
+                sampling_round=sampling_round,
             )
             for c, s in enumerate(slices)
         ]

@@ -22,4 +22,5 @@ from ._step import StepDef as StepDef
 from ._step import StepHandle as StepHandle
 from ._step import step as step
 from ._version import ConfigError as ConfigError
+from ._version import added_field as added_field
 from ._version import runtime_field as runtime_field

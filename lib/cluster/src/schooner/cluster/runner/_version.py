@@ -17,7 +17,8 @@ Canonical form, by type (deterministic, independent of dict insertion order):
   `{"__float__": "nan" | "inf" | "-inf"}`.
 - dataclass instance: `{"__class__": QualName, field: value, ...}` (plus `"__code__"`, its class's code
   fingerprint, when it is a user-defined callable: a transform object) without fields marked runtime-only
-  (see `runtime_field`) and without fields marked `secret_field()` (or `metadata={"secret": True}`),
+  (see `runtime_field`), without fields declared `added_field(default)` while they hold that default (a
+  field added later: existing steps keep their keys) and without fields marked `secret_field()` (or `metadata={"secret": True}`),
   which are runtime-only too, so rotating a token never reruns a step. Secrets are marked, never guessed from a field's name (`num_experts_per_token`
   is a setting). The class name (not its module) is kept so that two config classes with the same field
   names (say `AdamConfig` and `MuonConfig`) never share a key.
@@ -54,8 +55,8 @@ import math
 import pathlib
 import re
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 from schooner.cluster._fingerprint import code_fingerprint as code_fingerprint
 from schooner.cluster._fingerprint import stable_module_name as stable_module_name
@@ -87,6 +88,40 @@ def runtime_field(default: Any = dataclasses.MISSING, *, default_factory: Any = 
         ...     num_workers: int = runtime_field(4)
     """
     return marked_field(RUNTIME_META, default, default_factory)
+
+
+ADDED_META = "schooner_added"
+"""Dataclass field metadata flag: a field added after steps were keyed without it (see `added_field`)."""
+
+
+def added_field(default: Any = dataclasses.MISSING, *, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field added to a config after steps were keyed without it: left out of the step's key
+    while it holds its default, keyed like any field once set to anything else. So a new option whose default
+    does what the config did before it existed reruns nothing. "Holds its default" compares canonical forms
+    (`1.0` is `1`).
+
+    Example:
+        >>> @dataclasses.dataclass(frozen=True)
+        ... class Cfg:
+        ...     vocab_size: int
+        ...     new_option: bool = added_field(False)
+        >>> canonicalize(Cfg(8)) == {"__class__": "Cfg", "vocab_size": 8}
+        True
+        >>> canonicalize(Cfg(8, new_option=True))["new_option"]
+        True
+    """
+    if default is dataclasses.MISSING and default_factory is dataclasses.MISSING:
+        raise TypeError(
+            "added_field needs a default (or default_factory): the value that does what the config did before "
+            "the field existed, left out of the step's key"
+        )
+    return marked_field(ADDED_META, default, default_factory)
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return cast(Callable[[], Any], f.default_factory)()
 
 
 def dumps(obj: Any) -> str:
@@ -236,7 +271,10 @@ def _canon(value: Any, step: str, path: str, active: set[int], depth: int = 0) -
                 continue
             if isinstance(v, str) and v and _looks_like_credential(f.name):
                 _warn_unmarked(step, f"{path}.{f.name}", type(value).__qualname__, f.name)
-            out[f.name] = _canon(v, step, f"{path}.{f.name}", active, nxt)
+            canon = _canon(v, step, f"{path}.{f.name}", active, nxt)
+            if f.metadata.get(ADDED_META) and canon == _canon(_default_of(f), step, path, set(), nxt):
+                continue  # an added field at its default: the key it had before the field existed
+            out[f.name] = canon
         active.discard(id(value))
         return out
     if isinstance(value, Mapping):

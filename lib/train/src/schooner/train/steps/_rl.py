@@ -47,6 +47,8 @@ def rl_train(
     required_fields: tuple[str, ...] | None = None,
     rollout_chunk: int | None = None,
     rollout_workers: int = 0,
+    dynamic_sampling: bool = False,
+    max_sampling_rounds: int = 3,
     heldout: Mapping[str, Any] | None = None,
     eval_every: int | None = None,
     optimizer: OptimizerConfig | None = None,
@@ -102,6 +104,11 @@ def rl_train(
             tasks on Ray; local processes otherwise, within the CPUs the step reserved: give
             `resources=ResourceConfig.with_cpu(1 + N)` for them to run side by side), from weights sent
             each rollout batch. Runtime-only: the same rollouts and weights as N = 0 with the same chunk.
+        dynamic_sampling: DAPO's dynamic sampling: keep only prompt groups whose rewards differ, sampling
+            further rounds of `prompts_per_step` prompts until the batch is full of them or
+            `max_sampling_rounds` rounds are spent (a shortfall is filled with groups without signal, counted
+            as `rollout/dynamic/shortfall` and logged). Off by default (the step's key as before).
+        max_sampling_rounds: with `dynamic_sampling`, the most rounds per rollout batch (the first included).
         heldout: held-out pass@k evaluations `{name: PassAtK(...) or prompts path}` (e.g.
             `{"arithmetic": PassAtK(task / "heldout.jsonl", samples=8, ks=(1, 8))}`): sampled at a fixed seed
             and scored with `reward` every `eval_every` steps and at the end, logged as
@@ -137,6 +144,8 @@ def rl_train(
         required_fields=required_fields,
         rollout_chunk=rollout_chunk,
         rollout_workers=rollout_workers,
+        dynamic_sampling=dynamic_sampling,
+        max_sampling_rounds=max_sampling_rounds,
     )
     config = TrainerConfig(  # validated now
         model=model,
