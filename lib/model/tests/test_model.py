@@ -43,11 +43,14 @@ def test_attention_matches_reference(kv_heads):
     k = jax.random.normal(ks[1], (2, 12, kv_heads, 8))
     v = jax.random.normal(ks[2], (2, 12, kv_heads, 8))
     seg = jnp.array([[0] * 5 + [1] * 7, [0] * 12], jnp.int32)
+    # Jitted, as the model runs them (op by op, each op compiled on its own, cost ~7 s of CPU time).
+    fast = jax.jit(attention, static_argnames="implementation")
+    ref = jax.jit(reference_attention)
     for s in (None, seg):
         for impl in ("xla", "blocked"):
             np.testing.assert_allclose(
-                attention(q, k, v, s, implementation=impl),
-                reference_attention(q, k, v, s),
+                fast(q, k, v, s, implementation=impl),
+                ref(q, k, v, s),
                 atol=2e-6,
                 rtol=1e-5,
                 err_msg=impl,
@@ -224,7 +227,8 @@ def test_bfloat16_compute_keeps_float32_params_and_logits(tiny_dense, tokens):
     model = init(cfg, key=jax.random.PRNGKey(0))
     assert all(x.dtype == jnp.float32 for x in jax.tree_util.tree_leaves(model))
     toks = tokens(2, 8, cfg.vocab_size)
-    h = eqx.filter_jit(lambda m, t: m.hidden_states(t)[0].array)(model, toks)
+    # The hidden states' dtype is fixed when the program is traced: traced, not compiled and run.
+    h = eqx.filter_eval_shape(lambda m, t: m.hidden_states(t)[0].array, model, toks)
     assert h.dtype == jnp.bfloat16
     low = run(model, toks)
     assert low.dtype == jnp.float32
