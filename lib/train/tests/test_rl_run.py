@@ -116,13 +116,17 @@ def _published(prefix: Path) -> tuple[Path, Path]:
     return run, hf
 
 
-@pytest.fixture(scope="module")
-def straight(experiment, tmp_path_factory) -> Path:
-    script, env = experiment
-    prefix = tmp_path_factory.mktemp("straight")
+def _run_to_end(script: Path, prefix: Path, env: dict[str, str]) -> Path:
+    """The experiment run uninterrupted into `prefix` (which it returns); a failed run fails with its output."""
     proc = _run(script, prefix, env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return prefix
+
+
+@pytest.fixture(scope="module")
+def straight(experiment, tmp_path_factory) -> Path:
+    script, env = experiment
+    return _run_to_end(script, tmp_path_factory.mktemp("straight"), env)
 
 
 @pytest.fixture(scope="module")
@@ -135,9 +139,7 @@ def dynamic(experiment) -> tuple[Path, dict[str, str]]:
 @pytest.fixture(scope="module")
 def straight_dynamic(dynamic, tmp_path_factory) -> Path:
     script, env = dynamic
-    prefix = tmp_path_factory.mktemp("straight-dynamic")
-    proc = _run(script, prefix, env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    prefix = _run_to_end(script, tmp_path_factory.mktemp("straight-dynamic"), env)
     (run, _) = _published(prefix)
     rounds = [
         json.loads(x).get("rollout/dynamic/rounds") for x in (run / "metrics.jsonl").read_text().splitlines()
