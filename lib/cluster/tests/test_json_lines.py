@@ -166,3 +166,27 @@ def test_the_docstring_example_runs() -> None:
     module = sys.modules[storage.read_json_lines.__module__]  # where the reader lives, behind storage
     result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+# ------------------------------------------------------------------ its callers in this package
+
+
+def test_a_step_card_shows_samples_jsonl_rows_and_names_a_bad_line(tmp_path: Path) -> None:
+    from schooner.cluster.views._samples import samples_section
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for folder, data in (
+        (good, _lines([{"prompt": "a\u2028b", "score": 1}, {"prompt": "c"}])),
+        (bad, b'{"a": 1}\n[2]\n'),
+    ):
+        folder.mkdir()
+        (folder / "samples.jsonl").write_bytes(data)
+    shown = samples_section(str(good), [("samples.jsonl", None, False)])
+    assert "(samples.jsonl, 2)" in shown and "a\u2028b" in shown, shown
+    refused = samples_section(str(bad), [("samples.jsonl", None, False)])
+    assert (
+        "samples.jsonl is not a list of samples" in refused and f"{bad}/samples.jsonl:2 is a list" in refused
+    )
+    assert (
+        samples_section(str(tmp_path), [("samples.jsonl", None, False)]) == ""
+    )  # gone since listed: nothing
