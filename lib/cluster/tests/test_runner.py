@@ -618,3 +618,15 @@ def test_a_pattern_that_is_a_step_s_name_picks_that_step_alone(prefix: str, call
     calls.clear()
     runner.run([a, b], force="n/exact")  # not a name: a regex, as before
     assert sorted(calls) == ["n/exact+v1", "n/exactv1"]
+
+
+def test_a_failed_steps_traceback_starts_at_its_own_function(tmp_path, calls: list[str]) -> None:
+    # The runner's own frames (executing the step, calling its function) say nothing about why a step
+    # failed: the error shown and recorded starts at the step's function, whichever runner module called it.
+    h = step("tb", work, Cfg("tb", fail=True))
+    runner, _ = _runner(str(tmp_path))
+    result = runner.run([h], raise_on_failure=False)
+    error = result[h].error or ""
+    frames = [line for line in error.splitlines() if line.startswith('  File "')]
+    assert frames and "in work" in frames[0], error
+    assert "schooner/cluster/runner" not in error, error

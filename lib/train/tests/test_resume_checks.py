@@ -77,7 +77,7 @@ def test_a_constant_schedule_extends_without_a_word(nano, data_dir, tmp_path, ca
 
 
 def test_a_field_one_record_lacks_is_not_a_difference() -> None:
-    from schooner.train._trainer import _differences
+    from schooner.train._resume_checks import _differences
 
     old = {"seed": 1, "optimizer": {"class": "AdamConfig", "learning_rate": 1e-3, "beta1": 0.9}}
     new = {"seed": 1, "optimizer": {"class": "AdamConfig", "learning_rate": 2e-3}, "new_knob": 0}

@@ -198,7 +198,7 @@ def test_a_run_with_two_ray_workers_ends_with_the_weights_of_a_run_without(run, 
 
 def test_a_run_may_resume_with_another_number_of_workers() -> None:
     """Only where the rollouts are sampled changes: `run.json`'s comparison lets it through, not the chunk."""
-    from schooner.train._trainer import _differences
+    from schooner.train._resume_checks import _differences
 
     old = {"rollout_workers": 0, "rollout_chunk": 1, "num_generations": 4}
     assert _differences(old, old | {"rollout_workers": 2}, "objective") == []

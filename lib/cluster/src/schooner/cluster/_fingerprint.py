@@ -24,6 +24,9 @@ Two uses:
   described raises `Unfingerprintable` (nothing is reused then).
 
 An object can define `__schooner_fingerprint__()` returning a JSON-able value to take part explicitly.
+
+Beside it: `_bytecode` (what a code object reads and imports), `_libraries` (user code or an installed
+library's) and `_assignments` (the statements that assign a module-level name).
 """
 
 from __future__ import annotations
@@ -33,15 +36,17 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import importlib.util
 import json
 import logging
 import os
 import re
 import sys
-import sysconfig
 import types
 from typing import Any
+
+from ._assignments import assignment_source
+from ._bytecode import code_names, local_imports, of_code
+from ._libraries import is_library, library_module, user_module
 
 _logger = logging.getLogger("schooner.cluster")
 
@@ -114,7 +119,7 @@ def code_fingerprint(obj: Any) -> str | None:
         True
     """
     target = _unwrap(obj)
-    if _is_library(target):
+    if is_library(target):
         return None
     reset = _KEY_MODE.set(True)
     files: set[str] = set()
@@ -209,7 +214,7 @@ def _wrapped_callable(obj: Any) -> Any:
     if isinstance(obj, types.FunctionType | type | types.MethodType | functools.partial) or not callable(obj):
         return None
     inner = getattr(obj, "__wrapped__", None)
-    if inner is None or not isinstance(inner, types.FunctionType | type) or _is_library(inner):
+    if inner is None or not isinstance(inner, types.FunctionType | type) or is_library(inner):
         return None
     return inner
 
@@ -223,60 +228,16 @@ def _qualname(obj: Any) -> str:
     return f"{module}:{getattr(obj, '__qualname__', getattr(obj, '__name__', '?'))}"
 
 
-_by_code: dict[tuple[str, int, Any], tuple[types.CodeType, Any]] = {}
-"""Facts read from a code object, by (what, id of the code object, extra): a code object is immutable, so what
-its bytecode says is read once per process; the entry holds the code object, so its id is not reused. A
-function's globals, closure and defaults are read afresh every time (they may change while a program runs)."""
-
-
-def _of_code(what: str, code: types.CodeType, extra: Any, compute: Any) -> Any:
-    hit = _by_code.get((what, id(code), extra))
-    if hit is not None and hit[0] is code:
-        return hit[1]
-    value = compute()
-    _by_code[(what, id(code), extra)] = (code, value)
-    return value
-
-
 def _code(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
     # Constants hold no user objects (numbers, strings, tuples, frozensets, code): `seen` cannot matter, the
     # depth (a nesting limit) and the mode can.
-    return _of_code("code", code, (depth, _KEY_MODE.get()), lambda: _code_token(code, seen, depth))
+    return of_code("code", code, (depth, _KEY_MODE.get()), lambda: _code_token(code, seen, depth))
 
 
 def _code_token(code: types.CodeType, seen: frozenset[int], depth: int) -> Any:
     consts = [_code(c, seen, depth + 1) if isinstance(c, types.CodeType) else token(c, seen, depth + 1)
               for c in code.co_consts]  # fmt: skip
     return ["code", code.co_code.hex(), consts, list(code.co_names), list(code.co_freevars)]
-
-
-_GLOBAL_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL", "DELETE_GLOBAL"})
-_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"})
-
-
-def _global_names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
-    """(the globals `code` and its nested functions read or write, the attribute names they read).
-
-    From the bytecode, not `co_names`, which mixes both: `config.words` must not make a function depend
-    on a module-level `words = ...`. Read once per code object (`_of_code`)."""
-    return _of_code("names", code, None, lambda: _read_global_names(code))
-
-
-def _read_global_names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
-    import dis
-
-    globals_, attrs = set(), set()
-    for ins in dis.get_instructions(code):
-        if ins.opname in _GLOBAL_OPS:
-            globals_.add(ins.argval)
-        elif ins.opname in _ATTR_OPS:
-            attrs.add(ins.argval)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            g, a = _global_names(c)
-            globals_ |= g
-            attrs |= a
-    return frozenset(globals_), frozenset(attrs)
 
 
 def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
@@ -290,7 +251,7 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
             closure.append(_value(cell.cell_contents, seen, depth, f"{where} (closure {name})"))
         except ValueError:  # an empty cell: a variable of the enclosing function not assigned yet
             closure.append(["empty"])
-    global_names, attr_names = _global_names(fn.__code__)
+    global_names, attr_names = code_names(fn.__code__)
     names = sorted(global_names)
     used = {}
     for name in names:
@@ -299,12 +260,12 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
         value = fn.__globals__[name]
         if isinstance(value, types.ModuleType):
             used[name] = _module(value, sorted(attr_names), seen, depth, where)
-        elif _is_library(value):
+        elif is_library(value):
             used[name] = ["library", _qualname(value)]
         else:
             used[name] = _global(value, fn.__module__, name, seen, depth, f"{where} (global {name})")
-    for module_name, names_read in sorted(_local_imports(fn).items()):
-        mod = _user_module(module_name)
+    for module_name, names_read in sorted(local_imports(fn).items()):
+        mod = user_module(module_name)
         if mod is not None:  # an import inside the function of a user module: what it reads there counts
             used[f"import {module_name}"] = _module(mod, sorted(names_read | attr_names), seen, depth, where)
     return [
@@ -313,88 +274,10 @@ def _function(fn: types.FunctionType, seen: frozenset[int], depth: int) -> Any:
     ]  # fmt: skip
 
 
-def _local_imports(fn: types.FunctionType) -> dict[str, set[str]]:
-    """Modules a function (or a function nested in it) imports in its body -> the names it imports from each
-    (`from m import a, b`; empty for `import m`). Relative imports are resolved against the function's
-    package (its bytecode is read once per code object: `_of_code`)."""
-    package = fn.__globals__.get("__package__") or ""
-    raw = _of_code("imports", fn.__code__, None, lambda: _read_imports(fn.__code__))
-    found: dict[str, set[str]] = {}
-    for level, name, names in raw:
-        if level:
-            try:
-                name = importlib.util.resolve_name("." * level + name, package)
-            except (ImportError, ValueError):
-                name = ""
-        if name:
-            found.setdefault(name, set()).update(names)
-    return found
-
-
-def _read_imports(code: types.CodeType) -> tuple[tuple[int, str, frozenset[str]], ...]:
-    """(level, module as written, names imported from it) of each import statement in `code` and the code
-    nested in it, in order."""
-    import dis
-
-    found: list[tuple[int, str, set[str]]] = []
-
-    def visit(code: types.CodeType) -> None:
-        consts: list[Any] = []
-        current: tuple[int, str, set[str]] | None = None
-        for ins in dis.get_instructions(code):
-            if ins.opname == "LOAD_CONST":
-                consts = [*consts[-1:], ins.argval]
-            elif ins.opname == "IMPORT_NAME":
-                level = consts[0] if len(consts) == 2 and isinstance(consts[0], int) else 0
-                current = (level, ins.argval or "", set())
-                found.append(current)
-                consts = []
-            elif ins.opname == "IMPORT_FROM" and current is not None:
-                current[2].add(ins.argval)
-            else:
-                consts = [] if ins.opname != "LOAD_CONST" else consts
-        for c in code.co_consts:
-            if isinstance(c, types.CodeType):
-                visit(c)
-
-    visit(code)
-    return tuple((level, name, frozenset(names)) for level, name, names in found)
-
-
-_library_names: set[tuple[str, tuple[str, ...]]] = set()
-"""(module name, sys.path) of modules not imported yet that were found among installed libraries: not searched
-for again (a `find_spec` per handle built was a third of building a 300-step experiment's handles)."""
-
-
-def _user_module(name: str) -> types.ModuleType | None:
-    """The module `name` when it is the user's (not an installed library), imported if it is not yet."""
-    if not name or name.split(".")[0] in ("schooner", "builtins", "__future__"):
-        return None
-    mod = sys.modules.get(name)
-    if mod is None:
-        searched = (name, tuple(sys.path))
-        if searched in _library_names:
-            return None
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            return None
-        origin = os.path.realpath(spec.origin) if spec is not None and spec.origin else ""
-        if spec is not None and ("site-packages" in origin or origin.startswith(_STDLIB)):
-            _library_names.add(searched)  # an installed library stays one while sys.path is the same
-        if not origin.endswith(".py") or "site-packages" in origin or origin.startswith(_STDLIB):
-            return None
-        try:
-            mod = importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - a module that fails to import: the step will say so when it runs
-            return None
-    return None if _library_module(name) else mod
-
-
 def _module(mod: types.ModuleType, names: list[str], seen: frozenset[int], depth: int, where: str) -> Any:
     """A module a function uses: a library by name; a user module (`import helpers; helpers.clean(x)`) with
     the attributes of it the function may read (the names its code uses)."""
-    if _library_module(mod.__name__) or id(mod) in seen:
+    if library_module(mod.__name__) or id(mod) in seen:
         return ["module", mod.__name__]
     _note_file(getattr(mod, "__file__", None))
     seen = seen | {id(mod)}
@@ -403,7 +286,7 @@ def _module(mod: types.ModuleType, names: list[str], seen: frozenset[int], depth
         value = vars(mod).get(name, _MISSING)
         if value is _MISSING or isinstance(value, types.ModuleType):
             continue
-        if _is_library(value):
+        if is_library(value):
             attrs[name] = ["library", _qualname(value)]
         else:
             attrs[name] = _global(
@@ -435,7 +318,7 @@ def _global(value: Any, module: str, name: str, seen: frozenset[int], depth: int
     and others by their type."""
     if not _KEY_MODE.get() or _is_code(value):
         return _value(value, seen, depth, where)
-    source = _assignment_source(module, name)
+    source = assignment_source(module, name)
     if source is not None:
         # The statement says which helpers it holds (`HANDLERS = {"add": add}`), not what their bodies do:
         # the code inside the value (functions in a dict, the class of an instance) counts too.
@@ -455,7 +338,7 @@ def _code_inside(
     if level > 4 or budget[0] < 0:
         return []
     if _is_code(value):
-        return [] if _is_library(value) else [_guarded(value, seen, depth, where)]
+        return [] if is_library(value) else [_guarded(value, seen, depth, where)]
     t = type(value)
     if t in (dict, list, tuple, set, frozenset):
         if len(value) > _INSIDE_MAX_ITEMS:  # a table of data, not a registry of helpers
@@ -466,77 +349,9 @@ def _code_inside(
             for tok in _code_inside(v, seen, depth, where, level + 1, budget):
                 found.append([repr(k) if isinstance(k, _SCALARS) else None, tok])
         return sorted(found, key=_sort_key) if t in (set, frozenset) else found
-    if t.__module__ and not _library_module(t.__module__) and not isinstance(value, types.ModuleType):
+    if t.__module__ and not library_module(t.__module__) and not isinstance(value, types.ModuleType):
         return [["instance of", _guarded(t, seen, depth, where)]]
     return []
-
-
-def _assignment_source(module: str, name: str, hops: int = 0) -> str | None:
-    """SHA-256 of the top-level statements of `module`'s file that assign `name` (following `from x import
-    name` into user modules), or None when the file or such a statement is not found."""
-    mod = sys.modules.get(module)
-    path = getattr(mod, "__file__", None)
-    if not path or not path.endswith(".py") or hops > 4:
-        return None
-    try:
-        st = os.stat(path)
-        assigns, imports = _module_statements(path, st.st_mtime_ns, st.st_size)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    if name in assigns:
-        return assigns[name]
-    if name in imports:
-        source_module, original = imports[name]
-        if source_module.startswith("."):
-            try:
-                source_module = importlib.util.resolve_name(source_module, getattr(mod, "__package__", None))
-            except (ImportError, ValueError):
-                return None
-        if not _library_module(source_module):
-            return _assignment_source(source_module, original, hops + 1)
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _module_statements(
-    path: str, mtime_ns: int, size: int
-) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """For one file (cached while it is unchanged): name -> hash of the statements assigning it at module
-    level (also inside `if`/`try`/`with`/`for` blocks, not in functions or classes), and name -> (module,
-    name) of its `from ... import` statements."""
-    import ast
-
-    with open(path, "rb") as f:
-        tree = ast.parse(f.read(), filename=path)
-    texts: dict[str, list[str]] = {}
-    imports: dict[str, tuple[str, str]] = {}
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            targets: list[ast.expr] = []
-            if isinstance(node, ast.Assign):
-                targets = list(node.targets)
-            elif isinstance(node, ast.AnnAssign | ast.AugAssign):
-                targets = [node.target]
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    imports[alias.asname or alias.name] = ("." * node.level + (node.module or ""), alias.name)
-            for target in targets:
-                for n in ast.walk(target):
-                    if isinstance(n, ast.Name):
-                        texts.setdefault(n.id, []).append(ast.dump(node))
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                sub = getattr(node, field, None)
-                if isinstance(sub, list) and not isinstance(
-                    node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-                ):
-                    visit([x for x in sub if isinstance(x, ast.stmt | ast.excepthandler)])  # type: ignore[misc]
-
-    visit(tree.body)
-    digests = {
-        k: hashlib.sha256("\n".join(v).encode("utf-8", "surrogatepass")).hexdigest() for k, v in texts.items()
-    }
-    return digests, imports
 
 
 def _guarded(value: Any, seen: frozenset[int], depth: int, where: str) -> Any:
@@ -593,32 +408,8 @@ def _is_constant(value: Any, depth: int) -> bool:
     return False
 
 
-def _is_library(value: Any) -> bool:
-    """Functions and classes of installed libraries (site-packages, the standard library, schooner) are
-    named, not read: their code is the library's version, and reading it would be slow and fragile."""
-    module = getattr(value, "__module__", None) or ""
-    if not (callable(value) and isinstance(module, str) and module):
-        return False
-    return _library_module(module)
-
-
-@functools.cache
-def _library_module(module: str) -> bool:
-    if module.split(".")[0] in ("builtins", "schooner") or module in sys.builtin_module_names:
-        return True
-    mod = sys.modules.get(module)
-    path = getattr(mod, "__file__", None) or ""
-    if not path:
-        return mod is not None and module != "__main__"  # a built-in or namespace module
-    path = os.path.realpath(path)
-    return "site-packages" in path or "dist-packages" in path or path.startswith(_STDLIB)
-
-
-_STDLIB = os.path.realpath(sysconfig.get_path("stdlib"))
-
-
 def _class(cls: type, seen: frozenset[int], depth: int) -> Any:
-    if _is_library(cls):
+    if is_library(cls):
         return ["class", _qualname(cls)]
     methods = {}
     for k, v in sorted(vars(cls).items()):

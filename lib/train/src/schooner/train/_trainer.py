@@ -5,11 +5,13 @@ wires a `TrainerConfig` to them). The loop keeps the device busy: the step for b
 before the metrics of batch s are read back (a one-step lag), the data loader prepares batches on threads,
 and checkpoints are written from device copies on a background thread. A batch source that reads the
 policy (`PolicyBatches`, RL's rollouts) is asked for each batch in the loop instead, with the current model.
+
+Resuming: `_resume_checks` refuses a config that is another run than the folder's, `_resume_state` reads the
+train state back from the latest checkpoint.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -22,13 +24,15 @@ import numpy as np
 
 from schooner.cluster import published_paths, storage
 
-from ._checkpoint import CheckpointManager, latest_checkpoint, read_marker
+from ._checkpoint import CheckpointManager, latest_checkpoint
 from ._config import BatchSchedule, TrainerConfig
 from ._malloc import malloc_env
 from ._memory import CompiledStep, advice
 from ._mesh import make_mesh, replicated
 from ._objective import Batches, Evaluator, Hook, Objective, PolicyBatches, StepInfo
 from ._progress import Progress
+from ._resume_checks import check_same_run, config_record
+from ._resume_state import restore_state
 from ._run_info import (
     config_to_json,
     enable_compilation_cache,
@@ -170,8 +174,10 @@ class Trainer:
                 self.state = fresh_state(k_init, k_train)
         else:
             self.start_step, path = latest
-            self._check_same_run(path)
-            self.state = self._restore(path)
+            self.recorded = check_same_run(self.config, self.root, path, self.start_step)
+            self.state = restore_state(
+                path, self.model_config, self.abstract_state, self.mesh, self.param_map
+            )
             self.resumed_from = path
             logger.info(f"resuming from {path} (step {self.start_step})")
 
@@ -185,99 +191,6 @@ class Trainer:
         )
         make = lambda m, k: init_state(m, self.tx, k)  # noqa: E731
         return jax.jit(make, out_shardings=self.state_sharding)(model, k_train)
-
-    def _check_same_run(self, checkpoint: str) -> None:
-        """Before resuming: refuse a config that is another run than the one in the folder (its `run.json`),
-        naming each differing field; say when a longer run changes the learning rate of the next step."""
-        self.recorded = _read_run_json(self.root)
-        old = (self.recorded or {}).get("config")
-        if not isinstance(old, dict) or "datasets" not in old:
-            return  # no record, or one of schooner-train 0.x: nothing to compare
-        new = _config_record(self.config)
-        differences = [
-            d
-            for key in sorted(set(old) & set(new))  # a field added or removed since: nothing to compare
-            if key not in CHANGEABLE_ON_RESUME
-            for d in _differences(old.get(key), new.get(key), key)
-        ]
-        if differences:
-            raise ValueError(
-                f"train: {self.root} holds a different run (its run.json, checkpoint {checkpoint}); this config "
-                "differs in " + "; ".join(differences) + ". Resuming would continue that run under these "
-                "settings and overwrite its record: give this run another output_path (or start from that "
-                "checkpoint with initialize_from=), or the original values. Only "
-                f"{', '.join(sorted(CHANGEABLE_ON_RESUME))} may change when a run is resumed."
-            )
-        self._warn_schedule_change(old)
-
-    def _warn_schedule_change(self, old: dict[str, Any]) -> None:
-        """A longer (or shorter) run whose schedule spans its length: the next step's rate is not the one
-        the run was heading for. Said, with both values."""
-        import dataclasses
-
-        cfg, s = self.config, self.start_step
-        if s >= cfg.steps or (old.get("num_train_steps"), old.get("train_tokens")) == (
-            cfg.num_train_steps,
-            cfg.train_tokens,
-        ):
-            return
-        try:
-            before = dataclasses.replace(
-                cfg, num_train_steps=old.get("num_train_steps"), train_tokens=old.get("train_tokens")
-            )
-            lr_old = float(before.optimizer.lr_schedule(before.steps)(s))
-        except (ValueError, TypeError):
-            return
-        lr_new = float(cfg.optimizer.lr_schedule(cfg.steps)(s))
-        if abs(lr_new - lr_old) <= 1e-6 * max(abs(lr_old), 1e-30):
-            return
-        logger.warning(
-            f"resuming {self.root} at step {s} with {before.steps} -> {cfg.steps} steps: the "
-            f"{cfg.optimizer.schedule!r} schedule spans the run, so the learning rate of step {s + 1} jumps "
-            f"from {lr_old:.3g} (where the {before.steps}-step run was) to {lr_new:.3g}. For a smooth "
-            "continuation use schedule='constant' (or 'wsd' resumed before its decay); or start a new run from "
-            "this checkpoint with initialize_from= and a schedule of its own"
-        )
-
-    def _restore(self, path: str) -> Any:
-        from schooner.model import load_pytree, read_config
-
-        from ._step import TrainState
-
-        saved = read_config(path)
-        if saved != self.model_config:
-            raise ValueError(
-                f"checkpoint {path} holds a different model config than this run:\n  checkpoint {saved}\n"
-                f"  this run   {self.model_config}\nuse a new output_path or the original model config"
-            )
-        # Shape structs carrying their target sharding: each device reads only its own slices.
-        a = self._sharded_shapes(self.abstract_state)
-        model = load_pytree(f"{path}/model", a.model)
-        rest = load_pytree(f"{path}/train_state", {"step": a.step, "opt_state": a.opt_state, "key": a.key})
-        step = int(jax.device_get(rest["step"]))
-        marker = read_marker(path)
-        if step != marker["step"]:
-            raise ValueError(
-                f"checkpoint {path}: train_state step {step} != checkpoint.json step {marker['step']}"
-            )
-        return TrainState(step=rest["step"], model=model, opt_state=rest["opt_state"], key=rest["key"])
-
-    def _sharded_shapes(self, abstract: Any) -> Any:
-        """`abstract` (shape structs) with each leaf's target sharding attached."""
-        import haliax as hax
-
-        from schooner.model import pspec_for_named
-
-        def one(x: Any) -> Any:
-            if isinstance(x, hax.NamedArray) and isinstance(x.array, jax.ShapeDtypeStruct):
-                spec = pspec_for_named(x.axes, self.mesh, self.param_map)
-                s = jax.sharding.NamedSharding(self.mesh, spec)
-                return hax.NamedArray(jax.ShapeDtypeStruct(x.array.shape, x.array.dtype, sharding=s), x.axes)
-            if isinstance(x, jax.ShapeDtypeStruct):
-                return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated(self.mesh))
-            return x
-
-        return jax.tree.map(one, abstract, is_leaf=lambda x: isinstance(x, hax.NamedArray))
 
     def _compile_step(self) -> None:
         import haliax as hax
@@ -415,7 +328,7 @@ class Trainer:
         total = cfg.steps
         parameters = parameter_counts(self.model_config)
         run_info = {
-            "config": _config_record(cfg),
+            "config": config_record(cfg),
             "model_config": config_to_json(self.model_config),
             "versions": package_versions(),
             "devices": [str(d) for d in jax.devices()],
@@ -591,54 +504,3 @@ def parameter_counts(model_config: Any) -> dict[str, int]:
         "total": total,
         "non_embedding": total - tables * model_config.vocab_size * model_config.hidden_dim,
     }
-
-
-CHANGEABLE_ON_RESUME = frozenset(
-    {
-        "num_train_steps",  # a longer run continues the same one (see `_warn_schedule_change`)
-        "train_tokens",
-        "eval_every",
-        "eval_max_tokens",
-        "validation",
-        "evals",
-        "tokenizer",
-        "mesh",  # other devices: the same run, sharded another way
-        "microbatches",  # the same gradient, less memory
-        "checkpoint",
-        "trackers",
-        "name",
-        "output_path",
-    }
-)
-"""`TrainerConfig` fields that may differ between a run folder's `run.json` and the config resuming it; any
-other difference is another run, refused."""
-
-CHANGEABLE_NESTED_ON_RESUME = frozenset({"objective.rollout_workers"})
-"""Fields inside a config field that may differ on resume too: where the rollouts are sampled (the same
-rollouts, bitwise, for any number of workers)."""
-
-
-def _config_record(config: TrainerConfig) -> Any:
-    """The config as `run.json` records it: JSON values, paths as they read once published."""
-    return json.loads(storage.dumps_json(published_paths(config_to_json(config)), default=str))
-
-
-def _read_run_json(root: str) -> dict[str, Any] | None:
-    path = storage.join(root, "run.json")
-    if not storage.exists(path):
-        return None
-    try:
-        record = storage.read_json(path)
-    except ValueError:
-        return None  # unreadable: nothing to compare
-    return record if isinstance(record, dict) else None
-
-
-def _differences(old: Any, new: Any, where: str) -> list[str]:
-    """`where: old -> new` for each leaf that differs (dicts compared on the keys both hold: a field one
-    version of the config lacks is not a difference of the run)."""
-    if where in CHANGEABLE_NESTED_ON_RESUME:
-        return []
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) & set(new)) for d in _differences(old[k], new[k], f"{where}.{k}")]
-    return [] if old == new else [f"{where}: {old!r} -> {new!r}"]

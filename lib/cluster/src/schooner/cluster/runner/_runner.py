@@ -13,6 +13,9 @@ stalled past its lease and lost it (SIGSTOP, swapping) writes only into its own 
 heartbeat notices, says so, stops the step and it publishes nothing. Resumable steps adopt the folder of a
 dead attempt (their checkpoints, their ledger of finished shards); every start of a function (node, pid,
 how it ended: a preemption is a start that died) goes into the step's record and history.
+
+Beside it: `_plan` (which steps a run picks, their statuses, notes on reused steps), `_schedule` (running
+them concurrently in dependency order) and `_step_exec` (one step).
 """
 
 from __future__ import annotations
@@ -25,8 +28,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Collection, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Iterable
 from typing import Any
 
 from schooner.cluster._client import Client
@@ -36,8 +38,6 @@ from schooner.cluster._secrets import secret_values
 from schooner.cluster.records import (
     StepState,
     experiment_record_path,
-    read_step_record,
-    step_status,
     write_experiment_record,
 )
 from schooner.cluster.storage import is_plain_path, normalize_prefix
@@ -45,9 +45,11 @@ from schooner.cluster.storage import is_plain_path, normalize_prefix
 from ._lease import DEFAULT_HEARTBEAT_S, DEFAULT_TTL_S
 from ._lower import Step, _flatten, lower
 from ._options import CapturedRun, DryRunStop, current_options, run_flags_in
+from ._plan import code_change, forced_rerun_failed, input_replaced, picks, read_statuses, select
 from ._progress import Progress, make_console
-from ._records import environment, experiment_name, fn_source_hash, scrub_any
+from ._records import environment, experiment_name, scrub_any
 from ._results import RunInterrupted, RunResult, StepFailedError, StepOutcome
+from ._schedule import schedule
 from ._step_exec import StepExecutor
 from ._version import ConfigError
 
@@ -252,10 +254,10 @@ class StepRunner:
         console = self._console or make_console(quiet)
         progress = Progress(console)
         if only:
-            steps = _select(steps, only)
+            steps = select(steps, only)
         step_names = {s.name for s in steps}
         for p in force:
-            if not any(_names(p, s.name, step_names) for s in steps):
+            if not any(picks(p, s.name, step_names) for s in steps):
                 names = ", ".join(sorted({s.name for s in steps})[:20]) or "none"
                 text = f"matches no step{' of this run' if only else ''}; steps are: {names}"
                 if p.pattern in (cli_force or ()):
@@ -279,10 +281,10 @@ class StepRunner:
                     f"{paths[s.key]} is in this process's memory:// filesystem, which workers cannot see; "
                     "use a local or object-store prefix, or drop the step's resources"
                 )
-        forced = {s.key for s in steps if any(_names(p, s.name, step_names) for p in force)}
+        forced = {s.key for s in steps if any(picks(p, s.name, step_names) for p in force)}
         states: dict[str, str] = {}
         code_changed: list[tuple[Step, str]] = []
-        statuses = _read_statuses([paths[s.key] for s in steps])
+        statuses = read_statuses([paths[s.key] for s in steps])
         for s, st in zip(steps, statuses, strict=True):
             out = paths[s.key]
             if st is not None and st.state is StepState.SUCCESS and st.key != s.key:
@@ -293,7 +295,7 @@ class StepRunner:
             done = st is not None and st.state is StepState.SUCCESS and s.key not in forced
             states[s.key] = "cached" if done else "will_run"
             if done and st is not None:
-                note = _code_change(s, out, st)
+                note = code_change(s, out, st)
                 if note:
                     code_changed.append((s, note))
         # A cached step whose input was published again since it ran (a `--force` of the input in another
@@ -308,13 +310,13 @@ class StepRunner:
             if upstream is not None:
                 why = f"reruns: its input {upstream.name!r} reruns in this run, so its output is replaced"
             else:
-                why = _input_replaced(s, paths[s.key], status_of, by_key)
+                why = input_replaced(s, paths[s.key], status_of, by_key)
             if why:
                 forced.add(s.key)
                 states[s.key] = "will_run"
                 rerun_notes.append((s, why))
             else:
-                note = _forced_rerun_failed(s, paths[s.key], status_of[s.key])
+                note = forced_rerun_failed(s, paths[s.key], status_of[s.key])
                 if note:
                     code_changed.append((s, note))
         behind_forced: set[str] = set()
@@ -351,7 +353,7 @@ class StepRunner:
                 # their own fan-out (`current_client().map(...)`) lands on the same cluster.
                 current = using_client(self.client) if self.client is not None else contextlib.nullcontext()
                 with progress.live(len(todo)), current:
-                    self._schedule(todo, by_key, outcomes, executor, max_concurrent)
+                    schedule(todo, by_key, outcomes, executor, max_concurrent)
             except KeyboardInterrupt as e:
                 stopped = executor.interrupt()
                 how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
@@ -427,98 +429,11 @@ class StepRunner:
                 f"{SHARED_PREFIX_ENV}=1"
             )
 
-    def _schedule(
-        self,
-        todo: list[Step],
-        by_key: dict[str, Step],
-        outcomes: dict[str, StepOutcome],
-        executor: StepExecutor,
-        max_concurrent: int,
-    ) -> None:
-        waiting_on = {s.key: {d for d in s.deps if d in by_key and d not in outcomes} for s in todo}
-        dependents: dict[str, list[str]] = {}
-        for s in todo:
-            for d in waiting_on[s.key]:
-                dependents.setdefault(d, []).append(s.key)
-        ready = [s.key for s in todo if not waiting_on[s.key]]
-        running: dict[Future[StepOutcome], str] = {}
-        pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="schooner-step")
-        try:
-            while ready or running:
-                while ready and len(running) < max_concurrent:
-                    key = ready.pop(0)
-                    running[pool.submit(executor.execute, by_key[key])] = key
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for fut in done:
-                    key = running.pop(fut)
-                    outcome = fut.result()
-                    outcomes[key] = outcome
-                    if outcome.ok:
-                        for dep in dependents.get(key, []):
-                            waiting_on[dep].discard(key)
-                            if not waiting_on[dep] and dep not in outcomes:
-                                ready.append(dep)
-                    else:
-                        self._skip_dependents(key, by_key, dependents, outcomes, executor)
-        except BaseException:
-            # Ctrl-C (or an internal error): nothing new starts; `_run` stops what runs and records it.
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-
-    def _skip_dependents(
-        self,
-        failed_key: str,
-        by_key: dict[str, Step],
-        dependents: dict[str, list[str]],
-        outcomes: dict[str, StepOutcome],
-        executor: StepExecutor,
-    ) -> None:
-        failed = by_key[failed_key]
-        stack = list(dependents.get(failed_key, []))
-        while stack:
-            key = stack.pop()
-            if key in outcomes:
-                continue
-            s = by_key[key]
-            outcomes[key] = StepOutcome(
-                s.name, key, executor.paths[key], "skipped", error=f"input {failed.name!r} failed"
-            )
-            executor.progress.finished(outcomes[key])
-            stack.extend(dependents.get(key, []))
-
 
 def _as_list(x: Iterable[str] | str | None) -> list[str]:
     if x is None:
         return []
     return [x] if isinstance(x, str) else list(x)
-
-
-def _names(pattern: re.Pattern[str], name: str, names: Collection[str]) -> bool:
-    """`--only`/`--force` RE picks `name` of a run whose step names are `names`: RE that is the name of one of
-    them picks that step alone (names may hold regex characters: `grid/lr+1e-3`, copied from the status
-    table, would also match `grid/lrr1e-3`); any other RE picks the names the regex finds."""
-    if pattern.pattern in names:
-        return pattern.pattern == name
-    return pattern.search(name) is not None
-
-
-def _select(steps: list[Step], only: list[re.Pattern[str]]) -> list[Step]:
-    """The steps whose names match one of `only`, plus everything they need (keeping the order)."""
-    by_key = {s.key: s for s in steps}
-    step_names = {s.name for s in steps}
-    for p in only:
-        if not any(_names(p, s.name, step_names) for s in steps):
-            listed = ", ".join(sorted(step_names)[:20])
-            raise ConfigError(f"run_only/--only {p.pattern!r} matches no step; steps are: {listed}")
-    keep: set[str] = set()
-    stack = [s.key for s in steps if any(_names(p, s.name, step_names) for p in only)]
-    while stack:
-        k = stack.pop()
-        if k not in keep:
-            keep.add(k)
-            stack.extend(by_key[k].deps)
-    return [s for s in steps if s.key in keep]
 
 
 def _refuse_unread_flags() -> None:
@@ -535,19 +450,6 @@ def _refuse_unread_flags() -> None:
         "`StepRunner().main([...])`, which reads them (set SCHOONER_NO_ARGV=1 if the script parses such "
         "flags itself)"
     )
-
-
-STATUS_READERS = 32
-"""Concurrent status reads when planning on an object store (one GET each; a local read needs no pool)."""
-
-
-def _read_statuses(paths: list[str]) -> list[Any]:
-    """Every step's status file: in order locally, concurrently on object stores where each read is a
-    request (1,000 steps: ~20 s one by one against a local S3 server)."""
-    if all(is_plain_path(p) for p in paths) or len(paths) < 2:
-        return [step_status(p) for p in paths]
-    with ThreadPoolExecutor(max_workers=STATUS_READERS, thread_name_prefix="schooner-status") as pool:
-        return list(pool.map(lambda p: step_status(p), paths))
 
 
 class Terminated(KeyboardInterrupt):
@@ -572,44 +474,6 @@ def sigterm_interrupts() -> Any:
     except (ValueError, OSError):
         return lambda: None
     return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-def _input_replaced(step: Step, out: str, status_of: dict[str, Any], by_key: dict[str, Step]) -> str:
-    """A note when an input of a cached step was published again since the step ran (its record names the
-    attempt of each input it read: the input's status owner then)."""
-    if not step.deps:
-        return ""
-    record = read_step_record(out) or {}
-    for inp in record.get("inputs") or []:
-        used, now = inp.get("owner"), status_of.get(inp.get("key"))
-        if used and now is not None and now.state is StepState.SUCCESS and now.owner != used:
-            name = by_key[inp["key"]].name if inp["key"] in by_key else inp.get("name")
-            return (
-                f"reruns: its input {name!r} was replaced since it ran (published again by run "
-                f"{now.owner.split('-')[0]}, e.g. --force; this step read run {used.split('-')[0]}'s output)"
-            )
-    return ""
-
-
-def _forced_rerun_failed(step: Step, out: str, st: Any) -> str:
-    """A note when the latest forced rerun of a reused step failed (its published output is older)."""
-    if st is None or st.state is not StepState.SUCCESS or not st.error:
-        return ""
-    return f"reused; {st.error}"
-
-
-def _code_change(step: Step, out: str, st: Any) -> str:
-    """A note when a cached step's function source changed since it ran and its version did not."""
-    now = fn_source_hash(step.handle.fn)
-    then = st.fn_sha
-    if not then:  # status files written before the hash was kept there: the record has it
-        then = (read_step_record(out) or {}).get("fn_source_sha256")
-    if not then or not now or then == now:
-        return ""
-    return (
-        f"reused, but the source of {step.handle.fn_name()} changed since it ran and the step's version "
-        f"did not ({step.handle.version!r}); bump the version (or --force) to rerun it with the new code"
-    )
 
 
 def _experiment_record(name: str, run_id: str, prefix: str, env: dict[str, Any], t0: float) -> dict[str, Any]:
