@@ -397,6 +397,21 @@ def test_a_bom_elsewhere_than_the_start_is_still_refused(tmp_path):
     assert f"{path}:2" in message and "JSON" in message, message
 
 
+def test_a_row_that_is_not_an_object_names_task_path_line_and_fix(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n\n" + json.dumps(list(ROWS[1])) + "\n")
+    message = _load(path)
+    assert message.startswith(f"task 't': {path}:3 is a list, not a JSON object"), message
+    assert "one JSON object per line" in message, message
+
+
+def test_a_zstd_task_file_is_refused_naming_path_and_fix(tmp_path):
+    path = _jsonl(tmp_path / "rows.jsonl.zst", ROWS)
+    message = _load(path)
+    assert message.startswith(f"task 't': {path}: zstd-compressed"), message
+    assert "decompress" in message, message
+
+
 def test_a_gz_file_that_is_not_gzip_names_path_and_fix(tmp_path):
     path = _jsonl(tmp_path / "plain.jsonl.gz", ROWS)
     message = _load(path)

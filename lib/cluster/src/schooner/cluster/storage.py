@@ -4,8 +4,10 @@ Local paths (and `file://` URLs) use `os` calls: the no-op rerun reads one small
 path must be cheap. Any other URL (`memory://`, `gs://`, `s3://`, ...) goes through fsspec.
 
 Reading: `read_text`, `read_bytes` and `read_json` raise `FileNotFoundError` for a missing file (test
-with `exists` first, or catch it); `open_file` streams a file; `listdir`, `glob`, `exists`, `isdir`,
-`file_size`.
+with `exists` first, or catch it); `open_file` streams a file; `read_json_lines` streams the rows of a
+JSON-lines file (plain or `.gz`) with their line numbers, naming a bad line `path:line` with the fix;
+`listdir`, `glob`, `exists`, `isdir`, `file_size`. (Paths live in `_paths`, reading in `_reading`; this
+module is their public face.)
 
 Writing is atomic: readers see the old file or the new one, never a part.
 
@@ -52,48 +54,20 @@ import uuid
 from collections.abc import Callable, Generator, Iterator
 from typing import IO, Any
 
-
-def normalize_prefix(prefix: str) -> str:
-    """An absolute local path for local prefixes (also `file://...`), else the URL without trailing '/'."""
-    if prefix.startswith("file://"):
-        prefix = prefix[len("file://") :]
-    if "://" in prefix:
-        return prefix.rstrip("/")
-    return os.path.abspath(os.path.expanduser(prefix))
-
-
-def is_local(path: str) -> bool:
-    """True for plain paths and `file://` URLs (both go through `os`)."""
-    return "://" not in path or path.startswith("file://")
-
-
-def local_path(path: str) -> str:
-    """A local path without its `file://` prefix (other paths unchanged)."""
-    return path.removeprefix("file://")
-
-
-def join(base: str, *parts: str) -> str:
-    """`base/part/...` for local paths and URLs alike: '/' between parts, no normalisation of `..`."""
-    out = base.rstrip("/") if base not in ("", "/") else base
-    for p in parts:
-        p = p.strip("/")
-        if p:
-            out = f"{out}/{p}" if out and not out.endswith("/") else f"{out}{p}"
-    return out
-
-
-def url_to_fs(path: str) -> tuple[Any, str]:
-    """The fsspec filesystem and the path inside it, for a local path or any fsspec URL."""
-    import fsspec
-
-    return fsspec.core.url_to_fs(path)
-
-
-def is_plain_path(path: str) -> bool:
-    """Whether `path` has no URL scheme at all: what `storage_for` serves through `os` (a `file://` URL
-    goes through fsspec's local filesystem there, so code that then calls `os` on the path itself tests
-    this, not `is_local`)."""
-    return "://" not in path
+from ._paths import is_local as is_local
+from ._paths import is_plain_path as is_plain_path
+from ._paths import join as join
+from ._paths import local_path as local_path
+from ._paths import normalize_prefix as normalize_prefix
+from ._paths import url_to_fs as url_to_fs
+from ._reading import exists as exists
+from ._reading import file_size as file_size
+from ._reading import isdir as isdir
+from ._reading import open_file as open_file
+from ._reading import read_bytes as read_bytes
+from ._reading import read_json as read_json
+from ._reading import read_json_lines as read_json_lines
+from ._reading import read_text as read_text
 
 
 class LocalStorage:
@@ -402,82 +376,12 @@ def storage_for(path: str) -> Storage:
 
 
 # ------------------------------------------------------------------------------------------ public API
+# (reading: `exists`, `isdir`, `file_size`, `open_file`, `read_*`, `read_json_lines` in `_reading`)
 
 
 def list_folder(path: str) -> list[str]:
     """The old name of `listdir`."""
     return listdir(path)
-
-
-def exists(path: str) -> bool:
-    """Whether a file or folder exists at `path`."""
-    if is_local(path):
-        return os.path.exists(local_path(path))
-    fs, p = url_to_fs(path)
-    return bool(fs.exists(p))
-
-
-def isdir(path: str) -> bool:
-    """Whether `path` is a folder (on object stores: a prefix holding objects)."""
-    if is_local(path):
-        return os.path.isdir(local_path(path))
-    fs, p = url_to_fs(path)
-    return bool(fs.isdir(p))
-
-
-def file_size(path: str) -> int:
-    """The size of a file in bytes (`FileNotFoundError` when it is missing)."""
-    if is_local(path):
-        return os.path.getsize(local_path(path))
-    fs, p = url_to_fs(path)
-    return int(fs.size(p))
-
-
-def open_file(path: str, mode: str = "rb") -> IO[Any]:
-    """A file open for reading (`"rb"` or `"r"`, UTF-8): plain `open` locally, fsspec otherwise.
-
-    Writes go through `atomic_open` or the `write_*` functions, so no reader ever sees a part.
-    """
-    if mode not in ("r", "rb"):
-        raise ValueError(
-            f"open_file reads only (mode 'r' or 'rb'); got mode={mode!r}: write with atomic_open"
-        )
-    encoding = "utf-8" if mode == "r" else None
-    if is_local(path):
-        return open(local_path(path), mode, encoding=encoding)
-    fs, p = url_to_fs(path)
-    opened: IO[Any] = fs.open(p, mode, encoding=encoding) if encoding else fs.open(p, mode)
-    return opened
-
-
-def read_bytes(path: str) -> bytes:
-    """The content of a file (`FileNotFoundError` when it is missing)."""
-    if is_local(path):
-        with open(local_path(path), "rb") as f:
-            return f.read()
-    fs, p = url_to_fs(path)
-    return bytes(fs.cat_file(p))
-
-
-def read_text(path: str) -> str:
-    """The UTF-8 text of a file (`FileNotFoundError` when it is missing)."""
-    return read_bytes(path).decode("utf-8")
-
-
-def read_json(path: str) -> Any:
-    """The JSON value of a file (integers of any size exact).
-
-    Raises:
-        FileNotFoundError: no file at `path`.
-        ValueError: the file is not JSON; the message names the file, line and column.
-    """
-    import json
-
-    text = read_text(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
 
 
 def glob(pattern: str) -> list[str]:

@@ -18,15 +18,15 @@ until a task runs; a missing file raises `FileNotFoundError` naming the task, th
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import logging
 import os
 import re
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from schooner.cluster import storage
 
 from ._layouts import LAYOUTS
 from ._tasks import KINDS, Example, fewshot_prefix, score_examples
@@ -177,35 +177,6 @@ def _decode_utf8(raw: bytes, where: str) -> str:
         raise _not_utf8(f"{where}:{line}", raw[start:], moved) from None
 
 
-def _text_lines(path: str, who: str) -> Iterator[tuple[int, str]]:
-    """`(line number, text)` of a UTF-8 (optionally gzip-compressed, by the `.gz` suffix) text file; decoding
-    and decompression errors name the file, the line and the fix."""
-    n = 0
-    try:
-        with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-            for n, raw in enumerate(f, 1):
-                if n == 1 and raw.startswith(BOM):  # a byte-order mark, as Windows tools write: not text
-                    raw = raw[len(BOM) :]
-                try:
-                    yield n, raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise _not_utf8(f"{who}{path}:{n}", raw, e) from None
-    except gzip.BadGzipFile:
-        with open(path, "rb") as f:
-            head = f.read(8)
-        raise ValueError(
-            f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
-            "compress it with gzip, or rename it without .gz"
-        ) from None
-    except EOFError:
-        raise ValueError(
-            f"{who}{path}: the gzip data is truncated (it ends after line {n}, before the end of the "
-            "compressed stream); copy or re-create the file"
-        ) from None
-    except zlib.error as e:
-        raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
-
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -280,15 +251,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
             _refuse_lone_surrogates(f"{who}{path}:item {i}", row)
             yield f"{path}:item {i}", row
         return
-    for n, line in _text_lines(path, who):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{who}{path}:{n}: not a JSON line ({e})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{who}{path}:{n}: expected a JSON object, got {type(row).__name__}")
+    for n, row in storage.read_json_lines(path, what=who.removesuffix(": ")):
         _refuse_lone_surrogates(f"{who}{path}:{n}", row)
         yield f"{path}:{n}", row
 

@@ -43,13 +43,13 @@ def read_prompts(
     required: Sequence[str] = (),
     reward: str = "the reward",
 ) -> list[PromptRow]:
-    """The rows of a prompts file (JSON lines), or of `train.jsonl` in a folder; each must hold the
-    `required` fields (those `reward` reads).
+    """The rows of a prompts file (JSON lines, `.gz` too: `storage.read_json_lines`), or of `train.jsonl` in a
+    folder; each must hold the `required` fields (those `reward` reads).
 
     Raises:
         FileNotFoundError: no such file (or a folder without `train.jsonl`).
-        ValueError: a line that is not a JSON object, or lacks the prompt field or a required one, naming the
-            file and line; a file with no rows.
+        ValueError: a line that is not UTF-8, not JSON or not a JSON object, or lacks the prompt field or a
+            required one, naming the file and line; a file with no rows.
     """
     from schooner.cluster import storage
 
@@ -61,16 +61,8 @@ def read_prompts(
             f"hold {prompt_field!r} and the task's fields"
         )
     rows: list[PromptRow] = []
-    for n, line in enumerate(storage.read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
+    for n, row in storage.read_json_lines(path, what="grpo"):
         where = f"{path}:{n}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"grpo: {where} is not valid JSON ({e}); one JSON object per line") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"grpo: {where} is a {type(row).__name__}, not a JSON object")
         prompt = row.get(prompt_field)
         if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt):
             raise ValueError(

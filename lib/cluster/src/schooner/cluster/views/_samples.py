@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schooner.cluster.storage import storage_for
+from schooner.cluster.storage import read_json_lines, storage_for
 
 from ._html import esc, fmt
 
@@ -27,23 +27,20 @@ MAX_SAMPLE_BYTES = 4 * 1024 * 1024
 """Larger samples files are named, not read."""
 
 
-def _rows(path: str, text: str) -> list[dict[str, Any]]:
-    """The objects of a samples file; ValueError naming the line or item that is not one."""
+def _rows(path: str) -> list[dict[str, Any]]:
+    """The objects of a samples file (none when it is gone); ValueError naming the line or item that is not
+    one (`storage.read_json_lines` names a `.jsonl` file's bad line as `path:line`)."""
     if path.endswith(".jsonl"):
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"line {n} is not JSON ({err.msg})") from None
-    else:
         try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"not JSON ({err.msg} at line {err.lineno})") from None
-        if not isinstance(rows, list):
-            raise ValueError(f"a JSON {type(rows).__name__}, not a list of objects")
+            return [row for _n, row in read_json_lines(path)]
+        except FileNotFoundError:
+            return []
+    try:
+        rows = json.loads(storage_for(path).read_text(path) or "")
+    except json.JSONDecodeError as err:
+        raise ValueError(f"not JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"a JSON {type(rows).__name__}, not a list of objects")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise ValueError(f"item {i} is a {type(row).__name__}, not an object")
@@ -100,7 +97,7 @@ def samples_section(folder: str, outputs: list[tuple[str, int | None, bool]]) ->
             parts.append(f'<p class="muted">{esc(rel)}: {size:,} bytes, too large to show here</p>')
             continue
         try:
-            rows = _rows(rel, storage_for(path).read_text(path) or "")
+            rows = _rows(path)
         except (OSError, UnicodeDecodeError, ValueError) as err:
             parts.append(f'<p class="muted">{esc(rel)} is not a list of samples: {esc(err)}</p>')
             continue

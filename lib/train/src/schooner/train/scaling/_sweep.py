@@ -263,7 +263,7 @@ def run_data(train_path: str) -> dict[str, Any]:
 def read_run_data(path: str) -> list[dict[str, Any] | None]:
     """Each run's `run_data` from a sweep-results folder's `runs.jsonl` (None for a row that has none)."""
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    return [json.loads(line).get("data") for line in storage.read_text(file).splitlines() if line.strip()]
+    return [row.get("data") for _n, row in storage.read_json_lines(file, what="sweep results")]
 
 
 def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
@@ -310,8 +310,4 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
 def read_runs(path: str) -> list[ScalingRun]:
     """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file."""
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    return [
-        ScalingRun.from_dict(json.loads(line))
-        for line in storage.read_text(file).splitlines()
-        if line.strip()
-    ]
+    return [ScalingRun.from_dict(row) for _n, row in storage.read_json_lines(file, what="sweep results")]

@@ -1,0 +1,193 @@
+"""Reading files through the storage layer: whole files, streamed files, and JSON lines.
+
+Public through `schooner.cluster.storage`. `read_json_lines` is the one JSON-lines reader of the packages
+(prompts, task files, samples, sweep results), so a bad row is named the same way everywhere: `path:line`,
+what is wrong, and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import IO, Any
+
+from ._paths import is_local, local_path, url_to_fs
+
+
+def exists(path: str) -> bool:
+    """Whether a file or folder exists at `path`."""
+    if is_local(path):
+        return os.path.exists(local_path(path))
+    fs, p = url_to_fs(path)
+    return bool(fs.exists(p))
+
+
+def isdir(path: str) -> bool:
+    """Whether `path` is a folder (on object stores: a prefix holding objects)."""
+    if is_local(path):
+        return os.path.isdir(local_path(path))
+    fs, p = url_to_fs(path)
+    return bool(fs.isdir(p))
+
+
+def file_size(path: str) -> int:
+    """The size of a file in bytes (`FileNotFoundError` when it is missing)."""
+    if is_local(path):
+        return os.path.getsize(local_path(path))
+    fs, p = url_to_fs(path)
+    return int(fs.size(p))
+
+
+def open_file(path: str, mode: str = "rb") -> IO[Any]:
+    """A file open for reading (`"rb"` or `"r"`, UTF-8): plain `open` locally, fsspec otherwise.
+
+    Writes go through `atomic_open` or the `write_*` functions, so no reader ever sees a part.
+    """
+    if mode not in ("r", "rb"):
+        raise ValueError(
+            f"open_file reads only (mode 'r' or 'rb'); got mode={mode!r}: write with atomic_open"
+        )
+    encoding = "utf-8" if mode == "r" else None
+    if is_local(path):
+        return open(local_path(path), mode, encoding=encoding)
+    fs, p = url_to_fs(path)
+    opened: IO[Any] = fs.open(p, mode, encoding=encoding) if encoding else fs.open(p, mode)
+    return opened
+
+
+def read_bytes(path: str) -> bytes:
+    """The content of a file (`FileNotFoundError` when it is missing)."""
+    if is_local(path):
+        with open(local_path(path), "rb") as f:
+            return f.read()
+    fs, p = url_to_fs(path)
+    return bytes(fs.cat_file(p))
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of a file (`FileNotFoundError` when it is missing)."""
+    return read_bytes(path).decode("utf-8")
+
+
+def read_json(path: str) -> Any:
+    """The JSON value of a file (integers of any size exact).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is not JSON; the message names the file, line and column.
+    """
+    import json
+
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+BOM = b"\xef\xbb\xbf"
+"""UTF-8's byte-order mark, as Windows tools write it first: read past at the start of a JSON-lines file."""
+_ONE_PER_LINE = "write one JSON object per line"
+
+
+def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
+    """`(line number, row)` for each JSON object of a JSON-lines file, in file order, streamed.
+
+    Reads every path `open_file` reads (local paths, `file://` and fsspec URLs); a name ending in `.gz` is
+    gunzipped. Lines end at `\\n` only (a raw U+2028 inside a JSON string stays in its row), blank lines are
+    skipped (line numbers count them), and a UTF-8 byte-order mark at the start of the file is read past.
+    Rows before a bad line are yielded before the error is raised.
+
+    Args:
+        path: the file.
+        what: who reads, put before every message (`"grpo"` gives `grpo: rows.jsonl:3 is not valid JSON ...`).
+
+    Raises:
+        FileNotFoundError: no file at `path`; the message names it.
+        ValueError: a line that is not UTF-8, not JSON or not a JSON object, named `path:line` with the fix;
+            gzip data that is not gzip or is cut short; a `.zst` file (not decoded here).
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> storage.write_text("memory://demo-json-lines/rows.jsonl", '{"a": 1}\\n\\n{"a": 2}\\n')
+        >>> list(storage.read_json_lines("memory://demo-json-lines/rows.jsonl"))
+        [(1, {'a': 1}), (3, {'a': 2})]
+    """
+    import json
+
+    who = f"{what}: " if what else ""
+    if path.endswith((".zst", ".zstd")):
+        raise ValueError(
+            f"{who}{path}: zstd-compressed JSON lines are not decoded here; decompress it (`zstd -d {path}`) "
+            "or write it plain or gzip-compressed (.gz)"
+        )
+    for n, raw in _raw_lines(path, who):
+        if n == 1 and raw.startswith(BOM):
+            raw = raw[len(BOM) :]
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _not_utf8(f"{who}{path}:{n}", raw, e) from None
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{who}{path}:{n} is not valid JSON ({e.msg} at column {e.colno}; the line starts "
+                f"{text.rstrip()[:80]!r}); {_ONE_PER_LINE}"
+            ) from None
+        if not isinstance(row, dict):
+            raise ValueError(
+                f"{who}{path}:{n} is a {type(row).__name__}, not a JSON object ({text.rstrip()[:80]!r}); "
+                f"{_ONE_PER_LINE}"
+            )
+        yield n, row
+
+
+def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
+    """`(line number, bytes)` of a file, gunzipped when its name ends in `.gz`; gzip errors named."""
+    import contextlib
+    import gzip
+    import zlib
+
+    n = 0
+    try:
+        f = open_file(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{who}no JSON-lines file at {path!r}") from None
+    try:
+        gz = path.endswith(".gz")
+        with f, gzip.GzipFile(fileobj=f, mode="rb") if gz else contextlib.nullcontext(f) as lines:
+            for n, raw in enumerate(lines, 1):
+                yield n, raw
+    except gzip.BadGzipFile:
+        with open_file(path, "rb") as g:
+            head = g.read(8)
+        raise ValueError(
+            f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
+            "compress it with gzip, or rename it without .gz"
+        ) from None
+    except EOFError:
+        raise ValueError(
+            f"{who}{path}: the gzip data is truncated (it ends after line {n}, before the end of the "
+            "compressed stream); copy or re-create the file"
+        ) from None
+    except zlib.error as e:
+        raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
+
+
+def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
+    """A ValueError naming `where` (file:line), the offending byte and how to fix the file."""
+    bad = data[error.start : error.start + 1]
+    if data.startswith(GZIP_MAGIC):
+        hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
+    elif data.startswith(ZSTD_MAGIC):
+        hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
+    else:
+        hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+    return ValueError(
+        f"{where} is not UTF-8 text (byte 0x{bad.hex()} at column {error.start + 1}: {error.reason}); {hint}"
+    )

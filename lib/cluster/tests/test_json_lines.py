@@ -1,0 +1,192 @@
+"""`storage.read_json_lines`, the one JSON-lines reader of the packages: rows with their line numbers, on every
+path storage reads, and every bad line named as `path:line` with what is wrong and the fix."""
+
+from __future__ import annotations
+
+import doctest
+import gzip
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from schooner.cluster import storage
+
+ROWS = [{"id": "a", "text": "héllo"}, {"id": "b", "n": 2**70 + 1, "nested": {"x": [1, None, True]}}]
+
+
+@pytest.fixture(params=["local", "file-url", "memory"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "root")
+    if request.param == "file-url":
+        return f"file://{tmp_path}/root"
+    return f"memory://json-lines/{uuid.uuid4().hex}"
+
+
+def _put(root: str, name: str, data: bytes) -> str:
+    path = storage.join(root, name)
+    storage.write_bytes(path, data)
+    return path
+
+
+def _lines(rows: list, sep: str = "\n") -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + sep for r in rows).encode()
+
+
+def _error(path: str, what: str = "") -> str:
+    with pytest.raises(ValueError) as info:
+        list(storage.read_json_lines(path, what=what))
+    return str(info.value)
+
+
+def test_rows_come_with_their_line_numbers_and_blank_lines_are_skipped(root: str) -> None:
+    data = b"\n" + _lines(ROWS[:1]) + b"   \n\t\n" + _lines(ROWS[1:])
+    path = _put(root, "rows.jsonl", data)
+    assert list(storage.read_json_lines(path)) == [(2, ROWS[0]), (5, ROWS[1])]
+
+
+def test_a_last_line_without_newline_and_windows_line_ends_are_read(root: str) -> None:
+    path = _put(root, "crlf.jsonl", _lines(ROWS, sep="\r\n").removesuffix(b"\r\n"))
+    assert list(storage.read_json_lines(path)) == [(1, ROWS[0]), (2, ROWS[1])]
+
+
+def test_a_line_separator_inside_a_string_does_not_split_the_row(root: str) -> None:
+    # JSON allows U+2028/U+2029 (and U+0085) raw inside strings, and json.dumps writes them so; str.splitlines
+    # split such a row in two, and the halves failed as bad JSON
+    rows = [{"text": "one\u2028two\u2029three\x85four\x0bfive\x1cend"}, ROWS[0]]
+    path = _put(root, "separators.jsonl", _lines(rows))
+    assert list(storage.read_json_lines(path)) == [(1, rows[0]), (2, rows[1])]
+
+
+def test_bad_json_names_path_line_error_text_and_fix(root: str) -> None:
+    path = _put(root, "bad.jsonl", _lines(ROWS[:1]) + b"\n" + b'{"id": "c", text: 1}\n')
+    message = _error(path, what="grpo")
+    assert message.startswith(f"grpo: {path}:3 is not valid JSON (Expecting property name"), message
+    assert "column 13" in message and "text: 1" in message and "one JSON object per line" in message, message
+
+
+def test_rows_before_a_bad_line_stream_out_first(root: str) -> None:
+    path = _put(root, "late.jsonl", _lines(ROWS) + b"not json\n")
+    rows = storage.read_json_lines(path)
+    assert next(rows) == (1, ROWS[0]) and next(rows) == (2, ROWS[1])
+    with pytest.raises(ValueError, match=r"late\.jsonl:3 is not valid JSON"):
+        next(rows)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"), [(b"[1, 2]", "list"), (b'"text"', "str"), (b"3", "int"), (b"null", "NoneType")]
+)
+def test_a_row_that_is_not_an_object_names_path_line_and_type(root: str, line: bytes, kind: str) -> None:
+    path = _put(root, "scalar.jsonl", _lines(ROWS[:1]) + line + b"\n")
+    message = _error(path, what="task 'arc'")
+    assert message.startswith(f"task 'arc': {path}:2 is a {kind}, not a JSON object"), message
+    assert "one JSON object per line" in message, message
+
+
+def test_gzip_by_name_reads_the_same_rows(root: str) -> None:
+    data = b"\n" + _lines(ROWS)
+    plain, packed = _put(root, "rows.jsonl", data), _put(root, "rows.jsonl.gz", gzip.compress(data))
+    assert (
+        list(storage.read_json_lines(packed))
+        == list(storage.read_json_lines(plain))
+        == [(2, ROWS[0]), (3, ROWS[1])]
+    )
+
+
+def test_a_gz_name_on_plain_text_names_path_and_fix(root: str) -> None:
+    path = _put(root, "plain.jsonl.gz", _lines(ROWS))
+    message = _error(path)
+    assert path in message and "not gzip data" in message and "rename" in message, message
+
+
+def test_truncated_gzip_names_path_and_the_last_line_read(root: str) -> None:
+    data = gzip.compress(_lines(ROWS * 200))
+    path = _put(root, "cut.jsonl.gz", data[: len(data) // 2])
+    message = _error(path)
+    assert path in message and "truncated" in message and "after line" in message, message
+
+
+def test_not_utf8_names_path_line_byte_and_fix(root: str) -> None:
+    path = _put(
+        root,
+        "latin1.jsonl",
+        _lines(ROWS[:1]) + json.dumps({"t": "café"}, ensure_ascii=False).encode("latin-1"),
+    )
+    message = _error(path)
+    assert message.startswith(f"{path}:2 is not UTF-8 text (byte 0xe9"), message
+    assert "iconv" in message, message
+
+
+@pytest.mark.parametrize(
+    ("data", "hint"),
+    [
+        (gzip.compress(_lines(ROWS)), "gzip-compressed: name it *.gz"),
+        (b"\x28\xb5\x2f\xfd\x00\x58" + b"\xff" * 8, "zstd"),
+    ],
+)
+def test_compressed_data_under_a_plain_name_says_so(root: str, data: bytes, hint: str) -> None:
+    path = _put(root, "packed.jsonl", data)
+    message = _error(path)
+    assert f"{path}:1" in message and hint in message, message
+
+
+def test_a_zstd_name_is_refused_with_the_fix(root: str) -> None:
+    path = _put(root, "rows.jsonl.zst", _lines(ROWS))
+    message = _error(path, what="grpo")
+    assert message.startswith(f"grpo: {path}: "), message
+    assert "zstd" in message and "decompress" in message, message
+
+
+def test_a_byte_order_mark_is_read_past_at_the_start_only(root: str) -> None:
+    bom = b"\xef\xbb\xbf"
+    path = _put(root, "bom.jsonl", bom + _lines(ROWS))
+    assert list(storage.read_json_lines(path)) == [(1, ROWS[0]), (2, ROWS[1])]
+    packed = _put(root, "bom.jsonl.gz", gzip.compress(bom + _lines(ROWS)))
+    assert list(storage.read_json_lines(packed)) == [(1, ROWS[0]), (2, ROWS[1])]
+    later = _put(root, "later.jsonl", _lines(ROWS[:1]) + bom + _lines(ROWS[1:]))
+    assert f"{later}:2 is not valid JSON" in _error(later)
+
+
+def test_a_missing_file_names_its_path(root: str) -> None:
+    path = storage.join(root, "nowhere", "rows.jsonl")
+    with pytest.raises(FileNotFoundError) as info:
+        list(storage.read_json_lines(path, what="samples"))
+    assert str(info.value).startswith(f"samples: no JSON-lines file at {path!r}"), info.value
+
+
+def test_an_empty_file_has_no_rows(root: str) -> None:
+    assert list(storage.read_json_lines(_put(root, "empty.jsonl", b""))) == []
+    assert list(storage.read_json_lines(_put(root, "empty.jsonl.gz", gzip.compress(b"\n \n")))) == []
+
+
+def test_the_docstring_example_runs() -> None:
+    module = sys.modules[storage.read_json_lines.__module__]  # where the reader lives, behind storage
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0, module.__name__
+
+
+# ------------------------------------------------------------------ its callers in this package
+
+
+def test_a_step_card_shows_samples_jsonl_rows_and_names_a_bad_line(tmp_path: Path) -> None:
+    from schooner.cluster.views._samples import samples_section
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for folder, data in (
+        (good, _lines([{"prompt": "a\u2028b", "score": 1}, {"prompt": "c"}])),
+        (bad, b'{"a": 1}\n[2]\n'),
+    ):
+        folder.mkdir()
+        (folder / "samples.jsonl").write_bytes(data)
+    shown = samples_section(str(good), [("samples.jsonl", None, False)])
+    assert "(samples.jsonl, 2)" in shown and "a\u2028b" in shown, shown
+    refused = samples_section(str(bad), [("samples.jsonl", None, False)])
+    assert (
+        "samples.jsonl is not a list of samples" in refused and f"{bad}/samples.jsonl:2 is a list" in refused
+    )
+    assert (
+        samples_section(str(tmp_path), [("samples.jsonl", None, False)]) == ""
+    )  # gone since listed: nothing
