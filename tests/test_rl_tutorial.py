@@ -170,6 +170,39 @@ def test_the_dynamic_rounds_knob_turns_on_dynamic_sampling_and_keeps_the_sft_ste
     assert t.rl_model.key == default.key
 
 
+def test_the_eval_every_knob_sets_the_rl_runs_heldout_cadence_and_keeps_the_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SCHOONER_RL_EVAL_EVERY=40: the RL run evaluates held-out pass@k every 40 steps (a new RL key, the same SFT
+    step); unset, every RL_STEPS // 2 steps, the RL step's key as before the knob existed."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    default = t.rl_model
+    assert default.config.eval_every == t.RL_STEPS // 2 == 20
+    try:
+        monkeypatch.setenv("SCHOONER_RL_EVAL_EVERY", "20")  # the default's value: the very same step
+        importlib.reload(t)
+        assert t.rl_model.key == default.key
+        monkeypatch.setenv("SCHOONER_RL_STEPS", "200")
+        monkeypatch.setenv("SCHOONER_RL_EVAL_EVERY", "40")
+        importlib.reload(t)
+        assert t.rl_model.config.eval_every == 40 and t.rl_model.key != default.key
+        assert t.sft_model.key == default.config.initialize_from.key
+        monkeypatch.delenv("SCHOONER_RL_EVAL_EVERY")
+        importlib.reload(t)
+        assert t.rl_model.config.eval_every == 100  # halfway
+        monkeypatch.setenv("SCHOONER_RL_EVAL_EVERY", "0")
+        with pytest.raises(ValueError, match="SCHOONER_RL_EVAL_EVERY must be a positive int, got '0'"):
+            importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_EVAL_EVERY", raising=False)
+        monkeypatch.delenv("SCHOONER_RL_STEPS", raising=False)
+        importlib.reload(t)
+    assert t.rl_model.key == default.key
+
+
 def test_the_heldout_steps_knob_keeps_sft_and_moves_rl_and_heldout_to_three_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

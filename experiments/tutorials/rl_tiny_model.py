@@ -29,7 +29,8 @@ At the end it prints held-out pass@1, pass@8 and strict pass@1 (`worked_answer`:
 models (± 1 standard error), RL's gain paired over the same problems, a few sampled held-out completions of
 each, and an audit of every held-out completion for reward hacking (answers without worked
 steps, steps whose arithmetic is false, several answers). Set SCHOONER_RL_SFT_STEPS and SCHOONER_RL_STEPS to
-change the SFT and RL lengths, SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
+change the SFT and RL lengths, SCHOONER_RL_EVAL_EVERY how often RL evaluates held-out pass@k (default: halfway
+and at the end), SCHOONER_RL_HELDOUT the held-out problems scored, SCHOONER_RL_LR the RL
 learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_REWARD=worked `worked_answer()` as
 the RL reward (and the held-out evaluations'), SCHOONER_RL_HELDOUT_STEPS=3 RL prompts and held-out problems
 of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2), and with it SCHOONER_RL_SFT_3STEP_SHARE=0.05 that share of
@@ -69,6 +70,8 @@ def knob(name: str, default: str, kind: type = int) -> Any:
 
 SFT_STEPS = knob("SCHOONER_RL_SFT_STEPS", "400")
 RL_STEPS = knob("SCHOONER_RL_STEPS", "40")
+# the RL run's held-out evaluations: every EVAL_EVERY steps and at the end (default: halfway and at the end)
+EVAL_EVERY = knob("SCHOONER_RL_EVAL_EVERY", str(max(RL_STEPS // 2, 1)))
 HELDOUT = knob("SCHOONER_RL_HELDOUT", "200")
 # SCHOONER_RL_HELDOUT_STEPS=3: SFT as before (1- and 2-step problems), but the RL prompts and the held-out
 # problems are 3-step computations, longer than any the SFT model was shown (docs/rl.md).
@@ -312,7 +315,7 @@ def rl_step(learning_rate: float) -> object:
         loss=PolicyLossConfig(aggregation="dapo"),
         optimizer=AdamConfig(learning_rate=learning_rate, weight_decay=0.0, warmup=0, schedule="constant"),
         heldout={"arithmetic": HELDOUT_EVAL},
-        eval_every=max(RL_STEPS // 2, 1),
+        eval_every=EVAL_EVERY,
         checkpoint_every=None,
         resources=CPU,
         **DYNAMIC,
