@@ -9,6 +9,20 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
+# XLA's CPU code generated without LLVM's optimisation passes (`--xla_backend_optimization_level=0`). The tests'
+# programs are tiny, so compiling them costs more than running them, and LLVM's passes are most of the compile:
+# lib/model's test_model.py took 39 CPU-s at level 0 against 80 at XLA's default, the whole suite about a third
+# less. The HLO passes, the library kernels (matmuls) and the IEEE semantics are the same (no fast math either
+# way); results can differ from the default level's in the last bits (an elementwise chain: 2218.50049 against
+# 2218.50024), so every comparison a test makes is between programs of one level, or holds a tolerance. The
+# default level stays tested: the docs pages run with XLA's defaults (a user's laptop). SCHOONER_TESTS_XLA_OPT=
+# default runs the whole suite at XLA's default level (or =1, =2, =3 at that level); a level set in XLA_FLAGS
+# before pytest starts is kept.
+_XLA_OPT = os.environ.get("SCHOONER_TESTS_XLA_OPT", "0")
+if _XLA_OPT not in ("default", "0", "1", "2", "3"):
+    raise ValueError(f"SCHOONER_TESTS_XLA_OPT={_XLA_OPT!r}: use 'default' (XLA's own level) or a level 0-3")
+if _XLA_OPT != "default" and "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += f" --xla_backend_optimization_level={_XLA_OPT}"
 # One persistent JAX compilation cache for the whole run, shared by the xdist workers and the processes the tests
 # start (docs pages, `schooner run`, Ray workers): many tests compile the same small programs, and a hit skips
 # XLA's compile (lib/model's tests: 19% less CPU time, 520 s -> 419 s). A fresh folder per run, removed at its

@@ -252,6 +252,20 @@ def test_k3_kl_is_nonnegative_and_zero_at_the_reference() -> None:
     assert bool(jnp.all(k3_kl(x, x[::-1]) >= 0))
 
 
+def test_k3_kl_keeps_its_value_for_a_policy_near_the_reference_in_float32() -> None:
+    # After one small update the policy's log-probs differ from the reference's by 1e-5..1e-2: k3 is then about
+    # diff**2 / 2 (5e-11..5e-5), below float32's spacing near 1, so `exp(diff) - diff - 1` cancels to 0 or to
+    # rounding noise (a run's logged KL read 0.0 after an update). Against float64 numpy, 1% relative.
+    ref = np.array([-1.0, -2.0, -0.5, -3.0, -1.5, -0.25], dtype=np.float32)
+    diff = np.array([1e-5, -3e-5, 1e-4, -1e-3, 3e-3, 1e-2], dtype=np.float32)
+    logp = ref - diff
+    got = np.asarray(k3_kl(jnp.asarray(logp), jnp.asarray(ref)))
+    d64 = ref.astype(np.float64) - logp.astype(np.float64)
+    want = np.expm1(d64) - d64
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-2)
+
+
 def test_rollout_metrics_equal_numpy() -> None:
     rewards = np.array([[1.0, 0.0, 1.0], [0.5, 0.5, 0.5]])
     mask = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 1], [0, 0, 0], [1, 0, 0]], dtype=np.float32)

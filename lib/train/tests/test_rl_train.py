@@ -74,8 +74,11 @@ def test_grpo_on_arithmetic_writes_finite_rewards_and_every_metric(straight, met
         assert r["rollout/reward_errors"] == 0.0 and r["time/rollout"] > 0 and r["time/scoring"] >= 0
         assert r["rollout/skipped_prompts"] > 0  # the task has prompts over the 112-token cap: counted
     assert rows[2]["time/rollout"] == 0.0 and "rollout/reward" not in rows[2]  # the batch reused
-    # step 1 updates from the starting weights, which are the reference: KL 0 (float rounding aside)
-    assert rows[1]["train/kl"] < 1e-6 and rows[2]["train/kl"] > rows[1]["train/kl"]
+    # step 1 updates from the starting weights, which are the reference: KL 0 (float rounding aside); once an
+    # update with signal has moved the policy, the KL to the reference is clearly above 0. (Not step 2: this
+    # task's first batch has no group whose rewards differ, so step 1's gradient is float rounding alone, which
+    # Adam turned into a step at XLA's default level and which is exactly 0 at level 0.)
+    assert rows[1]["train/kl"] < 1e-6 and max(rows[n]["train/kl"] for n in range(2, 7)) > 1e-4
     with open(f"{straight}/run.json") as f:
         run = json.load(f)
     assert run["rl"]["skipped_prompts"] and run["rl"]["reward"].endswith("exact_answer[answer]")
