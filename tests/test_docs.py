@@ -125,7 +125,10 @@ for b in blocks:
 
 def page_env(page: Page, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SCHOONER_"))}
-    env.pop("XLA_FLAGS", None)  # one CPU device, as on a laptop (conftest asks for 8 fake ones)
+    # One CPU device, as on a laptop (conftest asks for 8 fake ones); the suite's XLA level (conftest) kept.
+    level = re.findall(r"--xla_backend_optimization_level=\d+", env.pop("XLA_FLAGS", ""))
+    if level:
+        env["XLA_FLAGS"] = level[-1]
     env.update(
         JAX_PLATFORMS="cpu",
         SCHOONER_PREFIX=str(tmp_path / "schooner-output"),
