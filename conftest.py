@@ -17,7 +17,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # 2218.50024), so every comparison a test makes is between programs of one level, or holds a tolerance. The
 # default level stays tested: the tutorial's end-to-end test runs it as a user's shell does, at XLA's default
 # (tests/test_tutorial.py). SCHOONER_TESTS_XLA_OPT=default runs the whole suite at XLA's default level (or =1,
-# =2, =3 at that level); a level set in XLA_FLAGS before pytest starts is kept.
+# =2, =3 at that level); a level set in XLA_FLAGS before pytest starts is kept (but for that tutorial test).
 _XLA_OPT = os.environ.get("SCHOONER_TESTS_XLA_OPT", "0")
 if _XLA_OPT not in ("default", "0", "1", "2", "3"):
     raise ValueError(f"SCHOONER_TESTS_XLA_OPT={_XLA_OPT!r}: use 'default' (XLA's own level) or a level 0-3")

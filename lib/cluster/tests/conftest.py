@@ -19,7 +19,14 @@ def client(request):
 
 
 # Ray variants that run only with `-m slow` (the default suite's 10-minute budget; their local variants stay).
-SLOW_ON_RAY = {"test_resource_env_is_in_place_when_the_worker_process_starts", "test_map_many_small_items"}
+# A job's env and secrets on Ray stay covered by test_ray_client.py's test_secrets_travel_outside_runtime_env and
+# test_secret_never_reaches_ray_log_files; functions mapped on Ray by test_map_yields_in_input_order[ray].
+SLOW_ON_RAY = {
+    "test_resource_env_is_in_place_when_the_worker_process_starts",
+    "test_map_many_small_items",
+    "test_env_reaches_job_and_secrets_stay_out_of_logs",
+    "test_partial_functions_travel",
+}
 
 
 @pytest.hookimpl(tryfirst=True)

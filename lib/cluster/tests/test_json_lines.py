@@ -1,4 +1,4 @@
-"""`storage.read_json_lines`, the one JSON-lines reader of the packages: rows with their line numbers, on every
+"""`storage.read_json_lines`, the shared JSON-lines reader for input files: rows with their line numbers, on every
 path storage reads, and every bad line named as `path:line` with what is wrong and the fix."""
 
 from __future__ import annotations

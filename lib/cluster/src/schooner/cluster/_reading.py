@@ -1,6 +1,6 @@
 """Reading files through the storage layer: whole files, streamed files, and JSON lines.
 
-Public through `schooner.cluster.storage`. `read_json_lines` is the one JSON-lines reader of the packages
+Public through `schooner.cluster.storage`. `read_json_lines` is the shared JSON-lines reader for input files
 (prompts, task files, samples, sweep results), so a bad row is named the same way everywhere: `path:line`,
 what is wrong, and the fix.
 """
