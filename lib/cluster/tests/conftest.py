@@ -18,6 +18,18 @@ def client(request):
     return request.getfixturevalue(f"{request.param}_client")
 
 
+@pytest.fixture(params=["local", "file-url", "memory"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh storage root of each kind the storage layer reads: a local folder, a file:// URL, fsspec memory."""
+    if request.param == "local":
+        return str(tmp_path / "root")
+    if request.param == "file-url":
+        return f"file://{tmp_path}/root"
+    import uuid
+
+    return f"memory://test-root/{uuid.uuid4().hex}"
+
+
 # Ray variants that run only with `-m slow` (the default suite's 10-minute budget; their local variants stay).
 # A job's env and secrets on Ray stay covered by test_ray_client.py's test_secrets_travel_outside_runtime_env and
 # test_secret_never_reaches_ray_log_files; functions mapped on Ray by test_map_yields_in_input_order[ray].

@@ -7,7 +7,6 @@ import doctest
 import gzip
 import json
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,6 @@ import pytest
 from schooner.cluster import storage
 
 ROWS = [{"id": "a", "text": "héllo"}, {"id": "b", "n": 2**70 + 1, "nested": {"x": [1, None, True]}}]
-
-
-@pytest.fixture(params=["local", "file-url", "memory"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "root")
-    if request.param == "file-url":
-        return f"file://{tmp_path}/root"
-    return f"memory://json-lines/{uuid.uuid4().hex}"
 
 
 def _put(root: str, name: str, data: bytes) -> str:

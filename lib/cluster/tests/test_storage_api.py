@@ -16,15 +16,6 @@ import pytest
 from schooner.cluster import storage
 
 
-@pytest.fixture(params=["local", "file-url", "memory"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "local":
-        return str(tmp_path / "root")
-    if request.param == "file-url":
-        return f"file://{tmp_path}/root"
-    return f"memory://storage-api/{uuid.uuid4().hex}"
-
-
 def test_round_trips_of_text_bytes_and_json(root: str) -> None:
     storage.write_text(storage.join(root, "a/b.txt"), "héllo\n")
     storage.write_bytes(storage.join(root, "a/c.bin"), b"\x00\x01")
