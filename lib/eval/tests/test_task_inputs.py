@@ -401,7 +401,7 @@ def test_a_row_that_is_not_an_object_names_task_path_line_and_fix(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n\n" + json.dumps(list(ROWS[1])) + "\n")
     message = _load(path)
-    assert message.startswith(f"task 't': {path}:3 is a list, not a JSON object"), message
+    assert message.startswith(f"task 't': {path}:3 is an array, not a JSON object"), message
     assert "one JSON object per line" in message, message
 
 

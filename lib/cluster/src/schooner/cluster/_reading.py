@@ -98,22 +98,30 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
     Reads every path `open_file` reads (local paths, `file://` and fsspec URLs); a name ending in `.gz` is
     gunzipped. Lines end at `\\n` only (a raw U+2028 inside a JSON string stays in its row), blank lines are
     skipped (line numbers count them), and a UTF-8 byte-order mark at the start of the file is read past.
-    Rows before a bad line are yielded before the error is raised.
+
+    It streams: the call reads nothing and raises nothing; the file is opened when the first row is asked
+    for, and every error below (a missing file too) is raised while iterating, after the rows before it have
+    been yielded. Catch errors around the loop (or `list(...)`), not around the call.
 
     Args:
         path: the file.
         what: who reads, put before every message (`"grpo"` gives `grpo: rows.jsonl:3 is not valid JSON ...`).
 
-    Raises:
+    Raises (while iterating):
         FileNotFoundError: no file at `path`; the message names it.
-        ValueError: a line that is not UTF-8, not JSON or not a JSON object, named `path:line` with the fix;
-            gzip data that is not gzip or is cut short; a `.zst` file (not decoded here).
+        ValueError: a line that is not UTF-8, not JSON or not a JSON object (named in JSON's words: an array,
+            a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
+            or corrupt (the message names the last line read whole); a `.zst` file (not decoded here).
 
     Example:
         >>> from schooner.cluster import storage
         >>> storage.write_text("memory://demo-json-lines/rows.jsonl", '{"a": 1}\\n\\n{"a": 2}\\n')
         >>> list(storage.read_json_lines("memory://demo-json-lines/rows.jsonl"))
         [(1, {'a': 1}), (3, {'a': 2})]
+        >>> rows = storage.read_json_lines("memory://demo-json-lines/missing.jsonl")  # nothing read yet
+        >>> next(rows)
+        Traceback (most recent call last):
+        FileNotFoundError: no JSON-lines file at 'memory://demo-json-lines/missing.jsonl'
     """
     import json
 
@@ -141,10 +149,18 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             ) from None
         if not isinstance(row, dict):
             raise ValueError(
-                f"{who}{path}:{n} is a {type(row).__name__}, not a JSON object ({text.rstrip()[:80]!r}); "
+                f"{who}{path}:{n} is {_json_kind(row)}, not a JSON object ({text.rstrip()[:80]!r}); "
                 f"{_ONE_PER_LINE}"
             )
         yield n, row
+
+
+def _json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (the user wrote JSON, not Python): "an array", "null"."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), (int | float, "a number"))
+    return next(name for kind, name in kinds if isinstance(value, kind))
 
 
 def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
@@ -163,20 +179,33 @@ def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
         with f, gzip.GzipFile(fileobj=f, mode="rb") if gz else contextlib.nullcontext(f) as lines:
             for n, raw in enumerate(lines, 1):
                 yield n, raw
-    except gzip.BadGzipFile:
+    except gzip.BadGzipFile as e:
         with open_file(path, "rb") as g:
             head = g.read(8)
-        raise ValueError(
-            f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
-            "compress it with gzip, or rename it without .gz"
-        ) from None
+        if not head.startswith(GZIP_MAGIC):
+            raise ValueError(
+                f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
+                "compress it with gzip, or rename it without .gz"
+            ) from None
+        cause = str(e)
+        if cause.startswith("Not a gzipped file"):  # gzip data, then bytes that start no further gzip member
+            cause = f"bytes after the end of the compressed stream: {cause}"
+        raise _broken_gzip(f"{who}{path}", f"corrupt ({cause})", n) from None
     except EOFError:
-        raise ValueError(
-            f"{who}{path}: the gzip data is truncated (it ends after line {n}, before the end of the "
-            "compressed stream); copy or re-create the file"
+        raise _broken_gzip(
+            f"{who}{path}", "truncated (the compressed stream stops before its end)", n
         ) from None
     except zlib.error as e:
-        raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
+        raise _broken_gzip(f"{who}{path}", f"corrupt ({e})", n) from None
+
+
+def _broken_gzip(where: str, what: str, lines: int) -> ValueError:
+    """A ValueError for gzip data that is cut short or corrupt: the file, the last line read whole, the fix."""
+    last = f"the last line read whole is line {lines}" if lines else "it ends before line 1 was read whole"
+    return ValueError(
+        f"{where}: the gzip data is {what}; {last}: the file was cut short or damaged (e.g. an interrupted "
+        "copy or write); re-create it (or copy it again)"
+    )
 
 
 def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
