@@ -164,6 +164,38 @@ def test_not_utf8_names_path_line_byte_and_fix(root: str) -> None:
     assert "iconv" in message, message
 
 
+def test_not_utf8_names_the_byte_offset_in_the_file_plain_and_decompressed(root: str) -> None:
+    first = _lines(ROWS[:1])
+    data = first + b'{"t": "caf\xe9"}\n'
+    offset = len(first) + len(b'{"t": "caf')
+    plain, packed = _put(root, "latin1.jsonl", data), _put(root, "latin1.jsonl.gz", gzip.compress(data))
+    for path, file in ((plain, "the file"), (packed, "the decompressed file")):
+        message = _error(path)
+        expected = f"{path}:2 is not UTF-8 text (byte 0xe9 at column 11, offset {offset} in {file}:"
+        assert message.startswith(expected), message
+
+
+# ------------------------------------------------------------------ decode_utf8: a whole file's text
+
+
+def test_decode_utf8_reads_text_past_a_leading_byte_order_mark_only() -> None:
+    bom = b"\xef\xbb\xbf"
+    assert storage.decode_utf8(bom + "héllo\n".encode(), "a.yaml") == "héllo\n"
+    assert storage.decode_utf8(bom + b"x", "a.yaml", line=3, offset=40) == "\ufeffx"  # not the file's start
+
+
+def test_decode_utf8_names_path_line_column_offset_byte_and_fix() -> None:
+    data = "name: t\npath: x\nlayout: café\n".encode("latin-1")
+    with pytest.raises(ValueError) as info:
+        storage.decode_utf8(data, "task.yaml", what="task 't'")
+    assert str(info.value) == (
+        "task 't': task.yaml:3 is not UTF-8 text (byte 0xe9 at column 12, offset 27 in the file: invalid "
+        "continuation byte); re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+    )
+    with pytest.raises(ValueError, match=r"^rows.jsonl:1 .*offset 1 in the file.*name it \*\.gz"):
+        storage.decode_utf8(gzip.compress(b"{}"), "rows.jsonl")
+
+
 @pytest.mark.parametrize(
     ("data", "hint"),
     [

@@ -87,6 +87,7 @@ def read_json(path: str) -> Any:
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_NEWLINE = b"\n"
 BOM = b"\xef\xbb\xbf"
 """UTF-8's byte-order mark, as Windows tools write it first: read past at the start of a JSON-lines file."""
 _ONE_PER_LINE = "write one JSON object per line"
@@ -131,13 +132,10 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             f"{who}{path}: zstd-compressed JSON lines are not decoded here; decompress it (`zstd -d {path}`) "
             "or write it plain or gzip-compressed (.gz)"
         )
+    offset = 0
     for n, raw in _raw_lines(path, who):
-        if n == 1 and raw.startswith(BOM):
-            raw = raw[len(BOM) :]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise _not_utf8(f"{who}{path}:{n}", raw, e) from None
+        text = decode_utf8(raw, path, what=what, line=n, offset=offset)
+        offset += len(raw)
         if not text.strip():
             continue
         try:
@@ -208,15 +206,50 @@ def _broken_gzip(where: str, what: str, lines: int) -> ValueError:
     )
 
 
-def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
-    """A ValueError naming `where` (file:line), the offending byte and how to fix the file."""
-    bad = data[error.start : error.start + 1]
-    if data.startswith(GZIP_MAGIC):
-        hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
-    elif data.startswith(ZSTD_MAGIC):
-        hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
-    else:
-        hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
-    return ValueError(
-        f"{where} is not UTF-8 text (byte 0x{bad.hex()} at column {error.start + 1}: {error.reason}); {hint}"
-    )
+def decode_utf8(data: bytes, path: str, *, what: str = "", line: int = 1, offset: int = 0) -> str:
+    """The UTF-8 text of `data`: the bytes of the file `path` from its byte `offset` on, where line `line`
+    starts (the defaults: the whole file). A UTF-8 byte-order mark at the file's start is read past.
+
+    The one decoder of Schooner's input files (task files, task YAML, JSON lines), so a file that is not UTF-8
+    is named the same way everywhere: `path:line`, the byte, its column and offset, and the fix.
+
+    Args:
+        data: the bytes (of a `.gz` file: decompressed).
+        path: the file, named in the error.
+        what: who reads, put before the message (as `read_json_lines`'s `what`).
+        line, offset: where `data` starts in the file (1 and 0: its start).
+
+    Raises:
+        ValueError: bytes that are not UTF-8, e.g. `rows.jsonl:2 is not UTF-8 text (byte 0xe9 at column 11,
+            offset 40 in the file: invalid continuation byte); re-encode it as UTF-8, e.g. iconv ...`;
+            gzip or zstd data under a plain name is said so.
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> storage.decode_utf8(b"\\xef\\xbb\\xbfname: t\\n", "task.yaml")
+        'name: t\\n'
+        >>> storage.decode_utf8(b"ok\\nd\\xe9j\\xe0\\n", "notes.txt")
+        Traceback (most recent call last):
+        ValueError: notes.txt:2 is not UTF-8 text (byte 0xe9 at column 2, offset 4 in the file: invalid continuation byte); re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`
+    """
+    start = 0
+    if offset == 0 and data.startswith(BOM):
+        start = len(BOM)
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = start + e.start
+        line_start = data.rfind(_NEWLINE, 0, at) + 1
+        bad = data[at : at + 1]
+        if data.startswith(GZIP_MAGIC) and offset == 0:
+            hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
+        elif data.startswith(ZSTD_MAGIC) and offset == 0:
+            hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
+        else:
+            hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+        where = f"{what + ': ' if what else ''}{path}:{line + data.count(_NEWLINE, 0, at)}"
+        file = "the decompressed file" if path.endswith(".gz") else "the file"
+        raise ValueError(
+            f"{where} is not UTF-8 text (byte 0x{bad.hex()} at column {at - line_start + 1}, offset "
+            f"{offset + at} in {file}: {e.reason}); {hint}"
+        ) from None

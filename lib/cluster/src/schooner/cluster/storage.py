@@ -60,6 +60,7 @@ from ._paths import join as join
 from ._paths import local_path as local_path
 from ._paths import normalize_prefix as normalize_prefix
 from ._paths import url_to_fs as url_to_fs
+from ._reading import decode_utf8 as decode_utf8
 from ._reading import exists as exists
 from ._reading import file_size as file_size
 from ._reading import isdir as isdir
