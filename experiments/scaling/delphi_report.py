@@ -191,11 +191,20 @@ def plot(summary: dict[str, Any], out_dir: str) -> None:
         ax.grid(alpha=0.3, which="both")
     ax = axes[-1]
     sh = down["soft_to_hard"]
+
+    def sigmoid(x: np.ndarray) -> np.ndarray:
+        return sh["chance"] + (1 - sh["chance"]) / (1 + np.exp(-sh["k"] * (sh["s0"] - x)))
+
     s = np.array([r["choice_loss"] for r in down["runs"]])
-    grid = np.linspace(s.min() - 0.1, s.max() + 0.1, 200)
-    acc = sh["chance"] + (1 - sh["chance"]) / (1 + np.exp(-sh["k"] * (sh["s0"] - grid)))
+    soft = down["metrics"]["choice_loss"].get("forecasts", {})
+    # the sigmoid is fitted on the sweep's runs (solid) and read at the forecast soft values, past them (dashed)
+    reach = [r["choice_loss"] for r in rows] + [x["value"] for x in soft.values()]
+    fitted = np.linspace(s.min(), s.max(), 200)
     ax.plot(s, [r["acc"] for r in down["runs"]], "o", color="0.6", ms=3, label="sweep runs")
-    ax.plot(grid, acc, "-", color="C0", label=f"sigmoid (k={sh['k']:.3g}, s0={sh['s0']:.3g})")
+    ax.plot(fitted, sigmoid(fitted), "-", color="C0", label=f"sigmoid (k={sh['k']:.3g}, s0={sh['s0']:.3g})")
+    if reach and min(reach) < s.min():
+        beyond = np.linspace(min(reach) - 0.3, s.min(), 100)
+        ax.plot(beyond, sigmoid(beyond), "--", color="C0", alpha=0.7, label="sigmoid, extrapolated")
     ax.plot(
         [r["choice_loss"] for r in rows],
         [r["acc"] for r in rows],
@@ -205,8 +214,14 @@ def plot(summary: dict[str, Any], out_dir: str) -> None:
         label="held-out seeds",
     )
     for key, x in down.get("acc_forecasts", {}).items():
-        ax.axhline(x["value"], color="C1", alpha=0.5, ls="--")
-        ax.text(grid[0], x["value"], f" forecast at {float(key):.2g}", fontsize=7, va="bottom")
+        at = soft.get(key, {}).get("value")
+        iv = x.get("interval")
+        if at is None:  # no soft forecast to place it at: a line across
+            ax.axhline(x["value"], color="C1", alpha=0.5, ls="--")
+            continue
+        yerr = [[x["value"] - iv["low"]], [iv["high"] - x["value"]]] if iv else None
+        ax.errorbar([at], [x["value"]], yerr=yerr, fmt="s", color="C1", capsize=4)
+        ax.text(at, x["value"], f"  forecast at {float(key):.2g}", fontsize=7, va="bottom")
     ax.set(xlabel="choice_loss (-ln p(right | choices))", ylabel="accuracy", title="hard from soft")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

@@ -67,13 +67,27 @@ def test_rows_before_a_bad_line_stream_out_first(root: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("line", "kind"), [(b"[1, 2]", "list"), (b'"text"', "str"), (b"3", "int"), (b"null", "NoneType")]
+    ("line", "kind"),
+    [
+        (b"[1, 2]", "an array"),
+        (b'"text"', "a string"),
+        (b"3", "a number"),
+        (b"-2.5e3", "a number"),
+        (b"null", "null"),
+        (b"true", "true"),
+        (b"false", "false"),
+    ],
 )
-def test_a_row_that_is_not_an_object_names_path_line_and_type(root: str, line: bytes, kind: str) -> None:
+def test_a_row_that_is_not_an_object_names_path_line_and_its_json_type(
+    root: str, line: bytes, kind: str
+) -> None:
+    """The user wrote JSON: the message names JSON's types (array, string, null), not Python's (list, str,
+    NoneType)."""
     path = _put(root, "scalar.jsonl", _lines(ROWS[:1]) + line + b"\n")
     message = _error(path, what="task 'arc'")
-    assert message.startswith(f"task 'arc': {path}:2 is a {kind}, not a JSON object"), message
+    assert message.startswith(f"task 'arc': {path}:2 is {kind}, not a JSON object"), message
     assert "one JSON object per line" in message, message
+    assert not any(name in message for name in ("list", "str ", "int", "float", "NoneType", "bool")), message
 
 
 def test_gzip_by_name_reads_the_same_rows(root: str) -> None:
@@ -92,11 +106,51 @@ def test_a_gz_name_on_plain_text_names_path_and_fix(root: str) -> None:
     assert path in message and "not gzip data" in message and "rename" in message, message
 
 
-def test_truncated_gzip_names_path_and_the_last_line_read(root: str) -> None:
+def _read_until_error(path: str) -> tuple[int, str]:
+    """How many rows came out before the error, and its message."""
+    rows = []
+    with pytest.raises(ValueError) as info:
+        for n, _ in storage.read_json_lines(path):
+            rows.append(n)
+    return (rows[-1] if rows else 0), str(info.value)
+
+
+def test_truncated_gzip_names_path_and_the_last_line_read_whole(root: str) -> None:
     data = gzip.compress(_lines(ROWS * 200))
     path = _put(root, "cut.jsonl.gz", data[: len(data) // 2])
+    last, message = _read_until_error(path)
+    assert last > 0, message
+    assert message.startswith(f"{path}: the gzip data is truncated"), message
+    assert f"the last line read whole is line {last}" in message, message
+    assert "re-create" in message, message
+
+
+@pytest.mark.parametrize("keep", [5, 12, 30])
+def test_gzip_cut_before_its_first_line_says_so_not_line_0(root: str, keep: int) -> None:
+    """Cut inside the header (5 bytes) or inside the first line: no line was read whole ("line 0" said
+    nothing)."""
+    path = _put(root, "cut.jsonl.gz", gzip.compress(_lines(ROWS * 200))[:keep])
     message = _error(path)
-    assert path in message and "truncated" in message and "after line" in message, message
+    assert "line 0" not in message, message
+    assert message.startswith(f"{path}: the gzip data is truncated"), message
+    assert "before line 1 was read whole" in message and "re-create" in message, message
+
+
+@pytest.mark.parametrize(("where", "cause"), [(-6, "CRC check failed"), (None, "after the end")])
+def test_corrupt_gzip_is_called_corrupt_not_not_gzip(root: str, where: int | None, cause: str) -> None:
+    """A bad checksum in the trailer, or bytes after the end of the stream: the file is gzip (it starts with
+    gzip's magic bytes), so "not gzip data ... rename it" was the wrong fix."""
+    data = bytearray(gzip.compress(_lines(ROWS * 3)))
+    if where is None:
+        data += b"junk"
+    else:
+        data[where] ^= 0xFF
+    path = _put(root, "bad.jsonl.gz", bytes(data))
+    last, message = _read_until_error(path)
+    assert last == 6, message
+    assert message.startswith(f"{path}: the gzip data is corrupt"), message
+    assert "not gzip data" not in message and "rename" not in message, message
+    assert cause in message and "the last line read whole is line 6" in message and "re-create" in message
 
 
 def test_not_utf8_names_path_line_byte_and_fix(root: str) -> None:
@@ -108,6 +162,38 @@ def test_not_utf8_names_path_line_byte_and_fix(root: str) -> None:
     message = _error(path)
     assert message.startswith(f"{path}:2 is not UTF-8 text (byte 0xe9"), message
     assert "iconv" in message, message
+
+
+def test_not_utf8_names_the_byte_offset_in_the_file_plain_and_decompressed(root: str) -> None:
+    first = _lines(ROWS[:1])
+    data = first + b'{"t": "caf\xe9"}\n'
+    offset = len(first) + len(b'{"t": "caf')
+    plain, packed = _put(root, "latin1.jsonl", data), _put(root, "latin1.jsonl.gz", gzip.compress(data))
+    for path, file in ((plain, "the file"), (packed, "the decompressed file")):
+        message = _error(path)
+        expected = f"{path}:2 is not UTF-8 text (byte 0xe9 at column 11, offset {offset} in {file}:"
+        assert message.startswith(expected), message
+
+
+# ------------------------------------------------------------------ decode_utf8: a whole file's text
+
+
+def test_decode_utf8_reads_text_past_a_leading_byte_order_mark_only() -> None:
+    bom = b"\xef\xbb\xbf"
+    assert storage.decode_utf8(bom + "héllo\n".encode(), "a.yaml") == "héllo\n"
+    assert storage.decode_utf8(bom + b"x", "a.yaml", line=3, offset=40) == "\ufeffx"  # not the file's start
+
+
+def test_decode_utf8_names_path_line_column_offset_byte_and_fix() -> None:
+    data = "name: t\npath: x\nlayout: café\n".encode("latin-1")
+    with pytest.raises(ValueError) as info:
+        storage.decode_utf8(data, "task.yaml", what="task 't'")
+    assert str(info.value) == (
+        "task 't': task.yaml:3 is not UTF-8 text (byte 0xe9 at column 12, offset 27 in the file: invalid "
+        "continuation byte); re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+    )
+    with pytest.raises(ValueError, match=r"^rows.jsonl:1 .*offset 1 in the file.*name it \*\.gz"):
+        storage.decode_utf8(gzip.compress(b"{}"), "rows.jsonl")
 
 
 @pytest.mark.parametrize(
@@ -175,7 +261,8 @@ def test_a_step_card_shows_samples_jsonl_rows_and_names_a_bad_line(tmp_path: Pat
     assert "(samples.jsonl, 2)" in shown and "a\u2028b" in shown, shown
     refused = samples_section(str(bad), [("samples.jsonl", None, False)])
     assert (
-        "samples.jsonl is not a list of samples" in refused and f"{bad}/samples.jsonl:2 is a list" in refused
+        "samples.jsonl is not a list of samples" in refused
+        and f"{bad}/samples.jsonl:2 is an array" in refused
     )
     assert (
         samples_section(str(tmp_path), [("samples.jsonl", None, False)]) == ""

@@ -358,6 +358,28 @@ def test_a_file_that_is_not_utf8_names_path_line_and_fix(tmp_path, suffix):
     assert f"{path}:2" in message and "UTF-8" in message and "0xe9" in message, message
 
 
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".yaml"])
+def test_a_file_that_is_not_utf8_is_named_as_the_storage_layer_names_it(tmp_path, suffix):
+    """Task files and task YAML are decoded by `storage.decode_utf8`, the one decoder of input files: the
+    same message (file, line, byte, column, offset in the file, fix) whichever reader met the bytes."""
+    from schooner.cluster import storage
+
+    rows = [json.dumps(r) for r in ROWS]
+    text = {
+        ".jsonl": rows[0] + "\n" + rows[1].replace("class", "caf\u00e9") + "\n",
+        ".json": "[" + rows[0] + ",\n" + rows[1].replace("class", "caf\u00e9") + "]",
+        ".yaml": "name: t\npath: mc.jsonl\nlayout: caf\u00e9\n",
+    }[suffix].encode("latin-1")
+    path = tmp_path / f"latin1{suffix}"
+    path.write_bytes(text)
+    with pytest.raises(ValueError) as expected:
+        storage.decode_utf8(text, str(path), what="" if suffix == ".yaml" else "task 't'")
+    with pytest.raises(ValueError) as got:
+        Task.from_yaml(str(path)) if suffix == ".yaml" else load_examples(str(path), "examples", task="t")
+    assert str(got.value) == str(expected.value), (got.value, expected.value)
+    assert "offset" in str(got.value) and "iconv" in str(got.value), got.value
+
+
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".json"])
 def test_an_escaped_lone_surrogate_names_file_row_and_field(tmp_path, suffix):
     """`"\\ud800"` in JSON is half of a UTF-16 pair: Python's json reads it as a lone surrogate, which is no
@@ -401,7 +423,7 @@ def test_a_row_that_is_not_an_object_names_task_path_line_and_fix(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps(ROWS[0]) + "\n\n" + json.dumps(list(ROWS[1])) + "\n")
     message = _load(path)
-    assert message.startswith(f"task 't': {path}:3 is a list, not a JSON object"), message
+    assert message.startswith(f"task 't': {path}:3 is an array, not a JSON object"), message
     assert "one JSON object per line" in message, message
 
 

@@ -32,7 +32,7 @@ def test_prompts_are_read_from_gzip_and_a_line_separator_stays_in_its_row(tmp_pa
 def test_a_prompts_line_that_is_not_an_object_names_file_line_and_fix(tmp_path) -> None:
     (tmp_path / "p.jsonl").write_text(json.dumps(PROMPTS[0]) + "\n[1, 2]\n")
     with pytest.raises(
-        ValueError, match=r"^grpo: .*p\.jsonl:2 is a list, not a JSON object .*one JSON object per line"
+        ValueError, match=r"^grpo: .*p\.jsonl:2 is an array, not a JSON object .*one JSON object per line"
     ):
         read_prompts(str(tmp_path / "p.jsonl"))
 

@@ -100,3 +100,69 @@ def test_a_prompt_over_the_cap_is_a_counted_skip_naming_the_row(data_dir, start,
 def test_a_group_of_one_sample_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"num_generations must be >= 2, got num_generations=1"):
         Grpo(reward=no_field_reward, num_generations=1)
+
+
+# -- rl_train, declared: what can be checked before any step runs ----------------------------------------
+
+
+def _declare(data_dir, start, **given):
+    from schooner.eval.rewards import exact_answer
+    from schooner.train.steps import rl_train
+
+    settings = {"prompts": "", "tokenizer": f"{data_dir}/tokenizer.json"} | given
+    return rl_train(
+        "rl/bad",
+        checkpoint=start,
+        reward=exact_answer(),
+        num_train_steps=1,
+        max_prompt_tokens=32,
+        max_new_tokens=8,
+        resources=None,
+        **settings,
+    )
+
+
+def test_rl_train_refuses_a_bad_prompts_or_heldout_path_when_declared(data_dir, start, tmp_path) -> None:
+    """As `sft`/`dpo` check their model (and inputs given as paths) while the experiment is built: a prompts or
+    held-out path that cannot be read is an error naming the field and the fix, not a failure inside the run
+    after the model is loaded. The files' rows are read when the step runs (the run reads them all anyway)."""
+    from schooner.train import PassAtK
+
+    good = _write(tmp_path / "task.jsonl", [{"id": "q1", "prompt": "1+1?", "answer": 2}])
+    missing, empty = str(tmp_path / "nowhere.jsonl"), tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        ("prompts = ", {"prompts": missing}),
+        ("heldout['arith'] = ", {"prompts": good, "heldout": {"arith": missing}}),
+        ("heldout['arith'].prompts = ", {"prompts": good, "heldout": {"arith": PassAtK(str(empty))}}),
+        ("tokenizer = ", {"prompts": good, "tokenizer": str(tmp_path / "tok.json")}),
+        ("prompts = ", {"prompts": str(empty)}),
+    ]
+    messages = []
+    for field, given in cases:
+        with pytest.raises(FileNotFoundError) as info:
+            _declare(data_dir, start, **given)
+        message = str(info.value)
+        messages.append(message)
+        assert message.startswith(f"rl_train('rl/bad'): {field}"), message
+        assert "token cache" not in message and "tokenized(" not in message, (
+            message
+        )  # train_lm's fix, not RL's
+    assert missing in messages[0] and "does not exist" in messages[0] and "train.jsonl" in messages[0]
+    assert "holds no train.jsonl" in messages[-1]
+    assert (
+        missing in messages[1] and "heldout.jsonl" in messages[1] and "holds no heldout.jsonl" in messages[2]
+    )
+    assert "tokenizer" in messages[3].split(" = ", 1)[1]
+    _declare(data_dir, start, prompts=good, heldout={"arith": good})  # readable paths: declared
+
+
+@pytest.mark.parametrize("prompts", [None, {"task.jsonl": 1.0}, 3])
+def test_rl_train_refuses_prompts_that_are_no_file_folder_or_step(data_dir, start, prompts) -> None:
+    with pytest.raises(TypeError) as info:
+        _declare(data_dir, start, prompts=prompts)
+    message = str(info.value)
+    assert message.startswith(
+        "rl_train('rl/bad'): prompts must be a prompts file, a folder holding train.jsonl"
+    ), message
+    assert f"got {prompts!r}" in message, message

@@ -151,6 +151,47 @@ def test_an_rl_validation_entry_that_is_no_evaluation_is_an_error_naming_it(data
         config.objective.setup(config, str(tmp_path / "run"))
 
 
+def _heldout_error(prompts, tokenizer=None, *, chat: bool = True) -> str:
+    with pytest.raises((ValueError, FileNotFoundError)) as info:
+        HeldoutPassAtK(
+            "arith",
+            PassAtK(prompts),
+            reward=even_length,
+            tokenizer=tokenizer,
+            chat=chat,
+            max_prompt_tokens=CAP,
+        )
+    return str(info.value)
+
+
+def test_a_bad_heldout_file_is_named_by_the_evaluation_not_grpo(tmp_path, model_and_tok) -> None:
+    """A held-out pass@k (an RL run's or `pass_at_k_eval`'s, no GRPO involved in the second) names the
+    evaluation and the file: the messages came from the RL prompts reader, prefixed "grpo:"."""
+    bad = {
+        "missing": tmp_path / "nowhere.jsonl",
+        "folder": tmp_path,  # no heldout.jsonl in it
+        "not_object": tmp_path / "array.jsonl",
+        "no_prompt": tmp_path / "question.jsonl",
+        "empty": tmp_path / "empty.jsonl",
+    }
+    bad["not_object"].write_text('{"prompt": "1+1?"}\n[2]\n')
+    bad["no_prompt"].write_text('{"question": "1+1?"}\n')
+    bad["empty"].write_text("\n")
+    messages = {kind: _heldout_error(path) for kind, path in bad.items()}
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1?"}]}) + "\n")
+    messages["chat_false"] = _heldout_error(chat, model_and_tok[1], chat=False)
+    for kind, message in messages.items():
+        assert message.startswith("pass@k 'arith': "), (kind, message)
+        assert "grpo" not in message.lower(), (kind, message)
+    assert str(bad["missing"]) in messages["missing"] and "held-out prompts" in messages["missing"]
+    assert "heldout.jsonl" in messages["folder"] and "train.jsonl" not in messages["folder"]
+    assert f"{bad['not_object']}:2 is an array" in messages["not_object"]
+    assert f"{bad['no_prompt']}:1 has no 'prompt' field" in messages["no_prompt"]
+    assert f"{bad['empty']} holds no rows" in messages["empty"]
+    assert "chat=False takes text prompts" in messages["chat_false"]
+
+
 def test_pass_at_k_refuses_what_cannot_be_estimated(task) -> None:
     with pytest.raises(ValueError, match=r"pass@8 needs at least that many samples.*samples=4"):
         PassAtK(task, samples=4, ks=(1, 8))

@@ -87,6 +87,7 @@ def read_json(path: str) -> Any:
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_NEWLINE = b"\n"
 BOM = b"\xef\xbb\xbf"
 """UTF-8's byte-order mark, as Windows tools write it first: read past at the start of a JSON-lines file."""
 _ONE_PER_LINE = "write one JSON object per line"
@@ -98,22 +99,30 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
     Reads every path `open_file` reads (local paths, `file://` and fsspec URLs); a name ending in `.gz` is
     gunzipped. Lines end at `\\n` only (a raw U+2028 inside a JSON string stays in its row), blank lines are
     skipped (line numbers count them), and a UTF-8 byte-order mark at the start of the file is read past.
-    Rows before a bad line are yielded before the error is raised.
+
+    It streams: the call reads nothing and raises nothing; the file is opened when the first row is asked
+    for, and every error below (a missing file too) is raised while iterating, after the rows before it have
+    been yielded. Catch errors around the loop (or `list(...)`), not around the call.
 
     Args:
         path: the file.
         what: who reads, put before every message (`"grpo"` gives `grpo: rows.jsonl:3 is not valid JSON ...`).
 
-    Raises:
+    Raises (while iterating):
         FileNotFoundError: no file at `path`; the message names it.
-        ValueError: a line that is not UTF-8, not JSON or not a JSON object, named `path:line` with the fix;
-            gzip data that is not gzip or is cut short; a `.zst` file (not decoded here).
+        ValueError: a line that is not UTF-8, not JSON or not a JSON object (named in JSON's words: an array,
+            a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
+            or corrupt (the message names the last line read whole); a `.zst` file (not decoded here).
 
     Example:
         >>> from schooner.cluster import storage
         >>> storage.write_text("memory://demo-json-lines/rows.jsonl", '{"a": 1}\\n\\n{"a": 2}\\n')
         >>> list(storage.read_json_lines("memory://demo-json-lines/rows.jsonl"))
         [(1, {'a': 1}), (3, {'a': 2})]
+        >>> rows = storage.read_json_lines("memory://demo-json-lines/missing.jsonl")  # nothing read yet
+        >>> next(rows)
+        Traceback (most recent call last):
+        FileNotFoundError: no JSON-lines file at 'memory://demo-json-lines/missing.jsonl'
     """
     import json
 
@@ -123,13 +132,10 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             f"{who}{path}: zstd-compressed JSON lines are not decoded here; decompress it (`zstd -d {path}`) "
             "or write it plain or gzip-compressed (.gz)"
         )
+    offset = 0
     for n, raw in _raw_lines(path, who):
-        if n == 1 and raw.startswith(BOM):
-            raw = raw[len(BOM) :]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise _not_utf8(f"{who}{path}:{n}", raw, e) from None
+        text = decode_utf8(raw, path, what=what, line=n, offset=offset)
+        offset += len(raw)
         if not text.strip():
             continue
         try:
@@ -141,10 +147,18 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             ) from None
         if not isinstance(row, dict):
             raise ValueError(
-                f"{who}{path}:{n} is a {type(row).__name__}, not a JSON object ({text.rstrip()[:80]!r}); "
+                f"{who}{path}:{n} is {_json_kind(row)}, not a JSON object ({text.rstrip()[:80]!r}); "
                 f"{_ONE_PER_LINE}"
             )
         yield n, row
+
+
+def _json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (the user wrote JSON, not Python): "an array", "null"."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), (int | float, "a number"))
+    return next(name for kind, name in kinds if isinstance(value, kind))
 
 
 def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
@@ -163,31 +177,79 @@ def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
         with f, gzip.GzipFile(fileobj=f, mode="rb") if gz else contextlib.nullcontext(f) as lines:
             for n, raw in enumerate(lines, 1):
                 yield n, raw
-    except gzip.BadGzipFile:
+    except gzip.BadGzipFile as e:
         with open_file(path, "rb") as g:
             head = g.read(8)
-        raise ValueError(
-            f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
-            "compress it with gzip, or rename it without .gz"
-        ) from None
+        if not head.startswith(GZIP_MAGIC):
+            raise ValueError(
+                f"{who}{path}: the name ends in .gz but the file is not gzip data (it starts with {head!r}); "
+                "compress it with gzip, or rename it without .gz"
+            ) from None
+        cause = str(e)
+        if cause.startswith("Not a gzipped file"):  # gzip data, then bytes that start no further gzip member
+            cause = f"bytes after the end of the compressed stream: {cause}"
+        raise _broken_gzip(f"{who}{path}", f"corrupt ({cause})", n) from None
     except EOFError:
-        raise ValueError(
-            f"{who}{path}: the gzip data is truncated (it ends after line {n}, before the end of the "
-            "compressed stream); copy or re-create the file"
+        raise _broken_gzip(
+            f"{who}{path}", "truncated (the compressed stream stops before its end)", n
         ) from None
     except zlib.error as e:
-        raise ValueError(f"{who}{path}: corrupt gzip data after line {n} ({e}); re-create the file") from None
+        raise _broken_gzip(f"{who}{path}", f"corrupt ({e})", n) from None
 
 
-def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
-    """A ValueError naming `where` (file:line), the offending byte and how to fix the file."""
-    bad = data[error.start : error.start + 1]
-    if data.startswith(GZIP_MAGIC):
-        hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
-    elif data.startswith(ZSTD_MAGIC):
-        hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
-    else:
-        hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+def _broken_gzip(where: str, what: str, lines: int) -> ValueError:
+    """A ValueError for gzip data that is cut short or corrupt: the file, the last line read whole, the fix."""
+    last = f"the last line read whole is line {lines}" if lines else "it ends before line 1 was read whole"
     return ValueError(
-        f"{where} is not UTF-8 text (byte 0x{bad.hex()} at column {error.start + 1}: {error.reason}); {hint}"
+        f"{where}: the gzip data is {what}; {last}: the file was cut short or damaged (e.g. an interrupted "
+        "copy or write); re-create it (or copy it again)"
     )
+
+
+def decode_utf8(data: bytes, path: str, *, what: str = "", line: int = 1, offset: int = 0) -> str:
+    """The UTF-8 text of `data`: the bytes of the file `path` from its byte `offset` on, where line `line`
+    starts (the defaults: the whole file). A UTF-8 byte-order mark at the file's start is read past.
+
+    The one decoder of Schooner's input files (task files, task YAML, JSON lines), so a file that is not UTF-8
+    is named the same way everywhere: `path:line`, the byte, its column and offset, and the fix.
+
+    Args:
+        data: the bytes (of a `.gz` file: decompressed).
+        path: the file, named in the error.
+        what: who reads, put before the message (as `read_json_lines`'s `what`).
+        line, offset: where `data` starts in the file (1 and 0: its start).
+
+    Raises:
+        ValueError: bytes that are not UTF-8, e.g. `rows.jsonl:2 is not UTF-8 text (byte 0xe9 at column 11,
+            offset 40 in the file: invalid continuation byte); re-encode it as UTF-8, e.g. iconv ...`;
+            gzip or zstd data under a plain name is said so.
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> storage.decode_utf8(b"\\xef\\xbb\\xbfname: t\\n", "task.yaml")
+        'name: t\\n'
+        >>> storage.decode_utf8(b"ok\\nd\\xe9j\\xe0\\n", "notes.txt")
+        Traceback (most recent call last):
+        ValueError: notes.txt:2 is not UTF-8 text (byte 0xe9 at column 2, offset 4 in the file: invalid continuation byte); re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`
+    """
+    start = 0
+    if offset == 0 and data.startswith(BOM):
+        start = len(BOM)
+    try:
+        return data[start:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = start + e.start
+        line_start = data.rfind(_NEWLINE, 0, at) + 1
+        bad = data[at : at + 1]
+        if data.startswith(GZIP_MAGIC) and offset == 0:
+            hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
+        elif data.startswith(ZSTD_MAGIC) and offset == 0:
+            hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
+        else:
+            hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
+        where = f"{what + ': ' if what else ''}{path}:{line + data.count(_NEWLINE, 0, at)}"
+        file = "the decompressed file" if path.endswith(".gz") else "the file"
+        raise ValueError(
+            f"{where} is not UTF-8 text (byte 0x{bad.hex()} at column {at - line_start + 1}, offset "
+            f"{offset + at} in {file}: {e.reason}); {hint}"
+        ) from None

@@ -6,6 +6,7 @@ path must be cheap. Any other URL (`memory://`, `gs://`, `s3://`, ...) goes thro
 Reading: `read_text`, `read_bytes` and `read_json` raise `FileNotFoundError` for a missing file (test
 with `exists` first, or catch it); `open_file` streams a file; `read_json_lines` streams the rows of a
 JSON-lines file (plain or `.gz`) with their line numbers, naming a bad line `path:line` with the fix;
+`decode_utf8` decodes an input file's bytes, naming a non-UTF-8 byte by line, column and offset;
 `listdir`, `glob`, `exists`, `isdir`, `file_size`. (Paths live in `_paths`, reading in `_reading`; this
 module is their public face.)
 
@@ -60,6 +61,7 @@ from ._paths import join as join
 from ._paths import local_path as local_path
 from ._paths import normalize_prefix as normalize_prefix
 from ._paths import url_to_fs as url_to_fs
+from ._reading import decode_utf8 as decode_utf8
 from ._reading import exists as exists
 from ._reading import file_size as file_size
 from ._reading import isdir as isdir

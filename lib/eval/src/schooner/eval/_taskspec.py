@@ -102,7 +102,7 @@ class Task:
 
         with open(path, "rb") as f:
             raw = f.read()
-        text = _decode_utf8(raw, path)
+        text = storage.decode_utf8(raw, path)
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -146,35 +146,6 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
             f"{who}: field {field!r} must be {names[kind]}{' or None' if optional else ''}, got {value!r} "
             f"({type(value).__name__})"
         )
-
-
-GZIP_MAGIC = b"\x1f\x8b"
-BOM = b"\xef\xbb\xbf"
-"""UTF-8's byte-order mark: read past at the start of a task file (lm-eval's loader reads such files)."""
-
-
-def _not_utf8(where: str, data: bytes, error: UnicodeDecodeError) -> ValueError:
-    """A ValueError naming `where` (file:line), the offending byte and how to fix the file."""
-    bad = data[error.start : error.start + 1]
-    hint = (
-        "it is gzip-compressed: name it *.jsonl.gz (or decompress it)"
-        if data.startswith(GZIP_MAGIC)
-        else "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
-    )
-    return ValueError(
-        f"{where}: not UTF-8 text (byte 0x{bad.hex()} at column {error.start + 1}: {error.reason}); {hint}"
-    )
-
-
-def _decode_utf8(raw: bytes, where: str) -> str:
-    """A whole file's bytes as text; a ValueError naming `where` and the line of the first non-UTF-8 byte."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        start = raw.rfind(b"\n", 0, e.start) + 1
-        moved = UnicodeDecodeError(e.encoding, raw[start:], e.start - start, e.end - start, e.reason)
-        raise _not_utf8(f"{where}:{line}", raw[start:], moved) from None
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -236,7 +207,7 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
     if path.endswith(".json"):
         with open(path, "rb") as f:
             raw = f.read()
-        text = _decode_utf8(raw.removeprefix(BOM), f"{who}{path}")
+        text = storage.decode_utf8(raw, path, what=who.removesuffix(": "))  # past a byte-order mark
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:

@@ -42,52 +42,64 @@ def read_prompts(
     *,
     required: Sequence[str] = (),
     reward: str = "the reward",
+    what: str = "grpo",
+    kind: str = "prompts",
+    inner: str = "train.jsonl",
 ) -> list[PromptRow]:
-    """The rows of a prompts file (JSON lines, `.gz` too: `storage.read_json_lines`), or of `train.jsonl` in a
-    folder; each must hold the `required` fields (those `reward` reads).
+    """The rows of a prompts file (JSON lines, `.gz` too: `storage.read_json_lines`), or of `inner` in a
+    folder; each must hold the `required` fields (those `reward` reads). Every message starts with `what`
+    (who reads: "grpo", or a held-out evaluation's "pass@k 'name'") and calls the file `kind`.
 
     Raises:
-        FileNotFoundError: no such file (or a folder without `train.jsonl`).
+        FileNotFoundError: no such file (or a folder without `inner`).
         ValueError: a line that is not UTF-8, not JSON or not a JSON object, or lacks the prompt field or a
             required one, naming the file and line; a file with no rows.
     """
     from schooner.cluster import storage
 
     if storage.isdir(path):
-        path = storage.join(path, "train.jsonl")
+        folder, path = path, storage.join(path, inner)
+        if not storage.exists(path):
+            raise FileNotFoundError(
+                f"{what}: the folder {folder!r} holds no {inner}; give the {kind} file itself, or a folder "
+                f"holding {inner}"
+            )
     if not storage.exists(path):
         raise FileNotFoundError(
-            f"grpo: no prompts file {path!r}; give a JSON-lines file (or a folder with train.jsonl) whose rows "
+            f"{what}: no {kind} file {path!r}; give a JSON-lines file (or a folder with {inner}) whose rows "
             f"hold {prompt_field!r} and the task's fields"
         )
     rows: list[PromptRow] = []
-    for n, row in storage.read_json_lines(path, what="grpo"):
+    for n, row in storage.read_json_lines(path, what=what):
         where = f"{path}:{n}"
         prompt = row.get(prompt_field)
         if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt):
             raise ValueError(
-                f"grpo: {where} has no {prompt_field!r} field holding text or a conversation (got "
+                f"{what}: {where} has no {prompt_field!r} field holding text or a conversation (got "
                 f"{prompt!r}; its fields: {sorted(row)}); set prompt_field= to the field that holds it"
             )
         row_id = str(row.get(id_field, where))
         missing = [f for f in required if f not in row]
         if missing:
             raise ValueError(
-                f"grpo: {where} (row {row_id}) has no {missing[0]!r} field, which {reward} reads (the row's "
+                f"{what}: {where} (row {row_id}) has no {missing[0]!r} field, which {reward} reads (the row's "
                 f"fields: {sorted(row)}); add it to every row, or point the reward at the field that holds the "
                 f"answer (e.g. exact_answer(field=...)), or set Grpo(required_fields=...) to what it reads"
             )
         rows.append(PromptRow(row_id, prompt, row))
     if not rows:
         raise ValueError(
-            f"grpo: {path} holds no rows: give one JSON object per line, each with {prompt_field!r} and the "
+            f"{what}: {path} holds no rows: give one JSON object per line, each with {prompt_field!r} and the "
             "fields the reward reads"
         )
     return rows
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[Any], *, chat: bool) -> tuple[list[list[int]], tuple]:
-    """Token ids of each prompt and the stop ids: chat-rendered (`chat_prompts`), or the raw text."""
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence[Any], *, chat: bool, what: str = "grpo"
+) -> tuple[list[list[int]], tuple]:
+    """Token ids of each prompt and the stop ids: chat-rendered (`chat_prompts`), or the raw text (errors start
+    with `what`, who encodes)."""
     from ._rl_rollout import chat_prompts
 
     if chat:
@@ -96,7 +108,7 @@ def encode_prompts(tokenizer: Any, prompts: Sequence[Any], *, chat: bool) -> tup
     ids = []
     for p in prompts:
         if not isinstance(p, str):
-            raise ValueError(f"grpo: chat=False takes text prompts, got a {type(p).__name__}: {p!r:.80}")
+            raise ValueError(f"{what}: chat=False takes text prompts, got a {type(p).__name__}: {p!r:.80}")
         ids.append(bos + tokenizer.encode(p))
     stops = () if tokenizer.eos_id is None else (int(tokenizer.eos_id),)
     return ids, stops

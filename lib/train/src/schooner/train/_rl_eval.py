@@ -196,22 +196,23 @@ class HeldoutPassAtK:
         from ._rl_batches import _prompt_text, encode_prompts
 
         self.name, self.task, self.reward, self.tokenizer = name, task, reward, tokenizer
-        rows = read_heldout(os.fspath(task.prompts), prompt_field, id_field)
+        who = f"pass@k {name!r}"
+        rows = read_heldout(os.fspath(task.prompts), prompt_field, id_field, what=who)
         if task.max_prompts is not None:
             rows = rows[: task.max_prompts]
-        ids, stop_ids = encode_prompts(tokenizer, [r.prompt for r in rows], chat=chat)
+        ids, stop_ids = encode_prompts(tokenizer, [r.prompt for r in rows], chat=chat, what=who)
         keep = [i for i, p in enumerate(ids) if 0 < len(p) <= max_prompt_tokens]
         kept = set(keep)
         self.skipped = [(rows[i].row_id, len(ids[i])) for i in range(len(rows)) if i not in kept]
         if self.skipped:
             named = ", ".join(f"{r} ({n} tokens)" for r, n in self.skipped[:5])
             logger.warning(
-                f"pass@k {name!r}: left out {len(self.skipped)} of {len(rows)} prompts longer than the prompt "
+                f"{who}: left out {len(self.skipped)} of {len(rows)} prompts longer than the prompt "
                 f"cap {max_prompt_tokens} or empty: {named}"
             )
         if not keep:
             raise ValueError(
-                f"pass@k {name!r}: every held-out prompt of {task.prompts} is longer than the prompt cap "
+                f"{who}: every held-out prompt of {task.prompts} is longer than the prompt cap "
                 f"{max_prompt_tokens}; raise max_prompt_tokens (RL: seq_len - max_new_tokens)"
             )
         self.rows = [rows[i] for i in keep]
@@ -307,20 +308,16 @@ class HeldoutPassAtK:
         return {f"eval/{self.name}/{k}": v for k, v in self.run(model).scores.items()}
 
 
-def read_heldout(path: str, prompt_field: str = "prompt", id_field: str = "id") -> list[Any]:
-    """The rows of a held-out prompts file, or of `heldout.jsonl` in a folder."""
-    from schooner.cluster import storage
-
+def read_heldout(
+    path: str, prompt_field: str = "prompt", id_field: str = "id", *, what: str = "pass@k"
+) -> list[Any]:
+    """The rows of a held-out prompts file, or of `heldout.jsonl` in a folder (errors start with `what`: the
+    evaluation, e.g. "pass@k 'arithmetic'")."""
     from ._rl_batches import read_prompts
 
-    if storage.isdir(path):
-        inner = storage.join(path, "heldout.jsonl")
-        if not storage.exists(inner):
-            raise FileNotFoundError(
-                f"pass@k: the folder {path!r} holds no heldout.jsonl; give the held-out prompts file itself"
-            )
-        path = inner
-    return read_prompts(path, prompt_field, id_field)
+    return read_prompts(
+        path, prompt_field, id_field, what=what, kind="held-out prompts", inner="heldout.jsonl"
+    )
 
 
 # -- on its own --------------------------------------------------------------------------------------------
@@ -362,7 +359,9 @@ def evaluate_pass_at_k(config: PassAtKEvalConfig, output_path: str | None = None
 
     kind, folder = resolve_source(os.fspath(config.checkpoint), config.checkpoint_step)
     if kind != "schooner":
-        raise ValueError(f"pass@k: {folder} is a Hugging Face folder; give a schooner run or checkpoint")
+        raise ValueError(
+            f"pass@k {config.name!r}: {folder} is a Hugging Face folder; give a schooner run or checkpoint"
+        )
     model, _ = load_model(folder)
     tokenizer = load_tokenizer(os.fspath(config.tokenizer))
     evaluator = HeldoutPassAtK(

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from schooner.cluster import ResourceConfig, StepHandle
+from schooner.cluster import InputPath, ResourceConfig, StepHandle, storage
 from schooner.train._checkpoint import CheckpointConfig
 from schooner.train._config import TrainerConfig
 from schooner.train._init import pin_initialize_from
@@ -17,7 +18,7 @@ from schooner.train._rl_eval import PassAtK
 from schooner.train._rl_objective import PolicyLossConfig
 from schooner.train._tracking import TrackerConfig
 
-from ._lm import check_paths_exist, initial_model_config, training_step
+from ._lm import initial_model_config, training_step
 
 _CPU = ResourceConfig.with_cpu()
 
@@ -123,7 +124,7 @@ def rl_train(
             as in `train_lm`.
         **options: any other `TrainerConfig` field.
     """
-    check_paths_exist(f"rl_train({name!r})", [("prompts", prompts), ("tokenizer", tokenizer)])
+    check_rl_inputs(f"rl_train({name!r})", prompts=prompts, heldout=heldout, tokenizer=tokenizer)
     if model is None:
         model = initial_model_config(checkpoint, checkpoint_step, who=f"rl_train({name!r})")
     initialize_from, initialize_from_step = pin_initialize_from(checkpoint, checkpoint_step)
@@ -178,3 +179,44 @@ def rl_train(
         f"GRPO ({advantage}, G={num_generations}, {num_iterations} update(s) per batch) for "
         f"{num_train_steps} steps",
     )
+
+
+def check_rl_inputs(who: str, *, prompts: Any, heldout: Mapping[str, Any] | None, tokenizer: Any) -> None:
+    """Refuse, while the experiment is built, an input given as a path that the run could not read: the
+    prompts (a file, or a folder holding `train.jsonl`), each held-out evaluation's prompts (a file, or a folder
+    holding `heldout.jsonl`) and the tokenizer; the error names the field and the fix. As `sft` and `dpo` check
+    their inputs, the files' rows are not read here (the run reads them, naming a bad row); a step's output is
+    checked when it exists."""
+    _check_prompts(who, "prompts", prompts, "prompts", "train.jsonl")
+    for key, entry in (heldout or {}).items():
+        field, value = (f"heldout[{key!r}]", entry)
+        if isinstance(entry, PassAtK):
+            field, value = f"{field}.prompts", entry.prompts
+        _check_prompts(who, field, value, "held-out prompts", "heldout.jsonl")
+    if isinstance(tokenizer, str | os.PathLike) and not storage.exists(os.fspath(tokenizer)):
+        raise FileNotFoundError(
+            f"{who}: tokenizer = {os.fspath(tokenizer)!r} does not exist; give the tokenizer the policy was "
+            "trained with (its tokenizer.json or folder), or the step that made it"
+        )
+
+
+def _check_prompts(who: str, field: str, value: Any, kind: str, inner: str) -> None:
+    """A TypeError for a `value` that is no path or step, a FileNotFoundError for a path the run cannot read."""
+    if isinstance(value, StepHandle | InputPath):
+        return
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise TypeError(
+            f"{who}: {field} must be a {kind} file, a folder holding {inner} or a step producing one, got "
+            f"{value!r}"
+        )
+    path = os.fspath(value)
+    if not storage.exists(path):
+        raise FileNotFoundError(
+            f"{who}: {field} = {path!r} does not exist; give a JSON-lines {kind} file (or a folder holding "
+            f"{inner}), or the step that writes it"
+        )
+    if storage.isdir(path) and not storage.exists(storage.join(path, inner)):
+        raise FileNotFoundError(
+            f"{who}: {field} = {path!r} is a folder that holds no {inner}; give the {kind} file itself, or a "
+            f"folder holding {inner}"
+        )
