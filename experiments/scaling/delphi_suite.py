@@ -21,8 +21,9 @@ done). In order:
    choices, from files past the training cut (`cloze.py`).
 2. `scaling/delphi`: per budget of `BUDGETS` (the one list to change), `SIZES` models of the horizon family
    around the recipe's prior optimum, each a `train_lm` step (AdamH, the token-horizon rule), with its final
-   loss on the whole validation split; `scaling/delphi-cloze/*`: each run scored on the task by
-   `schooner.eval.steps.evaluate`.
+   loss on the whole validation split (`SCHOONER_DELPHI_SWEEP_SEEDS=n`: n seeds of each, `-s1`... beside seed
+   0's, so each budget's parabola averages seed noise); `scaling/delphi-cloze/*`: each run scored on the task
+   by `schooner.eval.steps.evaluate`.
 3. `scaling/delphi-fit`: approaches 2 and 3, variable projection and the Delphi fit (parabolas in log
    tokens, L(C) = E + A C^-alpha through the optima, bootstrap over budgets); `scaling/delphi-downstream`:
    the soft task metrics fitted against compute the same way, and the sigmoid from soft to hard.
@@ -61,6 +62,9 @@ HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,
 """Held-out budgets as multiples of the largest fitted one."""
 SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
 SIZES = int(os.environ.get("SCHOONER_DELPHI_SIZES", "6"))
+SWEEP_SEEDS = int(os.environ.get("SCHOONER_DELPHI_SWEEP_SEEDS", "1"))
+"""Runs per sweep point (seeds 0..n-1): more than 1 averages seed noise out of each budget's vertex; seed 0's
+runs stay the same steps, so raising it on a finished sweep trains only the new seeds."""
 SPREAD = 1.7
 CHECKPOINT_EVERY = int(os.environ.get("SCHOONER_DELPHI_CHECKPOINT_EVERY", "0")) or None
 """Checkpoint every N steps (0: only at the end). Runtime-only (not in any step's key): set it where a call is
@@ -68,7 +72,11 @@ cut off, so a rerun resumes the runs from their last checkpoint (experiments/sca
 TRAIN = dict(eval_max_tokens=None, checkpoint_every=CHECKPOINT_EVERY, resources=None)
 """Whole validation split (no sampling noise), checkpoints as above, in the runner's process."""
 
+if SWEEP_SEEDS < 1:
+    raise ValueError(f"SCHOONER_DELPHI_SWEEP_SEEDS={SWEEP_SEEDS}: runs per sweep point, 1 or more")
 sweep_kwargs = dict(budgets=BUDGETS, data=DATA, sizes_per_budget=SIZES, recipe=RECIPE, spread=SPREAD, **TRAIN)
+if SWEEP_SEEDS > 1:  # without it, the sweep's steps are the ones it always had
+    sweep_kwargs["seeds"] = tuple(range(SWEEP_SEEDS))
 sweep = isoflop_sweep("scaling/delphi", **sweep_kwargs)
 runs = isoflop_runs("scaling/delphi", **sweep_kwargs)
 

@@ -131,3 +131,26 @@ def test_the_forecast_step_registers_the_delphi_prediction(tmp_path) -> None:
     assert record["target"]["width"] == min(cands, key=lambda r: abs(math.log(r.params / n_opt))).width
     assert result["interval"][0] < result["loss"] < result["interval"][1]
     assert (out / "forecast.png").exists()
+
+
+def test_repeated_seeds_per_point_give_the_vertex_of_their_mean_losses() -> None:
+    """A sweep with seeds (isoflop_sweep(seeds=...)) gives each budget's parabola several runs at each token
+    count; their least-squares vertex must be the vertex of the per-point mean losses (numpy's polyfit in ln D)."""
+    from schooner.train.scaling import fit_delphi
+
+    base = _runs()
+    rng = np.random.default_rng(7)
+    noisy = []
+    for r in base:  # three seeds a point, each with its own noise
+        for s, eps in enumerate(0.03 * rng.standard_normal(3)):
+            noisy.append(ScalingRun(budget=r.budget, params=r.params, tokens=r.tokens, loss=r.loss + eps,
+                                    name=f"{r.name}-s{s}"))  # fmt: skip
+    fit = fit_delphi(noisy, samples=20)
+    for opt in fit.optima:
+        runs = [r for r in noisy if r.budget == opt.budget]
+        tokens = sorted({r.tokens for r in runs})
+        means = [np.mean([r.loss for r in runs if r.tokens == t]) for t in tokens]
+        c2, c1, c0 = np.polyfit(np.log(tokens), means, 2)
+        u = -c1 / (2 * c2)
+        assert opt.tokens == pytest.approx(math.exp(u), rel=1e-9)
+        assert opt.loss == pytest.approx(c2 * u * u + c1 * u + c0, rel=1e-9)

@@ -77,3 +77,41 @@ def test_the_results_record_the_warnings_per_run_and_per_budget(data_dir, tmp_pa
         (row,) = [json.loads(line) for line in f]
     assert row["warnings"] == list(run.warnings) and row["steps"] == run.recipe.num_train_steps
     assert done[sweep].result["warnings"] == {f"{TINY:.3g}": list(run.warnings)}
+
+
+def test_seeds_repeat_every_grid_point_and_keep_seed_0_s_runs_as_they_were(data_dir) -> None:
+    plain = isoflop_runs("scaling/s", budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
+    seeded = isoflop_runs(
+        "scaling/s", budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES, seeds=[0, 1, 2]
+    )
+    assert len(seeded) == 9
+    # Seed 0's runs are the very steps of the sweep without seeds: adding seeds retrains none of them.
+    assert [r.train.key for r in seeded if r.train.config.seed == 0] == [r.train.key for r in plain]
+    assert [r.train.name for r in seeded if r.train.config.seed == 0] == [r.train.name for r in plain]
+    for seed in (1, 2):
+        runs = [r for r in seeded if r.train.config.seed == seed]
+        assert [r.train.name for r in runs] == [f"{r.train.name}-s{seed}" for r in plain]
+        # the same model and data as seed 0's run at the point: only the seed differs
+        assert [r.recipe for r in runs] == [r.recipe for r in plain]
+    assert len({r.train.key for r in seeded}) == 9
+    # The results step names its runs; without seeds its config is the one it always had.
+    declare = dict(budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
+    assert isoflop_sweep("scaling/s", **declare, seeds=[0]).key == isoflop_sweep("scaling/s", **declare).key
+
+
+@pytest.mark.parametrize(
+    ("seeds", "extra", "match"),
+    [
+        ([], {}, "at least one"),
+        ([0, 0], {}, "distinct"),
+        ([0, "1"], {}, "integers"),
+        ([0, True], {}, "integers"),
+        ([0, 1], {"seed": 3}, "not both"),
+    ],
+)
+def test_bad_seeds_are_refused_when_the_sweep_is_declared(data_dir, seeds, extra, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        isoflop_runs(
+            "scaling/b", budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES, seeds=seeds,
+            **extra,
+        )  # fmt: skip

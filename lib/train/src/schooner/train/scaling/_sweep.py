@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,7 @@ def isoflop_runs(
     recipe: ScalingRecipe | None = None,
     spread: float = 2.0,
     evaluate: Callable[[str, StepHandle], StepHandle] | None = None,
+    seeds: Sequence[int] | None = None,
     **train_kwargs: Any,
 ) -> list[SweepRun]:
     """The runs of an isoFLOP sweep: per budget, `sizes_per_budget` family members around the recipe's prior
@@ -62,23 +63,51 @@ def isoflop_runs(
         evaluate: builds an evaluation step from (name, train handle), e.g. with
             `schooner.eval.steps.evaluate`; its `results.json` then gives the loss. None: the train step's own
             final validation (`eval/loss` in `metrics.jsonl`).
+        seeds: train every grid point once per seed (`train_lm`'s `seed`: initialisation and data order), so
+            a budget's parabola is fitted through repeated runs and its vertex holds less of one run's seed
+            noise. Seed 0's runs keep the plain names (`{name}/{budget}-w{width}`: the same steps as a sweep
+            without `seeds`, so adding seeds to a finished sweep trains only the new runs); the others are
+            named `{name}/{budget}-w{width}-s{seed}`. None: one run per point at `train_kwargs`'
+            seed (train_lm's default 0).
         train_kwargs: more `train_lm` arguments (validation, tokenizer, seed, eval_max_tokens, resources...).
+
+    Raises:
+        ValueError: `seeds` empty, repeated or not integers, or given beside a `seed` in `train_kwargs`.
     """
     from schooner.train.steps import train_lm
 
     recipe = recipe or ScalingRecipe()
     train_kwargs.setdefault("checkpoint_every", None)  # one checkpoint, at the end
+    per_seed = _seeded(seeds, train_kwargs)
     runs = []
     for budget in budgets:
         grid, warnings = recipe._isoflop_grid(float(budget), sizes_per_budget, spread)
         for message in warnings:
             logger.warning(message)
         for r in grid:
-            run_name = f"{name}/{budget:.2e}-w{r.width}"
-            train = train_lm(run_name, **r, datasets=dict(data), **train_kwargs)
-            ev = evaluate(f"{run_name}-eval", train) if evaluate is not None else None
-            runs.append(SweepRun(recipe=r, train=train, evaluation=ev, warnings=tuple(warnings)))
+            for suffix, seed_kwargs in per_seed:
+                run_name = f"{name}/{budget:.2e}-w{r.width}{suffix}"
+                train = train_lm(run_name, **r, datasets=dict(data), **seed_kwargs, **train_kwargs)
+                ev = evaluate(f"{run_name}-eval", train) if evaluate is not None else None
+                runs.append(SweepRun(recipe=r, train=train, evaluation=ev, warnings=tuple(warnings)))
     return runs
+
+
+def _seeded(seeds: Sequence[int] | None, train_kwargs: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """`(name suffix, train_lm seed kwargs)` per seed: `[("", {})]` without `seeds` (train_kwargs' own seed)."""
+    if seeds is None:
+        return [("", {})]
+    seeds = list(seeds)
+    if "seed" in train_kwargs:
+        raise ValueError(
+            f"isoflop sweep: give the seeds once, as seeds={seeds} or as seed={train_kwargs['seed']}, not both"
+        )
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int)]
+    if not seeds or bad or len(set(seeds)) < len(seeds):
+        raise ValueError(
+            f"isoflop sweep: seeds must be distinct integers, at least one; got {seeds!r} (e.g. seeds=[0, 1])"
+        )
+    return [("" if seed == 0 else f"-s{seed}", {"seed": seed}) for seed in seeds]
 
 
 @dataclass(frozen=True)
@@ -101,6 +130,7 @@ def isoflop_sweep(
     spread: float = 2.0,
     evaluate: Callable[[str, StepHandle], StepHandle] | None = None,
     resources: ResourceConfig | None = _CPU,
+    seeds: Sequence[int] | None = None,
     **train_kwargs: Any,
 ) -> StepHandle:
     """An isoFLOP sweep (Hoffmann et al. 2022, approach 2's design) as steps; returns the results step.
@@ -111,7 +141,7 @@ def isoflop_sweep(
     """
     runs = isoflop_runs(
         name, budgets=budgets, data=data, sizes_per_budget=sizes_per_budget, recipe=recipe, spread=spread,
-        evaluate=evaluate, resources=resources, **train_kwargs,
+        evaluate=evaluate, resources=resources, seeds=seeds, **train_kwargs,
     )  # fmt: skip
     config = SweepResultsConfig(
         runs=[
