@@ -255,6 +255,18 @@ def test_an_empty_file_has_no_rows(root: str) -> None:
     assert list(storage.read_json_lines(_put(root, "empty.jsonl.gz", gzip.compress(b"\n \n")))) == []
 
 
+def test_a_zero_byte_gz_file_is_cut_short_not_empty(root: str) -> None:
+    """A 0-byte `.gz` is no gzip data at all (an empty gzip stream is 20 bytes: header and trailer): a copy
+    or write cut before its first byte. It was read as no rows, with no error, where a `.gz` cut one byte
+    later was "truncated"."""
+    assert len(gzip.compress(b"")) == 20
+    assert list(storage.read_json_lines(_put(root, "empty.jsonl.gz", gzip.compress(b"")))) == []
+    path = _put(root, "zero.jsonl.gz", b"")
+    message = _error(path, what="task 'arc'")
+    assert message.startswith(f"task 'arc': {path}: the gzip data is truncated"), message
+    assert "0 bytes" in message and "cut short" in message and "re-create it" in message, message
+
+
 def test_the_docstring_example_runs() -> None:
     module = sys.modules[storage.read_json_lines.__module__]  # where the reader lives, behind storage
     result = doctest.testmod(module)

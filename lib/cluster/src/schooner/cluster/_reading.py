@@ -112,7 +112,9 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
         FileNotFoundError: no file at `path`; the message names it.
         ValueError: a line that is not UTF-8, not JSON or not a JSON object (named in JSON's words: an array,
             a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
-            or corrupt (the message names the last line read whole); a `.zst` file (not decoded here).
+            (a 0-byte one too: an empty gzip stream is 20 bytes) or corrupt (the message names the last line
+            read whole); a `.zst` file (not decoded here). An empty file (or empty gzip stream) is no rows
+            and no error: a caller that needs rows says so.
 
     Example:
         >>> from schooner.cluster import storage
@@ -194,6 +196,12 @@ def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
         with f, gzip.GzipFile(fileobj=f, mode="rb") if gz else contextlib.nullcontext(f) as lines:
             for n, raw in enumerate(lines, 1):
                 yield n, raw
+            if gz and n == 0 and f.tell() == 0:  # gzip reads 0 bytes as no members: no error of its own
+                raise _broken_gzip(
+                    f"{who}{path}",
+                    "truncated (the file is empty: 0 bytes, where an empty gzip stream is 20)",
+                    0,
+                )
     except gzip.BadGzipFile as e:
         with open_file(path, "rb") as g:
             head = g.read(8)
