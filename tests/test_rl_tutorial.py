@@ -203,6 +203,36 @@ def test_the_eval_every_knob_sets_the_rl_runs_heldout_cadence_and_keeps_the_defa
     assert t.rl_model.key == default.key
 
 
+def test_the_curves_label_the_heldout_series_by_temperature_and_reward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`curves.png`'s held-out series carries its temperature and reward in a legend (with `worked_answer` as
+    the reward the curve is strict pass@1), read back from the drawn figure."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    run, sft = tmp_path / "run", tmp_path / "sft"
+    run.mkdir(), sft.mkdir()
+    rows = [{"step": 1, "rollout/reward": 0.2}, {"step": 2, "rollout/reward": 0.3}]
+    rows.append({"step": 2, "eval/arithmetic/pass@1": 0.25, "eval/arithmetic/pass@1_stderr": 0.02})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (sft / "results.json").write_text(json.dumps({"scores": {"pass@1": 0.2, "pass@1_stderr": 0.02}}))
+    out = tmp_path / "plot"
+    out.mkdir()
+    drawn = t.rl_curves(t.CurvesConfig(str(run), str(sft)), str(out))
+    assert drawn["legend"] == ["T = 1, exact_answer"] and (out / "curves.png").stat().st_size > 0
+    assert drawn["heldout_pass@1"] == [(0, 0.2, 0.02), (2, 0.25, 0.02)]
+    try:
+        monkeypatch.setenv("SCHOONER_RL_REWARD", "worked")
+        importlib.reload(t)
+        drawn = t.rl_curves(t.CurvesConfig(str(run), str(sft)), str(out))
+        assert drawn["legend"] == ["T = 1, worked_answer (strict)"]
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_REWARD")
+        importlib.reload(t)
+
+
 def test_the_heldout_steps_knob_keeps_sft_and_moves_rl_and_heldout_to_three_steps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -151,6 +151,7 @@ REWARD_NAME = os.environ.get("SCHOONER_RL_REWARD", "exact").lower()
 if REWARD_NAME not in REWARDS:
     raise ValueError(f"SCHOONER_RL_REWARD must be one of {sorted(REWARDS)}, got {REWARD_NAME!r}")
 REWARD = REWARDS[REWARD_NAME]()
+REWARD_NAME_IN_FULL = {"exact": "exact_answer", "worked": "worked_answer (strict)"}
 
 
 @dataclass(frozen=True)
@@ -367,14 +368,21 @@ def rl_curves(config: CurvesConfig, output_path: str) -> dict:
         xlabel="RL step", ylabel="mean reward of the rollouts", title="train reward (16 x 16 samples a step)"
     )
     x, y, se = (list(v) for v in zip(*held))
-    b.errorbar(x, y, yerr=se, marker="o", capsize=3)
+    b.errorbar(x, y, yerr=se, marker="o", capsize=3, label=heldout_label())
     b.set(xlabel="RL step (0: the SFT model)", ylabel="pass@1", title="held-out pass@1 (± 1 s.e.)")
+    legend = [text.get_text() for text in b.legend(loc="lower right").get_texts()]
     for ax in (a, b):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(output_path, "curves.png"))
     plt.close(fig)
-    return {"reward": reward, "heldout_pass@1": held}
+    return {"reward": reward, "heldout_pass@1": held, "legend": legend}
+
+
+def heldout_label() -> str:
+    """The held-out curve's legend: its sampling temperature and the reward that scores it (`worked_answer`:
+    strict pass@1)."""
+    return f"T = {HELDOUT_EVAL.temperature:g}, {REWARD_NAME_IN_FULL[REWARD_NAME]}"
 
 
 curves = step("plots/tutorial-nano-arith-rl", rl_curves, CurvesConfig(rl_model, sft_eval), version="v1")
