@@ -90,6 +90,23 @@ def test_a_row_that_is_not_an_object_names_path_line_and_its_json_type(
     assert not any(name in message for name in ("list", "str ", "int", "float", "NoneType", "bool")), message
 
 
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [({}, "an object"), ([1], "an array"), ("x", "a string"), (3, "a number"), (2.5, "a number")]
+    + [(None, "null"), (True, "true"), (False, "false")],
+)
+def test_json_kind_names_a_parsed_value_in_jsons_words(value, kind: str) -> None:
+    """One namer of a JSON value's kind for every reader of JSON input (JSON lines, eval's .json task files,
+    metrics.jsonl), so each says "an array" where the user wrote one."""
+    assert storage.json_kind(value) == kind
+    assert storage.json_kind(json.loads(json.dumps(value))) == kind
+
+
+def test_json_kind_refuses_what_json_cannot_hold() -> None:
+    with pytest.raises(TypeError, match=r"json_kind: \(1, 2\) is a tuple, no parsed JSON value"):
+        storage.json_kind((1, 2))
+
+
 def test_gzip_by_name_reads_the_same_rows(root: str) -> None:
     data = b"\n" + _lines(ROWS)
     plain, packed = _put(root, "rows.jsonl", data), _put(root, "rows.jsonl.gz", gzip.compress(data))
@@ -238,6 +255,18 @@ def test_an_empty_file_has_no_rows(root: str) -> None:
     assert list(storage.read_json_lines(_put(root, "empty.jsonl.gz", gzip.compress(b"\n \n")))) == []
 
 
+def test_a_zero_byte_gz_file_is_cut_short_not_empty(root: str) -> None:
+    """A 0-byte `.gz` is no gzip data at all (an empty gzip stream is 20 bytes: header and trailer): a copy
+    or write cut before its first byte. It was read as no rows, with no error, where a `.gz` cut one byte
+    later was "truncated"."""
+    assert len(gzip.compress(b"")) == 20
+    assert list(storage.read_json_lines(_put(root, "empty.jsonl.gz", gzip.compress(b"")))) == []
+    path = _put(root, "zero.jsonl.gz", b"")
+    message = _error(path, what="task 'arc'")
+    assert message.startswith(f"task 'arc': {path}: the gzip data is truncated"), message
+    assert "0 bytes" in message and "cut short" in message and "re-create it" in message, message
+
+
 def test_the_docstring_example_runs() -> None:
     module = sys.modules[storage.read_json_lines.__module__]  # where the reader lives, behind storage
     result = doctest.testmod(module)
@@ -267,3 +296,19 @@ def test_a_step_card_shows_samples_jsonl_rows_and_names_a_bad_line(tmp_path: Pat
     assert (
         samples_section(str(tmp_path), [("samples.jsonl", None, False)]) == ""
     )  # gone since listed: nothing
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b'{"a": 1}', "it holds an object, not an array of objects"),
+        (b'[{"a": 1}, null]', "item 1 is null, not an object"),
+    ],
+)
+def test_a_step_card_names_a_bad_samples_json_in_jsons_words(tmp_path: Path, data: bytes, said: str) -> None:
+    """A `.json` samples file named its values by Python's types ("a JSON dict", "item 1 is a NoneType")."""
+    from schooner.cluster.views._samples import samples_section
+
+    (tmp_path / "samples.json").write_bytes(data)
+    refused = samples_section(str(tmp_path), [("samples.json", None, False)])
+    assert said in refused and "dict" not in refused and "NoneType" not in refused, refused

@@ -47,11 +47,17 @@ def test_a_torn_last_line_is_left_out_and_a_bad_middle_line_is_named(out: str) -
     records.append_metrics(out, {"step": 1, "loss": 0.5})  # a resumed writer: the torn row is cut off
     assert records.read_metrics(out) == [{"step": 0, "loss": 1.0}, {"step": 1, "loss": 0.5}]
     storage.write_text(path, '{"step": 0}\nnot json\n{"step": 2}\n')
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a JSON line"):
+    with pytest.raises(
+        ValueError, match=r"metrics\.jsonl:2 is not valid JSON \(Expecting value at column 1;"
+    ):
         records.read_metrics(out)
-    storage.write_text(path, "[1, 2]\n")
-    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: a metrics row must be a JSON object"):
-        records.read_metrics(out)
+    for line, kind in (("[1, 2]", "an array"), ('"step"', "a string"), ("null", "null")):
+        storage.write_text(path, line + "\n")
+        with pytest.raises(ValueError) as info:
+            records.read_metrics(out)
+        message = str(info.value)  # in JSON's words, as storage.read_json_lines names a row (not list, str)
+        assert message.startswith(f"{path}:1 is {kind}, not a JSON object ({line!r})"), message
+        assert "list" not in message and "NoneType" not in message, message
 
 
 def test_a_complete_last_line_without_newline_is_read(out: str) -> None:

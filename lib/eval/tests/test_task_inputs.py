@@ -427,6 +427,46 @@ def test_a_row_that_is_not_an_object_names_task_path_line_and_fix(tmp_path):
     assert "one JSON object per line" in message, message
 
 
+@pytest.mark.parametrize(
+    ("value", "kind"), [({"rows": ROWS}, "an object"), ("rows", "a string"), (None, "null")]
+)
+def test_a_json_task_file_that_is_no_array_names_its_kind_in_jsons_words(tmp_path, value, kind):
+    """It said "holds a list of rows, got dict" (Python's names); JSON lines name a row's kind as JSON's."""
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(value))
+    message = _load(path)
+    assert message.startswith(f"task 't': {path}: a .json task file holds an array of rows, got {kind}"), (
+        message
+    )
+    assert "dict" not in message and "list" not in message and "NoneType" not in message, message
+
+
+def test_a_json_task_file_item_that_is_no_object_names_item_and_kind(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([ROWS[0], [ROWS[1]]]))
+    message = _load(path)
+    assert message.startswith(f"task 't': {path}:item 1 is an array, not a JSON object"), message
+
+
+@pytest.mark.parametrize(("name", "data"), [("e.jsonl", b""), ("e.jsonl", b"\n\n"), ("e.json", b"[]")])
+def test_a_task_file_without_rows_is_refused_naming_it(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert _load(path) == f"task 't': {path} holds no rows"
+
+
+def test_an_empty_gzip_task_file_has_no_rows_and_a_zero_byte_one_is_cut_short(tmp_path):
+    import gzip
+
+    empty, zero = tmp_path / "empty.jsonl.gz", tmp_path / "zero.jsonl.gz"
+    empty.write_bytes(gzip.compress(b""))
+    zero.write_bytes(b"")
+    assert _load(empty) == f"task 't': {empty} holds no rows"
+    message = _load(zero)  # it read as an empty file: "holds no rows", not the cut copy it is
+    assert message.startswith(f"task 't': {zero}: the gzip data is truncated"), message
+    assert "re-create" in message, message
+
+
 def test_a_zstd_task_file_is_refused_naming_path_and_fix(tmp_path):
     path = _jsonl(tmp_path / "rows.jsonl.zst", ROWS)
     message = _load(path)

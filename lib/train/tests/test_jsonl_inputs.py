@@ -44,3 +44,31 @@ def test_sweep_results_name_a_bad_line(tmp_path) -> None:
         read_runs(str(tmp_path))
     (tmp_path / "runs.jsonl").write_text(json.dumps(run.to_dict()) + "\n\n")
     assert read_runs(str(tmp_path)) == [run]
+
+
+def test_an_empty_prompts_file_is_refused_and_a_zero_byte_gz_is_cut_short(tmp_path) -> None:
+    """GRPO needs prompts: an empty file (plain, or a valid empty gzip stream) is an error with the fix; a
+    0-byte `.gz` is a cut copy, named as one (it was read as an empty file)."""
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "empty.jsonl.gz").write_bytes(gzip.compress(b""))
+    for name in ("empty.jsonl", "empty.jsonl.gz"):
+        with pytest.raises(
+            ValueError, match=rf"^grpo: .*{name} holds no rows: give one JSON object per line"
+        ):
+            read_prompts(str(tmp_path / name))
+    (tmp_path / "zero.jsonl.gz").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"^grpo: .*zero\.jsonl\.gz: the gzip data is truncated .*re-create"):
+        read_prompts(str(tmp_path / "zero.jsonl.gz"))
+
+
+def test_sweep_results_without_runs_are_refused_naming_the_file(tmp_path) -> None:
+    """A fit needs runs: an empty runs.jsonl gave `[]`, and the fit step then failed on an IndexError."""
+    from schooner.train.scaling._sweep import read_run_data
+
+    (tmp_path / "runs.jsonl").write_text("\n")
+    for read in (read_runs, read_run_data):
+        with pytest.raises(ValueError) as info:
+            read(str(tmp_path))
+        message = str(info.value)
+        assert message.startswith(f"sweep results: {tmp_path}/runs.jsonl holds no runs"), message
+        assert "isoflop_sweep" in message, message

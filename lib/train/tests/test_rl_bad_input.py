@@ -166,3 +166,68 @@ def test_rl_train_refuses_prompts_that_are_no_file_folder_or_step(data_dir, star
         "rl_train('rl/bad'): prompts must be a prompts file, a folder holding train.jsonl"
     ), message
     assert f"got {prompts!r}" in message, message
+
+
+def test_rl_train_names_its_checkpoint_field_when_the_path_holds_no_weights(
+    data_dir, start, tmp_path
+) -> None:
+    """rl_train's argument is `checkpoint`: its error named `initialize_from=`, an argument rl_train has not."""
+    good = _write(tmp_path / "task.jsonl", [{"id": "q1", "prompt": "1+1?", "answer": 2}])
+    with pytest.raises(FileNotFoundError) as info:
+        _declare(data_dir, str(tmp_path / "no-run"), prompts=good)
+    message = str(info.value)
+    assert message.startswith(f"rl_train('rl/bad'): checkpoint={str(tmp_path / 'no-run')!r} "), message
+    assert "initialize_from" not in message, message
+
+
+# -- pass_at_k_eval, declared: the same checks as rl_train's ------------------------------------------------
+
+
+def _declare_eval(data_dir, start, **given):
+    from schooner.eval.rewards import exact_answer
+    from schooner.train.steps import pass_at_k_eval
+
+    settings = {"checkpoint": start, "tokenizer": f"{data_dir}/tokenizer.json"} | given
+    return pass_at_k_eval("eval/bad", reward=exact_answer(), resources=None, **settings)
+
+
+def test_pass_at_k_eval_refuses_a_bad_checkpoint_task_or_tokenizer_path_when_declared(
+    data_dir, start, tmp_path
+) -> None:
+    """Its paths failed only inside the run (after the model was loaded, for the task): checked when the step
+    is declared, by rl_train's checks, naming pass_at_k_eval's field and the fix."""
+    from schooner.train import PassAtK
+
+    good = _write(tmp_path / "heldout.jsonl", [{"id": "q1", "prompt": "1+1?", "answer": 2}])
+    missing, empty = str(tmp_path / "nowhere.jsonl"), tmp_path / "empty"
+    empty.mkdir()
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"")
+    cases = [
+        ("checkpoint=", {"task": good, "checkpoint": str(tmp_path / "no-run")}, FileNotFoundError),
+        ("checkpoint=", {"task": good, "checkpoint": str(empty)}, FileNotFoundError),
+        ("checkpoint=", {"task": good, "checkpoint_step": 3}, ValueError),
+        ("checkpoint = ", {"task": good, "checkpoint": str(hf)}, ValueError),
+        ("task = ", {"task": missing}, FileNotFoundError),
+        ("task.prompts = ", {"task": PassAtK(str(empty))}, FileNotFoundError),
+        ("tokenizer = ", {"task": good, "tokenizer": str(tmp_path / "tok.json")}, FileNotFoundError),
+        ("task must be ", {"task": None}, TypeError),
+        ("tokenizer must be ", {"task": good, "tokenizer": None}, TypeError),
+    ]
+    messages = []
+    for field, given, error in cases:
+        with pytest.raises(error) as info:
+            _declare_eval(data_dir, start, **given)
+        messages.append(str(info.value))
+        assert messages[-1].startswith(f"pass_at_k_eval('eval/bad'): {field}"), messages[-1]
+        assert "initialize_from" not in messages[-1] and "train.jsonl" not in messages[-1], messages[-1]
+    assert "is not a training run" in messages[0] and "is not a training run" in messages[1]
+    assert "is one checkpoint; checkpoint_step=3 " in messages[2] and "Hugging Face" in messages[3]
+    assert (
+        missing in messages[4] and "heldout.jsonl" in messages[4] and "holds no heldout.jsonl" in messages[5]
+    )
+    assert "does not exist" in messages[6]
+    declared = _declare_eval(data_dir, start, task=good)  # readable paths: declared
+    assert declared.name == "eval/bad"

@@ -112,7 +112,9 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
         FileNotFoundError: no file at `path`; the message names it.
         ValueError: a line that is not UTF-8, not JSON or not a JSON object (named in JSON's words: an array,
             a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
-            or corrupt (the message names the last line read whole); a `.zst` file (not decoded here).
+            (a 0-byte one too: an empty gzip stream is 20 bytes) or corrupt (the message names the last line
+            read whole); a `.zst` file (not decoded here). An empty file (or empty gzip stream) is no rows
+            and no error: a caller that needs rows says so.
 
     Example:
         >>> from schooner.cluster import storage
@@ -147,18 +149,35 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             ) from None
         if not isinstance(row, dict):
             raise ValueError(
-                f"{who}{path}:{n} is {_json_kind(row)}, not a JSON object ({text.rstrip()[:80]!r}); "
+                f"{who}{path}:{n} is {json_kind(row)}, not a JSON object ({text.rstrip()[:80]!r}); "
                 f"{_ONE_PER_LINE}"
             )
         yield n, row
 
 
-def _json_kind(value: Any) -> str:
-    """What a parsed JSON value is, in JSON's words (the user wrote JSON, not Python): "an array", "null"."""
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in JSON's words: "an object", "an array", "a string", "a number", "null",
+    "true" or "false".
+
+    The user wrote JSON, not Python: a reader of JSON input names a value of the wrong kind this way ("is an
+    array, not a JSON object"), not by its Python type (list, dict, NoneType). `read_json_lines`, eval's
+    `.json` task files and `records.read_metrics` do.
+
+    Raises:
+        TypeError: a value `json.loads` never returns (a tuple, a set, ...).
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> [storage.json_kind(v) for v in ({"a": 1}, [1], "x", 2.5, None, True)]
+        ['an object', 'an array', 'a string', 'a number', 'null', 'true']
+    """
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
     kinds = ((dict, "an object"), (list, "an array"), (str, "a string"), (int | float, "a number"))
-    return next(name for kind, name in kinds if isinstance(value, kind))
+    for kind, name in kinds:
+        if isinstance(value, kind):
+            return name
+    raise TypeError(f"json_kind: {value!r} is a {type(value).__name__}, no parsed JSON value")
 
 
 def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
@@ -177,6 +196,12 @@ def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
         with f, gzip.GzipFile(fileobj=f, mode="rb") if gz else contextlib.nullcontext(f) as lines:
             for n, raw in enumerate(lines, 1):
                 yield n, raw
+            if gz and n == 0 and f.tell() == 0:  # gzip reads 0 bytes as no members: no error of its own
+                raise _broken_gzip(
+                    f"{who}{path}",
+                    "truncated (the file is empty: 0 bytes, where an empty gzip stream is 20)",
+                    0,
+                )
     except gzip.BadGzipFile as e:
         with open_file(path, "rb") as g:
             head = g.read(8)

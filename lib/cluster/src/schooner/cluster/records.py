@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .storage import Storage, is_local, join, local_path, storage_for, url_to_fs
+from .storage import Storage, is_local, join, json_kind, local_path, storage_for, url_to_fs
 
 META_DIR = ".schooner"
 """Folder inside every step output that holds the runner's own files (status, lease, record, history)."""
@@ -283,13 +283,17 @@ def metrics_line(row: Mapping[str, Any]) -> str:
     return json.dumps({k: _finite(v) for k, v in row.items()}, allow_nan=False) + "\n"
 
 
+_DAMAGED_METRICS = "the run writes one JSON object per line: mend or delete that line, or rerun the step"
+
+
 def read_metrics(output_path: str) -> list[dict[str, Any]]:
     """The rows of `{output_path}/metrics.jsonl`, in file order (none when there is no such file).
 
     A torn last line (no final newline: a step still running, or killed mid-write) is left out.
 
     Raises:
-        ValueError: a complete line that is not a JSON object; the message names the file and line.
+        ValueError: a complete line that is not JSON or not a JSON object (named in JSON's words, as
+            `storage.read_json_lines` names a row); the message names the file, line and the fix.
     """
     path = metrics_path(output_path)
     text = storage_for(path).read_text(path)
@@ -303,10 +307,16 @@ def read_metrics(output_path: str) -> list[dict[str, Any]]:
             continue
         try:
             row = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{path}:{n}: not a JSON line ({e}); got {line[:80]!r}") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{path}:{n} is not valid JSON ({e.msg} at column {e.colno}; the line starts {line[:80]!r}); "
+                f"{_DAMAGED_METRICS}"
+            ) from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{n}: a metrics row must be a JSON object; got {line[:80]!r}")
+            raise ValueError(
+                f"{path}:{n} is {json_kind(row)}, not a JSON object ({line[:80]!r}); a metrics row is one JSON "
+                f"object; {_DAMAGED_METRICS}"
+            )
         rows.append(row)
     if torn.strip():
         with contextlib.suppress(ValueError):  # a complete last line written without its newline

@@ -216,9 +216,15 @@ def load_rows(path: str, *, task: str = "") -> Iterator[tuple[str, dict[str, Any
             ) from None
         if not isinstance(data, list):
             raise ValueError(
-                f"{who}{path}: a .json task file holds a list of rows, got {type(data).__name__}"
+                f"{who}{path}: a .json task file holds an array of rows, got {storage.json_kind(data)}; write "
+                "[{...}, {...}] (or one JSON object per line in a .jsonl file)"
             )
         for i, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{who}{path}:item {i} is {storage.json_kind(row)}, not a JSON object; each row of a .json "
+                    "task file is one JSON object"
+                )
             _refuse_lone_surrogates(f"{who}{path}:item {i}", row)
             yield f"{path}:item {i}", row
         return

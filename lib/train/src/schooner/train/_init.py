@@ -37,11 +37,12 @@ def _exists(path: str) -> bool:
     return storage.exists(path)
 
 
-def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
+def resolve_source(path: str, step: int | None = None, *, field: str = "initialize_from") -> tuple[str, str]:
     """`(kind, folder)` of an `initialize_from` path: kind `"schooner"` (a checkpoint folder) or `"hf"`.
 
     A run folder resolves to its latest complete checkpoint, or to `step-NNNNNN` when `step` is given
-    (`schooner.model.find_checkpoint`).
+    (`schooner.model.find_checkpoint`). Errors name the argument `field` (and `{field}_step`): a step builder
+    whose argument is `checkpoint` passes `field="checkpoint"`.
 
     Raises:
         FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
@@ -51,18 +52,18 @@ def resolve_source(path: str, step: int | None = None) -> tuple[str, str]:
         if _exists(f"{path}/model"):
             if step is not None:
                 raise ValueError(
-                    f"initialize_from={path!r} is one checkpoint; initialize_from_step={step} names a step of a "
-                    "run folder: pass the run folder, or leave the step out"
+                    f"{field}={path!r} is one checkpoint; {field}_step={step} names a step of a run folder: pass "
+                    "the run folder, or leave the step out"
                 )
             return "schooner", path
         if _exists(f"{path}/model.safetensors") or _exists(f"{path}/model.safetensors.index.json"):
             if step is not None:
-                raise ValueError(f"initialize_from={path!r} is a Hugging Face folder: it has no steps")
+                raise ValueError(f"{field}={path!r} is a Hugging Face folder: it has no steps")
             return "hf", path
     elif list_checkpoints(path):
-        return "schooner", find_checkpoint(path, step, who="initialize_from=")
+        return "schooner", find_checkpoint(path, step, who=f"{field}=")
     raise FileNotFoundError(
-        f"initialize_from={path!r} is not a training run (no complete step-*/{CHECKPOINT_MARKER}), a checkpoint "
+        f"{field}={path!r} is not a training run (no complete step-*/{CHECKPOINT_MARKER}), a checkpoint "
         "folder (config.json + model/) or a Hugging Face folder (config.json + model.safetensors)"
     )
 

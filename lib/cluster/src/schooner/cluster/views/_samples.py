@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from schooner.cluster.storage import read_json_lines, storage_for
+from schooner.cluster.storage import json_kind, read_json_lines, storage_for
 
 from ._html import esc, fmt
 
@@ -40,10 +40,10 @@ def _rows(path: str) -> list[dict[str, Any]]:
     except json.JSONDecodeError as err:
         raise ValueError(f"not JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(rows, list):
-        raise ValueError(f"a JSON {type(rows).__name__}, not a list of objects")
+        raise ValueError(f"it holds {json_kind(rows)}, not an array of objects")
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"item {i} is a {type(row).__name__}, not an object")
+            raise ValueError(f"item {i} is {json_kind(row)}, not an object")
     return rows
 
 

@@ -292,8 +292,20 @@ def run_data(train_path: str) -> dict[str, Any]:
 
 def read_run_data(path: str) -> list[dict[str, Any] | None]:
     """Each run's `run_data` from a sweep-results folder's `runs.jsonl` (None for a row that has none)."""
+    return [row.get("data") for row in _sweep_rows(path)]
+
+
+def _sweep_rows(path: str) -> list[dict[str, Any]]:
+    """The rows of a sweep-results folder's `runs.jsonl` (or of that file); a file without rows is refused: a
+    fit or a comparison needs runs (with none, the fit step failed on an IndexError)."""
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    return [row.get("data") for _n, row in storage.read_json_lines(file, what="sweep results")]
+    rows = [row for _n, row in storage.read_json_lines(file, what="sweep results")]
+    if not rows:
+        raise ValueError(
+            f"sweep results: {file} holds no runs; give the output of a finished isoflop_sweep step (one row "
+            "per run it collected), or collect the sweep again"
+        )
+    return rows
 
 
 def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
@@ -339,5 +351,4 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
 
 def read_runs(path: str) -> list[ScalingRun]:
     """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file."""
-    file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    return [ScalingRun.from_dict(row) for _n, row in storage.read_json_lines(file, what="sweep results")]
+    return [ScalingRun.from_dict(row) for row in _sweep_rows(path)]

@@ -10,7 +10,7 @@ from typing import Any
 from schooner.cluster import InputPath, ResourceConfig, StepHandle, storage
 from schooner.train._checkpoint import CheckpointConfig
 from schooner.train._config import TrainerConfig
-from schooner.train._init import pin_initialize_from
+from schooner.train._init import InitialCheckpoint, pin_initialize_from, resolve_source
 from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._rl import Grpo
@@ -124,7 +124,14 @@ def rl_train(
             as in `train_lm`.
         **options: any other `TrainerConfig` field.
     """
-    check_rl_inputs(f"rl_train({name!r})", prompts=prompts, heldout=heldout, tokenizer=tokenizer)
+    check_rl_inputs(
+        f"rl_train({name!r})",
+        checkpoint=checkpoint,
+        checkpoint_step=checkpoint_step,
+        prompts=prompts,
+        heldout=heldout,
+        tokenizer=tokenizer,
+    )
     if model is None:
         model = initial_model_config(checkpoint, checkpoint_step, who=f"rl_train({name!r})")
     initialize_from, initialize_from_step = pin_initialize_from(checkpoint, checkpoint_step)
@@ -181,18 +188,66 @@ def rl_train(
     )
 
 
-def check_rl_inputs(who: str, *, prompts: Any, heldout: Mapping[str, Any] | None, tokenizer: Any) -> None:
+def check_rl_inputs(
+    who: str,
+    *,
+    checkpoint: Any,
+    checkpoint_step: int | None,
+    prompts: Any,
+    heldout: Mapping[str, Any] | None,
+    tokenizer: Any,
+) -> None:
     """Refuse, while the experiment is built, an input given as a path that the run could not read: the
+    checkpoint (a run folder with a complete checkpoint, a checkpoint folder or a Hugging Face folder), the
     prompts (a file, or a folder holding `train.jsonl`), each held-out evaluation's prompts (a file, or a folder
     holding `heldout.jsonl`) and the tokenizer; the error names the field and the fix. As `sft` and `dpo` check
     their inputs, the files' rows are not read here (the run reads them, naming a bad row); a step's output is
-    checked when it exists."""
+    checked when it exists. `pass_at_k_eval` runs the same checks (`check_checkpoint`, `check_heldout`,
+    `check_tokenizer`) on its inputs."""
+    check_checkpoint(who, checkpoint, checkpoint_step)
     _check_prompts(who, "prompts", prompts, "prompts", "train.jsonl")
     for key, entry in (heldout or {}).items():
-        field, value = (f"heldout[{key!r}]", entry)
-        if isinstance(entry, PassAtK):
-            field, value = f"{field}.prompts", entry.prompts
-        _check_prompts(who, field, value, "held-out prompts", "heldout.jsonl")
+        check_heldout(who, f"heldout[{key!r}]", entry)
+    check_tokenizer(who, tokenizer)
+
+
+def check_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = True) -> None:
+    """Refuse a `checkpoint` path that holds no weights (or no checkpoint of `step`), naming the `checkpoint`
+    field (`schooner.train._init.resolve_source`'s checks); with `hf=False` a Hugging Face folder too. A step
+    (or None, for a caller that checks it itself) is not checked here."""
+    if checkpoint is None or isinstance(checkpoint, StepHandle | InputPath | InitialCheckpoint):
+        return
+    if not isinstance(checkpoint, str | os.PathLike):
+        raise TypeError(
+            f"{who}: checkpoint must be a run folder, a checkpoint folder or a training step, got {checkpoint!r}"
+        )
+    path = os.fspath(checkpoint)
+    try:
+        kind, _ = resolve_source(path, step, field="checkpoint")
+    except (FileNotFoundError, ValueError) as e:
+        raise type(e)(f"{who}: {e}") from None
+    if kind == "hf" and not hf:
+        raise ValueError(
+            f"{who}: checkpoint = {path!r} is a Hugging Face folder; give a schooner run or checkpoint folder "
+            "(or the step that trains it)"
+        )
+
+
+def check_heldout(who: str, field: str, entry: Any) -> None:
+    """Refuse held-out prompts (a path, or a `PassAtK` whose `prompts` is one; `field` names it) that the run
+    could not read: a missing path, a folder without `heldout.jsonl`, a value that is no path or step."""
+    if isinstance(entry, PassAtK):
+        field, entry = f"{field}.prompts", entry.prompts
+    _check_prompts(who, field, entry, "held-out prompts", "heldout.jsonl")
+
+
+def check_tokenizer(who: str, tokenizer: Any, *, required: bool = False) -> None:
+    """Refuse a `tokenizer` path that does not exist (and, when `required`, no tokenizer at all)."""
+    if tokenizer is None and required:
+        raise TypeError(
+            f"{who}: tokenizer must be the tokenizer the policy was trained with (its tokenizer.json or "
+            "folder) or the step that made it, got None"
+        )
     if isinstance(tokenizer, str | os.PathLike) and not storage.exists(os.fspath(tokenizer)):
         raise FileNotFoundError(
             f"{who}: tokenizer = {os.fspath(tokenizer)!r} does not exist; give the tokenizer the policy was "

@@ -9,6 +9,8 @@ from schooner.cluster import ResourceConfig, StepHandle
 from schooner.cluster import step as make_step
 from schooner.train._rl_eval import PassAtK, PassAtKEvalConfig, evaluate_pass_at_k
 
+from ._rl import check_checkpoint, check_heldout, check_tokenizer
+
 VERSION = "pass-at-k-v1"
 _CPU = ResourceConfig.with_cpu()
 
@@ -48,7 +50,18 @@ def pass_at_k_eval(
         max_prompt_tokens: longer prompts are left out, counted and named.
         prompt_field, id_field: the rows' prompt and id fields.
         resources: where it runs (runtime-only).
+
+    Raises:
+        FileNotFoundError: (when declared, as `rl_train` checks its inputs) a `checkpoint` path without weights
+            (or without `checkpoint_step`), a `task` path that does not exist or a folder without
+            `heldout.jsonl`, a `tokenizer` path that does not exist; the message names the field and the fix.
+        ValueError: a `checkpoint` that is a Hugging Face folder, or one checkpoint given a `checkpoint_step`.
+        TypeError: a `task` or `tokenizer` that is no path or step (e.g. None).
     """
+    who = f"pass_at_k_eval({name!r})"
+    check_checkpoint(who, checkpoint, checkpoint_step, hf=False)
+    check_heldout(who, "task", task)
+    check_tokenizer(who, tokenizer, required=True)
     config = PassAtKEvalConfig(
         checkpoint=checkpoint,
         task=task if isinstance(task, PassAtK) else PassAtK(prompts=task),
