@@ -54,19 +54,58 @@ def test_missing_text_field(tmp_path) -> None:
 
 
 def test_non_string_text_and_bad_fields(tmp_path) -> None:
+    # A value of the wrong kind is named in JSON's words (the user wrote JSON, not Python: no int, list, NoneType).
     path = _write(tmp_path / "a.jsonl", [b'{"text": "fine"}', b'{"text": 5}'])
-    assert str(_error(path)) == f"{path}, line 2: field 'text' must be a string, got int 5{SKIP_HINT}"
+    assert str(_error(path)) == f"{path}, line 2: field 'text' must be a string, got a number: 5{SKIP_HINT}"
     path = _write(tmp_path / "b.jsonl", [b'{"text": "x", "metadata": [1]}'])
-    assert str(_error(path)) == f"{path}, line 1: field 'metadata' must be an object, got list [1]{SKIP_HINT}"
+    assert (
+        str(_error(path))
+        == f"{path}, line 1: field 'metadata' must be an object, got an array: [1]{SKIP_HINT}"
+    )
     path = _write(tmp_path / "c.jsonl", [b"[1, 2]"])
     assert (
-        str(_error(path)) == f"{path}, line 1: expected a JSON object (a record), got list [1, 2]{SKIP_HINT}"
+        str(_error(path))
+        == f"{path}, line 1: expected a JSON object (a record), got an array: [1, 2]{SKIP_HINT}"
     )
     path = _write(tmp_path / "d.jsonl", [b'{"text": "x", "id": 1.5}'])
     assert (
         str(_error(path))
-        == f"{path}, line 1: field 'id' (the id) must be a string or int, got float 1.5{SKIP_HINT}"
+        == f"{path}, line 1: field 'id' (the id) must be a string or an integer, got a number: 1.5{SKIP_HINT}"
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "got"),
+    [
+        (b'"just text"', 'a string: "just text"'),
+        (b"null", "null"),
+        (b"true", "true"),
+        (b"7", "a number: 7"),
+        (b'{"text": null}', "null"),
+        (b'{"text": false}', "false"),
+        ('{"text": {"a": "\u00e9"}}'.encode(), 'an object: {"a": "\u00e9"}'),
+        (b'{"text": "x", "source": ["w"]}', 'an array: ["w"]'),
+        (b'{"text": "x", "id": true}', "true"),
+        (b'{"text": "x", "metadata": "m"}', 'a string: "m"'),
+    ],
+)
+def test_wrong_kind_named_in_json_words(tmp_path, line: bytes, got: str) -> None:
+    path = _write(tmp_path / "k.jsonl", [line])
+    message = str(_error(path))
+    assert message.startswith(f"{path}, line 1: ")
+    assert message.endswith(f", got {got}{SKIP_HINT}")
+
+
+def test_wrong_kind_not_from_json_named_by_type() -> None:
+    # A row from Python (a datasets split, a caller's dict) can hold a value no JSON reader returns: its type.
+    from schooner.data import normalize
+
+    with pytest.raises(Exception, match=r"^field 'text' must be a string, got a bytes value: b'x'$"):
+        normalize({"text": b"x"})
+    with pytest.raises(Exception, match=r"^field 'source' must be a string, got an array: \[1, 2\]$"):
+        normalize({"text": "x", "source": [1, 2]})
+    with pytest.raises(Exception, match=r"^field 'metadata' must be an object, got a tuple value: \(1,\)$"):
+        normalize({"text": "x", "metadata": (1,)})
 
 
 def _complete_lines(prefix: bytes) -> int:
@@ -144,7 +183,7 @@ def test_parquet_text_column_problems(tmp_path) -> None:
     pq.write_table(pa.table({"text": ["a", None]}), nul)
     assert (
         str(_error(str(nul)))
-        == f"{nul}, row group 0, row 1: field 'text' must be a string, got NoneType None{SKIP_HINT}"
+        == f"{nul}, row group 0, row 1: field 'text' must be a string, got null{SKIP_HINT}"
     )
 
 
