@@ -239,6 +239,60 @@ def test_task_definition_errors_name_the_file_and_field(tmp_path, yaml, field):
     assert str(tmp_path / "t.yaml") in str(info.value) and repr(field) in str(info.value), str(info.value)
 
 
+_HEAD = "name: t\npath: mc.jsonl\nlayout: examples\n"
+
+
+@pytest.mark.parametrize(
+    ("yaml", "says"),
+    [
+        ("- name: t\n- path: mc.jsonl\n", "a task definition is a mapping of Task fields, got a sequence"),
+        ("just a name\n", "a task definition is a mapping of Task fields, got a string"),
+        ("~\n", "a task definition is a mapping of Task fields, got null"),
+        ("# nothing but a comment\n", "a task definition is a mapping of Task fields, got an empty document"),
+        (_HEAD + "num_fewshot: two\n", "field 'num_fewshot' must be an integer, got a string: \"two\""),
+        (_HEAD + "num_fewshot: true\n", "field 'num_fewshot' must be an integer, got a boolean: true"),
+        (_HEAD + "num_fewshot:\n", "field 'num_fewshot' must be an integer, got null"),
+        (_HEAD + "limit: 1.5\n", "field 'limit' must be an integer or null, got a number: 1.5"),
+        (_HEAD + "seed: [1, 2]\n", "field 'seed' must be an integer, got a sequence: [1, 2]"),
+        (_HEAD + "delimiter: 3\n", "field 'delimiter' must be a string, got a number: 3"),
+        (_HEAD + "description: {a: 1}\n", "field 'description' must be a string, got a mapping: {\"a\": 1}"),
+        (_HEAD + "chance: 2024-01-02\n", "field 'chance' must be a number or null, got a date: 2024-01-02"),
+        (
+            _HEAD + "reference: [0.3]\n",
+            "field 'reference' must be a mapping of score name -> value, got a sequence: [0.3]",
+        ),
+        (
+            "name: 5\npath: mc.jsonl\nlayout: examples\n",
+            "Task field 'name' must be a non-empty string, got a number: 5",
+        ),
+        (
+            "name: t\npath: [a, b]\nlayout: examples\n",
+            'field \'path\' must be a string, got a sequence: ["a", "b"]',
+        ),
+    ],
+)
+def test_task_definition_values_are_named_in_yamls_words(tmp_path, yaml, says):
+    """It said "got dict", "(str)", "(NoneType)" (Python's names for what the user wrote in YAML)."""
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}: "), message
+    assert says in message, message
+    for python in ("dict", "list", "NoneType", "(str)", "(int)", "(float)", "(bool)", "datetime"):
+        assert python not in message, message
+
+
+def test_task_definition_with_unknown_keys_of_several_kinds_names_them(tmp_path):
+    """Unknown keys that YAML reads as a number and a string were sorted together: a bare TypeError."""
+    (tmp_path / "t.yaml").write_text(_HEAD + "1: x\nshots: 3\n")
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    assert str(info.value).startswith(f"{tmp_path / 't.yaml'}: unknown Task fields [1, 'shots']; known: "), (
+        str(info.value)
+    )
+
+
 def test_too_small_fewshot_pool_names_task_and_file(env, tmp_path):
     _, tok, config = env
     path = _jsonl(tmp_path / "mc.jsonl", ROWS)

@@ -18,6 +18,7 @@ until a task runs; a missing file raises `FileNotFoundError` naming the task, th
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import os
@@ -70,7 +71,8 @@ class Task:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"Task field 'name' must be a non-empty string, got {self.name!r}")
+            got = "an empty string" if self.name == "" else _yaml_value(self.name)
+            raise ValueError(f"Task field 'name' must be a non-empty string, got {got}")
         who = f"task {self.name!r}"
         _check_type(who, "path", self.path, str)
         _check_type(who, "layout", self.layout, str)
@@ -89,7 +91,10 @@ class Task:
             _check_type(who, field, getattr(self, field), str)
         _check_type(who, "chance", self.chance, float, optional=True)
         if not isinstance(self.reference, dict):
-            raise ValueError(f"{who}: field 'reference' must be a mapping of score name -> value")
+            raise ValueError(
+                f"{who}: field 'reference' must be a mapping of score name -> value, got "
+                f"{_yaml_value(self.reference)}"
+            )
         if self.num_fewshot < 0:
             raise ValueError(f"{who}: field 'num_fewshot' must be >= 0, got {self.num_fewshot}")
         if self.limit is not None and self.limit < 1:
@@ -108,11 +113,13 @@ class Task:
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
+            got = "an empty document" if data is None and yaml.compose(text) is None else _yaml_kind(data)
             raise ValueError(
-                f"{path}: a task definition is a mapping of Task fields, got {type(data).__name__}"
+                f"{path}: a task definition is a mapping of Task fields, got {got}; write one `field: value` "
+                "a line, e.g. `name: my_task`, `path: rows.jsonl`, `layout: examples`"
             )
         known = {f.name for f in dataclasses.fields(Task)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - known, key=str)  # YAML keys can be numbers too (`1: x`)
         if unknown:
             raise ValueError(f"{path}: unknown Task fields {unknown}; known: {sorted(known)}")
         missing = [f for f in ("name", "path", "layout") if f not in data]
@@ -143,9 +150,44 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
     if isinstance(value, bool) or not ok:
         names = {int: "an integer", float: "a number", str: "a string"}
         raise ValueError(
-            f"{who}: field {field!r} must be {names[kind]}{' or None' if optional else ''}, got {value!r} "
-            f"({type(value).__name__})"
+            f"{who}: field {field!r} must be {names[kind]}{' or null' if optional else ''}, got "
+            f"{_yaml_value(value)}"
         )
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a value read from a task's YAML is, in YAML's words ("a mapping", "a sequence", "null"): the user
+    wrote YAML, not Python (dict, list, NoneType). A value no YAML file holds is named by its type."""
+    if value is None:
+        return "null"
+    kinds = (
+        (bool, "a boolean"),
+        (dict, "a mapping"),
+        (list | tuple, "a sequence"),
+        (str, "a string"),
+        (int | float, "a number"),
+        (datetime.datetime, "a timestamp"),
+        (datetime.date, "a date"),
+        (bytes, "binary data"),
+        (set | frozenset, "a set"),
+    )
+    return next((name for kind, name in kinds if isinstance(value, kind)), f"a {type(value).__name__} value")
+
+
+def _yaml_value(value: Any) -> str:
+    """A value of the wrong kind as a task-definition message names it: its kind in YAML's words and the value
+    as YAML's flow style writes it ("a string: \"two\"", "a sequence: [1, 2]", "a boolean: true", "null")."""
+    kind = _yaml_kind(value)
+    if value is None:
+        return kind
+    if isinstance(value, datetime.date):
+        shown = value.isoformat(sep=" ") if isinstance(value, datetime.datetime) else value.isoformat()
+    else:
+        try:
+            shown = json.dumps(value, ensure_ascii=False)  # JSON is YAML's flow style
+        except (TypeError, ValueError):
+            shown = repr(value)
+    return f"{kind}: {shown if len(shown) <= 60 else shown[:57] + '...'}"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
