@@ -137,6 +137,27 @@ def test_truncated_stream(tmp_path, comp: str) -> None:
     )
 
 
+@pytest.mark.parametrize("comp", ["zstd", "gzip"])
+def test_compressed_file_cut_before_its_first_line(tmp_path, comp: str) -> None:
+    # 0 bytes is no gzip/zstd stream (an empty stream still has a header): cut short, not an empty shard; the
+    # message said "... after line 0" (no line was read at all).
+    ext = ".zst" if comp == "zstd" else ".gz"
+    zero = tmp_path / f"zero.jsonl{ext}"
+    zero.write_bytes(b"")
+    assert str(_error(str(zero))) == (
+        f"{zero}, line 1: empty file (0 bytes), not a {comp} stream (an empty stream still has a header){TRUNC_FIX}"
+    )
+    data = b'{"text": "' + b"one long first line " * 500 + b'"}\n'
+    packed = zstandard.ZstdCompressor().compress(data) if comp == "zstd" else gzip.compress(data, mtime=0)
+    cut = tmp_path / f"cut.jsonl{ext}"
+    cut.write_bytes(packed[: len(packed) // 2])
+    assert str(_error(str(cut))) == (
+        f"{cut}, line 1: truncated {comp} stream (the file ends inside a compressed frame){TRUNC_FIX}"
+    )
+    skips = SkipLog()  # skipped, the skip counted: never read as an empty shard
+    assert list(read_records(str(zero), on_error="skip", skips=skips)) == [] and skips.skipped == 1
+
+
 def test_corrupt_zstd(tmp_path) -> None:
     path = tmp_path / "c.jsonl.zst"
     path.write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage that is not a frame" * 10)

@@ -159,3 +159,23 @@ def test_a_truncated_compressed_page_is_named_not_read_in_part(tmp_path, suffix)
     assert {k: len(v) for k, v in m["errors"]["reasons"].items()} == {"damaged_stream": 2}
     with pytest.raises(DataError, match=rf"big\.html\{suffix}: HTML file: .*(truncated|ended before)"):
         html_dataset(str(tmp_path / f"big.html{suffix}"), on_error="raise").collect(client="inline")
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz"])
+def test_a_zero_byte_compressed_page_is_cut_short_not_an_empty_page(tmp_path, suffix) -> None:
+    """0 bytes is no gzip or zstd stream (an empty one still has a header): a file cut short before its
+    first byte, a `damaged_stream` skip as a .zst one was; a 0-byte .gz one was an "empty page" (`empty_body`).
+    A whole empty stream is an empty page, as a 0-byte plain file is."""
+    pack = zstandard.ZstdCompressor().compress if suffix == ".zst" else gzip.compress
+    (tmp_path / f"zero.html{suffix}").write_bytes(b"")
+    (tmp_path / f"empty.html{suffix}").write_bytes(pack(b""))
+    (tmp_path / "plain.html").write_bytes(b"")
+    m = html_dataset(str(tmp_path)).write_jsonl(str(tmp_path / "out"), progress=False)
+    reasons = m["errors"]["reasons"]
+    assert {k: len(v) for k, v in reasons.items()} == {"damaged_stream": 1, "empty_body": 2}, reasons
+    [message] = reasons["damaged_stream"]
+    assert f"zero.html{suffix}: HTML file: " in message and "empty file (0 bytes)" in message, message
+    with pytest.raises(
+        DataError, match=rf"zero\.html\{suffix}: HTML file: .*0 bytes.*not a (gzip|zstd) stream"
+    ):
+        html_dataset(str(tmp_path / f"zero.html{suffix}"), on_error="raise").collect(client="inline")

@@ -67,6 +67,27 @@ def test_a_file_that_is_not_a_warc_is_a_named_skip(tmp_path):
             list(iter_pages(str(path), ExtractConfig(), on_error="raise", skips=SkipLog(), counters={}))
 
 
+@pytest.mark.parametrize("ext", [".gz", ".zst"])
+def test_a_zero_byte_compressed_warc_is_cut_short_not_a_non_warc(tmp_path, ext):
+    """0 bytes is no gzip/zstd stream (an empty one still has a header): a download cut short before its first
+    byte, a `damaged_stream` to re-fetch; it was `not_warc`, "read HTML files with html_dataset"."""
+    comp = {".gz": "gzip", ".zst": "zstd"}[ext]
+    path = tmp_path / f"crawl.warc{ext}"
+    path.write_bytes(b"")
+    skips = SkipLog()
+    assert list(iter_pages(str(path), ExtractConfig(), on_error="skip", skips=skips, counters={})) == []
+    assert skips.counts() == {"damaged_stream": 1}, skips.to_dict()
+    assert skips.examples[0] == (
+        f"{path}: empty file (0 bytes), not a {comp} stream (an empty stream still has a header); the file is "
+        "incomplete (an interrupted write or download): re-create or re-download it"
+    )
+    plain = tmp_path / "crawl.warc"  # a 0-byte plain file is still no WARC file (unchanged)
+    plain.write_bytes(b"")
+    skips = SkipLog()
+    assert list(iter_pages(str(plain), ExtractConfig(), on_error="skip", skips=skips, counters={})) == []
+    assert skips.counts() == {"not_warc": 1}, skips.to_dict()
+
+
 def test_an_extract_step_that_writes_no_page_fails_naming_what_it_skipped(tmp_path):
     from schooner.cluster import StepRunner
     from schooner.data.curation.steps import extract_warc

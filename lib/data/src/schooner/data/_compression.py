@@ -39,6 +39,12 @@ def split_compression(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+def zero_bytes(compression: str) -> str:
+    """Why a 0-byte compressed file is no stream: it was cut short before its first byte (the message every
+    reader of compressed input gives; an empty file is a legitimate empty shard only uncompressed)."""
+    return f"empty file (0 bytes), not a {compression} stream (an empty stream still has a header)"
+
+
 def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
     """Yield the decompressed bytes of `f` in chunks, across concatenated frames/members.
 
@@ -80,8 +86,6 @@ def iter_decompressed(f: IO[bytes], compression: str | None) -> Iterator[bytes]:
                 yield out
             raw = d.unused_data if d.eof else b""
     if not started:
-        raise StreamError(
-            f"empty file (0 bytes), not a {compression} stream (an empty stream still has a header)"
-        )
+        raise StreamError(zero_bytes(compression))
     if not d.eof:
         raise StreamError(f"truncated {compression} stream (the file ends inside a compressed frame)")

@@ -204,7 +204,12 @@ def _read_json_lines(
                         handle(record_error(path, str(e), line=lineno), on_error, skips)
         except StreamError as e:
             handle(
-                DataError(path, f"{e} after line {lineno}", line=lineno + 1, fix=_TRUNCATED_FIX),
+                DataError(  # "after line 0" said nothing: no line was read
+                    path,
+                    f"{e} after line {lineno}" if lineno else str(e),
+                    line=lineno + 1,
+                    fix=_TRUNCATED_FIX,
+                ),
                 on_error,
                 skips,
             )

@@ -41,9 +41,14 @@ def _read_bounded(path: str, limit: int) -> bytes:
         if lower.endswith(".gz"):
             try:
                 with gzip.GzipFile(fileobj=f) as g:
-                    return g.read(limit + 1)
+                    data = g.read(limit + 1)
             except (OSError, EOFError, zlib.error) as e:
                 raise BadPage(f"does not decompress as gzip ({e})", "damaged_stream") from e
+            if not data and f.tell() == 0:  # gzip reads 0 bytes as no members, without an error of its own
+                from schooner.data._compression import zero_bytes
+
+                raise BadPage(f"does not decompress as gzip: {zero_bytes('gzip')}", "damaged_stream")
+            return data
         if lower.endswith(".zst"):
             import zstandard
 

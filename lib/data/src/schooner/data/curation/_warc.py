@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from schooner.data import storage
+from schooner.data._compression import split_compression, zero_bytes
 from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
@@ -104,6 +105,12 @@ def iter_pages(
             msg = ("an ARC file (the Internet Archive's format before WARC: a filedesc:// header), which is not "
                    "read; convert it to WARC (warctools' arc2warc) and read that")  # fmt: skip
             handle(DataError(path, msg, kind="arc_file"), on_error, skips)
+            return
+        comp = split_compression(path)[1]
+        if head == b"" and comp is not None and f.read(1) == b"":  # 0 bytes: gzip and zstd see no stream
+            msg = (f"{zero_bytes(comp)}; the file is incomplete (an interrupted write or download): re-create or "
+                   "re-download it")  # fmt: skip
+            handle(DataError(path, msg, kind="damaged_stream"), on_error, skips)
             return
         if head is not None and not head.startswith(b"WARC/"):
             start = repr(head[:40]) if head else "nothing (an empty file)"
