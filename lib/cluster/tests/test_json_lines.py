@@ -58,6 +58,18 @@ def test_bad_json_names_path_line_error_text_and_fix(root: str) -> None:
     assert "column 13" in message and "text: 1" in message and "one JSON object per line" in message, message
 
 
+@pytest.mark.parametrize("sep", ["\n", "\r\n"])
+def test_an_unclosed_object_before_another_line_is_named_at_its_lines_end(root: str, sep: str) -> None:
+    # the line was parsed with its line end, so json saw the object cut at "line 2 column 1" and said column 1
+    line = '{"id": "c", "text": "x"'
+    path = _put(root, "unclosed.jsonl", (line + sep + json.dumps(ROWS[0]) + sep).encode())
+    message = _error(path)
+    assert message.startswith(
+        f"{path}:1 is not valid JSON (Expecting ',' delimiter at column {len(line) + 1};"
+    )
+    assert repr(line) in message, message
+
+
 def test_rows_before_a_bad_line_stream_out_first(root: str) -> None:
     path = _put(root, "late.jsonl", _lines(ROWS) + b"not json\n")
     rows = storage.read_json_lines(path)
@@ -211,6 +223,19 @@ def test_decode_utf8_names_path_line_column_offset_byte_and_fix() -> None:
     )
     with pytest.raises(ValueError, match=r"^rows.jsonl:1 .*offset 1 in the file.*name it \*\.gz"):
         storage.decode_utf8(gzip.compress(b"{}"), "rows.jsonl")
+
+
+@pytest.mark.parametrize("codec", ["utf-16-le", "utf-16-be"])
+def test_decode_utf8_says_a_utf16_file_is_utf16(root: str, codec: str) -> None:
+    bom = b"\xff\xfe" if codec == "utf-16-le" else b"\xfe\xff"
+    data = bom + "name: t\nlayout: café\n".encode(codec)
+    with pytest.raises(ValueError) as info:
+        storage.decode_utf8(data, "task.yaml")
+    message = str(info.value)
+    assert message.startswith("task.yaml:1 is not UTF-8 text (byte 0x"), message
+    assert "it is UTF-16: `iconv -f utf-16 -t utf-8 in > out`" in message and "latin1" not in message, message
+    path = _put(root, "wide.jsonl", bom + _lines(ROWS).decode().encode(codec))
+    assert "it is UTF-16" in _error(path)
 
 
 @pytest.mark.parametrize(

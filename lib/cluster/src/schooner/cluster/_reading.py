@@ -141,7 +141,7 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
         if not text.strip():
             continue
         try:
-            row = json.loads(text)
+            row = json.loads(text.rstrip("\r\n"))  # with its line end, an unclosed object was "at column 1"
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"{who}{path}:{n} is not valid JSON ({e.msg} at column {e.colno}; the line starts "
@@ -247,7 +247,8 @@ def decode_utf8(data: bytes, path: str, *, what: str = "", line: int = 1, offset
     Raises:
         ValueError: bytes that are not UTF-8, e.g. `rows.jsonl:2 is not UTF-8 text (byte 0xe9 at column 11,
             offset 40 in the file: invalid continuation byte); re-encode it as UTF-8, e.g. iconv ...`;
-            gzip or zstd data under a plain name is said so.
+            gzip or zstd data under a plain name, and UTF-16 text (a byte-order mark `ff fe` or `fe ff`), are
+            said so.
 
     Example:
         >>> from schooner.cluster import storage
@@ -270,6 +271,8 @@ def decode_utf8(data: bytes, path: str, *, what: str = "", line: int = 1, offset
             hint = "it is gzip-compressed: name it *.gz (e.g. rows.jsonl.gz), or decompress it"
         elif data.startswith(ZSTD_MAGIC) and offset == 0:
             hint = "it is zstd-compressed: decompress it (`zstd -d`), or recompress it with gzip as *.gz"
+        elif data.startswith((b"\xff\xfe", b"\xfe\xff")) and offset == 0:
+            hint = "it is UTF-16: `iconv -f utf-16 -t utf-8 in > out`"
         else:
             hint = "re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8 in > out`"
         where = f"{what + ': ' if what else ''}{path}:{line + data.count(_NEWLINE, 0, at)}"
