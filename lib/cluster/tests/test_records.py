@@ -143,3 +143,19 @@ def test_history_keeps_the_last_attempts(out: str) -> None:
     hist = records.read_history(out)
     assert len(hist) == records.HISTORY_KEEP and hist[-1]["run_id"] == f"r{records.HISTORY_KEEP + 2}"
     assert hist[0]["host"] == "h"
+
+
+def test_a_metrics_line_not_utf8_names_file_line_and_fix(out: str) -> None:
+    path = records.metrics_path(out)
+    storage.write_bytes(path, b'{"step": 0}\n{"note": "caf\xe9"}\n')
+    with pytest.raises(ValueError) as info:  # it was a bare UnicodeDecodeError
+        records.read_metrics(out)
+    message = str(info.value)
+    assert message.startswith(f"{path}:2 is not UTF-8 text (byte 0xe9 at column 14"), message
+    assert "iconv" in message, message
+
+
+def test_a_metrics_line_torn_inside_a_character_is_left_out(out: str) -> None:
+    path = records.metrics_path(out)
+    storage.write_bytes(path, b'{"step": 0}\n{"note": "caf' + "é".encode()[:1])  # killed mid-write
+    assert records.read_metrics(out) == [{"step": 0}]

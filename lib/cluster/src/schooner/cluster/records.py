@@ -39,7 +39,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .storage import Storage, is_local, join, json_kind, local_path, storage_for, url_to_fs
+from .storage import (
+    Storage,
+    decode_utf8,
+    is_local,
+    join,
+    json_kind,
+    local_path,
+    read_bytes,
+    storage_for,
+    url_to_fs,
+)
 
 META_DIR = ".schooner"
 """Folder inside every step output that holds the runner's own files (status, lease, record, history)."""
@@ -293,14 +303,24 @@ def read_metrics(output_path: str) -> list[dict[str, Any]]:
 
     Raises:
         ValueError: a complete line that is not JSON or not a JSON object (named in JSON's words, as
-            `storage.read_json_lines` names a row); the message names the file, line and the fix.
+            `storage.read_json_lines` names a row); the message names the file, line and the fix, as for a
+            complete line that is not UTF-8 (it was a bare UnicodeDecodeError).
     """
     path = metrics_path(output_path)
-    text = storage_for(path).read_text(path)
-    if not text:
+    try:
+        data = read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    lines = text.split("\n")
-    torn = lines.pop()  # "" when the file ends with a newline
+    whole, sep, torn_bytes = data.rpartition(b"\n")
+    # decoded as any input file is (a bad byte named file:line with the fix); a torn last line may end inside
+    # a character (a writer killed mid-write), which is no error: it is left out as torn
+    lines = decode_utf8(whole, path).split("\n") if sep else []
+    try:
+        torn = torn_bytes.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.reason != "unexpected end of data":
+            decode_utf8(torn_bytes, path, line=len(lines) + 1, offset=len(whole) + len(sep))
+        torn = ""
     rows = []
     for n, line in enumerate(lines, 1):
         if not line.strip():
