@@ -180,6 +180,48 @@ def test_rl_train_names_its_checkpoint_field_when_the_path_holds_no_weights(
     assert "initialize_from" not in message, message
 
 
+@pytest.mark.parametrize(
+    ("given", "error", "said"),
+    [
+        ({"tokenizer": None}, TypeError, "tokenizer must be the tokenizer the policy was trained with"),
+        ({"checkpoint": None}, TypeError, "checkpoint must be the policy: a run folder, a checkpoint folder"),
+        (
+            {"heldout": "task.jsonl"},
+            TypeError,
+            "heldout must be heldout={'name': path or PassAtK}, got 'task.jsonl'",
+        ),
+        (
+            {"heldout": ["t.jsonl"]},
+            TypeError,
+            "heldout must be heldout={'name': path or PassAtK}, got ['t.jsonl']",
+        ),
+    ],
+)
+def test_rl_train_refuses_no_tokenizer_no_checkpoint_and_a_heldout_that_is_no_mapping(
+    data_dir, start, tmp_path, given, error, said
+) -> None:
+    """rl_train(tokenizer=None) was accepted (pass_at_k_eval refused it), checkpoint=None said "give model= ...
+    or initialize_from=" (rl_train has no initialize_from), a heldout string or list raised AttributeError."""
+    good = _write(tmp_path / "task.jsonl", [{"id": "q1", "prompt": "1+1?", "answer": 2}])
+    given = {"prompts": good} | given
+    if "checkpoint" in given:
+        start = given.pop("checkpoint")
+    with pytest.raises(error) as info:
+        _declare(data_dir, start, **given)
+    message = str(info.value)
+    assert message.startswith(f"rl_train('rl/bad'): {said}"), message
+    assert "initialize_from" not in message, message
+
+
+def test_rl_train_says_a_missing_checkpoint_does_not_exist(data_dir, start, tmp_path) -> None:
+    good = _write(tmp_path / "task.jsonl", [{"id": "q1", "prompt": "1+1?", "answer": 2}])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"checkpoint='.*no-run' does not exist; give "):
+        _declare(data_dir, str(tmp_path / "no-run"), prompts=good)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint='.*empty' is not a training run"):
+        _declare(data_dir, str(tmp_path / "empty"), prompts=good)
+
+
 # -- pass_at_k_eval, declared: the same checks as rl_train's ------------------------------------------------
 
 
@@ -213,6 +255,7 @@ def test_pass_at_k_eval_refuses_a_bad_checkpoint_task_or_tokenizer_path_when_dec
         ("task = ", {"task": missing}, FileNotFoundError),
         ("task.prompts = ", {"task": PassAtK(str(empty))}, FileNotFoundError),
         ("tokenizer = ", {"task": good, "tokenizer": str(tmp_path / "tok.json")}, FileNotFoundError),
+        ("checkpoint must be ", {"task": good, "checkpoint": None}, TypeError),
         ("task must be ", {"task": None}, TypeError),
         ("tokenizer must be ", {"task": good, "tokenizer": None}, TypeError),
     ]
@@ -223,7 +266,8 @@ def test_pass_at_k_eval_refuses_a_bad_checkpoint_task_or_tokenizer_path_when_dec
         messages.append(str(info.value))
         assert messages[-1].startswith(f"pass_at_k_eval('eval/bad'): {field}"), messages[-1]
         assert "initialize_from" not in messages[-1] and "train.jsonl" not in messages[-1], messages[-1]
-    assert "is not a training run" in messages[0] and "is not a training run" in messages[1]
+    assert "does not exist" in messages[0] and "is not a training run" not in messages[0], messages[0]
+    assert "is not a training run" in messages[1]  # an empty folder: it exists, and holds no checkpoint
     assert "is one checkpoint; checkpoint_step=3 " in messages[2] and "Hugging Face" in messages[3]
     assert (
         missing in messages[4] and "heldout.jsonl" in messages[4] and "holds no heldout.jsonl" in messages[5]

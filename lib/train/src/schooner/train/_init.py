@@ -45,7 +45,8 @@ def resolve_source(path: str, step: int | None = None, *, field: str = "initiali
     whose argument is `checkpoint` passes `field="checkpoint"`.
 
     Raises:
-        FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
+        FileNotFoundError: `path` does not exist, nothing loadable is there, or the run has no checkpoint of
+            that step.
     """
     path = os.fspath(path).rstrip("/")
     if _exists(f"{path}/config.json"):
@@ -62,6 +63,11 @@ def resolve_source(path: str, step: int | None = None, *, field: str = "initiali
             return "hf", path
     elif list_checkpoints(path):
         return "schooner", find_checkpoint(path, step, who=f"{field}=")
+    if not _exists(path):
+        raise FileNotFoundError(
+            f"{field}={path!r} does not exist; give a training run folder, a checkpoint folder (config.json + "
+            "model/) or a Hugging Face folder (config.json + model.safetensors), or the step that trains it"
+        )
     raise FileNotFoundError(
         f"{field}={path!r} is not a training run (no complete step-*/{CHECKPOINT_MARKER}), a checkpoint "
         "folder (config.json + model/) or a Hugging Face folder (config.json + model.safetensors)"
@@ -95,7 +101,8 @@ class InitialCheckpoint:
         """The checkpoint `path` (with `step`: see `resolve_source`) resolves to now.
 
         Raises:
-            FileNotFoundError: nothing loadable at `path`, or the run has no checkpoint of that step.
+            FileNotFoundError: `path` does not exist, nothing loadable is there, or the run has no checkpoint of
+            that step.
         """
         from schooner.cluster import InputFiles
 

@@ -206,20 +206,26 @@ def check_rl_inputs(
     `check_tokenizer`) on its inputs."""
     check_checkpoint(who, checkpoint, checkpoint_step)
     _check_prompts(who, "prompts", prompts, "prompts", "train.jsonl")
+    if heldout is not None and not isinstance(heldout, Mapping):
+        raise TypeError(
+            f"{who}: heldout must be heldout={{'name': path or PassAtK}}, got {heldout!r}; e.g. "
+            "heldout={'arithmetic': PassAtK('task/heldout.jsonl', samples=8, ks=(1, 8))}"
+        )
     for key, entry in (heldout or {}).items():
         check_heldout(who, f"heldout[{key!r}]", entry)
-    check_tokenizer(who, tokenizer)
+    check_tokenizer(who, tokenizer, required=True)
 
 
 def check_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = True) -> None:
-    """Refuse a `checkpoint` path that holds no weights (or no checkpoint of `step`), naming the `checkpoint`
-    field (`schooner.train._init.resolve_source`'s checks); with `hf=False` a Hugging Face folder too. A step
-    (or None, for a caller that checks it itself) is not checked here."""
-    if checkpoint is None or isinstance(checkpoint, StepHandle | InputPath | InitialCheckpoint):
+    """Refuse a `checkpoint` that is no path or step (None too), or a path that does not exist or holds no
+    weights (or no checkpoint of `step`), naming the `checkpoint` field (`schooner.train._init.resolve_source`'s
+    checks); with `hf=False` a Hugging Face folder too. A step is not checked here."""
+    if isinstance(checkpoint, StepHandle | InputPath | InitialCheckpoint):
         return
     if not isinstance(checkpoint, str | os.PathLike):
         raise TypeError(
-            f"{who}: checkpoint must be a run folder, a checkpoint folder or a training step, got {checkpoint!r}"
+            f"{who}: checkpoint must be the policy: a run folder, a checkpoint folder or a training step, got "
+            f"{checkpoint!r}"
         )
     path = os.fspath(checkpoint)
     try:
