@@ -126,6 +126,9 @@ def test_decorator_forms() -> None:
     assert plain("p", {}).version is None
     with pytest.raises(TypeError, match="decorator"):
         step("name-only")
+    with pytest.raises(TypeError) as info:  # the message lacked its f prefix: it showed "{name!r}" as is
+        step("name-only", plain.fn)
+    assert "got name='name-only', fn=<function " in str(info.value) and "{" not in str(info.value)
 
 
 def test_lower_deduplicates_equal_steps_and_orders_inputs_first() -> None:

@@ -439,5 +439,5 @@ def step(
         return lambda f: StepDef(f, **kw)
     raise TypeError(
         "step() takes (name, fn, config, ...) to build a handle, or is used as a decorator "
-        "`@step` / `@step(version=...)`; got name={name!r}, fn={fn!r} and no config"
+        f"`@step` / `@step(version=...)`; got name={name!r}, fn={fn!r} and no config"
     )
