@@ -72,3 +72,21 @@ def test_sweep_results_without_runs_are_refused_naming_the_file(tmp_path) -> Non
         message = str(info.value)
         assert message.startswith(f"sweep results: {tmp_path}/runs.jsonl holds no runs"), message
         assert "isoflop_sweep" in message, message
+
+
+def test_a_sweep_results_row_missing_fields_names_file_line_and_the_fields(tmp_path) -> None:
+    """A row without `loss` (a hand-edited or foreign runs.jsonl) raised a bare TypeError from ScalingRun."""
+    run = ScalingRun(budget=1e15, params=1e6, tokens=2e7, loss=3.0, name="r1")
+    short = {k: v for k, v in run.to_dict().items() if k not in ("loss", "tokens")}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(run.to_dict()) + "\n" + json.dumps(short) + "\n")
+    with pytest.raises(ValueError) as info:
+        read_runs(str(tmp_path))
+    message = str(info.value)
+    assert message.startswith(f"sweep results: {tmp_path}/runs.jsonl:2 (run 'r1') lacks tokens, loss"), (
+        message
+    )
+    assert "isoflop_sweep" in message, message
+    bad = run.to_dict() | {"loss": -1.0}
+    (tmp_path / "runs.jsonl").write_text(json.dumps(bad) + "\n")
+    with pytest.raises(ValueError, match=r"^sweep results: .*runs\.jsonl:1: ScalingRun\.loss must be"):
+        read_runs(str(tmp_path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
+import numpy as np
 import pytest
 
 from schooner.cluster import StepRunner
@@ -99,6 +100,19 @@ def test_seeds_repeat_every_grid_point_and_keep_seed_0_s_runs_as_they_were(data_
     assert isoflop_sweep("scaling/s", **declare, seeds=[0]).key == isoflop_sweep("scaling/s", **declare).key
 
 
+def test_numpy_integer_seeds_give_the_steps_of_plain_int_seeds(data_dir) -> None:
+    """seeds=np.arange(2) was refused (np.int64 is no int): any integer is taken, stored as a plain int."""
+    declare = dict(budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
+    plain = isoflop_runs("scaling/s", **declare, seeds=[0, 1])
+    numpy = isoflop_runs("scaling/s", **declare, seeds=np.arange(2))
+    assert [r.train.key for r in numpy] == [r.train.key for r in plain]
+    assert {type(r.train.config.seed) for r in numpy} == {int}
+    assert (
+        isoflop_sweep("scaling/s", **declare, seeds=np.arange(2)).key
+        == isoflop_sweep("scaling/s", **declare, seeds=[0, 1]).key
+    )
+
+
 @pytest.mark.parametrize(
     ("seeds", "extra", "match"),
     [
@@ -106,6 +120,7 @@ def test_seeds_repeat_every_grid_point_and_keep_seed_0_s_runs_as_they_were(data_
         ([0, 0], {}, "distinct"),
         ([0, "1"], {}, "integers"),
         ([0, True], {}, "integers"),
+        (np.array([0.0, 1.0]), {}, "integers"),
         ([0, 1], {"seed": 3}, "not both"),
     ],
 )

@@ -12,8 +12,10 @@ one-sided grid or runs below `min_steps` without the declaring process's log.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -102,11 +104,13 @@ def _seeded(seeds: Sequence[int] | None, train_kwargs: Mapping[str, Any]) -> lis
         raise ValueError(
             f"isoflop sweep: give the seeds once, as seeds={seeds} or as seed={train_kwargs['seed']}, not both"
         )
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int)]
+    # any integer (np.arange(2)'s np.int64 too), kept as a plain int so the step keys are seeds=[0, 1]'s
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
     if not seeds or bad or len(set(seeds)) < len(seeds):
         raise ValueError(
             f"isoflop sweep: seeds must be distinct integers, at least one; got {seeds!r} (e.g. seeds=[0, 1])"
         )
+    seeds = [int(s) for s in seeds]
     return [("" if seed == 0 else f"-s{seed}", {"seed": seed}) for seed in seeds]
 
 
@@ -298,14 +302,19 @@ def read_run_data(path: str) -> list[dict[str, Any] | None]:
 def _sweep_rows(path: str) -> list[dict[str, Any]]:
     """The rows of a sweep-results folder's `runs.jsonl` (or of that file); a file without rows is refused: a
     fit or a comparison needs runs (with none, the fit step failed on an IndexError)."""
+    return [row for _n, row in _numbered_rows(path)[1]]
+
+
+def _numbered_rows(path: str) -> tuple[str, list[tuple[int, dict[str, Any]]]]:
+    """The `runs.jsonl` file of `path` and its `(line number, row)`s (at least one)."""
     file = path if path.endswith(".jsonl") else f"{path.rstrip('/')}/runs.jsonl"
-    rows = [row for _n, row in storage.read_json_lines(file, what="sweep results")]
+    rows = list(storage.read_json_lines(file, what="sweep results"))
     if not rows:
         raise ValueError(
             f"sweep results: {file} holds no runs; give the output of a finished isoflop_sweep step (one row "
             "per run it collected), or collect the sweep again"
         )
-    return rows
+    return file, rows
 
 
 def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
@@ -350,5 +359,26 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
 
 
 def read_runs(path: str) -> list[ScalingRun]:
-    """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file."""
-    return [ScalingRun.from_dict(row) for row in _sweep_rows(path)]
+    """The runs of a sweep-results folder (its `runs.jsonl`), or of a `runs.jsonl` file.
+
+    Raises:
+        ValueError: no runs, a bad line, or a row without a run's fields or with a bad value; the message
+            names `file:line` (and the missing fields) and the fix.
+    """
+    file, rows = _numbered_rows(path)
+    required = [f.name for f in dataclasses.fields(ScalingRun) if f.default is dataclasses.MISSING]
+    runs = []
+    for n, row in rows:
+        where = f"sweep results: {file}:{n}"
+        missing = [k for k in required if k not in row]
+        if missing:
+            run = f" (run {row['name']!r})" if row.get("name") else ""
+            raise ValueError(
+                f"{where}{run} lacks {', '.join(missing)}: a run row holds {', '.join(required)}; give the "
+                "runs.jsonl an isoflop_sweep step wrote (or collect the sweep again)"
+            )
+        try:
+            runs.append(ScalingRun.from_dict(row))
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+    return runs
