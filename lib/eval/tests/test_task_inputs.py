@@ -210,6 +210,45 @@ def test_malformed_rows_name_file_line_field_and_fix(tmp_path, row, layout, fiel
     assert f"{path}:2" in message and repr(field) in message and fix in message, message
 
 
+_MC = {"contexts": ["x"], "continuations": ["a", "b"], "gold": 0}
+
+
+@pytest.mark.parametrize(
+    ("row", "layout", "says"),
+    [
+        (
+            _MC | {"gold": "1"},
+            "examples",
+            "field 'gold' must be an integer choice index, got a string: \"1\"; write",
+        ),
+        (_MC | {"gold": None}, "examples", "field 'gold' must be an integer choice index, got null; write"),
+        (_MC | {"continuations": ["a", None]}, "examples", "entry 1 is null; give its text, or drop the row"),
+        (_MC | {"continuations": ["a", 3]}, "examples", 'entry 1 is a number: 3; quote it: "3"'),
+        (_MC | {"continuations": {"a": 1}}, "examples", 'list of strings, got an object: {"a": 1}'),
+        (
+            {"goal": "g", "sol1": None, "sol2": "b", "label": 0},
+            "piqa",
+            "'sol1' must be a string, got null; give",
+        ),
+        (
+            {"goal": "g", "sol1": 5, "sol2": "b", "label": 0},
+            "piqa",
+            "'sol1' must be a string, got a number: 5; quote",
+        ),
+    ],
+)
+def test_malformed_row_values_are_named_in_jsons_words_with_the_fix(tmp_path, row, layout, says):
+    """It said "got '1' (str)", "entry 1 is None (NoneType); quote it" (quoting is no fix for a null)."""
+    path = _jsonl(tmp_path / "bad.jsonl", [row])
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), layout, task="t", kind="multiple_choice")
+    message = str(info.value)
+    assert says in message and f"{path}:1" in message, message
+    for python in ("(str)", "NoneType", "(int)", "None", "dict"):
+        assert python not in message, message
+    assert "null" not in message or "quote" not in message, message
+
+
 def test_one_choice_rows_are_fine_for_continuation_tasks(tmp_path):
     path = _jsonl(tmp_path / "cont.jsonl", [{"contexts": ["x y"], "continuations": ["z"], "gold": 0}])
     (ex,) = load_examples(str(path), "examples", task="t", kind="continuation")
