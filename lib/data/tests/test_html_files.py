@@ -162,6 +162,23 @@ def test_a_truncated_compressed_page_is_named_not_read_in_part(tmp_path, suffix)
 
 
 @pytest.mark.parametrize("suffix", [".zst", ".gz"])
+def test_a_truncated_compressed_page_says_truncated_and_to_re_create_or_re_download_it(
+    tmp_path, suffix
+) -> None:
+    """As a WARC file's message does: a .gz page cut short said `does not decompress as gzip (Compressed file
+    ended before ...)` with only `pass on_error='skip'`; the fix is a whole copy of the file."""
+    pack = zstandard.ZstdCompressor().compress if suffix == ".zst" else gzip.compress
+    data = pack(_long_page(40))
+    (tmp_path / f"cut.html{suffix}").write_bytes(data[: len(data) * 2 // 3])
+    with pytest.raises(DataError) as info:
+        html_dataset(str(tmp_path / f"cut.html{suffix}"), on_error="raise").collect(client="inline")
+    message = str(info.value)
+    assert f"cut.html{suffix}: HTML file: truncated {'gzip' if suffix == '.gz' else 'zstd'} stream" in message
+    assert "the file is incomplete (an interrupted write or download): re-create or re-download it" in message
+    assert "on_error='skip'" in message, message  # still: skip such pages, counted
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz"])
 def test_a_zero_byte_compressed_page_is_cut_short_not_an_empty_page(tmp_path, suffix) -> None:
     """0 bytes is no gzip or zstd stream (an empty one still has a header): a file cut short before its
     first byte, a `damaged_stream` skip as a .zst one was; a 0-byte .gz one was an "empty page" (`empty_body`).

@@ -39,6 +39,10 @@ def split_compression(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+INCOMPLETE = "the file is incomplete (an interrupted write or download): re-create or re-download it"
+"""The fix for a compressed file cut short (0 bytes, or ending inside a frame), as every reader gives it."""
+
+
 def zero_bytes(compression: str) -> str:
     """Why a 0-byte compressed file is no stream: it was cut short before its first byte (the message every
     reader of compressed input gives; an empty file is a legitimate empty shard only uncompressed)."""

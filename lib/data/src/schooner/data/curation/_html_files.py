@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schooner.data import storage
+from schooner.data._compression import INCOMPLETE, zero_bytes
 from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
@@ -42,12 +43,26 @@ def _read_bounded(path: str, limit: int) -> bytes:
             try:
                 with gzip.GzipFile(fileobj=f) as g:
                     data = g.read(limit + 1)
-            except (OSError, EOFError, zlib.error) as e:
-                raise BadPage(f"does not decompress as gzip ({e})", "damaged_stream") from e
+            except EOFError as e:  # cut short: the fix is a whole copy, as a WARC file's message says
+                raise BadPage(
+                    f"truncated gzip stream (the file ends inside a compressed member: {e}); {INCOMPLETE}",
+                    "damaged_stream",
+                ) from e
+            except gzip.BadGzipFile as e:
+                if str(e).startswith("Not a gzipped file"):
+                    raise BadPage(
+                        f"not gzip data ({e}): rename it without .gz if it is plain HTML, or re-create it",
+                        "damaged_stream",
+                    ) from e
+                raise BadPage(
+                    f"corrupt gzip data ({e}); re-create or re-download it", "damaged_stream"
+                ) from e
+            except (OSError, zlib.error) as e:
+                raise BadPage(
+                    f"corrupt gzip data ({e}); re-create or re-download it", "damaged_stream"
+                ) from e
             if not data and f.tell() == 0:  # gzip reads 0 bytes as no members, without an error of its own
-                from schooner.data._compression import zero_bytes
-
-                raise BadPage(f"does not decompress as gzip: {zero_bytes('gzip')}", "damaged_stream")
+                raise BadPage(f"{zero_bytes('gzip')}; {INCOMPLETE}", "damaged_stream")
             return data
         if lower.endswith(".zst"):
             import zstandard
@@ -61,7 +76,9 @@ def _read_bounded(path: str, limit: int) -> bytes:
                         parts.append(part)
                         got += len(part)
             except zstandard.ZstdError as e:
-                raise BadPage(f"does not decompress as zstd ({e})", "damaged_stream") from e
+                raise BadPage(
+                    f"corrupt zstd data ({e}); re-create or re-download it", "damaged_stream"
+                ) from e
             if got > limit:
                 return b"".join(parts)
         else:
@@ -73,8 +90,9 @@ def _read_bounded(path: str, limit: int) -> bytes:
     with storage.open_file(path, "rb") as f:
         try:
             return b"".join(iter_decompressed(f, "zstd"))
-        except StreamError as e:
-            raise BadPage(f"does not decompress as zstd: {e}", "damaged_stream") from None
+        except StreamError as e:  # truncated (or 0 bytes): a whole copy is the fix; corrupt: a good one
+            fix = "re-create or re-download it" if str(e).startswith("corrupt") else INCOMPLETE
+            raise BadPage(f"{e}; {fix}", "damaged_stream") from None
 
 
 def _page_record(path: str, url: str, config: ExtractConfig, source: str) -> dict | None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from schooner.data import storage
-from schooner.data._compression import split_compression, zero_bytes
+from schooner.data._compression import INCOMPLETE, split_compression, zero_bytes
 from schooner.data._errors import DataError, SkipLog, handle
 from schooner.data._splits import Split
 
@@ -108,8 +108,7 @@ def iter_pages(
             return
         comp = split_compression(path)[1]
         if head == b"" and comp is not None and f.read(1) == b"":  # 0 bytes: gzip and zstd see no stream
-            msg = (f"{zero_bytes(comp)}; the file is incomplete (an interrupted write or download): re-create or "
-                   "re-download it")  # fmt: skip
+            msg = f"{zero_bytes(comp)}; {INCOMPLETE}"
             handle(DataError(path, msg, kind="damaged_stream"), on_error, skips)
             return
         if head is not None and not head.startswith(b"WARC/"):
