@@ -222,12 +222,15 @@ def test_the_curves_label_the_heldout_series_by_temperature_and_reward(
     out.mkdir()
     drawn = t.rl_curves(t.CurvesConfig(str(run), str(sft)), str(out))
     assert drawn["legend"] == ["T = 1, exact_answer"] and (out / "curves.png").stat().st_size > 0
+    assert drawn["axis"] == ("held-out pass@1 (± 1 s.e.)", "pass@1")
     assert drawn["heldout_pass@1"] == [(0, 0.2, 0.02), (2, 0.25, 0.02)]
     try:
         monkeypatch.setenv("SCHOONER_RL_REWARD", "worked")
         importlib.reload(t)
         drawn = t.rl_curves(t.CurvesConfig(str(run), str(sft)), str(out))
         assert drawn["legend"] == ["T = 1, worked_answer (strict)"]
+        # the curve is strict pass@1 (this doc's "pass@1" is exact_answer's): its title and axis say so
+        assert drawn["axis"] == ("held-out strict pass@1 (± 1 s.e.)", "strict pass@1")
     finally:
         monkeypatch.delenv("SCHOONER_RL_REWARD")
         importlib.reload(t)

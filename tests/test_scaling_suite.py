@@ -95,6 +95,29 @@ def test_checkpoint_every_reaches_the_runs_and_leaves_their_keys(monkeypatch) ->
     assert handles["0"].key == handles["1000"].key
 
 
+def test_sweep_seeds_add_runs_beside_seed_0_s_and_a_bad_count_is_refused(monkeypatch) -> None:
+    """SCHOONER_DELPHI_SWEEP_SEEDS=2 adds a seed-1 run per sweep point; seed 0's runs keep their keys (unset or 1:
+    the sweep as it always was)."""
+    import importlib
+
+    def suite(seeds: str):
+        monkeypatch.setenv("SCHOONER_DELPHI_SWEEP_SEEDS", seeds)
+        sys.modules.pop("experiments.scaling.delphi_suite", None)
+        return importlib.import_module("experiments.scaling.delphi_suite")
+
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
+    one, two = suite("1"), suite("2")
+    try:
+        assert len(two.runs) == 2 * len(one.runs)
+        assert [r.train.key for r in two.runs if r.train.config.seed == 0] == [r.train.key for r in one.runs]
+        assert {r.train.config.seed for r in two.runs} == {0, 1}
+        for bad in ("0", "two", "-1"):
+            with pytest.raises(ValueError, match="SCHOONER_DELPHI_SWEEP_SEEDS"):
+                suite(bad)
+    finally:
+        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+
+
 @pytest.mark.slow
 def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     """The whole suite at the smallest budgets whose isoFLOP runs bracket a minimum with this family (3e10 to

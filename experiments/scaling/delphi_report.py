@@ -153,6 +153,8 @@ def plot(summary: dict[str, Any], out_dir: str) -> None:
     fig = Figure(figsize=(5 * (len(metrics) + 1), 4.3))
     axes = fig.subplots(1, len(metrics) + 1)
     rows = summary["downstream_scores"]
+    # the task's metrics, not the validation loss's: "bpb" here is the right line's bits per byte on the task
+    label = {"choice_loss": "choice_loss", "bpb": "bpb of the right line"}
     for ax, m in zip(axes, metrics, strict=False):
         rec = down["metrics"][m]
         f = rec["fit"]
@@ -185,7 +187,10 @@ def plot(summary: dict[str, Any], out_dir: str) -> None:
             [r["budget"] for r in rows], [r[m] for r in rows], "*", color="C3", ms=10, label="held-out seeds"
         )
         ax.set(
-            xscale="log", xlabel="compute C (FLOPs)", ylabel=m, title=f"{m}: forecast (90% band) vs held out"
+            xscale="log",
+            xlabel="compute C (FLOPs)",
+            ylabel=f"task {label[m]}",
+            title=f"task {label[m]}: forecast (90% band) vs held out",
         )
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")

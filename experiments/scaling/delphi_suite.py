@@ -62,7 +62,13 @@ HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,
 """Held-out budgets as multiples of the largest fitted one."""
 SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
 SIZES = int(os.environ.get("SCHOONER_DELPHI_SIZES", "6"))
-SWEEP_SEEDS = int(os.environ.get("SCHOONER_DELPHI_SWEEP_SEEDS", "1"))
+_sweep_seeds = os.environ.get("SCHOONER_DELPHI_SWEEP_SEEDS", "1")
+if not _sweep_seeds.isdigit() or int(_sweep_seeds) < 1:
+    raise ValueError(
+        f"SCHOONER_DELPHI_SWEEP_SEEDS={_sweep_seeds!r}: a count of runs per sweep point (seeds 0..n-1), 1 or more, "
+        "e.g. 2 (the held-out runs' seeds are SCHOONER_DELPHI_SEEDS)"
+    )
+SWEEP_SEEDS = int(_sweep_seeds)
 """Runs per sweep point (seeds 0..n-1): more than 1 averages seed noise out of each budget's vertex; seed 0's
 runs stay the same steps, so raising it on a finished sweep trains only the new seeds."""
 SPREAD = 1.7
@@ -72,8 +78,6 @@ cut off, so a rerun resumes the runs from their last checkpoint (experiments/sca
 TRAIN = dict(eval_max_tokens=None, checkpoint_every=CHECKPOINT_EVERY, resources=None)
 """Whole validation split (no sampling noise), checkpoints as above, in the runner's process."""
 
-if SWEEP_SEEDS < 1:
-    raise ValueError(f"SCHOONER_DELPHI_SWEEP_SEEDS={SWEEP_SEEDS}: runs per sweep point, 1 or more")
 sweep_kwargs = dict(budgets=BUDGETS, data=DATA, sizes_per_budget=SIZES, recipe=RECIPE, spread=SPREAD, **TRAIN)
 if SWEEP_SEEDS > 1:  # without it, the sweep's steps are the ones it always had
     sweep_kwargs["seeds"] = tuple(range(SWEEP_SEEDS))

@@ -369,14 +369,20 @@ def rl_curves(config: CurvesConfig, output_path: str) -> dict:
     )
     x, y, se = (list(v) for v in zip(*held))
     b.errorbar(x, y, yerr=se, marker="o", capsize=3, label=heldout_label())
-    b.set(xlabel="RL step (0: the SFT model)", ylabel="pass@1", title="held-out pass@1 (± 1 s.e.)")
+    metric = "strict pass@1" if REWARD_NAME == "worked" else "pass@1"  # what the run's own evaluations score
+    b.set(xlabel="RL step (0: the SFT model)", ylabel=metric, title=f"held-out {metric} (± 1 s.e.)")
     legend = [text.get_text() for text in b.legend(loc="lower right").get_texts()]
     for ax in (a, b):
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(os.path.join(output_path, "curves.png"))
     plt.close(fig)
-    return {"reward": reward, "heldout_pass@1": held, "legend": legend}
+    return {
+        "reward": reward,
+        "heldout_pass@1": held,
+        "legend": legend,
+        "axis": (b.get_title(), b.get_ylabel()),
+    }
 
 
 def heldout_label() -> str:
