@@ -119,6 +119,23 @@ def test_json_kind_refuses_what_json_cannot_hold() -> None:
         storage.json_kind((1, 2))
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("1", 'a string: "1"'),
+        (5, "a number: 5"),
+        ({"a": [1]}, 'an object: {"a": [1]}'),
+        (None, "null"),
+        (False, "false"),
+        (b"x", "a bytes value: b'x'"),  # no JSON reader returns bytes: named by its type
+        pytest.param("é" * 70, 'a string: "' + "é" * 56 + "...", id="long"),  # the JSON cut to 60 characters
+    ],
+)
+def test_json_value_names_the_kind_and_shows_the_value_as_json(value, shown: str) -> None:
+    """lib/data's records and eval's task rows say "got a number: 5"; the value is shown as the user wrote it."""
+    assert storage.json_value(value) == shown
+
+
 def test_gzip_by_name_reads_the_same_rows(root: str) -> None:
     data = b"\n" + _lines(ROWS)
     plain, packed = _put(root, "rows.jsonl", data), _put(root, "rows.jsonl.gz", gzip.compress(data))

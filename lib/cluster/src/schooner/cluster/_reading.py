@@ -180,6 +180,35 @@ def json_kind(value: Any) -> str:
     raise TypeError(f"json_kind: {value!r} is a {type(value).__name__}, no parsed JSON value")
 
 
+def json_value(value: Any, limit: int = 60) -> str:
+    """A value of the wrong kind as an input error names it: its kind in JSON's words, then the value as JSON,
+    cut to `limit` characters ("a number: 5", "an array: [1, 2]", "null"). A value no JSON reader returns (a
+    parquet or `datasets` row's bytes, datetime or numpy scalar) is named by its Python type ("a bytes value:
+    b'x'"). lib/data's records and eval's task rows word their "got ..." this way.
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> [storage.json_value(v) for v in ("1", 5, [1, 2], None, b"x")]
+        ['a string: "1"', 'a number: 5', 'an array: [1, 2]', 'null', "a bytes value: b'x'"]
+    """
+    import json
+
+    def clip(text: str) -> str:
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    try:
+        kind = json_kind(value)
+    except TypeError:
+        return f"a {type(value).__name__} value: {clip(repr(value))}"
+    if value is None or isinstance(value, bool):
+        return kind  # null, true, false: the kind is the value
+    try:
+        shown = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # a parquet struct or list holding a non-JSON value
+        shown = repr(value)
+    return f"{kind}: {clip(shown)}"
+
+
 def _raw_lines(path: str, who: str) -> Iterator[tuple[int, bytes]]:
     """`(line number, bytes)` of a file, gunzipped when its name ends in `.gz`; gzip errors named."""
     import contextlib

@@ -7,7 +7,8 @@ Reading: `read_text`, `read_bytes` and `read_json` raise `FileNotFoundError` for
 with `exists` first, or catch it); `open_file` streams a file; `read_json_lines` streams the rows of a
 JSON-lines file (plain or `.gz`) with their line numbers, naming a bad line `path:line` with the fix;
 `decode_utf8` decodes an input file's bytes, naming a non-UTF-8 byte by line, column and offset;
-`json_kind` names a parsed JSON value's kind in JSON's words ("an array", "null") for such messages;
+`json_kind` names a parsed JSON value's kind in JSON's words ("an array", "null") for such messages, and
+`json_value` the kind with the value ("a number: 5");
 `listdir`, `glob`, `exists`, `isdir`, `file_size`. (Paths live in `_paths`, reading in `_reading`; this
 module is their public face.)
 
@@ -67,6 +68,7 @@ from ._reading import exists as exists
 from ._reading import file_size as file_size
 from ._reading import isdir as isdir
 from ._reading import json_kind as json_kind
+from ._reading import json_value as json_value
 from ._reading import open_file as open_file
 from ._reading import read_bytes as read_bytes
 from ._reading import read_json as read_json

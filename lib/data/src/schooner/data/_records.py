@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from schooner.cluster.storage import json_kind
+from schooner.cluster.storage import json_value
 
 RECORD_FIELDS: tuple[str, ...] = ("id", "text", "source", "metadata")
 """The fields of a record, in the order writers store them."""
@@ -46,29 +46,7 @@ def make_record(
 
 def _short(value: Any, limit: int = 60) -> str:
     r = repr(value)
-    return _clip(r, limit)
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _got(value: Any) -> str:
-    """A value of the wrong kind as a bad-input message names it: its kind in JSON's words and the value as
-    JSON ("a number: 5", "an array: [1, 2]", "null"), as `storage.read_json_lines` names a row; the user
-    wrote JSON, not Python (int, list, NoneType). A value no JSON reader returns (a parquet or `datasets`
-    row's bytes, datetime or numpy scalar) is named by its type: "a bytes value: b'x'"."""
-    try:
-        kind = json_kind(value)
-    except TypeError:
-        return f"a {type(value).__name__} value: {_short(value)}"
-    if value is None or isinstance(value, bool):
-        return kind  # null, true, false: the kind is the value
-    try:
-        shown = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # a parquet struct or list holding a non-JSON value
-        shown = repr(value)
-    return f"{kind}: {_clip(shown)}"
+    return r if len(r) <= limit else r[: limit - 3] + "..."
 
 
 class BadRecord(Exception):
@@ -89,7 +67,7 @@ def normalize(
     an id then gets the content id of the whole row (its fields as canonical JSON), so such rows stay apart.
     """
     if type(row) is not dict:
-        raise BadRecord(f"expected a JSON object (a record), got {_got(row)}")
+        raise BadRecord(f"expected a JSON object (a record), got {json_value(row)}")
     # Fast path: the row already is a record in the standard layout.
     if (
         text_field in ("text", None)
@@ -113,24 +91,24 @@ def normalize(
             f"no {text_field!r} field (fields: {fields}); pass text_field=... naming the field that holds the text"
         )
     if type(text) is not str:
-        raise BadRecord(f"field {text_field!r} must be a string, got {_got(text)}")
+        raise BadRecord(f"field {text_field!r} must be a string, got {json_value(text)}")
     source = row.get("source", _MISSING)
     if source is _MISSING or source is None:
         source = default_source
     elif type(source) is not str:
-        raise BadRecord(f"field 'source' must be a string, got {_got(source)}")
+        raise BadRecord(f"field 'source' must be a string, got {json_value(source)}")
     rid = row.get(id_field)
     if rid is None:
         rid = content_id(text if text or not optional else _row_content(row, id_field), source)
     elif type(rid) is int:
         rid = str(rid)
     elif type(rid) is not str:
-        raise BadRecord(f"field {id_field!r} (the id) must be a string or an integer, got {_got(rid)}")
+        raise BadRecord(f"field {id_field!r} (the id) must be a string or an integer, got {json_value(rid)}")
     meta = row.get("metadata")
     if meta is None:
         meta = {}
     elif type(meta) is not dict:
-        raise BadRecord(f"field 'metadata' must be an object, got {_got(meta)}")
+        raise BadRecord(f"field 'metadata' must be an object, got {json_value(meta)}")
     skip = {text_field, id_field, "source", "metadata"}
     extra = {k: v for k, v in row.items() if k not in skip}
     if extra:

@@ -33,25 +33,6 @@ from schooner.cluster import storage
 from ._tasks import Example
 
 
-def _got(value: Any) -> str:
-    """A value of the wrong kind as a message names it: its kind in JSON's words and the value as JSON ("a
-    string: \"1\"", "a number: 5", "null"), as schooner-data's records and `storage.read_json_lines` do; the
-    user wrote JSON, not Python (str, int, NoneType). A value no JSON reader returns (a parquet row's bytes or
-    numpy scalar) is named by its type."""
-    try:
-        kind = storage.json_kind(value)
-    except TypeError:
-        shown = repr(value)
-        return f"a {type(value).__name__} value: {shown if len(shown) <= 60 else shown[:57] + '...'}"
-    if value is None or isinstance(value, bool):
-        return kind  # null, true, false: the kind is the value
-    try:
-        shown = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # a parquet struct or list holding a non-JSON value
-        shown = repr(value)
-    return f"{kind}: {shown if len(shown) <= 60 else shown[:57] + '...'}"
-
-
 def _text_fix(value: Any) -> str:
     """The fix for a value where text belongs: quoting a number or a boolean; for null, the missing text."""
     return "give its text, or drop the row" if value is None else "quote it, or drop the row"
@@ -64,13 +45,17 @@ def _strings(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str,
             f"field {field!r} must be a list of strings, got the string {value!r}; wrap it in a list: [{value!r}]"
         )
     if not isinstance(value, list | tuple) or not value:
-        raise ValueError(f"field {field!r} must be a non-empty list of strings, got {_got(value)}")
+        raise ValueError(
+            f"field {field!r} must be a non-empty list of strings, got {storage.json_value(value)}"
+        )
     for i, item in enumerate(value):
         if not isinstance(item, str):
             fix = (
                 _text_fix(item) if item is None else f"quote it: {json.dumps(json.dumps(item, default=str))}"
             )
-            raise ValueError(f"field {field!r} must hold strings, entry {i} is {_got(item)}; {fix}")
+            raise ValueError(
+                f"field {field!r} must hold strings, entry {i} is {storage.json_value(item)}; {fix}"
+            )
         if not allow_empty and not item:  # whitespace is text: "\n" is a real next line of a code task
             raise ValueError(f"field {field!r} entry {i} is empty; every choice needs text")
     return tuple(value)
@@ -81,7 +66,9 @@ def _text(row: dict[str, Any], field: str, *, allow_empty: bool = True) -> str:
     prompt would be scored as the text "5" or "None")."""
     value = row[field]
     if not isinstance(value, str):
-        raise ValueError(f"field {field!r} must be a string, got {_got(value)}; {_text_fix(value)}")
+        raise ValueError(
+            f"field {field!r} must be a string, got {storage.json_value(value)}; {_text_fix(value)}"
+        )
     if not allow_empty and not value.strip():
         raise ValueError(f"field {field!r} is empty ({value!r}); every choice needs text")
     return value
@@ -97,7 +84,7 @@ def _index(row: dict[str, Any], field: str, *, digits: bool = False) -> int:
         return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(
-            f"field {field!r} must be an integer choice index, got {_got(value)}; "
+            f"field {field!r} must be an integer choice index, got {storage.json_value(value)}; "
             "write the 0-based index of the right choice, e.g. 0"
         )
     return value
