@@ -128,6 +128,8 @@ def test_json_kind_refuses_what_json_cannot_hold() -> None:
         (None, "null"),
         (False, "false"),
         (b"x", "a bytes value: b'x'"),  # no JSON reader returns bytes: named by its type
+        (bytearray(b"x"), "a bytearray value: bytearray(b'x')"),
+        (Ellipsis, "an ellipsis value: Ellipsis"),  # "an" before a vowel
         pytest.param("é" * 70, 'a string: "' + "é" * 56 + "...", id="long"),  # the JSON cut to 60 characters
     ],
 )

@@ -90,3 +90,12 @@ def test_a_sweep_results_row_missing_fields_names_file_line_and_the_fields(tmp_p
     (tmp_path / "runs.jsonl").write_text(json.dumps(bad) + "\n")
     with pytest.raises(ValueError, match=r"^sweep results: .*runs\.jsonl:1: ScalingRun\.loss must be"):
         read_runs(str(tmp_path))
+
+
+def test_a_sweep_results_row_with_none_of_a_run_s_fields_names_the_fields_it_has(tmp_path) -> None:
+    """A row of another file (no run field at all) listed the required fields twice ("lacks budget, ...: a run row
+    holds budget, ..."): it says what the row holds instead."""
+    (tmp_path / "runs.jsonl").write_text(json.dumps({"name": "x", "flops": 1e12}) + "\n")
+    with pytest.raises(ValueError) as info:
+        read_runs(str(tmp_path))
+    assert "(its fields are name, flops)" in str(info.value), str(info.value)

@@ -122,6 +122,8 @@ def test_numpy_integer_seeds_give_the_steps_of_plain_int_seeds(data_dir) -> None
         ([0, True], {}, "integers"),
         (np.array([0.0, 1.0]), {}, "integers"),
         ([0, 1], {"seed": 3}, "not both"),
+        (2, {}, r"seeds is the list of seeds, got 2; for 2 seeds per point give seeds=range\(2\)"),
+        (np.arange(2), {"seed": 3}, r"as seeds=\[0, 1\] or as seed=3"),  # plain ints, not np.int64(0)
     ],
 )
 def test_bad_seeds_are_refused_when_the_sweep_is_declared(data_dir, seeds, extra, match) -> None:

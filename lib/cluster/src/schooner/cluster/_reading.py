@@ -199,7 +199,8 @@ def json_value(value: Any, limit: int = 60) -> str:
     try:
         kind = json_kind(value)
     except TypeError:
-        return f"a {type(value).__name__} value: {clip(repr(value))}"
+        kind = type(value).__name__
+        return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} value: {clip(repr(value))}"
     if value is None or isinstance(value, bool):
         return kind  # null, true, false: the kind is the value
     try:

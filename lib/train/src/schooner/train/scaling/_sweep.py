@@ -99,18 +99,22 @@ def _seeded(seeds: Sequence[int] | None, train_kwargs: Mapping[str, Any]) -> lis
     """`(name suffix, train_lm seed kwargs)` per seed: `[("", {})]` without `seeds` (train_kwargs' own seed)."""
     if seeds is None:
         return [("", {})]
-    seeds = list(seeds)
+    if isinstance(seeds, numbers.Integral | str):  # seeds=2 for "two seeds": a count where a list belongs
+        raise ValueError(
+            f"isoflop sweep: seeds is the list of seeds, got {seeds!r}; for {seeds} seeds per point give "
+            f"seeds=range({seeds}) (or e.g. seeds=[0, 1])"
+        )
+    # any integer (np.arange(2)'s np.int64 too), kept as a plain int so the step keys are seeds=[0, 1]'s
+    seeds = [int(s) if isinstance(s, numbers.Integral) and not isinstance(s, bool) else s for s in seeds]
     if "seed" in train_kwargs:
         raise ValueError(
             f"isoflop sweep: give the seeds once, as seeds={seeds} or as seed={train_kwargs['seed']}, not both"
         )
-    # any integer (np.arange(2)'s np.int64 too), kept as a plain int so the step keys are seeds=[0, 1]'s
-    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, numbers.Integral)]
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int)]
     if not seeds or bad or len(set(seeds)) < len(seeds):
         raise ValueError(
             f"isoflop sweep: seeds must be distinct integers, at least one; got {seeds!r} (e.g. seeds=[0, 1])"
         )
-    seeds = [int(s) for s in seeds]
     return [("" if seed == 0 else f"-s{seed}", {"seed": seed}) for seed in seeds]
 
 
@@ -373,9 +377,15 @@ def read_runs(path: str) -> list[ScalingRun]:
         missing = [k for k in required if k not in row]
         if missing:
             run = f" (run {row['name']!r})" if row.get("name") else ""
+            has = (
+                f"its fields are {', '.join(map(str, row)) or 'none'}"
+                if len(missing) == len(required)
+                else ""
+            )
             raise ValueError(
-                f"{where}{run} lacks {', '.join(missing)}: a run row holds {', '.join(required)}; give the "
-                "runs.jsonl an isoflop_sweep step wrote (or collect the sweep again)"
+                f"{where}{run} lacks {', '.join(missing)}{f' ({has})' if has else ''}: a run row holds "
+                f"{', '.join(required)}; give the runs.jsonl an isoflop_sweep step wrote (or collect the sweep "
+                "again)"
             )
         try:
             runs.append(ScalingRun.from_dict(row))
