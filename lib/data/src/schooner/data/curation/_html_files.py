@@ -48,16 +48,12 @@ def _read_bounded(path: str, limit: int) -> bytes:
                     f"truncated gzip stream (the file ends inside a compressed member: {e}); {INCOMPLETE}",
                     "damaged_stream",
                 ) from e
-            except gzip.BadGzipFile as e:
-                if str(e).startswith("Not a gzipped file"):
+            except (OSError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+                if isinstance(e, gzip.BadGzipFile) and str(e).startswith("Not a gzipped file"):
                     raise BadPage(
                         f"not gzip data ({e}): rename it without .gz if it is plain HTML, or re-create it",
                         "damaged_stream",
                     ) from e
-                raise BadPage(
-                    f"corrupt gzip data ({e}); re-create or re-download it", "damaged_stream"
-                ) from e
-            except (OSError, zlib.error) as e:
                 raise BadPage(
                     f"corrupt gzip data ({e}); re-create or re-download it", "damaged_stream"
                 ) from e
