@@ -170,6 +170,39 @@ def test_the_dynamic_rounds_knob_turns_on_dynamic_sampling_and_keeps_the_sft_ste
     assert t.rl_model.key == default.key
 
 
+def test_the_rl_seed_knob_moves_only_the_rl_step_and_keeps_the_heldout_samples(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SCHOONER_RL_SEED=1: the RL run at seed 1 (its prompt order and rollout sampling), a new RL key; the SFT
+    step, its evaluations and the held-out samples' seed unchanged, so RL at either seed is paired with the same
+    SFT numbers. Unset or 0: the RL step's key as before the knob existed. A bad value is named."""
+    import importlib
+
+    from experiments.tutorials import rl_tiny_model as t
+
+    default = t.rl_model
+    sft_eval_key = t.sft_low_t_eval.key
+    assert default.config.seed == 0
+    try:
+        monkeypatch.setenv("SCHOONER_RL_SEED", "0")
+        importlib.reload(t)
+        assert t.rl_model.key == default.key
+        monkeypatch.setenv("SCHOONER_RL_SEED", "1")
+        importlib.reload(t)
+        assert t.rl_model.config.seed == 1 and t.rl_model.key != default.key
+        assert t.sft_model.key == default.config.initialize_from.key
+        assert t.sft_low_t_eval.key == sft_eval_key
+        assert t.rl_model.config.validation["arithmetic"].seed == 0
+        for value in ("one", "-1", "1.5"):
+            monkeypatch.setenv("SCHOONER_RL_SEED", value)
+            with pytest.raises(ValueError, match=f"SCHOONER_RL_SEED must be an int >= 0, got '{value}'"):
+                importlib.reload(t)
+    finally:
+        monkeypatch.delenv("SCHOONER_RL_SEED", raising=False)
+        importlib.reload(t)
+    assert t.rl_model.key == default.key
+
+
 def test_the_eval_every_knob_sets_the_rl_runs_heldout_cadence_and_keeps_the_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -35,7 +35,8 @@ learning rate, SCHOONER_RL_MAX_VALUE=9 the task on amounts up to 9, SCHOONER_RL_
 the RL reward (and the held-out evaluations'), SCHOONER_RL_HELDOUT_STEPS=3 RL prompts and held-out problems
 of 3 steps (`data/arithmetic-3step`; SFT still on 1 and 2), and with it SCHOONER_RL_SFT_3STEP_SHARE=0.05 that share of
 the SFT rows 3-step worked solutions (none an RL prompt or held-out problem), SCHOONER_RL_DYNAMIC_ROUNDS=4 dynamic
-sampling in RL (up to 4 rounds of prompts a step to fill the batch with groups that have reward signal).
+sampling in RL (up to 4 rounds of prompts a step to fill the batch with groups that have reward signal), and
+SCHOONER_RL_SEED=1 the RL run at another seed (SFT and the held-out samples unchanged).
 docs/rl.md has what it measured.
 """
 
@@ -132,6 +133,13 @@ if SFT_3STEP_SHARE and HELDOUT_STEPS != 3:
 # the 3-step rows added to the SFT task's train rows, so that they are SFT_3STEP_SHARE of all (42 of 842 at 0.05)
 SFT_3STEP_ROWS = round(SFT_3STEP_SHARE * TASK.train_size / (1 - SFT_3STEP_SHARE))
 RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
+# SCHOONER_RL_SEED=1: the RL run at another seed (the order of its prompts and its rollouts' sampling); the SFT
+# model, its evaluations and the held-out samples' seed stay, so RL at every seed is paired with the same SFT
+# numbers. Unset or 0 (the default): the RL step as before the knob existed.
+_SEED_TEXT = os.environ.get("SCHOONER_RL_SEED", "").strip() or "0"
+if not _SEED_TEXT.isdigit():
+    raise ValueError(f"SCHOONER_RL_SEED must be an int >= 0, got {_SEED_TEXT!r}")
+RL_SEED = int(_SEED_TEXT)
 # SCHOONER_RL_DYNAMIC_ROUNDS=4: DAPO's dynamic sampling in RL, up to that many rounds of 16 prompts a step to fill
 # the batch with prompt groups whose rewards differ (docs/rl.md); unset, empty or 0 (the default): off.
 _ROUNDS_TEXT = os.environ.get("SCHOONER_RL_DYNAMIC_ROUNDS", "").strip() or "0"  # set but empty: unset
@@ -318,6 +326,7 @@ def rl_step(learning_rate: float) -> object:
         heldout={"arithmetic": HELDOUT_EVAL},
         eval_every=EVAL_EVERY,
         checkpoint_every=None,
+        seed=RL_SEED,
         resources=CPU,
         **DYNAMIC,
     )
