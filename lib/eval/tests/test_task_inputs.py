@@ -316,7 +316,7 @@ def test_task_definition_values_are_named_in_yamls_words(tmp_path, yaml, says):
     with pytest.raises(ValueError) as info:
         Task.from_yaml(str(tmp_path / "t.yaml"))
     message = str(info.value)
-    assert message.startswith(f"{tmp_path / 't.yaml'}: "), message
+    assert message.startswith(f"{tmp_path / 't.yaml'}:"), message
     assert says in message, message
     for python in ("dict", "list", "NoneType", "(str)", "(int)", "(float)", "(bool)", "datetime"):
         assert python not in message, message
@@ -327,9 +327,58 @@ def test_task_definition_with_unknown_keys_of_several_kinds_names_them(tmp_path)
     (tmp_path / "t.yaml").write_text(_HEAD + "1: x\nshots: 3\n")
     with pytest.raises(ValueError) as info:
         Task.from_yaml(str(tmp_path / "t.yaml"))
-    assert str(info.value).startswith(f"{tmp_path / 't.yaml'}: unknown Task fields [1, 'shots']; known: "), (
-        str(info.value)
+    assert str(info.value).startswith(
+        f"{tmp_path / 't.yaml'}: unknown Task fields 1 (line 4), 'shots' (line 5); known: "
+    ), str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml", "line", "says"),
+    [
+        (_HEAD + "num_fewshot: two\n", 4, "field 'num_fewshot' must be an integer"),
+        ("name: t\n\npath: mc.jsonl\nlimit: 0\nlayout: examples\n", 4, "field 'limit' must be None or >= 1"),
+        ("name: t\npath: mc.jsonl\nlayout: arc_easyy\n", 3, "unknown layout 'arc_easyy'"),
+        (_HEAD + "kind: mc\n", 4, "kind must be one of"),
+        (_HEAD + "# a comment\nreference: [0.3]\n", 5, "field 'reference' must be a mapping"),
+        ("path: mc.jsonl\nname: 5\nlayout: examples\n", 2, "field 'name' must be a non-empty string"),
+        (_HEAD + "num_fewshot: -1\n", 4, "field 'num_fewshot' must be >= 0"),
+    ],
+)
+def test_task_definition_errors_name_the_line_of_the_field(tmp_path, yaml, line, says):
+    """A wrong value is named at its line (`t.yaml:4: ...`), as a malformed JSON row is; it named the file only."""
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}:{line}: "), message
+    assert says in message, message
+
+
+def test_a_misspelt_task_field_is_named_at_its_line_with_the_field_meant(tmp_path):
+    (tmp_path / "t.yaml").write_text(_HEAD + "num_fewshots: 5\n")
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}:4: unknown Task field 'num_fewshots'"), message
+    assert "did you mean 'num_fewshot'?" in message, message
+    (tmp_path / "t.yaml").write_text(_HEAD + "fewshot_pth: a.jsonl\nlimt: 3\n")
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert "'fewshot_pth' (line 4; did you mean 'fewshot_path'?)" in message, message
+    assert "'limt' (line 5; did you mean 'limit'?)" in message, message
+
+
+def test_a_task_field_given_twice_is_refused_naming_both_lines(tmp_path):
+    """YAML's loader kept the last of two equal keys without a word: `limit: 5` then `limit: 50` ran 50."""
+    (tmp_path / "t.yaml").write_text(_HEAD + "limit: 5\nseed: 1\nlimit: 50\n")
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}:6: field 'limit' given twice (first at line 4)"), (
+        message
     )
+    assert "keep one" in message, message
 
 
 def test_too_small_fewshot_pool_names_task_and_file(env, tmp_path):

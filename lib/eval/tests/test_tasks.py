@@ -321,7 +321,7 @@ def test_parquet_and_yaml_task_files(tmp_path, model, tok):
     out = evaluate_task(model, tok, task)
     assert out["documents"] == 2 and out["acc"] == 0.5  # the same choices, one right each time
     (tmp_path / "bad.yaml").write_text("name: x\npath: p.jsonl\nlayout: arc\nshots: 3\n")
-    with pytest.raises(ValueError, match=r"unknown Task fields \['shots'\]"):
+    with pytest.raises(ValueError, match=r"bad.yaml:4: unknown Task field 'shots'"):
         Task.from_yaml(str(tmp_path / "bad.yaml"))
 
 

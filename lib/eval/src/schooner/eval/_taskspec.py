@@ -72,17 +72,17 @@ class Task:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             got = "an empty string" if self.name == "" else _yaml_value(self.name)
-            raise ValueError(f"Task field 'name' must be a non-empty string, got {got}")
+            raise _FieldError("name", f"Task field 'name' must be a non-empty string, got {got}")
         who = f"task {self.name!r}"
         _check_type(who, "path", self.path, str)
         _check_type(who, "layout", self.layout, str)
         if self.layout not in LAYOUTS:
-            raise ValueError(f"{who}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
+            raise _FieldError("layout", f"{who}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
         _check_type(who, "kind", self.kind, str)
         if not self.kind:
             object.__setattr__(self, "kind", LAYOUTS[self.layout][1])
         if self.kind not in KINDS:
-            raise ValueError(f"{who}: kind must be one of {KINDS}, got {self.kind!r}")
+            raise _FieldError("kind", f"{who}: kind must be one of {KINDS}, got {self.kind!r}")
         for field in ("num_fewshot", "seed"):
             _check_type(who, field, getattr(self, field), int)
         _check_type(who, "limit", self.limit, int, optional=True)
@@ -91,14 +91,17 @@ class Task:
             _check_type(who, field, getattr(self, field), str)
         _check_type(who, "chance", self.chance, float, optional=True)
         if not isinstance(self.reference, dict):
-            raise ValueError(
+            raise _FieldError(
+                "reference",
                 f"{who}: field 'reference' must be a mapping of score name -> value, got "
-                f"{_yaml_value(self.reference)}"
+                f"{_yaml_value(self.reference)}",
             )
         if self.num_fewshot < 0:
-            raise ValueError(f"{who}: field 'num_fewshot' must be >= 0, got {self.num_fewshot}")
+            raise _FieldError(
+                "num_fewshot", f"{who}: field 'num_fewshot' must be >= 0, got {self.num_fewshot}"
+            )
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"{who}: field 'limit' must be None or >= 1, got {self.limit}")
+            raise _FieldError("limit", f"{who}: field 'limit' must be None or >= 1, got {self.limit}")
 
     @staticmethod
     def from_yaml(path: str) -> Task:
@@ -110,6 +113,7 @@ class Task:
         text = storage.decode_utf8(raw, path)
         try:
             data = yaml.safe_load(text)
+            lines = _key_lines(path, yaml.compose(text))
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
@@ -119,9 +123,10 @@ class Task:
                 "a line, e.g. `name: my_task`, `path: rows.jsonl`, `layout: examples`"
             )
         known = {f.name for f in dataclasses.fields(Task)}
-        unknown = sorted(set(data) - known, key=str)  # YAML keys can be numbers too (`1: x`)
+        # in the file's order; YAML keys can be numbers too (`1: x`)
+        unknown = [key for key in data if key not in known]
         if unknown:
-            raise ValueError(f"{path}: unknown Task fields {unknown}; known: {sorted(known)}")
+            raise ValueError(_unknown_fields(path, unknown, lines, sorted(known)))
         missing = [f for f in ("name", "path", "layout") if f not in data]
         if missing:
             raise ValueError(
@@ -135,11 +140,64 @@ class Task:
                 data[key] = os.path.join(base, value)
         try:
             return Task(**data)
+        except _FieldError as e:
+            line = lines.get(e.field)
+            raise ValueError(f"{path}{f':{line}' if line else ''}: {e}") from None
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+class _FieldError(ValueError):
+    """A task-definition error about one field: `from_yaml` puts the field's line in front of it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _key_lines(path: str, node: Any) -> dict[Any, int]:
+    """The 1-based line of each top-level key of a composed YAML document ({} when it is no mapping); a key
+    given twice is refused, naming both lines (YAML's loader kept the last without a word)."""
+    import yaml
+
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    lines: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):
+            continue  # a complex key (`? [a, b]`): the loader has refused it already
+        key = yaml.safe_load(yaml.serialize(key_node))  # the key as the loader reads it (`1` is a number)
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            raise ValueError(
+                f"{path}:{line}: field {key!r} given twice (first at line {lines[key]}); keep one of the two"
+            )
+        lines[key] = line
+    return lines
+
+
+def _unknown_fields(path: str, unknown: list[Any], lines: dict[Any, int], known: list[str]) -> str:
+    """The message for keys that are no Task field: each at its line, with the field it likely misspells."""
+    import difflib
+
+    def said(key: Any) -> tuple[str, str]:
+        close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
+        where = f"line {lines[key]}" if key in lines else ""
+        return where, f"did you mean {close[0]!r}?" if close else ""
+
+    if len(unknown) == 1:
+        where, hint = said(unknown[0])
+        head = f"{path}:{where[5:]}" if where else path
+        return f"{head}: unknown Task field {unknown[0]!r}{'; ' + hint if hint else ''}; known: {known}"
+    parts = []
+    for key in unknown:
+        where, hint = said(key)
+        inside = "; ".join(x for x in (where, hint) if x)
+        parts.append(f"{key!r} ({inside})" if inside else repr(key))
+    return f"{path}: unknown Task fields {', '.join(parts)}; known: {known}"
 
 
 def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool = False) -> None:
@@ -149,9 +207,10 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
     ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
     if isinstance(value, bool) or not ok:
         names = {int: "an integer", float: "a number", str: "a string"}
-        raise ValueError(
+        raise _FieldError(
+            field,
             f"{who}: field {field!r} must be {names[kind]}{' or null' if optional else ''}, got "
-            f"{_yaml_value(value)}"
+            f"{_yaml_value(value)}",
         )
 
 
