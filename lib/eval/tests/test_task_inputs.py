@@ -369,6 +369,79 @@ def test_a_misspelt_task_field_is_named_at_its_line_with_the_field_meant(tmp_pat
     assert "'limt' (line 5; did you mean 'limit'?)" in message, message
 
 
+@pytest.mark.parametrize(
+    ("yaml", "line", "says"),
+    [
+        # a tab indenting a field, and one after a colon: YAML allows none
+        ("name: t\npath: mc.jsonl\n\tlayout: examples\n", 3, "YAML allows no tabs"),
+        ("name: t\npath:\tmc.jsonl\nlayout: examples\n", 2, "YAML allows no tabs"),
+        # a field indented under the one above it
+        (_HEAD + "  num_fewshot: 2\n", 4, "line 4 is indented"),
+        # a value holding ': ' unquoted
+        (_HEAD + "description: Answer: the right one\n", 4, 'quoted, e.g. `description: "Answer: yes"`'),
+        # two documents in one file
+        (_HEAD + "---\nname: u\n", 4, "a task file holds one task"),
+        # a bracket left open
+        ("name: t\npath: [mc.jsonl\nlayout: examples\n", 3, "line 2 ('path: [mc.jsonl') opens a bracket"),
+        # a control character YAML's reader refuses
+        (
+            "name: t\x07\npath: mc.jsonl\nlayout: examples\n",
+            1,
+            "(U+0007) is not allowed in YAML, at column 8",
+        ),
+    ],
+)
+def test_task_yaml_that_does_not_parse_is_named_at_its_line_with_the_fix(tmp_path, yaml, line, says):
+    """It said `t.yaml: not valid YAML: while scanning for the next token ... in "<unicode string>", line 3,
+    column 1`: the line only inside PyYAML's text, the file named "<unicode string>" there, and no fix for a tab."""
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}:{line}: not valid YAML"), message
+    assert says in message, message
+    assert "<unicode string>" not in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("yaml", "says"),
+    [
+        (_HEAD + "reference: {unigram_acc: high}\n", "'unigram_acc' is a string: \"high\""),
+        (_HEAD + "reference: {5: 0.3}\n", "score name 5 is a number"),
+        (_HEAD + "reference: {unigram_acc: true}\n", "'unigram_acc' is a boolean: true"),
+    ],
+)
+def test_task_reference_scores_must_be_named_numbers(tmp_path, yaml, says):
+    """`reference: {unigram_acc: high}` was taken, and went into results.json and the scores table as "high"."""
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 't.yaml'}:4: "), message
+    assert "field 'reference' must map score names to numbers" in message and says in message, message
+    assert Task(name="t", path="x.jsonl", layout="examples", reference={"unigram_acc": 1}).reference
+
+
+@pytest.mark.parametrize(
+    ("yaml", "says"),
+    [
+        (
+            "name: t\npath: mc.jsonl\nlayout: Examples\n",
+            "unknown layout 'Examples'; did you mean 'examples'?",
+        ),
+        (_HEAD + "kind: multiple-choice\n", "got 'multiple-choice'; did you mean 'multiple_choice'?"),
+        (_HEAD + "limit: 1e3\n", 'got a string: "1e3"; YAML reads it as text: write 1000, unquoted'),
+        (_HEAD + 'num_fewshot: "5"\n', 'got a string: "5"; YAML reads it as text: write 5, unquoted'),
+        (_HEAD + "chance: 1e-1\n", 'got a string: "1e-1"; YAML reads it as text: write 0.1, unquoted'),
+    ],
+)
+def test_task_values_a_user_likely_meant_are_named(tmp_path, yaml, says):
+    (tmp_path / "t.yaml").write_text(yaml)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    assert says in str(info.value), str(info.value)
+
+
 def test_a_task_field_given_twice_is_refused_naming_both_lines(tmp_path):
     """YAML's loader kept the last of two equal keys without a word: `limit: 5` then `limit: 50` ran 50."""
     (tmp_path / "t.yaml").write_text(_HEAD + "limit: 5\nseed: 1\nlimit: 50\n")

@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -77,12 +78,17 @@ class Task:
         _check_type(who, "path", self.path, str)
         _check_type(who, "layout", self.layout, str)
         if self.layout not in LAYOUTS:
-            raise _FieldError("layout", f"{who}: unknown layout {self.layout!r}; one of {sorted(LAYOUTS)}")
+            raise _FieldError(
+                "layout",
+                f"{who}: unknown layout {self.layout!r}{_meant(self.layout, LAYOUTS)}; one of {sorted(LAYOUTS)}",
+            )
         _check_type(who, "kind", self.kind, str)
         if not self.kind:
             object.__setattr__(self, "kind", LAYOUTS[self.layout][1])
         if self.kind not in KINDS:
-            raise _FieldError("kind", f"{who}: kind must be one of {KINDS}, got {self.kind!r}")
+            raise _FieldError(
+                "kind", f"{who}: kind must be one of {KINDS}, got {self.kind!r}{_meant(self.kind, KINDS)}"
+            )
         for field in ("num_fewshot", "seed"):
             _check_type(who, field, getattr(self, field), int)
         _check_type(who, "limit", self.limit, int, optional=True)
@@ -95,6 +101,18 @@ class Task:
                 "reference",
                 f"{who}: field 'reference' must be a mapping of score name -> value, got "
                 f"{_yaml_value(self.reference)}",
+            )
+        for score, value in self.reference.items():
+            if not isinstance(score, str):
+                bad = f"score name {json.dumps(score, default=str)} is {_yaml_kind(score)}, not a string"
+            elif isinstance(value, bool) or not isinstance(value, int | float):
+                bad = f"{score!r} is {_yaml_value(value)}"
+            else:
+                continue
+            raise _FieldError(
+                "reference",
+                f"{who}: field 'reference' must map score names to numbers, e.g. "
+                f"`reference: {{unigram_acc: 0.31}}`; {bad}",
             )
         if self.num_fewshot < 0:
             raise _FieldError(
@@ -115,7 +133,7 @@ class Task:
             data = yaml.safe_load(text)
             lines = _key_lines(path, yaml.compose(text))
         except yaml.YAMLError as e:
-            raise ValueError(f"{path}: not valid YAML: {e}") from None
+            raise ValueError(_yaml_syntax_error(path, text, e)) from None
         if not isinstance(data, dict):
             got = "an empty document" if data is None and yaml.compose(text) is None else _yaml_kind(data)
             raise ValueError(
@@ -210,8 +228,85 @@ def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool 
         raise _FieldError(
             field,
             f"{who}: field {field!r} must be {names[kind]}{' or null' if optional else ''}, got "
-            f"{_yaml_value(value)}",
+            f"{_yaml_value(value)}{_number_as_text(value, kind)}",
         )
+
+
+def _number_as_text(value: Any, kind: type) -> str:
+    """The fix for a number YAML read as text: quoted (`"5"`), or written as YAML 1.1 reads no number (`1e3`
+    is a string to PyYAML; `1.0e+3` would be a float)."""
+    if kind not in (int, float) or not isinstance(value, str):
+        return ""
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return ""
+    if kind is int and not number.is_integer():
+        return ""
+    if not math.isfinite(number):
+        return ""
+    return f"; YAML reads it as text: write {int(number) if kind is int else number!r}, unquoted"
+
+
+def _meant(value: Any, choices: Any) -> str:
+    """`; did you mean 'examples'?` for a value one of `choices` likely misspells (case and - for _ included)."""
+    import difflib
+
+    if not isinstance(value, str):
+        return ""
+    by_form = {c.lower().replace("-", "_"): c for c in choices}
+    form = value.lower().replace("-", "_").strip()
+    if form in by_form:
+        return f"; did you mean {by_form[form]!r}?"
+    close = difflib.get_close_matches(form, list(by_form), n=1)
+    return f"; did you mean {by_form[close[0]]!r}?" if close else ""
+
+
+def _yaml_syntax_error(path: str, text: str, error: Exception) -> str:
+    """A task YAML that does not parse, as `t.yaml:3: not valid YAML (what, at column C; the line reads '...');
+    the fix`: PyYAML's own text names the file "<unicode string>" and puts the line in the middle of it."""
+    import yaml
+
+    if isinstance(error, yaml.reader.ReaderError):  # a character YAML refuses (control characters)
+        before = text[: error.position]
+        line, column = before.count("\n"), error.position - (before.rfind("\n") + 1)
+        what = f"the character {chr(error.character)!r} (U+{error.character:04X}) is not allowed in YAML"
+        opened = None
+    elif isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        line, column = error.problem_mark.line, error.problem_mark.column
+        what = error.problem or str(error)
+        if error.context and what.startswith("but "):
+            what = f"{error.context}, {what}"  # "expected a single document in the stream, but found another"
+        mark, context = error.context_mark, error.context or ""
+        # "while parsing a flow sequence" opened on an earlier line: a bracket or quote left open
+        opened = mark.line if mark is not None and mark.line < line and context.startswith("while") else None
+    else:
+        return f"{path}: not valid YAML: {' '.join(str(error).split())}"
+    lines = text.splitlines()
+    shown = lines[line] if line < len(lines) else ""
+    if isinstance(error, yaml.reader.ReaderError):
+        fix = 'remove it, or write it as an escape inside double quotes (`name: "a\\x07b"`)'
+    elif "\t" in shown:
+        fix = "YAML allows no tabs: indent with spaces and put a space, not a tab, after each colon"
+    elif "single document" in what:
+        fix = "a task file holds one task: remove the `---` line and what follows it, or give each task its own file"
+    elif "mapping values are not allowed" in what and shown[:1].isspace():
+        fix = (
+            f"line {line + 1} is indented, so YAML reads it as part of the value above it; start every field "
+            "at the start of its line"
+        )
+    elif "mapping values are not allowed" in what:
+        fix = 'a value holding ": " must be quoted, e.g. `description: "Answer: yes"`'
+    elif opened is not None:
+        fix = (
+            f"line {opened + 1} ({lines[opened]!r}) opens a bracket or quote that is not closed: close it, or "
+            "quote the whole value"
+        )
+    else:
+        fix = "fix that line (or the one before it: a bracket or quote left open ends there)"
+    return (
+        f"{path}:{line + 1}: not valid YAML ({what}, at column {column + 1}; the line reads {shown!r}); {fix}"
+    )
 
 
 def _yaml_kind(value: Any) -> str:
