@@ -57,6 +57,24 @@ def _evaluate(root: Path, checkpoint, task) -> object:
 # ---------------------------------------------------------------- D1: task files keyed by content
 
 
+def test_a_tasks_only_evaluation_logs_what_it_scores(env, tmp_path, caplog):
+    """With `datasets={}` it logged `evaluating <checkpoint> on ` (nothing after "on"), and a lone task as
+    `task mc (1 of 1 in mc)`, its own name for a suite."""
+    import logging
+
+    root, tok, config = env
+    _jsonl(tmp_path / "mc.jsonl", ROWS)
+    step = _evaluate(
+        root, str(root / "ck"), Task(name="mc", path=str(tmp_path / "mc.jsonl"), layout="examples")
+    )
+    caplog.set_level(logging.INFO, logger="schooner.eval")
+    StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([step])
+    said = [r.getMessage() for r in caplog.records]
+    evaluating = [m for m in said if m.startswith("evaluating ")]
+    assert evaluating and evaluating[0].endswith(" on task mc (no validation data)"), said
+    assert "task mc (1 of 1): scoring" in said, said
+
+
 def test_task_file_edit_reruns_and_move_does_not(env, tmp_path):
     root, tok, config = env
     _checkpoint(tmp_path / "ck", config, 0, 1)

@@ -91,7 +91,7 @@ def _evaluate_one(config: EvaluateConfig, output_path: str) -> dict[str, Any]:
             f"(checkpoint {checkpoint}); use seq_len <= {max_seq_len}"
         )
     caches = {name: resolve_cache_path(str(path), config.split) for name, path in config.datasets.items()}
-    logger.info("evaluating %s on %s", checkpoint, ", ".join(f"{k}={v}" for k, v in caches.items()))
+    logger.info("evaluating %s on %s", checkpoint, _scored(caches, config.tasks))
     results: dict[str, Any] = {"datasets": {}, "average": {}}
     if caches:
         results = evaluate_lm(
@@ -164,6 +164,22 @@ _SUMMARY_KEYS = (
     "chance",
     "documents",
 )
+
+
+def _scored(caches: dict[str, str], tasks: tuple[Any, ...]) -> str:
+    """What an evaluation scores, for its first log line: `val=<cache>, task mc, suite core` (or `task mc (no
+    validation data)`: it said `on ` with nothing after it)."""
+    from ._step_config import SuiteInput, TaskInput
+
+    parts = [f"{k}={v}" for k, v in caches.items()]
+    for t in tasks:
+        if isinstance(t, TaskInput):
+            parts.append(f"task {t.task.name}")
+        elif isinstance(t, SuiteInput):
+            parts.append(f"suite {t.name} ({len(t.tasks)} tasks)")
+        else:
+            parts.append("the bundled tasks")
+    return ", ".join(parts) + ("" if caches else " (no validation data)")
 
 
 def _run_tasks(

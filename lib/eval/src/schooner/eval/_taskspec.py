@@ -664,7 +664,9 @@ def evaluate_suite(
     suite.check_files()
     tasks = {}
     for i, t in enumerate(suite.tasks):
-        logger.info("task %s (%d of %d in %s): scoring", t.name, i + 1, len(suite.tasks), suite.name)
+        # a lone task is a suite of its own name: "task mc (1 of 1): scoring", not "(1 of 1 in mc)"
+        where = "" if (suite.name, len(suite.tasks)) == (t.name, 1) else f" in {suite.name}"
+        logger.info("task %s (%d of %d%s): scoring", t.name, i + 1, len(suite.tasks), where)
         start = time.perf_counter()
         tasks[t.name] = r = evaluate_task(
             model, tokenizer, t, batch_size=batch_size, max_length=max_length, keep_documents=keep_documents
