@@ -18,10 +18,8 @@ until a task runs; a missing file raises `FileNotFoundError` naming the task, th
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -32,6 +30,7 @@ from schooner.cluster import storage
 
 from ._layouts import LAYOUTS
 from ._tasks import KINDS, Example, fewshot_prefix, score_examples
+from ._taskyaml import FieldError, check_type, meant, read_task_mapping, yaml_kind, yaml_value
 
 logger = logging.getLogger(__name__)
 
@@ -72,93 +71,63 @@ class Task:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            got = "an empty string" if self.name == "" else _yaml_value(self.name)
-            raise _FieldError("name", f"Task field 'name' must be a non-empty string, got {got}")
+            got = "an empty string" if self.name == "" else yaml_value(self.name)
+            raise FieldError("name", f"Task field 'name' must be a non-empty string, got {got}")
         who = f"task {self.name!r}"
-        _check_type(who, "path", self.path, str)
-        _check_type(who, "layout", self.layout, str)
+        check_type(who, "path", self.path, str)
+        check_type(who, "layout", self.layout, str)
         if self.layout not in LAYOUTS:
-            raise _FieldError(
+            raise FieldError(
                 "layout",
-                f"{who}: unknown layout {self.layout!r}{_meant(self.layout, LAYOUTS)}; one of {sorted(LAYOUTS)}",
+                f"{who}: unknown layout {self.layout!r}{meant(self.layout, LAYOUTS)}; one of {sorted(LAYOUTS)}",
             )
-        _check_type(who, "kind", self.kind, str)
+        check_type(who, "kind", self.kind, str)
         if not self.kind:
             object.__setattr__(self, "kind", LAYOUTS[self.layout][1])
         if self.kind not in KINDS:
-            raise _FieldError(
-                "kind", f"{who}: kind must be one of {KINDS}, got {self.kind!r}{_meant(self.kind, KINDS)}"
+            raise FieldError(
+                "kind", f"{who}: kind must be one of {KINDS}, got {self.kind!r}{meant(self.kind, KINDS)}"
             )
         for field in ("num_fewshot", "seed"):
-            _check_type(who, field, getattr(self, field), int)
-        _check_type(who, "limit", self.limit, int, optional=True)
-        _check_type(who, "fewshot_path", self.fewshot_path, str, optional=True)
+            check_type(who, field, getattr(self, field), int)
+        check_type(who, "limit", self.limit, int, optional=True)
+        check_type(who, "fewshot_path", self.fewshot_path, str, optional=True)
         for field in ("delimiter", "separator", "description"):
-            _check_type(who, field, getattr(self, field), str)
-        _check_type(who, "chance", self.chance, float, optional=True)
+            check_type(who, field, getattr(self, field), str)
+        check_type(who, "chance", self.chance, float, optional=True)
         if not isinstance(self.reference, dict):
-            raise _FieldError(
+            raise FieldError(
                 "reference",
                 f"{who}: field 'reference' must be a mapping of score name -> value, got "
-                f"{_yaml_value(self.reference)}",
+                f"{yaml_value(self.reference)}",
             )
         for score, value in self.reference.items():
             if not isinstance(score, str):
-                bad = f"score name {json.dumps(score, default=str)} is {_yaml_kind(score)}, not a string"
+                bad = f"score name {json.dumps(score, default=str)} is {yaml_kind(score)}, not a string"
             elif isinstance(value, bool) or not isinstance(value, int | float):
-                bad = f"{score!r} is {_yaml_value(value)}"
+                bad = f"{score!r} is {yaml_value(value)}"
             else:
                 continue
-            raise _FieldError(
+            raise FieldError(
                 "reference",
                 f"{who}: field 'reference' must map score names to numbers, e.g. "
                 f"`reference: {{unigram_acc: 0.31}}`; {bad}",
             )
         if self.num_fewshot < 0:
-            raise _FieldError(
+            raise FieldError(
                 "num_fewshot", f"{who}: field 'num_fewshot' must be >= 0, got {self.num_fewshot}"
             )
         if self.limit is not None and self.limit < 1:
-            raise _FieldError("limit", f"{who}: field 'limit' must be None or >= 1, got {self.limit}")
+            raise FieldError("limit", f"{who}: field 'limit' must be None or >= 1, got {self.limit}")
 
     @staticmethod
     def from_yaml(path: str) -> Task:
-        """Read a task definition (the dataclass's fields as YAML keys); relative paths are taken from its folder."""
-        import yaml
-
-        with open(path, "rb") as f:
-            raw = f.read()
-        text = storage.decode_utf8(raw, path)
-        try:
-            data = yaml.safe_load(text)
-            lines = _key_lines(path, yaml.compose(text))
-        except yaml.YAMLError as e:
-            raise ValueError(_yaml_syntax_error(path, text, e)) from None
-        if not isinstance(data, dict):
-            got = "an empty document" if data is None and yaml.compose(text) is None else _yaml_kind(data)
-            raise ValueError(
-                f"{path}: a task definition is a mapping of Task fields, got {got}; write one `field: value` "
-                "a line, e.g. `name: my_task`, `path: rows.jsonl`, `layout: examples`"
-            )
-        known = {f.name for f in dataclasses.fields(Task)}
-        # in the file's order; YAML keys can be numbers too (`1: x`)
-        unknown = [key for key in data if key not in known]
-        if unknown:
-            raise ValueError(_unknown_fields(path, unknown, lines, sorted(known)))
-        missing = [f for f in ("name", "path", "layout") if f not in data]
-        if missing:
-            raise ValueError(
-                f"{path}: missing required field(s) {', '.join(repr(f) for f in missing)}; add e.g. "
-                "`name: my_task`, `path: rows.jsonl`, `layout: examples`"
-            )
-        base = os.path.dirname(os.path.abspath(path))
-        for key in ("path", "fewshot_path"):
-            value = data.get(key)
-            if isinstance(value, str) and value and not os.path.isabs(value) and "://" not in value:
-                data[key] = os.path.join(base, value)
+        """Read a task definition (the dataclass's fields as YAML keys); relative paths are taken from its folder.
+        An error names the file, the field's line where it has one, and the fix (`_taskyaml`)."""
+        data, lines = read_task_mapping(path, [f.name for f in dataclasses.fields(Task)])
         try:
             return Task(**data)
-        except _FieldError as e:
+        except FieldError as e:
             line = lines.get(e.field)
             raise ValueError(f"{path}{f':{line}' if line else ''}: {e}") from None
         except ValueError as e:
@@ -166,182 +135,6 @@ class Task:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-class _FieldError(ValueError):
-    """A task-definition error about one field: `from_yaml` puts the field's line in front of it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def _key_lines(path: str, node: Any) -> dict[Any, int]:
-    """The 1-based line of each top-level key of a composed YAML document ({} when it is no mapping); a key
-    given twice is refused, naming both lines (YAML's loader kept the last without a word)."""
-    import yaml
-
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    lines: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if not isinstance(key_node, yaml.ScalarNode):
-            continue  # a complex key (`? [a, b]`): the loader has refused it already
-        key = yaml.safe_load(yaml.serialize(key_node))  # the key as the loader reads it (`1` is a number)
-        line = key_node.start_mark.line + 1
-        if key in lines:
-            raise ValueError(
-                f"{path}:{line}: field {key!r} given twice (first at line {lines[key]}); keep one of the two"
-            )
-        lines[key] = line
-    return lines
-
-
-def _unknown_fields(path: str, unknown: list[Any], lines: dict[Any, int], known: list[str]) -> str:
-    """The message for keys that are no Task field: each at its line, with the field it likely misspells."""
-    import difflib
-
-    def said(key: Any) -> tuple[str, str]:
-        close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
-        where = f"line {lines[key]}" if key in lines else ""
-        return where, f"did you mean {close[0]!r}?" if close else ""
-
-    if len(unknown) == 1:
-        where, hint = said(unknown[0])
-        head = f"{path}:{where[5:]}" if where else path
-        return f"{head}: unknown Task field {unknown[0]!r}{'; ' + hint if hint else ''}; known: {known}"
-    parts = []
-    for key in unknown:
-        where, hint = said(key)
-        inside = "; ".join(x for x in (where, hint) if x)
-        parts.append(f"{key!r} ({inside})" if inside else repr(key))
-    return f"{path}: unknown Task fields {', '.join(parts)}; known: {known}"
-
-
-def _check_type(who: str, field: str, value: Any, kind: type, *, optional: bool = False) -> None:
-    """A ValueError naming the task and field when `value` is not of `kind` (ints are floats too)."""
-    if optional and value is None:
-        return
-    ok = isinstance(value, int | float) if kind is float else isinstance(value, kind)
-    if isinstance(value, bool) or not ok:
-        names = {int: "an integer", float: "a number", str: "a string"}
-        raise _FieldError(
-            field,
-            f"{who}: field {field!r} must be {names[kind]}{' or null' if optional else ''}, got "
-            f"{_yaml_value(value)}{_number_as_text(value, kind)}",
-        )
-
-
-def _number_as_text(value: Any, kind: type) -> str:
-    """The fix for a number YAML read as text: quoted (`"5"`), or written as YAML 1.1 reads no number (`1e3`
-    is a string to PyYAML; `1.0e+3` would be a float)."""
-    if kind not in (int, float) or not isinstance(value, str):
-        return ""
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return ""
-    if kind is int and not number.is_integer():
-        return ""
-    if not math.isfinite(number):
-        return ""
-    return f"; YAML reads it as text: write {int(number) if kind is int else number!r}, unquoted"
-
-
-def _meant(value: Any, choices: Any) -> str:
-    """`; did you mean 'examples'?` for a value one of `choices` likely misspells (case and - for _ included)."""
-    import difflib
-
-    if not isinstance(value, str):
-        return ""
-    by_form = {c.lower().replace("-", "_"): c for c in choices}
-    form = value.lower().replace("-", "_").strip()
-    if form in by_form:
-        return f"; did you mean {by_form[form]!r}?"
-    close = difflib.get_close_matches(form, list(by_form), n=1)
-    return f"; did you mean {by_form[close[0]]!r}?" if close else ""
-
-
-def _yaml_syntax_error(path: str, text: str, error: Exception) -> str:
-    """A task YAML that does not parse, as `t.yaml:3: not valid YAML (what, at column C; the line reads '...');
-    the fix`: PyYAML's own text names the file "<unicode string>" and puts the line in the middle of it."""
-    import yaml
-
-    if isinstance(error, yaml.reader.ReaderError):  # a character YAML refuses (control characters)
-        before = text[: error.position]
-        line, column = before.count("\n"), error.position - (before.rfind("\n") + 1)
-        what = f"the character {chr(error.character)!r} (U+{error.character:04X}) is not allowed in YAML"
-        opened = None
-    elif isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-        line, column = error.problem_mark.line, error.problem_mark.column
-        what = error.problem or str(error)
-        if error.context and what.startswith("but "):
-            what = f"{error.context}, {what}"  # "expected a single document in the stream, but found another"
-        mark, context = error.context_mark, error.context or ""
-        # "while parsing a flow sequence" opened on an earlier line: a bracket or quote left open
-        opened = mark.line if mark is not None and mark.line < line and context.startswith("while") else None
-    else:
-        return f"{path}: not valid YAML: {' '.join(str(error).split())}"
-    lines = text.splitlines()
-    shown = lines[line] if line < len(lines) else ""
-    if isinstance(error, yaml.reader.ReaderError):
-        fix = 'remove it, or write it as an escape inside double quotes (`name: "a\\x07b"`)'
-    elif "\t" in shown:
-        fix = "YAML allows no tabs: indent with spaces and put a space, not a tab, after each colon"
-    elif "single document" in what:
-        fix = "a task file holds one task: remove the `---` line and what follows it, or give each task its own file"
-    elif "mapping values are not allowed" in what and shown[:1].isspace():
-        fix = (
-            f"line {line + 1} is indented, so YAML reads it as part of the value above it; start every field "
-            "at the start of its line"
-        )
-    elif "mapping values are not allowed" in what:
-        fix = 'a value holding ": " must be quoted, e.g. `description: "Answer: yes"`'
-    elif opened is not None:
-        fix = (
-            f"line {opened + 1} ({lines[opened]!r}) opens a bracket or quote that is not closed: close it, or "
-            "quote the whole value"
-        )
-    else:
-        fix = "fix that line (or the one before it: a bracket or quote left open ends there)"
-    return (
-        f"{path}:{line + 1}: not valid YAML ({what}, at column {column + 1}; the line reads {shown!r}); {fix}"
-    )
-
-
-def _yaml_kind(value: Any) -> str:
-    """What a value read from a task's YAML is, in YAML's words ("a mapping", "a sequence", "null"): the user
-    wrote YAML, not Python (dict, list, NoneType). A value no YAML file holds is named by its type."""
-    if value is None:
-        return "null"
-    kinds = (
-        (bool, "a boolean"),
-        (dict, "a mapping"),
-        (list | tuple, "a sequence"),
-        (str, "a string"),
-        (int | float, "a number"),
-        (datetime.datetime, "a timestamp"),
-        (datetime.date, "a date"),
-        (bytes, "binary data"),
-        (set | frozenset, "a set"),
-    )
-    return next((name for kind, name in kinds if isinstance(value, kind)), f"a {type(value).__name__} value")
-
-
-def _yaml_value(value: Any) -> str:
-    """A value of the wrong kind as a task-definition message names it: its kind in YAML's words and the value
-    as YAML's flow style writes it ("a string: \"two\"", "a sequence: [1, 2]", "a boolean: true", "null")."""
-    kind = _yaml_kind(value)
-    if value is None:
-        return kind
-    if isinstance(value, datetime.date):
-        shown = value.isoformat(sep=" ") if isinstance(value, datetime.datetime) else value.isoformat()
-    else:
-        try:
-            shown = json.dumps(value, ensure_ascii=False)  # JSON is YAML's flow style
-        except (TypeError, ValueError):
-            shown = repr(value)
-    return f"{kind}: {shown if len(shown) <= 60 else shown[:57] + '...'}"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
