@@ -199,6 +199,11 @@ def test_pass_at_k_refuses_what_cannot_be_estimated(task) -> None:
         PassAtK(task, temperature=0)
     with pytest.raises(ValueError, match=r"need 0 <= c <= n"):
         pass_at_k(3, 4, 1)
+    for seed in (2**32, -1):  # JAX's keys hold 32 bits: 2**32 sampled as seed 0 did
+        with pytest.raises(
+            ValueError, match=rf"PassAtK: seed must be an int in \[0, 2\*\*32\), got seed={seed}"
+        ):
+            PassAtK(task, seed=seed)
 
 
 @pytest.mark.slow  # an RL run with two evaluations and a standalone one: ~1-2 min on 2 busy cores

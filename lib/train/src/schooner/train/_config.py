@@ -163,6 +163,16 @@ class TrainerConfig:
                 )
         if sum(w for _, w in datasets) <= 0:
             raise ValueError(f"TrainerConfig.datasets weights sum to 0: {datasets!r}; give one a weight > 0")
+        if (
+            isinstance(self.seed, bool)
+            or not isinstance(self.seed, numbers.Integral)
+            or not 0 <= self.seed < 2**32
+        ):
+            # JAX's keys hold 32 bits of a seed: 2**32 would repeat seed 0's initialisation and rollouts
+            raise ValueError(
+                f"TrainerConfig.seed must be an int in [0, 2**32), got {self.seed!r}: JAX's random keys hold 32 "
+                "bits, so a larger seed would repeat a smaller one's initialisation and sampling"
+            )
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
             raise ValueError(f"TrainerConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")
         if not isinstance(self.fit_vocab, bool):  # the string "false" is truthy: refuse, do not coerce

@@ -87,8 +87,9 @@ class PassAtK:
         t = self.temperature
         if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real) or not t > 0):
             raise ValueError(f"PassAtK: temperature must be a number > 0 or None, got temperature={t!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"PassAtK: seed must be an int, got seed={self.seed!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            # JAX's keys hold 32 bits of a seed: 2**32 would sample as seed 0 does
+            raise ValueError(f"PassAtK: seed must be an int in [0, 2**32), got seed={self.seed!r}")
 
     def evaluator(
         self, name: str, grpo: Any, tokenizer: Any, *, max_prompt_tokens: int, pad_id: int
