@@ -219,3 +219,20 @@ def test_the_design_example_plans_from_inside_experiments(tmp_path):
     for name in ("checkpoints/nano-python-docs", "tokenized/python-docs", "tokenizers/python-bpe-2k"):
         assert f"will run {name}" in proc.stdout
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_the_tutorial_page_shows_the_tutorials_own_step_keys():
+    """docs/tutorial.md showed keys from its first version (`tutorial-nano-75043b30`) while the run printed
+    `a74e65c6`: a reader who compared them concluded their setup differed. Every `name-<key>` the page shows
+    for a step of the tutorial is that step's key today."""
+    from schooner.cluster import lower
+
+    from experiments.tutorials import train_tiny_model as tutorial
+
+    keys = {s.name: s.key[:8] for s in lower(tutorial.scores)}
+    page = (ROOT / "docs" / "tutorial.md").read_text()
+    shown = re.findall(r"\b((?:data|tokenizers|tokenized|checkpoints|eval)/[\w.-]+?)-([0-9a-f]{8})\b", page)
+    shown += [(name, key) for name, key in re.findall(r"`([\w/.-]+) \[([0-9a-f]{8})\]", page)]
+    assert shown, "the page shows no step keys: the pattern above no longer matches it"
+    wrong = sorted({(name, key, keys[name]) for name, key in shown if name in keys and keys[name] != key})
+    assert not wrong, "docs/tutorial.md shows stale keys (name, shown, today's):\n" + "\n".join(map(str, wrong))
