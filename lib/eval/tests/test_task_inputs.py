@@ -290,13 +290,19 @@ def test_one_choice_rows_are_fine_for_continuation_tasks(tmp_path):
 )
 def test_task_definition_errors_name_the_file_and_field(tmp_path, yaml, field):
     _jsonl(tmp_path / "mc.jsonl", ROWS)
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    assert str(tmp_path / "t.yaml") in str(info.value) and repr(field) in str(info.value), str(info.value)
+    message = _yaml_error(tmp_path, yaml)
+    assert str(tmp_path / "t.yaml") in message and repr(field) in message, message
 
 
 _HEAD = "name: t\npath: mc.jsonl\nlayout: examples\n"
+
+
+def _yaml_error(tmp_path: Path, text: str) -> str:
+    """The message `Task.from_yaml` raises for a task file `t.yaml` holding `text`."""
+    (tmp_path / "t.yaml").write_text(text)
+    with pytest.raises(ValueError) as info:
+        Task.from_yaml(str(tmp_path / "t.yaml"))
+    return str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -330,10 +336,7 @@ _HEAD = "name: t\npath: mc.jsonl\nlayout: examples\n"
 )
 def test_task_definition_values_are_named_in_yamls_words(tmp_path, yaml, says):
     """It said "got dict", "(str)", "(NoneType)" (Python's names for what the user wrote in YAML)."""
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, yaml)
     assert message.startswith(f"{tmp_path / 't.yaml'}:"), message
     assert says in message, message
     for python in ("dict", "list", "NoneType", "(str)", "(int)", "(float)", "(bool)", "datetime"):
@@ -342,12 +345,10 @@ def test_task_definition_values_are_named_in_yamls_words(tmp_path, yaml, says):
 
 def test_task_definition_with_unknown_keys_of_several_kinds_names_them(tmp_path):
     """Unknown keys that YAML reads as a number and a string were sorted together: a bare TypeError."""
-    (tmp_path / "t.yaml").write_text(_HEAD + "1: x\nshots: 3\n")
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    assert str(info.value).startswith(
+    message = _yaml_error(tmp_path, _HEAD + "1: x\nshots: 3\n")
+    assert message.startswith(
         f"{tmp_path / 't.yaml'}: unknown Task fields 1 (line 4), 'shots' (line 5); known: "
-    ), str(info.value)
+    ), message
 
 
 @pytest.mark.parametrize(
@@ -364,25 +365,16 @@ def test_task_definition_with_unknown_keys_of_several_kinds_names_them(tmp_path)
 )
 def test_task_definition_errors_name_the_line_of_the_field(tmp_path, yaml, line, says):
     """A wrong value is named at its line (`t.yaml:4: ...`), as a malformed JSON row is; it named the file only."""
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, yaml)
     assert message.startswith(f"{tmp_path / 't.yaml'}:{line}: "), message
     assert says in message, message
 
 
 def test_a_misspelt_task_field_is_named_at_its_line_with_the_field_meant(tmp_path):
-    (tmp_path / "t.yaml").write_text(_HEAD + "num_fewshots: 5\n")
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, _HEAD + "num_fewshots: 5\n")
     assert message.startswith(f"{tmp_path / 't.yaml'}:4: unknown Task field 'num_fewshots'"), message
     assert "did you mean 'num_fewshot'?" in message, message
-    (tmp_path / "t.yaml").write_text(_HEAD + "fewshot_pth: a.jsonl\nlimt: 3\n")
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, _HEAD + "fewshot_pth: a.jsonl\nlimt: 3\n")
     assert "'fewshot_pth' (line 4; did you mean 'fewshot_path'?)" in message, message
     assert "'limt' (line 5; did you mean 'limit'?)" in message, message
 
@@ -412,10 +404,7 @@ def test_a_misspelt_task_field_is_named_at_its_line_with_the_field_meant(tmp_pat
 def test_task_yaml_that_does_not_parse_is_named_at_its_line_with_the_fix(tmp_path, yaml, line, says):
     """It said `t.yaml: not valid YAML: while scanning for the next token ... in "<unicode string>", line 3,
     column 1`: the line only inside PyYAML's text, the file named "<unicode string>" there, and no fix for a tab."""
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, yaml)
     assert message.startswith(f"{tmp_path / 't.yaml'}:{line}: not valid YAML"), message
     assert says in message, message
     assert "<unicode string>" not in message and "\n" not in message, message
@@ -431,10 +420,7 @@ def test_task_yaml_that_does_not_parse_is_named_at_its_line_with_the_fix(tmp_pat
 )
 def test_task_reference_scores_must_be_named_numbers(tmp_path, yaml, says):
     """`reference: {unigram_acc: high}` was taken, and went into results.json and the scores table as "high"."""
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, yaml)
     assert message.startswith(f"{tmp_path / 't.yaml'}:4: "), message
     assert "field 'reference' must map score names to numbers" in message and says in message, message
     assert Task(name="t", path="x.jsonl", layout="examples", reference={"unigram_acc": 1}).reference
@@ -454,18 +440,13 @@ def test_task_reference_scores_must_be_named_numbers(tmp_path, yaml, says):
     ],
 )
 def test_task_values_a_user_likely_meant_are_named(tmp_path, yaml, says):
-    (tmp_path / "t.yaml").write_text(yaml)
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    assert says in str(info.value), str(info.value)
+    message = _yaml_error(tmp_path, yaml)
+    assert says in message, message
 
 
 def test_a_task_field_given_twice_is_refused_naming_both_lines(tmp_path):
     """YAML's loader kept the last of two equal keys without a word: `limit: 5` then `limit: 50` ran 50."""
-    (tmp_path / "t.yaml").write_text(_HEAD + "limit: 5\nseed: 1\nlimit: 50\n")
-    with pytest.raises(ValueError) as info:
-        Task.from_yaml(str(tmp_path / "t.yaml"))
-    message = str(info.value)
+    message = _yaml_error(tmp_path, _HEAD + "limit: 5\nseed: 1\nlimit: 50\n")
     assert message.startswith(f"{tmp_path / 't.yaml'}:6: field 'limit' given twice (first at line 4)"), (
         message
     )
