@@ -225,9 +225,8 @@ def test_the_tutorial_page_shows_the_tutorials_own_step_keys():
     """docs/tutorial.md showed keys from its first version (`tutorial-nano-75043b30`) while the run printed
     `a74e65c6`: a reader who compared them concluded their setup differed. Every `name-<key>` the page shows
     for a step of the tutorial is that step's key today."""
-    from schooner.cluster import lower
-
     from experiments.tutorials import train_tiny_model as tutorial
+    from schooner.cluster import lower
 
     keys = {s.name: s.key[:8] for s in lower(tutorial.scores)}
     page = (ROOT / "docs" / "tutorial.md").read_text()
@@ -235,4 +234,6 @@ def test_the_tutorial_page_shows_the_tutorials_own_step_keys():
     shown += [(name, key) for name, key in re.findall(r"`([\w/.-]+) \[([0-9a-f]{8})\]", page)]
     assert shown, "the page shows no step keys: the pattern above no longer matches it"
     wrong = sorted({(name, key, keys[name]) for name, key in shown if name in keys and keys[name] != key})
-    assert not wrong, "docs/tutorial.md shows stale keys (name, shown, today's):\n" + "\n".join(map(str, wrong))
+    assert not wrong, "docs/tutorial.md shows stale keys (name, shown, today's):\n" + "\n".join(
+        map(str, wrong)
+    )
