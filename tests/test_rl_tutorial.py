@@ -193,9 +193,11 @@ def test_the_rl_seed_knob_moves_only_the_rl_step_and_keeps_the_heldout_samples(
         assert t.sft_model.key == default.config.initialize_from.key
         assert t.sft_low_t_eval.key == sft_eval_key
         assert t.rl_model.config.validation["arithmetic"].seed == 0
-        for value in ("one", "-1", "1.5"):
+        for value in ("one", "-1", "1.5", "4294967296"):
             monkeypatch.setenv("SCHOONER_RL_SEED", value)
-            with pytest.raises(ValueError, match=f"SCHOONER_RL_SEED must be an int >= 0, got '{value}'"):
+            with pytest.raises(
+                ValueError, match=rf"SCHOONER_RL_SEED must be an int in \[0, 2\*\*32\), got '{value}'"
+            ):
                 importlib.reload(t)
     finally:
         monkeypatch.delenv("SCHOONER_RL_SEED", raising=False)

@@ -137,8 +137,8 @@ RL_LEARNING_RATE = knob("SCHOONER_RL_LR", "2e-4", float)
 # model, its evaluations and the held-out samples' seed stay, so RL at every seed is paired with the same SFT
 # numbers. Unset or 0 (the default): the RL step as before the knob existed.
 _SEED_TEXT = os.environ.get("SCHOONER_RL_SEED", "").strip() or "0"
-if not _SEED_TEXT.isdigit():
-    raise ValueError(f"SCHOONER_RL_SEED must be an int >= 0, got {_SEED_TEXT!r}")
+if not _SEED_TEXT.isdigit() or int(_SEED_TEXT) >= 2**32:  # JAX's keys hold 32 bits of a seed
+    raise ValueError(f"SCHOONER_RL_SEED must be an int in [0, 2**32), got {_SEED_TEXT!r}")
 RL_SEED = int(_SEED_TEXT)
 # SCHOONER_RL_DYNAMIC_ROUNDS=4: DAPO's dynamic sampling in RL, up to that many rounds of 16 prompts a step to fill
 # the batch with prompt groups whose rewards differ (docs/rl.md); unset, empty or 0 (the default): off.
