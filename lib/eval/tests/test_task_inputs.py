@@ -847,3 +847,28 @@ def test_a_checkpoint_trained_with_another_tokenizer_of_the_same_size_is_refused
     )  # fmt: skip
     with pytest.raises(Exception, match="trained with the tokenizer of fingerprint"):
         StepRunner(prefix=str(tmp_path / "prefix"), quiet=True).run([handle])
+
+
+def test_a_missing_row_field_says_the_field_the_row_likely_meant(tmp_path):
+    """A row with `context` where the layout reads `contexts` listed the row's keys, leaving the match to the
+    reader; it now says which key it likely is."""
+    path = _jsonl(tmp_path / "mc.jsonl", [{"context": ["x"], "continuations": ["a", "b"], "gold": 0}])
+    with pytest.raises(ValueError) as info:
+        load_examples(str(path), "examples", task="t")
+    message = str(info.value)
+    assert "missing field 'contexts'" in message, message
+    assert "the row has 'context': rename it to 'contexts'" in message, message
+    unrelated = _jsonl(tmp_path / "u.jsonl", [{"prompt": ["x"], "continuations": ["a", "b"], "gold": 0}])
+    with pytest.raises(ValueError) as info:
+        load_examples(str(unrelated), "examples", task="t")
+    assert "missing field 'contexts'" in str(info.value) and "rename" not in str(info.value), str(info.value)
+
+
+def test_an_empty_path_in_a_task_yaml_is_named_at_its_line(tmp_path):
+    """`path: ""` was read as the task's folder and failed only when the task ran ("no file at ''")."""
+    message = _yaml_error(tmp_path, 'name: t\npath: ""\nlayout: examples\n')
+    assert message.startswith(f"{tmp_path / 't.yaml'}:2: "), message
+    assert "field 'path' is empty" in message and "path: rows.jsonl" in message, message
+    message = _yaml_error(tmp_path, _HEAD + 'fewshot_path: ""\n')
+    assert message.startswith(f"{tmp_path / 't.yaml'}:4: "), message
+    assert "field 'fewshot_path' is empty" in message, message

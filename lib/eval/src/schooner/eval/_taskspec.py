@@ -250,7 +250,8 @@ def load_examples(
             example = convert(row)
         except KeyError as e:
             raise ValueError(
-                f"{doc}: missing field {e.args[0]!r} for layout {layout!r}; row keys: {sorted(row)}"
+                f"{doc}: missing field {e.args[0]!r} for layout {layout!r}{_renamed(e.args[0], row)}; row keys: "
+                f"{sorted(row, key=str)}"
             ) from None
         except (ValueError, TypeError, IndexError, AttributeError) as e:
             raise ValueError(f"{doc}: bad row for layout {layout!r}: {e}") from None
@@ -266,6 +267,15 @@ def load_examples(
     if not out:
         raise ValueError(f"task {task!r}: {path} holds no rows")
     return out
+
+
+def _renamed(missing: Any, row: dict[str, Any]) -> str:
+    """`; the row has 'context': rename it to 'contexts'` when a key of `row` likely misspells the missing one."""
+    import difflib
+
+    keys = [k for k in row if isinstance(k, str)]
+    close = difflib.get_close_matches(missing, keys, n=1, cutoff=0.75) if isinstance(missing, str) else []
+    return f"; the row has {close[0]!r}: rename it to {missing!r}" if close else ""
 
 
 def _check_choices(doc: str, layout: str, example: Example) -> None:

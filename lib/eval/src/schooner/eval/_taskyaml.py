@@ -225,6 +225,16 @@ def read_task_mapping(path: str, known: list[str]) -> tuple[dict[Any, Any], dict
             f"{path}: missing required field(s) {', '.join(repr(f) for f in missing)}; add e.g. "
             "`name: my_task`, `path: rows.jsonl`, `layout: examples`"
         )
+    for key, fix in (
+        ("path", "give the file of documents, e.g. `path: rows.jsonl` (relative to this file's folder)"),
+        (
+            "fewshot_path",
+            "give the file of demonstrations, or leave the field out (they then come from `path`)",
+        ),
+    ):
+        if data.get(key) == "":  # read as this file's folder, it failed only when the task ran
+            where = f"{path}:{lines[key]}" if key in lines else path
+            raise ValueError(f"{where}: field {key!r} is empty; {fix}")
     base = os.path.dirname(os.path.abspath(path))
     for key in ("path", "fewshot_path"):
         value = data.get(key)
