@@ -403,3 +403,27 @@ def test_a_bad_step_name_in_an_experiment_is_an_error_line_not_a_traceback(tmp_p
     assert done.returncode == 2, out
     assert "Traceback" not in out, out
     assert "step name 'exp/bad name' is not valid" in out and "(at exp.py:6)" in out, out
+
+
+def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path) -> None:
+    """An exception the experiment's own code raises (a knob's ValueError) came with ~25 lines of the CLI's and
+    runpy's frames before the file's; now the traceback starts at the file, as `python exp.py` shows it, and the
+    exit status is 2 (a bad experiment)."""
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "import os\n\n"
+        "def knob(name):\n"
+        "    value = int(os.environ.get(name, '-1'))\n"
+        "    if value < 0:\n"
+        "        raise ValueError(f'{name} must be >= 0, got {value}')\n"
+        "    return value\n\n"
+        "STEPS = knob('EXP_STEPS')\n"
+    )
+    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert (
+        "Traceback (most recent call last)" in out and "ValueError: EXP_STEPS must be >= 0, got -1" in out
+    ), out
+    assert f'File "{exp}", line 9' in out and f'File "{exp}", line 6' in out, out
+    assert "runpy" not in out and "schooner/cluster/cli" not in out, out

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     from schooner.cluster.runner._results import RunResult
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+RUNNER_OUTCOMES = (StepFailedError, DryRunStop, RunInterrupted, ConfigError, ResourcesUnavailableError)
+"""What `execute` reports itself: raised from an experiment file, they are outcomes, not its own errors."""
 
 
 def client_for(options: RunOptions) -> Client:
@@ -69,6 +71,17 @@ def execute(
         return EXIT_BAD, None
     finally:
         client.shutdown()
+
+
+def experiment_traceback(path: str, error: BaseException) -> str:
+    """`error`'s traceback from the experiment file's first frame on, as `python path` prints it: the CLI's and
+    runpy's frames before it tell the user nothing (all of it when no frame is the file's)."""
+    import traceback
+
+    tb, target = error.__traceback__, os.path.abspath(path)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != target:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
 
 
 def run_main(run: Callable[[], RunResult], argv: list[str]) -> RunResult:

@@ -17,7 +17,7 @@ from schooner.cluster.runner._options import CapturedRun, RunOptions, applying
 from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._step import StepHandle
 
-from ._entry import EXIT_BAD, execute
+from ._entry import EXIT_BAD, RUNNER_OUTCOMES, execute, experiment_traceback
 from ._flags import options_from_args
 
 
@@ -70,7 +70,13 @@ def cmd_run(ns: argparse.Namespace) -> int:
     opts = options_from_args(ns)
 
     def body() -> int:
-        globs = _load(ns.experiment, opts, ns.script_args)
+        try:
+            globs = _load(ns.experiment, opts, ns.script_args)
+        except RUNNER_OUTCOMES:
+            raise
+        except Exception as e:  # the experiment's own code raised: its frames, not the CLI's
+            print(experiment_traceback(ns.experiment, e), end="", file=sys.stderr)
+            return EXIT_BAD
         if opts.runs:
             return 0
         handles = module_handles(globs)  # the file only declares steps: run all of them
