@@ -391,16 +391,13 @@ def test_explain_without_the_experiment_takes_a_regex_as_its_help_says(tmp_path:
 def test_a_bad_step_name_in_an_experiment_is_an_error_line_not_a_traceback(tmp_path) -> None:
     """A step name with a space is a bad experiment like any other: one error line naming the character and the
     experiment's line, exit status 2 (it was a ValueError traceback with status 1)."""
-    exp = tmp_path / "exp.py"
-    exp.write_text(
+    out = _run_a_bad_experiment(
+        tmp_path,
         "from schooner.cluster import StepRunner, step\n\n"
         "def f(config, output_path):\n    return {}\n\n"
         's = step("exp/bad name", f, {"a": 1})\n'
-        'if __name__ == "__main__":\n    StepRunner().main([s])\n'
+        'if __name__ == "__main__":\n    StepRunner().main([s])\n',
     )
-    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
-    out = done.stdout + done.stderr
-    assert done.returncode == 2, out
     assert "Traceback" not in out, out
     assert "step name 'exp/bad name' is not valid" in out and "(at exp.py:6)" in out, out
 
@@ -410,20 +407,28 @@ def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path)
     runpy's frames before the file's; now the traceback starts at the file, as `python exp.py` shows it, and the
     exit status is 2 (a bad experiment)."""
     exp = tmp_path / "exp.py"
-    exp.write_text(
+    out = _run_a_bad_experiment(
+        tmp_path,
         "import os\n\n"
         "def knob(name):\n"
         "    value = int(os.environ.get(name, '-1'))\n"
         "    if value < 0:\n"
         "        raise ValueError(f'{name} must be >= 0, got {value}')\n"
         "    return value\n\n"
-        "STEPS = knob('EXP_STEPS')\n"
+        "STEPS = knob('EXP_STEPS')\n",
     )
-    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
-    out = done.stdout + done.stderr
-    assert done.returncode == 2, out
     assert (
         "Traceback (most recent call last)" in out and "ValueError: EXP_STEPS must be >= 0, got -1" in out
     ), out
     assert f'File "{exp}", line 9' in out and f'File "{exp}", line 6' in out, out
     assert "runpy" not in out and "schooner/cluster/cli" not in out, out
+
+
+def _run_a_bad_experiment(tmp_path: Path, source: str) -> str:
+    """`schooner run` of an experiment file `exp.py` holding `source`: its output, the exit status 2 checked."""
+    exp = tmp_path / "exp.py"
+    exp.write_text(source)
+    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    return out
