@@ -82,7 +82,10 @@ def test_after_kill_9_of_the_driver_a_child_of_an_in_process_step_stops(tmp_path
     try:
         proc.kill()
         proc.wait(timeout=30)
-        assert _stops_writing(log, child), "the step's child kept running after the driver was killed"
+        assert _stops_writing(log, child), (
+            "the step's child kept running after the driver was killed; child "
+            f"{_status_of(child)}; driver output:\n{(tmp_path / 'driver.out').read_text()[-3000:]}"
+        )
     finally:
         _kill(child)
 
@@ -90,3 +93,12 @@ def test_after_kill_9_of_the_driver_a_child_of_an_in_process_step_stops(tmp_path
 def _kill(pid: int) -> None:
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
+
+
+def _status_of(pid: int) -> str:
+    """A process's state and parent, for a failure message (seen once: a child that outlived its killed driver)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return f"{pid} gone"
+    return f"{pid} " + ", ".join(ln for ln in lines if ln.startswith(("State:", "PPid:", "NSsid:")))
