@@ -30,7 +30,16 @@ from schooner.cluster import storage
 
 from ._layouts import LAYOUTS
 from ._tasks import KINDS, Example, fewshot_prefix, score_examples
-from ._taskyaml import FieldError, check_type, meant, read_task_mapping, yaml_kind, yaml_value
+from ._taskyaml import (
+    FieldError,
+    at_line,
+    check_type,
+    closest,
+    meant,
+    read_task_mapping,
+    yaml_kind,
+    yaml_value,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -128,8 +137,7 @@ class Task:
         try:
             return Task(**data)
         except FieldError as e:
-            line = lines.get(e.field)
-            raise ValueError(f"{path}{f':{line}' if line else ''}: {e}") from None
+            raise ValueError(f"{at_line(path, lines, e.field)}: {e}") from None
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from None
 
@@ -271,11 +279,8 @@ def load_examples(
 
 def _renamed(missing: Any, row: dict[str, Any]) -> str:
     """`; the row has 'context': rename it to 'contexts'` when a key of `row` likely misspells the missing one."""
-    import difflib
-
-    keys = [k for k in row if isinstance(k, str)]
-    close = difflib.get_close_matches(missing, keys, n=1, cutoff=0.75) if isinstance(missing, str) else []
-    return f"; the row has {close[0]!r}: rename it to {missing!r}" if close else ""
+    close = closest(missing, [k for k in row if isinstance(k, str)], cutoff=0.75)
+    return f"; the row has {close!r}: rename it to {missing!r}" if close else ""
 
 
 def _check_choices(doc: str, layout: str, example: Example) -> None:

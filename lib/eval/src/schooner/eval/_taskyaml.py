@@ -33,10 +33,11 @@ def _key_lines(path: str, node: Any) -> dict[Any, int]:
     if not isinstance(node, yaml.MappingNode):
         return {}
     lines: dict[Any, int] = {}
+    constructor = yaml.constructor.SafeConstructor()
     for key_node, _ in node.value:
         if not isinstance(key_node, yaml.ScalarNode):
             continue  # a complex key (`? [a, b]`): the loader has refused it already
-        key = yaml.safe_load(yaml.serialize(key_node))  # the key as the loader reads it (`1` is a number)
+        key = constructor.construct_object(key_node)  # the key as the loader reads it (`1` is a number)
         line = key_node.start_mark.line + 1
         if key in lines:
             raise ValueError(
@@ -46,23 +47,35 @@ def _key_lines(path: str, node: Any) -> dict[Any, int]:
     return lines
 
 
-def _unknown_fields(path: str, unknown: list[Any], lines: dict[Any, int], known: list[str]) -> str:
-    """The message for keys that are no Task field: each at its line, with the field it likely misspells."""
+def at_line(path: str, lines: dict[Any, int], key: Any) -> str:
+    """`t.yaml:4`, where `key` is on line 4 of the file, or just the path when its line is not known."""
+    return f"{path}:{lines[key]}" if key in lines else path
+
+
+def closest(word: Any, choices: Any, cutoff: float = 0.6) -> str | None:
+    """The one of `choices` that `word` likely misspells (difflib's closest match), or None."""
     import difflib
 
-    def said(key: Any) -> tuple[str, str]:
-        close = difflib.get_close_matches(key, known, n=1) if isinstance(key, str) else []
-        where = f"line {lines[key]}" if key in lines else ""
-        return where, f"did you mean {close[0]!r}?" if close else ""
+    if not isinstance(word, str):
+        return None
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def _unknown_fields(path: str, unknown: list[Any], lines: dict[Any, int], known: list[str]) -> str:
+    """The message for keys that are no Task field: each at its line, with the field it likely misspells."""
+
+    def hint(key: Any) -> str:
+        meant = closest(key, known)
+        return f"did you mean {meant!r}?" if meant else ""
 
     if len(unknown) == 1:
-        where, hint = said(unknown[0])
-        head = f"{path}:{where[5:]}" if where else path
-        return f"{head}: unknown Task field {unknown[0]!r}{'; ' + hint if hint else ''}; known: {known}"
+        key = unknown[0]
+        said = f"; {hint(key)}" if hint(key) else ""
+        return f"{at_line(path, lines, key)}: unknown Task field {key!r}{said}; known: {known}"
     parts = []
     for key in unknown:
-        where, hint = said(key)
-        inside = "; ".join(x for x in (where, hint) if x)
+        inside = "; ".join(x for x in (f"line {lines[key]}" if key in lines else "", hint(key)) if x)
         parts.append(f"{key!r} ({inside})" if inside else repr(key))
     return f"{path}: unknown Task fields {', '.join(parts)}; known: {known}"
 
@@ -99,16 +112,12 @@ def _number_as_text(value: Any, kind: type) -> str:
 
 def meant(value: Any, choices: Any) -> str:
     """`; did you mean 'examples'?` for a value one of `choices` likely misspells (case and - for _ included)."""
-    import difflib
-
     if not isinstance(value, str):
         return ""
     by_form = {c.lower().replace("-", "_"): c for c in choices}
     form = value.lower().replace("-", "_").strip()
-    if form in by_form:
-        return f"; did you mean {by_form[form]!r}?"
-    close = difflib.get_close_matches(form, list(by_form), n=1)
-    return f"; did you mean {by_form[close[0]]!r}?" if close else ""
+    close = form if form in by_form else closest(form, by_form)
+    return f"; did you mean {by_form[close]!r}?" if close else ""
 
 
 def _yaml_syntax_error(path: str, text: str, error: Exception) -> str:
@@ -205,12 +214,13 @@ def read_task_mapping(path: str, known: list[str]) -> tuple[dict[Any, Any], dict
         raw = f.read()
     text = storage.decode_utf8(raw, path)
     try:
-        data = yaml.safe_load(text)
-        lines = _key_lines(path, yaml.compose(text))
+        node = yaml.compose(text)  # parsed once: the data and each key's line come from the same nodes
+        data = None if node is None else yaml.constructor.SafeConstructor().construct_document(node)
+        lines = _key_lines(path, node)
     except yaml.YAMLError as e:
         raise ValueError(_yaml_syntax_error(path, text, e)) from None
     if not isinstance(data, dict):
-        got = "an empty document" if data is None and yaml.compose(text) is None else yaml_kind(data)
+        got = "an empty document" if node is None else yaml_kind(data)
         raise ValueError(
             f"{path}: a task definition is a mapping of Task fields, got {got}; write one `field: value` "
             "a line, e.g. `name: my_task`, `path: rows.jsonl`, `layout: examples`"
@@ -233,8 +243,7 @@ def read_task_mapping(path: str, known: list[str]) -> tuple[dict[Any, Any], dict
         ),
     ):
         if data.get(key) == "":  # read as this file's folder, it failed only when the task ran
-            where = f"{path}:{lines[key]}" if key in lines else path
-            raise ValueError(f"{where}: field {key!r} is empty; {fix}")
+            raise ValueError(f"{at_line(path, lines, key)}: field {key!r} is empty; {fix}")
     base = os.path.dirname(os.path.abspath(path))
     for key in ("path", "fewshot_path"):
         value = data.get(key)
