@@ -11,7 +11,13 @@ import sys
 import pytest
 
 from experiments.scaling.cloze import ClozeConfig, build_cloze
-from experiments.scaling.site_packages import SitePackagesConfig, collect_site_packages, held_out_files
+from experiments.scaling.site_packages import (
+    SitePackagesConfig,
+    collect_site_packages,
+    held_out_files,
+    installed_digest,
+    installed_distributions,
+)
 
 
 def _tree(root) -> None:
@@ -34,7 +40,13 @@ def test_collect_site_packages_dedups_skips_and_counts(tmp_path) -> None:
     # one of the two identical files (the first in sorted order), the README; not the empty, latin-1, big,
     # binary or __pycache__ files
     assert ids == ["pkg_a/mod.py", "pkg_b/README.md"]
-    assert report["skipped"] == {"too_large": 1, "not_utf8": 1, "empty": 1, "duplicate": 1}
+    assert report["skipped"] == {
+        "installer_metadata": 0,
+        "too_large": 1,
+        "not_utf8": 1,
+        "empty": 1,
+        "duplicate": 1,
+    }
     assert report["records"] == 2 and report["bytes"] == sum(len(r["text"].encode()) for r in records)
     assert all(
         r["source"] == "site-packages" and r["metadata"]["package"] in ("pkg_a", "pkg_b") for r in records
@@ -53,6 +65,53 @@ def test_the_byte_cut_and_the_held_out_files_split_the_collection(tmp_path) -> N
     rest = held_out_files(config, str(tmp_path))
     assert train == every[:5] and rest == every[5:] and report["beyond_max_bytes"] == 7
     assert not {r["id"] for r in train} & {r["id"] for r in rest}
+
+
+def _dist(root, name: str, version: str, *, editable: bool = False) -> None:
+    """An installed distribution's metadata folder, as an installer writes it."""
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[console_scripts]\n{name}-cli = {name}.cli:main\n")
+    (info / "top_level.txt").write_text(f"{name}\n")
+    if editable:  # what uv and pip write for `pip install -e` / a workspace member
+        (info / "direct_url.json").write_text('{"url": "file:///src", "dir_info": {"editable": true}}')
+
+
+def test_a_version_bump_of_the_project_s_own_package_leaves_the_corpus_unchanged(tmp_path) -> None:
+    # Found 2026-12-07: schooner-eval 0.1.1 -> 0.2.0 renamed its dist-info folder, which moved its
+    # entry_points.txt in the path-hash order; a rebuilt corpus kept 9,715 files instead of 9,714 under the same
+    # step key, and every sweep run trained on a shifted token stream. Installer metadata is not collected.
+    for i in range(12):
+        (tmp_path / f"m{i:02d}.py").write_text(f"value_{i} = {i}\n" * (i + 3))
+    _dist(tmp_path, "ourpkg", "0.1.1", editable=True)
+    _dist(tmp_path, "theirpkg", "2.0", editable=False)
+    config = SitePackagesConfig()
+    before, report = collect_site_packages(config, str(tmp_path))
+    (tmp_path / "ourpkg-0.1.1.dist-info").rename(tmp_path / "ourpkg-0.2.0.dist-info")
+    after, _ = collect_site_packages(config, str(tmp_path))
+    assert after == before
+    assert len(before) == 12 and not [r["id"] for r in before if ".dist-info" in r["id"]]
+    assert report["skipped"]["installer_metadata"] == 4  # entry_points.txt, top_level.txt x 2
+
+
+def test_the_corpus_key_follows_the_installed_distributions_not_the_project_s_own(tmp_path) -> None:
+    _dist(tmp_path, "ourpkg", "0.1.1", editable=True)
+    _dist(tmp_path, "theirpkg", "2.0")
+    first = installed_distributions(str(tmp_path))
+    assert first == ["theirpkg==2.0"]  # an editable install's files are not in site-packages
+    (tmp_path / "ourpkg-0.1.1.dist-info").rename(tmp_path / "ourpkg-0.2.0.dist-info")
+    assert installed_distributions(str(tmp_path)) == first
+    (tmp_path / "theirpkg-2.0.dist-info").rename(tmp_path / "theirpkg-2.1.dist-info")
+    (tmp_path / "theirpkg-2.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: theirpkg\nVersion: 2.1\n"
+    )
+    assert installed_distributions(str(tmp_path)) == ["theirpkg==2.1"]
+    # the step's config (its key) carries a digest of them, so an upgraded dependency is a new step
+    a = SitePackagesConfig(installed=installed_digest(["theirpkg==2.0"]))
+    b = SitePackagesConfig(installed=installed_digest(["theirpkg==2.1"]))
+    assert a != b and len(a.installed) == 16
+    assert SitePackagesConfig().installed == installed_digest(installed_distributions())
 
 
 def test_build_cloze_rows_hold_the_true_next_line() -> None:

@@ -6,31 +6,70 @@ site-packages holds hundreds of MB of real Python source and prose (docstrings, 
 offline. `site_packages_records` is a step that collects it deterministically:
 
 1. every file under the purelib directory with one of `extensions` and at most `max_file_bytes`, decoded as
-   UTF-8 (files that are not are counted and skipped: binary data misnamed, latin-1 leftovers);
+   UTF-8 (files that are not are counted and skipped: binary data misnamed, latin-1 leftovers), outside the
+   installers' metadata folders (`*.dist-info`, `*.egg-info`: their names carry version numbers, and this
+   project's own packages, installed editable, are renamed at every release; see below);
 2. exact duplicates dropped by the SHA-256 of their text (vendored copies: pip's and setuptools' vendored
    packages, identical `__init__.py` files), the first path in sorted order kept;
 3. the files ordered by the hash of their relative path (a uniform sample across packages rather than the
    alphabet's first ones) and kept until `max_bytes` of text;
 4. written as records `{"id": relative path, "text", "source": "site-packages", "metadata": {"package"}}`.
 
-The collection is a function of the installed packages (uv.lock pins them) and of the config; the step's
-manifest records the Python version, the file counts, the skips by reason and the bytes kept.
+The collection is a function of the installed distributions (uv.lock pins them) and of the config, and the
+config says so: `SitePackagesConfig.installed` is a digest of every non-editable distribution's `name==version`
+(`installed_distributions`), so an upgraded dependency makes another step key instead of other text under the
+same one. Editable installs (this workspace's packages) leave no files here but their metadata, which is not
+collected, so a release of one of them changes neither the text nor the key. The step's manifest records the
+Python version, the distributions, the file counts, the skips by reason and the bytes kept.
+
+Version 1 collected the metadata folders too: its corpus moved whenever a workspace package's version changed
+(2026-12-07: schooner-eval 0.1.1 -> 0.2.0 renamed `schooner_eval-0.1.1.dist-info/entry_points.txt`, which
+moved in the path-hash order, and a rebuilt corpus kept 9,715 files instead of 9,714 under the same key).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 import sysconfig
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any
 
 from schooner.cluster import StepHandle, step
 
-__all__ = ["SitePackagesConfig", "collect_site_packages", "held_out_files", "site_packages_records"]
+__all__ = [
+    "SitePackagesConfig",
+    "collect_site_packages",
+    "held_out_files",
+    "installed_digest",
+    "installed_distributions",
+    "site_packages_records",
+]
 
-VERSION = "site-packages-v1"
+VERSION = "site-packages-v2"
+METADATA_FOLDERS = (".dist-info", ".egg-info")
+
+
+def installed_distributions(root: str | None = None) -> list[str]:
+    """`name==version` of every distribution installed under `root` (default: this interpreter's purelib)
+    whose files live there, sorted: editable installs (their `direct_url.json` says `"editable": true`) are
+    left out, since their code is elsewhere and only their metadata, which is not collected, is here."""
+    root = root or sysconfig.get_paths()["purelib"]
+    found = set()
+    for dist in metadata.distributions(path=[root]):
+        direct = dist.read_text("direct_url.json")
+        if direct and json.loads(direct).get("dir_info", {}).get("editable"):
+            continue
+        found.add(f"{dist.metadata['Name']}=={dist.version}")
+    return sorted(found)
+
+
+def installed_digest(distributions: list[str]) -> str:
+    """16 hex digits of SHA-256 over `installed_distributions()`'s lines."""
+    return hashlib.sha256("\n".join(distributions).encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -46,6 +85,9 @@ class SitePackagesConfig:
     python: str = sys.version.split()[0]
     """The interpreter whose site-packages is read (part of the identity: another one holds other files)."""
     num_shards: int = 8
+    installed: str = field(default_factory=lambda: installed_digest(installed_distributions()))
+    """Digest of the installed distributions the text comes from (`installed_distributions`): part of the
+    identity, so a changed dependency is a new step rather than other text under the same key."""
 
     def __post_init__(self) -> None:
         if self.max_file_bytes < 1 or self.max_bytes < 1 or self.num_shards < 1 or not self.extensions:
@@ -62,13 +104,23 @@ def collect_site_packages(
     skipped. `root`: the folder to read (default: this interpreter's purelib, the venv's site-packages)."""
     root = root or sysconfig.get_paths()["purelib"]
     paths = []
+    metadata_files = 0
     for folder, dirs, files in os.walk(root, followlinks=False):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        if folder != root and os.path.basename(folder).endswith(METADATA_FOLDERS):
+            metadata_files += sum(f.endswith(config.extensions) for f in files)
+            continue
         for f in sorted(files):
             if f.endswith(config.extensions):
                 paths.append(os.path.relpath(os.path.join(folder, f), root))
     paths.sort()
-    skipped = {"too_large": 0, "not_utf8": 0, "empty": 0, "duplicate": 0}
+    skipped = {
+        "installer_metadata": metadata_files,
+        "too_large": 0,
+        "not_utf8": 0,
+        "empty": 0,
+        "duplicate": 0,
+    }
     seen: set[str] = set()
     kept: list[tuple[str, str, str]] = []  # (order key, relpath, text)
     for rel in paths:
@@ -103,6 +155,7 @@ def collect_site_packages(
     report = {
         "root": root,
         "python": config.python,
+        "distributions": installed_distributions(root),
         "files_matched": len(paths),
         "skipped": skipped,
         "distinct_files": len(kept),
