@@ -14,6 +14,7 @@ from experiments.scaling.cloze import ClozeConfig, build_cloze
 from experiments.scaling.site_packages import (
     SitePackagesConfig,
     collect_site_packages,
+    current_installed,
     held_out_files,
     installed_digest,
     installed_distributions,
@@ -112,6 +113,34 @@ def test_the_corpus_key_follows_the_installed_distributions_not_the_project_s_ow
     b = SitePackagesConfig(installed=installed_digest(["theirpkg==2.1"]))
     assert a != b and len(a.installed) == 16
     assert SitePackagesConfig().installed == installed_digest(installed_distributions())
+
+
+def test_a_data_step_refuses_to_build_from_other_installed_distributions(tmp_path) -> None:
+    # A prefix packed here and used on a lent machine names this machine's distributions in its keys; a step
+    # missing from the pack must not be built there from that machine's site-packages under this key.
+    from experiments.scaling.cloze import _write as write_cloze
+    from experiments.scaling.site_packages import _write as write_corpus
+
+    other = "0123456789abcdef"
+    assert current_installed() != other
+    with pytest.raises(ValueError, match=f"names installed distributions '{other}'.*this interpreter's are"):
+        write_corpus(SitePackagesConfig(max_bytes=1000, installed=other), str(tmp_path / "corpus"))
+    with pytest.raises(ValueError, match="the cloze task: the step's config names"):
+        write_cloze(ClozeConfig(skip_bytes=1000, documents=2, installed=other), str(tmp_path / "cloze"))
+    assert not (tmp_path / "corpus").exists() and not (tmp_path / "cloze").exists()
+
+
+def test_the_suite_s_data_steps_take_the_packed_digest_from_the_environment() -> None:
+    code = (
+        "from experiments.scaling import delphi_data as d\n"
+        "print(d.corpus.config.installed, d.cloze.config.installed)"
+    )
+    env = {**os.environ, "SCHOONER_DELPHI_INSTALLED": "0123456789abcdef"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0123456789abcdef"] * 2
+    env.pop("SCHOONER_DELPHI_INSTALLED")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [current_installed()] * 2
 
 
 def test_build_cloze_rows_hold_the_true_next_line() -> None:

@@ -16,16 +16,16 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from schooner.cluster import StepHandle, step
 
-from .site_packages import SitePackagesConfig, held_out_files
+from .site_packages import SitePackagesConfig, check_installed, current_installed, held_out_files
 
 __all__ = ["ClozeConfig", "build_cloze", "cloze_task"]
 
-VERSION = "site-packages-cloze-v1"
+VERSION = "site-packages-cloze-v2"  # v2: the held-out files of site-packages-v2
 CHOICES = 4
 
 
@@ -41,6 +41,8 @@ class ClozeConfig:
     max_line: int = 80
     """The answer line's length in characters (stripped of its newline)."""
     seed: int = 0
+    installed: str = field(default_factory=current_installed)
+    """The installed distributions' digest the held-out files come from (`site_packages.installed_digest`)."""
 
 
 def _lines(text: str, cfg: ClozeConfig) -> list[int]:
@@ -93,7 +95,8 @@ def build_cloze(files: list[dict[str, Any]], cfg: ClozeConfig) -> list[dict[str,
 
 
 def _write(cfg: ClozeConfig, output_path: str) -> dict[str, Any]:
-    files = held_out_files(SitePackagesConfig(max_bytes=cfg.skip_bytes))
+    check_installed(cfg.installed, "the cloze task")
+    files = held_out_files(SitePackagesConfig(max_bytes=cfg.skip_bytes, installed=cfg.installed))
     rows = build_cloze(files, cfg)
     os.makedirs(output_path, exist_ok=True)
     with open(f"{output_path}/cloze.jsonl", "w") as fh:
@@ -101,7 +104,12 @@ def _write(cfg: ClozeConfig, output_path: str) -> dict[str, Any]:
     return {"documents": len(rows), "held_out_files": len(files), "path": f"{output_path}/cloze.jsonl"}
 
 
-def cloze_task(name: str, *, skip_bytes: int, documents: int = 400, seed: int = 0) -> StepHandle:
-    """A step writing `cloze.jsonl` (see the module docstring)."""
-    cfg = ClozeConfig(skip_bytes=skip_bytes, documents=documents, seed=seed)
+def cloze_task(
+    name: str, *, skip_bytes: int, documents: int = 400, seed: int = 0, installed: str | None = None
+) -> StepHandle:
+    """A step writing `cloze.jsonl` (see the module docstring). `installed`: default this interpreter's
+    distributions' digest."""
+    cfg = ClozeConfig(
+        skip_bytes=skip_bytes, documents=documents, seed=seed, installed=installed or current_installed()
+    )
     return step(name, _write, cfg, version=VERSION, description="which line comes next, on held-out files")

@@ -42,7 +42,9 @@ from schooner.cluster import StepHandle, step
 
 __all__ = [
     "SitePackagesConfig",
+    "check_installed",
     "collect_site_packages",
+    "current_installed",
     "held_out_files",
     "installed_digest",
     "installed_distributions",
@@ -72,6 +74,26 @@ def installed_digest(distributions: list[str]) -> str:
     return hashlib.sha256("\n".join(distributions).encode("utf-8")).hexdigest()[:16]
 
 
+def current_installed() -> str:
+    """The digest of this interpreter's installed distributions (`installed_digest(installed_distributions())`)."""
+    return installed_digest(installed_distributions())
+
+
+def check_installed(installed: str, what: str) -> None:
+    """Refuse to build `what` from this interpreter's site-packages when its distributions are not the ones the
+    step's config (its key) names: the step's output would be other text under that key. This happens where a
+    prefix built on one machine is used on another (a lent accelerator: `experiments/scaling/device/run.sh`
+    passes the packed steps' digest), if a step it needs was not packed."""
+    here = current_installed()
+    if installed != here:
+        raise ValueError(
+            f"{what}: the step's config names installed distributions {installed!r}, but this interpreter's are "
+            f"{here!r} (`installed_distributions()` lists them): building here would write other text under "
+            "that step's key. Build it where those distributions are installed (the machine that built the "
+            "prefix's other data steps, then pack them), or leave `installed` to its default here"
+        )
+
+
 @dataclass(frozen=True)
 class SitePackagesConfig:
     """Config of the `site_packages_records` step."""
@@ -85,7 +107,7 @@ class SitePackagesConfig:
     python: str = sys.version.split()[0]
     """The interpreter whose site-packages is read (part of the identity: another one holds other files)."""
     num_shards: int = 8
-    installed: str = field(default_factory=lambda: installed_digest(installed_distributions()))
+    installed: str = field(default_factory=current_installed)
     """Digest of the installed distributions the text comes from (`installed_distributions`): part of the
     identity, so a changed dependency is a new step rather than other text under the same key."""
 
@@ -190,6 +212,7 @@ def held_out_files(config: SitePackagesConfig, root: str | None = None) -> list[
 def _write(config: SitePackagesConfig, output_path: str) -> dict[str, Any]:
     from schooner.data import write_records
 
+    check_installed(config.installed, "data/site-packages")
     records, report = collect_site_packages(config)
     write_records(records, output_path, num_shards=config.num_shards, extra_manifest={"build": report})
     return report

@@ -28,6 +28,8 @@ export PYTHONPATH=$PYTHONPATH:$PWD:$PWD/lib/cluster/src:$PWD/lib/data/src:$PWD/l
 export JAX_COMPILATION_CACHE_DIR=$W/jaxcache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 # a checkpoint every 1000 steps (runtime-only: no step key changes), so a run cut off by T resumes next call
 export SCHOONER_DELPHI_CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
+# the data steps were built on the packing machine, whose installed distributions their keys name
+SCHOONER_DELPHI_INSTALLED=$(cat .tpu/installed) || exit 1; export SCHOONER_DELPHI_INSTALLED
 export SCHOONER_PREFIX=$W/prefix SCHOONER_DELPHI_BUDGETS=${BUDGETS:-1e11,3e11,1e12,3e12,1e13} COLUMNS=160 MPLBACKEND=Agg
 [ -n "$PHASE" ] && export SCHOONER_DELPHI_PHASE=$PHASE
 if [ $# -gt 0 ]; then entry=".tpu/only.py $*"; else entry="experiments/scaling/delphi_suite.py --max-concurrent ${CONC:-3}"; fi
