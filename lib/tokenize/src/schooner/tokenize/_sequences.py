@@ -80,16 +80,27 @@ class TokenSequences:
         """int32 `[len(starts), seq_len]`: for the window of `seq_len` tokens at each stream position in
         `starts`, the number of documents that begin inside it at or before each position (0 at the
         window's first token)."""
+        starts = np.asarray(starts, dtype=np.int64).reshape(-1)
+        offsets = self._offsets_around(starts)
+        ends = starts[:, None] + np.arange(self.seq_len)
+        before = np.searchsorted(offsets, starts, side="right")[:, None]
+        return (np.searchsorted(offsets, ends, side="right") - before).astype(np.int32)
+
+    def _offsets_around(self, starts: np.ndarray) -> np.ndarray:
+        """Ascending document offsets that include every offset inside each window at `starts`: the
+        `_INDEX_STRIDE`-document strides holding the windows, one read per run of overlapping strides."""
         if self._sparse is None:
             self._sparse = np.asarray(self.cache._off[::_INDEX_STRIDE].read().result(), dtype=np.int64)
-        sparse, n = self._sparse, self.cache.num_documents
-        lo = (np.searchsorted(sparse, starts, side="right") - 1) * _INDEX_STRIDE
-        hi = np.minimum(np.searchsorted(sparse, starts + self.seq_len, side="left") * _INDEX_STRIDE, n) + 1
-        reads = [self.cache._off[int(a) : int(b)].read() for a, b in zip(lo, hi)]  # issued together
-        positions = np.arange(self.seq_len, dtype=np.int64)
-        out = np.empty((starts.size, self.seq_len), dtype=np.int32)
-        for r, (s, f) in enumerate(zip(starts, reads)):
-            offsets = np.asarray(f.result(), dtype=np.int64)
-            inside = offsets[(offsets > s) & (offsets < s + self.seq_len)] - s
-            out[r] = np.searchsorted(inside, positions, side="right")
-        return out
+        if not starts.size:
+            return np.zeros(0, dtype=np.int64)
+        n = self.cache.num_documents
+        lo = (np.searchsorted(self._sparse, starts, side="right") - 1) * _INDEX_STRIDE
+        hi = np.minimum(np.searchsorted(self._sparse, starts + self.seq_len) * _INDEX_STRIDE, n) + 1
+        order = np.argsort(lo)
+        lo, hi = lo[order], np.maximum.accumulate(hi[order])
+        first = np.flatnonzero(np.r_[True, lo[1:] > hi[:-1]])  # where each run of overlapping ranges begins
+        last = np.r_[first[1:] - 1, lo.size - 1]
+        reads = [
+            self.cache._off[int(a) : int(b)].read() for a, b in zip(lo[first], hi[last])
+        ]  # issued together
+        return np.concatenate([np.asarray(f.result(), dtype=np.int64) for f in reads])
