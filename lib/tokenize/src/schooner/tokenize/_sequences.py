@@ -100,7 +100,6 @@ class TokenSequences:
         lo, hi = lo[order], np.maximum.accumulate(hi[order])
         first = np.flatnonzero(np.r_[True, lo[1:] > hi[:-1]])  # where each run of overlapping ranges begins
         last = np.r_[first[1:] - 1, lo.size - 1]
-        reads = [
-            self.cache._off[int(a) : int(b)].read() for a, b in zip(lo[first], hi[last])
-        ]  # issued together
+        runs = zip(lo[first], hi[last])
+        reads = [self.cache._off[int(a) : int(b)].read() for a, b in runs]  # issued together
         return np.concatenate([np.asarray(f.result(), dtype=np.int64) for f in reads])
