@@ -8,12 +8,14 @@ reference goes through the reader.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from schooner.tokenize import MixtureDataset, PreferenceDataset, Tokenizer, write_cache
+from schooner.tokenize import MixtureDataset, PreferenceDataset, TokenCache, Tokenizer, write_cache
+from schooner.tokenize._sequences import TokenSequences, held_bytes
 
 
 def _stream(docs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -65,24 +67,30 @@ def text_cache(
     return path
 
 
+@pytest.mark.parametrize("in_memory_bytes", [0, 1 << 30])
 @pytest.mark.parametrize("seq_len", [1, 7, 64, 512])
 def test_text_sequences_match_the_documents(
-    text_cache: str, text_docs: list[np.ndarray], seq_len: int
+    text_cache: str, text_docs: list[np.ndarray], seq_len: int, in_memory_bytes: int
 ) -> None:
     # The rows of a mixture's batches (MixtureDataset.batch refuses rows of one-token documents only, which
     # have nothing to train on; test_text_cache_with_eos_matches_the_documents goes through it).
     tokens, offsets = _stream(text_docs)
-    ds = MixtureDataset({text_cache: 1.0}, seq_len=seq_len, seed=3, block_size=32)
+    ds = MixtureDataset(
+        {text_cache: 1.0}, seq_len=seq_len, seed=3, block_size=32, in_memory_bytes=in_memory_bytes
+    )
     for step in [0, 1, 5, 10_000_003]:
         _, _, seq = ds.sequence_ids(step, 24)
         _assert_same(ds.sequences[0].batch(seq), _text_rows(tokens, offsets, seq, seq_len), f"step {step}")
 
 
-def test_edge_sequences_match_the_documents(text_cache: str, text_docs: list[np.ndarray]) -> None:
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_edge_sequences_match_the_documents(
+    text_cache: str, text_docs: list[np.ndarray], in_memory: bool
+) -> None:
     tokens, offsets = _stream(text_docs)
     seq_len = 128
     ones = int(offsets[300]) // seq_len + 1  # inside the run of one-token documents: 128 starts in one row
-    seqs = MixtureDataset({text_cache: 1.0}, seq_len=seq_len).sequences[0]
+    seqs = TokenSequences(TokenCache.open(text_cache), seq_len, in_memory=in_memory)
     last = len(seqs) - 1
     for idx in ([last], [0, last, 0, last], [ones, ones + 1, ones + 2], list(range(len(seqs)))):
         idx = np.array(idx)
@@ -179,3 +187,32 @@ def test_preference_pairs_match_the_documents(tokenizer: Tokenizer, tmp_path: Pa
                 [_packed_rows([docs[2 * i + j]], [masks[2 * i + j]], seq_len, pad)[0][k] for i in idx]
             )
         _assert_same({k: got[f"{role}_{k}"] for k in want}, want, role)
+
+
+def test_components_are_held_in_memory_within_the_budget_only(
+    text_docs: list[np.ndarray], tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    paths = [str(tmp_path / name) for name in ("a", "b", "c")]
+    for path, (lo, hi) in zip(paths, [(0, 100), (100, 300), (300, 350)]):  # b is the largest
+        write_cache(path, text_docs[lo:hi], tokenizer)
+    sizes = [held_bytes(TokenCache.open(p)) for p in paths]
+    assert sizes[1] > sizes[2]
+    budget = sizes[0] + sizes[2]  # a and c fit together; b does not fit beside a
+    ds = MixtureDataset(dict.fromkeys(paths, 1.0), seq_len=8, block_size=6, in_memory_bytes=budget)
+    assert [s._held is not None for s in ds.sequences] == [True, False, True]
+    reference = MixtureDataset(dict.fromkeys(paths, 1.0), seq_len=8, block_size=6)
+    for step in (0, 7):
+        _assert_same(ds.batch(step, 12), reference.batch(step, 12), f"step {step}")
+    with pytest.raises(ValueError, match="in_memory_bytes must be an int >= 0"):
+        MixtureDataset({paths[0]: 1.0}, seq_len=8, in_memory_bytes=-1)
+
+
+def test_held_sequences_read_nothing_from_storage(
+    text_docs: list[np.ndarray], tokenizer: Tokenizer, tmp_path: Path
+) -> None:
+    write_cache(str(tmp_path / "c"), text_docs[:300], tokenizer)
+    tokens, offsets = _stream([np.append(d, tokenizer.eos_id) for d in text_docs[:300]])
+    seqs = TokenSequences(TokenCache.open(str(tmp_path / "c")), 16, in_memory=True)
+    shutil.rmtree(tmp_path / "c")
+    idx = np.arange(len(seqs))
+    _assert_same(seqs.batch(idx), _text_rows(tokens, offsets, idx, 16), "held")
