@@ -145,10 +145,10 @@ class MixtureDataset:
             if c.has_loss_mask:
                 self.sequences.append(PackedSequences(c, seq_len))
                 continue
-            size = held_bytes(c)
-            self.sequences.append(TokenSequences(c, seq_len, in_memory=size <= budget))
-            if size <= budget:
-                budget -= size
+            size = held_bytes(c) if budget else 0  # held_bytes opens the token array: only with a budget
+            held = 0 < size <= budget
+            self.sequences.append(TokenSequences(c, seq_len, in_memory=held))
+            budget -= size if held else 0
         self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
         self._perms: dict[tuple, Permutation] = {}
 
