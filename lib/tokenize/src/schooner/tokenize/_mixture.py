@@ -24,7 +24,7 @@ import numpy as np
 from ._cache import CacheError, TokenCache
 from ._packing import AllMaskedError, PackedSequences
 from ._permute import Permutation, derive_key
-from ._sequences import TokenSequences
+from ._sequences import TokenSequences, held_bytes
 
 BatchSize = int | Callable[[int], int]
 logger = logging.getLogger("schooner.tokenize")
@@ -93,6 +93,11 @@ class MixtureDataset:
         tokenizer: a `Tokenizer` or fingerprint every cache must have been built with (a mismatch raises
             `TokenizerMismatchError` naming the cache and both fingerprints).
         vocab_size: the model's vocabulary; every cached token id must be below it.
+        in_memory_bytes: read plain-text components whose token ids and offsets fit in this many bytes
+            (counted in order, against one total) into memory here, once; their batches then read nothing
+            from storage and are the same arrays (64 x 64 tokens from a 51M-token cache, 100 MB held:
+            0.4-0.7 ms of CPU a batch, against about 4 reading). 0 (the default): every batch reads from
+            the caches.
 
     Example:
         >>> ds = MixtureDataset({"out/docs/train": 0.7, "out/code/train": 0.3}, seq_len=256, seed=0)  # doctest: +SKIP
@@ -111,6 +116,7 @@ class MixtureDataset:
         *,
         tokenizer: Any = None,
         vocab_size: int | None = None,
+        in_memory_bytes: int = 0,
     ) -> None:
         if not components:
             raise MixtureError("MixtureDataset needs at least one component (cache path -> weight)")
@@ -119,6 +125,10 @@ class MixtureDataset:
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
             raise MixtureError(
                 f"MixtureDataset: block_size must be a positive int, got block_size={block_size!r}"
+            )
+        if isinstance(in_memory_bytes, bool) or not isinstance(in_memory_bytes, int) or in_memory_bytes < 0:
+            raise MixtureError(
+                f"MixtureDataset: in_memory_bytes must be an int >= 0, got in_memory_bytes={in_memory_bytes!r}"
             )
         self.seq_len, self.seed, self.block_size = seq_len, int(seed), block_size
         self.names = [_name(k) for k in components]
@@ -129,10 +139,16 @@ class MixtureDataset:
             stages.append(self._schedule_entry(i, entry, stages[-1][0] if i else -1))
         self._schedule = stages
         self._check_caches(tokenizer, vocab_size)
-        self.sequences = [
-            PackedSequences(c, seq_len) if c.has_loss_mask else TokenSequences(c, seq_len)
-            for c in self.caches
-        ]
+        self.sequences: list[PackedSequences | TokenSequences] = []
+        budget = in_memory_bytes
+        for c in self.caches:
+            if c.has_loss_mask:
+                self.sequences.append(PackedSequences(c, seq_len))
+                continue
+            size = held_bytes(c) if budget else 0  # held_bytes opens the token array: only with a budget
+            held = 0 < size <= budget
+            self.sequences.append(TokenSequences(c, seq_len, in_memory=held))
+            budget -= size if held else 0
         self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
         self._perms: dict[tuple, Permutation] = {}
 

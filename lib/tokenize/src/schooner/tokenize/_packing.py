@@ -92,16 +92,10 @@ class PackedSequences:
         d0, d1 = self.rows[idx], self.rows[idx + 1]
         starts = self.offsets[d0]
         stops = np.minimum(self.offsets[d1], starts + self.seq_len)
-        toks = self.cache.ranges(starts, stops)
-        masks = self.cache.ranges(starts, stops, masks=True)
-        n = idx.size
-        tokens = np.full((n, self.seq_len), self.pad_id, dtype=np.int32)
-        mask = np.zeros((n, self.seq_len), dtype=np.int32)
-        segs = np.empty((n, self.seq_len), dtype=np.int32)
-        for r in range(n):
-            k = toks[r].size
-            tokens[r, :k] = toks[r]
-            mask[r, :k] = masks[r]
-            ends = np.minimum(self.offsets[d0[r] + 1 : d1[r] + 1] - starts[r], self.seq_len)
-            segs[r] = np.searchsorted(ends, np.arange(self.seq_len), side="right")
+        tokens = self.cache.padded_ranges(starts, stops, self.seq_len, fill=self.pad_id)
+        mask = self.cache.padded_ranges(starts, stops, self.seq_len, masks=True)
+        # The conversation holding each position, counted from the row's first; the padding after the
+        # last is one more segment.
+        doc = np.searchsorted(self.offsets, starts[:, None] + np.arange(self.seq_len), side="right") - 1
+        segs = np.minimum(doc - d0[:, None], (d1 - d0)[:, None]).astype(np.int32)
         return {"tokens": tokens, "loss_mask": mask, "segment_ids": segs}

@@ -85,13 +85,9 @@ class PreferenceDataset:
             docs = 2 * idx + j
             starts = self.offsets[docs]
             stops = np.minimum(self.offsets[docs + 1], starts + self.seq_len)
-            toks = self.cache.ranges(starts, stops)
-            masks = self.cache.ranges(starts, stops, masks=True)
-            tokens = np.full((idx.size, self.seq_len), self.pad_id, dtype=np.int32)
-            mask = np.zeros_like(tokens)
-            segs = np.ones_like(tokens)
-            for r, (t, m) in enumerate(zip(toks, masks)):
-                tokens[r, : t.size], mask[r, : t.size], segs[r, : t.size] = t, m, 0
+            tokens = self.cache.padded_ranges(starts, stops, self.seq_len, fill=self.pad_id)
+            mask = self.cache.padded_ranges(starts, stops, self.seq_len, masks=True)
+            segs = (np.arange(self.seq_len) >= (stops - starts)[:, None]).astype(np.int32)  # padding: 1
             out |= {f"{role}_tokens": tokens, f"{role}_loss_mask": mask, f"{role}_segment_ids": segs}
         return out
 
