@@ -101,3 +101,38 @@ def test_the_config_names_what_is_wrong(nano) -> None:
         TrainerConfig(model=nano(), datasets={"a": 1.0}, seq_len=32, num_train_steps=1, objective="dpo")
     c = TrainerConfig(model=nano(), datasets={"a": 1.0, "b": 2.0}, seq_len=32, num_train_steps=1)
     assert c.datasets == (("a", 1.0), ("b", 2.0)) and c.inputs == ["a", "b"]
+
+
+def test_the_step_on_the_states_leaves_is_the_step_on_the_state() -> None:
+    """`on_leaves`: the step the trainer dispatches from the state's leaves returns, bit for bit, the state
+    and metrics of the step jitted on the pytree itself (haliax arrays in an equinox module), the metrics as
+    one vector in sorted-name order."""
+    import equinox as eqx
+    import haliax as hax
+    import jax.numpy as jnp
+
+    from schooner.train._trainer import on_leaves
+
+    class S(eqx.Module):
+        w: hax.NamedArray
+        b: jax.Array
+
+    Embed = hax.Axis("embed", 5)
+
+    def step(s: S, x: jax.Array) -> tuple[S, dict[str, jax.Array]]:
+        w = s.w * 0.9 + hax.named(x, Embed)
+        loss = jnp.sum(w.array**2) / 3.0
+        return S(w=w, b=s.b + 1), {"loss": loss, "b": jnp.asarray(s.b, jnp.float32), "a_norm": jnp.sqrt(loss)}
+
+    s0 = S(w=hax.named(jnp.linspace(-1.0, 2.0, 5), Embed), b=jnp.asarray(3, jnp.int32))
+    x = jnp.linspace(0.1, 0.7, 5)
+    want_state, want = jax.jit(step)(s0, x)
+    names: list[str] = []
+    treedef = jax.tree.structure(s0)
+    leaves, vec = jax.jit(on_leaves(step, treedef, names), donate_argnums=(0,))(jax.tree.leaves(s0), x)
+    assert names == ["a_norm", "b", "loss"] and vec.dtype == jnp.float32
+    assert np.asarray(vec).tolist() == [float(want[k]) for k in names]
+    got = jax.tree.unflatten(treedef, leaves)
+    assert isinstance(got.w, hax.NamedArray) and got.w.axes == (Embed,)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want_state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -49,7 +49,7 @@ def estimate_step_memory(config: TrainerConfig, model_config: Any = None) -> Ste
     )
     trainer._setup_abstract()
     trainer._compile_step()
-    state = trainer.abstract_state  # shapes only; the jitted step's in_shardings place them
+    state = trainer.abstract_state  # shapes only (the step takes its leaves); its in_shardings place them
     shape = (max(config.batch_sizes), config.seq_len)
     batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("tokens", "loss_mask", "segment_ids")}
-    return step_memory(trainer.step_fn.jitted.lower(state, batch).compile())
+    return step_memory(trainer.step_fn.jitted.lower(jax.tree.leaves(state), batch).compile())

@@ -166,7 +166,7 @@ class CompiledStep:
         self.memory: dict[Any, StepMemory | None] = {}
 
     def __call__(self, state: Any, batch: dict[str, Any]) -> Any:
-        key = tuple(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in batch.items()))
+        key = tuple(sorted((k, v.shape, v.dtype) for k, v in batch.items()))  # per step: no str()
         if key not in self.compiled:
             self.compiled[key] = self._compile(key, state, batch)
         return self.compiled[key](state, *self.bound, batch)

@@ -99,10 +99,13 @@ class Progress:
             if self.flops_per_token and self.peak:
                 out["throughput/mfu"] = self.flops_per_token * tps / self.peak
             out["throughput/eta_seconds"] = (self.total - step) * secs / len(self._window)
+        logged = step % self.log_every == 0 or step == self.total
+        if self._bar is None and not logged:
+            return out  # the line is only formatted to be shown
         line = self.format_line(step, metrics, out)
         if self._bar is not None:
             self._bar.update(self._task, completed=step, info=line)
-        if step % self.log_every == 0 or step == self.total:
+        if logged:
             logger.info(line)
             if self._bar is None and not logger.isEnabledFor(logging.INFO):
                 print(line, file=sys.stderr, flush=True)

@@ -5,6 +5,8 @@ wires a `TrainerConfig` to them). The loop keeps the device busy: the step for b
 before the metrics of batch s are read back (a one-step lag), the data loader prepares batches on threads,
 and checkpoints are written from device copies on a background thread. A batch source that reads the
 policy (`PolicyBatches`, RL's rollouts) is asked for each batch in the loop instead, with the current model.
+The host's work a step is kept small (for a tiny model it, not the device, sets the pace): the step is
+dispatched on the state's flat leaves and returns its metrics as one vector (`on_leaves`).
 
 Resuming: `_resume_checks` refuses a config that is another run than the folder's, `_resume_state` reads the
 train state back from the latest checkpoint.
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import jax
@@ -73,6 +75,29 @@ def place_params(tree: Any, config: TrainerConfig, mesh: Any = None) -> tuple[An
     return jax.jit(lambda m: m, out_shardings=shardings)(tree), shardings
 
 
+def on_leaves(step: Callable[..., Any], state_def: Any, metric_names: list[str]) -> Callable[..., Any]:
+    """`step(state, *args) -> (state, metrics)` as `(state leaves, *args) -> (state leaves, metrics vector)`.
+
+    The step jitted on the state's leaves (`state_def`: its tree structure) is dispatched from a list of
+    arrays: jax's C++ dispatch neither flattens the model's pytree nor rebuilds it from the outputs in
+    Python (haliax's `NamedArray`s) each step. The float32 scalar metrics come back as one vector, one
+    transfer to the host; tracing fills `metric_names` with their order (sorted, as a dict's pytree is). They
+    pass an optimization barrier first, so they are computed as when they were outputs of their own and the
+    state's computation is the same program.
+    """
+
+    def flat(leaves: list[Any], *args: Any) -> tuple[list[Any], jax.Array]:
+        state, metrics = step(jax.tree.unflatten(state_def, leaves), *args)
+        new_leaves, new_def = jax.tree.flatten(state)
+        if new_def != state_def:
+            raise TypeError(f"on_leaves: the step returned a state of structure {new_def}, not {state_def}")
+        metric_names[:] = sorted(metrics)
+        metrics = jax.lax.optimization_barrier(metrics)
+        return new_leaves, jnp.stack([metrics[k] for k in metric_names])
+
+    return flat
+
+
 class Trainer:
     """Trains `model_config` on `data` by minimising `objective`, as `config` says; `run()` does the work.
 
@@ -113,7 +138,35 @@ class Trainer:
         self.model_config, self.objective, self.data = model_config, objective, data
         self.evaluators, self.hooks = list(evaluators), list(hooks)
         self.metadata = dict(metadata or {})
-        self.state: Any = None
+        self.state = None
+        self.metric_names: list[str] = []  # the step's metrics, in the order of its metrics vector
+
+    # -- the train state -----------------------------------------------------------------------------
+    # The loop holds the state as its flat leaves: the compiled step takes and returns them (`on_leaves`), so
+    # no step dispatch flattens or rebuilds the model's pytree (for a tiny model, most of the host's time a
+    # step). The `TrainState` is rebuilt from them when read (checkpoints, evaluators, hooks).
+    @property
+    def state(self) -> Any:
+        """The train state (a `TrainState`; None before setup)."""
+        if self._state is None and self._leaves is not None:
+            self._state = jax.tree.unflatten(self._state_def, self._leaves)
+        return self._state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self._state, self._leaves = value, None
+
+    def _state_leaves(self) -> list[Any]:
+        """The state's leaves, in the order the compiled step takes them."""
+        if self._leaves is None:
+            leaves, treedef = jax.tree.flatten(self._state)
+            if treedef != self._state_def:
+                raise TypeError(
+                    f"Trainer: the train state's structure {treedef} is not the one the step was compiled for "
+                    f"({self._state_def}); set `trainer.state` to a state of this run's model and optimizer"
+                )
+            self._leaves = leaves
+        return self._leaves
 
     # -- setup ---------------------------------------------------------------------------------------
     def _setup_abstract(self) -> tuple[jax.Array, jax.Array]:
@@ -143,6 +196,7 @@ class Trainer:
         abstract = eqx.filter_eval_shape(make_state, k_init, k_train)
         self.state_sharding = model_shardings(abstract, self.mesh, self.param_map)
         self.abstract_state = abstract
+        self._state_def = jax.tree.structure(abstract)
         return k_init, k_train
 
     def _setup_state(self) -> None:
@@ -212,7 +266,10 @@ class Trainer:
         )
         # Every array of the batch (tokens, segment ids, masks) split as [B, T]; or as the loader placed them.
         batch_in = bs if obj.constrain_batch else None
-        out = (self.state_sharding, replicated(self.mesh))
+        # The step takes and returns the state's leaves: a sharding each (`state_sharding` is a prefix of the
+        # state: one sharding stands for a leafless optimizer node such as a masked-out group's).
+        state_in = jax.tree.leaves(jax.tree.broadcast(self.state_sharding, self.abstract_state))
+        out = (state_in, replicated(self.mesh))
         if obj.frozen is None:
 
             def wrapped(state: Any, batch: dict[str, jax.Array]) -> Any:
@@ -220,7 +277,10 @@ class Trainer:
                     return step_fn(state, batch)
 
             jitted = jax.jit(
-                wrapped, in_shardings=(self.state_sharding, batch_in), out_shardings=out, donate_argnums=(0,)
+                on_leaves(wrapped, self._state_def, self.metric_names),
+                in_shardings=(state_in, batch_in),
+                out_shardings=out,
+                donate_argnums=(0,),
             )
             self.step_fn = CompiledStep(jitted, self.memory_hint(), log=logger.info)
             return
@@ -247,8 +307,8 @@ class Trainer:
                 return step_fn(state, batch | extra(frozen, batch))
 
         jitted = jax.jit(
-            with_frozen,
-            in_shardings=(self.state_sharding, frozen_sharding, batch_in),
+            on_leaves(with_frozen, self._state_def, self.metric_names),
+            in_shardings=(state_in, frozen_sharding, batch_in),
             out_shardings=out,
             donate_argnums=(0,),
         )
@@ -395,7 +455,9 @@ class Trainer:
         def finish(p: tuple[int, Any, int]) -> None:
             nonlocal last, first_step_done
             n, dev_metrics, tokens = p
-            m = {f"train/{k}": float(v) for k, v in jax.device_get(dev_metrics).items()}
+            # One transfer for the step's metrics (a float32 vector, `metric_names` its order).
+            values = np.asarray(dev_metrics).tolist()
+            m = {f"train/{k}": v for k, v in zip(self.metric_names, values, strict=True)}
             if first_step_done is None:
                 first_step_done = time.perf_counter() - _T0
                 summary["seconds_to_first_step"] = first_step_done  # since schooner.train was imported
@@ -431,7 +493,8 @@ class Trainer:
                 for step, batch in self._batches(stack):
                     n = step + 1
                     t_dispatch = time.perf_counter()
-                    self.state, metrics = self.step_fn(self.state, batch)
+                    leaves, metrics = self.step_fn(self._state_leaves(), batch)
+                    self._state, self._leaves = None, leaves  # the old leaves were donated to the step
                     if "compile_seconds" not in summary:
                         # The first call traces and compiles synchronously; execution itself is asynchronous.
                         summary["compile_seconds"] = time.perf_counter() - t_dispatch
