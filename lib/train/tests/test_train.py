@@ -4,6 +4,7 @@ NaN stops, and the same losses on 1 device, FSDP over 8 and tensor parallel."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -135,6 +136,30 @@ def _run_config(nano, data_dir: str, out: str, **kw) -> TrainerConfig:
     )
     args.update(kw)
     return TrainerConfig(**args)
+
+
+def test_tokens_held_in_memory_give_the_same_run(nano, data_dir, tmp_path, read_losses, caplog) -> None:
+    disk, memory = str(tmp_path / "disk"), str(tmp_path / "memory")
+    train(_run_config(nano, data_dir, disk))
+    with caplog.at_level(logging.INFO, logger="schooner.train"):
+        train(_run_config(nano, data_dir, memory, data_in_memory_bytes=2**30))
+    held = [r.getMessage() for r in caplog.records if "held in memory" in r.getMessage()]
+    assert held and not held[0].startswith("training tokens held in memory: 0.0 MiB"), held
+    assert read_losses(memory) == read_losses(disk)
+    assert len(read_losses(disk)) == 3
+
+
+def test_data_in_memory_bytes_is_runtime_only_and_checked(nano, data_dir) -> None:
+    from schooner.train.steps import train_lm
+
+    def step(**kw):
+        return train_lm("t", model=nano(), datasets={f"{data_dir}/train": 1.0}, batch_size=8, seq_len=32,
+                        num_train_steps=3, **kw)  # fmt: skip
+
+    assert step(data_in_memory_bytes=2**30).key == step().key
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="data_in_memory_bytes must be an int >= 0"):
+            _run_config(nano, data_dir, "unused", data_in_memory_bytes=bad)
 
 
 @pytest.mark.slow

@@ -152,6 +152,11 @@ class MixtureDataset:
         self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
         self._perms: dict[tuple, Permutation] = {}
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of token ids and offsets held in memory (`in_memory_bytes`); 0 when every batch is read."""
+        return sum(getattr(s, "held_bytes", 0) for s in self.sequences)
+
     # -- validation ----------------------------------------------------------------------------------
     def _weights(self, values: Any, where: str) -> np.ndarray:
         w = []

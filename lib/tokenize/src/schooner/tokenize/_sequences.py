@@ -62,6 +62,11 @@ class TokenSequences:
     def __len__(self) -> int:
         return self.num_sequences
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes held in memory (0: batches are read from the cache)."""
+        return 0 if self._held is None else sum(a.nbytes for a in self._held)
+
     def tokens(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
         """int32 `[len(indices), seq_len]`: the token ids of the given sequences."""
         idx = np.asarray(indices, dtype=np.int64)

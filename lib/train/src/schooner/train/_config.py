@@ -142,6 +142,10 @@ class TrainerConfig:
     output_path: str | None = runtime_field(None)
     """The run folder for `train(config)` (checkpoints `step-NNNNNN/`, `metrics.jsonl`, `run.json`); a step's
     is the one the step runner gives it (runtime-only)."""
+    data_in_memory_bytes: int = runtime_field(0)
+    """Hold the plain-text training caches' tokens in memory, up to this many bytes in all, and build their
+    batches without reads (`schooner.tokenize.MixtureDataset(in_memory_bytes=)`): for tiny models whose steps
+    the data reads dominate. The batches are the same, so it is runtime-only. 0: read each batch from disk."""
 
     def __post_init__(self) -> None:
         pairs = self.datasets.items() if isinstance(self.datasets, Mapping) else self.datasets
@@ -172,6 +176,11 @@ class TrainerConfig:
             raise ValueError(
                 f"TrainerConfig.seed must be an int in [0, 2**32), got {self.seed!r}: JAX's random keys hold 32 "
                 "bits, so a larger seed would repeat a smaller one's initialisation and sampling"
+            )
+        n = self.data_in_memory_bytes
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(
+                f"TrainerConfig.data_in_memory_bytes must be an int >= 0 (bytes; 0 reads from disk), got {n!r}"
             )
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
             raise ValueError(f"TrainerConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")

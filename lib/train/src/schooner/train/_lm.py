@@ -101,7 +101,14 @@ class LanguageModeling:
             # string says nothing of the special tokens)
             tokenizer=tokenizer,
             vocab_size=model_config.vocab_size,
+            # only when asked: the same batches, held in memory (a tokenize without the option still works)
+            **({"in_memory_bytes": int(config.data_in_memory_bytes)} if config.data_in_memory_bytes else {}),
         )
+        if config.data_in_memory_bytes:
+            logger.info(
+                f"training tokens held in memory: {data.held_bytes / 2**20:.1f} MiB of data_in_memory_bytes="
+                f"{config.data_in_memory_bytes} (plain-text caches that fit; the others are read per batch)"
+            )
         for cache in val_caches.values():
             cache.check_tokenizer(tokenizer or first.tokenizer_fingerprint)
             if tokenizer is None:  # as above: the special ids too
