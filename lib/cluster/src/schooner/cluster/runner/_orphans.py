@@ -9,13 +9,13 @@ So while in-process steps run, a small guard process watches the driver (`python
 SESSION`, standard library only; the first in-process step waits up to `READY_TIMEOUT_S` until it has looked
 once). Every `SCAN_S` it lists the driver's descendants that started after the guard did, in the driver's
 session (from /proc: parent links, start times, session ids). When its stdin closes without the word "stop"
-(the driver died), it waits (at most `EXIT_WAIT_S`) for the driver's exit to complete, then kills those that
-still run and their own descendants, and the processes of the driver's session started since the guard that
-were re-parented to init or to the child subreaper the guard itself went to (also the driver's other orphans:
-under a subreaper, its own children in that session started since the guard). Processes in another session (the local client's workers,
-a local Ray: each has its own watchdog; a child started with `start_new_session=True`) are left alone. On
-Ctrl-C and SIGTERM the runner asks it to kill them ("kill"); at the end of a run it says "stop" (processes a
-step left running on purpose stay).
+(the driver died), it kills those that still run and their own descendants; then, once the driver's exit is
+complete (waiting at most `EXIT_WAIT_S`), also the processes of the driver's session started since the guard
+that were re-parented to init or to the child subreaper that the guard itself went to (under a subreaper
+parent, that parent's own children of the session started since the guard too). Processes in another session
+(the local client's workers, a local Ray: each has its own watchdog; a child started with
+`start_new_session=True`) are left alone. On Ctrl-C and SIGTERM the runner asks it to kill them ("kill"); at
+the end of a run it says "stop" (processes a step left running on purpose stay).
 
 Linux only (/proc); elsewhere there is no guard. A process started and detached (a new session, a double
 fork) within the last `SCAN_S` before the driver died can escape it. The guard says nothing unless it fails:
@@ -208,9 +208,8 @@ class OrphanGuard:
             if self._proc is not None and self._proc.stdout is not None:
                 ready = threading.Thread(target=self._proc.stdout.readline, daemon=True)
                 ready.start()
-                ready.join(
-                    READY_TIMEOUT_S
-                )  # never a hang; a late guard still acts (the session is in its argv)
+                # Never a hang; a guard that starts later still acts (the session is in its argv).
+                ready.join(READY_TIMEOUT_S)
 
     def _say(self, word: bytes) -> None:
         with self._lock:
