@@ -402,10 +402,11 @@ def test_a_bad_step_name_in_an_experiment_is_an_error_line_not_a_traceback(tmp_p
     assert "step name 'exp/bad name' is not valid" in out and "(at exp.py:6)" in out, out
 
 
-def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path) -> None:
+@pytest.mark.parametrize("command", ["run", "run --dry-run", "explain"])
+def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path, command: str) -> None:
     """An exception the experiment's own code raises (a knob's ValueError) came with ~25 lines of the CLI's and
     runpy's frames before the file's; now the traceback starts at the file, as `python exp.py` shows it, and the
-    exit status is 2 (a bad experiment)."""
+    exit status is 2 (a bad experiment). Every command that loads the file (`explain` showed all the frames)."""
     exp = tmp_path / "exp.py"
     out = _run_a_bad_experiment(
         tmp_path,
@@ -416,6 +417,7 @@ def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path)
         "        raise ValueError(f'{name} must be >= 0, got {value}')\n"
         "    return value\n\n"
         "STEPS = knob('EXP_STEPS')\n",
+        command,
     )
     assert (
         "Traceback (most recent call last)" in out and "ValueError: EXP_STEPS must be >= 0, got -1" in out
@@ -424,11 +426,14 @@ def test_an_error_in_the_experiment_file_shows_its_frames_not_the_clis(tmp_path)
     assert "runpy" not in out and "schooner/cluster/cli" not in out, out
 
 
-def _run_a_bad_experiment(tmp_path: Path, source: str) -> str:
-    """`schooner run` of an experiment file `exp.py` holding `source`: its output, the exit status 2 checked."""
+def _run_a_bad_experiment(tmp_path: Path, source: str, command: str = "run") -> str:
+    """`schooner run` (or `command`: "run --dry-run", "explain") of an experiment file `exp.py` holding
+    `source`: its output, the exit status 2 checked."""
     exp = tmp_path / "exp.py"
     exp.write_text(source)
-    done = schooner("run", str(exp), "--prefix", str(tmp_path / "out"))
+    name, *flags = command.split()
+    where = [str(exp)] if name == "run" else ["some/step", str(exp)]  # explain STEP EXP.py
+    done = schooner(name, *where, "--prefix", str(tmp_path / "out"), *flags)
     out = done.stdout + done.stderr
     assert done.returncode == 2, out
     return out

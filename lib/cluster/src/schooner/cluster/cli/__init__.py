@@ -9,8 +9,9 @@
     schooner browse PATH [--out FILE] [--sample N]     (from schooner-data: subcommands of other packages
                                                       are found through the `schooner.commands` entry points)
 
-Exit status: 0 when every step is done, 1 when a step failed (or the experiment raised), 2 for a bad
-experiment file, bad arguments or a prefix that does not exist, 130 when interrupted (Ctrl-C).
+Exit status: 0 when every step is done, 1 when a step failed, 2 for a bad experiment file (its own code
+raised: its traceback from the file's first frame), bad arguments or a prefix that does not exist, 130 when
+interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._version import ConfigError
 
+from ._entry import ExperimentRaised
 from ._flags import add_run_flags
 
 
@@ -129,6 +131,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_explain(ns)
     except ConfigError as e:
         make_console().print(f"[bold red]error:[/] {_esc(str(e))}")
+        return 2
+    except ExperimentRaised as e:  # from any command that loads the file (`run`, `explain`)
+        print(e.traceback, end="", file=sys.stderr)
         return 2
 
 

@@ -84,6 +84,15 @@ def experiment_traceback(path: str, error: BaseException) -> str:
     return "".join(traceback.format_exception(type(error), error, tb or error.__traceback__))
 
 
+class ExperimentRaised(Exception):
+    """An experiment file's own code raised `error` (not one of `RUNNER_OUTCOMES`) while a command loaded it.
+    The `schooner` command prints `traceback` (from the file's first frame) and exits with status 2."""
+
+    def __init__(self, path: str, error: Exception) -> None:
+        super().__init__(f"{path} raised {type(error).__name__}: {error}")
+        self.traceback = experiment_traceback(path, error)
+
+
 def run_main(run: Callable[[], RunResult], argv: list[str]) -> RunResult:
     """`StepRunner.main`: parse `argv` strictly, call `run` (the runner's `run` of the steps) with the flags
     applied, and exit the process unless everything is done."""

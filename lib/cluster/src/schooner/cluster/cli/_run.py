@@ -17,7 +17,7 @@ from schooner.cluster.runner._options import CapturedRun, RunOptions, applying
 from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._step import StepHandle
 
-from ._entry import EXIT_BAD, RUNNER_OUTCOMES, execute, experiment_traceback
+from ._entry import EXIT_BAD, RUNNER_OUTCOMES, ExperimentRaised, execute
 from ._flags import options_from_args
 
 
@@ -34,11 +34,18 @@ def _script_context(path: str, args: Sequence[str]) -> Iterator[None]:
 
 
 def _load(path: str, options: RunOptions, args: Sequence[str] = ()) -> dict[str, Any]:
-    """Run the experiment file as `__main__` under `options`; its globals."""
+    """Run the experiment file as `__main__` under `options`; its globals. Every command that loads an
+    experiment file loads it here: an exception of the file's own code is `ExperimentRaised` (shown from
+    the file's first frame, exit status 2)."""
     if not os.path.isfile(path):
         raise SystemExit(f"schooner: experiment file {path!r} does not exist")
     with _script_context(path, args), applying(options):
-        return runpy.run_path(path, run_name="__main__")
+        try:
+            return runpy.run_path(path, run_name="__main__")
+        except RUNNER_OUTCOMES:
+            raise
+        except Exception as e:  # the experiment's own code raised: its frames, not the CLI's
+            raise ExperimentRaised(path, e) from e
 
 
 def module_handles(globs: dict[str, Any]) -> list[StepHandle]:
@@ -70,13 +77,7 @@ def cmd_run(ns: argparse.Namespace) -> int:
     opts = options_from_args(ns)
 
     def body() -> int:
-        try:
-            globs = _load(ns.experiment, opts, ns.script_args)
-        except RUNNER_OUTCOMES:
-            raise
-        except Exception as e:  # the experiment's own code raised: its frames, not the CLI's
-            print(experiment_traceback(ns.experiment, e), end="", file=sys.stderr)
-            return EXIT_BAD
+        globs = _load(ns.experiment, opts, ns.script_args)
         if opts.runs:
             return 0
         handles = module_handles(globs)  # the file only declares steps: run all of them
