@@ -40,23 +40,10 @@ VOCAB = 1024
 
 
 def make_data(folder: str) -> str:
-    """A WordLevel tokenizer of VOCAB ids and a token cache of random documents."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import models, pre_tokenizers
+    """A WordLevel tokenizer of VOCAB ids and a token cache of 200 random documents (train_throughput's maker)."""
+    from train_throughput import make_data as make
 
-    from schooner.tokenize import load_tokenizer, write_cache
-
-    vocab = {f"w{i}": i for i in range(VOCAB - 1)}
-    vocab["<eos>"] = VOCAB - 1
-    hf = HFTokenizer(models.WordLevel(vocab, unk_token="w0"))
-    hf.pre_tokenizer = pre_tokenizers.Whitespace()
-    os.makedirs(folder, exist_ok=True)
-    hf.save(os.path.join(folder, "tokenizer.json"))
-    tok = load_tokenizer(os.path.join(folder, "tokenizer.json"), eos_token="<eos>")
-    rng = np.random.default_rng(0)
-    docs = [rng.integers(0, VOCAB - 1, size=int(n)) for n in rng.integers(50, 500, size=200)]
-    write_cache(os.path.join(folder, "train"), docs, tok)
-    return folder
+    return make(folder, vocab_size=VOCAB, lengths=(50, 500), docs=200)
 
 
 def tiny_trainer(data: str, out: str):

@@ -196,24 +196,27 @@ def model_config(kind: str):
     return LlamaConfig(intermediate_dim=1024, **common)
 
 
-def make_data(folder: str) -> str:
-    """A real WordLevel tokenizer with 32000 ids and a token cache of random documents."""
+def make_data(
+    folder: str, *, vocab_size: int = VOCAB, lengths: tuple[int, int] = (200, 3000), docs: int = 400
+) -> str:
+    """A real WordLevel tokenizer with `vocab_size` ids and a token cache of `docs` random documents of
+    `lengths` tokens (also benchmarks/train_step_host.py's data)."""
     import numpy as np
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import models, pre_tokenizers
 
     from schooner.tokenize import load_tokenizer, write_cache
 
-    vocab = {f"w{i}": i for i in range(VOCAB - 1)}
-    vocab["<eos>"] = VOCAB - 1
+    vocab = {f"w{i}": i for i in range(vocab_size - 1)}
+    vocab["<eos>"] = vocab_size - 1
     hf = HFTokenizer(models.WordLevel(vocab, unk_token="w0"))
     hf.pre_tokenizer = pre_tokenizers.Whitespace()
     os.makedirs(folder, exist_ok=True)
     hf.save(os.path.join(folder, "tokenizer.json"))
     tok = load_tokenizer(os.path.join(folder, "tokenizer.json"), eos_token="<eos>")
     rng = np.random.default_rng(0)
-    docs = [rng.integers(0, VOCAB - 1, size=int(n)) for n in rng.integers(200, 3000, size=400)]
-    write_cache(os.path.join(folder, "train"), docs, tok)
+    ids = [rng.integers(0, vocab_size - 1, size=int(n)) for n in rng.integers(*lengths, size=docs)]
+    write_cache(os.path.join(folder, "train"), ids, tok)
     return folder
 
 
