@@ -123,7 +123,10 @@ def test_a_data_step_refuses_to_build_from_other_installed_distributions(tmp_pat
 
     other = "0123456789abcdef"
     assert current_installed() != other
-    with pytest.raises(ValueError, match=f"names installed distributions '{other}'.*this interpreter's are"):
+    with pytest.raises(
+        ValueError,
+        match=f"names the installed-distributions digest '{other}'.*this interpreter's is.*unset SCHOONER_DELPHI_INSTALLED",
+    ):
         write_corpus(SitePackagesConfig(max_bytes=1000, installed=other), str(tmp_path / "corpus"))
     with pytest.raises(ValueError, match="the cloze task: the step's config names"):
         write_cloze(ClozeConfig(skip_bytes=1000, documents=2, installed=other), str(tmp_path / "cloze"))

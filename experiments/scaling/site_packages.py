@@ -87,10 +87,11 @@ def check_installed(installed: str, what: str) -> None:
     here = current_installed()
     if installed != here:
         raise ValueError(
-            f"{what}: the step's config names installed distributions {installed!r}, but this interpreter's are "
-            f"{here!r} (`installed_distributions()` lists them): building here would write other text under "
-            "that step's key. Build it where those distributions are installed (the machine that built the "
-            "prefix's other data steps, then pack them), or leave `installed` to its default here"
+            f"{what}: the step's config names the installed-distributions digest {installed!r}, but this "
+            f"interpreter's is {here!r} (`installed_distributions()` lists them): building here would write other "
+            "text under that step's key. Build it where those distributions are installed (the machine that "
+            "built the prefix's other data steps, then pack them), or leave `installed` to its default here (in "
+            "the Delphi suite: unset SCHOONER_DELPHI_INSTALLED)"
         )
 
 

@@ -7,7 +7,7 @@
 #   out.tar.xz   the suite's cached data steps from PREFIX: the data step's record (not its 29 MB of shards:
 #                nothing downstream reads them once the token cache exists), the tokenizer, the token cache,
 #                the cloze task, and any finished scaling/ run folders without their checkpoints
-#   installed    this machine's installed distributions' digest, which the data steps' keys carry
+#   installed    the installed distributions' digest the packed data steps' keys carry (from their records)
 #                (experiments/scaling/site_packages.py): run.sh passes it to the suite there, whose own
 #                packages differ, so that it finds these steps instead of building others
 #   run.sh, only.py
@@ -27,8 +27,15 @@ PyYAML pyyaml zstandard six python_dateutil pyparsing cycler tokenizers kiwisolv
   | xz -T2 -6 > .tpu/site.tar.xz
 (cd "$PREFIX" && tar cf - --exclude='step-[0-9]*' --exclude='part-*' --exclude='checkpoints' \
   data tokenizers tokenized tasks $(ls -d scaling 2>/dev/null || true)) | xz -T2 -6 > .tpu/out.tar.xz
-.venv/bin/python -c 'from experiments.scaling.site_packages import current_installed; print(current_installed())' \
-  > .tpu/installed
+# the digest the packed data steps were built under (their records), not this venv's now: they can differ
+.venv/bin/python - "$PREFIX" > .tpu/installed <<'PY'
+import glob, json, sys
+found = {json.load(open(f))["config"]["installed"] for f in glob.glob(f"{sys.argv[1]}/data/site-packages-*/.schooner/step.json")}
+if len(found) != 1:
+    sys.exit(f"pack.sh: {sys.argv[1]}/data holds corpus steps of {len(found)} installed digests ({sorted(found)}); "
+             "pack a prefix with one (the data phase's)")
+print(found.pop())
+PY
 cp experiments/scaling/device/run.sh experiments/scaling/device/only.py .tpu/
 du -ch .tpu/* | tail -1
 echo "then on the lent machine, carrying .tpu: 'PHASE=<sweep|forecast|heldout or none> bash .tpu/run.sh 540'"

@@ -388,6 +388,23 @@ def test_explain_without_the_experiment_takes_a_regex_as_its_help_says(tmp_path:
     assert "no recorded step named '^nothing'" in out and "grid/lr+1e-3, other/x" in out
 
 
+def test_explain_given_only_the_experiment_file_says_the_step_comes_first(tmp_path: Path, capsys) -> None:
+    # A new user's `schooner explain exp.py` said "no recorded step named '.../exp.py' ...; pass the experiment
+    # file", which they had, with exit status 1.
+    from schooner.cluster.cli import main
+
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "from schooner.cluster import step\n\n\ndef f(config, output_path):\n    return 1\n\n\nh = step('a', f, {})\n"
+    )
+    assert main(["explain", "--prefix", str(tmp_path / "p"), str(exp)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "is an experiment file, and the first argument is the step" in out
+        and f"schooner explain . {exp}" in out
+    )
+
+
 def test_a_bad_step_name_in_an_experiment_is_an_error_line_not_a_traceback(tmp_path) -> None:
     """A step name with a space is a bad experiment like any other: one error line naming the character and the
     experiment's line, exit status 2 (it was a ValueError traceback with status 1)."""

@@ -147,6 +147,12 @@ def test_tokens_held_in_memory_give_the_same_run(nano, data_dir, tmp_path, read_
     assert held and not held[0].startswith("training tokens held in memory: 0.0 MiB"), held
     assert read_losses(memory) == read_losses(disk)
     assert len(read_losses(disk)) == 3
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="schooner.train"):  # a budget too small says what did not fit
+        train(_run_config(nano, data_dir, str(tmp_path / "small"), data_in_memory_bytes=1000))
+    (small,) = [r.getMessage() for r in caplog.records if "held in memory" in r.getMessage()]
+    assert small.startswith("training tokens held in memory: 0.0 MiB of data_in_memory_bytes=1000; not held")
+    assert f"{data_dir}/train needs" in small
 
 
 def test_data_in_memory_bytes_is_runtime_only_and_checked(nano, data_dir) -> None:

@@ -141,14 +141,18 @@ class MixtureDataset:
         self._check_caches(tokenizer, vocab_size)
         self.sequences: list[PackedSequences | TokenSequences] = []
         budget = in_memory_bytes
+        self.not_held: list[tuple[str, int]] = []
+        """With `in_memory_bytes`: `(cache path, bytes it needs)` of the plain-text caches that did not fit."""
         for c in self.caches:
             if c.has_loss_mask:
                 self.sequences.append(PackedSequences(c, seq_len))
                 continue
-            size = held_bytes(c) if budget else 0  # held_bytes opens the token array: only with a budget
+            size = held_bytes(c) if budget or in_memory_bytes else 0  # opens the token array: only if asked
             held = 0 < size <= budget
             self.sequences.append(TokenSequences(c, seq_len, in_memory=held))
             budget -= size if held else 0
+            if in_memory_bytes and not held:
+                self.not_held.append((c.path, size))
         self._plans: dict[Any, tuple[_Offsets, list[_Stage]]] = {}
         self._perms: dict[tuple, Permutation] = {}
 

@@ -180,7 +180,8 @@ class TrainerConfig:
         n = self.data_in_memory_bytes
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValueError(
-                f"TrainerConfig.data_in_memory_bytes must be an int >= 0 (bytes; 0 reads from disk), got {n!r}"
+                f"TrainerConfig.data_in_memory_bytes must be an int >= 0 (bytes, e.g. 512 * 2**20; 0 reads from "
+                f"disk), got {n!r}"
             )
         if isinstance(self.seq_len, bool) or not isinstance(self.seq_len, int) or self.seq_len < 2:
             raise ValueError(f"TrainerConfig.seq_len must be an int >= 2, got seq_len={self.seq_len!r}")

@@ -105,9 +105,10 @@ class LanguageModeling:
             **({"in_memory_bytes": int(config.data_in_memory_bytes)} if config.data_in_memory_bytes else {}),
         )
         if config.data_in_memory_bytes:
+            missed = "; ".join(f"{path} needs {size / 2**20:.1f} MiB" for path, size in data.not_held)
             logger.info(
                 f"training tokens held in memory: {data.held_bytes / 2**20:.1f} MiB of data_in_memory_bytes="
-                f"{config.data_in_memory_bytes} (plain-text caches that fit; the others are read per batch)"
+                f"{config.data_in_memory_bytes}" + (f"; not held, read per batch: {missed}" if missed else "")
             )
         for cache in val_caches.values():
             cache.check_tokenizer(tokenizer or first.tokenizer_fingerprint)

@@ -194,6 +194,15 @@ def _cmd_explain(ns: argparse.Namespace) -> int:
 
     prefix = resolve_prefix(ns.prefix)
     console = make_console()
+    if ns.experiment is None and ns.step.endswith(".py") and os.path.isfile(ns.step):
+        console.print(
+            _esc(
+                f"schooner explain: {ns.step!r} is an experiment file, and the first argument is the step: give "
+                f"the step's name (or a regex; '.' for every step) first and the file second, e.g. "
+                f"`schooner explain . {ns.step}`"
+            )
+        )
+        return 2
     if ns.experiment is None:
         try:
             found = explain_recorded(prefix, ns.step)

@@ -173,7 +173,8 @@ def train_lm(
             vocabulary may grow, the new rows starting at the mean of the old ones (see
             `schooner.train._init`).
         initialize_from_step: the source run's checkpoint of this step instead of its latest.
-        **options: any other `TrainerConfig` field (`weight_schedule`, `block_size`, `objective`, ...).
+        **options: any other `TrainerConfig` field (`weight_schedule`, `block_size`, `objective`,
+            `data_in_memory_bytes`: the training tokens held in memory for tiny models, runtime-only, ...).
 
     Returns:
         The step handle; its output folder is the run folder with the checkpoints. Its config is the
