@@ -26,6 +26,9 @@ import time
 
 import numpy as np
 
+OLD_STRIDE = 256
+"""Every this-many-th document offset, which the old reader held in memory (as the loader still does)."""
+
 
 def old_batch(cache, sparse: np.ndarray, idx: np.ndarray, seq_len: int, stride: int = 256) -> dict:
     """The batch as read before: a read per row for its tokens, a read per row for its offsets."""
@@ -72,8 +75,7 @@ def main() -> None:
     p.add_argument("--out", default=None, help="work folder (default: a temporary one, removed)")
     args = p.parse_args()
 
-    from schooner.tokenize import TokenCache
-    from schooner.tokenize._sequences import _INDEX_STRIDE, TokenSequences
+    from schooner.tokenize import TokenCache, TokenSequences
 
     work = args.out or tempfile.mkdtemp(prefix="batch-reads-")
     try:
@@ -86,7 +88,7 @@ def main() -> None:
         )
         seqs = TokenSequences(cache, args.seq_len)
         held = TokenSequences(cache, args.seq_len, in_memory=True)
-        sparse = np.asarray(cache._off[::_INDEX_STRIDE].read().result(), dtype=np.int64)
+        sparse = np.asarray(cache.offsets()[::OLD_STRIDE], dtype=np.int64)
         rng = np.random.default_rng(1)
         batches = [rng.integers(0, len(seqs), args.batch_size) for _ in range(args.batches)]
         for idx in batches[:20]:

@@ -100,7 +100,6 @@ def old_step(trainer):
     import jax
 
     from schooner.train import CompiledStep, make_train_step
-    from schooner.train._mesh import replicated
 
     cfg, bs = trainer.config, trainer.batch_sharding
     step_fn = make_train_step(
@@ -118,7 +117,7 @@ def old_step(trainer):
             return step_fn(state, batch)
 
     shardings = (trainer.state_sharding, bs)
-    out = (trainer.state_sharding, replicated(trainer.mesh))
+    out = (trainer.state_sharding, jax.sharding.NamedSharding(trainer.mesh, jax.sharding.PartitionSpec()))
     jitted = jax.jit(wrapped, in_shardings=shardings, out_shardings=out, donate_argnums=(0,))
     return CompiledStep(jitted, "")
 
