@@ -149,7 +149,9 @@ def test_tokens_held_in_memory_give_the_same_run(nano, data_dir, tmp_path, read_
     assert len(read_losses(disk)) == 3
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="schooner.train"):  # a budget too small says what did not fit
-        train(_run_config(nano, data_dir, str(tmp_path / "small"), data_in_memory_bytes=1000))
+        from schooner.train import LanguageModeling
+
+        LanguageModeling().setup(_run_config(nano, data_dir, "unused", data_in_memory_bytes=1000), "unused")
     (small,) = [r.getMessage() for r in caplog.records if "held in memory" in r.getMessage()]
     assert small.startswith("training tokens held in memory: 0.0 MiB of data_in_memory_bytes=1000; not held")
     assert f"{data_dir}/train needs" in small
