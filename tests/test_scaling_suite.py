@@ -210,6 +210,7 @@ def test_sweep_seeds_add_runs_beside_seed_0_s_and_a_bad_count_is_refused(monkeyp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # about an hour on a busy 2-core machine (pyproject's default of 600 s stopped it)
 def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     """The whole suite at the smallest budgets whose isoFLOP runs bracket a minimum with this family (3e10 to
     1.2e11 FLOPs; below them the optimum lies under the smallest member, width 8, and the Delphi fit drops
