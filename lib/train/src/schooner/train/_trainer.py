@@ -138,7 +138,9 @@ class Trainer:
         self.model_config, self.objective, self.data = model_config, objective, data
         self.evaluators, self.hooks = list(evaluators), list(hooks)
         self.metadata = dict(metadata or {})
-        self.state = None
+        self._state: Any = None  # the TrainState, or None while only its leaves are current
+        self._leaves: list[Any] | None = None  # the state's flat leaves, as the compiled step takes them
+        self._state_def: Any = None  # the state's tree structure (set up with the abstract state)
         self.metric_names: list[str] = []  # the step's metrics, in the order of its metrics vector
 
     # -- the train state -----------------------------------------------------------------------------
