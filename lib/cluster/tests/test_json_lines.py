@@ -356,3 +356,13 @@ def test_a_step_card_names_a_bad_samples_json_in_jsons_words(tmp_path: Path, dat
     (tmp_path / "samples.json").write_bytes(data)
     refused = samples_section(str(tmp_path), [("samples.json", None, False)])
     assert said in refused and "dict" not in refused and "NoneType" not in refused, refused
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_and_are_refused_by_name(root: str, constant: str) -> None:
+    # RFC 8259 has no NaN or Infinity; Python's json module reads them, and every writer here refuses them
+    # (allow_nan=False), so a sweep-results row with `"loss": NaN` went into a fit as a float nan
+    path = _put(root, "nan.jsonl", _lines(ROWS[:1]) + f'{{"id": "c", "loss": {constant}}}\n'.encode())
+    message = _error(path, what="sweep results")
+    assert message.startswith(f"sweep results: {path}:2 "), message
+    assert constant.lstrip("-") in message and "null" in message, message

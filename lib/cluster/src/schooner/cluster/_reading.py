@@ -110,7 +110,8 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
 
     Raises (while iterating):
         FileNotFoundError: no file at `path`; the message names it.
-        ValueError: a line that is not UTF-8, not JSON or not a JSON object (named in JSON's words: an array,
+        ValueError: a line that is not UTF-8, not JSON (NaN, Infinity and -Infinity too, which Python's `json`
+            reads and RFC 8259 has not: a fit fed a NaN loss fails far from the file) or not a JSON object (named in JSON's words: an array,
             a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
             (a 0-byte one too: an empty gzip stream is 20 bytes) or corrupt (the message names the last line
             read whole); a `.zst` file (not decoded here). An empty file (or empty gzip stream) is no rows
@@ -141,7 +142,14 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
         if not text.strip():
             continue
         try:
-            row = json.loads(text.rstrip("\r\n"))  # with its line end, an unclosed object was "at column 1"
+            # with its line end, an unclosed object was "at column 1"
+            row = json.loads(text.rstrip("\r\n"), parse_constant=_not_json_constant)
+        except _NotJSONConstant as e:
+            raise ValueError(
+                f"{who}{path}:{n} holds {e.args[0]}, which is not JSON (the line starts {text.rstrip()[:80]!r}); "
+                "write null for a missing number, or the number itself; every writer here refuses these "
+                "(`json.dumps(..., allow_nan=False)`)"
+            ) from None
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"{who}{path}:{n} is not valid JSON ({e.msg} at column {e.colno}; the line starts "
@@ -153,6 +161,14 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
                 f"{_ONE_PER_LINE}"
             )
         yield n, row
+
+
+class _NotJSONConstant(Exception):
+    """NaN, Infinity or -Infinity met while parsing: Python's `json` reads them, RFC 8259 has no such values."""
+
+
+def _not_json_constant(name: str) -> Any:
+    raise _NotJSONConstant(name)
 
 
 def json_kind(value: Any) -> str:
