@@ -399,3 +399,47 @@ def test_worked_answer_pays_the_arithmetic_tasks_own_reference_solutions() -> No
     assert reward("", "Noah gets 18 more: 12 + 18 = 30.\n#### 30", row) == 1.0
     assert reward("", "Noah gets 18 more: 12 + 18 = 31.\n#### 30", row) == 0.0
     assert reward("", "Noah = 18 more: 12 + 18 = 30.\n#### 30", row) == 0.0
+
+
+# -- worked_answer(key=...): the steps must be the problem's own arithmetic ------------------------------------
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("8 - 4 = 4\n4 / 4 = 1\n#### 1", 1.0),  # the problem's amounts, in its order
+        ("Ann has 4 fewer: 8 - 4 = 4.\nAnn keeps one of 4 equal groups: 4 / 4 = 1.\n#### 1", 1.0),
+        # the loophole the RL run found (docs/rl.md): true steps on amounts the problem does not have
+        ("8 - 3 = 5\n5 / 5 = 1\n#### 1", 0.0),
+        ("8 - 4 = 4\n#### 4", 0.0),  # a step short (and the wrong answer)
+        ("8 - 4 = 4\n4 / 4 = 1\n1 * 1 = 1\n#### 1", 0.0),  # a step more than the problem has
+        ("4 - 8 = -4\n-4 / -4 = 1\n#### 1", 0.0),  # subtraction and division keep their order
+        ("8 / 4 = 2\n2 - 1 = 1\n#### 1", 0.0),  # the problem's operations in another order
+    ],
+)
+def test_worked_answer_with_a_key_pays_only_the_problems_own_steps(completion: str, expected: float) -> None:
+    row = {"answer": 1, "key": "8-4/4"}
+    assert rewards.worked_answer(key="key")("", completion, row) == expected
+    # without the key, true steps that lead to the answer are enough: the loophole is the documented default
+    assert rewards.worked_answer()("", "8 - 3 = 5\n5 / 5 = 1\n#### 1", row) == 1.0
+
+
+def test_worked_answer_with_a_key_takes_addition_and_multiplication_either_way_round() -> None:
+    reward = rewards.worked_answer(key="key")
+    row = {"answer": 30, "key": "12+18"}
+    assert reward("", "18 + 12 = 30\n#### 30", row) == 1.0
+    assert reward("", "6 x 5 = 30\n#### 30", {"answer": 30, "key": "6*5"}) == 1.0
+    assert reward("", "5 \u00d7 6 = 30\n#### 30", {"answer": 30, "key": "6*5"}) == 1.0
+    assert reward("", "6 * 5 = 30\n#### 30", {"answer": 30, "key": "6+24"}) == 0.0  # another operation
+
+
+def test_worked_answer_with_a_key_pays_every_reference_solution_and_names_its_fields() -> None:
+    from schooner.eval.arithmetic import arithmetic_problems
+
+    reward = rewards.worked_answer(key="key")
+    assert reward.fields == ("answer", "key") and reward.__name__ == "worked_answer[answer,key]"
+    for split in ("train", "heldout"):
+        rows = list(arithmetic_problems(split, size=40))
+        assert [reward("", r["solution"], r) for r in rows] == [1.0] * len(rows)
+    with pytest.raises(KeyError, match="'key'"):
+        reward("", "8 - 4 = 4\n#### 4", {"answer": 4})
+    with pytest.raises(ValueError, match=r"key='8-x'.*e\.g\. '3\+4-2'"):
+        reward("", "8 - 4 = 4\n#### 4", {"answer": 4, "key": "8-x"})

@@ -175,7 +175,39 @@ def _step_true(a: str, op: str, b: str, c: str) -> bool:
     return y != 0 and x / y == z
 
 
-def worked_answer(field: str = "answer") -> RewardFn:
+_KEY = re.compile(r"(\d+)((?:[-+*/]\d+)*)")
+_KEY_OP = re.compile(r"([-+*/])(\d+)")
+_OP_NAME = {"+": "+", "-": "-", "*": "*", "x": "*", "\u00d7": "*", "/": "/"}
+
+
+def _key_steps(key: Any, field: str) -> tuple[int, list[tuple[str, int]]]:
+    """The start and `(op, operand)`s of an arithmetic key (`schooner.eval.arithmetic.problem_key`)."""
+    match = _KEY.fullmatch(key) if isinstance(key, str) else None
+    if match is None:
+        raise ValueError(
+            f"{field}={key!r} is not an arithmetic key: write the start and each operation, e.g. '3+4-2' "
+            "(`schooner.eval.arithmetic.problem_key`)"
+        )
+    return int(match.group(1)), [(op, int(n)) for op, n in _KEY_OP.findall(match.group(2))]
+
+
+def _follows_key(steps: list[tuple[str, str, str, str]], start: int, ops: list[tuple[str, int]]) -> bool:
+    """Whether the steps are the key's operations in its order, each on the previous step's result (the
+    first on the start); `+` and `*` either way round."""
+    if len(steps) != len(ops):
+        return False
+    value = start
+    for (a, op, b, c), (want, operand) in zip(steps, ops, strict=True):
+        x, y = int(a), int(b)
+        if _OP_NAME[op] != want:
+            return False
+        if (x, y) != (value, operand) and not (want in "+*" and (y, x) == (value, operand)):
+            return False
+        value = int(c)
+    return True
+
+
+def worked_answer(field: str = "answer", *, key: str | None = None) -> RewardFn:
     r"""A reward of 1.0 for a completion that shows true integer arithmetic leading to the right answer.
 
     A completion earns 1.0 only when all of these hold, else 0.0:
@@ -195,6 +227,19 @@ def worked_answer(field: str = "answer") -> RewardFn:
     answer all score 0: the answer-only parse of `exact_answer` rewards those when the number is right. A row
     without the field raises (`score_batch` counts it); `fields` names it, as for `exact_answer`.
 
+    Without `key`, true steps that lead to the answer are enough, whatever amounts they use: `8 - 3 = 5` /
+    `5 / 5 = 1` / `#### 1` is paid for a problem whose arithmetic is `8 - 4 = 4` / `4 / 4 = 1` (an RL run
+    found this, 2 of 1,600 completions: docs/rl.md). With `key` (the name of a field holding the problem's
+    arithmetic as `schooner.eval.arithmetic` writes it, `"8-4/4"`), the steps must also be exactly the key's
+    operations in its order, the first on the start and each on the previous step's result (`+` and `*`
+    either way round); a row whose key field is missing raises `KeyError`, one that is not such a key
+    `ValueError`.
+
+        >>> strict = worked_answer(key="key")
+        >>> row = {"answer": 1, "key": "8-4/4"}
+        >>> strict("", "8 - 4 = 4\n4 / 4 = 1\n#### 1", row), strict("", "8 - 3 = 5\n5 / 5 = 1\n#### 1", row)
+        (1.0, 0.0)
+
         >>> reward = worked_answer()
         >>> reward("", "9 - 4 = 5\n5 * 2 = 10\n#### 10", {"answer": 10})
         1.0
@@ -206,6 +251,9 @@ def worked_answer(field: str = "answer") -> RewardFn:
         if field not in fields:
             raise KeyError(f"the row has no {field!r} field (it has {sorted(fields)})")
         gold = _gold_value(fields[field])
+        if key is not None and key not in fields:
+            raise KeyError(f"the row has no {key!r} field (it has {sorted(fields)})")
+        plan = _key_steps(fields[key], key) if key is not None else None
         lines = completion.split("\n")
         answers = [i for i, line in enumerate(lines) if "####" in line]
         if len(answers) != 1:
@@ -214,18 +262,21 @@ def worked_answer(field: str = "answer") -> RewardFn:
         final = _ANSWER_LINE.fullmatch(lines[end])
         if final is None or Fraction(int(final.group(1))) != gold or any(x.strip() for x in lines[end + 1 :]):
             return 0.0
-        last = None
+        steps = []
         for line in lines[:end]:
             if "=" not in line:
                 continue
             step = _STEP_LINE.fullmatch(line)
             if step is None or not _step_true(*step.groups()):
                 return 0.0
-            last = Fraction(int(step.group(4)))
-        return 1.0 if last is not None and last == gold else 0.0
+            steps.append(step.groups())
+        if not steps or Fraction(int(steps[-1][3])) != gold:
+            return 0.0
+        return 1.0 if plan is None or _follows_key(steps, *plan) else 0.0
 
-    reward.__name__ = reward.__qualname__ = f"worked_answer[{field}]"
-    reward.fields = (field,)  # type: ignore[attr-defined]  # what each row must hold (an RL run checks it)
+    fields = (field,) if key is None else (field, key)
+    reward.__name__ = reward.__qualname__ = f"worked_answer[{','.join(fields)}]"
+    reward.fields = fields  # type: ignore[attr-defined]  # what each row must hold (an RL run checks it)
     return reward
 
 
