@@ -50,7 +50,7 @@ from schooner.eval import Task
 from schooner.eval.steps import evaluate
 from schooner.train.scaling import (
     isoflop_runs,
-    isoflop_sweep,
+    sweep_results,
 )
 
 BUDGETS = tuple(
@@ -85,8 +85,8 @@ model's step no longer waits on reads)."""
 sweep_kwargs = dict(budgets=BUDGETS, data=DATA, sizes_per_budget=SIZES, recipe=RECIPE, spread=SPREAD, **TRAIN)
 if SWEEP_SEEDS > 1:  # without it, the sweep's steps are the ones it always had
     sweep_kwargs["seeds"] = tuple(range(SWEEP_SEEDS))
-sweep = isoflop_sweep("scaling/delphi", **sweep_kwargs)
 runs = isoflop_runs("scaling/delphi", **sweep_kwargs)
+sweep = sweep_results("scaling/delphi", runs)  # isoflop_sweep's step, the grid declared (and warned of) once
 
 
 def cloze_task_def(cloze_path: str) -> Task:

@@ -21,7 +21,7 @@ N around each recipe's prior optimum. The steps, all cached under the prefix:
 1. the data steps of the Delphi suite (shared with it: a prefix that holds them trains no tokenizer);
 2. `scaling/compare/horizon/{budget}-w{width}` and `scaling/compare/adamw/{budget}-w{width}`: the runs,
    trained budget by budget, smallest first (an interrupted run leaves whole budgets);
-3. `scaling/compare/horizon`, `scaling/compare/adamw`: the sweep results (`isoflop_sweep`);
+3. `scaling/compare/horizon`, `scaling/compare/adamw`: the sweep results (`sweep_results` of the runs);
 4. `scaling/compare`: per recipe and budget the Delphi parabola's minimum L* (`budget_optima`, the per-budget
    fit of `fit_delphi`; a budget whose runs do not bracket a minimum gets no L* and the reason), the table
    (budget, new L*, old L*, difference, which is lower) in `compare.json` and `compare.md`, and
@@ -52,8 +52,8 @@ from schooner.train.scaling import (
     ScalingRun,
     budget_optima,
     isoflop_runs,
-    isoflop_sweep,
     read_runs,
+    sweep_results,
 )
 
 BUDGETS = tuple(
@@ -88,7 +88,7 @@ def sweep_name(key: str) -> str:
 
 
 runs = {k: isoflop_runs(sweep_name(k), **_sweep_kwargs(r, BUDGETS)) for k, r in RECIPES.items()}
-sweeps = {k: isoflop_sweep(sweep_name(k), **_sweep_kwargs(r, BUDGETS)) for k, r in RECIPES.items()}
+sweeps = {k: sweep_results(sweep_name(k), runs[k]) for k in RECIPES}
 
 
 @dataclass(frozen=True)

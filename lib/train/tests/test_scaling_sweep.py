@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from schooner.cluster import StepRunner
-from schooner.train.scaling import BatchRule, ModelFamily, ScalingRecipe, isoflop_runs, isoflop_sweep
+from schooner.train.scaling import (
+    BatchRule,
+    ModelFamily,
+    ScalingRecipe,
+    isoflop_runs,
+    isoflop_sweep,
+    sweep_results,
+)
 
 RULES = ScalingRecipe(
     family=ModelFamily(vocab_size=320, min_width=16, max_width=64, width_per_layer=64),
@@ -132,3 +139,21 @@ def test_bad_seeds_are_refused_when_the_sweep_is_declared(data_dir, seeds, extra
             "scaling/b", budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES, seeds=seeds,
             **extra,
         )  # fmt: skip
+
+
+def test_sweep_results_of_declared_runs_is_the_sweeps_own_step_and_warns_once(data_dir, caplog) -> None:
+    """An experiment that needs the runs (to score each) and the results step declares the grid once:
+    `isoflop_runs` then `sweep_results`, the same step as `isoflop_sweep`'s, its warnings logged once (the
+    Delphi suite called both declarers and printed every grid warning twice)."""
+    declare = dict(
+        budgets=[TINY, CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES, seeds=[0, 1]
+    )
+    with caplog.at_level(logging.WARNING, logger="schooner.train.scaling._sweep"):
+        runs = isoflop_runs("scaling/w", **declare)
+        results = sweep_results("scaling/w", runs)
+    one_sided = [r.message for r in caplog.records if "one side" in r.message]
+    assert len(one_sided) == 1, one_sided
+    sweep = isoflop_sweep("scaling/w", **declare)
+    assert results.key == sweep.key and results.name == sweep.name and results.config == sweep.config
+    with pytest.raises(ValueError, match="no runs"):
+        sweep_results("scaling/w", [])

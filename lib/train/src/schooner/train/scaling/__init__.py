@@ -3,7 +3,8 @@
 - `recipe(budget)` / `ScalingRecipe`: a compute budget to a run (shape, batch, steps, optimizer), each rule
   swappable (`_rules`); `recipe(budget, rule="horizon")` / `HorizonRecipe`: Delphi's token-horizon recipe
   (AdamH), its reference constants from `reference_search` and `pick_learning_rate`.
-- `isoflop_sweep(...)`: `train_lm` (+ optional evaluation) steps per (budget, size) and a results step.
+- `isoflop_sweep(...)`: `train_lm` (+ optional evaluation) steps per (budget, size) and a results step;
+  `isoflop_runs(...)` then `sweep_results(name, runs)` for the same steps when the runs are needed too.
 - `fit_scaling_law(...)`: Chinchilla approach 2 (`fit_approach2`), approach 3 (`fit_approach3`: Huber,
   L-BFGS from a grid) and variable projection (`fit_varpro`: grid + NNLS), bootstrap intervals, plots.
 - `fit_delphi(...)`: Marin's Delphi fit (parabolas in log tokens, E + A C^-alpha through the optima, bootstrap
@@ -80,5 +81,6 @@ from ._sweep import isoflop_runs as isoflop_runs
 from ._sweep import isoflop_sweep as isoflop_sweep
 from ._sweep import read_runs as read_runs
 from ._sweep import run_loss as run_loss
+from ._sweep import sweep_results as sweep_results
 from ._varpro import VarProConfig as VarProConfig
 from ._varpro import fit_varpro as fit_varpro

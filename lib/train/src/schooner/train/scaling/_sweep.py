@@ -151,6 +151,19 @@ def isoflop_sweep(
         name, budgets=budgets, data=data, sizes_per_budget=sizes_per_budget, recipe=recipe, spread=spread,
         evaluate=evaluate, resources=resources, seeds=seeds, **train_kwargs,
     )  # fmt: skip
+    return sweep_results(name, runs)
+
+
+def sweep_results(name: str, runs: Sequence[SweepRun]) -> StepHandle:
+    """The results step of runs declared by `isoflop_runs` (the step `isoflop_sweep` returns for the same
+    arguments): for an experiment that needs the runs too (to score each one), so the grid is declared, and
+    its warnings logged, once.
+
+    Raises:
+        ValueError: no runs.
+    """
+    if not runs:
+        raise ValueError(f"sweep_results({name!r}): no runs; give the runs isoflop_runs declared")
     config = SweepResultsConfig(
         runs=[
             {
