@@ -1,0 +1,171 @@
+"""Gather a Delphi suite's registration, or its held-out scores, from a prefix into one JSON file to commit.
+
+    uv run python experiments/scaling/delphi_register.py forecasts PREFIX OUT.json --device "..."
+    uv run python experiments/scaling/delphi_register.py scores PREFIX OUT.json --registration NAME.json
+
+`forecasts` (after `SCHOONER_DELPHI_PHASE=forecast`, before any held-out run): the Delphi fit, every
+`scaling/delphi-forecast-{k}x` forecast (with its bootstrap replicates), the downstream forecasts and each
+sweep run's final validation loss, with the commit they were made at. Committing that file is the
+registration: git's history shows it existed before the runs it forecasts.
+
+`scores` (after the held-out runs): every `...-score-s{seed}` step's score, the seed spread per budget and the
+downstream scores, naming the registration file they score.
+
+Refuses to write where OUT exists (a registration is never rewritten) or where a step it needs is missing or
+found twice under the prefix (a prefix holding two suites' steps: give the suite its own prefix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+KEY = "[0-9a-f]" * 8
+"""A step folder's name ends in its key's first 8 hex digits (`{name}-{key[:8]}`)."""
+
+
+def _one(pattern: str, what: str) -> str:
+    found = sorted(glob.glob(pattern))
+    if len(found) != 1:
+        raise SystemExit(
+            f"{what}: {len(found)} folders match {pattern} ({found[:4]}); "
+            + (
+                "has that phase run?"
+                if not found
+                else "the prefix holds more than one suite: give each its own"
+            )
+        )
+    return found[0]
+
+
+def _read(path: str) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def _finished(folder: str) -> str:
+    record = _read(f"{folder}/.schooner/step.json")
+    if record.get("state") != "SUCCEEDED":
+        raise SystemExit(
+            f"{folder}: its step is {record.get('state')}, not SUCCEEDED; finish the phase first"
+        )
+    return folder
+
+
+def _commit() -> str:
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    )
+    return f"main at {head.stdout.strip()}" + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def forecasts(prefix: str, device: str) -> dict[str, Any]:
+    """The registration record of the suite under `prefix`."""
+    fit_dir = _finished(_one(f"{prefix}/scaling/delphi-fit-{KEY}", "the fit"))
+    fit = _read(f"{fit_dir}/fit.json")
+    guesses = {}
+    for folder in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-*x-{KEY}")):
+        k = folder.rsplit("/", 1)[1].split("-")[2]
+        guesses[k] = _read(f"{_finished(folder)}/forecast.json")
+    if not guesses:
+        raise SystemExit(
+            f"no scaling/delphi-forecast-*x step under {prefix}: run SCHOONER_DELPHI_PHASE=forecast"
+        )
+    down_dir = _one(f"{prefix}/scaling/delphi-downstream-{KEY}", "the downstream fit")
+    sweep = _finished(_one(f"{prefix}/scaling/delphi-{KEY}", "the sweep results"))
+    losses = {}
+    with open(f"{sweep}/runs.jsonl") as f:
+        for line in f:
+            row = json.loads(line)
+            losses[row["name"].rsplit("/", 1)[1]] = round(float(row["loss"]), 5)
+    return {
+        "what": (
+            "Delphi-suite loss and downstream forecasts registered before any held-out run (issue 38). The "
+            "held-out runs must train on the same backend: compute_dtype 'auto' is float32 on a CPU, bfloat16 "
+            "on an accelerator."
+        ),
+        "code": _commit(),
+        "device": device,
+        "budgets": sorted({float(r["budget"]) for r in fit["runs"]}) if "runs" in fit else None,
+        "fit": {"delphi": fit["delphi"]},
+        "forecasts": {k: guesses[k] for k in sorted(guesses, key=lambda s: int(s.rstrip("x")))},
+        "downstream": _read(f"{_finished(down_dir)}/downstream.json"),
+        "sweep_final_validation_loss": dict(sorted(losses.items())),
+    }
+
+
+def scores(prefix: str, registration: str) -> dict[str, Any]:
+    """The held-out scores of the suite under `prefix`, against the registration file `registration`."""
+    rows = []
+    for folder in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-*x-score-s*-{KEY}")):
+        seed = int(folder.split("-score-s")[1].split("-")[0])
+        with open(f"{_finished(folder)}/score.json") as f:
+            score = json.load(f)
+        rows.append({"step": folder.rsplit("/", 1)[1].rsplit("-", 1)[0], "seed": seed, **score})
+    if not rows:
+        raise SystemExit(
+            f"no scaling/delphi-forecast-*x-score-s* step under {prefix}: have the held-out runs run?"
+        )
+    spread = {}
+    for budget in sorted({r["budget"] for r in rows}):
+        actual = [r["actual"] for r in rows if r["budget"] == budget]
+        mean = float(np.mean(actual))
+        predicted = next(r["predicted"] for r in rows if r["budget"] == budget)
+        spread[f"{budget:.3g}"] = {
+            "seeds": len(actual),
+            "mean": mean,
+            "std_pct": float(100 * np.std(actual, ddof=1) / mean) if len(actual) > 1 else None,
+            "range": [min(actual), max(actual)],
+            "mean_error_pct": 100 * (predicted - mean) / mean,
+        }
+    down = sorted(glob.glob(f"{prefix}/scaling/delphi-downstream-score-{KEY}/score.json"))
+    return {
+        "what": "Held-out runs scored against their registered forecasts; error_pct = (predicted - actual) / actual x 100.",
+        "registration": registration,
+        "code": _commit(),
+        "scores": rows,
+        "seed_spread": spread,
+        "downstream": _read(down[-1]) if down else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["forecasts", "scores"])
+    parser.add_argument("prefix")
+    parser.add_argument("out")
+    parser.add_argument("--device", default="", help="where the sweep trained (forecasts)")
+    parser.add_argument("--registration", default="", help="the registration file these score (scores)")
+    args = parser.parse_args(argv)
+    if os.path.exists(args.out):
+        raise SystemExit(
+            f"{args.out} exists: a registration or score file is never rewritten; choose another name"
+        )
+    if args.what == "forecasts":
+        if not args.device:
+            raise SystemExit(
+                "forecasts: say where the sweep trained, e.g. --device 'the 2-core CPU machine (float32)'"
+            )
+        record = forecasts(args.prefix.rstrip("/"), args.device)
+    else:
+        if not args.registration:
+            raise SystemExit("scores: name the registration file they score, --registration delphi-....json")
+        record = scores(args.prefix.rstrip("/"), args.registration)
+    tmp = f"{args.out}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1, sort_keys=True, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, args.out)
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

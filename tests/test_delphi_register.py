@@ -1,0 +1,89 @@
+"""experiments/scaling/delphi_register.py gathers a Delphi suite's registration and scores from the step folders a
+suite writes (their layout written out here), refuses to rewrite a file or to guess between two suites' steps,
+and computes the seed spread as numpy does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.scaling import delphi_register
+
+
+def _step(folder: Path, files: dict[str, object], state: str = "SUCCEEDED") -> None:
+    (folder / ".schooner").mkdir(parents=True)
+    (folder / ".schooner" / "step.json").write_text(json.dumps({"state": state}))
+    for name, value in files.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        (folder / name).write_text(text)
+
+
+def _suite(prefix: Path) -> None:
+    s = prefix / "scaling"
+    runs = [
+        {"budget": b, "name": f"scaling/delphi/{b:.2e}-w{w}", "loss": 4.123456789}
+        for b in (1e11, 3e11)
+        for w in (8, 16)
+    ]
+    _step(
+        s / "delphi-fit-0123abcd",
+        {"fit.json": {"runs": runs, "delphi": {"law": {"E": 0.0}}, "approach2": {}}},
+    )
+    _step(s / "delphi-forecast-30x-11112222", {"forecast.json": {"loss": 2.3, "replicates": [2.2, 2.4]}})
+    _step(s / "delphi-forecast-10x-33334444", {"forecast.json": {"loss": 2.5, "replicates": [2.4, 2.6]}})
+    _step(s / "delphi-downstream-55556666", {"downstream.json": {"metrics": {}}})
+    _step(s / "delphi-77778888", {"runs.jsonl": "".join(json.dumps(r) + "\n" for r in runs)})
+
+
+def test_forecasts_gathers_the_fit_each_forecast_in_order_and_the_sweep_losses(tmp_path: Path) -> None:
+    _suite(tmp_path)
+    out = tmp_path / "reg.json"
+    delphi_register.main(["forecasts", str(tmp_path), str(out), "--device", "a CPU"])
+    record = json.loads(out.read_text())
+    assert list(record["forecasts"]) == ["10x", "30x"]  # by multiple, not by name
+    assert record["forecasts"]["10x"] == {"loss": 2.5, "replicates": [2.4, 2.6]}
+    assert record["fit"] == {"delphi": {"law": {"E": 0.0}}} and record["budgets"] == [1e11, 3e11]
+    assert record["sweep_final_validation_loss"]["1.00e+11-w8"] == 4.12346
+    assert record["device"] == "a CPU" and record["code"].startswith("main at ")
+    with pytest.raises(SystemExit, match="never rewritten"):
+        delphi_register.main(["forecasts", str(tmp_path), str(out), "--device", "a CPU"])
+
+
+def test_forecasts_refuses_two_suites_an_unfinished_step_and_no_device(tmp_path: Path) -> None:
+    _suite(tmp_path)
+    with pytest.raises(SystemExit, match="--device"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "a.json")])
+    _step(tmp_path / "scaling" / "delphi-fit-9999aaaa", {"fit.json": {}})
+    with pytest.raises(SystemExit, match="more than one suite"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "b.json"), "--device", "x"])
+    other = tmp_path / "other"
+    _suite(other)
+    (other / "scaling" / "delphi-downstream-55556666" / ".schooner" / "step.json").write_text(
+        '{"state": "FAILED"}'
+    )
+    with pytest.raises(SystemExit, match="FAILED, not SUCCEEDED"):
+        delphi_register.main(["forecasts", str(other), str(tmp_path / "c.json"), "--device", "x"])
+    assert not list(tmp_path.glob("*.json"))  # nothing written by a refusal
+
+
+def test_scores_gives_each_seed_and_the_spread_as_numpy_computes_it(tmp_path: Path) -> None:
+    actual = [2.7970, 2.7973, 2.8033]
+    for seed, a in enumerate(actual):
+        score = {"budget": 3e13, "predicted": 2.8230, "actual": a}
+        _step(
+            tmp_path / "scaling" / f"delphi-forecast-10x-score-s{seed}-abcd{seed}000", {"score.json": score}
+        )
+    out = tmp_path / "scores.json"
+    delphi_register.main(["scores", str(tmp_path), str(out), "--registration", "reg.json"])
+    record = json.loads(out.read_text())
+    assert [r["seed"] for r in record["scores"]] == [0, 1, 2]
+    assert record["scores"][0]["step"] == "delphi-forecast-10x-score-s0"
+    spread = record["seed_spread"]["3e+13"]
+    mean = np.mean(actual)
+    assert spread["seeds"] == 3 and spread["range"] == [min(actual), max(actual)]
+    assert spread["std_pct"] == pytest.approx(100 * np.std(actual, ddof=1) / mean)
+    assert spread["mean_error_pct"] == pytest.approx(100 * (2.8230 - mean) / mean)
+    assert record["registration"] == "reg.json" and record["downstream"] is None
