@@ -209,6 +209,30 @@ def test_sweep_seeds_add_runs_beside_seed_0_s_and_a_bad_count_is_refused(monkeyp
         sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
 
 
+def test_train_held_out_picks_registered_multiples_and_refuses_others(monkeypatch) -> None:
+    """SCHOONER_DELPHI_TRAIN_HELD_OUT trains some registered multiples now (the CPU suite's 30x runs take hours);
+    a multiple that is not registered (not in SCHOONER_DELPHI_HELD_OUT) is refused by name."""
+    import importlib
+
+    def suite(train: str | None):
+        if train is None:
+            monkeypatch.delenv("SCHOONER_DELPHI_TRAIN_HELD_OUT", raising=False)
+        else:
+            monkeypatch.setenv("SCHOONER_DELPHI_TRAIN_HELD_OUT", train)
+        sys.modules.pop("experiments.scaling.delphi_suite", None)
+        return importlib.import_module("experiments.scaling.delphi_suite")
+
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
+    monkeypatch.setenv("SCHOONER_DELPHI_HELD_OUT", "10,30")
+    try:
+        assert suite(None).TRAIN_HELD_OUT == (10, 30)
+        assert suite("10").TRAIN_HELD_OUT == (10,)
+        with pytest.raises(ValueError, match=r"SCHOONER_DELPHI_TRAIN_HELD_OUT='3'.*HELD_OUT=10,30"):
+            suite("3")
+    finally:
+        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(7200)  # about an hour on a busy 2-core machine (pyproject's default of 600 s stopped it)
 def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:

@@ -197,6 +197,8 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         return
     heldout, scores = [], []
     for k, guess in guesses.items():
+        if k not in suite.TRAIN_HELD_OUT:  # registered, trained in another session
+            continue
         width = registered[guess].result["target"]["width"]
         for seed in suite.SEEDS:
             name = f"scaling/delphi-heldout/{k}x-s{seed}"

@@ -10,7 +10,9 @@ experiments/scaling/device/); =sweep stops after the sweep and its task scores; 
 forecasts (to run the held-out runs later, e.g. on the accelerator the sweep ran on: experiments/scaling/device/);
 =heldout runs the held-out runs and scores the loss forecasts, without the task scores and downstream fit (which
 need the sweep's checkpoints). SCHOONER_DELPHI_DOWNSTREAM=0 leaves the downstream fit out of the forecast phase
-too (sweep records without checkpoints, as a lent machine brings back).
+too (sweep records without checkpoints, as a lent machine brings back). SCHOONER_DELPHI_TRAIN_HELD_OUT=10 trains
+only the 10x held-out runs of a registration that holds more (SCHOONER_DELPHI_HELD_OUT=10,30: the 30x runs
+train later, against the same registered forecasts).
 Every step is cached under the prefix (a rerun does only what is missing; adding a budget reruns nothing
 done). In order:
 
@@ -60,6 +62,16 @@ BUDGETS = tuple(
 """The fitted budgets (FLOPs): the one list to change."""
 HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,30").split(","))
 """Held-out budgets as multiples of the largest fitted one."""
+_train_held_out = os.environ.get("SCHOONER_DELPHI_TRAIN_HELD_OUT", "")
+TRAIN_HELD_OUT = tuple(int(k) for k in _train_held_out.split(",")) if _train_held_out else HELD_OUT
+"""The held-out multiples whose runs train now (default: all of `HELD_OUT`). Every multiple of `HELD_OUT` is
+still forecast and registered, so the same registration serves runs trained in later sessions (the CPU suite's
+30x runs take hours)."""
+if not set(TRAIN_HELD_OUT) <= set(HELD_OUT):
+    raise ValueError(
+        f"SCHOONER_DELPHI_TRAIN_HELD_OUT={_train_held_out!r}: each multiple must be one of "
+        f"SCHOONER_DELPHI_HELD_OUT={','.join(map(str, HELD_OUT))} (the registered ones), e.g. {HELD_OUT[0]}"
+    )
 SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
 SIZES = int(os.environ.get("SCHOONER_DELPHI_SIZES", "6"))
 _sweep_seeds = os.environ.get("SCHOONER_DELPHI_SWEEP_SEEDS", "1")
