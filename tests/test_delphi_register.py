@@ -13,7 +13,7 @@ import pytest
 from experiments.scaling import delphi_register
 
 
-def _step(folder: Path, files: dict[str, object], state: str = "SUCCEEDED") -> None:
+def _step(folder: Path, files: dict[str, object], state: str = "SUCCESS") -> None:
     (folder / ".schooner").mkdir(parents=True)
     (folder / ".schooner" / "step.json").write_text(json.dumps({"state": state}))
     for name, value in files.items():
@@ -64,7 +64,7 @@ def test_forecasts_refuses_two_suites_an_unfinished_step_and_no_device(tmp_path:
     (other / "scaling" / "delphi-downstream-55556666" / ".schooner" / "step.json").write_text(
         '{"state": "FAILED"}'
     )
-    with pytest.raises(SystemExit, match="FAILED, not SUCCEEDED"):
+    with pytest.raises(SystemExit, match="FAILED, not SUCCESS"):
         delphi_register.main(["forecasts", str(other), str(tmp_path / "c.json"), "--device", "x"])
     assert not list(tmp_path.glob("*.json"))  # nothing written by a refusal
 

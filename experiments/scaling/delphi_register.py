@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from schooner.cluster import records
+
 KEY = "[0-9a-f]" * 8
 """A step folder's name ends in its key's first 8 hex digits (`{name}-{key[:8]}`)."""
 
@@ -51,11 +53,9 @@ def _read(path: str) -> Any:
 
 
 def _finished(folder: str) -> str:
-    record = _read(f"{folder}/.schooner/step.json")
-    if record.get("state") != "SUCCEEDED":
-        raise SystemExit(
-            f"{folder}: its step is {record.get('state')}, not SUCCEEDED; finish the phase first"
-        )
+    record = records.read_step_record(folder) or {}
+    if record.get("state") != records.StepState.SUCCESS:
+        raise SystemExit(f"{folder}: its step is {record.get('state')}, not SUCCESS; finish the phase first")
     return folder
 
 
