@@ -163,14 +163,33 @@ def _downstream_score(config: DownstreamScoreConfig, output_path: str) -> dict[s
     return {"rows": len(rows)}
 
 
+def loss_fit(name: str, sweep: StepHandle) -> StepHandle:
+    """The suite's fit step (every method; the Delphi fit with 1,000 bootstrap replicates over budgets)."""
+    return fit_scaling_law(
+        name, sweep, samples=60, level=0.9, delphi_skip_unbracketed=True, delphi_samples=1000
+    )
+
+
+def held_out_run(k: int, seed: int, width: int) -> StepHandle:
+    """The suite's held-out run at k x its largest fitted budget, at the forecast target's width."""
+    from experiments.scaling import delphi_suite as suite
+
+    largest = max(suite.BUDGETS)
+    return train_lm(
+        f"scaling/delphi-heldout/{k}x-s{seed}",
+        **suite.RECIPE.run(k * largest, width),
+        datasets=suite.DATA,
+        seed=seed,
+        **suite.TRAIN,
+    )
+
+
 def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: list, cloze_path: str) -> None:
     from experiments.scaling import delphi_suite as suite
 
     largest = max(suite.BUDGETS)
     targets = [k * largest for k in suite.HELD_OUT]
-    fit = fit_scaling_law(
-        "scaling/delphi-fit", sweep, samples=60, level=0.9, delphi_skip_unbracketed=True, delphi_samples=1000
-    )
+    fit = loss_fit("scaling/delphi-fit", sweep)
     down = downstream_fit(
         "scaling/delphi-downstream",
         sweep,
@@ -201,11 +220,8 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
             continue
         width = registered[guess].result["target"]["width"]
         for seed in suite.SEEDS:
-            name = f"scaling/delphi-heldout/{k}x-s{seed}"
-            run = train_lm(
-                name, **suite.RECIPE.run(k * largest, width), datasets=suite.DATA, seed=seed, **suite.TRAIN
-            )
-            ev = suite.cloze_eval(f"{name}-cloze", run, cloze_path)
+            run = held_out_run(k, seed, width)
+            ev = suite.cloze_eval(f"{run.name}-cloze", run, cloze_path)
             heldout.append({"budget": k * largest, "seed": seed, "train": run, "evaluation": ev})
             scores.append(score_forecast(f"scaling/delphi-forecast-{k}x-score-s{seed}", guess, run=run))
     down_score = step(
