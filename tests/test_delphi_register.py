@@ -87,3 +87,36 @@ def test_scores_gives_each_seed_and_the_spread_as_numpy_computes_it(tmp_path: Pa
     assert spread["std_pct"] == pytest.approx(100 * np.std(actual, ddof=1) / mean)
     assert spread["mean_error_pct"] == pytest.approx(100 * (2.8230 - mean) / mean)
     assert record["registration"] == "reg.json" and record["downstream"] is None
+
+
+def test_scores_of_one_multiple_take_the_newest_downstream_row_of_each_run(tmp_path: Path) -> None:
+    """A suite that trained its 10x runs in one call and its 30x in a later one has a downstream-score step of
+    each call; the 10x scores take each 10x run's newest row, and nothing of 30x."""
+    import os
+    import time
+
+    for k, budget in ((10, 3e13), (30, 9e13)):
+        for seed in (0, 1):
+            score = {"budget": budget, "predicted": 2.8, "actual": 2.79 + seed / 100}
+            _step(
+                tmp_path / "scaling" / f"delphi-forecast-{k}x-score-s{seed}-{k:04d}{seed:04d}",
+                {"score.json": score},
+            )
+    first = [{"budget": 3e13, "seed": s, "bpb": 1.0} for s in (0, 1)]
+    later = [
+        *({"budget": 3e13, "seed": s, "bpb": 2.0} for s in (0, 1)),
+        {"budget": 9e13, "seed": 0, "bpb": 3.0},
+    ]
+    _step(tmp_path / "scaling" / "delphi-downstream-score-bbbbbbbb", {"score.json": first})
+    _step(tmp_path / "scaling" / "delphi-downstream-score-aaaaaaaa", {"score.json": later})
+    now = time.time()  # the later call's step is newer, though its name sorts first
+    os.utime(tmp_path / "scaling" / "delphi-downstream-score-bbbbbbbb" / "score.json", (now - 60, now - 60))
+    out = tmp_path / "s10.json"
+    delphi_register.main(["scores", str(tmp_path), str(out), "--registration", "r.json", "--multiple", "10"])
+    record = json.loads(out.read_text())
+    assert {r["budget"] for r in record["scores"]} == {3e13} and len(record["scores"]) == 2
+    assert list(record["seed_spread"]) == ["3e+13"]
+    assert record["downstream"] == [
+        {"budget": 3e13, "seed": 0, "bpb": 2.0},
+        {"budget": 3e13, "seed": 1, "bpb": 2.0},
+    ]

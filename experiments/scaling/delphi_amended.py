@@ -9,7 +9,7 @@ with the suite's own settings in the environment (`SCHOONER_PREFIX`, `SCHOONER_D
 sweep's runs and the held-out runs are the suite's cached steps.
 
 Why (docs/scaling.md, "The two-seed CPU suite"): on the CPU suites the isoFLOP optima fall faster as compute grows
-(the local slope d ln L / d ln C rises from 0.075 at 3e10-1e11 to 0.081 at 1e12-3e12), a curve the law
+(the local slope d ln L / d ln C rises from 0.075 at 3e10-1e11 to 0.082 at 1e12-3e12), a curve the law
 E + A C^-alpha cannot follow with E >= 0: it sits at E = 0, its slope is the whole range's average, and it
 forecasts too high, which its backtest had shown (+1.2%) and the 10x runs confirmed (+1.2% to +1.7%). Fitted
 on the budgets from `SCHOONER_DELPHI_AMEND_FROM` up, the law takes the slope where the optima are now. It is a

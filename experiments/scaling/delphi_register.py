@@ -102,17 +102,19 @@ def forecasts(prefix: str, device: str) -> dict[str, Any]:
     }
 
 
-def scores(prefix: str, registration: str) -> dict[str, Any]:
-    """The held-out scores of the suite under `prefix`, against the registration file `registration`."""
+def scores(prefix: str, registration: str, multiple: int | None = None) -> dict[str, Any]:
+    """The held-out scores of the suite under `prefix`, against the registration file `registration`: of every
+    held-out multiple scored so far, or of `multiple` alone (a suite's 10x runs scored before its 30x finish)."""
     rows = []
-    for folder in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-*x-score-s*-{KEY}")):
+    which = "*" if multiple is None else str(multiple)
+    for folder in sorted(glob.glob(f"{prefix}/scaling/delphi-forecast-{which}x-score-s*-{KEY}")):
         seed = int(folder.split("-score-s")[1].split("-")[0])
         with open(f"{_finished(folder)}/score.json") as f:
             score = json.load(f)
         rows.append({"step": folder.rsplit("/", 1)[1].rsplit("-", 1)[0], "seed": seed, **score})
     if not rows:
         raise SystemExit(
-            f"no scaling/delphi-forecast-*x-score-s* step under {prefix}: have the held-out runs run?"
+            f"no scaling/delphi-forecast-{which}x-score-s* step under {prefix}: have the held-out runs run?"
         )
     spread = {}
     for budget in sorted({r["budget"] for r in rows}):
@@ -126,14 +128,23 @@ def scores(prefix: str, registration: str) -> dict[str, Any]:
             "range": [min(actual), max(actual)],
             "mean_error_pct": 100 * (predicted - mean) / mean,
         }
-    down = sorted(glob.glob(f"{prefix}/scaling/delphi-downstream-score-{KEY}/score.json"))
+    # each downstream-score step scores the held-out runs trained when it ran (one per call that trained some):
+    # per (budget, seed) the newest row, for the budgets scored above
+    down: dict[tuple[float, int], dict[str, Any]] = {}
+    budgets = {r["budget"] for r in rows}
+    for path in sorted(
+        glob.glob(f"{prefix}/scaling/delphi-downstream-score-{KEY}/score.json"), key=os.path.getmtime
+    ):
+        for row in _read(path):
+            if row["budget"] in budgets:
+                down[(row["budget"], row["seed"])] = row
     return {
         "what": "Held-out runs scored against their registered forecasts; error_pct = (predicted - actual) / actual x 100.",
         "registration": registration,
         "code": _commit(),
         "scores": rows,
         "seed_spread": spread,
-        "downstream": _read(down[-1]) if down else None,
+        "downstream": [down[k] for k in sorted(down)] or None,
     }
 
 
@@ -144,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("out")
     parser.add_argument("--device", default="", help="where the sweep trained (forecasts)")
     parser.add_argument("--registration", default="", help="the registration file these score (scores)")
+    parser.add_argument(
+        "--multiple", type=int, default=None, help="only the runs at this multiple, e.g. 10 (scores)"
+    )
     args = parser.parse_args(argv)
     if os.path.exists(args.out):
         raise SystemExit(
@@ -158,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         if not args.registration:
             raise SystemExit("scores: name the registration file they score, --registration delphi-....json")
-        record = scores(args.prefix.rstrip("/"), args.registration)
+        record = scores(args.prefix.rstrip("/"), args.registration, args.multiple)
     tmp = f"{args.out}.tmp-{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True, allow_nan=False)
