@@ -191,7 +191,7 @@ def _key_steps(key: Any, field: str) -> tuple[int, list[tuple[str, int]]]:
     return int(match.group(1)), [(op, int(n)) for op, n in _KEY_OP.findall(match.group(2))]
 
 
-def _follows_key(steps: list[tuple[str, str, str, str]], start: int, ops: list[tuple[str, int]]) -> bool:
+def _follows_key(steps: Sequence[tuple[str, ...]], start: int, ops: list[tuple[str, int]]) -> bool:
     """Whether the steps are the key's operations in its order, each on the previous step's result (the
     first on the start); `+` and `*` either way round."""
     if len(steps) != len(ops):
