@@ -87,3 +87,49 @@ def test_scores_gives_each_seed_and_the_spread_as_numpy_computes_it(tmp_path: Pa
     assert spread["std_pct"] == pytest.approx(100 * np.std(actual, ddof=1) / mean)
     assert spread["mean_error_pct"] == pytest.approx(100 * (2.8230 - mean) / mean)
     assert record["registration"] == "reg.json" and record["downstream"] is None
+
+
+def test_a_forecast_or_score_step_found_twice_is_refused_not_one_kept(tmp_path: Path) -> None:
+    # two keys of one step name (a suite rerun with other settings under the same prefix): one was dropped
+    # silently (forecasts) or both seeds counted in the spread (scores)
+    _suite(tmp_path)
+    _step(tmp_path / "scaling" / "delphi-forecast-10x-9999aaaa", {"forecast.json": {"loss": 9.9}})
+    with pytest.raises(SystemExit, match=r"delphi-forecast-10x.*more than one suite"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "a.json"), "--device", "x"])
+    for key in ("abcd0000", "abcd1111"):
+        score = {"budget": 3e13, "predicted": 2.8, "actual": 2.79}
+        _step(tmp_path / "scaling" / f"delphi-forecast-10x-score-s0-{key}", {"score.json": score})
+    with pytest.raises(SystemExit, match=r"delphi-forecast-10x-score-s0.*more than one suite"):
+        delphi_register.main(["scores", str(tmp_path), str(tmp_path / "b.json"), "--registration", "r.json"])
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_scores_refuses_two_downstream_scores_rather_than_keeping_one(tmp_path: Path) -> None:
+    score = {"budget": 3e13, "predicted": 2.8, "actual": 2.79}
+    _step(tmp_path / "scaling" / "delphi-forecast-10x-score-s0-abcd0000", {"score.json": score})
+    for key in ("0000aaaa", "1111bbbb"):
+        _step(tmp_path / "scaling" / f"delphi-downstream-score-{key}", {"score.json": {"key": key}})
+    with pytest.raises(SystemExit, match="more than one suite"):
+        delphi_register.main(["scores", str(tmp_path), str(tmp_path / "b.json"), "--registration", "r.json"])
+
+
+def test_a_nan_loss_is_refused_by_file_and_leaves_no_file_behind(tmp_path: Path) -> None:
+    _suite(tmp_path)
+    runs = tmp_path / "scaling" / "delphi-77778888" / "runs.jsonl"
+    runs.write_text('{"budget": 1e11, "name": "scaling/delphi/a", "loss": NaN}\n')
+    with pytest.raises((SystemExit, ValueError), match=r"runs\.jsonl:1.*NaN"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "a.json"), "--device", "x"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scaling"]  # no OUT, no OUT.tmp-*
+
+
+def test_a_prefix_that_is_not_a_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"no folder at .*nope.*SCHOONER_PREFIX"):
+        delphi_register.main(["forecasts", str(tmp_path / "nope"), str(tmp_path / "a.json"), "--device", "x"])
+
+
+def test_help_explains_the_subcommands_and_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        delphi_register.main(["--help"])
+    said = capsys.readouterr().out
+    assert "SCHOONER_DELPHI_PHASE=forecast" in said and "never rewritten" in said, said
+    assert "SCHOONER_PREFIX" in said and "OUT" in said, said
