@@ -133,3 +133,13 @@ def test_help_explains_the_subcommands_and_arguments(capsys: pytest.CaptureFixtu
     said = capsys.readouterr().out
     assert "SCHOONER_DELPHI_PHASE=forecast" in said and "never rewritten" in said, said
     assert "SCHOONER_PREFIX" in said and "OUT" in said, said
+
+
+def test_the_commit_is_the_scripts_checkout_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run from outside the checkout (cd to the prefix), `git rev-parse` failed with a traceback
+    _suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    delphi_register.main(["forecasts", str(tmp_path), "reg.json", "--device", "a CPU"])
+    assert json.loads((tmp_path / "reg.json").read_text())["code"].startswith("main at ")

@@ -82,9 +82,12 @@ def _finished(folder: str) -> str:
 
 
 def _commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+    here = os.path.dirname(os.path.abspath(__file__))  # this checkout's commit, wherever it is run from
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=here
+    )
     dirty = subprocess.run(
-        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=here
     )
     return f"main at {head.stdout.strip()}" + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
