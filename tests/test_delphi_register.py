@@ -120,3 +120,50 @@ def test_scores_of_one_multiple_take_the_newest_downstream_row_of_each_run(tmp_p
         {"budget": 3e13, "seed": 0, "bpb": 2.0},
         {"budget": 3e13, "seed": 1, "bpb": 2.0},
     ]
+
+
+def test_a_forecast_or_score_step_found_twice_is_refused_not_one_kept(tmp_path: Path) -> None:
+    # two keys of one step name (a suite rerun with other settings under the same prefix): one was dropped
+    # silently (forecasts) or both seeds counted in the spread (scores)
+    _suite(tmp_path)
+    _step(tmp_path / "scaling" / "delphi-forecast-10x-9999aaaa", {"forecast.json": {"loss": 9.9}})
+    with pytest.raises(SystemExit, match=r"delphi-forecast-10x.*more than one suite"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "a.json"), "--device", "x"])
+    for key in ("abcd0000", "abcd1111"):
+        score = {"budget": 3e13, "predicted": 2.8, "actual": 2.79}
+        _step(tmp_path / "scaling" / f"delphi-forecast-10x-score-s0-{key}", {"score.json": score})
+    with pytest.raises(SystemExit, match=r"delphi-forecast-10x-score-s0.*more than one suite"):
+        delphi_register.main(["scores", str(tmp_path), str(tmp_path / "b.json"), "--registration", "r.json"])
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_nan_loss_is_refused_by_file_and_leaves_no_file_behind(tmp_path: Path) -> None:
+    _suite(tmp_path)
+    runs = tmp_path / "scaling" / "delphi-77778888" / "runs.jsonl"
+    runs.write_text('{"budget": 1e11, "name": "scaling/delphi/a", "loss": NaN}\n')
+    with pytest.raises((SystemExit, ValueError), match=r"runs\.jsonl:1.*NaN"):
+        delphi_register.main(["forecasts", str(tmp_path), str(tmp_path / "a.json"), "--device", "x"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scaling"]  # no OUT, no OUT.tmp-*
+
+
+def test_a_prefix_that_is_not_a_folder_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"no folder at .*nope.*SCHOONER_PREFIX"):
+        delphi_register.main(["forecasts", str(tmp_path / "nope"), str(tmp_path / "a.json"), "--device", "x"])
+
+
+def test_help_explains_the_subcommands_and_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        delphi_register.main(["--help"])
+    said = capsys.readouterr().out
+    assert "SCHOONER_DELPHI_PHASE=forecast" in said and "never rewritten" in said, said
+    assert "SCHOONER_PREFIX" in said and "OUT" in said, said
+
+
+def test_the_commit_is_the_scripts_checkout_whatever_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # run from outside the checkout (cd to the prefix), `git rev-parse` failed with a traceback
+    _suite(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    delphi_register.main(["forecasts", str(tmp_path), "reg.json", "--device", "a CPU"])
+    assert json.loads((tmp_path / "reg.json").read_text())["code"].startswith("main at ")

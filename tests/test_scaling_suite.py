@@ -276,3 +276,22 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     (down,) = (tmp_path / "scaling").glob("delphi-downstream-score-*")
     rows = json.loads((down / "score.json").read_text())
     assert len(rows) == 2 and all(r["registered_before_run"] for r in rows)
+
+
+@pytest.mark.parametrize("variable", ["SCHOONER_DELPHI_TRAIN_HELD_OUT", "SCHOONER_DELPHI_HELD_OUT"])
+@pytest.mark.parametrize("bad", ["10,x", "10,", "0"])
+def test_a_held_out_multiple_that_is_not_a_positive_integer_is_refused_by_name(
+    monkeypatch, variable, bad
+) -> None:
+    """`int()`'s own message ("invalid literal for int() with base 10: 'x'") named neither variable nor value."""
+    import importlib
+
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
+    monkeypatch.setenv("SCHOONER_DELPHI_HELD_OUT", "10,30")
+    monkeypatch.setenv(variable, bad)
+    try:
+        sys.modules.pop("experiments.scaling.delphi_suite", None)
+        with pytest.raises(ValueError, match=rf"{variable}='{bad}'.*positive integers.*e\.g\. 10,30"):
+            importlib.import_module("experiments.scaling.delphi_suite")
+    finally:
+        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults

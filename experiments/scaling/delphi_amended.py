@@ -37,6 +37,11 @@ AT = int(os.environ.get("SCHOONER_DELPHI_AMEND_AT", "30"))
 """The held-out multiple forecast again (one of the suite's `HELD_OUT`)."""
 
 
+def amend_tag(budget: float) -> str:
+    """The amended steps' name: `scaling/delphi-amend-3e11` for budgets from 3e11 (every digit kept: 2.5e11)."""
+    return f"scaling/delphi-amend-{budget:g}".replace("+", "")
+
+
 def main() -> None:
     if AT not in suite.HELD_OUT:
         raise SystemExit(
@@ -54,7 +59,7 @@ def main() -> None:
     data = runner.main([suite.tokens, suite.cloze])
     if data.dry_run:
         return
-    tag = f"scaling/delphi-amend-{FROM:.0e}".replace("+", "")
+    tag = amend_tag(FROM)
     sweep = sweep_results(tag, kept)
     fit = loss_fit(f"{tag}-fit", sweep)
     # the suite's own forecast (cached) names the target run; the amended one forecasts that same run

@@ -60,10 +60,23 @@ BUDGETS = tuple(
     for b in os.environ.get("SCHOONER_DELPHI_BUDGETS", "3.75e9,7.5e9,1.5e10,3e10,6e10,1.2e11").split(",")
 )
 """The fitted budgets (FLOPs): the one list to change."""
-HELD_OUT = tuple(int(k) for k in os.environ.get("SCHOONER_DELPHI_HELD_OUT", "10,30").split(","))
+
+
+def _multiples(variable: str, default: str) -> tuple[int, ...]:
+    """The comma-separated positive integers of the environment variable `variable` (`default` if unset)."""
+    text = os.environ.get(variable, default)
+    parts = [k.strip() for k in text.split(",")]
+    if not all(k.isascii() and k.isdigit() and int(k) > 0 for k in parts):
+        raise ValueError(
+            f"{variable}={text!r}: give multiples as comma-separated positive integers, e.g. 10,30"
+        )
+    return tuple(int(k) for k in parts)
+
+
+HELD_OUT = _multiples("SCHOONER_DELPHI_HELD_OUT", "10,30")
 """Held-out budgets as multiples of the largest fitted one."""
 _train_held_out = os.environ.get("SCHOONER_DELPHI_TRAIN_HELD_OUT", "")
-TRAIN_HELD_OUT = tuple(int(k) for k in _train_held_out.split(",")) if _train_held_out else HELD_OUT
+TRAIN_HELD_OUT = _multiples("SCHOONER_DELPHI_TRAIN_HELD_OUT", "") if _train_held_out else HELD_OUT
 """The held-out multiples whose runs train now (default: all of `HELD_OUT`). Every multiple of `HELD_OUT` is
 still forecast and registered, so the same registration serves runs trained in later sessions (the CPU suite's
 30x runs take hours)."""

@@ -366,3 +366,12 @@ def test_nan_and_infinity_are_not_json_and_are_refused_by_name(root: str, consta
     message = _error(path, what="sweep results")
     assert message.startswith(f"sweep results: {path}:2 "), message
     assert constant.lstrip("-") in message and "null" in message, message
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e400", "1" + "0" * 400 + ".5"])
+def test_a_number_too_large_for_a_float_is_refused_not_read_as_infinity(root: str, number: str) -> None:
+    # JSON has such numbers, but Python's json reads them as inf: the Infinity the reader refuses by name
+    path = _put(root, "big.jsonl", _lines(ROWS[:1]) + f'{{"id": "c", "loss": {number}}}\n'.encode())
+    message = _error(path, what="sweep results")
+    assert message.startswith(f"sweep results: {path}:2 "), message
+    assert number[:5] in message and "float" in message, message

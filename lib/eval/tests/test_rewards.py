@@ -443,3 +443,11 @@ def test_worked_answer_with_a_key_pays_every_reference_solution_and_names_its_fi
         reward("", "8 - 4 = 4\n#### 4", {"answer": 4})
     with pytest.raises(ValueError, match=r"key='8-x'.*e\.g\. '3\+4-2'"):
         reward("", "8 - 4 = 4\n#### 4", {"answer": 4, "key": "8-x"})
+
+
+@pytest.mark.parametrize("key", ["8", "12"])
+def test_worked_answer_refuses_a_key_without_operations(key: str) -> None:
+    # a key of the start alone has no step to show, so no completion could be paid: every row scored 0.0 silently
+    reward = rewards.worked_answer(key="key")
+    with pytest.raises(ValueError, match=rf"key='{key}'.*no operation"):
+        reward("", f"{key} + 0 = {key}\n#### {key}", {"answer": int(key), "key": key})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import numpy as np
 import pytest
@@ -157,3 +158,15 @@ def test_sweep_results_of_declared_runs_is_the_sweeps_own_step_and_warns_once(da
     assert results.key == sweep.key and results.name == sweep.name and results.config == sweep.config
     with pytest.raises(ValueError, match="no runs"):
         sweep_results("scaling/w", [])
+
+
+def test_sweep_results_refuses_a_run_given_twice_or_a_step_in_place_of_a_run(data_dir) -> None:
+    """Lists of runs joined by hand (`a + b` over overlapping budgets) gave a run twice: its loss went into
+    runs.jsonl, and the fit, twice. A training step handle where a `SweepRun` belongs failed on `.recipe`."""
+    runs = isoflop_runs("scaling/d", budgets=[CLEAN], sizes_per_budget=3, data={data_dir: 1.0}, recipe=RULES)
+    with pytest.raises(ValueError, match=rf"{re.escape(runs[1].train.name)} is given twice;"):
+        sweep_results("scaling/d", runs + runs[1:2])
+    with pytest.raises(TypeError, match=r"SweepRun.*isoflop_runs"):
+        sweep_results("scaling/d", [r.train for r in runs])
+    # any iterable of runs (a filter of the declared ones), as a list is
+    assert sweep_results("scaling/d", (r for r in runs)).config == sweep_results("scaling/d", runs).config

@@ -7,6 +7,7 @@ what is wrong, and the fix.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from typing import IO, Any
@@ -111,7 +112,8 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
     Raises (while iterating):
         FileNotFoundError: no file at `path`; the message names it.
         ValueError: a line that is not UTF-8, not JSON (NaN, Infinity and -Infinity too, which Python's `json`
-            reads and RFC 8259 has not: a fit fed a NaN loss fails far from the file) or not a JSON object (named in JSON's words: an array,
+            reads and RFC 8259 lacks: a fit fed a NaN loss fails far from the file; and a number too large
+            for a float, `1e999`, which it reads as inf) or not a JSON object (named in JSON's words: an array,
             a string, null), named `path:line` with the fix; a `.gz` file that is not gzip data, or is cut short
             (a 0-byte one too: an empty gzip stream is 20 bytes) or corrupt (the message names the last line
             read whole); a `.zst` file (not decoded here). An empty file (or empty gzip stream) is no rows
@@ -143,12 +145,19 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
             continue
         try:
             # with its line end, an unclosed object was "at column 1"
-            row = json.loads(text.rstrip("\r\n"), parse_constant=_not_json_constant)
+            row = json.loads(
+                text.rstrip("\r\n"), parse_constant=_not_json_constant, parse_float=_finite_float
+            )
         except _NotJSONConstant as e:
             raise ValueError(
                 f"{who}{path}:{n} holds {e.args[0]}, which is not JSON (the line starts {text.rstrip()[:80]!r}); "
                 "write null for a missing number, or the number itself; every writer here refuses these "
                 "(`json.dumps(..., allow_nan=False)`)"
+            ) from None
+        except _TooLargeForFloat as e:
+            raise ValueError(
+                f"{who}{path}:{n} holds {e.args[0][:40]}, too large for a float (it would be read as infinity; "
+                f"the line starts {text.rstrip()[:80]!r}); write null for a missing number, or a finite one"
             ) from None
         except json.JSONDecodeError as e:
             raise ValueError(
@@ -169,6 +178,17 @@ class _NotJSONConstant(Exception):
 
 def _not_json_constant(name: str) -> Any:
     raise _NotJSONConstant(name)
+
+
+class _TooLargeForFloat(Exception):
+    """A JSON number beyond a float's range (`1e999`): Python's `json` reads it as inf, the value refused above."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise _TooLargeForFloat(text)
+    return value
 
 
 def json_kind(value: Any) -> str:

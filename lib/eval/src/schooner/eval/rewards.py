@@ -185,8 +185,13 @@ def _key_steps(key: Any, field: str) -> tuple[int, list[tuple[str, int]]]:
     match = _KEY.fullmatch(key) if isinstance(key, str) else None
     if match is None:
         raise ValueError(
-            f"{field}={key!r} is not an arithmetic key: write the start and each operation, e.g. '3+4-2' "
-            "(`schooner.eval.arithmetic.problem_key`)"
+            f"{field}={key!r} is not an arithmetic key: write the start and each operation (one of + - * /, "
+            "no spaces), e.g. '3+4-2' (`schooner.eval.arithmetic.problem_key`)"
+        )
+    if not match.group(2):
+        raise ValueError(
+            f"{field}={key!r} has no operation, so no worked step could follow it: write the start and each "
+            "operation, e.g. '3+4-2' (`schooner.eval.arithmetic.problem_key`)"
         )
     return int(match.group(1)), [(op, int(n)) for op, n in _KEY_OP.findall(match.group(2))]
 
@@ -232,8 +237,8 @@ def worked_answer(field: str = "answer", *, key: str | None = None) -> RewardFn:
     found this, 2 of 1,600 completions: docs/rl.md). With `key` (the name of a field holding the problem's
     arithmetic as `schooner.eval.arithmetic` writes it, `"8-4/4"`), the steps must also be exactly the key's
     operations in its order, the first on the start and each on the previous step's result (`+` and `*`
-    either way round); a row whose key field is missing raises `KeyError`, one that is not such a key
-    `ValueError`.
+    either way round); a row whose key field is missing raises `KeyError`, one that is not such a key (or has
+    no operation) `ValueError`.
 
         >>> strict = worked_answer(key="key")
         >>> row = {"answer": 1, "key": "8-4/4"}

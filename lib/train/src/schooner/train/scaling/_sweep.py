@@ -154,16 +154,32 @@ def isoflop_sweep(
     return sweep_results(name, runs)
 
 
-def sweep_results(name: str, runs: Sequence[SweepRun]) -> StepHandle:
+def sweep_results(name: str, runs: Iterable[SweepRun]) -> StepHandle:
     """The results step of runs declared by `isoflop_runs` (the step `isoflop_sweep` returns for the same
     arguments): for an experiment that needs the runs too (to score each one), so the grid is declared, and
-    its warnings logged, once.
+    its warnings logged, once. `runs` may be any of them (those of some budgets, for a fit on those only).
 
     Raises:
-        ValueError: no runs.
+        ValueError: no runs, or a run given twice (it would count twice in the results and the fit).
+        TypeError: an item that is not a `SweepRun` (a training step handle: give the `SweepRun`).
     """
+    runs = list(runs)
     if not runs:
         raise ValueError(f"sweep_results({name!r}): no runs; give the runs isoflop_runs declared")
+    for r in runs:
+        if not isinstance(r, SweepRun):
+            raise TypeError(
+                f"sweep_results({name!r}): runs must be the SweepRun items isoflop_runs returns, got "
+                f"{type(r).__name__} {getattr(r, 'name', r)!r}"
+            )
+    names = [r.train.name for r in runs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(
+            f"sweep_results({name!r}): {twice[0]} is given twice"
+            + (f" ({len(twice)} runs are)" if len(twice) > 1 else "")
+            + "; give each run once (joined lists of runs overlap?)"
+        )
     config = SweepResultsConfig(
         runs=[
             {
