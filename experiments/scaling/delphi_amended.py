@@ -27,7 +27,7 @@ import json
 import os
 
 from experiments.scaling import delphi_suite as suite
-from experiments.scaling.delphi_heldout import held_out_run, loss_fit
+from experiments.scaling.delphi_heldout import held_out_run, loss_fit, loss_forecast
 from schooner.cluster import StepRunner
 from schooner.train.scaling import forecast, score_forecast, sweep_results
 
@@ -63,13 +63,7 @@ def main() -> None:
     sweep = sweep_results(tag, kept)
     fit = loss_fit(f"{tag}-fit", sweep)
     # the suite's own forecast (cached) names the target run; the amended one forecasts that same run
-    original = forecast(
-        f"scaling/delphi-forecast-{AT}x",
-        loss_fit("scaling/delphi-fit", suite.sweep),
-        budget=AT * largest,
-        recipe=suite.RECIPE,
-        method="delphi",
-    )
+    original = loss_forecast(AT, loss_fit("scaling/delphi-fit", suite.sweep))
     width = runner.main([original])[original].result["target"]["width"]
     guess = forecast(
         f"{tag}-forecast-{AT}x", fit, budget=AT * largest, recipe=suite.RECIPE, method="delphi", width=width

@@ -170,6 +170,19 @@ def loss_fit(name: str, sweep: StepHandle) -> StepHandle:
     )
 
 
+def loss_forecast(k: int, fit: StepHandle) -> StepHandle:
+    """The suite's registered Delphi forecast at k x its largest fitted budget."""
+    from experiments.scaling import delphi_suite as suite
+
+    return forecast(
+        f"scaling/delphi-forecast-{k}x",
+        fit,
+        budget=k * max(suite.BUDGETS),
+        recipe=suite.RECIPE,
+        method="delphi",
+    )
+
+
 def held_out_run(k: int, seed: int, width: int) -> StepHandle:
     """The suite's held-out run at k x its largest fitted budget, at the forecast target's width."""
     from experiments.scaling import delphi_suite as suite
@@ -196,12 +209,7 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         {r.train.name: e for r, e in zip(runs, evals, strict=True)},
         targets,
     )
-    guesses = {
-        k: forecast(
-            f"scaling/delphi-forecast-{k}x", fit, budget=k * largest, recipe=suite.RECIPE, method="delphi"
-        )
-        for k in suite.HELD_OUT
-    }
+    guesses = {k: loss_forecast(k, fit) for k in suite.HELD_OUT}
     loss_only = (
         os.environ.get("SCHOONER_DELPHI_PHASE") == "heldout"
         or os.environ.get("SCHOONER_DELPHI_DOWNSTREAM") == "0"

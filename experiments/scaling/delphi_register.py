@@ -51,16 +51,10 @@ def _once(pattern: str) -> list[str]:
 
 
 def _one(pattern: str, what: str) -> str:
-    found = sorted(glob.glob(pattern))
-    if len(found) != 1:
-        raise SystemExit(
-            f"{what}: {len(found)} folders match {pattern} ({found[:4]}); "
-            + (
-                "has that phase run?"
-                if not found
-                else "the prefix holds more than one suite: give each its own"
-            )
-        )
+    """The one folder matching `pattern` (a step's name under one key; `_once` refuses two)."""
+    found = _once(pattern)
+    if not found:
+        raise SystemExit(f"{what}: no folder matches {pattern}; has that phase run?")
     return found[0]
 
 

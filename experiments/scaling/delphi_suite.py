@@ -75,14 +75,13 @@ def _multiples(variable: str, default: str) -> tuple[int, ...]:
 
 HELD_OUT = _multiples("SCHOONER_DELPHI_HELD_OUT", "10,30")
 """Held-out budgets as multiples of the largest fitted one."""
-_train_held_out = os.environ.get("SCHOONER_DELPHI_TRAIN_HELD_OUT", "")
-TRAIN_HELD_OUT = _multiples("SCHOONER_DELPHI_TRAIN_HELD_OUT", "") if _train_held_out else HELD_OUT
+TRAIN_HELD_OUT = _multiples("SCHOONER_DELPHI_TRAIN_HELD_OUT", ",".join(map(str, HELD_OUT)))
 """The held-out multiples whose runs train now (default: all of `HELD_OUT`). Every multiple of `HELD_OUT` is
 still forecast and registered, so the same registration serves runs trained in later sessions (the CPU suite's
 30x runs take hours)."""
 if not set(TRAIN_HELD_OUT) <= set(HELD_OUT):
     raise ValueError(
-        f"SCHOONER_DELPHI_TRAIN_HELD_OUT={_train_held_out!r}: each multiple must be one of "
+        f"SCHOONER_DELPHI_TRAIN_HELD_OUT={os.environ['SCHOONER_DELPHI_TRAIN_HELD_OUT']!r}: each multiple must be one of "
         f"SCHOONER_DELPHI_HELD_OUT={','.join(map(str, HELD_OUT))} (the registered ones), e.g. {HELD_OUT[0]}"
     )
 SEEDS = tuple(range(int(os.environ.get("SCHOONER_DELPHI_SEEDS", "3"))))
