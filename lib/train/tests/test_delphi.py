@@ -196,3 +196,88 @@ def test_plot_writes_a_png(tmp_path) -> None:
     target = 10 * BUDGETS[-1]
     plot_delphi(fit, str(out), runs=runs, held_out=[(target, _optimum(target)[1])] * 3, up_to=target)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+
+
+@pytest.mark.parametrize(
+    "top, minimum, runs",
+    [(4e9, 2e8, 7), (1e10, 1.3e8, 6), (1e9, 3e8, 9)],
+    ids=["off-centre", "edge", "centre"],
+)
+def test_vertex_standard_error_matches_the_spread_of_repeated_budgets(top, minimum, runs) -> None:
+    """The delta-method standard error of L* against its spread over 4,000 redraws of one budget's noisy runs
+    (the vertex of numpy's polyfit each time), with the minimum at several places in the grid."""
+    from schooner.train.scaling import vertex_loss_se
+
+    rng = np.random.default_rng(11)
+    tokens = np.geomspace(1e8, top, runs)
+    u = np.log(tokens)
+    truth = 3.0 + 0.06 * (u - np.log(minimum)) ** 2
+    sigma = 0.01
+    vertices, ses = [], []
+    for _ in range(4000):
+        y = truth + sigma * rng.standard_normal(u.size)
+        c2, c1, c0 = np.polyfit(u, y, 2)
+        vertices.append(c0 - c1**2 / (4 * c2))
+        ses.append(vertex_loss_se(tokens, y))
+    spread = float(np.std(vertices, ddof=1))
+    # the variance estimate is unbiased, the standard error is not (E[s] < sigma with few residual degrees of
+    # freedom: 8% low with six runs), so the root mean square of the standard errors is compared
+    rms = float(np.sqrt(np.mean(np.square(ses))))
+    assert rms == pytest.approx(spread, rel=0.05), (rms, spread)
+    assert vertex_loss_se(tokens[:3], truth[:3]) is None  # three runs: no residual left to measure noise
+
+
+def test_the_optima_carry_their_standard_errors_into_the_fit_and_its_record() -> None:
+    from schooner.train.scaling import vertex_loss_se
+    from schooner.train.scaling._fit import delphi_from_dict
+
+    runs = _runs(noise=0.004, seed=2)
+    fit = fit_delphi(runs, samples=200)
+    for o in fit.optima:
+        mine = [r for r in runs if r.budget == o.budget]
+        assert o.loss_se == vertex_loss_se([r.tokens for r in mine], [r.loss for r in mine])
+        assert 0 < o.loss_se < 0.004
+    record = fit.to_dict() | {
+        "replicate_laws": [dict(zip(["E", "A", "alpha"], r, strict=True)) for r in fit.replicates]
+    }
+    assert [o.loss_se for o in delphi_from_dict(record).optima] == [o.loss_se for o in fit.optima]
+    exact = fit_delphi(_runs(), samples=50)
+    assert all(o.loss_se == pytest.approx(0, abs=1e-12) for o in exact.optima)
+
+
+def test_optima_noise_matches_refits_by_an_independent_solver() -> None:
+    """The forecast's spread from the optima's noise against scipy's curve_fit on 300 redraws of the optima."""
+    from scipy.optimize import curve_fit
+
+    from schooner.train.scaling import optima_noise
+
+    c = np.array(BUDGETS)
+    y = np.array([_optimum(x)[1] for x in c])
+    se = np.full(c.size, 0.004)
+    at = 30 * c[-1]
+    got = optima_noise(c, y, se, at, samples=2000, seed=1)
+    assert got is not None and got["failed"] == 0
+    rng = np.random.default_rng(5)
+    x = c / 1e16
+    preds = []
+    for _ in range(300):
+        drawn = y + se * rng.standard_normal(c.size)
+        p, _ = curve_fit(
+            lambda x, e, a, al: e + a * x ** (-al), x, drawn, p0=[1.8, 60 * 1e16**-0.09, 0.09],
+            bounds=([0, 0, 1e-3], [np.inf, np.inf, 4.0]), maxfev=20000,
+        )  # fmt: skip
+        preds.append(p[0] + p[1] * (at / 1e16) ** (-p[2]))
+    assert got["sd"] == pytest.approx(float(np.std(preds, ddof=1)), rel=0.15), (got, np.std(preds))
+    truth = _optimum(at)[1]
+    assert got["interval"]["low"] < truth < got["interval"]["high"]
+    near = optima_noise(c, y, se, 3 * c[-1], samples=2000, seed=1)
+    assert near is not None and near["sd"] < got["sd"]  # the farther out, the more the noise costs
+    assert optima_noise(c, y, [*se[:-1], None], at) is None  # a budget of three runs has no standard error
+
+
+def test_the_forecast_reports_the_optima_noise() -> None:
+    fit = fit_delphi(_runs(noise=0.004, seed=3), samples=200)
+    out = fit.forecast(10 * BUDGETS[-1])
+    noise = out["optima_noise"]
+    assert noise is not None and noise["sd"] > 0
+    assert noise["sd_pct"] == pytest.approx(100 * noise["sd"] / out["loss"], rel=1e-2)

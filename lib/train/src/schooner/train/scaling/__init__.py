@@ -38,8 +38,10 @@ from ._delphi import budget_optima as budget_optima
 from ._delphi import fit_asymptotic_law as fit_asymptotic_law
 from ._delphi import fit_delphi as fit_delphi
 from ._delphi import fit_parabola as fit_parabola
+from ._delphi import optima_noise as optima_noise
 from ._delphi import overtraining_penalty as overtraining_penalty
 from ._delphi import plot_delphi as plot_delphi
+from ._delphi import vertex_loss_se as vertex_loss_se
 from ._downstream import SoftToHard as SoftToHard
 from ._downstream import fit_soft_to_hard as fit_soft_to_hard
 from ._downstream import soft_metrics as soft_metrics

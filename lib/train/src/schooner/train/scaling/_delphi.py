@@ -16,7 +16,12 @@ the compute-optimal points alone:
    refitted on each replicate; a forecast's interval is the central percentile interval of the replicates'
    predictions. All replicates are fitted at once (the closed form is vectorised over them), so thousands
    cost milliseconds.
-4. The over-training penalty: per budget, the parabola's loss at m x D* (m = 0.5 and 2 by default) less
+4. The precision the sweep allows: each optimum's loss has a standard error from its parabola's residuals
+   (the delta method on L* = c0 - c1^2 / (4 c2); it needs 4 or more runs), and `optima_noise` refits the law
+   on optima redrawn with those errors: the spread of its forecast at C is what the optima's own noise
+   leaves, whatever the law's form. A forecast cannot be trusted to closer than that; the bootstrap over
+   budgets sees the same noise only through the optima's scatter around the law, five budgets at a time.
+5. The over-training penalty: per budget, the parabola's loss at m x D* (m = 0.5 and 2 by default) less
    L*, fitted against compute with a power law and extrapolated, so a run that trains a smaller model for
    longer (or a larger one for shorter) can be priced before it starts (`DelphiFit.forecast` gives it in
    nats and relative to the forecast loss). A parabola in ln D is symmetric, so m and 1/m cost the same:
@@ -45,7 +50,9 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "optima_noise",
     "overtraining_penalty",
+    "vertex_loss_se",
     "plot_delphi",
 ]
 
@@ -71,6 +78,10 @@ class BudgetOptimum:
     """L against ln D (`Parabola` with x = tokens)."""
     runs: int
     """How many runs the parabola went through."""
+    loss_se: float | None = None
+    """The standard error of `loss` from the parabola's residuals (`vertex_loss_se`; None: 3 runs, no
+    residual left to measure it with). Runs of one budget share their data order: noise they share is not
+    in it."""
 
     def loss_at(self, tokens: float | np.ndarray) -> np.ndarray:
         """The parabola's loss at `tokens` (an interpolation inside the sampled range, else a Taylor guess)."""
@@ -84,6 +95,7 @@ class BudgetOptimum:
             "params": self.params,
             "runs": self.runs,
             "parabola": self.parabola.to_dict(),
+            "loss_se": self.loss_se,
         }
 
 
@@ -180,13 +192,21 @@ class DelphiFit:
         return {k: _percentiles(self.replicates[:, i], self.level) for i, k in enumerate(("E", "A", "alpha"))}
 
     def forecast(self, compute: float) -> dict[str, Any]:
-        """What to expect at `compute`: the optimal loss with its interval, D*, N*, and each penalty."""
+        """What to expect at `compute`: the optimal loss with its interval, the spread the optima's own noise
+        leaves (`optima_noise`), D*, N*, and each penalty."""
         iv = self.interval(compute)
         loss = float(self.predict(compute))
         return {
             "compute": float(compute),
             "loss": loss,
             "interval": None if iv is None else iv.to_dict(),
+            "optima_noise": optima_noise(
+                self.budgets,
+                [o.loss for o in self.optima],
+                [o.loss_se for o in self.optima],
+                compute,
+                level=self.level,
+            ),  # fmt: skip
             "tokens": float(self.tokens_law(compute)),
             "params": float(self.params_law(compute)),
             "penalties": {
@@ -274,6 +294,23 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 
+def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
+    """The standard error of the least-squares parabola's minimum loss, L* = c0 - c1^2 / (4 c2) in u = ln D,
+    by the delta method: the residual variance (n - 3 degrees of freedom) times g' (X'X)^-1 g, g the gradient
+    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with)."""
+    u = np.log(np.asarray(tokens, dtype=np.float64))
+    y = np.asarray(loss, dtype=np.float64)
+    if y.size <= 3:
+        return None
+    u = u - u.mean()
+    design = np.stack([u**2, u, np.ones_like(u)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    q2, q1, _ = coef
+    variance = float(((y - design @ coef) ** 2).sum()) / (y.size - 3)
+    g = np.array([q1**2 / (4.0 * q2**2), -q1 / (2.0 * q2), 1.0])
+    return float(math.sqrt(variance * (g @ np.linalg.solve(design.T @ design, g))))
+
+
 def budget_optima(runs: Iterable[ScalingRun]) -> list[BudgetOptimum]:
     """The compute-optimal point of every budget (budgets within a relative 1e-6 are one group), ascending."""
     optima, _ = _optima(runs, skip_unbracketed=False)
@@ -319,6 +356,7 @@ def _optimum(budget: float, g: Sequence[ScalingRun]) -> BudgetOptimum:
         params=float(np.exp(intercept + slope * math.log(d_opt))),
         parabola=p,
         runs=len(g),
+        loss_se=vertex_loss_se(tokens, [r.loss for r in g]),
     )
 
 
@@ -344,7 +382,10 @@ def _linear(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _fit_weighted(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(E, a, alpha) minimising the weighted squared error for each row of w: [S, n] -> [S, 3] (NaN: failed)."""
+    """(E, a, alpha) minimising the weighted squared error for each row of w: [S, n] -> [S, 3] (NaN: failed).
+    y: [n] (one set of losses), or [S, n] (one per row)."""
+    if y.ndim == 2:
+        y = y[:, None, :]
     lo, hi = np.log(ALPHA_RANGE[0]), np.log(ALPHA_RANGE[1])
     grid = np.linspace(lo, hi, _GRID)
     lx = np.log(x)
@@ -421,7 +462,50 @@ def _bootstrap(c: np.ndarray, y: np.ndarray, samples: int, seed: int) -> tuple[n
     return fits, samples - int(ok.sum())
 
 
-# -- step 4: the penalty for leaving the optimum ----------------------------------------------------------------
+# -- step 4: the precision the optima allow ----------------------------------------------------------------------
+def optima_noise(
+    compute: Sequence[float],
+    loss: Sequence[float],
+    loss_se: Sequence[float | None],
+    at: float,
+    *,
+    samples: int = 1000,
+    seed: int = 0,
+    level: float = 0.9,
+) -> dict[str, Any] | None:
+    """The spread of the law's forecast at `at` that the optima's own noise leaves: the optima redrawn as
+    loss + N(0, se^2), independently, `samples` times, the law refitted on each (module docstring, step 4).
+
+    Returns {"sd", "sd_pct" (of the law's forecast), "interval" (central, `level`), "samples" (fitted),
+    "failed"}, or None when an optimum has no standard error (3 runs) or too few redraws could be fitted.
+    """
+    if any(s is None for s in loss_se):
+        return None
+    c = np.asarray(compute, dtype=np.float64)
+    y = np.asarray(loss, dtype=np.float64)
+    se = np.asarray(loss_se, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    drawn = y[None, :] + rng.normal(size=(samples, y.size)) * se[None, :]
+    ref = float(np.exp(np.log(c).mean()))
+    fits = _fit_weighted(c / ref, drawn, np.ones((samples, c.size)))
+    ok = np.all(np.isfinite(fits), axis=1)
+    if replicates_shortfall(int(ok.sum()), samples) is not None:
+        return None
+    e, a, alpha = fits[ok].T
+    preds = e + a * (float(at) / ref) ** (-alpha)
+    law = fit_asymptotic_law(c.tolist(), y.tolist())
+    point = float(law(float(at)))
+    sd = float(np.std(preds, ddof=1))
+    return {
+        "sd": sd,
+        "sd_pct": 100.0 * sd / point,
+        "interval": _percentiles(preds, level).to_dict(),
+        "samples": int(ok.sum()),
+        "failed": int(samples - ok.sum()),
+    }
+
+
+# -- step 5: the penalty for leaving the optimum ----------------------------------------------------------------
 def overtraining_penalty(optima: Sequence[BudgetOptimum], multiplier: float) -> OvertrainingPenalty:
     """The extra loss of training with `multiplier` x D* tokens (the model resized to keep the budget), per
     budget read off its parabola (c2 (ln m)^2), and a power law of it against compute to extrapolate with
@@ -547,7 +631,11 @@ def _draw(
         ax_law.fill_between(cs, lo, hi, color="C0", alpha=0.2, label=f"{fit.level:.0%} bootstrap band")
     law = fit.law
     ax_law.plot(cs, law(cs), "-", color="C0", label=f"L = {law.E:.3f} + {law.A:.3g} C^-{law.alpha:.3f}")
-    ax_law.plot(budgets, [o.loss for o in fit.optima], "o", color="k", label="fitted optima")
+    ses = [o.loss_se for o in fit.optima]
+    ax_law.errorbar(
+        budgets, [o.loss for o in fit.optima], yerr=None if None in ses else ses, fmt="o", color="k",
+        capsize=3, label="fitted optima" + ("" if None in ses else " (±1 se)"),
+    )  # fmt: skip
     if held_out:
         ax_law.plot(*zip(*held_out, strict=True), "*", color="C3", ms=11, label="held-out runs")
     ax_law.set(xscale="log", xlabel="compute C (FLOPs)", ylabel="optimal loss L*", title="asymptotic law")

@@ -34,6 +34,7 @@ from schooner.cluster import StepHandle, records, step, storage
 
 from ._approach2 import PowerLaw
 from ._bootstrap import percentile_interval, replicates_shortfall
+from ._delphi import optima_noise
 from ._fit import FRONTIER_METHODS, LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
@@ -41,7 +42,7 @@ from ._recipe import Recipe, ScalingRecipe
 __all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "run_started", "score", "score_forecast"]
 
 METHODS = (*LAW_METHODS, "frontier", *FRONTIER_METHODS)
-FORECAST_VERSION = "scaling-forecast-v4"  # v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
+FORECAST_VERSION = "scaling-forecast-v5"  # v5: the optima's noise beside the Delphi interval; v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
 SCORE_VERSION = "scaling-score-v4"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line); v4: the data compared, a difference refused
 
 
@@ -96,7 +97,12 @@ def predict(
         law = delphi["law"]
         point = float(law["E"] + law["A"] * float(flops) ** (-law["alpha"]))
         reps = np.array([r["E"] + r["A"] * float(flops) ** (-r["alpha"]) for r in delphi["replicate_laws"]])
-        base = {"method": method, "loss": point, "replicates": int(reps.size)}
+        optima = delphi["optima"]
+        noise = optima_noise(
+            [o["budget"] for o in optima], [o["loss"] for o in optima], [o.get("loss_se") for o in optima],
+            float(flops), level=level,
+        )  # fmt: skip
+        base = {"method": method, "loss": point, "replicates": int(reps.size), "optima_noise": noise}
         shortfall = replicates_shortfall(int(reps.size), int(delphi["samples"]))
         if shortfall is not None:
             return base | {"interval": None, "interval_error": f"the delphi fit: {shortfall}"}
