@@ -281,3 +281,32 @@ def test_the_forecast_reports_the_optima_noise() -> None:
     noise = out["optima_noise"]
     assert noise is not None and noise["sd"] > 0
     assert noise["sd_pct"] == pytest.approx(100 * noise["sd"] / out["loss"], rel=1e-2)
+
+
+def test_lack_of_fit_holds_its_level_on_parabolas_and_finds_another_shape() -> None:
+    """With runs that are a parabola plus seed noise, p < 0.05 in about 5% of 2,000 budgets (the test's level);
+    with a curve that rises like an exponential on one side (an isoFLOP curve's usual asymmetry), nearly always."""
+    from schooner.train.scaling import parabola_lack_of_fit
+
+    rng = np.random.default_rng(21)
+    tokens = np.repeat(np.geomspace(1e8, 2e9, 6), 4)  # six sizes, four seeds each
+    u = np.log(tokens) - np.log(5e8)
+    parabola = 3.0 + 0.06 * u**2
+    asymmetric = 3.0 + 0.03 * (np.exp(1.5 * u) - 1.5 * u - 1)
+    p_null = [
+        parabola_lack_of_fit(tokens, parabola + 0.01 * rng.standard_normal(u.size))["p"] for _ in range(2000)
+    ]
+    assert 0.035 < np.mean(np.array(p_null) < 0.05) < 0.065, np.mean(np.array(p_null) < 0.05)
+    p_alt = [
+        parabola_lack_of_fit(tokens, asymmetric + 0.01 * rng.standard_normal(u.size))["p"] for _ in range(200)
+    ]
+    assert np.mean(np.array(p_alt) < 0.05) > 0.9, np.mean(np.array(p_alt) < 0.05)
+    noisy = parabola + 0.01 * rng.standard_normal(u.size)
+    assert parabola_lack_of_fit(tokens, noisy)["pure_error_sd"] == pytest.approx(0.01, rel=0.3)
+    assert parabola_lack_of_fit(tokens[::4], noisy[::4]) is None  # one run per size: no pure error
+    once = _runs(noise=0.004, seed=5)
+    again = [
+        dataclasses.replace(r, loss=r.loss + 0.004 * rng.standard_normal(), name=r.name + "-s1") for r in once
+    ]
+    assert all(o.lack_of_fit is not None for o in fit_delphi(once + again, samples=50).optima)
+    assert all(o.lack_of_fit is None for o in fit_delphi(once, samples=50).optima)

@@ -40,6 +40,7 @@ from ._delphi import fit_delphi as fit_delphi
 from ._delphi import fit_parabola as fit_parabola
 from ._delphi import optima_noise as optima_noise
 from ._delphi import overtraining_penalty as overtraining_penalty
+from ._delphi import parabola_lack_of_fit as parabola_lack_of_fit
 from ._delphi import plot_delphi as plot_delphi
 from ._delphi import vertex_loss_se as vertex_loss_se
 from ._downstream import SoftToHard as SoftToHard

@@ -17,7 +17,8 @@ the compute-optimal points alone:
    predictions. All replicates are fitted at once (the closed form is vectorised over them), so thousands
    cost milliseconds.
 4. The precision the sweep allows: each optimum's loss has a standard error from its parabola's residuals
-   (the delta method on L* = c0 - c1^2 / (4 c2); it needs 4 or more runs), and `optima_noise` refits the law
+   (the delta method on L* = c0 - c1^2 / (4 c2); it needs 4 or more runs; with seeds, `parabola_lack_of_fit`
+   says how much of the residual is the curve not being a parabola, which seeds do not average out), and `optima_noise` refits the law
    on optima redrawn with those errors: the spread of its forecast at C is what the optima's own noise
    leaves, whatever the law's form. A forecast cannot be trusted to closer than that; the bootstrap over
    budgets sees the same noise only through the optima's scatter around the law, five budgets at a time.
@@ -52,6 +53,7 @@ __all__ = [
     "fit_parabola",
     "optima_noise",
     "overtraining_penalty",
+    "parabola_lack_of_fit",
     "vertex_loss_se",
     "plot_delphi",
 ]
@@ -82,6 +84,11 @@ class BudgetOptimum:
     """The standard error of `loss` from the parabola's residuals (`vertex_loss_se`; None: 3 runs, no
     residual left to measure it with). Runs of one budget share their data order: noise they share is not
     in it."""
+    lack_of_fit: dict[str, float] | None = None
+    """With repeated runs at a token count (seeds): `{"pure_error_sd", "F", "p"}`, the parabola's residuals split
+    into the seeds' scatter (pure error) and the rest, and the F test of the rest (`parabola_lack_of_fit`). A
+    small p says the isoFLOP curve is not a parabola over the grid: its vertex is biased by an amount more
+    seeds do not shrink (narrow the grid's spread). None without repeats or with fewer than 4 token counts."""
 
     def loss_at(self, tokens: float | np.ndarray) -> np.ndarray:
         """The parabola's loss at `tokens` (an interpolation inside the sampled range, else a Taylor guess)."""
@@ -96,6 +103,7 @@ class BudgetOptimum:
             "runs": self.runs,
             "parabola": self.parabola.to_dict(),
             "loss_se": self.loss_se,
+            "lack_of_fit": self.lack_of_fit,
         }
 
 
@@ -311,6 +319,38 @@ def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] |
     return float(math.sqrt(variance * (g @ np.linalg.solve(design.T @ design, g))))
 
 
+def parabola_lack_of_fit(
+    tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray
+) -> dict[str, float] | None:
+    """The textbook lack-of-fit test of the parabola in ln D, for a budget with repeated runs at some token
+    counts (seeds): the residual sum of squares is the pure error (the runs' scatter about their token count's
+    mean, n - k degrees of freedom for k distinct counts) plus the lack of fit (k - 3), and
+    F = (lack of fit / (k - 3)) / (pure error / (n - k)). Returns {"pure_error_sd" (one run's), "F", "p"}, or
+    None without a repeat or with fewer than 4 distinct token counts."""
+    from scipy import stats
+
+    u = np.log(np.asarray(tokens, dtype=np.float64))
+    y = np.asarray(loss, dtype=np.float64)
+    counts, inverse = np.unique(u, return_inverse=True)
+    k, n = counts.size, y.size
+    if k < 4 or n <= k:
+        return None
+    c = u - u.mean()
+    design = np.stack([c**2, c, np.ones_like(c)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    sse = float(((y - design @ coef) ** 2).sum())
+    means = np.bincount(inverse, weights=y) / np.bincount(inverse)
+    pure = float(((y - means[inverse]) ** 2).sum())
+    if pure <= 0:
+        return None
+    f = ((sse - pure) / (k - 3)) / (pure / (n - k))
+    return {
+        "pure_error_sd": math.sqrt(pure / (n - k)),
+        "F": float(f),
+        "p": float(stats.f.sf(f, k - 3, n - k)),
+    }
+
+
 def budget_optima(runs: Iterable[ScalingRun]) -> list[BudgetOptimum]:
     """The compute-optimal point of every budget (budgets within a relative 1e-6 are one group), ascending."""
     optima, _ = _optima(runs, skip_unbracketed=False)
@@ -357,6 +397,7 @@ def _optimum(budget: float, g: Sequence[ScalingRun]) -> BudgetOptimum:
         parabola=p,
         runs=len(g),
         loss_se=vertex_loss_se(tokens, [r.loss for r in g]),
+        lack_of_fit=parabola_lack_of_fit(tokens, [r.loss for r in g]),
     )
 
 

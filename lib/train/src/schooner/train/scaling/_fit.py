@@ -25,7 +25,7 @@ from ._varpro import VarProConfig, fit_varpro
 
 __all__ = ["FitConfig", "backtest", "delphi_from_dict", "fit_runs", "fit_scaling_law", "read_fit"]
 
-VERSION = "scaling-fit-v7"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data; v6: the Delphi fit; v7: the optima's standard errors
+VERSION = "scaling-fit-v8"  # v2: the backtest; v3: no intervals from too few replicates, flags; v4: runaway; v5: the runs' data; v6: the Delphi fit; v7: the optima's standard errors; v8: their lack of fit
 LAW_METHODS = ("approach3", "varpro")
 FRONTIER_METHODS = ("delphi",)
 """Methods that forecast the compute-optimal loss L*(C) from a law in compute alone (besides approach 2's
@@ -278,7 +278,8 @@ def delphi_from_dict(record: Mapping[str, Any]) -> Any:
             params=o["params"],
             parabola=Parabola(**o["parabola"]),
             runs=o["runs"],
-            loss_se=o.get("loss_se"),  # fits before scaling-fit-v7 have none
+            loss_se=o.get("loss_se"),  # fits before scaling-fit-v7 have none, before v8 no lack_of_fit
+            lack_of_fit=o.get("lack_of_fit"),
         )  # fmt: skip
         for o in record["optima"]
     )
