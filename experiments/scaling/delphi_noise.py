@@ -16,7 +16,7 @@ The held-out runs of the two-seed CPU suite were trained before these seeds: the
 `registered_before_run: false`, and they are a test of the noise, never a registered forecast.
 
 It prints, per budget, the optimum from all its seeds with the parabola's delta-method standard error
-(`BudgetOptimum.loss_se`), and the local slope -d ln L* / d ln C between neighbouring budgets with its
+(`BudgetOptimum.loss_se`), one run's seed noise and the parabola's lack of fit (`BudgetOptimum.lack_of_fit`), and the local slope -d ln L* / d ln C between neighbouring budgets with its
 standard error: the two readings of the 10x miss (docs/scaling.md, "More seeds: noise or bend") predict
 different slopes there.
 """
@@ -73,9 +73,13 @@ def declared_runs(seeds: dict[float, int]) -> list:
 
 def report(fit: dict) -> None:
     optima = fit["delphi"]["optima"]
-    print("budget      runs  L*       se(L*)")
+    print("budget  runs  L*      se(L*)  one run's seed noise  parabola's lack of fit (F test p)")
     for o in optima:
-        print(f"{o['budget']:.0e}  {o['runs']:4d}  {o['loss']:.4f}  {o.get('loss_se', float('nan')):.4f}")
+        lof = o.get("lack_of_fit") or {}
+        print(
+            f"{o['budget']:.0e}  {o['runs']:4d}  {o['loss']:.4f}  {o.get('loss_se') or float('nan'):.4f}  "
+            f"{lof.get('pure_error_sd', float('nan')):.4f}  {lof.get('p', float('nan')):.1e}"
+        )
     print("local slope -dlnL*/dlnC (se):")
     for a, b in zip(optima, optima[1:], strict=False):
         span = math.log(b["budget"] / a["budget"])
