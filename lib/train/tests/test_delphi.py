@@ -310,3 +310,25 @@ def test_lack_of_fit_holds_its_level_on_parabolas_and_finds_another_shape() -> N
     ]
     assert all(o.lack_of_fit is not None for o in fit_delphi(once + again, samples=50).optima)
     assert all(o.lack_of_fit is None for o in fit_delphi(once, samples=50).optima)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        (
+            ([1e15, 3e15, 9e15], [3.0, 2.9], [0.01, 0.01, 0.01], 1e17),
+            {},
+            "one value per optimum; got 3, 2 and 3",
+        ),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01, -0.01, 0.01], 1e17), {}, "finite and >= 0"),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01, float("nan"), 0.01], 1e17), {}, "finite and >= 0"),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 0.0), {}, "positive compute"),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17), {"level": 90}, "0 < level < 1"),
+        (([1e15, 3e15], [3.0, 2.9], [0.01] * 2, 1e17), {}, "3 or more budgets"),
+    ],
+)
+def test_optima_noise_refuses_bad_input_by_name(args, kwargs, match) -> None:
+    from schooner.train.scaling import optima_noise
+
+    with pytest.raises(ValueError, match=match):
+        optima_noise(*args, **kwargs)

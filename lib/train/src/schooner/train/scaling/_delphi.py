@@ -519,12 +519,30 @@ def optima_noise(
 
     Returns {"sd", "sd_pct" (of the law's forecast), "interval" (central, `level`), "samples" (fitted),
     "failed"}, or None when an optimum has no standard error (3 runs) or too few redraws could be fitted.
+
+    Raises:
+        ValueError: sequences of different lengths, a standard error that is negative or not finite, samples
+            < 1, a level outside (0, 1), `at` not positive, or optima the law cannot be fitted to (as
+            `fit_asymptotic_law`).
     """
+    if not len(compute) == len(loss) == len(loss_se):
+        raise ValueError(
+            f"optima_noise: compute, loss and loss_se are one value per optimum; got {len(compute)}, {len(loss)} "
+            f"and {len(loss_se)} values"
+        )
+    if samples < 1 or not 0 < level < 1 or not (isinstance(at, int | float) and math.isfinite(at) and at > 0):
+        raise ValueError(
+            f"optima_noise needs samples >= 1, 0 < level < 1 and a positive compute to forecast at; got "
+            f"samples={samples}, level={level}, at={at!r}"
+        )
     if any(s is None for s in loss_se):
         return None
+    se = np.asarray(loss_se, dtype=np.float64)
+    if not np.all(np.isfinite(se) & (se >= 0)):
+        raise ValueError(f"optima_noise: every standard error must be finite and >= 0; got {se.tolist()}")
+    law = fit_asymptotic_law(list(compute), list(loss))  # checks the optima (positive, finite, 3 budgets)
     c = np.asarray(compute, dtype=np.float64)
     y = np.asarray(loss, dtype=np.float64)
-    se = np.asarray(loss_se, dtype=np.float64)
     rng = np.random.default_rng(seed)
     drawn = y[None, :] + rng.normal(size=(samples, y.size)) * se[None, :]
     ref = float(np.exp(np.log(c).mean()))
@@ -534,7 +552,6 @@ def optima_noise(
         return None
     e, a, alpha = fits[ok].T
     preds = e + a * (float(at) / ref) ** (-alpha)
-    law = fit_asymptotic_law(c.tolist(), y.tolist())
     point = float(law(float(at)))
     sd = float(np.std(preds, ddof=1))
     return {
