@@ -18,9 +18,9 @@ the compute-optimal points alone:
    cost milliseconds.
 4. The precision the sweep allows: each optimum's loss has a standard error from its parabola's residuals
    (the delta method on L* = c0 - c1^2 / (4 c2); it needs 4 or more runs; with seeds, `parabola_lack_of_fit`
-   says how much of the residual is the curve not being a parabola, which seeds do not average out), and `optima_noise` refits the law
-   on optima redrawn with those errors: the spread of its forecast at C is what the optima's own noise
-   leaves, whatever the law's form. A forecast cannot be trusted to closer than that; the bootstrap over
+   says how much of the residual is the curve not being a parabola, which seeds do not average out), and
+   `optima_noise` refits the law on optima redrawn with those errors: the spread of its forecast at C is what
+   the optima's own noise leaves, whatever the law's form. A forecast cannot be trusted to closer than that; the bootstrap over
    budgets sees the same noise only through the optima's scatter around the law, five budgets at a time.
 5. The over-training penalty: per budget, the parabola's loss at m x D* (m = 0.5 and 2 by default) less
    L*, fitted against compute with a power law and extrapolated, so a run that trains a smaller model for
@@ -54,8 +54,8 @@ __all__ = [
     "optima_noise",
     "overtraining_penalty",
     "parabola_lack_of_fit",
-    "vertex_loss_se",
     "plot_delphi",
+    "vertex_loss_se",
 ]
 
 ALPHA_RANGE = (1e-3, 4.0)
@@ -280,9 +280,7 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
             "isoFLOP grid"
         )
     u = np.log(tokens)
-    mid = float(u.mean())  # centred for conditioning (ln D is ~20, u^2 ~400: the normal equations suffer)
-    design = np.stack([(u - mid) ** 2, u - mid, np.ones_like(u)], axis=1)
-    (q2, q1, q0), *_ = np.linalg.lstsq(design, loss, rcond=None)
+    mid, design, (q2, q1, q0) = _least_squares_parabola(u, loss)
     # Back to the raw u: q2 (u-m)^2 + q1 (u-m) + q0.
     c2, c1, c0 = q2, q1 - 2.0 * q2 * mid, q2 * mid**2 - q1 * mid + q0
     if not q2 > 0:
@@ -302,6 +300,15 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 
+def _least_squares_parabola(u: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """(mean of u, the design [(u-m)^2, u-m, 1], the coefficients q2, q1, q0 in u - m): centred for conditioning
+    (ln D is ~20, u^2 ~400: the normal equations suffer)."""
+    mid = float(u.mean())
+    design = np.stack([(u - mid) ** 2, u - mid, np.ones_like(u)], axis=1)
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    return mid, design, coef
+
+
 def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
     """The standard error of the least-squares parabola's minimum loss, L* = c0 - c1^2 / (4 c2) in u = ln D,
     by the delta method: the residual variance (n - 3 degrees of freedom) times g' (X'X)^-1 g, g the gradient
@@ -310,9 +317,7 @@ def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] |
     y = np.asarray(loss, dtype=np.float64)
     if y.size <= 3:
         return None
-    u = u - u.mean()
-    design = np.stack([u**2, u, np.ones_like(u)], axis=1)
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    _, design, coef = _least_squares_parabola(u, y)
     q2, q1, _ = coef
     variance = float(((y - design @ coef) ** 2).sum()) / (y.size - 3)
     g = np.array([q1**2 / (4.0 * q2**2), -q1 / (2.0 * q2), 1.0])
@@ -335,9 +340,7 @@ def parabola_lack_of_fit(
     k, n = counts.size, y.size
     if k < 4 or n <= k:
         return None
-    c = u - u.mean()
-    design = np.stack([c**2, c, np.ones_like(c)], axis=1)
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    _, design, coef = _least_squares_parabola(u, y)
     sse = float(((y - design @ coef) ** 2).sum())
     means = np.bincount(inverse, weights=y) / np.bincount(inverse)
     pure = float(((y - means[inverse]) ** 2).sum())
