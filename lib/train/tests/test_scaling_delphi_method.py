@@ -15,6 +15,7 @@ from schooner.train.scaling import (
     VarProConfig,
     delphi_from_dict,
     fit_runs,
+    optima_noise,
     predict,
     score,
 )
@@ -131,6 +132,13 @@ def test_the_forecast_step_registers_the_delphi_prediction(tmp_path) -> None:
     assert record["target"]["width"] == min(cands, key=lambda r: abs(math.log(r.params / n_opt))).width
     assert result["interval"][0] < result["loss"] < result["interval"][1]
     assert (out / "forecast.png").exists()
+    # the spread the optima's noise leaves, from their standard errors in fit.json, in the record and the result
+    optima = fit["delphi"]["optima"]
+    expected = optima_noise(
+        [o["budget"] for o in optima], [o["loss"] for o in optima], [o["loss_se"] for o in optima], flops
+    )
+    assert record["optima_noise"] == expected
+    assert result["optima_noise_sd_pct"] == round(expected["sd_pct"], 3) and expected["sd_pct"] > 0
 
 
 def test_repeated_seeds_per_point_give_the_vertex_of_their_mean_losses() -> None:

@@ -42,7 +42,7 @@ from ._recipe import Recipe, ScalingRecipe
 __all__ = ["ForecastConfig", "ScoreConfig", "forecast", "predict", "run_started", "score", "score_forecast"]
 
 METHODS = (*LAW_METHODS, "frontier", *FRONTIER_METHODS)
-FORECAST_VERSION = "scaling-forecast-v5"  # v5: the optima's noise beside the Delphi interval; v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
+FORECAST_VERSION = "scaling-forecast-v6"  # v5: the optima's noise beside the Delphi interval; v6: in the step's result too; v4: the Delphi method  # v2: the target's whole training config, the recipe checked; v3: the fitted runs' data
 SCORE_VERSION = "scaling-score-v4"  # v2: finished runs only, the run's start, the whole config compared; v3: the start is the earliest evidence (a killed attempt leaves no history line); v4: the data compared, a difference refused
 
 
@@ -276,6 +276,15 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "loss": round(pred["loss"], 5),
         "interval": None if iv is None else [round(iv["low"], 5), round(iv["high"], 5)],
         **({"interval_error": pred["interval_error"]} if iv is None else {}),
+        **(
+            {
+                "optima_noise_sd_pct": None
+                if pred["optima_noise"] is None
+                else round(pred["optima_noise"]["sd_pct"], 3)
+            }
+            if "optima_noise" in pred
+            else {}
+        ),
         "level": config.level,
         "budget": config.budget,
         "extrapolation": round(record["extrapolation"], 2),
