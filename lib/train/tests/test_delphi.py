@@ -159,7 +159,11 @@ def test_a_budget_with_too_few_runs_is_named() -> None:
 
 def test_repeated_token_counts_do_not_make_a_parabola() -> None:
     runs = _runs(per_budget=2)
-    seeds = [dataclasses.replace(r, name=r.name + "-seed2") for r in runs if r.budget == BUDGETS[0]]
+    seeds = [
+        dataclasses.replace(r, name=r.name + "-seed2", loss=r.loss + 1e-3)
+        for r in runs
+        if r.budget == BUDGETS[0]
+    ]
     with pytest.raises(ValueError, match=r"budget 1e\+15 has 4 run\(s\) at 2 token count\(s\)"):
         budget_optima(runs + seeds)
 
@@ -332,3 +336,21 @@ def test_optima_noise_refuses_bad_input_by_name(args, kwargs, match) -> None:
 
     with pytest.raises(ValueError, match=match):
         optima_noise(*args, **kwargs)
+
+
+def test_a_run_given_twice_is_refused_by_name() -> None:
+    """The same run twice shrinks its budget's standard error and hides the lack of fit (its copy is a seed that
+    agrees exactly): refused, named, whether it carries a name or not."""
+    runs = _runs(noise=0.004, seed=4)
+    with pytest.raises(ValueError, match=r"the run '1e\+15-2' at budget 1e\+15 is given twice: drop the"):
+        fit_delphi([*runs, runs[2]])
+    renamed = dataclasses.replace(runs[5], loss=runs[5].loss + 0.01)  # one name, two results
+    with pytest.raises(ValueError, match=r"the run '1e\+15-5' at budget 1e\+15 is given twice"):
+        fit_delphi([*runs, renamed])
+    unnamed = [dataclasses.replace(r, name="") for r in runs]
+    with pytest.raises(ValueError, match=r"at budget 3e\+15 .* is given twice"):
+        fit_delphi([*unnamed, unnamed[8]])
+    seeds = [
+        dataclasses.replace(r, loss=r.loss + 0.001) for r in unnamed
+    ]  # unnamed seeds, other losses: kept
+    assert fit_delphi(unnamed + seeds, samples=20).optima[0].runs == 14

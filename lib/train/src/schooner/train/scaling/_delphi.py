@@ -261,6 +261,27 @@ def _check_runs(runs: Sequence[Any]) -> None:
                     f"the Delphi fit needs finite positive values; the run {getattr(r, 'name', '')!r} at budget "
                     f"{budget} has {name}={v!r}: drop the run or fix its record"
                 )
+    # A run counted twice shrinks its budget's standard error and reads as a seed that agrees exactly (a pure
+    # error of 0 in the lack of fit): by name when runs carry one, else by the whole record.
+    seen: dict[Any, Any] = {}
+    for r in runs:
+        name = getattr(r, "name", "")
+        for key in ((("name", name),) if name else ()) + ((r.budget, r.tokens, r.params, r.loss),):
+            if key in seen:
+                record = f"(tokens={r.tokens:.6g}, loss={r.loss!r})"
+                what = (
+                    f"the run {name!r} at budget {r.budget:.4g}"
+                    if name
+                    else f"a run at budget {r.budget:.4g} {record}"
+                )
+                first = getattr(seen[key], "name", "")
+                if first != name:  # the same record under two names
+                    what += f" (as {first!r} too)" if first else f" {record} (once unnamed)"
+                raise ValueError(
+                    f"the Delphi fit counts each run once; {what} is given twice: drop the copy (a seed of a run "
+                    "is a run of its own, with its own name and loss)"
+                )
+            seen[key] = r
 
 
 def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabola:
@@ -603,7 +624,8 @@ def fit_delphi(
             vertex outside its runs) instead of raising; each dropped budget and why is in `DelphiFit.dropped`.
 
     Raises:
-        ValueError: a run with a non-positive or non-finite value, a budget with fewer than 3 runs (or 3
+        ValueError: a run with a non-positive or non-finite value, a run given twice (by name, or by its whole
+            record when unnamed), a budget with fewer than 3 runs (or 3
             distinct token counts), a budget whose runs do not bracket a minimum (each names the budget),
             fewer than 3 budgets, or optima whose loss does not fall with compute.
     """
