@@ -354,3 +354,39 @@ def test_a_run_given_twice_is_refused_by_name() -> None:
         dataclasses.replace(r, loss=r.loss + 0.001) for r in unnamed
     ]  # unnamed seeds, other losses: kept
     assert fit_delphi(unnamed + seeds, samples=20).optima[0].runs == 14
+
+
+@pytest.mark.parametrize(
+    ("tokens", "loss", "match"),
+    [
+        (
+            [1e8, 2e8, 4e8, 8e8],
+            [3.0, 2.9, 2.95],
+            "one value per run of one budget; got 4 tokens and 3 losses",
+        ),
+        ([1e8, 2e8, 4e8, 8e8], [3.0, 2.9, float("nan"), 3.0], r"loss\[2\]=nan"),
+        ([1e8, 2e8, 4e8, 8e8], [3.0, 2.9, float("inf"), 3.0], r"loss\[2\]=inf"),
+        ([1e8, 0.0, 4e8, 8e8], [3.0, 2.9, 2.95, 3.0], r"tokens\[1\]=0.0"),
+        (
+            [1e8, 1e8, 4e8, 4e8],
+            [3.0, 2.9, 2.95, 3.0],
+            r"3 or more distinct token counts; got 2 \(1e\+08, 4e\+08\)",
+        ),
+    ],
+)
+def test_the_precision_tools_refuse_bad_runs_by_name(tokens, loss, match) -> None:
+    from schooner.train.scaling import parabola_lack_of_fit, vertex_loss_se
+
+    for f in (vertex_loss_se, parabola_lack_of_fit):
+        with pytest.raises(ValueError, match=f"{f.__name__}: .*{match}"):
+            f(tokens, loss)
+
+
+def test_the_vertex_standard_error_refuses_a_parabola_that_opens_downwards() -> None:
+    from schooner.train.scaling import vertex_loss_se
+
+    tokens = np.geomspace(1e8, 2e9, 6)
+    # a maximum: no minimum loss to be uncertain about
+    loss = 3.0 - 0.05 * (np.log(tokens) - np.log(5e8)) ** 2
+    with pytest.raises(ValueError, match=r"vertex_loss_se: the parabola opens downwards \(c2=-0.05"):
+        vertex_loss_se(tokens, loss)

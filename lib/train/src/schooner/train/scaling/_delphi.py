@@ -323,18 +323,53 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 
+def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(ln tokens, loss) of one budget's runs, checked: one value each, finite, tokens > 0, 3 or more distinct
+    token counts (a parabola has 3 coefficients); else a ValueError naming `what` and the first bad value."""
+    d = np.asarray(tokens, dtype=np.float64)
+    y = np.asarray(loss, dtype=np.float64)
+    if d.ndim != 1 or d.shape != y.shape:
+        raise ValueError(
+            f"{what}: tokens and loss are one value per run of one budget; got {d.size} tokens and {y.size} "
+            f"losses (shapes {d.shape} and {y.shape})"
+        )
+    for name, values, ok in (("tokens", d, np.isfinite(d) & (d > 0)), ("loss", y, np.isfinite(y))):
+        if not ok.all():
+            i = int(np.argmin(ok))
+            raise ValueError(
+                f"{what}: every run needs finite {name}{' > 0' if name == 'tokens' else ''}; got {name}[{i}]="
+                f"{float(values[i])!r}: drop the run or fix its record"
+            )
+    distinct = np.unique(d)
+    if distinct.size < 3:
+        raise ValueError(
+            f"{what}: a parabola in ln D needs runs at 3 or more distinct token counts; got {distinct.size} "
+            f"({', '.join(f'{x:.4g}' for x in distinct)}): add runs at other token counts"
+        )
+    return np.log(d), y
+
+
 def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
     """The standard error of the least-squares parabola's minimum loss, L* = c0 - c1^2 / (4 c2) in u = ln D,
     by the delta method: the residual variance (n - 3 degrees of freedom) times g' (X'X)^-1 g, g the gradient
-    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with)."""
-    u = np.log(np.asarray(tokens, dtype=np.float64))
-    y = np.asarray(loss, dtype=np.float64)
+    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with).
+
+    Raises:
+        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), fewer
+            than 3 distinct token counts, or a parabola that opens downwards (its vertex is a maximum).
+    """
+    u, y = _budget_runs("vertex_loss_se", tokens, loss)
     if y.size <= 3:
         return None
     u = u - u.mean()
     design = np.stack([u**2, u, np.ones_like(u)], axis=1)
     coef, *_ = np.linalg.lstsq(design, y, rcond=None)
     q2, q1, _ = coef
+    if not q2 > 0:
+        raise ValueError(
+            f"vertex_loss_se: the parabola opens downwards (c2={q2:.3g}): its vertex is a maximum, not an optimum "
+            "with a loss to be uncertain about; centre the grid on the optimum or widen it"
+        )
     variance = float(((y - design @ coef) ** 2).sum()) / (y.size - 3)
     g = np.array([q1**2 / (4.0 * q2**2), -q1 / (2.0 * q2), 1.0])
     return float(math.sqrt(variance * (g @ np.linalg.solve(design.T @ design, g))))
@@ -347,11 +382,16 @@ def parabola_lack_of_fit(
     counts (seeds): the residual sum of squares is the pure error (the runs' scatter about their token count's
     mean, n - k degrees of freedom for k distinct counts) plus the lack of fit (k - 3), and
     F = (lack of fit / (k - 3)) / (pure error / (n - k)). Returns {"pure_error_sd" (one run's), "F", "p"}, or
-    None without a repeat or with fewer than 4 distinct token counts."""
+    None without a repeat, with fewer than 4 distinct token counts, or when every repeat agrees exactly (no
+    scatter to test against: seeds that changed nothing).
+
+    Raises:
+        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), or fewer
+            than 3 distinct token counts.
+    """
     from scipy import stats
 
-    u = np.log(np.asarray(tokens, dtype=np.float64))
-    y = np.asarray(loss, dtype=np.float64)
+    u, y = _budget_runs("parabola_lack_of_fit", tokens, loss)
     counts, inverse = np.unique(u, return_inverse=True)
     k, n = counts.size, y.size
     if k < 4 or n <= k:
