@@ -390,3 +390,15 @@ def test_the_vertex_standard_error_refuses_a_parabola_that_opens_downwards() -> 
     loss = 3.0 - 0.05 * (np.log(tokens) - np.log(5e8)) ** 2
     with pytest.raises(ValueError, match=r"vertex_loss_se: the parabola opens downwards \(c2=-0.05"):
         vertex_loss_se(tokens, loss)
+
+
+def test_optima_noise_and_the_forecast_take_numpy_scalars() -> None:
+    from schooner.train.scaling import optima_noise
+
+    fit = fit_delphi(_runs(noise=0.004, seed=3), samples=50)
+    want = fit.forecast(1e18)["optima_noise"]
+    assert fit.forecast(np.float32(1e18))["optima_noise"]["sd"] == pytest.approx(want["sd"], rel=1e-6)
+    assert fit.forecast(np.int64(10**18))["optima_noise"] == want
+    args = (fit.budgets, [o.loss for o in fit.optima], [o.loss_se for o in fit.optima])
+    with pytest.raises(ValueError, match="at=True"):
+        optima_noise(*args, True)

@@ -32,6 +32,7 @@ the compute-optimal points alone:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -591,7 +592,8 @@ def optima_noise(
             f"optima_noise: compute, loss and loss_se are one value per optimum; got {len(compute)}, {len(loss)} "
             f"and {len(loss_se)} values"
         )
-    if samples < 1 or not 0 < level < 1 or not (isinstance(at, int | float) and math.isfinite(at) and at > 0):
+    real = isinstance(at, numbers.Real) and not isinstance(at, bool | np.bool_)  # numpy scalars too
+    if samples < 1 or not 0 < level < 1 or not (real and math.isfinite(at) and at > 0):
         raise ValueError(
             f"optima_noise needs samples >= 1, 0 < level < 1 and a positive compute to forecast at; got "
             f"samples={samples}, level={level}, at={at!r}"
