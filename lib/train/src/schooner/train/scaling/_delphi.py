@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "forecast_noise",
     "optima_noise",
     "overtraining_penalty",
     "parabola_lack_of_fit",
@@ -202,20 +203,14 @@ class DelphiFit:
 
     def forecast(self, compute: float) -> dict[str, Any]:
         """What to expect at `compute`: the optimal loss with its interval, the spread the optima's own noise
-        leaves (`optima_noise`), D*, N*, and each penalty."""
+        leaves (`optima_noise`; when None, `optima_noise_error` says why), D*, N*, and each penalty."""
         iv = self.interval(compute)
         loss = float(self.predict(compute))
         return {
             "compute": float(compute),
             "loss": loss,
             "interval": None if iv is None else iv.to_dict(),
-            "optima_noise": optima_noise(
-                self.budgets,
-                [o.loss for o in self.optima],
-                [o.loss_se for o in self.optima],
-                compute,
-                level=self.level,
-            ),  # fmt: skip
+            **forecast_noise([o.to_dict() for o in self.optima], compute, level=self.level),
             "tokens": float(self.tokens_law(compute)),
             "params": float(self.params_law(compute)),
             "penalties": {
@@ -624,6 +619,40 @@ def optima_noise(
         "samples": int(ok.sum()),
         "failed": int(samples - ok.sum()),
     }
+
+
+def forecast_noise(optima: Sequence[Mapping[str, Any]], at: float, *, level: float = 0.9) -> dict[str, Any]:
+    """`{"optima_noise": optima_noise(...)}` for a forecast at `at` from the optima's records (`BudgetOptimum.
+    to_dict`, fit.json's), with `"optima_noise_error"` beside a None saying why: the budgets without a standard
+    error (3 runs) or a fit from before them, or too few redraws fitted."""
+    missing = [o for o in optima if "loss_se" not in o]
+    if missing:
+        return {
+            "optima_noise": None,
+            "optima_noise_error": "the fit predates the optima's standard errors (scaling-fit-v7): rerun the fit "
+            "step for the spread the optima's noise leaves",
+        }
+    noise = optima_noise(
+        [o["budget"] for o in optima],
+        [o["loss"] for o in optima],
+        [o["loss_se"] for o in optima],
+        at,
+        level=level,
+    )
+    if noise is not None:
+        return {"optima_noise": noise}
+    bare = [o for o in optima if o["loss_se"] is None]
+    if bare:
+        why = "; ".join(f"budget {o['budget']:.4g} has {o['runs']} runs" for o in bare)
+        reason = (
+            f"no standard error for every optimum ({why}: a parabola through 3 runs leaves no residual to "
+            "measure the noise with): give each budget 4 or more runs"
+        )
+    else:
+        reason = (
+            "too few of the optima's redraws could be fitted by a law: their noise is too large to say more"
+        )
+    return {"optima_noise": None, "optima_noise_error": reason}
 
 
 # -- step 5: the penalty for leaving the optimum ----------------------------------------------------------------
