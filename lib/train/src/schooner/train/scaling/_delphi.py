@@ -625,8 +625,8 @@ def forecast_noise(optima: Sequence[Mapping[str, Any]], at: float, *, level: flo
     """`{"optima_noise": optima_noise(...)}` for a forecast at `at` from the optima's records (`BudgetOptimum.
     to_dict`, fit.json's), with `"optima_noise_error"` beside a None saying why: the budgets without a standard
     error (3 runs) or a fit from before them, or too few redraws fitted."""
-    missing = [o for o in optima if "loss_se" not in o]
-    if missing:
+    # no loss_se on an optimum of 4 or more runs (or no key at all): a record from before it was computed
+    if any("loss_se" not in o or (o["loss_se"] is None and o["runs"] > 3) for o in optima):
         return {
             "optima_noise": None,
             "optima_noise_error": "the fit predates the optima's standard errors (scaling-fit-v7): rerun the fit "
