@@ -329,6 +329,13 @@ def test_lack_of_fit_holds_its_level_on_parabolas_and_finds_another_shape() -> N
         (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 0.0), {}, "positive compute"),
         (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17), {"level": 90}, "0 < level < 1"),
         (([1e15, 3e15], [3.0, 2.9], [0.01] * 2, 1e17), {}, "3 or more budgets"),
+        # fewer redraws than an interval is read from gave None, as if the optima's noise were too large
+        (
+            ([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17),
+            {"samples": 5},
+            r"samples >= 20 \(.*got samples=5,",
+        ),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17), {"samples": 2.5}, "got samples=2.5"),
     ],
 )
 def test_optima_noise_refuses_bad_input_by_name(args, kwargs, match) -> None:

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ._approach2 import Parabola, PowerLaw, fit_power_law
-from ._bootstrap import Interval, replicates_shortfall
+from ._bootstrap import MIN_REPLICATES, Interval, replicates_shortfall
 from ._law import ScalingRun, budget_groups
 
 __all__ = [
@@ -579,8 +579,8 @@ def optima_noise(
 
     Raises:
         ValueError: sequences of different lengths, a standard error that is negative or not finite, samples
-            < 1, a level outside (0, 1), `at` not positive, or optima the law cannot be fitted to (as
-            `fit_asymptotic_law`).
+            not a whole number >= `MIN_REPLICATES` (20), a level outside (0, 1), `at` not positive, or optima
+            the law cannot be fitted to (as `fit_asymptotic_law`).
     """
     if not len(compute) == len(loss) == len(loss_se):
         raise ValueError(
@@ -588,10 +588,14 @@ def optima_noise(
             f"and {len(loss_se)} values"
         )
     real = isinstance(at, numbers.Real) and not isinstance(at, bool | np.bool_)  # numpy scalars too
-    if samples < 1 or not 0 < level < 1 or not (real and math.isfinite(at) and at > 0):
+    count = (
+        isinstance(samples, numbers.Integral) and not isinstance(samples, bool) and samples >= MIN_REPLICATES
+    )
+    if not count or not 0 < level < 1 or not (real and math.isfinite(at) and at > 0):
         raise ValueError(
-            f"optima_noise needs samples >= 1, 0 < level < 1 and a positive compute to forecast at; got "
-            f"samples={samples}, level={level}, at={at!r}"
+            f"optima_noise needs a whole number of samples >= {MIN_REPLICATES} (its spread is not read from "
+            f"fewer redraws), 0 < level < 1 and a positive compute to forecast at; got samples={samples!r}, "
+            f"level={level}, at={at!r}"
         )
     if any(s is None for s in loss_se):
         return None
