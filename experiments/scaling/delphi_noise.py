@@ -16,9 +16,9 @@ The held-out runs of the two-seed CPU suite were trained before these seeds: the
 `registered_before_run: false`, and they are a test of the noise, never a registered forecast.
 
 It prints, per budget, the optimum from all its seeds with the parabola's delta-method standard error
-(`BudgetOptimum.loss_se`), one run's seed noise and the parabola's lack of fit (`BudgetOptimum.lack_of_fit`), and the local slope -d ln L* / d ln C between neighbouring budgets with its
-standard error: the two readings of the 10x miss (docs/scaling.md, "More seeds: noise or bend") predict
-different slopes there.
+(`BudgetOptimum.loss_se`), one run's seed noise and the parabola's lack of fit (`BudgetOptimum.lack_of_fit`),
+and the local slope -d ln L* / d ln C between neighbouring budgets with its standard error: the two readings of
+the 10x miss (docs/scaling.md, "What limits a forecast at these budgets") predict different slopes there.
 """
 
 from __future__ import annotations
@@ -71,21 +71,29 @@ def declared_runs(seeds: dict[float, int]) -> list:
     return runs
 
 
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def report(fit: dict) -> None:
+    """Per budget L*, its standard error, one run's seed noise and the lack of fit's p (n/a where a budget has
+    none: 3 runs, or no repeated token count), and the local slopes with their standard errors."""
     optima = fit["delphi"]["optima"]
     print("budget  runs  L*      se(L*)  one run's seed noise  parabola's lack of fit (F test p)")
     for o in optima:
         lof = o.get("lack_of_fit") or {}
+        p = lof.get("p")
         print(
-            f"{o['budget']:.0e}  {o['runs']:4d}  {o['loss']:.4f}  {o.get('loss_se') or float('nan'):.4f}  "
-            f"{lof.get('pure_error_sd', float('nan')):.4f}  {lof.get('p', float('nan')):.1e}"
+            f"{o['budget']:.0e}  {o['runs']:4d}  {o['loss']:.4f}  {_figure(o.get('loss_se'))}  "
+            f"{_figure(lof.get('pure_error_sd'))}  {'n/a' if p is None else f'{p:.1e}'}"
         )
     print("local slope -dlnL*/dlnC (se):")
     for a, b in zip(optima, optima[1:], strict=False):
         span = math.log(b["budget"] / a["budget"])
         slope = math.log(a["loss"] / b["loss"]) / span
-        se = math.hypot(a.get("loss_se", 0) / a["loss"], b.get("loss_se", 0) / b["loss"]) / span
-        print(f"  {a['budget']:.0e} -> {b['budget']:.0e}: {slope:.4f} ({se:.4f})")
+        ses = (a.get("loss_se"), b.get("loss_se"))
+        se = None if None in ses else math.hypot(ses[0] / a["loss"], ses[1] / b["loss"]) / span
+        print(f"  {a['budget']:.0e} -> {b['budget']:.0e}: {slope:.4f} ({_figure(se)})")
     print("law:", json.dumps(fit["delphi"]["law"]))
 
 

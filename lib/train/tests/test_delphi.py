@@ -159,7 +159,11 @@ def test_a_budget_with_too_few_runs_is_named() -> None:
 
 def test_repeated_token_counts_do_not_make_a_parabola() -> None:
     runs = _runs(per_budget=2)
-    seeds = [dataclasses.replace(r, name=r.name + "-seed2") for r in runs if r.budget == BUDGETS[0]]
+    seeds = [
+        dataclasses.replace(r, name=r.name + "-seed2", loss=r.loss + 1e-3)
+        for r in runs
+        if r.budget == BUDGETS[0]
+    ]
     with pytest.raises(ValueError, match=r"budget 1e\+15 has 4 run\(s\) at 2 token count\(s\)"):
         budget_optima(runs + seeds)
 
@@ -325,6 +329,13 @@ def test_lack_of_fit_holds_its_level_on_parabolas_and_finds_another_shape() -> N
         (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 0.0), {}, "positive compute"),
         (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17), {"level": 90}, "0 < level < 1"),
         (([1e15, 3e15], [3.0, 2.9], [0.01] * 2, 1e17), {}, "3 or more budgets"),
+        # fewer redraws than an interval is read from gave None, as if the optima's noise were too large
+        (
+            ([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17),
+            {"samples": 5},
+            r"samples >= 20 \(.*got samples=5,",
+        ),
+        (([1e15, 3e15, 9e15], [3.0, 2.9, 2.8], [0.01] * 3, 1e17), {"samples": 2.5}, "got samples=2.5"),
     ],
 )
 def test_optima_noise_refuses_bad_input_by_name(args, kwargs, match) -> None:
@@ -332,3 +343,69 @@ def test_optima_noise_refuses_bad_input_by_name(args, kwargs, match) -> None:
 
     with pytest.raises(ValueError, match=match):
         optima_noise(*args, **kwargs)
+
+
+def test_a_run_given_twice_is_refused_by_name() -> None:
+    """The same run twice shrinks its budget's standard error and hides the lack of fit (its copy is a seed that
+    agrees exactly): refused, named, whether it carries a name or not."""
+    runs = _runs(noise=0.004, seed=4)
+    with pytest.raises(ValueError, match=r"the run '1e\+15-2' at budget 1e\+15 is given twice: drop the"):
+        fit_delphi([*runs, runs[2]])
+    renamed = dataclasses.replace(runs[5], loss=runs[5].loss + 0.01)  # one name, two results
+    with pytest.raises(ValueError, match=r"the run '1e\+15-5' at budget 1e\+15 is given twice"):
+        fit_delphi([*runs, renamed])
+    unnamed = [dataclasses.replace(r, name="") for r in runs]
+    with pytest.raises(ValueError, match=r"at budget 3e\+15 .* is given twice"):
+        fit_delphi([*unnamed, unnamed[8]])
+    seeds = [
+        dataclasses.replace(r, loss=r.loss + 0.001) for r in unnamed
+    ]  # unnamed seeds, other losses: kept
+    assert fit_delphi(unnamed + seeds, samples=20).optima[0].runs == 14
+
+
+@pytest.mark.parametrize(
+    ("tokens", "loss", "match"),
+    [
+        (
+            [1e8, 2e8, 4e8, 8e8],
+            [3.0, 2.9, 2.95],
+            "one value per run of one budget; got 4 tokens and 3 losses",
+        ),
+        ([1e8, 2e8, 4e8, 8e8], [3.0, 2.9, float("nan"), 3.0], r"loss\[2\]=nan"),
+        ([1e8, 2e8, 4e8, 8e8], [3.0, 2.9, float("inf"), 3.0], r"loss\[2\]=inf"),
+        ([1e8, 0.0, 4e8, 8e8], [3.0, 2.9, 2.95, 3.0], r"tokens\[1\]=0.0"),
+        (
+            [1e8, 1e8, 4e8, 4e8],
+            [3.0, 2.9, 2.95, 3.0],
+            r"3 or more distinct token counts; got 2 \(1e\+08, 4e\+08\)",
+        ),
+    ],
+)
+def test_the_precision_tools_refuse_bad_runs_by_name(tokens, loss, match) -> None:
+    from schooner.train.scaling import parabola_lack_of_fit, vertex_loss_se
+
+    for f in (vertex_loss_se, parabola_lack_of_fit):
+        with pytest.raises(ValueError, match=f"{f.__name__}: .*{match}"):
+            f(tokens, loss)
+
+
+def test_the_vertex_standard_error_refuses_a_parabola_that_opens_downwards() -> None:
+    from schooner.train.scaling import vertex_loss_se
+
+    tokens = np.geomspace(1e8, 2e9, 6)
+    # a maximum: no minimum loss to be uncertain about
+    loss = 3.0 - 0.05 * (np.log(tokens) - np.log(5e8)) ** 2
+    with pytest.raises(ValueError, match=r"vertex_loss_se: the parabola opens downwards \(c2=-0.05"):
+        vertex_loss_se(tokens, loss)
+
+
+def test_optima_noise_and_the_forecast_take_numpy_scalars() -> None:
+    from schooner.train.scaling import optima_noise
+
+    fit = fit_delphi(_runs(noise=0.004, seed=3), samples=50)
+    want = fit.forecast(1e18)["optima_noise"]
+    assert fit.forecast(np.float32(1e18))["optima_noise"]["sd"] == pytest.approx(want["sd"], rel=1e-6)
+    assert fit.forecast(np.int64(10**18))["optima_noise"] == want
+    args = (fit.budgets, [o.loss for o in fit.optima], [o.loss_se for o in fit.optima])
+    with pytest.raises(ValueError, match="at=True"):
+        optima_noise(*args, True)

@@ -162,3 +162,34 @@ def test_repeated_seeds_per_point_give_the_vertex_of_their_mean_losses() -> None
         u = -c1 / (2 * c2)
         assert opt.tokens == pytest.approx(math.exp(u), rel=1e-9)
         assert opt.loss == pytest.approx(c2 * u * u + c1 * u + c0, rel=1e-9)
+
+
+def test_the_forecast_step_reports_the_optima_noise_or_why_it_has_none() -> None:
+    """The Delphi step's forecast carries the same optima_noise as `DelphiFit.forecast`; without it (a budget of
+    three runs, a fit from before the standard errors) both say why instead of a bare None."""
+    from schooner.train.scaling import fit_delphi
+
+    runs = _runs(noise=0.003, seed=3)
+    fit = _quick(runs)
+    c = 30 * BUDGETS[-1]
+    pred = predict(fit, "delphi", params=1.0, tokens=1.0, flops=c, level=0.8)
+    mine = fit_delphi(runs, samples=25, level=0.8).forecast(c)
+    assert pred["optima_noise"] == mine["optima_noise"] and pred["optima_noise"]["sd"] > 0
+    assert "optima_noise_error" not in pred and "optima_noise_error" not in mine
+
+    old = json.loads(json.dumps(fit))
+    for o in old["delphi"]["optima"]:
+        del o["loss_se"]  # fit.json before scaling-fit-v7
+    pred = predict(old, "delphi", params=1.0, tokens=1.0, flops=c)
+    rebuilt = delphi_from_dict(old["delphi"]).forecast(c)  # loss_se None on optima of five runs
+    for out in (pred, rebuilt):
+        assert out["optima_noise"] is None
+        assert "scaling-fit-v7" in out["optima_noise_error"] and "rerun the fit" in out["optima_noise_error"]
+
+    three = [r for r in runs if not (r.budget == BUDGETS[1] and r.name.endswith(("-0", "-4")))]
+    for out in (
+        fit_delphi(three, samples=25).forecast(c),
+        predict(_quick(three), "delphi", 1.0, 1.0, flops=c),
+    ):
+        assert out["optima_noise"] is None
+        assert "budget 3e+12 has 3 runs" in out["optima_noise_error"], out["optima_noise_error"]

@@ -32,14 +32,15 @@ the compute-optimal points alone:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._approach2 import Parabola, PowerLaw, fit_power_law
-from ._bootstrap import Interval, replicates_shortfall
+from ._bootstrap import MIN_REPLICATES, Interval, replicates_shortfall
 from ._law import ScalingRun, budget_groups
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "fit_asymptotic_law",
     "fit_delphi",
     "fit_parabola",
+    "forecast_noise",
     "optima_noise",
     "overtraining_penalty",
     "parabola_lack_of_fit",
@@ -201,20 +203,14 @@ class DelphiFit:
 
     def forecast(self, compute: float) -> dict[str, Any]:
         """What to expect at `compute`: the optimal loss with its interval, the spread the optima's own noise
-        leaves (`optima_noise`), D*, N*, and each penalty."""
+        leaves (`optima_noise`; when None, `optima_noise_error` says why), D*, N*, and each penalty."""
         iv = self.interval(compute)
         loss = float(self.predict(compute))
         return {
             "compute": float(compute),
             "loss": loss,
             "interval": None if iv is None else iv.to_dict(),
-            "optima_noise": optima_noise(
-                self.budgets,
-                [o.loss for o in self.optima],
-                [o.loss_se for o in self.optima],
-                compute,
-                level=self.level,
-            ),  # fmt: skip
+            **forecast_noise([o.to_dict() for o in self.optima], compute, level=self.level),
             "tokens": float(self.tokens_law(compute)),
             "params": float(self.params_law(compute)),
             "penalties": {
@@ -261,6 +257,27 @@ def _check_runs(runs: Sequence[Any]) -> None:
                     f"the Delphi fit needs finite positive values; the run {getattr(r, 'name', '')!r} at budget "
                     f"{budget} has {name}={v!r}: drop the run or fix its record"
                 )
+    # A run counted twice shrinks its budget's standard error and reads as a seed that agrees exactly (a pure
+    # error of 0 in the lack of fit): by name when runs carry one, else by the whole record.
+    seen: dict[Any, Any] = {}
+    for r in runs:
+        name = getattr(r, "name", "")
+        for key in ((("name", name),) if name else ()) + ((r.budget, r.tokens, r.params, r.loss),):
+            if key in seen:
+                record = f"(tokens={r.tokens:.6g}, loss={r.loss!r})"
+                what = (
+                    f"the run {name!r} at budget {r.budget:.4g}"
+                    if name
+                    else f"a run at budget {r.budget:.4g} {record}"
+                )
+                first = getattr(seen[key], "name", "")
+                if first != name:  # the same record under two names
+                    what += f" (as {first!r} too)" if first else f" {record} (once unnamed)"
+                raise ValueError(
+                    f"the Delphi fit counts each run once; {what} is given twice: drop the copy (a seed of a run "
+                    "is a run of its own, with its own name and loss)"
+                )
+            seen[key] = r
 
 
 def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabola:
@@ -309,16 +326,51 @@ def _least_squares_parabola(u: np.ndarray, y: np.ndarray) -> tuple[float, np.nda
     return mid, design, coef
 
 
+def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(ln tokens, loss) of one budget's runs, checked: one value each, finite, tokens > 0, 3 or more distinct
+    token counts (a parabola has 3 coefficients); else a ValueError naming `what` and the first bad value."""
+    d = np.asarray(tokens, dtype=np.float64)
+    y = np.asarray(loss, dtype=np.float64)
+    if d.ndim != 1 or d.shape != y.shape:
+        raise ValueError(
+            f"{what}: tokens and loss are one value per run of one budget; got {d.size} tokens and {y.size} "
+            f"losses (shapes {d.shape} and {y.shape})"
+        )
+    for name, values, ok in (("tokens", d, np.isfinite(d) & (d > 0)), ("loss", y, np.isfinite(y))):
+        if not ok.all():
+            i = int(np.argmin(ok))
+            raise ValueError(
+                f"{what}: every run needs finite {name}{' > 0' if name == 'tokens' else ''}; got {name}[{i}]="
+                f"{float(values[i])!r}: drop the run or fix its record"
+            )
+    distinct = np.unique(d)
+    if distinct.size < 3:
+        raise ValueError(
+            f"{what}: a parabola in ln D needs runs at 3 or more distinct token counts; got {distinct.size} "
+            f"({', '.join(f'{x:.4g}' for x in distinct)}): add runs at other token counts"
+        )
+    return np.log(d), y
+
+
 def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
     """The standard error of the least-squares parabola's minimum loss, L* = c0 - c1^2 / (4 c2) in u = ln D,
     by the delta method: the residual variance (n - 3 degrees of freedom) times g' (X'X)^-1 g, g the gradient
-    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with)."""
-    u = np.log(np.asarray(tokens, dtype=np.float64))
-    y = np.asarray(loss, dtype=np.float64)
+    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with).
+
+    Raises:
+        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), fewer
+            than 3 distinct token counts, or a parabola that opens downwards (its vertex is a maximum).
+    """
+    u, y = _budget_runs("vertex_loss_se", tokens, loss)
     if y.size <= 3:
         return None
     _, design, coef = _least_squares_parabola(u, y)
     q2, q1, _ = coef
+    if not q2 > 0:
+        raise ValueError(
+            f"vertex_loss_se: the parabola opens downwards (c2={q2:.3g}): its vertex is a maximum, not an optimum "
+            "with a loss to be uncertain about; centre the grid on the optimum or widen it"
+        )
     variance = float(((y - design @ coef) ** 2).sum()) / (y.size - 3)
     g = np.array([q1**2 / (4.0 * q2**2), -q1 / (2.0 * q2), 1.0])
     return float(math.sqrt(variance * (g @ np.linalg.solve(design.T @ design, g))))
@@ -331,11 +383,16 @@ def parabola_lack_of_fit(
     counts (seeds): the residual sum of squares is the pure error (the runs' scatter about their token count's
     mean, n - k degrees of freedom for k distinct counts) plus the lack of fit (k - 3), and
     F = (lack of fit / (k - 3)) / (pure error / (n - k)). Returns {"pure_error_sd" (one run's), "F", "p"}, or
-    None without a repeat or with fewer than 4 distinct token counts."""
+    None without a repeat, with fewer than 4 distinct token counts, or when every repeat agrees exactly (no
+    scatter to test against: seeds that changed nothing).
+
+    Raises:
+        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), or fewer
+            than 3 distinct token counts.
+    """
     from scipy import stats
 
-    u = np.log(np.asarray(tokens, dtype=np.float64))
-    y = np.asarray(loss, dtype=np.float64)
+    u, y = _budget_runs("parabola_lack_of_fit", tokens, loss)
     counts, inverse = np.unique(u, return_inverse=True)
     k, n = counts.size, y.size
     if k < 4 or n <= k:
@@ -525,18 +582,23 @@ def optima_noise(
 
     Raises:
         ValueError: sequences of different lengths, a standard error that is negative or not finite, samples
-            < 1, a level outside (0, 1), `at` not positive, or optima the law cannot be fitted to (as
-            `fit_asymptotic_law`).
+            not a whole number >= `MIN_REPLICATES` (20), a level outside (0, 1), `at` not positive, or optima
+            the law cannot be fitted to (as `fit_asymptotic_law`).
     """
     if not len(compute) == len(loss) == len(loss_se):
         raise ValueError(
             f"optima_noise: compute, loss and loss_se are one value per optimum; got {len(compute)}, {len(loss)} "
             f"and {len(loss_se)} values"
         )
-    if samples < 1 or not 0 < level < 1 or not (isinstance(at, int | float) and math.isfinite(at) and at > 0):
+    real = isinstance(at, numbers.Real) and not isinstance(at, bool | np.bool_)  # numpy scalars too
+    count = (
+        isinstance(samples, numbers.Integral) and not isinstance(samples, bool) and samples >= MIN_REPLICATES
+    )
+    if not count or not 0 < level < 1 or not (real and math.isfinite(at) and at > 0):
         raise ValueError(
-            f"optima_noise needs samples >= 1, 0 < level < 1 and a positive compute to forecast at; got "
-            f"samples={samples}, level={level}, at={at!r}"
+            f"optima_noise needs a whole number of samples >= {MIN_REPLICATES} (its spread is not read from "
+            f"fewer redraws), 0 < level < 1 and a positive compute to forecast at; got samples={samples!r}, "
+            f"level={level}, at={at!r}"
         )
     if any(s is None for s in loss_se):
         return None
@@ -564,6 +626,40 @@ def optima_noise(
         "samples": int(ok.sum()),
         "failed": int(samples - ok.sum()),
     }
+
+
+def forecast_noise(optima: Sequence[Mapping[str, Any]], at: float, *, level: float = 0.9) -> dict[str, Any]:
+    """`{"optima_noise": optima_noise(...)}` for a forecast at `at` from the optima's records (`BudgetOptimum.
+    to_dict`, fit.json's), with `"optima_noise_error"` beside a None saying why: the budgets without a standard
+    error (3 runs) or a fit from before them, or too few redraws fitted."""
+    # no loss_se on an optimum of 4 or more runs (or no key at all): a record from before it was computed
+    if any("loss_se" not in o or (o["loss_se"] is None and o["runs"] > 3) for o in optima):
+        return {
+            "optima_noise": None,
+            "optima_noise_error": "the fit predates the optima's standard errors (scaling-fit-v7): rerun the fit "
+            "step for the spread the optima's noise leaves",
+        }
+    noise = optima_noise(
+        [o["budget"] for o in optima],
+        [o["loss"] for o in optima],
+        [o["loss_se"] for o in optima],
+        at,
+        level=level,
+    )
+    if noise is not None:
+        return {"optima_noise": noise}
+    bare = [o for o in optima if o["loss_se"] is None]
+    if bare:
+        why = "; ".join(f"budget {o['budget']:.4g} has {o['runs']} runs" for o in bare)
+        reason = (
+            f"no standard error for every optimum ({why}: a parabola through 3 runs leaves no residual to "
+            "measure the noise with): give each budget 4 or more runs"
+        )
+    else:
+        reason = (
+            "too few of the optima's redraws could be fitted by a law: their noise is too large to say more"
+        )
+    return {"optima_noise": None, "optima_noise_error": reason}
 
 
 # -- step 5: the penalty for leaving the optimum ----------------------------------------------------------------
@@ -606,7 +702,8 @@ def fit_delphi(
             vertex outside its runs) instead of raising; each dropped budget and why is in `DelphiFit.dropped`.
 
     Raises:
-        ValueError: a run with a non-positive or non-finite value, a budget with fewer than 3 runs (or 3
+        ValueError: a run with a non-positive or non-finite value, a run given twice (by name, or by its whole
+            record when unnamed), a budget with fewer than 3 runs (or 3
             distinct token counts), a budget whose runs do not bracket a minimum (each names the budget),
             fewer than 3 budgets, or optima whose loss does not fall with compute.
     """

@@ -34,7 +34,7 @@ from schooner.cluster import StepHandle, records, step, storage
 
 from ._approach2 import PowerLaw
 from ._bootstrap import percentile_interval, replicates_shortfall
-from ._delphi import optima_noise
+from ._delphi import forecast_noise
 from ._fit import FRONTIER_METHODS, LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
@@ -97,12 +97,8 @@ def predict(
         law = delphi["law"]
         point = float(law["E"] + law["A"] * float(flops) ** (-law["alpha"]))
         reps = np.array([r["E"] + r["A"] * float(flops) ** (-r["alpha"]) for r in delphi["replicate_laws"]])
-        optima = delphi["optima"]
-        noise = optima_noise(
-            [o["budget"] for o in optima], [o["loss"] for o in optima], [o.get("loss_se") for o in optima],
-            float(flops), level=level,
-        )  # fmt: skip
-        base = {"method": method, "loss": point, "replicates": int(reps.size), "optima_noise": noise}
+        noise = forecast_noise(delphi["optima"], float(flops), level=level)  # optima_noise (or why not)
+        base = {"method": method, "loss": point, "replicates": int(reps.size), **noise}
         shortfall = replicates_shortfall(int(reps.size), int(delphi["samples"]))
         if shortfall is not None:
             return base | {"interval": None, "interval_error": f"the delphi fit: {shortfall}"}
