@@ -19,9 +19,10 @@ the compute-optimal points alone:
 4. The precision the sweep allows: each optimum's loss has a standard error from its parabola's residuals
    (the delta method on L* = c0 - c1^2 / (4 c2); it needs 4 or more runs; with seeds, `parabola_lack_of_fit`
    says how much of the residual is the curve not being a parabola, which seeds do not average out), and
-   `optima_noise` refits the law on optima redrawn with those errors: the spread of its forecast at C is what
-   the optima's own noise leaves, whatever the law's form. A forecast cannot be trusted to closer than that; the bootstrap over
-   budgets sees the same noise only through the optima's scatter around the law, five budgets at a time.
+   `optima_noise` refits the same law on optima redrawn with those errors: the spread of its forecast at C is
+   what the optima's own noise leaves (the law's form is taken as right: a wrong form adds its own error). A
+   forecast cannot be trusted to closer than that; the bootstrap over budgets sees the same noise only through
+   the optima's scatter around the law, five budgets at a time.
 5. The over-training penalty: per budget, the parabola's loss at m x D* (m = 0.5 and 2 by default) less
    L*, fitted against compute with a power law and extrapolated, so a run that trains a smaller model for
    longer (or a larger one for shorter) can be priced before it starts (`DelphiFit.forecast` gives it in
@@ -32,15 +33,22 @@ the compute-optimal points alone:
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ._approach2 import Parabola, PowerLaw, fit_power_law
-from ._bootstrap import MIN_REPLICATES, Interval, replicates_shortfall
+from ._bootstrap import Interval, replicates_shortfall
+from ._delphi_law import AsymptoticLaw, _bootstrap, _percentiles, fit_asymptotic_law
+from ._delphi_precision import (
+    _least_squares_parabola,
+    forecast_noise,
+    optima_noise,
+    parabola_lack_of_fit,
+    vertex_loss_se,
+)
 from ._law import ScalingRun, budget_groups
 
 __all__ = [
@@ -59,11 +67,6 @@ __all__ = [
     "plot_delphi",
     "vertex_loss_se",
 ]
-
-ALPHA_RANGE = (1e-3, 4.0)
-"""The exponents searched (a law steeper than C^-4 or flatter than C^-0.001 is not a loss curve)."""
-_GRID = 256
-_GOLDEN_STEPS = 60
 
 
 @dataclass(frozen=True)
@@ -107,24 +110,6 @@ class BudgetOptimum:
             "loss_se": self.loss_se,
             "lack_of_fit": self.lack_of_fit,
         }
-
-
-@dataclass(frozen=True)
-class AsymptoticLaw:
-    """L(C) = E + A C^-alpha: the loss of the compute-optimal run at compute C."""
-
-    E: float
-    """The irreducible loss (the limit at infinite compute)."""
-    A: float
-    """The scale of the reducible part."""
-    alpha: float
-    """How fast the reducible part falls with compute."""
-
-    def __call__(self, compute: float | np.ndarray) -> np.ndarray:
-        return self.E + self.A * np.asarray(compute, dtype=np.float64) ** (-self.alpha)
-
-    def to_dict(self) -> dict[str, float]:
-        return {"E": float(self.E), "A": float(self.A), "alpha": float(self.alpha)}
 
 
 @dataclass(frozen=True)
@@ -240,12 +225,6 @@ class DelphiFit:
         }
 
 
-def _percentiles(values: np.ndarray, level: float) -> Interval:
-    tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return Interval(low=float(low), high=float(high), level=level)
-
-
 # -- step 1: a parabola per budget --------------------------------------------------------------------------
 def _check_runs(runs: Sequence[Any]) -> None:
     for r in runs:
@@ -317,100 +296,6 @@ def fit_parabola(budget: float, tokens: np.ndarray, loss: np.ndarray) -> Parabol
     return Parabola(budget=float(budget), c2=float(c2), c1=float(c1), c0=float(c0))
 
 
-def _least_squares_parabola(u: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """(mean of u, the design [(u-m)^2, u-m, 1], the coefficients q2, q1, q0 in u - m): centred for conditioning
-    (ln D is ~20, u^2 ~400: the normal equations suffer)."""
-    mid = float(u.mean())
-    design = np.stack([(u - mid) ** 2, u - mid, np.ones_like(u)], axis=1)
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    return mid, design, coef
-
-
-def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(ln tokens, loss) of one budget's runs, checked: one value each, finite, tokens > 0, 3 or more distinct
-    token counts (a parabola has 3 coefficients); else a ValueError naming `what` and the first bad value."""
-    d = np.asarray(tokens, dtype=np.float64)
-    y = np.asarray(loss, dtype=np.float64)
-    if d.ndim != 1 or d.shape != y.shape:
-        raise ValueError(
-            f"{what}: tokens and loss are one value per run of one budget; got {d.size} tokens and {y.size} "
-            f"losses (shapes {d.shape} and {y.shape})"
-        )
-    for name, values, ok in (("tokens", d, np.isfinite(d) & (d > 0)), ("loss", y, np.isfinite(y))):
-        if not ok.all():
-            i = int(np.argmin(ok))
-            raise ValueError(
-                f"{what}: every run needs finite {name}{' > 0' if name == 'tokens' else ''}; got {name}[{i}]="
-                f"{float(values[i])!r}: drop the run or fix its record"
-            )
-    distinct = np.unique(d)
-    if distinct.size < 3:
-        raise ValueError(
-            f"{what}: a parabola in ln D needs runs at 3 or more distinct token counts; got {distinct.size} "
-            f"({', '.join(f'{x:.4g}' for x in distinct)}): add runs at other token counts"
-        )
-    return np.log(d), y
-
-
-def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
-    """The standard error of the least-squares parabola's minimum loss, L* = c0 - c1^2 / (4 c2) in u = ln D,
-    by the delta method: the residual variance (n - 3 degrees of freedom) times g' (X'X)^-1 g, g the gradient
-    of L* in the coefficients. None with 3 runs or fewer (nothing left to measure the noise with).
-
-    Raises:
-        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), fewer
-            than 3 distinct token counts, or a parabola that opens downwards (its vertex is a maximum).
-    """
-    u, y = _budget_runs("vertex_loss_se", tokens, loss)
-    if y.size <= 3:
-        return None
-    _, design, coef = _least_squares_parabola(u, y)
-    q2, q1, _ = coef
-    if not q2 > 0:
-        raise ValueError(
-            f"vertex_loss_se: the parabola opens downwards (c2={q2:.3g}): its vertex is a maximum, not an optimum "
-            "with a loss to be uncertain about; centre the grid on the optimum or widen it"
-        )
-    variance = float(((y - design @ coef) ** 2).sum()) / (y.size - 3)
-    g = np.array([q1**2 / (4.0 * q2**2), -q1 / (2.0 * q2), 1.0])
-    return float(math.sqrt(variance * (g @ np.linalg.solve(design.T @ design, g))))
-
-
-def parabola_lack_of_fit(
-    tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray
-) -> dict[str, float] | None:
-    """The textbook lack-of-fit test of the parabola in ln D, for a budget with repeated runs at some token
-    counts (seeds): the residual sum of squares is the pure error (the runs' scatter about their token count's
-    mean, n - k degrees of freedom for k distinct counts) plus the lack of fit (k - 3), and
-    F = (lack of fit / (k - 3)) / (pure error / (n - k)). Returns {"pure_error_sd" (one run's), "F", "p"}, or
-    None without a repeat, with fewer than 4 distinct token counts, or when every repeat agrees exactly (no
-    scatter to test against: seeds that changed nothing).
-
-    Raises:
-        ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), or fewer
-            than 3 distinct token counts.
-    """
-    from scipy import stats
-
-    u, y = _budget_runs("parabola_lack_of_fit", tokens, loss)
-    counts, inverse = np.unique(u, return_inverse=True)
-    k, n = counts.size, y.size
-    if k < 4 or n <= k:
-        return None
-    _, design, coef = _least_squares_parabola(u, y)
-    sse = float(((y - design @ coef) ** 2).sum())
-    means = np.bincount(inverse, weights=y) / np.bincount(inverse)
-    pure = float(((y - means[inverse]) ** 2).sum())
-    if pure <= 0:
-        return None
-    f = ((sse - pure) / (k - 3)) / (pure / (n - k))
-    return {
-        "pure_error_sd": math.sqrt(pure / (n - k)),
-        "F": float(f),
-        "p": float(stats.f.sf(f, k - 3, n - k)),
-    }
-
-
 def budget_optima(runs: Iterable[ScalingRun]) -> list[BudgetOptimum]:
     """The compute-optimal point of every budget (budgets within a relative 1e-6 are one group), ascending."""
     optima, _ = _optima(runs, skip_unbracketed=False)
@@ -459,207 +344,6 @@ def _optimum(budget: float, g: Sequence[ScalingRun]) -> BudgetOptimum:
         loss_se=vertex_loss_se(tokens, [r.loss for r in g]),
         lack_of_fit=parabola_lack_of_fit(tokens, [r.loss for r in g]),
     )
-
-
-# -- step 2: the law through the optima, by variable projection ----------------------------------------------
-def _linear(f: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Weighted least squares of y on [1, f] with E >= 0, per row of w (and per alpha along f's middle axis).
-
-    f: [S, K, n] features x^-alpha; y: [n]; w: [S, 1, n] weights (bootstrap counts). Returns E, a, sse [S, K].
-    """
-    sw = w.sum(-1)
-    sf, sy = (w * f).sum(-1), (w * y).sum(-1)
-    sff, sfy = (w * f * f).sum(-1), (w * f * y).sum(-1)
-    det = sw * sff - sf**2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = (sw * sfy - sf * sy) / det
-        e = (sy - a * sf) / sw
-        clamp = e < 0  # the best fit wants a negative floor: take E = 0 and fit A alone
-        a = np.where(clamp, sfy / sff, a)
-    e = np.where(clamp, 0.0, e)
-    sse = (w * (y - e[..., None] - a[..., None] * f) ** 2).sum(-1)
-    bad = ~np.isfinite(sse) | ~(a > 0) | ~(det > 1e-12 * sw * sff)
-    return e, a, np.where(bad, np.inf, sse)
-
-
-def _fit_weighted(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(E, a, alpha) minimising the weighted squared error for each row of w: [S, n] -> [S, 3] (NaN: failed).
-    y: [n] (one set of losses), or [S, n] (one per row)."""
-    if y.ndim == 2:
-        y = y[:, None, :]
-    lo, hi = np.log(ALPHA_RANGE[0]), np.log(ALPHA_RANGE[1])
-    grid = np.linspace(lo, hi, _GRID)
-    lx = np.log(x)
-    w3 = w[:, None, :]
-    _, _, sse = _linear(np.exp(-np.exp(grid)[None, :, None] * lx), y, w3)
-    k = np.argmin(sse, axis=1)
-    ok = np.isfinite(sse[np.arange(len(w)), k])
-    step = grid[1] - grid[0]
-    a_lo = np.maximum(grid[k] - step, lo)
-    a_hi = np.minimum(grid[k] + step, hi)
-
-    def sse_at(t: np.ndarray) -> np.ndarray:
-        return _linear(np.exp(-np.exp(t)[:, None, None] * lx), y, w3)[2][:, 0]
-
-    g = (math.sqrt(5.0) - 1.0) / 2.0
-    c, d = a_hi - g * (a_hi - a_lo), a_lo + g * (a_hi - a_lo)
-    fc, fd = sse_at(c), sse_at(d)
-    for _ in range(_GOLDEN_STEPS):
-        left = fc < fd
-        a_hi, a_lo = np.where(left, d, a_hi), np.where(left, a_lo, c)
-        c_new = a_hi - g * (a_hi - a_lo)
-        d_new = a_lo + g * (a_hi - a_lo)
-        c, d = np.where(left, c_new, d), np.where(left, c, d_new)
-        fc_new, fd_new = sse_at(c), sse_at(d)
-        fc, fd = np.where(left, fc_new, fd), np.where(left, fc, fd_new)
-    t = 0.5 * (a_lo + a_hi)
-    e, a, sse = (v[:, 0] for v in _linear(np.exp(-np.exp(t)[:, None, None] * lx), y, w3))
-    ok &= np.isfinite(sse)
-    return np.where(ok[:, None], np.stack([e, a, np.exp(t)], axis=1), np.nan)
-
-
-def fit_asymptotic_law(compute: Sequence[float], loss: Sequence[float]) -> AsymptoticLaw:
-    """Least-squares L(C) = E + A C^-alpha with E >= 0, A > 0 and alpha in `ALPHA_RANGE`.
-
-    Raises:
-        ValueError: fewer than 3 distinct compute values, non-positive values, or a loss that does not fall
-            with compute (no A > 0 fits better than a constant).
-    """
-    c = np.asarray(compute, dtype=np.float64)
-    y = np.asarray(loss, dtype=np.float64)
-    if c.shape != y.shape or c.ndim != 1:
-        raise ValueError(
-            f"compute and loss must be two 1-D sequences of one length; got {c.shape} and {y.shape}"
-        )
-    if not (np.all(np.isfinite(c)) and np.all(c > 0) and np.all(np.isfinite(y)) and np.all(y > 0)):
-        raise ValueError(f"the law needs finite positive values; got compute={c.tolist()}, loss={y.tolist()}")
-    if np.unique(c).size < 3:
-        raise ValueError(
-            f"L(C) = E + A C^-alpha has 3 parameters: it needs optima at 3 or more budgets (5 or more for a "
-            f"forecast worth trusting); got {np.unique(c).size} ({np.unique(c).tolist()})"
-        )
-    ref = float(np.exp(np.log(c).mean()))  # C / ref is near 1: x^-alpha stays well scaled
-    e, a, alpha = _fit_weighted(c / ref, y, np.ones((1, c.size)))[0]
-    if not np.isfinite(alpha):
-        raise ValueError(
-            f"no law L(C) = E + A C^-alpha with A > 0 fits the optima: their loss does not fall with compute "
-            f"(compute={c.tolist()}, loss={y.tolist()})"
-        )
-    return AsymptoticLaw(E=float(e), A=float(a * ref**alpha), alpha=float(alpha))
-
-
-def _bootstrap(c: np.ndarray, y: np.ndarray, samples: int, seed: int) -> tuple[np.ndarray, int]:
-    """(E, A, alpha) on `samples` resamplings of the optima with replacement; (successes [S, 3], failures)."""
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, c.size, size=(samples, c.size))
-    counts = np.zeros((samples, c.size))
-    np.add.at(counts, (np.arange(samples)[:, None], picks), 1.0)
-    enough = (counts > 0).sum(axis=1) >= 3
-    ref = float(np.exp(np.log(c).mean()))
-    fits = _fit_weighted(c / ref, y, counts[enough])
-    ok = np.all(np.isfinite(fits), axis=1)
-    fits = fits[ok]
-    fits[:, 1] *= ref ** fits[:, 2]
-    return fits, samples - int(ok.sum())
-
-
-# -- step 4: the precision the optima allow ----------------------------------------------------------------------
-def optima_noise(
-    compute: Sequence[float],
-    loss: Sequence[float],
-    loss_se: Sequence[float | None],
-    at: float,
-    *,
-    samples: int = 1000,
-    seed: int = 0,
-    level: float = 0.9,
-) -> dict[str, Any] | None:
-    """The spread of the law's forecast at `at` that the optima's own noise leaves: the optima redrawn as
-    loss + N(0, se^2), independently, `samples` times, the law refitted on each (module docstring, step 4).
-
-    Returns {"sd", "sd_pct" (of the law's forecast), "interval" (central, `level`), "samples" (fitted),
-    "failed"}, or None when an optimum has no standard error (3 runs) or too few redraws could be fitted.
-
-    Raises:
-        ValueError: sequences of different lengths, a standard error that is negative or not finite, samples
-            not a whole number >= `MIN_REPLICATES` (20), a level outside (0, 1), `at` not positive, or optima
-            the law cannot be fitted to (as `fit_asymptotic_law`).
-    """
-    if not len(compute) == len(loss) == len(loss_se):
-        raise ValueError(
-            f"optima_noise: compute, loss and loss_se are one value per optimum; got {len(compute)}, {len(loss)} "
-            f"and {len(loss_se)} values"
-        )
-    real = isinstance(at, numbers.Real) and not isinstance(at, bool | np.bool_)  # numpy scalars too
-    count = (
-        isinstance(samples, numbers.Integral) and not isinstance(samples, bool) and samples >= MIN_REPLICATES
-    )
-    if not count or not 0 < level < 1 or not (real and math.isfinite(at) and at > 0):
-        raise ValueError(
-            f"optima_noise needs a whole number of samples >= {MIN_REPLICATES} (its spread is not read from "
-            f"fewer redraws), 0 < level < 1 and a positive compute to forecast at; got samples={samples!r}, "
-            f"level={level}, at={at!r}"
-        )
-    if any(s is None for s in loss_se):
-        return None
-    se = np.asarray(loss_se, dtype=np.float64)
-    if not np.all(np.isfinite(se) & (se >= 0)):
-        raise ValueError(f"optima_noise: every standard error must be finite and >= 0; got {se.tolist()}")
-    law = fit_asymptotic_law(list(compute), list(loss))  # checks the optima (positive, finite, 3 budgets)
-    c = np.asarray(compute, dtype=np.float64)
-    y = np.asarray(loss, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    drawn = y[None, :] + rng.normal(size=(samples, y.size)) * se[None, :]
-    ref = float(np.exp(np.log(c).mean()))
-    fits = _fit_weighted(c / ref, drawn, np.ones((samples, c.size)))
-    ok = np.all(np.isfinite(fits), axis=1)
-    if replicates_shortfall(int(ok.sum()), samples) is not None:
-        return None
-    e, a, alpha = fits[ok].T
-    preds = e + a * (float(at) / ref) ** (-alpha)
-    point = float(law(float(at)))
-    sd = float(np.std(preds, ddof=1))
-    return {
-        "sd": sd,
-        "sd_pct": 100.0 * sd / point,
-        "interval": _percentiles(preds, level).to_dict(),
-        "samples": int(ok.sum()),
-        "failed": int(samples - ok.sum()),
-    }
-
-
-def forecast_noise(optima: Sequence[Mapping[str, Any]], at: float, *, level: float = 0.9) -> dict[str, Any]:
-    """`{"optima_noise": optima_noise(...)}` for a forecast at `at` from the optima's records (`BudgetOptimum.
-    to_dict`, fit.json's), with `"optima_noise_error"` beside a None saying why: the budgets without a standard
-    error (3 runs) or a fit from before them, or too few redraws fitted."""
-    # no loss_se on an optimum of 4 or more runs (or no key at all): a record from before it was computed
-    if any("loss_se" not in o or (o["loss_se"] is None and o["runs"] > 3) for o in optima):
-        return {
-            "optima_noise": None,
-            "optima_noise_error": "the fit predates the optima's standard errors (scaling-fit-v7): rerun the fit "
-            "step for the spread the optima's noise leaves",
-        }
-    noise = optima_noise(
-        [o["budget"] for o in optima],
-        [o["loss"] for o in optima],
-        [o["loss_se"] for o in optima],
-        at,
-        level=level,
-    )
-    if noise is not None:
-        return {"optima_noise": noise}
-    bare = [o for o in optima if o["loss_se"] is None]
-    if bare:
-        why = "; ".join(f"budget {o['budget']:.4g} has {o['runs']} runs" for o in bare)
-        reason = (
-            f"no standard error for every optimum ({why}: a parabola through 3 runs leaves no residual to "
-            "measure the noise with): give each budget 4 or more runs"
-        )
-    else:
-        reason = (
-            "too few of the optima's redraws could be fitted by a law: their noise is too large to say more"
-        )
-    return {"optima_noise": None, "optima_noise_error": reason}
 
 
 # -- step 5: the penalty for leaving the optimum ----------------------------------------------------------------

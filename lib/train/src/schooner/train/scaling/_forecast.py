@@ -34,7 +34,7 @@ from schooner.cluster import StepHandle, records, step, storage
 
 from ._approach2 import PowerLaw
 from ._bootstrap import percentile_interval, replicates_shortfall
-from ._delphi import forecast_noise
+from ._delphi_precision import forecast_noise
 from ._fit import FRONTIER_METHODS, LAW_METHODS, fitted_law, read_fit
 from ._law import ScalingLaw, ScalingRun
 from ._recipe import Recipe, ScalingRecipe
