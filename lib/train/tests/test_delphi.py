@@ -409,3 +409,32 @@ def test_optima_noise_and_the_forecast_take_numpy_scalars() -> None:
     args = (fit.budgets, [o.loss for o in fit.optima], [o.loss_se for o in fit.optima])
     with pytest.raises(ValueError, match="at=True"):
         optima_noise(*args, True)
+
+
+def test_weighted_law_fit_is_weighted_least_squares() -> None:
+    """Equal weights give the plain fit; a weight of 0 leaves a point out (the fit of the others); and with
+    unequal weights the fit agrees with scipy's curve_fit given sigma = 1 / sqrt(weight)."""
+    from scipy.optimize import curve_fit
+
+    rng = np.random.default_rng(8)
+    c = np.array(BUDGETS)
+    y = np.array([_optimum(x)[1] for x in c]) + 0.004 * rng.standard_normal(c.size)
+    plain = fit_asymptotic_law(c, y)
+    assert fit_asymptotic_law(c, y, weights=np.full(c.size, 3.0)).to_dict() == pytest.approx(
+        plain.to_dict(), rel=1e-9
+    )
+    w = np.ones(c.size)
+    w[0] = 0.0
+    assert fit_asymptotic_law(c, y, weights=w).to_dict() == pytest.approx(
+        fit_asymptotic_law(c[1:], y[1:]).to_dict(), rel=1e-9
+    )
+    w = rng.uniform(0.2, 5.0, c.size)
+    law = fit_asymptotic_law(c, y, weights=w)
+    x = c / 1e16
+    ref, _ = curve_fit(
+        lambda x, e, a, al: e + a * x ** (-al), x, y, p0=[1.8, 60 * 1e16**-0.09, 0.09], sigma=1 / np.sqrt(w)
+    )
+    np.testing.assert_allclose([law.E, law.A * 1e16 ** (-law.alpha), law.alpha], ref, rtol=1e-5)
+    for bad in ([1.0] * (c.size - 1), [-1.0] + [1.0] * (c.size - 1), [0.0] * c.size):
+        with pytest.raises(ValueError, match="weights are one finite number >= 0 per point"):
+            fit_asymptotic_law(c, y, weights=bad)

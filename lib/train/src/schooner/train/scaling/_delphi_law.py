@@ -100,12 +100,16 @@ def _fit_weighted(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.where(ok[:, None], np.stack([e, a, np.exp(t)], axis=1), np.nan)
 
 
-def fit_asymptotic_law(compute: Sequence[float], loss: Sequence[float]) -> AsymptoticLaw:
-    """Least-squares L(C) = E + A C^-alpha with E >= 0, A > 0 and alpha in `ALPHA_RANGE`.
+def fit_asymptotic_law(
+    compute: Sequence[float], loss: Sequence[float], weights: Sequence[float] | None = None
+) -> AsymptoticLaw:
+    """Least-squares L(C) = E + A C^-alpha with E >= 0, A > 0 and alpha in `ALPHA_RANGE`; `weights`: one per
+    point, >= 0 (e.g. 1 / loss_se^2 for inverse-variance weights), None for equal weights.
 
     Raises:
-        ValueError: fewer than 3 distinct compute values, non-positive values, or a loss that does not fall
-            with compute (no A > 0 fits better than a constant).
+        ValueError: fewer than 3 distinct compute values (with weight > 0), non-positive values, weights that are
+            negative, not finite or not one per point, or a loss that does not fall with compute (no A > 0 fits
+            better than a constant).
     """
     c = np.asarray(compute, dtype=np.float64)
     y = np.asarray(loss, dtype=np.float64)
@@ -113,6 +117,13 @@ def fit_asymptotic_law(compute: Sequence[float], loss: Sequence[float]) -> Asymp
         raise ValueError(
             f"compute and loss must be two 1-D sequences of one length; got {c.shape} and {y.shape}"
         )
+    w = np.ones(c.size) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != c.shape or not np.all(np.isfinite(w) & (w >= 0)) or not w.sum() > 0:
+        raise ValueError(
+            f"fit_asymptotic_law: weights are one finite number >= 0 per point, not all 0; got {np.ravel(w).tolist()}"
+        )
+    if weights is not None:  # a point of weight 0 is left out (and does not count towards 3 budgets)
+        c, y, w = c[w > 0], y[w > 0], w[w > 0] / w[w > 0].mean()
     if not (np.all(np.isfinite(c)) and np.all(c > 0) and np.all(np.isfinite(y)) and np.all(y > 0)):
         raise ValueError(f"the law needs finite positive values; got compute={c.tolist()}, loss={y.tolist()}")
     if np.unique(c).size < 3:
@@ -121,7 +132,7 @@ def fit_asymptotic_law(compute: Sequence[float], loss: Sequence[float]) -> Asymp
             f"forecast worth trusting); got {np.unique(c).size} ({np.unique(c).tolist()})"
         )
     ref = float(np.exp(np.log(c).mean()))  # C / ref is near 1: x^-alpha stays well scaled
-    e, a, alpha = _fit_weighted(c / ref, y, np.ones((1, c.size)))[0]
+    e, a, alpha = _fit_weighted(c / ref, y, w[None, :])[0]
     if not np.isfinite(alpha):
         raise ValueError(
             f"no law L(C) = E + A C^-alpha with A > 0 fits the optima: their loss does not fall with compute "
