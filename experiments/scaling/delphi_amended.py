@@ -27,7 +27,7 @@ import json
 import os
 
 from experiments.scaling import delphi_suite as suite
-from experiments.scaling.delphi_heldout import held_out_run, loss_fit, loss_forecast
+from experiments.scaling.delphi_heldout import held_out_run, loss_fit, loss_forecast, print_scores
 from schooner.cluster import StepRunner
 from schooner.train.scaling import forecast, score_forecast, sweep_results
 
@@ -76,13 +76,7 @@ def main() -> None:
     for seed in suite.SEEDS:
         run = held_out_run(AT, seed, width)
         scores.append(score_forecast(f"{tag}-forecast-{AT}x-score-s{seed}", guess, run=run))
-    scored = runner.main(scores)
-    for s in scores:
-        r = scored[s].result
-        print(
-            f"{s.name}: predicted {r['predicted']:.4f} {r['interval']} actual {r['actual']:.4f} "
-            f"error {r['error_pct']:+.2f}% inside {r['inside_interval']} registered {r['registered_before_run']}"
-        )
+    print_scores(runner.main(scores), scores)
 
 
 if __name__ == "__main__":

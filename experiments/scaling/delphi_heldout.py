@@ -246,14 +246,19 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
     print_summary(registered, scored, fit, guesses, scores, down_score)
 
 
-def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores, down_score=None) -> None:
-    print("\nfit:", json.dumps(registered[fit].result, indent=1))
+def print_scores(scored: RunResult, scores: list) -> None:
+    """One line per `score_forecast` step: the forecast, its interval, the run's loss and the error."""
     for s in scores:
         r = scored[s].result
         print(
             f"{s.name}: predicted {r['predicted']:.4f} {r['interval']} actual {r['actual']:.4f} "
             f"error {r['error_pct']:+.2f}% inside {r['inside_interval']} registered {r['registered_before_run']}"
         )
+
+
+def print_summary(registered: RunResult, scored: RunResult, fit, guesses, scores, down_score=None) -> None:
+    print("\nfit:", json.dumps(registered[fit].result, indent=1))
+    print_scores(scored, scores)
     if down_score is not None:
         path = scored[down_score].output_path
         for row in storage.read_json(f"{path}/score.json"):

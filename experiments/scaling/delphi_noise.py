@@ -28,7 +28,7 @@ import math
 import os
 
 from experiments.scaling import delphi_suite as suite
-from experiments.scaling.delphi_heldout import held_out_run, loss_fit, loss_forecast
+from experiments.scaling.delphi_heldout import held_out_run, loss_fit, loss_forecast, print_scores
 from schooner.cluster import StepRunner
 from schooner.train.scaling import forecast, isoflop_runs, score_forecast, sweep_results
 
@@ -122,12 +122,7 @@ def main() -> None:
         print(
             f"{k}x forecast:", json.dumps(scored[guess].result.get("prediction", scored[guess].result))[:400]
         )
-        for s in scores:
-            r = scored[s].result
-            print(
-                f"{s.name}: predicted {r['predicted']:.4f} {r['interval']} actual {r['actual']:.4f} "
-                f"error {r['error_pct']:+.2f}% inside {r['inside_interval']}"
-            )
+        print_scores(scored, scores)
 
 
 if __name__ == "__main__":
