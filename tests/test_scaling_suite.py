@@ -295,3 +295,36 @@ def test_a_held_out_multiple_that_is_not_a_positive_integer_is_refused_by_name(
             importlib.import_module("experiments.scaling.delphi_suite")
     finally:
         sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+
+
+def test_spread_narrows_the_grid_keeps_shared_runs_and_refuses_a_bad_value(monkeypatch) -> None:
+    """SCHOONER_DELPHI_SPREAD=1.3: each budget's sizes closer together (the runs both grids share keep their
+    keys); unset, the grid and every key as before; not a number > 1, refused by name."""
+    import importlib
+
+    def suite(spread: str | None):
+        if spread is None:
+            monkeypatch.delenv("SCHOONER_DELPHI_SPREAD", raising=False)
+        else:
+            monkeypatch.setenv("SCHOONER_DELPHI_SPREAD", spread)
+        sys.modules.pop("experiments.scaling.delphi_suite", None)
+        return importlib.import_module("experiments.scaling.delphi_suite")
+
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e12")
+    try:
+        wide, default, narrow = suite(None), suite("1.7"), suite("1.3")
+        assert [r.train.key for r in wide.runs] == [r.train.key for r in default.runs]
+        span = {
+            m: max(r.recipe.tokens for r in m.runs) / min(r.recipe.tokens for r in m.runs)
+            for m in (wide, narrow)
+        }
+        assert span[narrow] < span[wide] / 2, span
+        shared = {r.train.name for r in wide.runs} & {r.train.name for r in narrow.runs}
+        assert shared  # the widths near the prior optimum are in both grids, as the same steps
+        keys = {r.train.name: r.train.key for r in wide.runs}
+        assert all(keys[r.train.name] == r.train.key for r in narrow.runs if r.train.name in shared)
+        for bad in ("1", "0.5", "wide", "nan"):
+            with pytest.raises(ValueError, match="SCHOONER_DELPHI_SPREAD"):
+                suite(bad)
+    finally:
+        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults

@@ -95,7 +95,18 @@ if not _sweep_seeds.isdigit() or int(_sweep_seeds) < 1:
 SWEEP_SEEDS = int(_sweep_seeds)
 """Runs per sweep point (seeds 0..n-1): more than 1 averages seed noise out of each budget's vertex; seed 0's
 runs stay the same steps, so raising it on a finished sweep trains only the new seeds."""
-SPREAD = 1.7
+_spread = os.environ.get("SCHOONER_DELPHI_SPREAD", "1.7")
+try:
+    SPREAD = float(_spread)
+except ValueError:
+    SPREAD = float("nan")
+if not SPREAD > 1:
+    raise ValueError(
+        f"SCHOONER_DELPHI_SPREAD={_spread!r}: the ratio between neighbouring sizes of a budget's grid, a number > 1, "
+        "e.g. 1.3 (narrower: a grid over less of the isoFLOP curve, where a parabola fits it better)"
+    )
+"""The isoFLOP grid's ratio between neighbouring sizes (`isoflop_runs(spread=)`): six sizes at 1.7 span about 14x in
+D. A run of both grids (the same width at a budget) is the same step."""
 CHECKPOINT_EVERY = int(os.environ.get("SCHOONER_DELPHI_CHECKPOINT_EVERY", "0")) or None
 """Checkpoint every N steps (0: only at the end). Runtime-only (not in any step's key): set it where a call is
 cut off, so a rerun resumes the runs from their last checkpoint (experiments/scaling/device/run.sh: 1000)."""
