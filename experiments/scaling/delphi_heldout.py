@@ -220,7 +220,8 @@ def held_out_phase(runner: StepRunner, sweep: StepHandle, runs: list, evals: lis
         print("\nfit:", json.dumps(registered[fit].result, indent=1))
         for k, guess in guesses.items():
             print(f"forecast {k}x:", json.dumps(registered[guess].result, indent=1))
-        print("downstream forecasts:", json.dumps(registered[down].result, indent=1))
+        if not loss_only:  # SCHOONER_DELPHI_DOWNSTREAM=0 registers the loss forecasts alone
+            print("downstream forecasts:", json.dumps(registered[down].result, indent=1))
         return
     heldout, scores = [], []
     for k, guess in guesses.items():
