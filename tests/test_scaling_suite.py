@@ -169,68 +169,59 @@ def test_build_cloze_rows_hold_the_true_next_line() -> None:
         build_cloze(files[:5], cfg)
 
 
-def test_checkpoint_every_reaches_the_runs_and_leaves_their_keys(monkeypatch) -> None:
-    """SCHOONER_DELPHI_CHECKPOINT_EVERY (run.sh: 1000, so a call cut off on a lent machine resumes) is
-    runtime-only: the runs checkpoint at it, and their keys (the cached steps) stay the same."""
+@pytest.fixture
+def fresh_suite(monkeypatch):
+    """`fresh_suite(VARIABLE=value, ...)`: experiments.scaling.delphi_suite imported afresh with those environment
+    variables set (None: unset); later importers get the defaults again."""
     import importlib
 
-    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
-    handles = {}
-    for every in ("0", "1000"):
-        monkeypatch.setenv("SCHOONER_DELPHI_CHECKPOINT_EVERY", every)
+    def load(**env: str | None):
+        for variable, value in env.items():
+            if value is None:
+                monkeypatch.delenv(variable, raising=False)
+            else:
+                monkeypatch.setenv(variable, value)
         sys.modules.pop("experiments.scaling.delphi_suite", None)
-        handles[every] = importlib.import_module("experiments.scaling.delphi_suite").runs[0].train
-    sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+        return importlib.import_module("experiments.scaling.delphi_suite")
+
+    yield load
+    sys.modules.pop("experiments.scaling.delphi_suite", None)
+
+
+def test_checkpoint_every_reaches_the_runs_and_leaves_their_keys(monkeypatch, fresh_suite) -> None:
+    """SCHOONER_DELPHI_CHECKPOINT_EVERY (run.sh: 1000, so a call cut off on a lent machine resumes) is
+    runtime-only: the runs checkpoint at it, and their keys (the cached steps) stay the same."""
+    monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
+    handles = {
+        every: fresh_suite(SCHOONER_DELPHI_CHECKPOINT_EVERY=every).runs[0].train for every in ("0", "1000")
+    }
     assert handles["0"].config.checkpoint.every is None  # only at the end
     assert handles["1000"].config.checkpoint.every == 1000
     assert handles["0"].key == handles["1000"].key
 
 
-def test_sweep_seeds_add_runs_beside_seed_0_s_and_a_bad_count_is_refused(monkeypatch) -> None:
+def test_sweep_seeds_add_runs_beside_seed_0_s_and_a_bad_count_is_refused(monkeypatch, fresh_suite) -> None:
     """SCHOONER_DELPHI_SWEEP_SEEDS=2 adds a seed-1 run per sweep point; seed 0's runs keep their keys (unset or 1:
     the sweep as it always was)."""
-    import importlib
-
-    def suite(seeds: str):
-        monkeypatch.setenv("SCHOONER_DELPHI_SWEEP_SEEDS", seeds)
-        sys.modules.pop("experiments.scaling.delphi_suite", None)
-        return importlib.import_module("experiments.scaling.delphi_suite")
-
     monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
-    one, two = suite("1"), suite("2")
-    try:
-        assert len(two.runs) == 2 * len(one.runs)
-        assert [r.train.key for r in two.runs if r.train.config.seed == 0] == [r.train.key for r in one.runs]
-        assert {r.train.config.seed for r in two.runs} == {0, 1}
-        for bad in ("0", "two", "-1"):
-            with pytest.raises(ValueError, match="SCHOONER_DELPHI_SWEEP_SEEDS"):
-                suite(bad)
-    finally:
-        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+    one, two = fresh_suite(SCHOONER_DELPHI_SWEEP_SEEDS="1"), fresh_suite(SCHOONER_DELPHI_SWEEP_SEEDS="2")
+    assert len(two.runs) == 2 * len(one.runs)
+    assert [r.train.key for r in two.runs if r.train.config.seed == 0] == [r.train.key for r in one.runs]
+    assert {r.train.config.seed for r in two.runs} == {0, 1}
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match="SCHOONER_DELPHI_SWEEP_SEEDS"):
+            fresh_suite(SCHOONER_DELPHI_SWEEP_SEEDS=bad)
 
 
-def test_train_held_out_picks_registered_multiples_and_refuses_others(monkeypatch) -> None:
+def test_train_held_out_picks_registered_multiples_and_refuses_others(monkeypatch, fresh_suite) -> None:
     """SCHOONER_DELPHI_TRAIN_HELD_OUT trains some registered multiples now (the CPU suite's 30x runs take hours);
     a multiple that is not registered (not in SCHOONER_DELPHI_HELD_OUT) is refused by name."""
-    import importlib
-
-    def suite(train: str | None):
-        if train is None:
-            monkeypatch.delenv("SCHOONER_DELPHI_TRAIN_HELD_OUT", raising=False)
-        else:
-            monkeypatch.setenv("SCHOONER_DELPHI_TRAIN_HELD_OUT", train)
-        sys.modules.pop("experiments.scaling.delphi_suite", None)
-        return importlib.import_module("experiments.scaling.delphi_suite")
-
     monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
     monkeypatch.setenv("SCHOONER_DELPHI_HELD_OUT", "10,30")
-    try:
-        assert suite(None).TRAIN_HELD_OUT == (10, 30)
-        assert suite("10").TRAIN_HELD_OUT == (10,)
-        with pytest.raises(ValueError, match=r"SCHOONER_DELPHI_TRAIN_HELD_OUT='3'.*HELD_OUT=10,30"):
-            suite("3")
-    finally:
-        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+    assert fresh_suite(SCHOONER_DELPHI_TRAIN_HELD_OUT=None).TRAIN_HELD_OUT == (10, 30)
+    assert fresh_suite(SCHOONER_DELPHI_TRAIN_HELD_OUT="10").TRAIN_HELD_OUT == (10,)
+    with pytest.raises(ValueError, match=r"SCHOONER_DELPHI_TRAIN_HELD_OUT='3'.*HELD_OUT=10,30"):
+        fresh_suite(SCHOONER_DELPHI_TRAIN_HELD_OUT="3")
 
 
 @pytest.mark.slow
@@ -255,6 +246,15 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     }
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     command = [sys.executable, "experiments/scaling/delphi_suite.py", "--max-concurrent", "2"]
+    # the loss forecasts alone first (SCHOONER_DELPHI_DOWNSTREAM=0: no cloze scores, as a lent machine's records
+    # allow): it printed the downstream step it had not run and failed (a KeyError) after registering them
+    out = subprocess.run(
+        command, cwd=root, env={**env, "SCHOONER_DELPHI_PHASE": "forecast", "SCHOONER_DELPHI_DOWNSTREAM": "0"},
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert len(list((tmp_path / "scaling").glob("delphi-forecast-2x-*"))) == 1
+    assert not list((tmp_path / "scaling").glob("delphi-downstream-[0-9a-f]*"))
     # the forecast phase registers the forecasts and stops: no held-out run is declared yet
     out = subprocess.run(
         command, cwd=root, env={**env, "SCHOONER_DELPHI_PHASE": "forecast"}, capture_output=True, text=True,
@@ -281,50 +281,29 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
 @pytest.mark.parametrize("variable", ["SCHOONER_DELPHI_TRAIN_HELD_OUT", "SCHOONER_DELPHI_HELD_OUT"])
 @pytest.mark.parametrize("bad", ["10,x", "10,", "0"])
 def test_a_held_out_multiple_that_is_not_a_positive_integer_is_refused_by_name(
-    monkeypatch, variable, bad
+    monkeypatch, fresh_suite, variable, bad
 ) -> None:
     """`int()`'s own message ("invalid literal for int() with base 10: 'x'") named neither variable nor value."""
-    import importlib
-
     monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e11")
     monkeypatch.setenv("SCHOONER_DELPHI_HELD_OUT", "10,30")
-    monkeypatch.setenv(variable, bad)
-    try:
-        sys.modules.pop("experiments.scaling.delphi_suite", None)
-        with pytest.raises(ValueError, match=rf"{variable}='{bad}'.*positive integers.*e\.g\. 10,30"):
-            importlib.import_module("experiments.scaling.delphi_suite")
-    finally:
-        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+    with pytest.raises(ValueError, match=rf"{variable}='{bad}'.*positive integers.*e\.g\. 10,30"):
+        fresh_suite(**{variable: bad})
 
 
-def test_spread_narrows_the_grid_keeps_shared_runs_and_refuses_a_bad_value(monkeypatch) -> None:
+def test_spread_narrows_the_grid_keeps_shared_runs_and_refuses_a_bad_value(monkeypatch, fresh_suite) -> None:
     """SCHOONER_DELPHI_SPREAD=1.3: each budget's sizes closer together (the runs both grids share keep their
     keys); unset, the grid and every key as before; not a number > 1, refused by name."""
-    import importlib
-
-    def suite(spread: str | None):
-        if spread is None:
-            monkeypatch.delenv("SCHOONER_DELPHI_SPREAD", raising=False)
-        else:
-            monkeypatch.setenv("SCHOONER_DELPHI_SPREAD", spread)
-        sys.modules.pop("experiments.scaling.delphi_suite", None)
-        return importlib.import_module("experiments.scaling.delphi_suite")
-
     monkeypatch.setenv("SCHOONER_DELPHI_BUDGETS", "1e12")
-    try:
-        wide, default, narrow = suite(None), suite("1.7"), suite("1.3")
-        assert [r.train.key for r in wide.runs] == [r.train.key for r in default.runs]
-        span = {
-            m: max(r.recipe.tokens for r in m.runs) / min(r.recipe.tokens for r in m.runs)
-            for m in (wide, narrow)
-        }
-        assert span[narrow] < span[wide] / 2, span
-        shared = {r.train.name for r in wide.runs} & {r.train.name for r in narrow.runs}
-        assert shared  # the widths near the prior optimum are in both grids, as the same steps
-        keys = {r.train.name: r.train.key for r in wide.runs}
-        assert all(keys[r.train.name] == r.train.key for r in narrow.runs if r.train.name in shared)
-        for bad in ("1", "0.5", "wide", "nan"):
-            with pytest.raises(ValueError, match="SCHOONER_DELPHI_SPREAD"):
-                suite(bad)
-    finally:
-        sys.modules.pop("experiments.scaling.delphi_suite", None)  # later importers get the defaults
+    wide, default, narrow = (fresh_suite(SCHOONER_DELPHI_SPREAD=v) for v in (None, "1.7", "1.3"))
+    assert [r.train.key for r in wide.runs] == [r.train.key for r in default.runs]
+    span = {
+        m: max(r.recipe.tokens for r in m.runs) / min(r.recipe.tokens for r in m.runs) for m in (wide, narrow)
+    }
+    assert span[narrow] < span[wide] / 2, span
+    shared = {r.train.name for r in wide.runs} & {r.train.name for r in narrow.runs}
+    assert shared  # the widths near the prior optimum are in both grids, as the same steps
+    keys = {r.train.name: r.train.key for r in wide.runs}
+    assert all(keys[r.train.name] == r.train.key for r in narrow.runs if r.train.name in shared)
+    for bad in ("1", "0.5", "wide", "nan"):
+        with pytest.raises(ValueError, match="SCHOONER_DELPHI_SPREAD"):
+            fresh_suite(SCHOONER_DELPHI_SPREAD=bad)
