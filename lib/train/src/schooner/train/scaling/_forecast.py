@@ -272,15 +272,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
         "loss": round(pred["loss"], 5),
         "interval": None if iv is None else [round(iv["low"], 5), round(iv["high"], 5)],
         **({"interval_error": pred["interval_error"]} if iv is None else {}),
-        **(
-            {
-                "optima_noise_sd_pct": None
-                if pred["optima_noise"] is None
-                else round(pred["optima_noise"]["sd_pct"], 3)
-            }
-            if "optima_noise" in pred
-            else {}
-        ),
+        **({"optima_noise_sd_pct": _sd_pct(pred["optima_noise"])} if "optima_noise" in pred else {}),
         "level": config.level,
         "budget": config.budget,
         "extrapolation": round(record["extrapolation"], 2),
@@ -295,6 +287,11 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
             for k in ("width", "layers", "params", "tokens", "flops", "batch_size", "steps")
         },
     }
+
+
+def _sd_pct(noise: Mapping[str, Any] | None) -> float | None:
+    """The optima's noise at a forecast's target, in percent of the forecast (None: not measured)."""
+    return None if noise is None else round(noise["sd_pct"], 3)
 
 
 def score(prediction: Mapping[str, Any], actual: float) -> dict[str, Any]:
