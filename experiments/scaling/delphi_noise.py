@@ -9,6 +9,9 @@ suite's runs are found cached and only the new seeds train. `SCHOONER_DELPHI_NOI
 budget, how many seeds (0 to n-1) of each grid point the fit goes through; seeds the suite already trained
 are its own steps (`isoflop_runs` names seed s `{budget}-w{width}-s{s}`, seed 0 without the suffix).
 
+`SCHOONER_DELPHI_PHASE=forecast` registers the forecasts and stops before any held-out run (for a held-out
+multiple the suite has not trained yet).
+
 Steps: `scaling/delphi-noise` (the sweep results of those runs), `scaling/delphi-noise-fit` (the suite's fit,
 unchanged: `delphi_heldout.loss_fit`), `scaling/delphi-noise-forecast-{k}x` (the Delphi forecast of the
 suite's k x run, at the suite's forecast width) and a `score_forecast` per held-out seed the suite trained.
@@ -114,6 +117,9 @@ def main() -> None:
         guess = forecast(
             f"{TAG}-forecast-{k}x", fit, budget=k * largest, recipe=suite.RECIPE, method="delphi", width=width
         )
+        if os.environ.get("SCHOONER_DELPHI_PHASE") == "forecast":  # the held-out runs train later
+            print(f"{k}x forecast:", json.dumps(runner.main([guess])[guess].result, indent=1))
+            continue
         scores = [
             score_forecast(f"{TAG}-forecast-{k}x-score-s{seed}", guess, run=held_out_run(k, seed, width))
             for seed in suite.SEEDS
