@@ -255,6 +255,15 @@ def test_the_suite_wiring_at_tiny_budgets(tmp_path) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
     assert len(list((tmp_path / "scaling").glob("delphi-forecast-2x-*"))) == 1
     assert not list((tmp_path / "scaling").glob("delphi-downstream-[0-9a-f]*"))
+    # the noise test's forecast phase registers its forecast and trains no held-out run (it trained them)
+    noise = subprocess.run(
+        [sys.executable, "experiments/scaling/delphi_noise.py"], cwd=root,
+        env={**env, "SCHOONER_DELPHI_PHASE": "forecast", "SCHOONER_DELPHI_NOISE_SEEDS": "3e10:1,6e10:1,1.2e11:1"},
+        capture_output=True, text=True, timeout=3000,
+    )  # fmt: skip
+    assert noise.returncode == 0, noise.stderr[-4000:]
+    assert len(list((tmp_path / "scaling").glob("delphi-noise-forecast-2x-*"))) == 1
+    assert not (tmp_path / "scaling" / "delphi-heldout").exists()
     # the forecast phase registers the forecasts and stops: no held-out run is declared yet
     out = subprocess.run(
         command, cwd=root, env={**env, "SCHOONER_DELPHI_PHASE": "forecast"}, capture_output=True, text=True,

@@ -13,7 +13,8 @@ losses from its score files; each run's tokens from the recipe's isoFLOP grid, a
    nearest the best mean loss, a cubic), their local slopes and forecasts.
 
 With NOISE_RUNS_JSONL (the noise test's sweep results, `scaling/delphi-noise-*/runs.jsonl`): per budget the
-per-seed vertices' spread and the lack of fit, and the fit through seed subsets (0-1, 2-3, 0-3, all).
+per-seed vertices' spread and the lack of fit, the local slopes with attention's FLOPs counted, and the fit
+through seed subsets (0-1, 2-3, 0-3, all).
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ def report_noise(path: str, held: dict[float, list[float]]) -> None:
             f"one run's seed noise {100 * lof.get('pure_error_sd', math.nan) / o.loss:.2f}%, per-seed vertices' sd "
             f"{100 * float(np.std(per_seed, ddof=1)) / o.loss:.2f}%, lack of fit p {lof.get('p', math.nan):.1g}"
         )
+    attention_slopes(rows, fit)
     for label, keep in (
         ("seeds 0-1", range(2)),
         ("seeds 2-3", range(2, 4)),
@@ -170,6 +172,39 @@ def report_noise(path: str, held: dict[float, list[float]]) -> None:
             f"  {label}: "
             + " ".join(f"{b:.0e} {err(float(sub.predict(b)), a):+.2f}%" for b, a in sorted(held.items()))
         )
+
+
+def attention_slopes(rows: list[dict], fit) -> None:
+    """The local slopes with attention's FLOPs counted, which 6 N D leaves out and which are a larger share of a
+    small model's compute. Per token and layer, training: 6 x seq_len x width by Kaplan et al. 2020 (their
+    C_forward's 2 n_layer n_ctx d_attn, times 3), 12 x seq_len x width by Hoffmann et al. 2022 (appendix F: the
+    logits and the weighted sum over the whole context, as a dense masked attention computes them). Each
+    optimum's compute is scaled by (6 N D + attention) / 6 N D, interpolated in ln D between its budget's grid
+    points."""
+    seq_len = RECIPE.seq_len
+
+    def slopes(points: list[tuple[float, float]]) -> str:
+        pairs = zip(points, points[1:], strict=False)
+        return ", ".join(f"{math.log(a[1] / b[1]) / math.log(b[0] / a[0]):.4f}" for a, b in pairs)
+
+    line = []
+    for label, per_layer in (("6 N D", 0), ("+ Kaplan's attention", 6), ("+ Chinchilla's attention", 12)):
+        points = []
+        for o in fit.optima:
+            mine = sorted((r for r in rows if r["budget"] == o.budget), key=lambda r: r["tokens"])
+            ratios = [
+                1
+                + per_layer
+                * r["layers"]
+                * seq_len
+                * int(r["name"].split("-w")[-1].split("-")[0])
+                / (6 * r["params"])
+                for r in mine
+            ]
+            scale = float(np.interp(math.log(o.tokens), np.log([r["tokens"] for r in mine]), ratios))
+            points.append((o.budget * scale, o.loss))
+        line.append(f"{label}: {slopes(points)}")
+    print("  local slopes, " + "; ".join(line))
 
 
 def main() -> None:
