@@ -399,6 +399,77 @@ def test_the_vertex_standard_error_refuses_a_parabola_that_opens_downwards() -> 
         vertex_loss_se(tokens, loss)
 
 
+def test_optima_noise_refuses_two_optima_at_one_budget() -> None:
+    """Two optima at one budget (e.g. one per seed) would be refitted as two independent budgets, halving the
+    noise that budget leaves; refused, naming the budget and the fix (one optimum per budget: `fit_delphi` pools
+    a budget's seeds). Budgets that differ only by float round-off (within `BUDGET_RTOL`) are one budget too."""
+    from schooner.train.scaling import optima_noise
+
+    c = [1e15, 3e15, 3e15, 9e15, 2.7e16]
+    y = [_optimum(x)[1] for x in c]
+    with pytest.raises(
+        ValueError, match=r"optima_noise: 2 optima at budget 3e\+15 \(optima 1 and 2.*one optimum per budget"
+    ):
+        optima_noise(c, y, [0.004] * 5, 1e17)
+    with pytest.raises(ValueError, match=r"2 optima at budget 3e\+15"):  # before the missing-se None
+        optima_noise(c, y, [0.004, None, 0.004, 0.004, 0.004], 1e17)
+    nudged = [1e15, 3e15, 3e15 * (1 + 1e-9), 9e15, 2.7e16]
+    with pytest.raises(ValueError, match=r"2 optima at budget 3e\+15"):
+        optima_noise(nudged, y, [0.004] * 5, 1e17)
+    seed4 = [dataclasses.replace(r, name=f"{r.name}-s4") for r in _runs(noise=0.004, seed=4)]
+    fit = fit_delphi(
+        [*_runs(noise=0.004, seed=3), *seed4], samples=50
+    )  # a budget's seeds pooled: one optimum
+    assert len(fit.optima) == len(BUDGETS) and fit.forecast(1e18)["optima_noise"]["sd"] > 0
+
+
+def test_lack_of_fit_groups_token_counts_that_differ_in_the_last_bits() -> None:
+    """Seeds of one run size whose token counts differ by an ulp (a float product, a JSON round trip) are one
+    size: the pure error has n - k degrees of freedom for the k sizes, not one group per bit pattern. Checked
+    against the test written out in numpy on the known sizes, and its pure error against scipy's one-way ANOVA."""
+    from scipy import stats
+
+    from schooner.train.scaling import parabola_lack_of_fit
+
+    rng = np.random.default_rng(3)
+    sizes = np.geomspace(1e8, 2e9, 6)
+    seeds = 3
+    label = np.repeat(np.arange(sizes.size), seeds)
+    tokens = sizes[label].copy()
+    tokens[2::seeds] = np.nextafter(tokens[2::seeds], np.inf)  # the third seed's counts: one ulp up
+    tokens[1::seeds] = np.nextafter(tokens[1::seeds], 0.0)  # the second's: one ulp down
+    assert np.unique(tokens).size == 3 * sizes.size
+    u = np.log(sizes[label]) - np.log(5e8)
+    loss = 3.0 + 0.03 * (np.exp(1.5 * u) - 1.5 * u - 1) + 0.01 * rng.standard_normal(u.size)
+    got = parabola_lack_of_fit(tokens, loss)
+    assert got == pytest.approx(parabola_lack_of_fit(sizes[label], loss), rel=1e-9)  # as with exact counts
+    two = np.arange(n := loss.size) % seeds != 1  # two seeds, one ulp apart at every size
+    exact = parabola_lack_of_fit(sizes[label][two], loss[two])
+    assert exact is not None and parabola_lack_of_fit(tokens[two], loss[two]) == pytest.approx(
+        exact, rel=1e-9
+    )
+
+    k = sizes.size
+    groups = [loss[label == g] for g in range(k)]
+    pure = sum(float(((g - g.mean()) ** 2).sum()) for g in groups)
+    sse = float((np.polyval(np.polyfit(u, loss, 2), u) - loss) ** 2 @ np.ones(n))
+    f = ((sse - pure) / (k - 3)) / (pure / (n - k))
+    between = sum(g.size * (g.mean() - loss.mean()) ** 2 for g in groups)
+    assert stats.f_oneway(*groups).statistic == pytest.approx(
+        (between / (k - 1)) / (pure / (n - k)), rel=1e-9
+    )
+    assert got is not None
+    assert got["pure_error_sd"] == pytest.approx(math.sqrt(pure / (n - k)), rel=1e-9)
+    assert got["F"] == pytest.approx(f, rel=1e-6)
+    assert got["p"] == pytest.approx(float(stats.f.sf(f, k - 3, n - k)), rel=1e-6)
+    # sizes 1e-9 apart relative (the tolerance) are one; a real grid's neighbours (percent apart) are not
+    assert parabola_lack_of_fit(sizes[label] * (1 + 0.5e-9 * (label % 2)), loss) == pytest.approx(
+        got, rel=1e-6
+    )
+    with pytest.raises(ValueError, match="3 or more distinct token counts; got 2"):
+        parabola_lack_of_fit([1e8, 1e8 * (1 + 1e-12), 4e8, 4e8], [3.0, 2.9, 2.95, 3.0])
+
+
 def test_optima_noise_and_the_forecast_take_numpy_scalars() -> None:
     from schooner.train.scaling import optima_noise
 

@@ -104,9 +104,14 @@ class InitialCheckpoint:
             FileNotFoundError: `path` does not exist, nothing loadable is there, or the run has no checkpoint of
             that step.
         """
+        return InitialCheckpoint.at(*resolve_source(os.fspath(path), step))
+
+    @staticmethod
+    def at(kind: str, folder: str) -> InitialCheckpoint:
+        """The `folder` of `kind` that `resolve_source` resolved a path to, pinned without resolving it again
+        (a caller that checked the path with `resolve_source` pins what it checked)."""
         from schooner.cluster import InputFiles
 
-        kind, folder = resolve_source(os.fspath(path), step)
         names = [f"{folder}/config.json"]
         if kind == "schooner":
             names += [f"{folder}/{CHECKPOINT_MARKER}"] if _exists(f"{folder}/{CHECKPOINT_MARKER}") else []

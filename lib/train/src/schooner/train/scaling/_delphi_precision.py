@@ -13,6 +13,7 @@ import numpy as np
 
 from ._bootstrap import MIN_REPLICATES, replicates_shortfall
 from ._delphi_law import _fit_weighted, _percentiles, fit_asymptotic_law
+from ._law import BUDGET_RTOL, budget_groups
 
 __all__ = ["forecast_noise", "optima_noise", "parabola_lack_of_fit", "vertex_loss_se"]
 
@@ -26,9 +27,29 @@ def _least_squares_parabola(u: np.ndarray, y: np.ndarray) -> tuple[float, np.nda
     return mid, design, coef
 
 
-def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
-    """(ln tokens, loss) of one budget's runs, checked: one value each, finite, tokens > 0, 3 or more distinct
-    token counts (a parabola has 3 coefficients); else a ValueError naming `what` and the first bad value."""
+TOKENS_RTOL = 1e-9
+"""Token counts within this relative distance of each other (`math.isclose`) are one run size: seeds of one
+size whose counts went through a float product or a JSON round trip (1016832.0000000001) differ in the last
+bits, not by the percent a grid's neighbouring sizes differ by."""
+
+
+def _size_groups(d: np.ndarray) -> np.ndarray:
+    """The run size of each token count, 0..k-1 in ascending order: a count joins the size of the one below it
+    when `math.isclose` to it within `TOKENS_RTOL` (relative)."""
+    order = np.argsort(d, kind="stable")
+    label = np.empty(d.size, dtype=np.intp)
+    k = -1
+    for j, i in enumerate(order):
+        if j == 0 or not math.isclose(float(d[i]), float(d[order[j - 1]]), rel_tol=TOKENS_RTOL, abs_tol=0.0):
+            k += 1
+        label[i] = k
+    return label
+
+
+def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ln tokens, loss, each run's size `_size_groups`) of one budget's runs, checked: one value each, finite,
+    tokens > 0, 3 or more distinct token counts (sizes, a parabola has 3 coefficients); else a ValueError naming
+    `what` and the first bad value."""
     d = np.asarray(tokens, dtype=np.float64)
     y = np.asarray(loss, dtype=np.float64)
     if d.ndim != 1 or d.shape != y.shape:
@@ -43,13 +64,16 @@ def _budget_runs(what: str, tokens: Any, loss: Any) -> tuple[np.ndarray, np.ndar
                 f"{what}: every run needs finite {name}{' > 0' if name == 'tokens' else ''}; got {name}[{i}]="
                 f"{float(values[i])!r}: drop the run or fix its record"
             )
-    distinct = np.unique(d)
-    if distinct.size < 3:
+    size = _size_groups(d)
+    k = int(size.max()) + 1 if size.size else 0
+    if k < 3:
+        distinct = [float(d[size == g].min()) for g in range(k)]
         raise ValueError(
-            f"{what}: a parabola in ln D needs runs at 3 or more distinct token counts; got {distinct.size} "
-            f"({', '.join(f'{x:.4g}' for x in distinct)}): add runs at other token counts"
+            f"{what}: a parabola in ln D needs runs at 3 or more distinct token counts; got {k} "
+            f"({', '.join(f'{x:.4g}' for x in distinct)}): add runs at other token counts (counts within a "
+            f"relative {TOKENS_RTOL:g} are one)"
         )
-    return np.log(d), y
+    return np.log(d), y, size
 
 
 def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] | np.ndarray) -> float | None:
@@ -61,7 +85,7 @@ def vertex_loss_se(tokens: Sequence[float] | np.ndarray, loss: Sequence[float] |
         ValueError: tokens and loss of different lengths, a value that is not finite (or tokens <= 0), fewer
             than 3 distinct token counts, or a parabola that opens downwards (its vertex is a maximum).
     """
-    u, y = _budget_runs("vertex_loss_se", tokens, loss)
+    u, y, _ = _budget_runs("vertex_loss_se", tokens, loss)
     if y.size <= 3:
         return None
     _, design, coef = _least_squares_parabola(u, y)
@@ -81,7 +105,8 @@ def parabola_lack_of_fit(
 ) -> dict[str, float] | None:
     """The textbook lack-of-fit test of the parabola in ln D, for a budget with repeated runs at some token
     counts (seeds): the residual sum of squares is the pure error (the runs' scatter about their token count's
-    mean, n - k degrees of freedom for k distinct counts) plus the lack of fit (k - 3), and
+    mean, n - k degrees of freedom for k distinct counts; counts within a relative `TOKENS_RTOL` (1e-9) are one,
+    as seeds' counts that differ in the last bits are) plus the lack of fit (k - 3), and
     F = (lack of fit / (k - 3)) / (pure error / (n - k)). Returns {"pure_error_sd" (one run's), "F", "p"}, or
     None without a repeat, with fewer than 4 distinct token counts, or when every repeat agrees exactly (no
     scatter to test against: seeds that changed nothing).
@@ -92,9 +117,8 @@ def parabola_lack_of_fit(
     """
     from scipy import stats
 
-    u, y = _budget_runs("parabola_lack_of_fit", tokens, loss)
-    counts, inverse = np.unique(u, return_inverse=True)
-    k, n = counts.size, y.size
+    u, y, inverse = _budget_runs("parabola_lack_of_fit", tokens, loss)
+    k, n = int(inverse.max()) + 1, y.size
     if k < 4 or n <= k:
         return None
     _, design, coef = _least_squares_parabola(u, y)
@@ -129,7 +153,8 @@ def optima_noise(
     "failed"}, or None when an optimum has no standard error (3 runs) or too few redraws could be fitted.
 
     Raises:
-        ValueError: sequences of different lengths, a standard error that is negative or not finite, samples
+        ValueError: sequences of different lengths, two optima at one budget (one optimum per budget:
+            `fit_delphi` pools a budget's seeds into one), a standard error that is negative or not finite, samples
             not a whole number >= `MIN_REPLICATES` (20), a level outside (0, 1), `at` not positive, or optima
             the law cannot be fitted to (as `fit_asymptotic_law`).
     """
@@ -148,6 +173,7 @@ def optima_noise(
             f"fewer redraws), 0 < level < 1 and a positive compute to forecast at; got samples={samples!r}, "
             f"level={level}, at={at!r}"
         )
+    _refuse_shared_budgets(compute)
     if any(s is None for s in loss_se):
         return None
     se = np.asarray(loss_se, dtype=np.float64)
@@ -174,6 +200,20 @@ def optima_noise(
         "samples": int(ok.sum()),
         "failed": int(samples - ok.sum()),
     }
+
+
+def _refuse_shared_budgets(compute: Sequence[float]) -> None:
+    """A ValueError naming the first budget (within `BUDGET_RTOL`, as `fit_delphi` groups runs) that holds more
+    than one optimum: the redraws would treat them as independent budgets, and the law's refit would weigh that
+    budget twice with half its noise."""
+    for budget, idx in budget_groups(compute, BUDGET_RTOL):
+        if len(idx) > 1:
+            which = ", ".join(str(i) for i in sorted(idx)[:-1]) + f" and {sorted(idx)[-1]}"
+            raise ValueError(
+                f"optima_noise: {len(idx)} optima at budget {budget:.4g} (optima {which}, within a relative "
+                f"{BUDGET_RTOL:g}): the law is fitted to one optimum per budget; pool the budget's runs (seeds) "
+                "into one optimum, as fit_delphi does, or drop the extra ones"
+            )
 
 
 def forecast_noise(optima: Sequence[Mapping[str, Any]], at: float, *, level: float = 0.9) -> dict[str, Any]:

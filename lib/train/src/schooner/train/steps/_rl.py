@@ -124,7 +124,8 @@ def rl_train(
             as in `train_lm`.
         **options: any other `TrainerConfig` field.
     """
-    check_rl_inputs(
+    # the checkpoint is resolved once (a run folder may gain a checkpoint meanwhile): the config is the pinned one's
+    initialize_from, initialize_from_step = check_rl_inputs(
         f"rl_train({name!r})",
         checkpoint=checkpoint,
         checkpoint_step=checkpoint_step,
@@ -133,8 +134,7 @@ def rl_train(
         tokenizer=tokenizer,
     )
     if model is None:
-        model = initial_model_config(checkpoint, checkpoint_step, who=f"rl_train({name!r})")
-    initialize_from, initialize_from_step = pin_initialize_from(checkpoint, checkpoint_step)
+        model = initial_model_config(initialize_from, initialize_from_step, who=f"rl_train({name!r})")
     objective = Grpo(
         reward=reward,
         num_generations=num_generations,
@@ -196,15 +196,22 @@ def check_rl_inputs(
     prompts: Any,
     heldout: Mapping[str, Any] | None,
     tokenizer: Any,
-) -> None:
+) -> tuple[Any, int | None]:
     """Refuse, while the experiment is built, an input given as a path that the run could not read: the
     checkpoint (a run folder with a complete checkpoint, a checkpoint folder or a Hugging Face folder), the
     prompts (a file, or a folder holding `train.jsonl`), each held-out evaluation's prompts (a file, or a folder
     holding `heldout.jsonl`) and the tokenizer; the error names the field and the fix. As `sft` and `dpo` check
     their inputs, the files' rows are not read here (the run reads them, naming a bad row); a step's output is
     checked when it exists. `pass_at_k_eval` runs the same checks (`check_checkpoint`, `check_heldout`,
-    `check_tokenizer`) on its inputs."""
-    check_checkpoint(who, checkpoint, checkpoint_step)
+    `check_tokenizer`) on its inputs.
+
+    Returns:
+        `(initialize_from, initialize_from_step)` for the trainer's config: a checkpoint path pinned to the
+        `InitialCheckpoint` it was checked against (resolved once: a run folder that gains a checkpoint while
+        the experiment is built does not give the config of one checkpoint and the weights of another); a step
+        (or an `InputPath`, an `InitialCheckpoint`) as `pin_initialize_from` keeps it.
+    """
+    resolved = check_checkpoint(who, checkpoint, checkpoint_step)
     _check_prompts(who, "prompts", prompts, "prompts", "train.jsonl")
     if heldout is not None and not isinstance(heldout, Mapping):
         raise TypeError(
@@ -214,14 +221,24 @@ def check_rl_inputs(
     for key, entry in (heldout or {}).items():
         check_heldout(who, f"heldout[{key!r}]", entry)
     check_tokenizer(who, tokenizer, required=True)
+    if resolved is None:
+        return pin_initialize_from(checkpoint, checkpoint_step)
+    return InitialCheckpoint.at(*resolved), None
 
 
-def check_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = True) -> None:
+def check_checkpoint(
+    who: str, checkpoint: Any, step: int | None, *, hf: bool = True
+) -> tuple[str, str] | None:
     """Refuse a `checkpoint` that is no path or step (None too), or a path that does not exist or holds no
     weights (or no checkpoint of `step`), naming the `checkpoint` field (`schooner.train._init.resolve_source`'s
-    checks); with `hf=False` a Hugging Face folder too. A step is not checked here."""
+    checks); with `hf=False` a Hugging Face folder too. A step is not checked here.
+
+    Returns:
+        `resolve_source`'s `(kind, folder)` of a path (pin that, not the path again); None for a step, an
+        `InputPath` or an `InitialCheckpoint`.
+    """
     if isinstance(checkpoint, StepHandle | InputPath | InitialCheckpoint):
-        return
+        return None
     if not isinstance(checkpoint, str | os.PathLike):
         raise TypeError(
             f"{who}: checkpoint must be the policy: a run folder, a checkpoint folder or a training step, got "
@@ -229,7 +246,7 @@ def check_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = 
         )
     path = os.fspath(checkpoint)
     try:
-        kind, _ = resolve_source(path, step, field="checkpoint")
+        kind, folder = resolve_source(path, step, field="checkpoint")
     except (FileNotFoundError, ValueError) as e:
         raise type(e)(f"{who}: {e}") from None
     if kind == "hf" and not hf:
@@ -237,6 +254,7 @@ def check_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = 
             f"{who}: checkpoint = {path!r} is a Hugging Face folder; give a schooner run or checkpoint folder "
             "(or the step that trains it)"
         )
+    return kind, folder
 
 
 def check_heldout(who: str, field: str, entry: Any) -> None:
