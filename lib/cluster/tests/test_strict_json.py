@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +148,45 @@ def test_a_metrics_line_holding_nan_is_refused_naming_its_line(tmp_path: Path) -
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": NaN}\n')
     with pytest.raises(ValueError, match=r"metrics\.jsonl:2: line 1, column 21 holds NaN.*null"):
         read_metrics(str(tmp_path))
+
+
+@pytest.mark.parametrize("command", ["status", "report"])
+def test_the_command_line_names_a_record_holding_nan_in_one_line(tmp_path: Path, command: str) -> None:
+    out = _step_folder(tmp_path)
+    Path(meta_path(out, "status.json")).write_text(
+        '{"status": "SUCCESS", "key": "k", "name": "s", "owner": "o", "time": NaN}'
+    )
+    env = {**os.environ, "COLUMNS": "250"}
+    done = subprocess.run(
+        [sys.executable, "-m", "schooner.cluster.cli", command, "--prefix", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output
+    assert f"error: {meta_path(out, 'status.json')}: line 1, column 70 holds NaN" in output.replace("\n", "")
+
+
+def test_a_run_over_a_status_holding_infinity_stops_with_one_line(tmp_path: Path) -> None:
+    exp = tmp_path / "exp.py"
+    exp.write_text(
+        "from schooner.cluster import StepRunner, step\n\n\ndef f(config, out):\n    return 1\n\n\n"
+        "s = step('s', f, {})\n\nif __name__ == '__main__':\n    StepRunner().main([s])\n"
+    )
+    env = {**os.environ, "COLUMNS": "250"}
+    env.pop("SCHOONER_PREFIX", None)
+    command = [sys.executable, "-m", "schooner.cluster.cli", "run", str(exp), "--prefix", str(tmp_path)]
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0, first.stdout + first.stderr
+    (status,) = tmp_path.glob("s-*/.schooner/status.json")
+    status.write_text(status.read_text().replace('"time": ', '"time": Infinity, "was": '))
+    for argv in (command, [sys.executable, str(exp), "--prefix", str(tmp_path)]):
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+        output = done.stdout + done.stderr
+        assert done.returncode == 2, output
+        assert "Traceback" not in output
+        assert f"error: {status}: line 1, column " in output.replace("\n", "")
+        assert "holds Infinity" in output
