@@ -80,3 +80,33 @@ def test_a_failed_steps_error_is_printed_once_with_its_traceback_and_record(tmp_
     # The step's FAILED line and the summary table still name the step and say that it failed.
     failed_lines = [ln for ln in output.splitlines() if "exploding-step" in ln and "FAILED" in ln]
     assert len(failed_lines) >= 2, output
+
+
+def fails_when_asked(config: dict, out: str) -> int:
+    if os.environ.get("SCHOONER_TEST_FAIL_NOW"):
+        raise ValueError("asked " + "to fail")
+    return 1
+
+
+def test_a_failed_forced_rerun_over_a_published_output_points_at_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record stays the published output's, so the whole traceback is in the history's last line."""
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.records import meta_path, read_history
+
+    h = step("flaky", fails_when_asked, {})
+    StepRunner(prefix=str(tmp_path), quiet=True).run([h])
+    monkeypatch.setenv("SCHOONER_TEST_FAIL_NOW", "1")
+    buf = io.StringIO()
+    runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
+    result = runner.run([h], force="flaky", raise_on_failure=False)
+    output = buf.getvalue()
+    assert output.count("ValueError: asked to fail") == 1, output
+    history = meta_path(result[h].output_path, "history.jsonl")
+    assert f"the whole traceback is the `error` of the last line of {history}" in output
+    assert "ValueError: asked to fail" in read_history(result[h].output_path)[-1]["error"]

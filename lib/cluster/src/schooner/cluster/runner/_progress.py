@@ -217,7 +217,9 @@ def failure_text(o: StepOutcome) -> str:
         return text  # nothing of this attempt is recorded: another runner holds the step
     from schooner.cluster.records import meta_path
 
-    if "stays published in" in lines[0] if lines else False:  # the record is the published output's
+    if any(
+        ln.startswith("(the previous output stays published in") for ln in lines[:2]
+    ):  # its record is that output's
         kept = f"the whole traceback is the `error` of the last line of {meta_path(o.output_path, 'history.jsonl')}"
     else:
         kept = f"the whole traceback is the `error` of its record, {meta_path(o.output_path, 'step.json')}"
