@@ -114,3 +114,16 @@ def test_budgets_that_differ_by_float_noise_are_one_group() -> None:
     bt = backtest(runs, approach3=FAST)
     assert len(bt["fitted_budgets"]) == 3 and bt["held_out_budget"] == pytest.approx(1e21)
     assert abs(bt["methods"]["varpro"]["error_pct"]) < 1e-3
+
+
+def test_a_fit_holding_nan_is_refused_by_name_and_no_forecast_is_written(tmp_path) -> None:
+    """A fit file written with Python's NaN token (not JSON: jq and JSON.parse refuse it) was read, and its
+    NaN copied into forecast.json; it is refused, naming the file, and nothing is written."""
+    fit = fit_runs(_runs(), samples=2, approach3=FAST)
+    fit["backtest"]["methods"]["frontier"]["error_pct"] = math.nan
+    (tmp_path / "fit").mkdir()
+    (tmp_path / "fit" / "fit.json").write_text(json.dumps(fit, indent=1))
+    config = ForecastConfig(fit=str(tmp_path / "fit"), budget=1e23, method="frontier", check_recipe=False)
+    with pytest.raises(ValueError, match=r"fit\.json: line \d+, column \d+ holds NaN, which is not JSON"):
+        _run_forecast(config, str(tmp_path / "f"))
+    assert not (tmp_path / "f" / "forecast.json").exists()

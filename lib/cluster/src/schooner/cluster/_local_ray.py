@@ -189,7 +189,7 @@ class LocalRayCluster:
         state = {"address": self.address, "port": self.port, "nodes": [asdict(n) for n in self.nodes]}
         tmp = os.path.join(self.state_dir, ".cluster.json.tmp")
         with open(tmp, "w") as f:
-            json.dump(state, f, indent=1)
+            json.dump(state, f, indent=1, allow_nan=False)
         os.replace(tmp, os.path.join(self.state_dir, "cluster.json"))
 
     @classmethod

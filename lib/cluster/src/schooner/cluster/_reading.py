@@ -71,19 +71,75 @@ def read_text(path: str) -> str:
 
 
 def read_json(path: str) -> Any:
-    """The JSON value of a file (integers of any size exact).
+    """The JSON value of a file (integers of any size exact), read strictly (`loads_json`).
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: the file is not JSON; the message names the file, line and column.
+        ValueError: the file is not JSON (NaN, Infinity and -Infinity too, which Python's `json` reads and
+            RFC 8259, jq and JavaScript's `JSON.parse` refuse); the message names the file, line and column.
+    """
+    return loads_json(read_text(path), path)
+
+
+def loads_json(text: str, where: str) -> Any:
+    """The JSON value of `text`, read strictly: the one parser of the platform's own JSON records.
+
+    Python's `json.loads` also reads `NaN`, `Infinity` and `-Infinity`, and reads a number too large for a
+    float (`1e999`) as infinity; none of them is JSON, so other readers (jq, JavaScript's `JSON.parse`) refuse
+    a file holding one. Every writer here refuses them (`storage.dumps_json`), so one met here came from
+    elsewhere: it is refused with the file (`where`), line and column, and the fix.
+
+    Raises:
+        NotStandardJSON: (a ValueError) `text` holds NaN, Infinity, -Infinity or a number too large for a
+            float; the command line prints its message alone (no traceback) and exits with status 2.
+        ValueError: `text` is not JSON otherwise.
+
+    Example:
+        >>> from schooner.cluster import storage
+        >>> storage.loads_json('{"loss": 2.5}', "run.json")
+        {'loss': 2.5}
+        >>> storage.loads_json('{\\n "loss": NaN\\n}', "run.json")
+        Traceback (most recent call last):
+        schooner.cluster._reading.NotStandardJSON: run.json: line 2, column 10 holds NaN, which is not JSON (jq and JavaScript's JSON.parse refuse it); write null for a number that does not exist (or a string such as "nan"), or the number itself
     """
     import json
 
-    text = read_text(path)
     try:
-        return json.loads(text)
+        return strict_loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise ValueError(f"{where}: not valid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+    except NotStandardJSON as e:
+        token = e.args[0]
+        at = _outside_strings(text, token)
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        what = (
+            f"{token[:40]}, too large for a float (Python reads it as infinity)"
+            if isinstance(e, _TooLargeForFloat)
+            else f"{token}, which is not JSON (jq and JavaScript's JSON.parse refuse it)"
+        )
+        raise NotStandardJSON(
+            f"{where}: line {line}, column {column} holds {what}; write null for a number that does not "
+            'exist (or a string such as "nan"), or the number itself'
+        ) from None
+
+
+def _outside_strings(text: str, token: str) -> int:
+    """Where `token` first stands outside a JSON string in `text` (0 when it does not)."""
+    in_string = escaped = False
+    for i, c in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif text.startswith(token, i) and not (i and (text[i - 1].isalnum() or text[i - 1] in ".-+")):
+            return i
+    return 0
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -172,7 +228,21 @@ def read_json_lines(path: str, *, what: str = "") -> Iterator[tuple[int, dict[st
         yield n, row
 
 
-class _NotJSONConstant(Exception):
+class NotStandardJSON(ValueError):
+    """A number Python's `json` reads and JSON lacks (NaN, Infinity, -Infinity, `1e999`) in a file read as
+    JSON (`loads_json`, `read_json`, the readers of `schooner.cluster.records`); the message names the file,
+    line and column, and the fix."""
+
+
+def strict_loads(text: str) -> Any:
+    """`json.loads(text)` refusing what JSON lacks: `NotStandardJSON` for NaN, Infinity, -Infinity and a
+    number too large for a float (`loads_json` names where), `json.JSONDecodeError` for text not JSON."""
+    import json
+
+    return json.loads(text, parse_constant=_not_json_constant, parse_float=_finite_float)
+
+
+class _NotJSONConstant(NotStandardJSON):
     """NaN, Infinity or -Infinity met while parsing: Python's `json` reads them, RFC 8259 has no such values."""
 
 
@@ -180,7 +250,7 @@ def _not_json_constant(name: str) -> Any:
     raise _NotJSONConstant(name)
 
 
-class _TooLargeForFloat(Exception):
+class _TooLargeForFloat(NotStandardJSON):
     """A JSON number beyond a float's range (`1e999`): Python's `json` reads it as inf, the value refused above."""
 
 

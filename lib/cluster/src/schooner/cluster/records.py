@@ -39,12 +39,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._reading import NotStandardJSON, strict_loads
 from .storage import (
     Storage,
     decode_utf8,
+    dumps_json,
     is_local,
     join,
     json_kind,
+    loads_json,
     local_path,
     read_bytes,
     storage_for,
@@ -105,7 +108,8 @@ class StepStatus:
     """SHA-256 of the step function's source when it ran (a plan notes a change without a version bump)."""
 
     def to_json(self) -> str:
-        return json.dumps(
+        """The status file's text (`ValueError` for a non-finite `time`: JSON has no such number)."""
+        return dumps_json(
             {
                 "status": self.state.value,
                 "key": self.key,
@@ -114,16 +118,24 @@ class StepStatus:
                 "time": self.time,
                 "error": self.error,
                 "fn_sha": self.fn_sha,
-            }
+            },
+            indent=None,
+            sort_keys=False,
+            where="status.json",
         )
 
 
-def parse_status(text: str | None) -> StepStatus | None:
-    """A status file's text parsed; None for none, empty or unreadable text."""
+def parse_status(text: str | None, where: str = "status.json") -> StepStatus | None:
+    """A status file's text parsed; None for none, empty or unreadable text.
+
+    Raises:
+        ValueError: the text holds NaN or an infinity, which no writer here writes (`loads_json`); the
+            message names the file (`where`), line and column, and the fix.
+    """
     if not text:
         return None
+    d = _loads_or_none(text, where)  # a non-standard number is refused, not read
     try:
-        d: dict[str, Any] = json.loads(text)
         return StepStatus(
             StepState(d["status"]),
             d["key"],
@@ -141,7 +153,8 @@ def step_status(output_path: str, *, storage: Storage | None = None) -> StepStat
     """The status of the step in `output_path`, or None when there is none (never run by the step runner,
     or unreadable). `storage` (`storage_for(output_path)`) saves looking it up again in a loop."""
     st = storage_for(output_path) if storage is None else storage
-    return parse_status(st.read_text(meta_path(output_path, "status.json")))
+    path = meta_path(output_path, "status.json")
+    return parse_status(st.read_text(path), path)
 
 
 def write_step_status(
@@ -166,38 +179,61 @@ def write_step_status(
 
 
 def _read_json_or_none(storage: Storage, path: str) -> Any:
-    text = storage.read_text(path)
+    """The JSON value of a record; None for none, or text that is not JSON (a write cut short on a store
+    without atomic writes). A NaN or infinity token is refused (`ValueError` naming the file, line and the
+    fix): no writer here writes one, and other readers (jq, JavaScript) refuse the file."""
+    return _loads_or_none(storage.read_text(path), path)
+
+
+def _loads_or_none(text: str | None, where: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return strict_loads(text)
+    except NotStandardJSON:
+        return loads_json(text, where)  # raises, naming where
     except ValueError:
         return None
 
 
 def read_step_record(output_path: str, *, storage: Storage | None = None) -> dict[str, Any] | None:
-    """The record of the step's latest attempt (`.schooner/step.json`), or None when there is none."""
+    """The record of the step's latest attempt (`.schooner/step.json`), or None when there is none.
+
+    Raises:
+        ValueError: the record holds NaN or an infinity (not JSON, never written here); named with the fix.
+    """
     st = storage_for(output_path) if storage is None else storage
     record = _read_json_or_none(st, meta_path(output_path, "step.json"))
     return record if isinstance(record, dict) else None
 
 
 def write_step_record(output_path: str, record: dict[str, Any], *, storage: Storage | None = None) -> None:
-    """Replace `.schooner/step.json` (keys sorted)."""
+    """Replace `.schooner/step.json` (keys sorted).
+
+    Raises:
+        ValueError: `record` holds NaN or an infinity (the runner stores a result's as null, a config's as
+            `{"__float__": "nan"}`); the message names the file and the field (`$.result.loss`). Nothing is
+            written.
+    """
     st = storage_for(output_path) if storage is None else storage
-    st.write_text(meta_path(output_path, "step.json"), json.dumps(record, indent=1, sort_keys=True))
+    path = meta_path(output_path, "step.json")
+    st.write_text(path, dumps_json(record, where=path))
 
 
 def read_history(output_path: str, *, storage: Storage | None = None) -> list[dict[str, Any]]:
     """The attempts of a step, oldest first (`.schooner/history.jsonl`; unreadable lines skipped: the
-    file is rewritten whole, so only a writer killed mid-write on a non-atomic store leaves one)."""
+    file is rewritten whole, so only a writer killed mid-write on a non-atomic store leaves one).
+
+    Raises:
+        ValueError: a line holding NaN or an infinity (not JSON, never written here), named `path:line`.
+    """
     st = storage_for(output_path) if storage is None else storage
+    path = meta_path(output_path, "history.jsonl")
     out = []
-    for line in (st.read_text(meta_path(output_path, "history.jsonl")) or "").splitlines():
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if isinstance(entry, dict):
-                out.append(entry)
+    for n, line in enumerate((st.read_text(path) or "").splitlines(), 1):
+        entry = _loads_or_none(line, f"{path}:{n}")
+        if isinstance(entry, dict):
+            out.append(entry)
     return out
 
 
@@ -218,7 +254,7 @@ def append_history(output_path: str, record: dict[str, Any], *, storage: Storage
     if record.get("failed_attempt_path"):  # where a failed attempt's files are kept (the newest few)
         entry["failed_attempt_path"] = record["failed_attempt_path"]
     lines = (st.read_text(path) or "").splitlines()
-    lines = [*lines, json.dumps(entry, sort_keys=True)][-HISTORY_KEEP:]
+    lines = [*lines, dumps_json(entry, indent=None, where=path)][-HISTORY_KEEP:]
     st.write_text(path, "\n".join(lines) + "\n")
 
 
@@ -262,15 +298,24 @@ def experiment_record_path(prefix: str, name: str, key: str, started: float, run
 
 
 def write_experiment_record(path: str, record: dict[str, Any]) -> None:
-    """Replace an experiment record (keys sorted; values JSON cannot hold are written as `str`)."""
+    """Replace an experiment record (keys sorted; values JSON cannot hold are written as `str`).
+
+    Raises:
+        ValueError: `record` holds NaN or an infinity; the message names the file and the field. Nothing
+            is written.
+    """
     st = storage_for(path)
     st.makedirs(path.rsplit("/", 1)[0])
-    st.write_text(path, json.dumps(record, indent=1, sort_keys=True, default=str))
+    st.write_text(path, dumps_json(record, default=str, where=path))
 
 
 def read_experiment_records(prefix: str) -> list[tuple[str, dict[str, Any]]]:
-    """`(path, record)` of every experiment run recorded under `prefix`, newest start first (unreadable
-    records skipped)."""
+    """`(path, record)` of every experiment run recorded under `prefix`, newest start first (records that
+    are not JSON skipped: a write cut short).
+
+    Raises:
+        ValueError: a record holding NaN or an infinity (not JSON, never written here); named with the fix.
+    """
     st = storage_for(prefix)
     found = []
     for path in st.glob(f"{prefix.rstrip('/')}/experiments/**/*.json"):
@@ -326,7 +371,10 @@ def read_metrics(output_path: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = strict_loads(line)
+        except NotStandardJSON:
+            loads_json(line, f"{path}:{n}")  # raises: NaN, Infinity, 1e999 named with the fix
+            raise
         except json.JSONDecodeError as e:
             raise ValueError(
                 f"{path}:{n} is not valid JSON ({e.msg} at column {e.colno}; the line starts {line[:80]!r}); "
@@ -339,10 +387,15 @@ def read_metrics(output_path: str) -> list[dict[str, Any]]:
             )
         rows.append(row)
     if torn.strip():
-        with contextlib.suppress(ValueError):  # a complete last line written without its newline
-            row = json.loads(torn)
-            if isinstance(row, dict):
-                rows.append(row)
+        try:  # a complete last line written without its newline
+            row = strict_loads(torn)
+        except NotStandardJSON:
+            loads_json(torn, f"{path}:{len(lines) + 1}")  # raises, as for any other line
+            raise
+        except ValueError:
+            row = None  # torn
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 

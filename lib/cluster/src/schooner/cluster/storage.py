@@ -4,7 +4,9 @@ Local paths (and `file://` URLs) use `os` calls: the no-op rerun reads one small
 path must be cheap. Any other URL (`memory://`, `gs://`, `s3://`, ...) goes through fsspec.
 
 Reading: `read_text`, `read_bytes` and `read_json` raise `FileNotFoundError` for a missing file (test
-with `exists` first, or catch it); `open_file` streams a file; `read_json_lines` streams the rows of a
+with `exists` first, or catch it); `read_json` (and `loads_json`, for text) reads strictly: NaN, Infinity and
+-Infinity, which Python's `json` reads and other readers refuse, raise `NotStandardJSON` naming the file, line
+and column; `open_file` streams a file; `read_json_lines` streams the rows of a
 JSON-lines file (plain or `.gz`) with their line numbers, naming a bad line `path:line` with the fix;
 `decode_utf8` decodes an input file's bytes, naming a non-UTF-8 byte by line, column and offset;
 `json_kind` names a parsed JSON value's kind in JSON's words ("an array", "null") for such messages, and
@@ -63,12 +65,14 @@ from ._paths import join as join
 from ._paths import local_path as local_path
 from ._paths import normalize_prefix as normalize_prefix
 from ._paths import url_to_fs as url_to_fs
+from ._reading import NotStandardJSON as NotStandardJSON
 from ._reading import decode_utf8 as decode_utf8
 from ._reading import exists as exists
 from ._reading import file_size as file_size
 from ._reading import isdir as isdir
 from ._reading import json_kind as json_kind
 from ._reading import json_value as json_value
+from ._reading import loads_json as loads_json
 from ._reading import open_file as open_file
 from ._reading import read_bytes as read_bytes
 from ._reading import read_json as read_json

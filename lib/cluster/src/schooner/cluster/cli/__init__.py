@@ -25,6 +25,7 @@ from typing import Any
 
 from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._version import ConfigError
+from schooner.cluster.storage import NotStandardJSON
 
 from ._entry import ExperimentRaised
 from ._flags import add_run_flags
@@ -129,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return cmd_cluster(ns, make_console())
         return _cmd_explain(ns)
-    except ConfigError as e:
+    except (ConfigError, NotStandardJSON) as e:  # a record holding NaN: its file and the fix, no traceback
         make_console().print(f"[bold red]error:[/] {_esc(str(e))}")
         return 2
     except ExperimentRaised as e:  # from any command that loads the file (`run`, `explain`)

@@ -20,6 +20,7 @@ from schooner.cluster.runner._options import DryRunStop, RunOptions, applying
 from schooner.cluster.runner._progress import make_console
 from schooner.cluster.runner._results import RunInterrupted, StepFailedError
 from schooner.cluster.runner._version import ConfigError
+from schooner.cluster.storage import NotStandardJSON
 
 from ._flags import add_run_flags, options_from_args
 
@@ -27,7 +28,14 @@ if TYPE_CHECKING:
     from schooner.cluster.runner._results import RunResult
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
-RUNNER_OUTCOMES = (StepFailedError, DryRunStop, RunInterrupted, ConfigError, ResourcesUnavailableError)
+RUNNER_OUTCOMES = (
+    StepFailedError,
+    DryRunStop,
+    RunInterrupted,
+    ConfigError,
+    ResourcesUnavailableError,
+    NotStandardJSON,
+)
 """What `execute` reports itself: raised from an experiment file, they are outcomes, not its own errors."""
 
 
@@ -66,7 +74,7 @@ def execute(
     except KeyboardInterrupt:
         console.print("[yellow]interrupted before any step ran[/]")
         return EXIT_INTERRUPTED, None
-    except (ConfigError, ResourcesUnavailableError) as e:
+    except (ConfigError, ResourcesUnavailableError, NotStandardJSON) as e:  # NaN in a record: file and fix
         console.print(f"[bold red]error:[/] {_esc(str(e))}{_experiment_line(e, experiment)}")
         return EXIT_BAD, None
     finally:

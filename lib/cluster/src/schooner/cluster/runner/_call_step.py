@@ -91,14 +91,14 @@ def _log_start(output_path: str, process: int) -> str:
     start = uuid.uuid4().hex[:12]
     line = {"start": start, "node": _node_name(), "host": socket.gethostname(), "pid": os.getpid()}
     line.update(process=process, started=time.time())
-    _append_line(output_path, json.dumps(line), make=True)
+    _append_line(output_path, json.dumps(line, allow_nan=False), make=True)
     return start
 
 
 def _log_end(output_path: str, start: str, how: str) -> None:
     import json
 
-    _append_line(output_path, json.dumps({"start": start, "ended": time.time(), "how": how}))
+    _append_line(output_path, json.dumps({"start": start, "ended": time.time(), "how": how}, allow_nan=False))
 
 
 def _append_line(output_path: str, line: str, make: bool = False) -> None:

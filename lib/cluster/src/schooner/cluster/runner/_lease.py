@@ -108,7 +108,7 @@ class Lease:
 
     def _text(self) -> str:
         info = LeaseInfo(self.owner, self.run_id, _HOST, os.getpid(), _my_start(), time.time(), self.ttl)
-        return json.dumps(asdict(info))
+        return json.dumps(asdict(info), allow_nan=False)
 
     def read(self) -> LeaseInfo | None:
         """The lease file now (None when free or unreadable)."""

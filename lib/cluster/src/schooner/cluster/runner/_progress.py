@@ -127,7 +127,12 @@ class Progress:
         extra = fmt_duration(outcome.duration_s)
         if outcome.state == "cached":
             extra = "finished by another runner" if outcome.note else "cached"
-        if outcome.state in ("failed", "skipped"):
+        if outcome.state == "failed":  # its error is printed once, with its traceback, after the summary
+            took = f" after {fmt_duration(outcome.duration_s)}" if outcome.duration_s is not None else ""
+            extra = (
+                f"{_escape(outcome.error_type or 'error')}{took} (its error is shown at the end of the run)"
+            )
+        elif outcome.state == "skipped":
             extra = _escape(outcome.error_line())
         self.console.print(
             f"  [{style}]{'✓' if outcome.ok else '✗'} {word:<7}[/] {outcome.name} [dim]{extra}[/]"
@@ -184,17 +189,47 @@ class Progress:
         table.add_column("output / reason", overflow="fold")
         for o in rows:
             style, word = _STYLE[o.state]
-            detail = (
-                o.output_path if o.state in ("cached", "succeeded", "will_run") else _escape(o.error_line())
-            )
+            detail = o.output_path if o.ok else _escape(o.error_line())
+            if o.state == "failed":  # the error itself is printed once, below the table
+                detail = f"{_escape(o.error_type or 'error')} (below): {o.output_path}"
             table.add_row(o.name, f"[{style}]{word}[/]", fmt_duration(o.duration_s), detail)
         for state, n in sorted(hidden.items()):
             style, word = _STYLE[state]
             table.add_row(f"[dim]… {n} more[/]", f"[{style}]{word}[/]", "", "[dim]see `schooner status`[/]")
         self.console.print(table)
         for o in result.failed:
-            tail = "\n".join((o.error or "").rstrip().splitlines()[-25:])
-            self.console.print(f"[bold red]{o.name}[/] failed ({o.output_path}):\n[red]{_escape(tail)}[/]")
+            self.console.print(failure_text(o))
+
+
+TRACEBACK_LINES = 25
+"""The last lines of a failed step's traceback printed after a run's summary (its record keeps them all)."""
+
+
+def failure_text(o: StepOutcome) -> str:
+    """A failed step as the end of a run prints it, its error's only appearance on the console: the step's
+    name and output folder, the last `TRACEBACK_LINES` of its traceback (ending in the error), and where the
+    whole of it is kept: the `error` of its record, `.schooner/step.json` (and its cluster job's output)."""
+    lines = (o.error or "").rstrip().splitlines()
+    cut = f"[dim]… ({len(lines) - TRACEBACK_LINES} lines above)[/]\n" if len(lines) > TRACEBACK_LINES else ""
+    tail = "\n".join(lines[-TRACEBACK_LINES:])
+    text = f"[bold red]{o.name}[/] failed ({o.output_path}):\n{cut}[red]{_escape(tail)}[/]"
+    if o.error_type == "LeaseLostError":
+        return text  # nothing of this attempt is recorded: another runner holds the step
+    from schooner.cluster.records import meta_path
+
+    if any(
+        ln.startswith("(the previous output stays published in") for ln in lines[:2]
+    ):  # its record is that output's
+        kept = f"the whole traceback is the `error` of the last line of {meta_path(o.output_path, 'history.jsonl')}"
+    else:
+        kept = f"the whole traceback is the `error` of its record, {meta_path(o.output_path, 'step.json')}"
+    log = meta_path(o.output_path, "job.log")
+    with contextlib.suppress(Exception):
+        from schooner.cluster.storage import exists
+
+        if exists(log):
+            kept += f"; its job's output: {log}"
+    return f"{text}\n[dim]({_escape(kept)})[/]"
 
 
 class _LiveView:

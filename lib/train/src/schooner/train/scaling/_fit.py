@@ -7,7 +7,6 @@ reads its interval from them without refitting.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -363,7 +362,7 @@ def _run_fit(config: FitConfig, output_path: str) -> dict[str, Any]:
     )  # fmt: skip
     fit["data"] = fitted_data(data, runs)
     storage.makedirs(output_path)
-    storage.write_text(f"{output_path}/fit.json", json.dumps(fit, indent=1, sort_keys=True))
+    storage.write_json(f"{output_path}/fit.json", fit)
     write_plots(fit, output_path)
     return fit_summary(fit)
 

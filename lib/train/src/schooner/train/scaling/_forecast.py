@@ -21,7 +21,6 @@ scores it anyway, flagged): its loss is not the one the law predicts.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import time
 from collections.abc import Mapping
@@ -264,7 +263,7 @@ def _run_forecast(config: ForecastConfig, output_path: str) -> dict[str, Any]:
             "samples": fit["samples"],
         },
     }
-    storage.write_text(f"{output_path}/forecast.json", json.dumps(record, indent=1, sort_keys=True))
+    storage.write_json(f"{output_path}/forecast.json", record)
     plot_forecast([ScalingRun.from_dict(r) for r in fit["runs"]], record, f"{output_path}/forecast.png")
     iv = pred["interval"]
     return {
@@ -455,7 +454,7 @@ def _run_score(config: ScoreConfig, output_path: str) -> dict[str, Any]:
         "backtest_scaled_error_pct": backtest.get("scaled_error_pct"),
         **({"backtest_error": backtest["error"]} if "error" in backtest else {}),
     }
-    storage.write_text(f"{output_path}/score.json", json.dumps(result, indent=1, sort_keys=True))
+    storage.write_json(f"{output_path}/score.json", result)
     runs = [ScalingRun.from_dict(r) for r in prediction["fit"]["runs"]]
     plot_forecast(runs, prediction, f"{output_path}/forecast.png", actual=actual["loss"], outcome=result)
     summary = {k: (round(v, 5) if isinstance(v, float) else v) for k, v in result.items()}

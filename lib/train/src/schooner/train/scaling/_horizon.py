@@ -25,7 +25,6 @@ a parabola in log lr; `HorizonRule.from_reference` reads the result.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -586,7 +585,7 @@ def _reference_results(config: ReferenceResultsConfig, output_path: str) -> dict
     }
     from schooner.cluster import storage
 
-    storage.write_text(f"{output_path}/reference.json", json.dumps(record, indent=1, sort_keys=True))
+    storage.write_json(f"{output_path}/reference.json", record)
     return {"chosen": chosen, "best_loss": choice.best[1], "runs": len(rows)}
 
 

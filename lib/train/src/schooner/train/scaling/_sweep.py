@@ -13,7 +13,6 @@ one-sided grid or runs below `min_steps` without the declaring process's log.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import numbers
 import os
@@ -375,8 +374,12 @@ def _collect(config: SweepResultsConfig, output_path: str) -> dict[str, Any]:
         )
         budget_notes = warnings.setdefault(f"{run.budget:.3g}", [])
         budget_notes.extend(n for n in notes if n not in budget_notes)
+    runs_path = f"{output_path}/runs.jsonl"
     storage.write_text(
-        f"{output_path}/runs.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+        runs_path,
+        "".join(
+            storage.dumps_json(r, indent=None, where=f"{runs_path}:{i}") + "\n" for i, r in enumerate(rows, 1)
+        ),
     )
     plot_isoflops(runs, f"{output_path}/isoflops.png")
     best: dict[str, float] = {}

@@ -1,0 +1,112 @@
+"""A failed step's error is printed once, by `schooner run EXP.py` and by `python EXP.py`
+(`StepRunner().main`): with the step's name and its traceback, and where its record keeps the whole of it.
+
+It was printed three times: on the step's FAILED line, in the summary table's reason column, and at the end
+of the traceback printed after the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXPERIMENT = """
+from schooner.cluster import StepRunner, step
+
+
+def fine(config, out):
+    return 1
+
+
+def explode(config, out):
+    raise ValueError("boom " + "7f3a: the step broke")
+
+
+ok = step("fine-step", fine, {})
+bad = step("exploding-step", explode, {"a": 1})
+
+if __name__ == "__main__":
+    StepRunner().main([ok, bad])
+"""
+
+ERROR_LINE = "ValueError: boom 7f3a: the step broke"
+
+
+def _run(tmp_path: Path, how: str) -> tuple[subprocess.CompletedProcess, Path]:
+    exp = tmp_path / "exploding.py"
+    exp.write_text(EXPERIMENT)
+    prefix = tmp_path / "out"
+    prefix.mkdir()
+    env = {**os.environ, "COLUMNS": "250"}
+    env.pop("SCHOONER_PREFIX", None)
+    command = (
+        [sys.executable, str(exp)]
+        if how == "python"
+        else [sys.executable, "-m", "schooner.cluster.cli", "run", str(exp)]
+    )
+    done = subprocess.run(
+        [*command, "--prefix", str(prefix)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    return done, prefix
+
+
+@pytest.mark.parametrize("how", ["schooner run", "python"])
+def test_a_failed_steps_error_is_printed_once_with_its_traceback_and_record(tmp_path: Path, how: str) -> None:
+    done, prefix = _run(tmp_path, how)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert output.count("boom 7f3a") == 1, output
+    assert output.count(ERROR_LINE) == 1, output
+    # The traceback is there, ending in the error line, under the step's name.
+    at = output.index(ERROR_LINE)
+    block = output[: at + len(ERROR_LINE)]
+    assert "exploding-step failed" in block
+    assert 'exploding.py", line 10, in explode' in block.rsplit("exploding-step failed", 1)[1]
+    # Where the whole traceback is kept: the step's record, which holds it.
+    (folder,) = prefix.glob("exploding-step-*")
+    record = folder / ".schooner" / "step.json"
+    assert str(record) in output.replace("\n", "")
+    assert ERROR_LINE in json.loads(record.read_text())["error"]
+    # The step's FAILED line and the summary table still name the step and say that it failed.
+    failed_lines = [ln for ln in output.splitlines() if "exploding-step" in ln and "FAILED" in ln]
+    assert len(failed_lines) >= 2, output
+
+
+def fails_when_asked(config: dict, out: str) -> int:
+    if os.environ.get("SCHOONER_TEST_FAIL_NOW"):
+        raise ValueError("asked " + "to fail")
+    return 1
+
+
+def test_a_failed_forced_rerun_over_a_published_output_points_at_its_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record stays the published output's, so the whole traceback is in the history's last line."""
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import StepRunner, step
+    from schooner.cluster.records import meta_path, read_history
+
+    h = step("flaky", fails_when_asked, {})
+    StepRunner(prefix=str(tmp_path), quiet=True).run([h])
+    monkeypatch.setenv("SCHOONER_TEST_FAIL_NOW", "1")
+    buf = io.StringIO()
+    runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
+    result = runner.run([h], force="flaky", raise_on_failure=False)
+    output = buf.getvalue()
+    assert output.count("ValueError: asked to fail") == 1, output
+    history = meta_path(result[h].output_path, "history.jsonl")
+    assert f"the whole traceback is the `error` of the last line of {history}" in output
+    assert "ValueError: asked to fail" in read_history(result[h].output_path)[-1]["error"]
