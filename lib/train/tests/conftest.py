@@ -86,6 +86,26 @@ def _no_persistent_compilation_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SCHOONER_COMPILATION_CACHE", "off")
 
 
+@pytest.fixture(scope="session")
+def write_checkpoint():
+    """A function: checkpoint `step` of the run folder `run` from `config` initialised with PRNGKey(step),
+    written as a training run writes one (`CheckpointManager`: temporary folder, marker, rename)."""
+
+    def write(run: str, step: int, config) -> None:
+        import jax
+
+        from schooner.model import init, save_model
+        from schooner.train import CheckpointConfig
+        from schooner.train._checkpoint import CheckpointManager
+
+        manager = CheckpointManager(run, CheckpointConfig(every=1, keep_last=10, asynchronous=False))
+        model = init(config, key=jax.random.PRNGKey(step))
+        manager.save(step, model, lambda folder, m: save_model(folder, m, config), {"metrics": {}})
+        manager.wait()
+
+    return write
+
+
 # -- RL fixtures (test_rl_train, test_rl_workers, test_rl_eval, test_rl_learns, test_rl_bad_input) --------------
 
 

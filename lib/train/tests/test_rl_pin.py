@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import pytest
-
-from schooner.train import CheckpointConfig
-from schooner.train._checkpoint import CheckpointManager
-
-
-def _write(run: str, step: int, config) -> None:
-    """Checkpoint `step` of `run`, written as a training run writes one (temporary folder, marker, rename)."""
-    from schooner.model import init, save_model
-
-    manager = CheckpointManager(run, CheckpointConfig(every=1, keep_last=10, asynchronous=False))
-    model = init(config, key=jax.random.PRNGKey(step))
-    manager.save(step, model, lambda folder, m: save_model(folder, m, config), {"metrics": {}})
-    manager.wait()
 
 
 def test_a_checkpoint_written_while_rl_train_is_declared_does_not_split_config_and_weights(
-    nano, data_dir, task, tmp_path, monkeypatch: pytest.MonkeyPatch
+    nano, data_dir, task, write_checkpoint, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run folder gains step 2 (written with another compute dtype, as a run resumed with other runtime
     settings writes it) right after rl_train reads the policy's config. Resolving the folder twice took the
@@ -37,14 +23,14 @@ def test_a_checkpoint_written_while_rl_train_is_declared_does_not_split_config_a
 
     run = str(tmp_path / "policy-run")
     first = nano(compute_dtype="float32")
-    _write(run, 1, first)
+    write_checkpoint(run, 1, first)
     written = []
 
     def read_config_while_the_run_writes(folder):
         config = read_config(folder)
         if not written:  # the run's next checkpoint lands now, between the experiment's reads of the folder
             written.append(2)
-            _write(run, 2, dataclasses.replace(first, compute_dtype="bfloat16"))
+            write_checkpoint(run, 2, dataclasses.replace(first, compute_dtype="bfloat16"))
         return config
 
     monkeypatch.setattr(schooner.model, "read_config", read_config_while_the_run_writes)

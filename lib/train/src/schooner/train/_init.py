@@ -135,10 +135,11 @@ class InitialCheckpoint:
 
 def pin_initialize_from(source: Any, step: int | None) -> tuple[Any, int | None]:
     """`(initialize_from, initialize_from_step)` for a step config: a path becomes an `InitialCheckpoint`
-    (resolved now, the step folded into it); a step handle (or None) is kept as it is."""
-    from schooner.cluster import StepHandle
+    (resolved now, the step folded into it); a step handle or a path inside one (`InputPath`, resolved when
+    the step runs, keyed by that step's key), or None, is kept as it is."""
+    from schooner.cluster import InputPath, StepHandle
 
-    if source is None or isinstance(source, StepHandle | InitialCheckpoint):
+    if source is None or isinstance(source, StepHandle | InputPath | InitialCheckpoint):
         return source, step
     return InitialCheckpoint.of(os.fspath(source), step), None
 

@@ -327,7 +327,8 @@ class PassAtKEvalConfig:
     """The config of the `pass_at_k_eval` step (and of `evaluate_pass_at_k`)."""
 
     checkpoint: Any
-    """A run folder (its latest checkpoint, or `checkpoint_step`'s), a checkpoint folder, or a step."""
+    """A run folder (its latest checkpoint, or `checkpoint_step`'s), a checkpoint folder, or a step
+    (`pass_at_k_eval` pins a path to the checkpoint it resolves to when the step is declared)."""
     task: PassAtK
     reward: Any
     """`(prompt, completion, fields) -> float`."""

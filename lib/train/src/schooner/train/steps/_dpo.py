@@ -22,7 +22,7 @@ from schooner.train._mesh import MeshConfig
 from schooner.train._optim import AdamConfig, OptimizerConfig
 from schooner.train._tracking import TrackerConfig
 
-from ._lm import check_paths_exist, initial_model_config, training_step
+from ._lm import check_paths_exist, pinned_start, training_step
 
 logger = logging.getLogger("schooner.train")
 
@@ -192,9 +192,9 @@ def dpo(
     and the same under `eval/` on the validation pairs.
     """
     check_paths_exist(f"dpo({name!r})", [("preferences", preferences)])
-    if model is None:
-        model = initial_model_config(initialize_from, initialize_from_step, who=f"dpo({name!r})")
-    initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)
+    model, initialize_from, initialize_from_step = pinned_start(
+        model, initialize_from, initialize_from_step, who=f"dpo({name!r})"
+    )
     reference, reference_step = pin_reference(reference, reference_step)
     objective = Dpo(
         reference=reference,

@@ -102,6 +102,20 @@ def initial_model_config(source: Any, step: int | None, *, who: str) -> Any:
     return source_config(str(source), step)
 
 
+def pinned_start(model: Any, source: Any, step: int | None, *, who: str) -> tuple[Any, Any, int | None]:
+    """`(model, initialize_from, initialize_from_step)` of a training step: `source` pinned once
+    (`_init.pin_initialize_from`: a path becomes the checkpoint it resolves to now, the step folded into it)
+    and, with `model` None, the model config of that pinned checkpoint (`initial_model_config`).
+
+    Reading the config from the path and pinning the path apart resolved a run folder twice: a run that wrote
+    a checkpoint in between gave the step the config of one checkpoint and the weights of the next.
+    """
+    source, step = pin_initialize_from(source, step)
+    if model is None:
+        model = initial_model_config(source, step, who=who)
+    return model, source, step
+
+
 def train_lm(
     name: str,
     *,
@@ -168,7 +182,8 @@ def train_lm(
             (or `sft`/`dpo`) handle (its latest checkpoint), a run or checkpoint folder, or a Hugging Face
             folder. A path is resolved when the step is built (a run folder: its latest complete checkpoint
             now) and the step key holds that checkpoint's folder and metadata (`_init.InitialCheckpoint`),
-            so a run that gains a checkpoint gives a new step. The optimizer state, step and schedule start
+            so a run that gains a checkpoint gives a new step; `model=None` takes that checkpoint's config
+            (the path is resolved once: `pinned_start`). The optimizer state, step and schedule start
             fresh. The architecture must equal `model`'s (a ValueError names every differing field); the
             vocabulary may grow, the new rows starting at the mean of the old ones (see
             `schooner.train._init`).
@@ -183,10 +198,10 @@ def train_lm(
     """
     if not datasets:
         raise ValueError(f"train_lm({name!r}): datasets is empty; give {{tokenized_step: weight}}")
-    if model is None:
-        model = initial_model_config(initialize_from, initialize_from_step, who=f"train_lm({name!r})")
     # A path is pinned to the checkpoint it names now (see `InitialCheckpoint`): that is what the key holds.
-    initialize_from, initialize_from_step = pin_initialize_from(initialize_from, initialize_from_step)
+    model, initialize_from, initialize_from_step = pinned_start(
+        model, initialize_from, initialize_from_step, who=f"train_lm({name!r})"
+    )
     config = (
         TrainerConfig(  # validated now: an error names the experiment's line, not a worker's an hour later
             model=model,

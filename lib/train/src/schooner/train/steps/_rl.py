@@ -18,7 +18,7 @@ from schooner.train._rl_eval import PassAtK
 from schooner.train._rl_objective import PolicyLossConfig
 from schooner.train._tracking import TrackerConfig
 
-from ._lm import initial_model_config, training_step
+from ._lm import pinned_start, training_step
 
 _CPU = ResourceConfig.with_cpu()
 
@@ -125,7 +125,7 @@ def rl_train(
         **options: any other `TrainerConfig` field.
     """
     # the checkpoint is resolved once (a run folder may gain a checkpoint meanwhile): the config is the pinned one's
-    initialize_from, initialize_from_step = check_rl_inputs(
+    pinned, pinned_step = check_rl_inputs(
         f"rl_train({name!r})",
         checkpoint=checkpoint,
         checkpoint_step=checkpoint_step,
@@ -133,8 +133,9 @@ def rl_train(
         heldout=heldout,
         tokenizer=tokenizer,
     )
-    if model is None:
-        model = initial_model_config(initialize_from, initialize_from_step, who=f"rl_train({name!r})")
+    model, initialize_from, initialize_from_step = pinned_start(
+        model, pinned, pinned_step, who=f"rl_train({name!r})"
+    )
     objective = Grpo(
         reward=reward,
         num_generations=num_generations,
@@ -202,16 +203,16 @@ def check_rl_inputs(
     prompts (a file, or a folder holding `train.jsonl`), each held-out evaluation's prompts (a file, or a folder
     holding `heldout.jsonl`) and the tokenizer; the error names the field and the fix. As `sft` and `dpo` check
     their inputs, the files' rows are not read here (the run reads them, naming a bad row); a step's output is
-    checked when it exists. `pass_at_k_eval` runs the same checks (`check_checkpoint`, `check_heldout`,
+    checked when it exists. `pass_at_k_eval` runs the same checks (`pin_checkpoint`, `check_heldout`,
     `check_tokenizer`) on its inputs.
 
     Returns:
-        `(initialize_from, initialize_from_step)` for the trainer's config: a checkpoint path pinned to the
-        `InitialCheckpoint` it was checked against (resolved once: a run folder that gains a checkpoint while
-        the experiment is built does not give the config of one checkpoint and the weights of another); a step
-        (or an `InputPath`, an `InitialCheckpoint`) as `pin_initialize_from` keeps it.
+        `(initialize_from, initialize_from_step)` for the trainer's config (`pin_checkpoint`): a checkpoint
+        path pinned to the `InitialCheckpoint` it was checked against (resolved once: a run folder that gains a
+        checkpoint while the experiment is built does not give the config of one checkpoint and the weights of
+        another); a step (or an `InputPath`, an `InitialCheckpoint`) as `pin_initialize_from` keeps it.
     """
-    resolved = check_checkpoint(who, checkpoint, checkpoint_step)
+    pinned = pin_checkpoint(who, checkpoint, checkpoint_step)
     _check_prompts(who, "prompts", prompts, "prompts", "train.jsonl")
     if heldout is not None and not isinstance(heldout, Mapping):
         raise TypeError(
@@ -221,8 +222,17 @@ def check_rl_inputs(
     for key, entry in (heldout or {}).items():
         check_heldout(who, f"heldout[{key!r}]", entry)
     check_tokenizer(who, tokenizer, required=True)
+    return pinned
+
+
+def pin_checkpoint(who: str, checkpoint: Any, step: int | None, *, hf: bool = True) -> tuple[Any, int | None]:
+    """`check_checkpoint`'s checks, and `(checkpoint, step)` for a step config pinned to what they checked: a
+    path becomes the `InitialCheckpoint` of the folder `check_checkpoint` resolved it to (resolved once, the
+    step folded into it: a run that gains a checkpoint gives a new step key, and the run uses the checkpoint
+    the key names); a step, an `InputPath` or an `InitialCheckpoint` is kept (`pin_initialize_from`)."""
+    resolved = check_checkpoint(who, checkpoint, step, hf=hf)
     if resolved is None:
-        return pin_initialize_from(checkpoint, checkpoint_step)
+        return pin_initialize_from(checkpoint, step)
     return InitialCheckpoint.at(*resolved), None
 
 

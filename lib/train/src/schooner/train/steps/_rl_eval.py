@@ -9,7 +9,7 @@ from schooner.cluster import ResourceConfig, StepHandle
 from schooner.cluster import step as make_step
 from schooner.train._rl_eval import PassAtK, PassAtKEvalConfig, evaluate_pass_at_k
 
-from ._rl import check_checkpoint, check_heldout, check_tokenizer
+from ._rl import check_heldout, check_tokenizer, pin_checkpoint
 
 VERSION = "pass-at-k-v1"
 _CPU = ResourceConfig.with_cpu()
@@ -40,7 +40,11 @@ def pass_at_k_eval(
     Args:
         name: step name.
         checkpoint: an `sft` / `train_lm` / `rl_train` step, a run folder (its latest checkpoint) or a
-            checkpoint folder.
+            checkpoint folder. A path is pinned when the step is declared, as `rl_train`'s `checkpoint` is
+            (`_init.InitialCheckpoint`): the key names the checkpoint scored (a run folder, its latest
+            checkpoint's folder and its step give one key), and a run that gains a checkpoint gives a new step
+            instead of the cached scores of the old one. A step is keyed by its own key and scored at its
+            latest checkpoint when this step runs.
         task: a `PassAtK` (prompts, samples, ks, seed, sampling), or a prompts path for the defaults.
         reward: `(prompt, completion, fields) -> float`, e.g. `schooner.eval.rewards.exact_answer()`.
         tokenizer: renders prompts (chat template) and decodes completions.
@@ -59,7 +63,8 @@ def pass_at_k_eval(
         TypeError: a `task` or `tokenizer` that is no path or step (e.g. None).
     """
     who = f"pass_at_k_eval({name!r})"
-    check_checkpoint(who, checkpoint, checkpoint_step, hf=False)
+    # pinned as rl_train's checkpoint is: the key names the checkpoint scored, a new one gives a new step
+    checkpoint, checkpoint_step = pin_checkpoint(who, checkpoint, checkpoint_step, hf=False)
     check_heldout(who, "task", task)
     check_tokenizer(who, tokenizer, required=True)
     config = PassAtKEvalConfig(
