@@ -12,6 +12,8 @@ losses from its score files; each run's tokens from the recipe's isoFLOP grid, a
 3. three estimators of each budget's optimum (the parabola through every run, through the four token counts
    nearest the best mean loss, a cubic), their local slopes and forecasts.
 
+Then the registered 100x run's scores from its committed result, and the slopes between the held-out runs.
+
 With NOISE_RUNS_JSONL (the noise test's sweep results, `scaling/delphi-noise-*/runs.jsonl`): per budget the
 per-seed vertices' spread and the lack of fit, the local slopes with attention's FLOPs counted, and the fit
 through seed subsets (0-1, 2-3, 0-3, all).
@@ -207,9 +209,28 @@ def attention_slopes(rows: list[dict], fit) -> None:
     print("  local slopes, " + "; ".join(line))
 
 
+def report_100x(result: str = "delphi-cpu-2026-12-07-100x-result.json") -> None:
+    """The registered 100x run's scores (three fits of the two-seed suite) and the slopes -d ln L / d ln C between
+    the suite's held-out runs (the 10x and 30x seeds' means, the 100x seed)."""
+    scores = _read(result)["scores"]
+    print("\n== the registered 100x run (two-seed CPU suite, seed 0)")
+    for label, s in scores.items():
+        print(
+            f"  {label}: forecast {s['predicted']:.4f}, actual {s['actual']:.4f}, error {s['error_pct']:+.2f}%"
+        )
+    held = outcomes(SUITES["CPU two-seed, 2026-12-07"][1])
+    points = [(b, float(np.mean(a))) for b, a in sorted(held.items())] + [(3e14, scores["suite"]["actual"])]
+    slopes = [
+        f"{a[0]:.0e}->{b[0]:.0e} {math.log(a[1] / b[1]) / math.log(b[0] / a[0]):.4f}"
+        for a, b in zip(points, points[1:], strict=False)
+    ]
+    print("  held-out slopes: " + ", ".join(slopes))
+
+
 def main() -> None:
     for name, (registration, scores) in SUITES.items():
         report_suite(name, suite_runs(registration), outcomes(scores))
+    report_100x()
     if len(sys.argv) > 1:
         report_noise(sys.argv[1], outcomes(SUITES["CPU two-seed, 2026-12-07"][1]))
 
