@@ -1,6 +1,6 @@
 """A run folder given as a step's starting checkpoint is resolved once, when the step is declared: `train_lm`,
-`sft` and `dpo` (`initialize_from`) take the model config and the pinned weights from the same `step-NNNNNN/`,
-even while the run is still writing checkpoints (as `rl_train` does: test_rl_pin.py), and `pass_at_k_eval`
+`sft`, `dpo` (`initialize_from`) and `rl_train` (`checkpoint`) take the model config and the pinned weights from
+the same `step-NNNNNN/`, even while the run is still writing checkpoints, and `pass_at_k_eval`
 names in its key the checkpoint it scores."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _declare(kind: str, source, data_dir: str, tmp_path, reference: str, **kw):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["train_lm", "sft", "dpo"])
+@pytest.mark.parametrize("kind", ["train_lm", "sft", "dpo", "rl_train"])
 def test_a_checkpoint_written_while_the_step_is_declared_does_not_split_config_and_weights(
     kind, nano, data_dir, start, write_checkpoint, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
