@@ -154,3 +154,31 @@ def test_a_deep_failure_over_a_published_output_keeps_its_notes_and_cuts_at_a_fr
     shown = block.split("lines above)\n", 1)[1].splitlines()
     assert shown[0].lstrip().startswith("File "), block  # a whole frame, not its caret or source line
     assert "ValueError: asked to fail deep down" in shown[-2], block
+
+
+def raises_in_a_worker(config: dict, out: str) -> int:
+    raise ValueError("worker " + "3c9d: the step broke")
+
+
+def test_a_cluster_steps_failure_names_its_exception_and_prints_it_once(tmp_path: Path) -> None:
+    """A step run by a worker (`resources=`) failed as `JobError`: its FAILED line and table row said
+    `JobError`, and its error was printed three times (the cause re-raised in the driver, the JobError's
+    message, the remote traceback's last line). Its own exception's type and traceback are what is shown."""
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
+
+    h = step("worker-step", raises_in_a_worker, {}, resources=ResourceConfig.with_cpu())
+    buf = io.StringIO()
+    with LocalClient(max_workers=1) as client, using_client(client):
+        runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
+        result = runner.run([h], raise_on_failure=False)
+    output = buf.getvalue()
+    assert result[h].state == "failed"
+    assert output.count("worker 3c9d: the step broke") == 1, output
+    assert "JobError" not in output, output
+    failed_lines = [ln for ln in output.splitlines() if "worker-step" in ln and "FAILED" in ln]
+    assert failed_lines and all("ValueError" in ln for ln in failed_lines), output
+    assert "in raises_in_a_worker" in output, output
