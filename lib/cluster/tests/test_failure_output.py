@@ -110,3 +110,75 @@ def test_a_failed_forced_rerun_over_a_published_output_points_at_its_history(
     history = meta_path(result[h].output_path, "history.jsonl")
     assert f"the whole traceback is the `error` of the last line of {history}" in output
     assert "ValueError: asked to fail" in read_history(result[h].output_path)[-1]["error"]
+
+
+def _down_a(n: int) -> int:
+    return _down_b(n - 1) + 1
+
+
+def _down_b(n: int) -> int:
+    if n <= 0:
+        raise ValueError("asked " + "to fail deep down")
+    return _down_a(n - 1) + 1
+
+
+def fails_deep_when_asked(config: dict, out: str) -> int:
+    if os.environ.get("SCHOONER_TEST_FAIL_NOW"):
+        return _down_a(40)  # 40 frames: far more than the lines printed after the table
+    return 1
+
+
+def test_a_deep_failure_over_a_published_output_keeps_its_notes_and_cuts_at_a_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notes before a long traceback (the published output that stays, the failed attempt's files) are
+    printed whole: only the traceback is cut to its last lines, from a frame's `File` line. They were cut
+    away with its head, so a `--force` that failed deep down did not say that the old output stays."""
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import StepRunner, step
+
+    h = step("deep-flaky", fails_deep_when_asked, {})
+    StepRunner(prefix=str(tmp_path), quiet=True).run([h])
+    monkeypatch.setenv("SCHOONER_TEST_FAIL_NOW", "1")
+    buf = io.StringIO()
+    runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
+    result = runner.run([h], force="deep-flaky", raise_on_failure=False)
+    output = buf.getvalue()
+    block = output[output.index("deep-flaky failed (") :]
+    assert "lines above)" in block, block  # the traceback was cut
+    assert f"(the previous output stays published in {result[h].output_path}:" in block, block
+    assert "(this attempt's files are kept for debugging in " in block, block
+    shown = block.split("lines above)\n", 1)[1].splitlines()
+    assert shown[0].lstrip().startswith("File "), block  # a whole frame, not its caret or source line
+    assert "ValueError: asked to fail deep down" in shown[-2], block
+
+
+def raises_in_a_worker(config: dict, out: str) -> int:
+    raise ValueError("worker " + "3c9d: the step broke")
+
+
+def test_a_cluster_steps_failure_names_its_exception_and_prints_it_once(tmp_path: Path) -> None:
+    """A step run by a worker (`resources=`) failed as `JobError`: its FAILED line and table row said
+    `JobError`, and its error was printed three times (the cause re-raised in the driver, the JobError's
+    message, the remote traceback's last line). Its own exception's type and traceback are what is shown."""
+    import io
+
+    from rich.console import Console
+
+    from schooner.cluster import LocalClient, ResourceConfig, StepRunner, step, using_client
+
+    h = step("worker-step", raises_in_a_worker, {}, resources=ResourceConfig.with_cpu())
+    buf = io.StringIO()
+    with LocalClient(max_workers=1) as client, using_client(client):
+        runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
+        result = runner.run([h], raise_on_failure=False)
+    output = buf.getvalue()
+    assert result[h].state == "failed"
+    assert output.count("worker 3c9d: the step broke") == 1, output
+    assert "JobError" not in output, output
+    failed_lines = [ln for ln in output.splitlines() if "worker-step" in ln and "FAILED" in ln]
+    assert failed_lines and all("ValueError" in ln for ln in failed_lines), output
+    assert "in raises_in_a_worker" in output, output

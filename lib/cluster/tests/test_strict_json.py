@@ -190,3 +190,29 @@ def test_a_run_over_a_status_holding_infinity_stops_with_one_line(tmp_path: Path
         assert "Traceback" not in output
         assert f"error: {status}: line 1, column " in output.replace("\n", "")
         assert "holds Infinity" in output
+
+
+def writes_a_file(config: dict, out: str) -> int:
+    os.makedirs(out, exist_ok=True)
+    Path(out, "data.txt").write_text("kept")
+    return 1
+
+
+def test_a_forced_rerun_over_a_record_holding_nan_stops_before_writing_anything(tmp_path: Path) -> None:
+    """The plan refuses it, as it refuses the record of a cached step it reads: nothing is written and the
+    published output stays. The step was reported failed with the runner's own frames (`check_own_folder`
+    read the record), and its SUCCESS status and record were replaced by a FAILED attempt that never ran."""
+    from schooner.cluster.storage import NotStandardJSON
+
+    h = step("forced-nan", writes_a_file, {})
+    StepRunner(prefix=str(tmp_path), quiet=True).run([h])
+    out = h.output_path(str(tmp_path))
+    record = Path(meta_path(out, "step.json"))
+    record.write_text(record.read_text().replace('"result": 1', '"result": NaN'))
+    assert "NaN" in record.read_text()
+    status_before, record_before = Path(meta_path(out, "status.json")).read_text(), record.read_text()
+    with pytest.raises(NotStandardJSON, match=r"step\.json: line \d+, column \d+ holds NaN"):
+        StepRunner(prefix=str(tmp_path), quiet=True).run([h], force="forced-nan")
+    assert Path(meta_path(out, "status.json")).read_text() == status_before  # still SUCCESS, untouched
+    assert record.read_text() == record_before
+    assert Path(out, "data.txt").read_text() == "kept"

@@ -101,6 +101,23 @@ def test_an_hf_folder_gives_the_same_weights(nano, source_run, tmp_path) -> None
     assert initial_model_config(str(tmp_path / "hf"), None, who="t").num_layers == cfg.num_layers
 
 
+def test_an_hf_config_holding_infinity_is_read_as_transformers_reads_it(nano, source_run, tmp_path) -> None:
+    """`transformers` writes and reads `config.json` with Python's json, which allows NaN and Infinity (a config
+    attribute set to `float("inf")`): `model=None` takes such a folder's config as `import_hf` takes its
+    weights. The strict reader of schooner's own files refused it (`NotStandardJSON`), so the folder that
+    `initialize_from=` loads could not give its config."""
+    from schooner.model import export_hf, load_model
+
+    src, cfg = load_model(f"{source_run}/step-000002")
+    export_hf(src, cfg, tmp_path / "hf", eos_token_id=0, bos_token_id=0, pad_token_id=0)
+    path = tmp_path / "hf" / "config.json"
+    hf = json.loads(path.read_text())
+    path.write_text(json.dumps({**hf, "attn_logit_softcapping": float("inf")}, indent=2))  # unused by us
+    assert "Infinity" in path.read_text()
+    load_initial_model(str(tmp_path / "hf"), nano())  # the weights load, as before
+    assert initial_model_config(str(tmp_path / "hf"), None, who="t").num_layers == cfg.num_layers
+
+
 def test_a_different_architecture_is_refused_naming_the_field(nano, source_run) -> None:
     with pytest.raises(
         ValueError, match=r"'num_layers' differs: the source has num_layers=2, this run num_layers=3"

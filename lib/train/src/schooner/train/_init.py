@@ -13,6 +13,7 @@ mean_resizing=True)` does, so a new special token starts as an average token ins
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from typing import Any
@@ -152,7 +153,9 @@ def source_config(path: str, step: int | None = None) -> Any:
     kind, folder = resolve_source(path, step)
     if kind == "schooner":
         return read_config(folder)
-    return config_from_hf(storage.read_json(storage.join(folder, "config.json")))
+    # A Hugging Face file, read as `transformers` (and `import_hf`) read it: Python's json, which takes the
+    # NaN and Infinity that `transformers` writes for such attributes (`storage.read_json` refuses them).
+    return config_from_hf(json.loads(storage.read_text(storage.join(folder, "config.json"))))
 
 
 def check_compatible(run: Any, source: Any, *, where: str) -> None:

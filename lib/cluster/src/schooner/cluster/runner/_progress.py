@@ -210,9 +210,17 @@ def failure_text(o: StepOutcome) -> str:
     name and output folder, the last `TRACEBACK_LINES` of its traceback (ending in the error), and where the
     whole of it is kept: the `error` of its record, `.schooner/step.json` (and its cluster job's output)."""
     lines = (o.error or "").rstrip().splitlines()
-    cut = f"[dim]… ({len(lines) - TRACEBACK_LINES} lines above)[/]\n" if len(lines) > TRACEBACK_LINES else ""
-    tail = "\n".join(lines[-TRACEBACK_LINES:])
-    text = f"[bold red]{o.name}[/] failed ({o.output_path}):\n{cut}[red]{_escape(tail)}[/]"
+    notes = 0  # the runner's notes before the traceback ("(the previous output stays published in ...)"):
+    while notes < len(lines) - 1 and lines[notes].startswith("(") and lines[notes].endswith(")"):
+        notes += 1  # printed whole; only the traceback below them is cut
+    body = lines[notes:]
+    start = max(0, len(body) - TRACEBACK_LINES)
+    if start:  # from a frame's `File` line, not from the middle of a frame (its source or caret line)
+        start = next((i for i in range(start, len(body) - 1) if body[i].lstrip().startswith("File ")), start)
+    cut = f"[dim]… ({start} lines above)[/]\n" if start else ""
+    head = "".join(f"{_escape(ln)}\n" for ln in lines[:notes])
+    tail = "\n".join(body[start:])
+    text = f"[bold red]{o.name}[/] failed ({o.output_path}):\n{head}{cut}[red]{_escape(tail)}[/]"
     if o.error_type == "LeaseLostError":
         return text  # nothing of this attempt is recorded: another runner holds the step
     from schooner.cluster.records import meta_path

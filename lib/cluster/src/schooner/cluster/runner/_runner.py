@@ -38,6 +38,7 @@ from schooner.cluster._secrets import secret_values
 from schooner.cluster.records import (
     StepState,
     experiment_record_path,
+    read_step_record,
     write_experiment_record,
 )
 from schooner.cluster.storage import is_plain_path, normalize_prefix
@@ -319,6 +320,11 @@ class StepRunner:
                 note = forced_rerun_failed(s, paths[s.key], status_of[s.key])
                 if note:
                     code_changed.append((s, note))
+        for s, st in zip(steps, statuses, strict=True):
+            if st is not None and states[s.key] == "will_run":
+                # Its attempt reads the record (whose folder it is, what it resumes): a record that is not
+                # standard JSON stops the run here, before anything is written, as a cached step's does.
+                read_step_record(paths[s.key])
         behind_forced: set[str] = set()
         n_run = sum(v == "will_run" for v in states.values())
         will_run = [s for s in steps if states[s.key] == "will_run"]

@@ -23,6 +23,7 @@ import traceback
 import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schooner.cluster._client import JobError
 from schooner.cluster._fingerprint import code_files
 from schooner.cluster._secrets import scrub
 from schooner.cluster.records import (
@@ -380,6 +381,12 @@ class StepExecutor:
         while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename in _RUNNER_FILES:
             tb = tb.tb_next  # the runner's own frames say nothing about the step's failure
         text = scrub("".join(traceback.format_exception(type(err), err, tb)), self.secrets)
+        error_type = type(err).__name__
+        if isinstance(err, JobError) and err.remote_traceback:
+            # A step run by a worker: its own traceback as the worker formatted it, and its own exception's
+            # type; the driver's frames, the cause re-raised and the JobError's message only repeat it.
+            text = scrub(err.remote_traceback.rstrip() + "\n", self.secrets)
+            error_type = err.cause_type.rsplit(".", 1)[-1] or error_type
         logs = self._logs.get(step.key)
         duration = time.time() - t0 if t0 else None
         if self._interrupted and held is not None:
@@ -439,7 +446,7 @@ class StepExecutor:
                         self.progress.note(step, f"could not record its failure in {out}: {write_err}")
                         break
         return StepOutcome(
-            step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=type(err).__name__
+            step.name, step.key, out, "failed", duration_s=duration, error=text, error_type=error_type
         )
 
     def interrupt(self) -> list[str]:
