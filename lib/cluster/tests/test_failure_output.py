@@ -92,24 +92,31 @@ def test_a_failed_forced_rerun_over_a_published_output_points_at_its_history(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record stays the published output's, so the whole traceback is in the history's last line."""
+    from schooner.cluster.records import meta_path, read_history
+
+    h, result, output = _published_then_forced_to_fail("flaky", fails_when_asked, tmp_path, monkeypatch)
+    assert output.count("ValueError: asked to fail") == 1, output
+    history = meta_path(result[h].output_path, "history.jsonl")
+    assert f"the whole traceback is the `error` of the last line of {history}" in output
+    assert "ValueError: asked to fail" in read_history(result[h].output_path)[-1]["error"]
+
+
+def _published_then_forced_to_fail(name: str, fn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Step `name` run once (published), then forced to rerun with SCHOONER_TEST_FAIL_NOW set: its handle, the
+    run's result and the console's output."""
     import io
 
     from rich.console import Console
 
     from schooner.cluster import StepRunner, step
-    from schooner.cluster.records import meta_path, read_history
 
-    h = step("flaky", fails_when_asked, {})
+    h = step(name, fn, {})
     StepRunner(prefix=str(tmp_path), quiet=True).run([h])
     monkeypatch.setenv("SCHOONER_TEST_FAIL_NOW", "1")
     buf = io.StringIO()
     runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
-    result = runner.run([h], force="flaky", raise_on_failure=False)
-    output = buf.getvalue()
-    assert output.count("ValueError: asked to fail") == 1, output
-    history = meta_path(result[h].output_path, "history.jsonl")
-    assert f"the whole traceback is the `error` of the last line of {history}" in output
-    assert "ValueError: asked to fail" in read_history(result[h].output_path)[-1]["error"]
+    result = runner.run([h], force=name, raise_on_failure=False)
+    return h, result, buf.getvalue()
 
 
 def _down_a(n: int) -> int:
@@ -134,19 +141,9 @@ def test_a_deep_failure_over_a_published_output_keeps_its_notes_and_cuts_at_a_fr
     """The notes before a long traceback (the published output that stays, the failed attempt's files) are
     printed whole: only the traceback is cut to its last lines, from a frame's `File` line. They were cut
     away with its head, so a `--force` that failed deep down did not say that the old output stays."""
-    import io
-
-    from rich.console import Console
-
-    from schooner.cluster import StepRunner, step
-
-    h = step("deep-flaky", fails_deep_when_asked, {})
-    StepRunner(prefix=str(tmp_path), quiet=True).run([h])
-    monkeypatch.setenv("SCHOONER_TEST_FAIL_NOW", "1")
-    buf = io.StringIO()
-    runner = StepRunner(prefix=str(tmp_path), console=Console(file=buf, width=400))
-    result = runner.run([h], force="deep-flaky", raise_on_failure=False)
-    output = buf.getvalue()
+    h, result, output = _published_then_forced_to_fail(
+        "deep-flaky", fails_deep_when_asked, tmp_path, monkeypatch
+    )
     block = output[output.index("deep-flaky failed (") :]
     assert "lines above)" in block, block  # the traceback was cut
     assert f"(the previous output stays published in {result[h].output_path}:" in block, block
