@@ -216,3 +216,18 @@ def test_a_forced_rerun_over_a_record_holding_nan_stops_before_writing_anything(
     assert Path(meta_path(out, "status.json")).read_text() == status_before  # still SUCCESS, untouched
     assert record.read_text() == record_before
     assert Path(out, "data.txt").read_text() == "kept"
+
+
+def test_the_error_is_named_by_its_public_module_and_pickles() -> None:
+    """Tracebacks name `schooner.cluster.storage.NotStandardJSON`, where the docs find it (not the private
+    `schooner.cluster._reading`), as the package's other public errors are named; a worker's error travels."""
+    import pickle
+    import traceback
+
+    from schooner.cluster import storage
+
+    with pytest.raises(storage.NotStandardJSON) as err:
+        storage.loads_json('{"loss": NaN}', "run.json")
+    line = traceback.format_exception_only(type(err.value), err.value)[-1]
+    assert line.startswith("schooner.cluster.storage.NotStandardJSON: run.json: line 1"), line
+    assert type(pickle.loads(pickle.dumps(err.value))) is storage.NotStandardJSON

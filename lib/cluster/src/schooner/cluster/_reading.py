@@ -100,7 +100,7 @@ def loads_json(text: str, where: str) -> Any:
         {'loss': 2.5}
         >>> storage.loads_json('{\\n "loss": NaN\\n}', "run.json")
         Traceback (most recent call last):
-        schooner.cluster._reading.NotStandardJSON: run.json: line 2, column 10 holds NaN, which is not JSON (jq and JavaScript's JSON.parse refuse it); write null for a number that does not exist (or a string such as "nan"), or the number itself
+        schooner.cluster.storage.NotStandardJSON: run.json: line 2, column 10 holds NaN, which is not JSON (jq and JavaScript's JSON.parse refuse it); write null for a number that does not exist (or a string such as "nan"), or the number itself
     """
     import json
 

@@ -79,6 +79,8 @@ from ._reading import read_json as read_json
 from ._reading import read_json_lines as read_json_lines
 from ._reading import read_text as read_text
 
+NotStandardJSON.__module__ = __name__  # tracebacks name it where the docs find it: schooner.cluster.storage
+
 
 class LocalStorage:
     """Status/lease/record files on a local (or NFS-like POSIX) filesystem."""
