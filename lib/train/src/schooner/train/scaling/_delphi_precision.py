@@ -28,21 +28,17 @@ def _least_squares_parabola(u: np.ndarray, y: np.ndarray) -> tuple[float, np.nda
 
 
 TOKENS_RTOL = 1e-9
-"""Token counts within this relative distance of each other (`math.isclose`) are one run size: seeds of one
+"""Token counts within this relative distance of the one below them are one run size: seeds of one
 size whose counts went through a float product or a JSON round trip (1016832.0000000001) differ in the last
 bits, not by the percent a grid's neighbouring sizes differ by."""
 
 
 def _size_groups(d: np.ndarray) -> np.ndarray:
-    """The run size of each token count, 0..k-1 in ascending order: a count joins the size of the one below it
-    when `math.isclose` to it within `TOKENS_RTOL` (relative)."""
-    order = np.argsort(d, kind="stable")
+    """The run size of each token count, 0..k-1 in ascending order: counts within `TOKENS_RTOL` (relative) of
+    the one below them are one size (`budget_groups`, the grouping `fit_delphi` gives budgets)."""
     label = np.empty(d.size, dtype=np.intp)
-    k = -1
-    for j, i in enumerate(order):
-        if j == 0 or not math.isclose(float(d[i]), float(d[order[j - 1]]), rel_tol=TOKENS_RTOL, abs_tol=0.0):
-            k += 1
-        label[i] = k
+    for k, (_, idx) in enumerate(budget_groups(d, TOKENS_RTOL)):
+        label[idx] = k
     return label
 
 
